@@ -1,0 +1,83 @@
+"""The `bandwise` root command: registers the command modules and maps user errors to one line.
+
+Errors a user can cause (`BandwiseError`, `ValueError`, a missing file, bad YAML or JSON) print
+one line naming the value and the fix and exit with code 2; `--debug` (or BANDWISE_DEBUG=1)
+re-raises them with the traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import typer
+import yaml
+
+from bandwise.cli import plan as plan_commands
+
+app = typer.Typer(
+    name="bandwise",
+    help=(
+        "Plan, run and debug large-model training: which parallel layout reaches the highest "
+        "MFU on this cluster, does it fit, is pipeline parallelism worth it, and why is the "
+        "accelerator idle. Add --debug to any command for full tracebacks."
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="rich",
+)
+
+# Each command module exposes `register(app)`; the order here is the order in --help.
+for _module in (plan_commands,):
+    _module.register(app)
+
+def _click_class(name: str) -> type[BaseException]:
+    """typer may vendor click; find its exception classes through a public typer class."""
+    return next(c for c in typer.BadParameter.__mro__ if c.__name__ == name)
+
+
+ClickException = _click_class("ClickException")
+USER_ERRORS = (ValueError, OSError, yaml.YAMLError, json.JSONDecodeError, KeyError)
+
+
+def _fail(message: str, code: int) -> None:
+    first_line = message.strip().splitlines()[0] if message.strip() else "unknown error"
+    print(f"bandwise: error: {first_line}", file=sys.stderr)
+    print("  (run again with --debug for the traceback)", file=sys.stderr)
+    sys.exit(code)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in args or os.environ.get("BANDWISE_DEBUG", "") not in ("", "0")
+    args = [a for a in args if a != "--debug"]
+    try:
+        rv = app(args=args, prog_name="bandwise", standalone_mode=False)
+    except typer.Abort:
+        print("bandwise: aborted", file=sys.stderr)
+        sys.exit(130)
+    except ClickException as exc:  # usage errors: typer/click already word them well
+        if debug:
+            raise
+        exc.show()
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except USER_ERRORS as exc:
+        if debug:
+            raise
+        text = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
+        if isinstance(exc, OSError) and exc.filename and exc.strerror:
+            text = f"{exc.strerror}: {exc.filename}"
+        _fail(text, 2)
+    except Exception as exc:  # a bug, not the user's fault: still one line, code 1
+        if debug:
+            raise
+        _fail(f"internal error ({type(exc).__name__}: {exc}); please report it", 1)
+    sys.exit(rv if isinstance(rv, int) else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,182 @@
+"""Device, Level, Cluster: what the hardware can do, with every number's source.
+
+A `Cluster` is a `Device` and a `Topology`: an ordered list of levels, innermost first. A level
+groups `size` units of the level below (devices, for the first level), and gives each device a
+bandwidth per direction and a latency there:
+
+    h100:        NVLink domain of 8 (450 GB/s/dir/GPU)  ->  InfiniBand, 1 × 400 Gb/s NIC per GPU
+    gb200-nvl72: NVLink domain of 72 (900 GB/s/dir/GPU) ->  InfiniBand
+    tpu-v5p:     3D torus (ICI links, wrap-around)       ->  data-centre network between slices
+
+For a torus level, `bandwidth` is one link's bandwidth per direction and `torus_dims` its shape:
+a group spanning k axes of a torus with wrap-around uses 2 links per axis (scaling book, "How to
+think about TPUs", ICI section).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+from bandwise.errors import BandwiseError
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class Device:
+    name: str
+    peak_flops: dict[str, float]
+    """Dense (not 2:4-sparse) peak FLOP/s per matmul dtype: 'bf16', 'fp8'."""
+    hbm_bytes: float
+    """Usable accelerator memory capacity in bytes."""
+    hbm_bandwidth: float
+    """Memory bandwidth in bytes/s."""
+    gemm_efficiency: float = 0.8
+    """Fraction of the dense peak a large, well-shaped GEMM reaches (cuBLAS/XLA, measured)."""
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        if "bf16" not in self.peak_flops:
+            raise BandwiseError(f"device {self.name!r}: peak_flops needs a 'bf16' entry")
+        for dtype, value in self.peak_flops.items():
+            _positive(f"device {self.name!r}: peak_flops[{dtype}]", value)
+        _positive(f"device {self.name!r}: hbm_bytes", self.hbm_bytes)
+        _positive(f"device {self.name!r}: hbm_bandwidth", self.hbm_bandwidth)
+        if not 0 < self.gemm_efficiency <= 1:
+            raise BandwiseError(f"device {self.name!r}: gemm_efficiency={self.gemm_efficiency} must be in (0, 1]")
+
+    def peak(self, precision: str) -> float:
+        try:
+            return self.peak_flops[precision]
+        except KeyError:
+            raise BandwiseError(
+                f"{self.name} has no {precision} peak; use one of: {', '.join(self.peak_flops)}"
+            ) from None
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class Level:
+    name: str
+    size: int
+    """Units of the level below in one unit of this level; 0 = as many as the job needs (the outermost)."""
+    bandwidth: float
+    """Bytes/s per device per direction (a switch level), or per link per direction (a torus)."""
+    latency: float
+    """Seconds per step of a collective at this level."""
+    torus_dims: tuple[int, ...] = ()
+    """Shape of a torus level (product = size); empty for switched levels."""
+    wraparound: bool = True
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.size, int) or self.size < 0:
+            raise BandwiseError(f"level {self.name!r}: size={self.size!r} must be an integer >= 0")
+        _positive(f"level {self.name!r}: bandwidth", self.bandwidth)
+        if not (isinstance(self.latency, (int, float)) and math.isfinite(self.latency) and self.latency >= 0):
+            raise BandwiseError(f"level {self.name!r}: latency={self.latency!r} must be a number >= 0")
+        if self.torus_dims and math.prod(self.torus_dims) != self.size:
+            raise BandwiseError(f"level {self.name!r}: torus_dims {self.torus_dims} multiply to {math.prod(self.torus_dims)}, not size={self.size}")
+
+    @property
+    def is_torus(self) -> bool:
+        return bool(self.torus_dims)
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class Cluster:
+    name: str
+    device: Device
+    levels: tuple[Level, ...]
+    """Topology, innermost (fastest) first."""
+    description: str = ""
+    source: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.levels:
+            raise BandwiseError(f"cluster {self.name!r}: needs at least one topology level")
+        for lv in self.levels[:-1]:
+            if lv.size < 1:
+                raise BandwiseError(f"cluster {self.name!r}: only the outermost level may have size 0 (unbounded), not {lv.name!r}")
+
+    @property
+    def max_devices(self) -> int | None:
+        """Largest device count the topology holds, or None when the outer level is unbounded."""
+        sizes = [lv.size for lv in self.levels]
+        return None if 0 in sizes else math.prod(sizes)
+
+    @property
+    def scale_up_size(self) -> int:
+        """Devices in the innermost domain (NVLink domain, or a TPU slice)."""
+        return self.levels[0].size
+
+    def check_devices(self, n: int) -> None:
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise BandwiseError(f"devices={n!r} must be a positive integer")
+        top = self.max_devices
+        if top is not None and n > top:
+            raise BandwiseError(f"{n} devices exceed the {top} that cluster {self.name} holds; use at most {top}")
+
+    def with_level(self, index: int, **changes: Any) -> Cluster:
+        """A copy with one level changed (for sweeps over bandwidth or domain size)."""
+        levels = list(self.levels)
+        levels[index] = replace(levels[index], **changes)
+        return replace(self, levels=tuple(levels))
+
+    def with_device(self, **changes: Any) -> Cluster:
+        return replace(self, device=replace(self.device, **changes))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "description": self.description,
+            "device": {f.name: getattr(self.device, f.name) for f in fields(self.device)},
+            "levels": [{f.name: getattr(lv, f.name) for f in fields(lv)} for lv in self.levels],
+            "source": self.source,
+        }
+
+
+def _positive(what: str, value: Any) -> None:
+    if not (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0):
+        raise BandwiseError(f"{what}={value!r} must be a positive finite number")
+
+
+def device_from_dict(data: dict[str, Any], where: str) -> Device:
+    _reject_unknown(data, Device, where)
+    return Device(**data)
+
+
+def level_from_dict(data: dict[str, Any], where: str) -> Level:
+    _reject_unknown(data, Level, where)
+    data = dict(data)
+    if "torus_dims" in data:
+        data["torus_dims"] = tuple(data["torus_dims"])
+    return Level(**data)
+
+
+def cluster_from_dict(name: str, data: dict[str, Any], devices: dict[str, Device]) -> Cluster:
+    where = f"cluster {name!r}"
+    allowed = {"device", "levels", "description", "source"}
+    if not isinstance(data, dict):
+        raise BandwiseError(f"{where}: expected a mapping")
+    unknown = sorted(set(data) - allowed)
+    if unknown:
+        raise BandwiseError(f"{where}: unknown field(s) {', '.join(unknown)}; valid: {', '.join(sorted(allowed))}")
+    dev = data.get("device")
+    if isinstance(dev, str):
+        if dev not in devices:
+            raise BandwiseError(f"{where}: unknown device {dev!r}; known: {', '.join(sorted(devices))}")
+        device = devices[dev]
+    else:
+        device = device_from_dict(dev or {}, f"{where} device")
+    levels = tuple(level_from_dict(lv, f"{where} level {i}") for i, lv in enumerate(data.get("levels") or []))
+    return Cluster(name=name, device=device, levels=levels, description=data.get("description", ""), source=data.get("source", ""))
+
+
+def _reject_unknown(data: Any, cls: type, where: str) -> None:
+    if not isinstance(data, dict):
+        raise BandwiseError(f"{where}: expected a mapping, got {type(data).__name__}")
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise BandwiseError(f"{where}: unknown field(s) {', '.join(unknown)}; valid: {', '.join(sorted(known))}")

@@ -1,0 +1,95 @@
+"""ModelSpec from a Hugging Face `config.json`.
+
+Supported `model_type`s and the keys each reads (names as in the transformers configuration
+classes of those models):
+  llama, mistral, qwen2, qwen3        dense, GQA, SwiGLU
+  mixtral                             num_local_experts, num_experts_per_tok (expert = intermediate_size)
+  qwen2_moe, qwen3_moe                num_experts, moe_intermediate_size, shared_expert_intermediate_size,
+                                      decoder_sparse_step, mlp_only_layers
+  deepseek_v3, kimi_k2                n_routed_experts, n_shared_experts, first_k_dense_replace, MLA ranks
+  gpt_oss                             num_local_experts, experts_per_token / num_experts_per_tok
+A missing required key is an error that names it; keys the planner does not need are ignored.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bandwise.errors import BandwiseError
+from bandwise.specs.model import ModelSpec
+
+DENSE = {"llama", "mistral", "qwen2", "qwen3"}
+SUPPORTED = sorted(DENSE | {"mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "kimi_k2", "gpt_oss"})
+
+
+def from_hf_config(cfg: dict[str, Any], *, name: str = "hf-model", seq_len: int = 4096) -> ModelSpec:
+    kind = cfg.get("model_type")
+    if kind not in SUPPORTED:
+        raise BandwiseError(f"config.json: model_type={kind!r} is not supported; supported: {', '.join(SUPPORTED)}")
+
+    def need(key: str, *alternatives: str) -> Any:
+        for k in (key, *alternatives):
+            if k in cfg and cfg[k] is not None:
+                value = cfg[k]
+                if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                    raise BandwiseError(f"config.json ({kind}): {k}={value!r} must be a non-negative integer")
+                return value
+        raise BandwiseError(f"config.json ({kind}): missing field {' or '.join((key, *alternatives))!r}")
+
+    def opt(key: str, default: Any = 0) -> Any:
+        value = cfg.get(key)
+        return default if value is None else value
+
+    heads = need("num_attention_heads")
+    spec: dict[str, Any] = dict(
+        name=name,
+        layers=need("num_hidden_layers"),
+        hidden=need("hidden_size"),
+        ffn=need("intermediate_size"),
+        heads=heads,
+        kv_heads=opt("num_key_value_heads", heads),
+        head_dim=opt("head_dim", 0),
+        vocab=need("vocab_size"),
+        seq_len=seq_len,
+        gated_mlp=True,
+        tied_embeddings=bool(opt("tie_word_embeddings", False)),
+        source=f"Hugging Face config.json (model_type {kind})",
+    )
+    if kind == "mixtral":
+        spec.update(experts=need("num_local_experts"), top_k=need("num_experts_per_tok"), expert_ffn=spec["ffn"])
+    elif kind in ("qwen2_moe", "qwen3_moe"):
+        step = opt("decoder_sparse_step", 1)
+        if opt("mlp_only_layers", []) or step != 1:
+            raise BandwiseError(
+                f"config.json ({kind}): mlp_only_layers / decoder_sparse_step != 1 interleave dense and MoE layers, "
+                "which ModelSpec does not describe; only leading dense layers are supported"
+            )
+        shared = opt("shared_expert_intermediate_size", 0)
+        spec.update(
+            experts=need("num_experts"),
+            top_k=need("num_experts_per_tok"),
+            expert_ffn=need("moe_intermediate_size"),
+            shared_experts=1 if shared else 0,
+            shared_expert_ffn=shared,
+        )
+    elif kind in ("deepseek_v3", "kimi_k2"):
+        spec.update(
+            experts=need("n_routed_experts"),
+            top_k=need("num_experts_per_tok"),
+            expert_ffn=need("moe_intermediate_size"),
+            shared_experts=opt("n_shared_experts", 0),
+            dense_layers=opt("first_k_dense_replace", 0),
+            q_lora_rank=opt("q_lora_rank", 0),
+            kv_lora_rank=need("kv_lora_rank"),
+            qk_nope_head_dim=need("qk_nope_head_dim"),
+            qk_rope_head_dim=need("qk_rope_head_dim"),
+            v_head_dim=need("v_head_dim"),
+            kv_heads=0,
+        )
+    elif kind == "gpt_oss":
+        spec.update(
+            experts=need("num_local_experts"),
+            top_k=need("num_experts_per_tok", "experts_per_token"),
+            expert_ffn=spec["ffn"],
+        )
+    return ModelSpec(**spec)

@@ -1,0 +1,253 @@
+"""ModelSpec: the shape of a decoder-only transformer, dense or mixture-of-experts.
+
+Covers Llama-style dense models (GQA, SwiGLU), GPT-style (MHA, GELU), DeepSeek-style MoE
+(fine-grained routed experts + shared experts, leading dense layers, MLA attention) and
+Mixtral/Qwen-MoE. Parameter counts follow the layer shapes directly, so a reader can check them
+against a model card (e.g. Llama 3 8B = 8.03e9, DeepSeek-V3 = 671e9 without the MTP module).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
+
+from bandwise.errors import BandwiseError
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class ModelSpec:
+    name: str
+    """Preset or config name, for reports."""
+    layers: int
+    """Number of transformer blocks."""
+    hidden: int
+    """Model (residual stream) width h."""
+    ffn: int
+    """Intermediate size of a dense MLP (also of the leading dense layers of an MoE)."""
+    heads: int
+    """Query heads H."""
+    kv_heads: int = 0
+    """Key/value heads (GQA); 0 means = heads (MHA)."""
+    head_dim: int = 0
+    """Per-head width; 0 means hidden // heads."""
+    vocab: int
+    """Vocabulary size V."""
+    seq_len: int = 4096
+    """Training sequence length s."""
+    gated_mlp: bool = True
+    """SwiGLU/GeGLU (three matrices) rather than GELU/ReLU (two)."""
+    tied_embeddings: bool = False
+    """Output projection shares the input embedding matrix."""
+    # --- mixture of experts (experts == 0 means dense) ---
+    experts: int = 0
+    """Routed experts per MoE layer E."""
+    top_k: int = 0
+    """Routed experts chosen per token."""
+    expert_ffn: int = 0
+    """Intermediate size of one routed expert."""
+    shared_experts: int = 0
+    """Always-active shared experts per MoE layer (DeepSeekMoE)."""
+    shared_expert_ffn: int = 0
+    """Intermediate size of one shared expert; 0 means = expert_ffn."""
+    dense_layers: int = 0
+    """Leading layers that use the dense MLP instead of MoE (DeepSeek-V3: 3, Kimi K2: 1)."""
+    # --- multi-head latent attention (DeepSeek-V2/V3); kv_lora_rank == 0 means standard attention ---
+    q_lora_rank: int = 0
+    """Rank of the query down-projection (0: queries projected directly from h)."""
+    kv_lora_rank: int = 0
+    """Rank of the joint key/value compression c_KV."""
+    qk_nope_head_dim: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
+    source: str = ""
+    """Where the numbers come from."""
+
+    def __post_init__(self) -> None:
+        positive = ("layers", "hidden", "ffn", "heads", "vocab", "seq_len")
+        for name in positive:
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise BandwiseError(f"model {self.name!r}: {name}={value!r} must be a positive integer")
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.type == "int" and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+                raise BandwiseError(f"model {self.name!r}: {f.name}={value!r} must be an integer >= 0")
+        if self.kv_heads and self.heads % self.kv_heads:
+            raise BandwiseError(
+                f"model {self.name!r}: heads={self.heads} is not a multiple of kv_heads={self.kv_heads}; "
+                "grouped-query attention needs heads = k * kv_heads"
+            )
+        if not self.head_dim and not self.is_mla and self.hidden % self.heads:
+            raise BandwiseError(
+                f"model {self.name!r}: hidden={self.hidden} is not divisible by heads={self.heads}; set head_dim"
+            )
+        if self.experts:
+            if not 0 < self.top_k <= self.experts:
+                raise BandwiseError(
+                    f"model {self.name!r}: top_k={self.top_k} must be between 1 and experts={self.experts}"
+                )
+            if self.expert_ffn <= 0:
+                raise BandwiseError(f"model {self.name!r}: an MoE model needs expert_ffn > 0")
+            if self.dense_layers >= self.layers:
+                raise BandwiseError(
+                    f"model {self.name!r}: dense_layers={self.dense_layers} leaves no MoE layer of {self.layers}"
+                )
+        elif self.top_k or self.shared_experts or self.dense_layers:
+            raise BandwiseError(f"model {self.name!r}: top_k/shared_experts/dense_layers need experts > 0")
+        if self.is_mla and not (self.qk_nope_head_dim and self.qk_rope_head_dim and self.v_head_dim):
+            raise BandwiseError(
+                f"model {self.name!r}: MLA (kv_lora_rank={self.kv_lora_rank}) needs qk_nope_head_dim, "
+                "qk_rope_head_dim and v_head_dim"
+            )
+
+    # ----- derived shapes -----
+    @property
+    def is_moe(self) -> bool:
+        return self.experts > 0
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    @property
+    def n_kv_heads(self) -> int:
+        return self.kv_heads or self.heads
+
+    @property
+    def d_head(self) -> int:
+        """Width of one head in the attention score (q·k) product."""
+        if self.is_mla:
+            return self.qk_nope_head_dim + self.qk_rope_head_dim
+        return self.head_dim or self.hidden // self.heads
+
+    @property
+    def d_value(self) -> int:
+        """Width of one head's value vector."""
+        return self.v_head_dim if self.is_mla else self.d_head
+
+    @property
+    def moe_layers(self) -> int:
+        return self.layers - self.dense_layers if self.is_moe else 0
+
+    @property
+    def n_dense_mlp_layers(self) -> int:
+        return self.layers - self.moe_layers
+
+    @property
+    def shared_ffn(self) -> int:
+        return self.shared_expert_ffn or self.expert_ffn
+
+    # ----- parameter counts (weights only; norms and biases are < 0.01% and left out) -----
+    @property
+    def attn_params(self) -> int:
+        """Attention weights of one layer.
+
+        Standard: q h·H·d, k and v h·kv·d each, o H·d·h. MLA (DeepSeek-V2 paper, Sec. 2.1):
+        W_DQ h·q_lora, W_UQ q_lora·H·(nope+rope), W_DKV+W_KR h·(kv_lora+rope),
+        W_UK/W_UV kv_lora·H·(nope+v), W_O H·v·h.
+        """
+        h, H = self.hidden, self.heads
+        if self.is_mla:
+            q = h * self.q_lora_rank + self.q_lora_rank * H * self.d_head if self.q_lora_rank else h * H * self.d_head
+            kv = h * (self.kv_lora_rank + self.qk_rope_head_dim)
+            kv += self.kv_lora_rank * H * (self.qk_nope_head_dim + self.v_head_dim)
+            return q + kv + H * self.v_head_dim * h
+        d = self.d_head
+        return h * H * d + 2 * h * self.n_kv_heads * d + H * d * h
+
+    def _mlp_params(self, ffn: int) -> int:
+        return (3 if self.gated_mlp else 2) * self.hidden * ffn
+
+    @property
+    def dense_mlp_params(self) -> int:
+        return self._mlp_params(self.ffn)
+
+    @property
+    def expert_params(self) -> int:
+        """One routed expert."""
+        return self._mlp_params(self.expert_ffn) if self.is_moe else 0
+
+    @property
+    def router_params(self) -> int:
+        return self.hidden * self.experts
+
+    @property
+    def shared_params(self) -> int:
+        """Shared experts of one MoE layer."""
+        return self.shared_experts * self._mlp_params(self.shared_ffn) if self.is_moe else 0
+
+    @property
+    def embedding_params(self) -> int:
+        return self.vocab * self.hidden
+
+    @property
+    def output_params(self) -> int:
+        """The output projection, counted once even when tied (it is one GEMM either way)."""
+        return self.vocab * self.hidden
+
+    @property
+    def routed_expert_params_total(self) -> int:
+        return self.moe_layers * self.experts * self.expert_params
+
+    @property
+    def non_expert_layer_params(self) -> int:
+        """All transformer-block weights except routed experts (attention, dense MLPs, shared, router)."""
+        return (
+            self.layers * self.attn_params
+            + self.n_dense_mlp_layers * self.dense_mlp_params
+            + self.moe_layers * (self.shared_params + self.router_params)
+        )
+
+    @property
+    def total_params(self) -> int:
+        emb = self.embedding_params + (0 if self.tied_embeddings else self.output_params)
+        return self.non_expert_layer_params + self.routed_expert_params_total + emb
+
+    @property
+    def active_nonembedding_params(self) -> int:
+        """Weights one token multiplies by in the blocks (top_k routed experts of each MoE layer)."""
+        return self.non_expert_layer_params + self.moe_layers * self.top_k * self.expert_params
+
+    # ----- FLOPs -----
+    def attention_flops_per_token(self, seq_len: int | None = None, causal: bool = False) -> float:
+        """Forward+backward FLOPs of the score and value products, per token, all layers.
+
+        PaLM (Chowdhery et al. 2022, Appendix B): 12·L·H·Q·T with Q the head width and T the
+        sequence length, which counts the full (non-causal) score matrix. With `causal`, half.
+        MLA uses qk width for scores and v width for values: 6·L·H·T·(d_qk + d_v).
+        """
+        s = self.seq_len if seq_len is None else seq_len
+        flops = 6.0 * self.layers * self.heads * s * (self.d_head + self.d_value)
+        return flops / 2 if causal else flops
+
+    def model_flops_per_token(self, seq_len: int | None = None, causal: bool = False) -> float:
+        """Model FLOPs per token for MFU: 6·(active non-embedding params + output projection) + attention.
+
+        DESIGN.md's convention, from PaLM Appendix B. Recomputation is not counted here (that is HFU).
+        """
+        return 6.0 * (self.active_nonembedding_params + self.output_params) + self.attention_flops_per_token(
+            seq_len, causal
+        )
+
+    # ----- conversion -----
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def with_seq_len(self, seq_len: int) -> ModelSpec:
+        if not isinstance(seq_len, int) or seq_len <= 0:
+            raise BandwiseError(f"seq_len={seq_len!r} must be a positive integer")
+        return replace(self, seq_len=seq_len)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], *, where: str = "model") -> ModelSpec:
+        """Build from a mapping; unknown keys are an error that names them (no silent typos)."""
+        if not isinstance(data, dict):
+            raise BandwiseError(f"{where}: expected a mapping of model fields, got {type(data).__name__}")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise BandwiseError(f"{where}: unknown field(s) {', '.join(unknown)}; valid fields: {', '.join(sorted(known))}")
+        missing = [n for n in ("name", "layers", "hidden", "ffn", "heads", "vocab") if n not in data]
+        if missing:
+            raise BandwiseError(f"{where}: missing field(s) {', '.join(missing)}")
+        return cls(**data)

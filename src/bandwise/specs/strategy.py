@@ -1,0 +1,295 @@
+"""Strategy: one parallel layout and its training knobs, and the one validity check.
+
+The same rules serve the planner (vectorized over millions of candidates, `valid_mask`) and the
+runtime (one Strategy, `Strategy.check`, which raises the first broken rule as one line naming
+the values and what would fit). Degrees follow torchtitan's `ParallelDims`:
+dp_replicate · dp_shard · cp · tp · pp = world size, and expert parallelism borrows its ranks
+from the dp_shard · cp · tp region (ep must divide it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields, replace
+from types import SimpleNamespace
+from typing import Any, Callable
+
+import numpy as np
+
+from bandwise.errors import BandwiseError
+from bandwise.specs.model import ModelSpec
+
+# torch.distributed.pipelining names. Stages per rank: 1 for the single-stage schedules,
+# `virtual_stages` (>= 2) for the looped ones, exactly 2 for the V-shaped ones.
+SCHEDULES: tuple[str, ...] = (
+    "GPipe",
+    "1F1B",
+    "Interleaved1F1B",
+    "LoopedBFS",
+    "InterleavedZeroBubble",
+    "ZBVZeroBubble",
+    "DualPipeV",
+)
+SINGLE_STAGE = ("GPipe", "1F1B")
+LOOPED = ("Interleaved1F1B", "LoopedBFS", "InterleavedZeroBubble")
+V_SHAPED = ("ZBVZeroBubble", "DualPipeV")
+RECOMPUTE: tuple[str, ...] = ("none", "selective", "full")
+PRECISIONS: tuple[str, ...] = ("bf16", "fp8")
+DIMS: tuple[str, ...] = ("tp", "cp", "dp_shard", "dp_replicate", "pp")
+"""Default placement on the topology, innermost (fastest level) first, as torchtitan's mesh."""
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class Strategy:
+    dp_replicate: int = 1
+    """Replicated data parallelism (DDP, or the replicate dim of HSDP)."""
+    dp_shard: int = 1
+    """Fully sharded data parallelism (FSDP2 / ZeRO-3) degree."""
+    tp: int = 1
+    """Tensor parallelism (Megatron column/row split, with sequence parallelism)."""
+    cp: int = 1
+    """Context parallelism (ring attention over the sequence)."""
+    pp: int = 1
+    """Pipeline stages (ranks)."""
+    ep: int = 1
+    """Expert parallelism; borrows ranks from dp_shard·cp·tp."""
+    zero_stage: int = 0
+    """ZeRO stage of the replicated DP group when dp_shard == 1: 0 none, 1 optimizer, 2 + gradients.
+    dp_shard > 1 is ZeRO-3 (FSDP) and needs zero_stage 0 or 3."""
+    micro_batch: int = 1
+    """Sequences per micro-batch per data-parallel rank."""
+    global_batch: int = 0
+    """Sequences per optimizer step over all ranks; 0 means dp · micro_batch (no accumulation)."""
+    schedule: str = "1F1B"
+    """Pipeline schedule, torch.distributed.pipelining's name; ignored when pp == 1."""
+    virtual_stages: int = 1
+    """Pipeline stages per rank (2+ for looped schedules, 2 for V-shaped)."""
+    recompute: str = "none"
+    """Activation recomputation: none, selective (attention core + activation fn), full (whole layer)."""
+    precision: str = "bf16"
+    """Matmul precision: bf16, or fp8 (master weights and optimizer stay fp32)."""
+    overlap_dp: bool = True
+    """Gradient reduce(-scatter) overlapped with the backward pass."""
+    overlap_fsdp: bool = True
+    """FSDP parameter all-gather prefetched behind the previous layer's compute."""
+    overlap_tp: bool = False
+    """TP collectives overlapped with GEMMs (Megatron --tp-comm-overlap, async TP)."""
+    overlap_ep: bool = False
+    """EP all-to-all overlapped with compute of another micro-batch (DualPipe-style)."""
+    order: tuple[str, ...] = DIMS
+    """Placement of the parallel dims on the topology, innermost first."""
+
+    @property
+    def dp(self) -> int:
+        return self.dp_replicate * self.dp_shard
+
+    @property
+    def world_size(self) -> int:
+        return self.dp * self.cp * self.tp * self.pp
+
+    @property
+    def effective_global_batch(self) -> int:
+        return self.global_batch or self.dp * self.micro_batch
+
+    @property
+    def microbatches(self) -> int:
+        """Micro-batches per step per data-parallel rank (gradient accumulation / pipeline m)."""
+        return self.effective_global_batch // (self.dp * self.micro_batch)
+
+    @property
+    def zero(self) -> int:
+        """The effective ZeRO stage."""
+        return 3 if self.dp_shard > 1 else self.zero_stage
+
+    def check(self, world_size: int | None = None, model: ModelSpec | None = None) -> None:
+        """Raise BandwiseError naming the first broken rule; the runtime calls this unchanged."""
+        cols = _columns([self])
+        world = self.world_size if world_size is None else world_size
+        for ok, message in _rules(model):
+            if not bool(np.all(ok(cols, world))):
+                raise BandwiseError(message(self, world))
+
+    def describe(self) -> str:
+        parts = [f"{k}{getattr(self, k)}" for k in ("dp_replicate", "dp_shard", "tp", "cp", "pp", "ep") if getattr(self, k) > 1]
+        text = " ".join(parts) or "single device"
+        if self.pp > 1:
+            text += f" {self.schedule}" + (f" v{self.virtual_stages}" if self.virtual_stages > 1 else "")
+        return text
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["order"] = list(self.order)
+        return d
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], *, where: str = "strategy") -> Strategy:
+        if not isinstance(data, dict):
+            raise BandwiseError(f"{where}: expected a mapping of strategy fields, got {type(data).__name__}")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise BandwiseError(f"{where}: unknown field(s) {', '.join(unknown)}; valid: {', '.join(sorted(known))}")
+        data = dict(data)
+        if "order" in data:
+            data["order"] = tuple(data["order"])
+        for f in fields(cls):
+            if f.name in data and f.type == "int" and not _is_int(data[f.name]):
+                raise BandwiseError(f"{where}: {f.name}={data[f.name]!r} must be an integer")
+        return cls(**data)
+
+    def replace(self, **changes: Any) -> Strategy:
+        return replace(self, **changes)
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+
+
+# --------------------------------------------------------------------------------------------
+# Columns: the planner's struct-of-arrays view of many strategies. Strings become small codes.
+# --------------------------------------------------------------------------------------------
+INT_FIELDS = ("dp_replicate", "dp_shard", "tp", "cp", "pp", "ep", "zero_stage", "micro_batch", "global_batch", "virtual_stages")
+
+
+def _columns(strategies: list[Strategy]) -> SimpleNamespace:
+    c = SimpleNamespace()
+    for name in INT_FIELDS:
+        setattr(c, name, np.array([getattr(s, name) for s in strategies], dtype=np.int64))
+    c.schedule = np.array([SCHEDULES.index(s.schedule) if s.schedule in SCHEDULES else -1 for s in strategies])
+    c.recompute = np.array([RECOMPUTE.index(s.recompute) if s.recompute in RECOMPUTE else -1 for s in strategies])
+    c.precision = np.array([PRECISIONS.index(s.precision) if s.precision in PRECISIONS else -1 for s in strategies])
+    c.order_ok = np.array([sorted(s.order) == sorted(DIMS) for s in strategies])
+    return c
+
+
+def _code(names: tuple[str, ...]) -> list[int]:
+    return [SCHEDULES.index(n) for n in names]
+
+
+def _gb(c: SimpleNamespace) -> np.ndarray:
+    return np.where(c.global_batch > 0, c.global_batch, c.dp_replicate * c.dp_shard * c.micro_batch)
+
+
+def _m(c: SimpleNamespace) -> np.ndarray:
+    """Pipeline micro-batches per step (valid only where the batch divides)."""
+    return _gb(c) // np.maximum(c.dp_replicate * c.dp_shard * c.micro_batch, 1)
+
+
+Rule = tuple[Callable[[SimpleNamespace, int], np.ndarray], Callable[[Strategy, int], str]]
+
+
+def _rules(model: ModelSpec | None) -> list[Rule]:
+    """The validity rules, in the order their messages are most useful.
+
+    Each rule is (ok(columns, world) -> bool array, message(strategy, world) -> str).
+    """
+    r: list[Rule] = [
+        (
+            lambda c, w: np.all([getattr(c, n) >= 1 for n in ("dp_replicate", "dp_shard", "tp", "cp", "pp", "ep", "micro_batch", "virtual_stages")], axis=0)
+            & (c.global_batch >= 0),
+            lambda s, w: "parallel degrees, micro_batch and virtual_stages must be integers >= 1 "
+            f"(got {', '.join(f'{n}={getattr(s, n)}' for n in ('dp_replicate', 'dp_shard', 'tp', 'cp', 'pp', 'ep', 'micro_batch', 'virtual_stages') if getattr(s, n) < 1)})",
+        ),
+        (
+            lambda c, w: (c.schedule >= 0) & (c.recompute >= 0) & (c.precision >= 0) & c.order_ok,
+            lambda s, w: _enum_message(s),
+        ),
+        (
+            lambda c, w: c.dp_replicate * c.dp_shard * c.cp * c.tp * c.pp == w,
+            lambda s, w: (
+                f"dp_replicate·dp_shard·cp·tp·pp = {s.dp_replicate}·{s.dp_shard}·{s.cp}·{s.tp}·{s.pp} = {s.world_size}, "
+                f"not the {w} devices; choose degrees whose product is {w}"
+                + (f" (e.g. dp_shard={w // (s.dp_replicate * s.cp * s.tp * s.pp)})" if w % (s.dp_replicate * s.cp * s.tp * s.pp) == 0 else "")
+            ),
+        ),
+        (
+            lambda c, w: (c.dp_shard * c.cp * c.tp) % c.ep == 0,
+            lambda s, w: f"ep={s.ep} must divide dp_shard·cp·tp = {s.dp_shard * s.cp * s.tp} (expert parallelism borrows those ranks); "
+            f"valid ep: {', '.join(map(str, _divisors(s.dp_shard * s.cp * s.tp)))}",
+        ),
+        (
+            lambda c, w: np.isin(c.zero_stage, (0, 1, 2, 3)) & ~((c.dp_shard > 1) & np.isin(c.zero_stage, (1, 2))) & ~((c.dp_shard == 1) & (c.zero_stage == 3)),
+            lambda s, w: (
+                f"zero_stage={s.zero_stage} must be 0-3"
+                if s.zero_stage not in (0, 1, 2, 3)
+                else f"zero_stage={s.zero_stage} with dp_shard={s.dp_shard}: "
+                + ("dp_shard > 1 is already ZeRO-3 (FSDP); use zero_stage 0 or 3" if s.dp_shard > 1 else "ZeRO-3 is expressed as dp_shard > 1; set dp_shard to the sharding degree")
+            ),
+        ),
+        (
+            lambda c, w: _gb(c) % np.maximum(c.dp_replicate * c.dp_shard * c.micro_batch, 1) == 0,
+            lambda s, w: f"global_batch={s.effective_global_batch} is not a multiple of dp·micro_batch = {s.dp}·{s.micro_batch} = {s.dp * s.micro_batch}; "
+            f"use a global batch of k·{s.dp * s.micro_batch} sequences or a micro_batch dividing {s.effective_global_batch // max(s.dp, 1)}",
+        ),
+        (
+            lambda c, w: (c.pp == 1) | np.where(np.isin(c.schedule, _code(SINGLE_STAGE)), c.virtual_stages == 1, np.where(np.isin(c.schedule, _code(V_SHAPED)), c.virtual_stages == 2, c.virtual_stages >= 2)),
+            lambda s, w: f"schedule {s.schedule} runs "
+            + ("1 stage per rank (virtual_stages=1)" if s.schedule in SINGLE_STAGE else "exactly 2 stages per rank in a V (virtual_stages=2)" if s.schedule in V_SHAPED else "2 or more stages per rank (virtual_stages >= 2)")
+            + f", got virtual_stages={s.virtual_stages}",
+        ),
+        (
+            lambda c, w: (c.pp == 1) | ~np.isin(c.schedule, _code(("1F1B",) + LOOPED + V_SHAPED)) | (_m(c) >= c.pp),
+            lambda s, w: f"schedule {s.schedule} with pp={s.pp} needs at least {s.pp} micro-batches per step, got {s.microbatches} "
+            f"(global_batch / (dp·micro_batch)); raise global_batch or lower micro_batch",
+        ),
+        (
+            lambda c, w: (c.pp == 1) | ~np.isin(c.schedule, _code(LOOPED)) | (_m(c) % c.pp == 0),
+            lambda s, w: f"schedule {s.schedule} runs micro-batches in rounds of pp={s.pp}; {s.microbatches} micro-batches is not a multiple of {s.pp}",
+        ),
+    ]
+    if model is not None:
+        r += _model_rules(model)
+    return r
+
+
+def _model_rules(m: ModelSpec) -> list[Rule]:
+    kv = m.n_kv_heads
+    return [
+        (
+            lambda c, w: c.pp * c.virtual_stages <= m.layers,
+            lambda s, w: f"pp·virtual_stages = {s.pp * s.virtual_stages} stages exceeds the {m.layers} layers of {m.name}; use fewer stages",
+        ),
+        (
+            lambda c, w: (m.heads % c.tp == 0) & ((kv % c.tp == 0) | (c.tp % kv == 0) | np.full_like(c.tp, m.is_mla, dtype=bool)),
+            lambda s, w: f"tp={s.tp} must divide heads={m.heads}" + ("" if m.is_mla else f" and divide or be a multiple of kv_heads={kv}")
+            + f" of {m.name}; valid tp: {', '.join(str(t) for t in _divisors(m.heads) if m.is_mla or kv % t == 0 or t % kv == 0)}",
+        ),
+        (
+            lambda c, w: (m.ffn % c.tp == 0) & ((m.expert_ffn or m.ffn) % c.tp == 0),
+            lambda s, w: f"tp={s.tp} must divide the MLP width ffn={m.ffn}" + (f" and expert_ffn={m.expert_ffn}" if m.is_moe else "") + f" of {m.name}",
+        ),
+        (
+            lambda c, w: (c.ep == 1) | np.full_like(c.ep, m.is_moe, dtype=bool) & (max(m.experts, 1) % c.ep == 0),
+            lambda s, w: f"ep={s.ep} needs an MoE model whose experts it divides; {m.name} has "
+            + (f"{m.experts} experts (valid ep: {', '.join(map(str, _divisors(m.experts)))})" if m.is_moe else "no experts (use ep=1)"),
+        ),
+        (
+            lambda c, w: (m.seq_len % (2 * c.cp) == 0) | (c.cp == 1),
+            lambda s, w: f"cp={s.cp} needs seq_len={m.seq_len} divisible by 2·cp = {2 * s.cp} (load-balanced ring attention)",
+        ),
+        (
+            lambda c, w: m.seq_len % (c.tp * c.cp) == 0,
+            lambda s, w: f"sequence parallelism splits seq_len={m.seq_len} over tp·cp = {s.tp * s.cp}; it must divide",
+        ),
+    ]
+
+
+def _enum_message(s: Strategy) -> str:
+    if s.schedule not in SCHEDULES:
+        return f"unknown schedule {s.schedule!r}; valid: {', '.join(SCHEDULES)}"
+    if s.recompute not in RECOMPUTE:
+        return f"unknown recompute {s.recompute!r}; valid: {', '.join(RECOMPUTE)}"
+    if s.precision not in PRECISIONS:
+        return f"unknown precision {s.precision!r}; valid: {', '.join(PRECISIONS)}"
+    return f"order {list(s.order)} must be a permutation of {list(DIMS)}"
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0] if n > 0 else [1]
+
+
+def valid_mask(cols: SimpleNamespace, world_size: int, model: ModelSpec | None) -> np.ndarray:
+    """The same rules as `Strategy.check`, over columns of candidates (the planner's path)."""
+    ok = np.ones_like(cols.tp, dtype=bool)
+    for rule, _ in _rules(model):
+        ok &= np.asarray(rule(cols, world_size), dtype=bool)
+    return ok
