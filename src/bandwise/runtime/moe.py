@@ -1,0 +1,227 @@
+"""DeepSeek-style mixture-of-experts layer and its router balancing modes.
+
+Shared expert(s) plus fine-grained routed experts (Dai et al. 2024, "DeepSeekMoE", Sec. 3); a
+sigmoid (DeepSeek-V3, Sec. 2.1.2) or softmax router picks the top-k experts per token and the
+gates are normalised over the selected experts. Balancing modes:
+
+- `aux_free`: auxiliary-loss-free balancing (Wang et al. 2024, "Auxiliary-Loss-Free Load
+  Balancing Strategy for Mixture-of-Experts"; DeepSeek-V3 Sec. 2.1.2): top-k on score + bias,
+  gates from the unbiased score; after each optimizer step `bias += γ · sign(mean_load − load_i)`
+  with the loads summed over every micro-batch of the step and all ranks that saw different
+  data (`update_router_biases`). γ = 1e-3 (DeepSeek-V3 Sec. 4.2 uses 1e-3 for most of training).
+- `aux_loss`: Switch/GShard auxiliary loss α · E · Σ_i f_i · P_i over the batch (Fedus et al.
+  2021, "Switch Transformers", eq. 4-6), α = 1e-2 by default (their value).
+- `seq_aux`: DeepSeek-V3's sequence-wise balance loss (eq. 17-20), α = 1e-4, per sequence and
+  averaged; may be combined with aux_free (`aux_free+seq_aux`, as in DeepSeek-V3).
+- `none`.
+
+Auxiliary losses reach the gradients through `_AddAuxGrad` (the trick of Megatron-LM's
+MoEAuxLossAutoScaler: the loss is not added to the returned value, its gradient is injected in
+backward), so they work unchanged inside pipeline stages, whose loss function only sees logits.
+
+Token counts are taken only in training forward passes with grad enabled, and never during
+activation recomputation (`recomputing()`), so a recomputed layer does not count twice.
+
+Shapes: T tokens (B·T flattened), D model width, E routed experts, K top-k, F expert width,
+N = T·K token-expert pairs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from bandwise.errors import BandwiseError
+from bandwise.specs.model import ModelSpec
+
+BALANCE_MODES = ("aux_free", "aux_loss", "seq_aux", "aux_free+seq_aux", "none")
+ROUTERS = ("sigmoid", "softmax")
+
+
+@dataclass(kw_only=True, slots=True)
+class MoEConfig:
+    router: str = "sigmoid"
+    """Score function: sigmoid (DeepSeek-V3) or softmax (Switch, Mixtral, DeepSeek-V2)."""
+    balance: str = "aux_free"
+    """One of BALANCE_MODES."""
+    gamma: float = 1e-3
+    """Bias update speed of aux_free (DeepSeek-V3 Sec. 4.2)."""
+    aux_alpha: float = 1e-2
+    """Weight of the Switch/GShard loss (Fedus et al. 2021, Sec. 2.2)."""
+    seq_alpha: float = 1e-4
+    """Weight of the sequence-wise loss (DeepSeek-V3 Sec. 4.2)."""
+
+    def __post_init__(self) -> None:
+        if self.router not in ROUTERS:
+            raise BandwiseError(f"router={self.router!r} is unknown; use one of: {', '.join(ROUTERS)}")
+        if self.balance not in BALANCE_MODES:
+            raise BandwiseError(f"balance={self.balance!r} is unknown; use one of: {', '.join(BALANCE_MODES)}")
+        for name in ("gamma", "aux_alpha", "seq_alpha"):
+            if not getattr(self, name) >= 0:
+                raise BandwiseError(f"{name}={getattr(self, name)!r} must be >= 0")
+
+    @property
+    def aux_free(self) -> bool:
+        return self.balance.startswith("aux_free")
+
+
+# ---- recomputation guard -------------------------------------------------------------------
+_RECOMPUTING = [False]
+
+
+def recomputing() -> bool:
+    return _RECOMPUTING[0]
+
+
+@contextlib.contextmanager
+def recompute_guard() -> Iterator[None]:
+    """Active while activation checkpointing re-runs a forward (see parallel/checkpointing)."""
+    previous, _RECOMPUTING[0] = _RECOMPUTING[0], True
+    try:
+        yield
+    finally:
+        _RECOMPUTING[0] = previous
+
+
+# ---- modules -------------------------------------------------------------------------------
+class GroupedExperts(nn.Module):
+    """E SwiGLU experts stored as stacked matrices; holds E/ep of them under expert parallelism."""
+
+    def __init__(self, num_experts: int, dim: int, hidden: int) -> None:
+        super().__init__()
+        self.w1 = nn.Parameter(torch.empty(num_experts, dim, hidden))
+        self.w2 = nn.Parameter(torch.empty(num_experts, hidden, dim))
+        self.w3 = nn.Parameter(torch.empty(num_experts, dim, hidden))
+
+    def forward(self, x_ND: torch.Tensor, counts: list[int]) -> torch.Tensor:
+        """x_ND rows are grouped by local expert, `counts[e]` rows for expert e."""
+        w1, w2, w3 = self.w1, self.w2, self.w3
+        outs = [
+            (F.silu(x @ w1[e]) * (x @ w3[e])) @ w2[e]  # (n_e, D)
+            for e, x in enumerate(torch.split(x_ND, counts))
+        ]
+        return torch.cat(outs) if outs else x_ND
+
+
+Dispatch = Callable[[torch.Tensor, torch.Tensor, GroupedExperts], torch.Tensor]
+
+
+def local_dispatch(x_ND: torch.Tensor, counts_E: torch.Tensor, experts: GroupedExperts) -> torch.Tensor:
+    """All experts are on this rank: run them in place. Expert parallelism swaps this out."""
+    return experts(x_ND, counts_E.tolist())
+
+
+class _AddAuxGrad(torch.autograd.Function):
+    """Returns y unchanged; in backward, gives `aux` the gradient `scale` (d total_loss / d aux)."""
+
+    @staticmethod
+    def forward(ctx, y: torch.Tensor, aux: torch.Tensor, scale: float) -> torch.Tensor:  # type: ignore[override]
+        ctx.scale = scale
+        ctx.aux_shape = aux.shape
+        return y
+
+    @staticmethod
+    def backward(ctx, grad_y: torch.Tensor):  # type: ignore[override]
+        return grad_y, torch.full(ctx.aux_shape, ctx.scale, dtype=grad_y.dtype, device=grad_y.device), None
+
+
+def balance_loss(scores_BTE: torch.Tensor, idx_BTK: torch.Tensor, num_experts: int) -> torch.Tensor:
+    """Σ_i f_i · P_i per row of tokens, averaged over rows (DeepSeek-V3 eq. 17-20).
+
+    f_i = E/(K·T) · #tokens choosing i, P_i = mean over tokens of the normalised score s_i/Σ_j s_j.
+    One row over the whole batch is the Switch/GShard loss (Fedus et al. 2021 eq. 4-6).
+    """
+    B, T, K = idx_BTK.shape
+    probs_BTE = scores_BTE / scores_BTE.sum(-1, keepdim=True)
+    chosen_BE = torch.zeros(B, num_experts, device=idx_BTK.device, dtype=probs_BTE.dtype)
+    chosen_BE.scatter_add_(1, idx_BTK.reshape(B, T * K), torch.ones(B, T * K, device=idx_BTK.device, dtype=probs_BTE.dtype))
+    f_BE = chosen_BE * num_experts / (K * T)
+    return (f_BE * probs_BTE.mean(1)).sum(-1).mean()
+
+
+class MoE(nn.Module):
+    def __init__(self, spec: ModelSpec, cfg: MoEConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.num_experts, self.top_k = spec.experts, spec.top_k
+        self.gate = nn.Linear(spec.hidden, spec.experts, bias=False)
+        self.experts = GroupedExperts(spec.experts, spec.hidden, spec.expert_ffn)
+        # n shared experts of width f equal one SwiGLU of width n·f (the hidden units concatenate).
+        from bandwise.runtime.model import FeedForward
+
+        self.shared: nn.Module | None = (
+            FeedForward(spec.hidden, spec.shared_experts * spec.shared_ffn) if spec.shared_experts else None
+        )
+        self.register_buffer("expert_bias", torch.zeros(spec.experts))
+        # Summed over the micro-batches of one step; consumed by `update_router_biases`.
+        self.register_buffer("tokens_per_expert", torch.zeros(spec.experts), persistent=False)
+        self.dispatch: Dispatch = local_dispatch
+        self.aux_grad_scale = 1.0
+        """d(total loss)/d(this micro-batch's loss): 1/micro-batches under gradient accumulation."""
+
+    def route(self, x_TD: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Returns scores (T, E) fp32, chosen experts (T, K) and gates (T, K)."""
+        logits_TE = self.gate(x_TD).float()
+        scores_TE = torch.sigmoid(logits_TE) if self.cfg.router == "sigmoid" else torch.softmax(logits_TE, dim=-1)
+        select_TE = scores_TE + self.expert_bias if self.cfg.aux_free else scores_TE
+        idx_TK = torch.topk(select_TE, self.top_k, dim=-1).indices
+        gates_TK = scores_TE.gather(1, idx_TK)  # unbiased scores (Wang et al. 2024)
+        gates_TK = gates_TK / gates_TK.sum(-1, keepdim=True)
+        return scores_TE, idx_TK, gates_TK
+
+    def forward(self, x_BTD: torch.Tensor) -> torch.Tensor:
+        B, T, D = x_BTD.shape
+        x_TD = x_BTD.reshape(B * T, D)
+        scores_TE, idx_TK, gates_TK = self.route(x_TD)
+        counts_E = torch.bincount(idx_TK.flatten(), minlength=self.num_experts)
+        if self.training and torch.is_grad_enabled() and not recomputing():
+            with torch.no_grad():
+                self.tokens_per_expert += counts_E.to(self.tokens_per_expert.dtype)
+
+        order_N = torch.argsort(idx_TK.flatten(), stable=True)
+        token_N = order_N // self.top_k
+        y_ND = self.dispatch(x_TD[token_N], counts_E, self.experts)
+        y_ND = y_ND * gates_TK.flatten()[order_N, None].to(y_ND.dtype)
+        out_TD = torch.zeros_like(x_TD).index_add_(0, token_N, y_ND.to(x_TD.dtype))
+        if self.shared is not None:
+            out_TD = out_TD + self.shared(x_TD)
+        out_TD = self._attach_aux(out_TD, scores_TE.view(B, T, -1), idx_TK.view(B, T, -1))
+        return out_TD.view(B, T, D)
+
+    def _attach_aux(self, out_TD: torch.Tensor, scores_BTE: torch.Tensor, idx_BTK: torch.Tensor) -> torch.Tensor:
+        if not (self.training and torch.is_grad_enabled()):
+            return out_TD
+        aux = None
+        if self.cfg.balance == "aux_loss" and self.cfg.aux_alpha > 0:
+            flat = scores_BTE.reshape(1, -1, self.num_experts), idx_BTK.reshape(1, -1, self.top_k)
+            aux = self.cfg.aux_alpha * balance_loss(*flat, self.num_experts)
+        elif self.cfg.balance.endswith("seq_aux") and self.cfg.seq_alpha > 0:
+            aux = self.cfg.seq_alpha * balance_loss(scores_BTE, idx_BTK, self.num_experts)
+        return out_TD if aux is None else _AddAuxGrad.apply(out_TD, aux, self.aux_grad_scale)
+
+
+@torch.no_grad()
+def update_router_biases(moes: list[MoE], group=None) -> list[float]:
+    """End of an optimizer step: sum loads over `group`, update aux-free biases, reset counts.
+
+    Returns MaxVio per layer, (max_i load_i − mean)/mean (Wang et al. 2024, eq. 5).
+    """
+    if not moes:
+        return []
+    loads_LE = torch.stack([m.tokens_per_expert for m in moes])
+    if group is not None:
+        import torch.distributed as dist
+
+        dist.all_reduce(loads_LE, group=group)
+    mean_L1 = loads_LE.mean(-1, keepdim=True)
+    maxvio = ((loads_LE.max(-1, keepdim=True).values - mean_L1) / mean_L1.clamp_min(1e-12)).squeeze(-1)
+    for m, load_E, mean in zip(moes, loads_LE, mean_L1):
+        if m.cfg.aux_free and float(mean) > 0:
+            m.expert_bias += m.cfg.gamma * torch.sign(mean - load_E)
+        m.tokens_per_expert.zero_()
+    return maxvio.tolist()
