@@ -158,6 +158,8 @@ def _columns(strategies: list[Strategy]) -> SimpleNamespace:
     c.recompute = np.array([RECOMPUTE.index(s.recompute) if s.recompute in RECOMPUTE else -1 for s in strategies])
     c.precision = np.array([PRECISIONS.index(s.precision) if s.precision in PRECISIONS else -1 for s in strategies])
     c.order_ok = np.array([sorted(s.order) == sorted(DIMS) for s in strategies])
+    for flag in ("overlap_dp", "overlap_fsdp", "overlap_tp", "overlap_ep"):
+        setattr(c, flag, np.array([getattr(s, flag) for s in strategies], dtype=bool))
     return c
 
 
