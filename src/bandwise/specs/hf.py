@@ -27,18 +27,30 @@ def from_hf_config(cfg: dict[str, Any], *, name: str = "hf-model", seq_len: int 
     if kind not in SUPPORTED:
         raise BandwiseError(f"config.json: model_type={kind!r} is not supported; supported: {', '.join(SUPPORTED)}")
 
-    def need(key: str, *alternatives: str) -> Any:
+    def integer(key: str, value: Any) -> int:
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise BandwiseError(f"config.json ({kind}): {key}={value!r} must be a non-negative integer")
+        return value
+
+    def need(key: str, *alternatives: str) -> int:
         for k in (key, *alternatives):
-            if k in cfg and cfg[k] is not None:
-                value = cfg[k]
-                if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                    raise BandwiseError(f"config.json ({kind}): {k}={value!r} must be a non-negative integer")
-                return value
+            if cfg.get(k) is not None:
+                return integer(k, cfg[k])
         raise BandwiseError(f"config.json ({kind}): missing field {' or '.join((key, *alternatives))!r}")
 
-    def opt(key: str, default: Any = 0) -> Any:
+    # Optional keys are checked here too, so a bad value is named by its config.json key rather
+    # than by the ModelSpec field it lands in (and "false" as a string is not silently true).
+    def opt(key: str, default: int = 0) -> int:
         value = cfg.get(key)
-        return default if value is None else value
+        return default if value is None else integer(key, value)
+
+    def flag(key: str) -> bool:
+        value = cfg.get(key)
+        if value is None:
+            return False
+        if not isinstance(value, bool):
+            raise BandwiseError(f"config.json ({kind}): {key}={value!r} must be true or false")
+        return value
 
     heads = need("num_attention_heads")
     spec: dict[str, Any] = dict(
@@ -52,14 +64,14 @@ def from_hf_config(cfg: dict[str, Any], *, name: str = "hf-model", seq_len: int 
         vocab=need("vocab_size"),
         seq_len=seq_len,
         gated_mlp=True,
-        tied_embeddings=bool(opt("tie_word_embeddings", False)),
+        tied_embeddings=flag("tie_word_embeddings"),
         source=f"Hugging Face config.json (model_type {kind})",
     )
     if kind == "mixtral":
         spec.update(experts=need("num_local_experts"), top_k=need("num_experts_per_tok"), expert_ffn=spec["ffn"])
     elif kind in ("qwen2_moe", "qwen3_moe"):
         step = opt("decoder_sparse_step", 1)
-        if opt("mlp_only_layers", []) or step != 1:
+        if cfg.get("mlp_only_layers") or step != 1:
             raise BandwiseError(
                 f"config.json ({kind}): mlp_only_layers / decoder_sparse_step != 1 interleave dense and MoE layers, "
                 "which ModelSpec does not describe; only leading dense layers are supported"
