@@ -1,0 +1,180 @@
+"""ModelSpec from Hugging Face config.json: published configs give the preset's shape or the
+published parameter count, and malformed configs name the field.
+
+tests/data/hf/<repo>/config.json hold the published config.json values of each model (the keys
+the loader reads plus some it must ignore).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from bandwise.errors import BandwiseError
+from bandwise.specs.hf import SUPPORTED, from_hf_config
+from bandwise.specs.registry import get_model
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "hf"
+
+
+def config(repo: str) -> dict:
+    return json.loads((DATA / repo / "config.json").read_text())
+
+
+def shape(m) -> dict:
+    """Everything but the labels."""
+    return {k: v for k, v in dataclasses.asdict(m).items() if k not in ("name", "source")}
+
+
+# -------------------------------------------------------------- the same shape as a preset
+@pytest.mark.parametrize(
+    "repo, preset",
+    [
+        ("Meta-Llama-3.1-8B", "llama3-8b"),
+        ("Meta-Llama-3.1-405B", "llama3-405b"),
+        ("Mixtral-8x7B-v0.1", "mixtral-8x7b"),
+        ("Qwen3-235B-A22B", "qwen3-235b-a22b"),
+        ("DeepSeek-V3", "deepseek-v3"),
+        ("Kimi-K2-Instruct", "kimi-k2"),
+    ],
+)
+def test_published_config_gives_the_preset_shape(repo, preset):
+    expected = get_model(preset)
+    loaded = from_hf_config(config(repo), name=repo, seq_len=expected.seq_len)
+    assert shape(loaded) == shape(expected)
+
+
+# ------------------------------------------- types without a preset: published parameter counts
+def test_mistral_7b_count_is_exact_up_to_norms():
+    # mistralai/Mistral-7B-v0.1 checkpoint: 7,241,732,096 parameters, of which the RMSNorm
+    # weights ((2 * 32 + 1) x 4096) are the only ones ModelSpec leaves out.
+    m = from_hf_config(config("Mistral-7B-v0.1"))
+    assert m.total_params + (2 * m.layers + 1) * m.hidden == 7_241_732_096
+
+
+def test_qwen2_7b_count_is_exact_up_to_norms_and_qkv_biases():
+    # Qwen/Qwen2-7B checkpoint: 7,615,616,512 parameters. Qwen2 adds biases to q, k and v
+    # (3584 + 2 x 512 per layer) and RMSNorm weights; ModelSpec counts neither.
+    m = from_hf_config(config("Qwen2-7B"))
+    biases = m.layers * (m.hidden + 2 * m.n_kv_heads * m.d_head)
+    assert m.total_params + (2 * m.layers + 1) * m.hidden + biases == 7_615_616_512
+
+
+def test_qwen3_8b_counts():
+    # Qwen/Qwen3-8B model card: 8.2B parameters, 6.95B non-embedding (head_dim 128 != 4096/32).
+    m = from_hf_config(config("Qwen3-8B"))
+    non_embedding = m.total_params - m.embedding_params - m.output_params
+    assert m.d_head == 128
+    assert abs(m.total_params - 8.2e9) <= 0.05e9
+    assert abs(non_embedding - 6.95e9) <= 0.005e9
+
+
+@pytest.mark.parametrize(
+    "repo, total, total_step, active, active_step",
+    [
+        # Qwen2 technical report: Qwen2-57B-A14B, 57B total, 14B activated; one shared expert of
+        # 20480 next to 64 routed experts of 2560.
+        ("Qwen2-57B-A14B", 57e9, 1e9, 14e9, 1e9),
+        # gpt-oss model card: gpt-oss-120b, 116.83B total, 5.13B active per token. ModelSpec
+        # leaves out expert and attention biases and attention sinks (~40M, 0.04%).
+        ("gpt-oss-120b", 116.83e9, 0.01e9 + 0.001 * 116.83e9, 5.13e9, 0.01e9),
+    ],
+)
+def test_moe_types_without_presets_match_published_counts(repo, total, total_step, active, active_step):
+    m = from_hf_config(config(repo))
+    assert m.is_moe
+    assert abs(m.total_params - total) <= total_step / 2
+    low = m.active_nonembedding_params + m.output_params  # input embedding is a lookup
+    assert low - active_step / 2 <= active <= low + m.embedding_params + active_step / 2
+
+
+def test_every_supported_type_is_exercised_by_a_fixture():
+    types = {config(p.name)["model_type"] for p in DATA.iterdir() if (p / "config.json").is_file()}
+    assert types == set(SUPPORTED)
+
+
+def test_a_config_file_path_loads_through_the_registry(tmp_path):
+    m = get_model(str(DATA / "Qwen3-8B" / "config.json"))
+    assert m.name == "Qwen3-8B" and m.head_dim == 128
+    bad = tmp_path / "broken" / "config.json"
+    bad.parent.mkdir()
+    bad.write_text('{"model_type": "llama", "hidden_size": 4096,')
+    with pytest.raises(BandwiseError, match="not valid JSON"):
+        get_model(str(bad))
+    with pytest.raises(BandwiseError, match="does not exist"):
+        get_model(str(tmp_path / "missing" / "config.json"))
+
+
+# -------------------------------------------------------------------------- bad configs
+REQUIRED = {
+    "Meta-Llama-3.1-8B": ["num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads", "vocab_size"],
+    "Mixtral-8x7B-v0.1": ["num_local_experts", "num_experts_per_tok"],
+    "Qwen2-57B-A14B": ["num_experts", "num_experts_per_tok", "moe_intermediate_size"],
+    "DeepSeek-V3": ["n_routed_experts", "moe_intermediate_size", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"],
+    "Kimi-K2-Instruct": ["num_experts_per_tok", "kv_lora_rank"],
+    "gpt-oss-120b": ["num_local_experts"],
+}
+
+
+@pytest.mark.parametrize("repo, key", [(r, k) for r, keys in REQUIRED.items() for k in keys])
+def test_missing_field_is_named(repo, key):
+    cfg = config(repo)
+    del cfg[key]
+    if key == "num_experts_per_tok":
+        cfg.pop("experts_per_token", None)
+    with pytest.raises(BandwiseError) as exc:
+        from_hf_config(cfg)
+    assert "missing field" in str(exc.value) and key in str(exc.value)
+
+
+def test_gpt_oss_accepts_either_top_k_key():
+    cfg = config("gpt-oss-120b")
+    del cfg["num_experts_per_tok"]
+    assert from_hf_config(cfg).top_k == 4
+
+
+@pytest.mark.parametrize(
+    "repo, key, value",
+    [
+        ("Meta-Llama-3.1-8B", "hidden_size", "4096"),
+        ("Meta-Llama-3.1-8B", "num_hidden_layers", 32.0),
+        ("Meta-Llama-3.1-8B", "vocab_size", True),
+        ("Meta-Llama-3.1-8B", "intermediate_size", -14336),
+        ("Meta-Llama-3.1-8B", "num_key_value_heads", "8"),
+        ("Meta-Llama-3.1-8B", "tie_word_embeddings", "false"),
+        ("Qwen3-8B", "head_dim", 128.5),
+        ("DeepSeek-V3", "first_k_dense_replace", [3]),
+        ("DeepSeek-V3", "n_shared_experts", "1"),
+        ("DeepSeek-V3", "q_lora_rank", -1),
+        ("Qwen2-57B-A14B", "shared_expert_intermediate_size", 20480.0),
+    ],
+)
+def test_wrong_type_is_named(repo, key, value):
+    cfg = config(repo)
+    cfg[key] = value
+    with pytest.raises(BandwiseError) as exc:
+        from_hf_config(cfg)
+    message = str(exc.value)
+    assert key in message and "config.json" in message and "\n" not in message
+
+
+@pytest.mark.parametrize("kind", ["gpt2", None, 7])
+def test_unknown_model_type_lists_the_supported_ones(kind):
+    cfg = config("Meta-Llama-3.1-8B")
+    cfg["model_type"] = kind
+    with pytest.raises(BandwiseError) as exc:
+        from_hf_config(cfg)
+    message = str(exc.value)
+    assert f"model_type={kind!r}" in message
+    assert all(t in message for t in SUPPORTED)
+
+
+@pytest.mark.parametrize("key, value", [("mlp_only_layers", [0, 1]), ("decoder_sparse_step", 2)])
+def test_interleaved_dense_and_moe_layers_are_refused_by_name(key, value):
+    cfg = config("Qwen2-57B-A14B")
+    cfg[key] = value
+    with pytest.raises(BandwiseError, match=key):
+        from_hf_config(cfg)
