@@ -1,46 +1,319 @@
-"""Pipeline-parallel terms: bubble overhead and in-flight activations, per schedule.
+"""Pipeline-parallel terms from an event simulation of the schedule: timeline, bubble, memory.
 
-Closed forms for now (a per-rank event simulator replaces them):
-  GPipe, 1F1B            bubble (p-1)/(m+p-1)              Narayanan et al. 2021, Sec. 2.2
-  Interleaved1F1B        bubble (p-1)/(v·m+p-1)            Narayanan et al. 2021, Sec. 2.2.2
-  LoopedBFS              bubble (p-1)/(v·m+p-1)            Lamy-Poirier 2023, "Breadth-First Pipeline Parallelism"
-  *ZeroBubble, DualPipeV bubble of the 1F1B-family form with the W pass moved into it: about 1/3 left
-                         with F = B = W (Qi et al. 2024, "Zero Bubble Pipeline Parallelism", Table 1/3)
-In-flight activations on the worst (first) rank, in units of one micro-batch through all of that
-rank's layers: GPipe holds m; 1F1B min(m, p) (Narayanan et al. 2021); interleaved holds
-((v-1)·p + 2(p-1) + 1)/v chunk-micro-batches (Megatron-LM's warm-up count); LoopedBFS holds m.
+`simulate` runs each rank's action order (`cost/schedules.py`) as soon as its inputs exist:
+  start(a) = max(end of the rank's previous action, end of a's producer + latency if on another rank)
+  producers: F(s, i) <- F(s-1, i);  B/I(s, i) <- B/I(s+1, i), or F(s, i) on the last stage;
+             W(s, i) <- I(s, i)
+This is how torch.distributed.pipelining runs a schedule (each action waits on its receive,
+then computes), with compute and transfers on separate engines. Durations per stage: F = f,
+fused B = b + w, I = b, W = w (Qi et al. 2024, "Zero Bubble Pipeline Parallelism", Sec. 2: the
+backward splits into the input-gradient and the weight-gradient halves).
+
+Memory follows the order alone, since a rank's actions are sequential: a forward on stage s
+adds that stage's activations for one micro-batch; a fused backward frees them; I frees all but
+a fraction `kept_for_w`, which W frees. The weight gradient of a linear layer needs its input
+(dW = x^T·dy), so W keeps the inputs of the weight-bearing ops (Qi et al. 2024, Sec. 2). torch's
+I (`stage_backward_input`) runs `autograd.grad(..., retain_graph=True)` and then detaches the
+stage output, which frees the saved tensors of the nodes no weight gradient depends on; W runs
+from the retained intermediates and frees the rest. The share kept is a property of the model:
+for L linear+tanh layers it is L/(L+1) (tests/dist/test_pipeline_torch.py); the default 1 is
+the upper bound.
+
+Closed forms the simulation reproduces (tests/unit/test_pipeline_sim.py):
+  GPipe, 1F1B with uniform times: bubble (p-1)/(m+p-1)      Narayanan et al. 2021, Sec. 2.2
+  Interleaved1F1B, m % p == 0:    bubble (p-1)/(v·m+p-1)    Narayanan et al. 2021, Sec. 2.2.2
+  1F1B in-flight on rank r: min(m, p-r) micro-batches       Narayanan et al. 2021, Sec. 2.2.1
+  GPipe in-flight: m micro-batches                          Huang et al. 2019
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any, Sequence
+
 import numpy as np
 
+from bandwise.cost.schedules import Action, action_orders, check, rounds, stage_rank
+from bandwise.errors import BandwiseError
 from bandwise.specs.strategy import SCHEDULES
 
-_GPIPE, _1F1B, _INTERLEAVED, _BFS, _IZB, _ZBV, _DUALV = range(len(SCHEDULES))
+SPLIT_BACKWARD = ("InterleavedZeroBubble", "ZBVZeroBubble", "DualPipeV")
 
 
-def schedule_factors(schedule: np.ndarray, p: np.ndarray, m: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(bubble overhead, in-flight micro-batches) for arrays of candidates.
+@dataclass(kw_only=True, slots=True, frozen=True)
+class PipelineSpec:
+    """One pipeline to simulate. Times are per stage (one chunk of a rank's layers)."""
 
-    bubble overhead = idle time / useful time on a rank, so step = compute · (1 + overhead);
-    with bubble fraction f = idle / makespan, overhead = f / (1 - f).
-    schedule holds indices into SCHEDULES; p, m, v are stage ranks, micro-batches, stages per rank.
+    schedule: str
+    """torch.distributed.pipelining schedule name (one of SCHEDULES)."""
+    stages: int
+    """Pipeline ranks p."""
+    microbatches: int
+    """Micro-batches per step m."""
+    virtual: int = 1
+    """Stages per rank v (1 single-stage, >= 2 looped, 2 V-shaped)."""
+    f: float = 1.0
+    """Forward time of one micro-batch through one stage."""
+    b: float = 1.0
+    """Backward-for-input time; a fused backward takes b + w."""
+    w: float = 1.0
+    """Backward-for-weights time."""
+    latency: float = 0.0
+    """Point-to-point transfer time between ranks, per activation or gradient."""
+    kept_for_w: float = 1.0
+    """Share of a micro-batch's activations still held between I and W: the inputs of the weight-bearing ops (1 = upper bound)."""
+
+    def __post_init__(self) -> None:
+        check(self.schedule, self.stages, self.microbatches, self.virtual)
+        for name in ("f", "b", "w", "latency"):
+            value = getattr(self, name)
+            if not (np.isfinite(value) and value >= 0):
+                raise BandwiseError(f"{name}={value} must be a finite time >= 0")
+        if self.f + self.b + self.w <= 0:
+            raise BandwiseError("f, b and w are all 0; give the forward and backward times (e.g. --f 1 --b 1 --w 1)")
+        if not 0.0 <= self.kept_for_w <= 1.0:
+            raise BandwiseError(f"kept_for_w={self.kept_for_w} must lie in [0, 1]")
+
+
+@dataclass(kw_only=True, slots=True)
+class Timeline:
+    """What a simulation produces, per rank r = 0..p-1."""
+
+    spec: PipelineSpec
+    actions: list[list[Action]]
+    """The ordered compute actions of each rank."""
+    start: list[list[float]]
+    end: list[list[float]]
+    makespan: float
+    busy: list[float]
+    """Compute time of each rank."""
+    peak_inflight: list[float]
+    """Peak micro-batch activations held, in micro-batches through all of the rank's layers."""
+    peak_bytes: list[float] | None = None
+    """Peak activation bytes, when per-stage activation sizes were given."""
+    stage_of_rank: list[list[int]] = field(default_factory=list)
+
+    @property
+    def bubble_fraction(self) -> float:
+        """Idle share of all ranks' time: 1 - sum(busy) / (p · makespan)."""
+        return 1.0 - sum(self.busy) / (len(self.busy) * self.makespan) if self.makespan > 0 else 0.0
+
+    @property
+    def rank_bubble(self) -> list[float]:
+        return [1.0 - b / self.makespan if self.makespan > 0 else 0.0 for b in self.busy]
+
+    def to_dict(self) -> dict[str, Any]:
+        s = self.spec
+        return {
+            "schedule": s.schedule,
+            "stages": s.stages,
+            "microbatches": s.microbatches,
+            "virtual": s.virtual,
+            "times": {"f": s.f, "b": s.b, "w": s.w, "latency": s.latency},
+            "makespan": self.makespan,
+            "bubble_fraction": self.bubble_fraction,
+            "rank_bubble_fraction": self.rank_bubble,
+            "peak_inflight_microbatches": self.peak_inflight,
+            "peak_activation_bytes": self.peak_bytes,
+            "actions": [[str(a) for a in seq] for seq in self.actions],
+            "timeline": [
+                [{"action": str(a), "start": t0, "end": t1} for a, t0, t1 in zip(seq, s0, s1)]
+                for seq, s0, s1 in zip(self.actions, self.start, self.end)
+            ],
+        }
+
+
+def duration(kind: str, spec: PipelineSpec) -> float:
+    return {"F": spec.f, "B": spec.b + spec.w, "I": spec.b, "W": spec.w}[kind]
+
+
+def simulate(spec: PipelineSpec, activation_bytes: float | Sequence[float] | None = None) -> Timeline:
+    """Run the schedule's per-rank orders as an event simulation.
+
+    activation_bytes: saved-for-backward bytes of one micro-batch through one stage, either one
+    number for every stage or one per stage (length p·v, stage order); gives `peak_bytes`.
     """
-    p = np.asarray(p, dtype=float)
-    m = np.maximum(np.asarray(m, dtype=float), 1.0)
-    v = np.maximum(np.asarray(v, dtype=float), 1.0)
-    sched = np.asarray(schedule)
-    single = (p - 1) / m  # f/(1-f) for f = (p-1)/(m+p-1)
-    looped = (p - 1) / (v * m)
-    overhead = np.select(
-        [sched == _GPIPE, sched == _1F1B, sched == _INTERLEAVED, sched == _BFS, sched == _IZB, sched == _ZBV, sched == _DUALV],
-        [single, single, looped, looped, looped / 3, single / 3 / 2, single / 3 / 2],
+    p, m, v = spec.stages, spec.microbatches, spec.virtual
+    n_stages = p * v
+    orders = action_orders(spec.schedule, p, m, v)
+    rank_of = [stage_rank(s, p, spec.schedule) for s in range(n_stages)]
+    stage_bytes = _stage_bytes(activation_bytes, n_stages)
+
+    # done[kind][stage][mb] = end time; kinds F, G (input gradient: B or I), W
+    done = {k: [[-1.0] * m for _ in range(n_stages)] for k in "FGW"}
+    dur = {k: duration(k, spec) for k in "FBIW"}
+    starts: list[list[float]] = [[] for _ in range(p)]
+    ends: list[list[float]] = [[] for _ in range(p)]
+    clock = [0.0] * p
+    pos = [0] * p
+    total = sum(len(o) for o in orders)
+    finished = 0
+    while finished < total:
+        progressed = False
+        for r in range(p):
+            seq = orders[r]
+            while pos[r] < len(seq):
+                a = seq[pos[r]]
+                ready = _ready(a, done, n_stages, rank_of, r, spec.latency)
+                if ready is None:
+                    break
+                t0 = max(clock[r], ready)
+                t1 = t0 + dur[a.kind]
+                starts[r].append(t0)
+                ends[r].append(t1)
+                done["F" if a.kind == "F" else "W" if a.kind == "W" else "G"][a.stage][a.mb] = t1
+                clock[r] = t1
+                pos[r] += 1
+                finished += 1
+                progressed = True
+        if not progressed:
+            stuck = {r: str(orders[r][pos[r]]) for r in range(p) if pos[r] < len(orders[r])}
+            raise RuntimeError(f"{spec.schedule} p={p} m={m} v={v} deadlocks; next actions per rank: {stuck}")
+
+    peak_units, peak_bytes = [], []
+    for r in range(p):
+        units, nbytes = _peak_memory(orders[r], v, spec.kept_for_w, stage_bytes)
+        peak_units.append(units)
+        peak_bytes.append(nbytes)
+    return Timeline(
+        spec=spec,
+        actions=orders,
+        start=starts,
+        end=ends,
+        makespan=max((e[-1] for e in ends if e), default=0.0),
+        busy=[sum(dur[a.kind] for a in seq) for seq in orders],
+        peak_inflight=peak_units,
+        peak_bytes=peak_bytes if activation_bytes is not None else None,
+        stage_of_rank=[[s for s in range(n_stages) if rank_of[s] == r] for r in range(p)],
     )
-    interleaved_inflight = ((v - 1) * p + 2 * (p - 1) + 1) / v
-    inflight = np.select(
-        [sched == _GPIPE, sched == _1F1B, np.isin(sched, (_INTERLEAVED, _IZB)), sched == _BFS, np.isin(sched, (_ZBV, _DUALV))],
-        [m, np.minimum(m, p), np.minimum(interleaved_inflight, m), m, np.minimum(p + 1, m)],
-    )
-    no_pp = p <= 1
-    return np.where(no_pp, 0.0, overhead), np.where(no_pp, 1.0, inflight)
+
+
+def _ready(a: Action, done: dict[str, list[list[float]]], n_stages: int, rank_of: list[int], r: int, latency: float) -> float | None:
+    """When a's input exists on rank r (None: not produced yet)."""
+    if a.kind == "F":
+        if a.stage == 0:
+            return 0.0
+        src = a.stage - 1
+        t = done["F"][src][a.mb]
+    elif a.kind == "W":
+        src = a.stage
+        t = done["G"][src][a.mb]
+    elif a.stage == n_stages - 1:
+        src = a.stage
+        t = done["F"][src][a.mb]
+    else:
+        src = a.stage + 1
+        t = done["G"][src][a.mb]
+    if t < 0:
+        return None
+    return t + (latency if rank_of[src] != r else 0.0)
+
+
+def _stage_bytes(activation_bytes: float | Sequence[float] | None, n_stages: int) -> list[float]:
+    if activation_bytes is None:
+        return [0.0] * n_stages
+    if np.ndim(activation_bytes) == 0:
+        return [float(activation_bytes)] * n_stages  # type: ignore[arg-type]
+    values = [float(x) for x in activation_bytes]  # type: ignore[union-attr]
+    if len(values) != n_stages:
+        raise BandwiseError(f"activation_bytes has {len(values)} entries; give one per stage ({n_stages}) or a single number")
+    return values
+
+
+def _peak_memory(seq: list[Action], v: int, kept_for_w: float, stage_bytes: list[float]) -> tuple[float, float]:
+    """Peak (micro-batch units of the rank's layers, bytes) over the rank's order.
+
+    Activations peak right after a forward, since only forwards add; a unit is one micro-batch
+    through one stage, 1/v of the rank's layers.
+    """
+    units = nbytes = peak_units = peak_bytes = 0.0
+    for a in seq:
+        share = {"F": 1.0, "B": -1.0, "I": -(1.0 - kept_for_w), "W": -kept_for_w}[a.kind]
+        units += share / v
+        nbytes += share * stage_bytes[a.stage]
+        peak_units = max(peak_units, units)
+        peak_bytes = max(peak_bytes, nbytes)
+    return peak_units, peak_bytes
+
+
+# --------------------------------------------------------------------------------------------
+# The planner's interface: (bubble overhead, worst-rank in-flight) per candidate, cached.
+# --------------------------------------------------------------------------------------------
+_DIRECT_LIMIT = 4
+"""Simulate in full up to this many periods past the warm-up; beyond, extrapolate (exact, see below)."""
+
+
+def _period(schedule: str, p: int) -> int:
+    """Micro-batches per repeat of the steady state: the interleaved families keep k = p per round."""
+    return p if schedule in ("Interleaved1F1B", "InterleavedZeroBubble") else 1
+
+
+def _summary(schedule: str, p: int, m: int, v: int, f: float, b: float, w: float) -> np.ndarray:
+    """[makespan, busy of the worst rank, peak in-flight per rank...] of one full simulation."""
+    t = simulate(PipelineSpec(schedule=schedule, stages=p, microbatches=m, virtual=v, f=f, b=b, w=w))
+    return np.array([t.makespan, max(t.busy), *t.peak_inflight])
+
+
+@lru_cache(maxsize=None)
+def pipeline_summary(schedule: str, p: int, m: int, v: int, f: float = 1.0, b: float = 1.0, w: float = 1.0) -> tuple[float, float, tuple[float, ...]]:
+    """(makespan, worst-rank busy time, peak in-flight per rank), exact and cached.
+
+    Past the warm-up every schedule repeats one pattern per period of micro-batches, so each
+    output is affine in m on m = m0 + j·period. For large m we simulate three points of that
+    progression, check that their second difference is zero (else fall back to the full
+    simulation) and extrapolate; tests compare this with full simulations.
+    """
+    period = _period(schedule, p)
+    m0 = (2 * p + 2) // period * period + period  # past warm-up and cool-down, on the progression
+    on_progression = schedule not in ("Interleaved1F1B", "InterleavedZeroBubble") or m % p == 0
+    if m <= m0 + _DIRECT_LIMIT * period or not on_progression:
+        y = _summary(schedule, p, m, v, f, b, w)
+    else:
+        y0, y1, y2 = (_summary(schedule, p, m0 + j * period, v, f, b, w) for j in range(3))
+        if np.allclose(y2 - y1, y1 - y0, rtol=1e-9, atol=1e-9):
+            y = y0 + (y1 - y0) * ((m - m0) // period)
+        else:
+            y = _summary(schedule, p, m, v, f, b, w)
+    return float(y[0]), float(y[1]), tuple(float(x) for x in y[2:])
+
+
+def schedule_factors(
+    schedule: np.ndarray, p: np.ndarray, m: np.ndarray, v: np.ndarray, *, f: float = 1.0, b: float = 1.0, w: float = 1.0
+) -> tuple[np.ndarray, np.ndarray]:
+    """(bubble overhead, in-flight micro-batches) for arrays of candidates, from the simulator.
+
+    bubble overhead = idle / useful time on the busiest rank, so step = compute · (1 + overhead),
+    i.e. makespan / busy - 1. in-flight = peak micro-batch activations on the worst rank, in
+    units of one micro-batch through all of that rank's layers. schedule holds indices into
+    SCHEDULES; p, m, v are stage ranks, micro-batches, stages per rank. The planner's default
+    times are backward = 2 x forward, split evenly (b = w = f). Each distinct (schedule, p, m, v)
+    is simulated once per process. Combinations torch refuses (see `schedules.check`) give NaN:
+    the planner's `valid_mask` drops them with the same rule. p <= 1 is no pipeline: (0, 1).
+    """
+    sched, p, m, v = np.broadcast_arrays(*(np.asarray(x, dtype=np.int64) for x in (schedule, p, m, v)))
+    keys = np.stack([sched.ravel(), p.ravel(), m.ravel(), v.ravel()], axis=1)
+    unique, inverse = np.unique(keys, axis=0, return_inverse=True)
+    overhead_u = np.empty(len(unique))
+    inflight_u = np.empty(len(unique))
+    for i, (s, pp, mm, vv) in enumerate(unique.tolist()):
+        overhead_u[i], inflight_u[i] = _factors(int(s), int(pp), int(mm), int(vv), float(f), float(b), float(w))
+    inverse = inverse.reshape(-1)
+    return overhead_u[inverse].reshape(sched.shape), inflight_u[inverse].reshape(sched.shape)
+
+
+@lru_cache(maxsize=None)
+def _factors(s: int, p: int, m: int, v: int, f: float, b: float, w: float) -> tuple[float, float]:
+    if p <= 1:
+        return 0.0, 1.0
+    if not 0 <= s < len(SCHEDULES):
+        return float("nan"), float("nan")
+    try:
+        check(SCHEDULES[s], p, m, v)
+    except BandwiseError:
+        return float("nan"), float("nan")
+    makespan, busy, inflight = pipeline_summary(SCHEDULES[s], p, m, v, f, b, w)
+    return makespan / busy - 1.0, max(inflight)
+
+
+__all__ = ["PipelineSpec", "Timeline", "simulate", "schedule_factors", "pipeline_summary", "rounds", "SPLIT_BACKWARD"]

@@ -1,0 +1,313 @@
+"""Per-rank action orders of the seven torch.distributed.pipelining schedules.
+
+Each generator returns, for every pipeline rank, the compute actions that rank runs, in order:
+F (forward), B (fused backward), I (backward for the input only) and W (backward for the
+weights), each on one stage and one micro-batch. Idle slots, communication and gradient
+reduction are left out: a rank's order alone decides when it can start an action and how many
+micro-batches it holds, and the event simulator in `cost/pipeline.py` adds the timing.
+
+The orders follow the schedule designs and, action for action, the orders that torch 2.11-2.15
+builds for them (tests/dist/test_pipeline_torch.py compares the two on live schedule objects):
+
+  GPipe              all forwards, then all backwards                Huang et al. 2019, "GPipe"
+  1F1B               p-r warm-up forwards on rank r, then alternate  Narayanan et al. 2019, "PipeDream"
+  Interleaved1F1B    1F1B over v looped stages, micro-batches in     Narayanan et al. 2021, Sec. 2.2.2
+                     rounds; warm-up (v-1)·k + 2(p-1-r)
+  LoopedBFS          every micro-batch through a stage before the    Lamy-Poirier 2023, "Breadth-First
+                     next stage; backwards in reverse                 Pipeline Parallelism"
+  InterleavedZeroBubble  interleaved with split backward, warm-up     Qi et al. 2024, "Zero Bubble
+                     (v-1)·k + (p-1-r), W deferred by r backwards     Pipeline Parallelism", ZB-1P
+  ZBVZeroBubble      two stages per rank in a V, split backward      Qi et al. 2024, Sec. 6 (ZB-V)
+  DualPipeV          two stages per rank in a V, F of one micro-batch DeepSeek-AI 2024, "DeepSeek-V3
+                     paired with B of another, split backward at the  Technical Report", Sec. 3.2.1
+                     tail                                             (DualPipe; V variant of its repo)
+
+p = stage ranks, m = micro-batches, v = stages per rank, r = rank, k = micro-batches per round.
+Stage s lives on rank s mod p for the looped schedules, and on rank s (s < p) or 2p-1-s for the
+V-shaped ones, so that the first and the last stage share rank 0.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Callable, NamedTuple
+
+from bandwise.errors import BandwiseError
+
+
+class Action(NamedTuple):
+    """One compute action: kind F, B, I or W on `stage` for micro-batch `mb`."""
+
+    kind: str
+    stage: int
+    mb: int
+
+    def __str__(self) -> str:  # torch's notation, e.g. "2F0"
+        return f"{self.stage}{self.kind}{self.mb}"
+
+
+Orders = list[list[Action]]
+
+V_STYLE = ("ZBVZeroBubble", "DualPipeV")
+
+
+def stage_rank(stage: int, p: int, schedule: str) -> int:
+    """The rank that runs `stage`: looped placement, or a V for the V-shaped schedules."""
+    if schedule in V_STYLE:
+        return stage if stage < p else 2 * p - 1 - stage
+    return stage % p
+
+
+def rounds(p: int, m: int) -> tuple[int, int]:
+    """(rounds, micro-batches per round) of the interleaved schedules.
+
+    torch relaxes Megatron-LM's m % p == 0 to m % rounds == 0 with rounds = max(1, m // p).
+    """
+    n_rounds = max(1, m // p)
+    return n_rounds, m // n_rounds
+
+
+def check(schedule: str, p: int, m: int, v: int) -> None:
+    """Raise the error torch would raise for this combination (its own words, then the fix)."""
+    if p < 1 or m < 1 or v < 1:
+        raise BandwiseError(f"stages, micro-batches and virtual stages must be >= 1 (got p={p}, m={m}, v={v})")
+    if schedule not in GENERATORS:
+        raise BandwiseError(f"unknown schedule {schedule!r}; valid: {', '.join(GENERATORS)}")
+    if schedule in ("GPipe", "1F1B") and v != 1:
+        raise BandwiseError(f"schedule {schedule} runs 1 stage per rank (virtual_stages=1), got virtual_stages={v}")
+    if schedule in V_STYLE and v != 2:
+        raise BandwiseError(f"ZBV requires exactly 2 stages per rank, but got {v}. Use virtual_stages=2 with {schedule}")
+    if schedule == "1F1B" and m < p:
+        raise BandwiseError(
+            f"Number of microbatches ({m}) must be greater than or equal to the number of stages ({p}). "
+            f"Use at least {p} micro-batches with 1F1B"
+        )
+    if schedule == "DualPipeV" and m < 2 * p:
+        raise BandwiseError(
+            f"DualPipeV requires at least as many microbatches as stages, but got {m} microbatches and {2 * p} stages. "
+            f"Use at least {2 * p} micro-batches (2 stages per rank)"
+        )
+    if schedule in ("Interleaved1F1B", "InterleavedZeroBubble"):
+        n_rounds, _ = rounds(p, m)
+        if m % n_rounds:
+            who = "Interleaved 1F1B" if schedule == "Interleaved1F1B" else "Zero bubble"
+            raise BandwiseError(
+                f"{who} requires the number of microbatches to be a multiple of the number of rounds ({n_rounds}), "
+                f"but got {m}. Use a multiple of {n_rounds}, e.g. {n_rounds * p}"
+            )
+
+
+def gpipe(p: int, m: int, v: int) -> Orders:
+    return [[Action("F", r, i) for i in range(m)] + [Action("B", r, i) for i in range(m)] for r in range(p)]
+
+
+def one_f_one_b(p: int, m: int, v: int) -> Orders:
+    orders = []
+    for r in range(p):
+        warm = min(m, p - r)  # micro-batches in flight before the first backward reaches rank r
+        seq = [Action("F", r, i) for i in range(warm)]
+        for i in range(m):
+            seq.append(Action("B", r, i))
+            if warm + i < m:
+                seq.append(Action("F", r, warm + i))
+        orders.append(seq)
+    return orders
+
+
+def looped_bfs(p: int, m: int, v: int) -> Orders:
+    orders = []
+    for r in range(p):
+        stages = [r + k * p for k in range(v)]
+        seq = [Action("F", s, i) for s in stages for i in range(m)]
+        seq += [Action("B", s, i) for s in reversed(stages) for i in reversed(range(m))]
+        orders.append(seq)
+    return orders
+
+
+def _interleaved(p: int, m: int, v: int, *, zero_bubble: bool) -> Orders:
+    """Depth-first looping over v stages per rank, in rounds of k micro-batches.
+
+    Forward number j on a rank goes to its local stage (j // k) mod v, backward number j to
+    v-1 - (j // k) mod v; micro-batch indices count up per stage. Zero bubble splits each
+    backward into I and W and, on rank r, starts emitting the oldest pending W after r
+    backwards (ZB-1P's deferral), flushing the rest at the end.
+    """
+    _, k = rounds(p, m)
+    n = m * v
+    orders = []
+    for r in range(p):
+        hops = p - 1 - r
+        warm = min((v - 1) * k + (hops if zero_bubble else 2 * hops), n)
+        next_mb = {"F": [0] * v, "B": [0] * v}
+        pending: deque[Action] = deque()
+        seq: list[Action] = []
+
+        def forward(j: int) -> None:
+            local = (j // k) % v
+            seq.append(Action("F", local * p + r, next_mb["F"][local]))
+            next_mb["F"][local] += 1
+
+        def backward(j: int) -> None:
+            local = v - 1 - (j // k) % v
+            stage, mb = local * p + r, next_mb["B"][local]
+            next_mb["B"][local] += 1
+            if not zero_bubble:
+                seq.append(Action("B", stage, mb))
+                return
+            seq.append(Action("I", stage, mb))
+            pending.append(Action("W", stage, mb))
+            if j >= r:
+                seq.append(pending.popleft())
+
+        for j in range(warm):
+            forward(j)
+        for j in range(n - warm):
+            forward(warm + j)
+            backward(j)
+        for j in range(n - warm, n):
+            backward(j)
+        seq.extend(pending)
+        orders.append(seq)
+    return orders
+
+
+def interleaved_1f1b(p: int, m: int, v: int) -> Orders:
+    return _interleaved(p, m, v, zero_bubble=False)
+
+
+def interleaved_zero_bubble(p: int, m: int, v: int) -> Orders:
+    return _interleaved(p, m, v, zero_bubble=True)
+
+
+def zbv(p: int, m: int, v: int) -> Orders:
+    """ZB-V: stage r (down the V) and 2p-1-r (back up) on rank r, split backward.
+
+    The phases assume at least 2p-1 micro-batches; with fewer, the order is built for 2p-1 and
+    the actions of micro-batches that do not exist are dropped, as torch does.
+    """
+    n = max(2 * p - 1, m)
+    orders = []
+    for r in range(p):
+        down, up = r, 2 * p - 1 - r
+        count = {key: 0 for key in ("F0", "F1", "I0", "I1", "W0", "W1")}
+        seq: list[Action] = []
+
+        def act(kind: str, leg: int) -> None:
+            key = f"{kind}{leg}"
+            seq.append(Action(kind, up if leg else down, count[key]))
+            count[key] += 1
+
+        for _ in range(2 * (p - r) - 1):
+            act("F", 0)
+        for _ in range(r):
+            act("F", 1)
+            act("F", 0)
+        for _ in range(p - r):
+            act("F", 1)
+            act("I", 1)
+            act("W", 1)
+        while count["F1"] < count["F0"] or count["F0"] < n:
+            if count["F0"] < n:
+                act("F", 0)
+            act("I", 0)
+            act("W", 0)
+            act("F", 1)
+            act("I", 1)
+            act("W", 1)
+        for _ in range(r):
+            act("I", 0)
+            act("I", 1)
+        for _ in range(p - r):
+            act("I", 0)
+            act("W", 0)
+        while count["W1"] < count["I1"]:
+            act("W", 1)
+        while count["W0"] < count["I0"]:
+            act("W", 0)
+        orders.append([a for a in seq if a.mb < m])
+    return orders
+
+
+def dualpipe_v(p: int, m: int, v: int) -> Orders:
+    """DualPipeV: the V placement with a forward of one leg paired with a backward of the other.
+
+    Phases on rank r (down = stage r, up = stage 2p-1-r):
+      1. 2(p-1-r) forwards down        2. r+1 pairs F down, F up
+      3. p-1-r of I up, W, F up         4. m-2p+r+1 of (F down, B up), (F up, B down)
+      5. p-1-r of B up, F up, B down    6. r+1 of backward up, backward down; from the middle
+                                           pair on, split into I (W deferred)
+      7. p-1-r of W, backward down      8. r+1 deferred W
+    In phases 4-5 torch runs each (F, B) pair as one overlapped action; its forward comes first.
+    """
+    orders = []
+    for r in range(p):
+        down, up = r, 2 * p - 1 - r
+        fwd = {down: 0, up: 0}
+        bwd = {down: 0, up: 0}
+        pending: deque[Action] = deque()
+        seq: list[Action] = []
+
+        def f(stage: int) -> None:
+            seq.append(Action("F", stage, fwd[stage]))
+            fwd[stage] += 1
+
+        def b(stage: int, split: bool = False) -> None:
+            seq.append(Action("I" if split else "B", stage, bwd[stage]))
+            if split:
+                pending.append(Action("W", stage, bwd[stage]))
+            bwd[stage] += 1
+
+        def w() -> None:
+            if pending:
+                seq.append(pending.popleft())
+
+        for _ in range(2 * (p - r - 1)):
+            f(down)
+        for _ in range(r + 1):
+            f(down)
+            f(up)
+        for _ in range(p - r - 1):
+            b(up, split=True)
+            w()
+            f(up)
+        for _ in range(m - 2 * p + r + 1):
+            f(down)
+            b(up)
+            f(up)
+            b(down)
+        for _ in range(p - r - 1):
+            b(up)
+            f(up)
+            b(down)
+        split = False
+        middle = (r + 1) // 2
+        for i in range(r + 1):
+            # odd ranks split from the middle pair's up-leg, even ranks from its down-leg on
+            split = split or (i == middle and r % 2 == 1)
+            b(up, split)
+            split = split or (i == middle and r % 2 == 0)
+            b(down, split)
+        for _ in range(p - r - 1):
+            w()
+            b(down, split)
+        for _ in range(r + 1):
+            w()
+        orders.append(seq)
+    return orders
+
+
+GENERATORS: dict[str, Callable[[int, int, int], Orders]] = {
+    "GPipe": gpipe,
+    "1F1B": one_f_one_b,
+    "Interleaved1F1B": interleaved_1f1b,
+    "LoopedBFS": looped_bfs,
+    "InterleavedZeroBubble": interleaved_zero_bubble,
+    "ZBVZeroBubble": zbv,
+    "DualPipeV": dualpipe_v,
+}
+
+
+def action_orders(schedule: str, p: int, m: int, v: int = 1) -> Orders:
+    """Per-rank compute orders for a valid combination (raises torch's error otherwise)."""
+    check(schedule, p, m, v)
+    return GENERATORS[schedule](p, m, v)
