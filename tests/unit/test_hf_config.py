@@ -143,6 +143,7 @@ def test_gpt_oss_accepts_either_top_k_key():
         ("Meta-Llama-3.1-8B", "num_hidden_layers", 32.0),
         ("Meta-Llama-3.1-8B", "vocab_size", True),
         ("Meta-Llama-3.1-8B", "intermediate_size", -14336),
+        ("Meta-Llama-3.1-8B", "num_attention_heads", 0),
         ("Meta-Llama-3.1-8B", "num_key_value_heads", "8"),
         ("Meta-Llama-3.1-8B", "tie_word_embeddings", "false"),
         ("Qwen3-8B", "head_dim", 128.5),

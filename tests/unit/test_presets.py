@@ -7,6 +7,7 @@ never a value copied from our own output.
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -219,3 +220,83 @@ def test_dense_models_activate_everything_and_moe_models_do_not():
             assert m.active_nonembedding_params < non_embedding, name
         else:
             assert m.active_nonembedding_params == non_embedding, name
+
+
+# ------------------------------------------------------ the listing commands, end to end
+def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
+    from bandwise.cli.main import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(list(argv))
+    out, err = capsys.readouterr()
+    return exc.value.code, out, err
+
+
+def test_models_json_through_the_entry_point(capsys):
+    code, out, err = run_cli(capsys, "models", "--json")
+    assert code == 0 and not err
+    data = json.loads(out)
+    assert REQUIRED_MODELS <= set(data)
+    llama = data["llama3-8b"]
+    # Published 8,030,261,248 parameters minus the 65 RMSNorm vectors of 4096 the count omits.
+    assert llama["total_params"] == 8_030_261_248 - 65 * 4096
+    assert llama["layers"] == 32 and llama["kv_heads"] == 8
+    assert abs(data["deepseek-v3"]["total_params"] - 671e9) < 0.5e9
+
+
+def test_clusters_json_through_the_entry_point(capsys):
+    code, out, err = run_cli(capsys, "clusters", "--json")
+    assert code == 0 and not err
+    data = json.loads(out)
+    assert set(data) == set(CLUSTERS) and REQUIRED_CLUSTERS <= set(data)
+    h100 = data["h100"]
+    assert h100["device"]["peak_flops"] == {"bf16": 989.4e12, "fp8": 1978.9e12}  # datasheet / 2
+    assert [lv["name"] for lv in h100["levels"]] == ["nvlink", "infiniband"]
+    assert data["tpu-v5p"]["levels"][0]["torus_dims"] == [16, 20, 28]
+    assert all(lv["source"] for c in data.values() for lv in c["levels"])
+
+
+def test_clusters_table_lists_every_preset(capsys):
+    code, out, _ = run_cli(capsys, "clusters")
+    assert code == 0
+    assert all(name in out for name in REQUIRED_CLUSTERS)
+
+
+@pytest.fixture
+def broken_preset(monkeypatch):
+    """clusters.yaml with a negative NVLink bandwidth, as a bad local edit would leave it."""
+    from bandwise.specs import registry
+
+    real = registry._load_yaml
+
+    def load(name):
+        data = real(name)
+        if name == "clusters.yaml":
+            data["clusters"]["h100"]["levels"][0] = {**data["clusters"]["h100"]["levels"][0], "bandwidth": -450.0e9}
+        return data
+
+    monkeypatch.setattr(registry, "_load_yaml", load)
+    registry.cluster_presets.cache_clear()
+    yield
+    monkeypatch.undo()
+    registry.cluster_presets.cache_clear()
+
+
+def test_bad_preset_is_one_line_and_exit_2(capsys, broken_preset):
+    code, out, err = run_cli(capsys, "clusters", "--json")
+    assert code == 2 and not out
+    lines = err.strip().splitlines()
+    assert lines[0].startswith("bandwise: error: level 'nvlink': bandwidth=-450000000000.0 must be")
+    assert "--debug" in lines[1] and len(lines) == 2 and "Traceback" not in err
+
+
+def test_debug_shows_the_exception(capsys, broken_preset):
+    from bandwise.cli.main import main
+
+    with pytest.raises(BandwiseError, match="bandwidth=-450000000000.0"):
+        main(["--debug", "clusters"])
+
+
+def test_usage_errors_exit_2(capsys):
+    code, _, err = run_cli(capsys, "clusters", "--jsn")
+    assert code == 2 and "--jsn" in err

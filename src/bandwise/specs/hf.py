@@ -27,15 +27,15 @@ def from_hf_config(cfg: dict[str, Any], *, name: str = "hf-model", seq_len: int 
     if kind not in SUPPORTED:
         raise BandwiseError(f"config.json: model_type={kind!r} is not supported; supported: {', '.join(SUPPORTED)}")
 
-    def integer(key: str, value: Any) -> int:
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise BandwiseError(f"config.json ({kind}): {key}={value!r} must be a non-negative integer")
+    def integer(key: str, value: Any, least: int = 0) -> int:
+        if not isinstance(value, int) or isinstance(value, bool) or value < least:
+            raise BandwiseError(f"config.json ({kind}): {key}={value!r} must be an integer >= {least}")
         return value
 
     def need(key: str, *alternatives: str) -> int:
         for k in (key, *alternatives):
             if cfg.get(k) is not None:
-                return integer(k, cfg[k])
+                return integer(k, cfg[k], least=1)
         raise BandwiseError(f"config.json ({kind}): missing field {' or '.join((key, *alternatives))!r}")
 
     # Optional keys are checked here too, so a bad value is named by its config.json key rather
