@@ -1,0 +1,93 @@
+"""The GEMMs of one transformer layer, and its memory-bound element-wise traffic.
+
+Each GEMM is (name, n_out, k_in, tokens_per_token, split) for Y[m, n] = X[m, k] · W[k, n] with
+m = tokens: a forward GEMM costs 2·m·n·k FLOPs, its backward twice that (input and weight
+gradients; Narayanan et al. 2021, Sec. 3.3.1). `split` says how tensor parallelism divides it:
+'col' splits n, 'row' splits k (Megatron-LM, Shoeybi et al. 2019, Sec. 3); 'expert' GEMMs are
+not tensor-parallel (experts shard over EP), and `tokens_per_token` is how many rows each token
+contributes (top_k for routed experts).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bandwise.specs.model import ModelSpec
+
+BF16 = 2  # bytes per element of activations and communicated weights
+
+
+@dataclass(frozen=True, slots=True)
+class Gemm:
+    name: str
+    n: int
+    k: int
+    rows_per_token: float = 1.0
+    split: str = "col"  # 'col', 'row', 'expert' or 'none'
+
+
+def attention_gemms(m: ModelSpec) -> list[Gemm]:
+    h, H = m.hidden, m.heads
+    if m.is_mla:
+        # DeepSeek-V2 Sec. 2.1: queries through a low-rank bottleneck, keys/values from the
+        # compressed latent c_KV; the down-projections are replicated across TP ranks.
+        q = [Gemm("q_down", m.q_lora_rank, h, split="none"), Gemm("q_up", H * m.d_head, m.q_lora_rank)] if m.q_lora_rank else [Gemm("q", H * m.d_head, h)]
+        return q + [
+            Gemm("kv_down", m.kv_lora_rank + m.qk_rope_head_dim, h, split="none"),
+            Gemm("kv_up", H * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank),
+            Gemm("o", h, H * m.v_head_dim, split="row"),
+        ]
+    d, kv = m.d_head, m.n_kv_heads
+    return [Gemm("qkv", (H + 2 * kv) * d, h), Gemm("o", h, H * d, split="row")]
+
+
+def mlp_gemms(m: ModelSpec, ffn: int, rows_per_token: float = 1.0, split_in: str = "col", split_out: str = "row") -> list[Gemm]:
+    up = Gemm("mlp_up", (2 if m.gated_mlp else 1) * ffn, m.hidden, rows_per_token, split_in)
+    return [up, Gemm("mlp_down", m.hidden, ffn, rows_per_token, split_out)]
+
+
+def dense_layer_gemms(m: ModelSpec) -> list[Gemm]:
+    return attention_gemms(m) + mlp_gemms(m, m.ffn)
+
+
+def moe_layer_gemms(m: ModelSpec) -> list[Gemm]:
+    """Attention, router, shared experts (tensor-parallel like a dense MLP) and routed experts."""
+    shared = mlp_gemms(m, m.shared_ffn * m.shared_experts) if m.shared_experts else []
+    routed = mlp_gemms(m, m.expert_ffn, rows_per_token=m.top_k, split_in="expert", split_out="expert")
+    return attention_gemms(m) + [Gemm("router", m.experts, m.hidden, split="none")] + shared + routed
+
+
+def layer_flops_per_token(gemms: list[Gemm]) -> float:
+    """Forward GEMM FLOPs per token of one layer (no tensor-parallel split)."""
+    return sum(2.0 * g.n * g.k * g.rows_per_token for g in gemms)
+
+
+def attention_core_flops_per_token(m: ModelSpec, causal: bool = True) -> float:
+    """Forward FLOPs per token of one layer's scores (Q·K^T) and weighted values (P·V).
+
+    2·s·H·d_qk + 2·s·H·d_v over the full s×s score matrix; causal masking skips half of it
+    (FlashAttention-2 skips fully masked blocks; Dao 2023, Sec. 3.1.1).
+    """
+    flops = 2.0 * m.seq_len * m.heads * (m.d_head + m.d_value)
+    return flops / 2 if causal else flops
+
+
+def elementwise_bytes_per_token(m: ModelSpec, moe_layer: bool) -> float:
+    """HBM bytes moved per token by the memory-bound kernels of one layer's forward pass.
+
+    Counted per kernel as reads + writes of bf16 tensors (unfused, as in eager PyTorch):
+    2 RMSNorms (read h, write h), 2 residual adds (read 2h, write h), RoPE on q and k (read and
+    write), the gated activation (read 2f, write f) or GELU (read f, write f); for MoE layers the
+    token permutation before and after the experts (read and write top_k·h each way).
+    """
+    h = m.hidden
+    qk = m.heads * m.d_head + (m.heads if m.is_mla else m.n_kv_heads) * m.d_head
+    norms_residuals = 2 * 2 * h + 2 * 3 * h
+    rope = 2 * qk
+    if moe_layer:
+        f_total = m.top_k * m.expert_ffn + m.shared_experts * m.shared_ffn
+        permute = 2 * 2 * m.top_k * h
+    else:
+        f_total, permute = m.ffn, 0
+    act = (3 if m.gated_mlp else 2) * f_total
+    return BF16 * (norms_residuals + rope + act + permute)

@@ -1,0 +1,259 @@
+"""Exhaustive search: every valid Strategy for N devices, scored by the vectorized cost model.
+
+The candidate space is the product of
+  degrees      (tp, cp, pp, dp_shard, dp_replicate, ep) with tp·cp·pp·dp = N and ep | dp_shard·cp·tp
+  ZeRO stage   0/1/2 for replicated DP (dp_shard = 1), FSDP otherwise
+  micro-batch  powers of two up to the per-rank batch
+  schedule     all seven pipeline schedules with their virtual-stage choices (pp > 1)
+  recompute    none / selective / full
+  precision    as asked (bf16 by default)
+built as columns of numpy arrays in chunks, filtered by the same validity rules `Strategy.check`
+uses (`specs.strategy.valid_mask`), then evaluated at once by `cost.step.evaluate`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any, Callable, Iterator
+
+import numpy as np
+
+from bandwise.cost.step import DEFAULT_PARAMS, CostParams, Estimate, capacity_bytes, estimate_from_row, evaluate
+from bandwise.errors import BandwiseError
+from bandwise.specs.hardware import Cluster
+from bandwise.specs.model import ModelSpec
+from bandwise.specs.strategy import DIMS, INT_FIELDS, LOOPED, PRECISIONS, RECOMPUTE, SCHEDULES, SINGLE_STAGE, V_SHAPED, Strategy, valid_mask
+
+VIRTUAL_CHOICES = (2, 3, 4, 6, 8)
+MAX_CP = 16
+CHUNK = 1 << 18
+FIXABLE = ("dp_replicate", "dp_shard", "tp", "cp", "pp", "ep", "zero_stage", "micro_batch", "virtual_stages", "schedule", "recompute", "precision")
+
+
+@dataclass(kw_only=True, slots=True)
+class Layout:
+    strategy: Strategy
+    estimate: Estimate
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"strategy": self.strategy.to_dict(), "estimate": self.estimate.to_dict()}
+
+
+@dataclass(kw_only=True, slots=True)
+class SearchResult:
+    searched: int
+    fitting: int
+    seconds: float
+    top: list[Layout]
+    best_without_pp: Layout | None
+    min_memory_gib: float
+    """Least memory any valid candidate needs (explains a search where nothing fits)."""
+    min_memory_gib_without_pp: float
+    capacity_gib: float
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def best(self) -> Layout | None:
+        return self.top[0] if self.top else None
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _degree_tuples(model: ModelSpec, n: int, fixed: dict[str, Any], allow_pp: bool) -> np.ndarray:
+    """(dp_replicate, dp_shard, tp, cp, pp, ep, zero_stage) rows with tp·cp·pp·dp = n."""
+    rows = []
+    for tp in _divisors(n):
+        if tp > model.heads:
+            break
+        for cp in _divisors(n // tp):
+            if cp > MAX_CP:
+                break
+            for pp in _divisors(n // (tp * cp)):
+                if pp > model.layers or (pp > 1 and not allow_pp):
+                    break
+                dp = n // (tp * cp * pp)
+                for dp_shard in _divisors(dp):
+                    region = dp_shard * cp * tp
+                    eps = [e for e in _divisors(region) if model.is_moe and model.experts % e == 0] if model.is_moe else [1]
+                    zeros = (0, 1, 2) if dp_shard == 1 else (0,)
+                    for ep in eps:
+                        for z in zeros:
+                            rows.append((dp // dp_shard, dp_shard, tp, cp, pp, ep, z))
+    arr = np.array(rows, dtype=np.int64).reshape(-1, 7)
+    for i, name in enumerate(("dp_replicate", "dp_shard", "tp", "cp", "pp", "ep", "zero_stage")):
+        if name in fixed:
+            arr = arr[arr[:, i] == fixed[name]]
+    return arr
+
+
+def _schedule_choices(fixed: dict[str, Any]) -> list[tuple[int, int]]:
+    combos = [(SCHEDULES.index(s), 1) for s in SINGLE_STAGE]
+    combos += [(SCHEDULES.index(s), v) for s in LOOPED for v in VIRTUAL_CHOICES]
+    combos += [(SCHEDULES.index(s), 2) for s in V_SHAPED]
+    if "schedule" in fixed:
+        combos = [c for c in combos if SCHEDULES[c[0]] == fixed["schedule"]]
+    if "virtual_stages" in fixed:
+        combos = [c for c in combos if c[1] == fixed["virtual_stages"]]
+    return combos
+
+
+def _micro_batches(global_batch: int, n: int, fixed: dict[str, Any]) -> list[int]:
+    if "micro_batch" in fixed:
+        return [fixed["micro_batch"]]
+    top = max(1, global_batch)
+    return [1 << i for i in range(0, 16) if (1 << i) <= top]
+
+
+def candidate_chunks(
+    model: ModelSpec, devices: int, global_batch: int, *, fixed: dict[str, Any] | None = None, allow_pp: bool = True,
+    precisions: tuple[str, ...] = ("bf16",), recompute: tuple[str, ...] = RECOMPUTE,
+) -> Iterator[SimpleNamespace]:
+    """Yield column chunks covering the whole candidate space (before the validity filter)."""
+    fixed = fixed or {}
+    degrees = _degree_tuples(model, devices, fixed, allow_pp)
+    scheds = _schedule_choices(fixed)
+    mbs = _micro_batches(global_batch, devices, fixed)
+    recs = [RECOMPUTE.index(r) for r in (fixed.get("recompute"),) if r] or [RECOMPUTE.index(r) for r in recompute]
+    precs = [PRECISIONS.index(p) for p in (fixed.get("precision"),) if p] or [PRECISIONS.index(p) for p in precisions]
+    for has_pp in (False, True):
+        deg = degrees[(degrees[:, 4] > 1) == has_pp]
+        if not len(deg):
+            continue
+        sv = np.array(scheds if has_pp else [(SCHEDULES.index("1F1B"), 1)], dtype=np.int64)
+        if not len(sv):
+            continue
+        other = np.array(list(itertools.product(range(len(sv)), mbs, recs, precs)), dtype=np.int64)
+        per_deg = len(other)
+        step = max(1, CHUNK // per_deg)
+        for start in range(0, len(deg), step):
+            d = np.repeat(deg[start : start + step], per_deg, axis=0)
+            o = np.tile(other, (len(d) // per_deg, 1))
+            c = SimpleNamespace()
+            for i, name in enumerate(("dp_replicate", "dp_shard", "tp", "cp", "pp", "ep", "zero_stage")):
+                setattr(c, name, d[:, i])
+            c.schedule = sv[o[:, 0], 0]
+            c.virtual_stages = sv[o[:, 0], 1]
+            c.micro_batch = o[:, 1]
+            c.recompute = o[:, 2]
+            c.precision = o[:, 3]
+            c.global_batch = np.full(len(d), global_batch, dtype=np.int64)
+            c.order_ok = np.ones(len(d), dtype=bool)
+            yield c
+
+
+def _with_overlap(c: SimpleNamespace, overlap: dict[str, bool]) -> SimpleNamespace:
+    n = len(c.tp)
+    c.overlap_dp = np.full(n, overlap.get("dp", True))
+    c.overlap_fsdp = np.full(n, overlap.get("fsdp", True))
+    c.overlap_tp = np.full(n, overlap.get("tp", False))
+    # DualPipe(V) exists to hide the expert all-to-all behind another micro-batch's compute
+    # (DeepSeek-V3 report, Sec. 3.2.1); other schedules get it only when asked.
+    c.overlap_ep = (c.schedule == SCHEDULES.index("DualPipeV")) | overlap.get("ep", False)
+    return c
+
+
+def _row_strategy(c: SimpleNamespace, i: int, order: tuple[str, ...]) -> Strategy:
+    kw = {name: int(getattr(c, name)[i]) for name in INT_FIELDS}
+    return Strategy(
+        **kw,
+        schedule=SCHEDULES[int(c.schedule[i])],
+        recompute=RECOMPUTE[int(c.recompute[i])],
+        precision=PRECISIONS[int(c.precision[i])],
+        overlap_dp=bool(c.overlap_dp[i]),
+        overlap_fsdp=bool(c.overlap_fsdp[i]),
+        overlap_tp=bool(c.overlap_tp[i]),
+        overlap_ep=bool(c.overlap_ep[i]),
+        order=order,
+    )
+
+
+def _take(c: SimpleNamespace, idx: np.ndarray) -> SimpleNamespace:
+    return SimpleNamespace(**{k: v[idx] for k, v in vars(c).items()})
+
+
+def search(
+    model: ModelSpec,
+    cluster: Cluster,
+    devices: int,
+    global_batch: int,
+    *,
+    top: int = 10,
+    allow_pp: bool = True,
+    fixed: dict[str, Any] | None = None,
+    precisions: tuple[str, ...] = ("bf16",),
+    overlap: dict[str, bool] | None = None,
+    params: CostParams = DEFAULT_PARAMS,
+    order: tuple[str, ...] = DIMS,
+    progress: Callable[[int], None] | None = None,
+) -> SearchResult:
+    """Rank every valid, fitting Strategy by tokens/s per device; keep the best with and without PP."""
+    cluster.check_devices(devices)
+    if not isinstance(global_batch, int) or global_batch < 1:
+        raise BandwiseError(f"global batch={global_batch!r} must be a positive number of sequences")
+    fixed = dict(fixed or {})
+    unknown = sorted(set(fixed) - set(FIXABLE))
+    if unknown:
+        raise BandwiseError(f"--fix: unknown field(s) {', '.join(unknown)}; fixable: {', '.join(FIXABLE)}")
+    for p in precisions:
+        cluster.device.peak(p)
+    t0 = time.perf_counter()
+    cap = capacity_bytes(cluster, params)
+    overlap = overlap or {}
+    searched = fitting = 0
+    pool_c: list[SimpleNamespace] = []
+    pool_tps: list[np.ndarray] = []
+    best_nopp: tuple[float, SimpleNamespace] | None = None
+    min_mem, min_mem_nopp = np.inf, np.inf
+    for chunk in candidate_chunks(model, devices, global_batch, fixed=fixed, allow_pp=allow_pp, precisions=precisions):
+        ok = valid_mask(chunk, devices, model)
+        searched += int(ok.sum())
+        if progress:
+            progress(len(chunk.tp))
+        if not ok.any():
+            continue
+        c = _with_overlap(_take(chunk, np.flatnonzero(ok)), overlap)
+        r = evaluate(model, cluster, c, order, params)
+        mem = r["memory_bytes"]
+        min_mem = min(min_mem, float(mem.min()))
+        nopp = c.pp == 1
+        if nopp.any():
+            min_mem_nopp = min(min_mem_nopp, float(mem[nopp].min()))
+        fits = mem <= cap
+        fitting += int(fits.sum())
+        if not fits.any():
+            continue
+        tps = np.where(fits, r["tokens_per_s_per_device"], -np.inf)
+        k = min(top, int(fits.sum()))
+        idx = np.argpartition(-tps, k - 1)[:k]
+        pool_c.append(_take(c, idx))
+        pool_tps.append(tps[idx])
+        cand = np.where(nopp, tps, -np.inf)
+        j = int(np.argmax(cand))
+        if np.isfinite(cand[j]) and (best_nopp is None or cand[j] > best_nopp[0]):
+            best_nopp = (float(cand[j]), _take(c, np.array([j])))
+
+    def layout(c: SimpleNamespace, i: int) -> Layout:
+        r = evaluate(model, cluster, _take(c, np.array([i])), order, params)
+        return Layout(strategy=_row_strategy(c, i, order), estimate=estimate_from_row(r, 0, cap))
+
+    layouts: list[Layout] = []
+    if pool_c:
+        all_c = SimpleNamespace(**{k: np.concatenate([getattr(p, k) for p in pool_c]) for k in vars(pool_c[0])})
+        all_tps = np.concatenate(pool_tps)
+        for i in np.argsort(-all_tps, kind="stable")[:top]:
+            layouts.append(layout(all_c, int(i)))
+    return SearchResult(
+        searched=searched,
+        fitting=fitting,
+        seconds=time.perf_counter() - t0,
+        top=layouts,
+        best_without_pp=layout(best_nopp[1], 0) if best_nopp else None,
+        min_memory_gib=min_mem / 2**30,
+        min_memory_gib_without_pp=min_mem_nopp / 2**30,
+        capacity_gib=cap / 2**30,
+    )

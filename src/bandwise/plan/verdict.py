@@ -1,0 +1,147 @@
+"""The verdict: is pipeline parallelism worth its complexity here, and why, in numbers.
+
+PP is not needed when the best layout without PP comes within `threshold` (default 3%) of the
+best layout overall. Otherwise the reason names what PP buys: the terms of the no-PP layout's
+step (exposed communication per dim, recomputation) that the PP layout avoids, with the link
+they cross and its bandwidth, or the memory that does not fit without PP.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from bandwise.cost.comm import level_spans
+from bandwise.plan.search import Layout, SearchResult
+from bandwise.specs.hardware import Cluster
+from bandwise.specs.strategy import Strategy
+
+THRESHOLD = 0.03
+TERM_WORDS = {
+    "tp": "tensor-parallel collectives",
+    "cp": "context-parallel ring exchange",
+    "ep": "expert all-to-all",
+    "fsdp": "FSDP all-gather/reduce-scatter",
+    "dp": "data-parallel gradient reduction",
+    "pp": "pipeline sends",
+    "recompute": "activation recomputation",
+    "bubble": "pipeline bubble",
+    "compute": "compute",
+    "optimizer": "optimizer step",
+}
+
+
+@dataclass(kw_only=True, slots=True)
+class Verdict:
+    needs_pp: bool
+    reason: str
+    gain: float | None
+    """Best tokens/s over best-without-PP tokens/s, minus 1 (None when one side does not fit)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def group_link(cluster: Cluster, strategy: Strategy, dim: str) -> str:
+    """'infiniband (50 GB/s per device)': the outermost level a dim's collectives cross."""
+    sizes = {d: getattr(strategy, d) for d in strategy.order}
+    stride, acc = {}, 1
+    for d in strategy.order:
+        stride[d] = acc
+        acc *= sizes[d]
+    if dim == "fsdp":
+        s, n = min(stride["cp"], stride["dp_shard"]), strategy.cp * strategy.dp_shard
+    elif dim == "dp":
+        s, n = (stride["dp_replicate"], strategy.dp_replicate) if strategy.dp_shard > 1 else (min(stride["cp"], stride["dp_replicate"]), strategy.dp_replicate * strategy.cp)
+    elif dim == "ep":
+        s, n = 1, strategy.ep
+    else:
+        s, n = stride.get(dim, 1), sizes.get(dim, 1)
+    level = cluster.levels[0]
+    for lv, d, _ in level_spans(cluster, np.array([s]), np.array([n])):
+        if d[0] > 1:
+            level = lv
+    unit = "per link" if level.is_torus else "per device"
+    return f"{level.name} ({level.bandwidth / 1e9:g} GB/s {unit})"
+
+
+def decide(result: SearchResult, cluster: Cluster, threshold: float = THRESHOLD) -> Verdict:
+    best, nopp = result.best, result.best_without_pp
+    if best is None:
+        return Verdict(
+            needs_pp=False,
+            gain=None,
+            reason=(
+                f"no layout fits: the least memory any layout needs is {result.min_memory_gib:.1f} GiB per device, "
+                f"{result.capacity_gib:.1f} GiB is usable"
+            ),
+        )
+    if best.strategy.pp == 1:
+        return Verdict(
+            needs_pp=False,
+            gain=0.0,
+            reason=f"the best layout uses no pipeline parallelism: {best.strategy.describe()} reaches {best.estimate.mfu:.1%} MFU",
+        )
+    if nopp is None:
+        return Verdict(
+            needs_pp=True,
+            gain=None,
+            reason=(
+                f"without PP nothing fits: the smallest no-PP layout needs {result.min_memory_gib_without_pp:.1f} GiB per device "
+                f"against {result.capacity_gib:.1f} GiB usable; PP{best.strategy.pp} splits weights, optimizer state and "
+                f"activations across stages ({best.estimate.memory_gib_per_device:.1f} GiB per device)"
+            ),
+        )
+    gain = best.estimate.tokens_per_s_per_device / nopp.estimate.tokens_per_s_per_device - 1.0
+    if gain <= threshold:
+        return Verdict(
+            needs_pp=False,
+            gain=gain,
+            reason=(
+                f"PP is not needed: the best layout without PP ({nopp.strategy.describe()}, {nopp.estimate.mfu:.1%} MFU) is within "
+                f"{gain:.1%} of the best with PP ({best.strategy.describe()}, {best.estimate.mfu:.1%} MFU), under the {threshold:.0%} threshold"
+            ),
+        )
+    return Verdict(needs_pp=True, gain=gain, reason=_why_pp(best, nopp, cluster, gain))
+
+
+def _why_pp(best: Layout, nopp: Layout, cluster: Cluster, gain: float) -> str:
+    """Name the no-PP costs that the PP layout avoids, largest first."""
+    b, n = best.estimate.breakdown, nopp.estimate.breakdown
+    step = nopp.estimate.step_time_s
+    diffs = sorted(((n[k] - b[k], k) for k in n if k not in ("bubble",)), reverse=True)
+    parts = []
+    for delta, k in diffs[:2]:
+        if delta <= 0.01 * step:
+            continue
+        where = f" over {group_link(cluster, nopp.strategy, k)}" if k in ("tp", "cp", "ep", "fsdp", "dp") else ""
+        parts.append(f"{TERM_WORDS[k]}{where}: {n[k] * 1e3:.0f} ms of its {step * 1e3:.0f} ms step ({n[k] / step:.0%}), {b[k] * 1e3:.0f} ms with PP")
+    costs = "; ".join(parts) or "a smaller per-device share of the same work"
+    return (
+        f"PP pays off: {best.strategy.describe()} reaches {best.estimate.mfu:.1%} MFU, {gain:+.0%} tokens/s over the best layout "
+        f"without PP ({nopp.strategy.describe()}, {nopp.estimate.mfu:.1%} MFU), whose step spends {costs}; "
+        f"the pipeline bubble costs {b['bubble'] * 1e3:.0f} ms"
+    )
+
+
+def suggest_fit(model, cluster: Cluster, devices: int, global_batch: int, **search_kw: Any) -> str:  # noqa: ANN001
+    """When nothing fits: the smallest multiple of the device count that would, found by searching."""
+    from bandwise.plan.search import search
+
+    top = cluster.max_devices
+    for factor in (2, 4, 8, 16):
+        n = devices * factor
+        if top is not None and n > top:
+            break
+        gb = max(global_batch, n)
+        r = search(model, cluster, n, gb, top=1, **search_kw)
+        if r.best is not None:
+            e = r.best.estimate
+            return (
+                f"{n} devices would fit ({r.best.strategy.describe()}, {e.memory_gib_per_device:.1f} GiB per device"
+                + (f", global batch raised to {gb}" if gb != global_batch else "")
+                + "); full recomputation and micro-batch 1 were already searched"
+            )
+    return "no device count up to 16x fits: use a device with more memory, or a smaller model or sequence"
