@@ -1,0 +1,191 @@
+"""Pipeline simulator: closed forms from the papers, structural invariants, the fast path, errors."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from bandwise.cost.pipeline import PipelineSpec, pipeline_summary, schedule_factors, simulate
+from bandwise.cost.schedules import action_orders, stage_rank
+from bandwise.errors import BandwiseError
+from bandwise.specs.strategy import SCHEDULES
+
+VIRTUAL = {"GPipe": 1, "1F1B": 1, "Interleaved1F1B": 2, "LoopedBFS": 2, "InterleavedZeroBubble": 2, "ZBVZeroBubble": 2, "DualPipeV": 2}
+SPLIT = ("InterleavedZeroBubble", "ZBVZeroBubble", "DualPipeV")
+
+
+def _spec(name: str, p: int, m: int, v: int | None = None, **kw) -> PipelineSpec:
+    return PipelineSpec(schedule=name, stages=p, microbatches=m, virtual=VIRTUAL[name] if v is None else v, **kw)
+
+
+@pytest.mark.parametrize("name", ("GPipe", "1F1B"))
+@pytest.mark.parametrize("p,m", [(2, 4), (4, 8), (4, 16), (8, 8), (3, 7)])
+def test_single_stage_bubble_closed_form(name, p, m):
+    """(p-1)/(m+p-1) with uniform stage times (Narayanan et al. 2021, Sec. 2.2)."""
+    t = simulate(_spec(name, p, m, f=1.0, b=1.0, w=1.0))
+    assert t.bubble_fraction == pytest.approx((p - 1) / (m + p - 1))
+    assert t.makespan == pytest.approx((m + p - 1) * 3.0)
+
+
+@pytest.mark.parametrize("p,m,v", [(2, 4, 2), (4, 8, 2), (4, 8, 3), (4, 16, 4), (8, 16, 2)])
+def test_interleaved_bubble_closed_form(p, m, v):
+    """(p-1)/(v·m+p-1) for m a multiple of p (Narayanan et al. 2021, Sec. 2.2.2)."""
+    t = simulate(_spec("Interleaved1F1B", p, m, v))
+    assert t.bubble_fraction == pytest.approx((p - 1) / (v * m + p - 1))
+
+
+@pytest.mark.parametrize("p,m", [(2, 4), (4, 8), (6, 9)])
+def test_one_f_one_b_inflight_closed_form(p, m):
+    t = simulate(_spec("1F1B", p, m))
+    assert t.peak_inflight == [min(m, p - r) for r in range(p)]
+    assert simulate(_spec("GPipe", p, m)).peak_inflight == [m] * p
+
+
+def test_interleaved_inflight_matches_megatron_warmup():
+    """Rank 0 holds (v-1)·p + 2(p-1) + 1 chunk-micro-batches (Megatron-LM's warm-up plus one)."""
+    for p, v in [(4, 2), (4, 3), (8, 2)]:
+        t = simulate(_spec("Interleaved1F1B", p, 4 * p, v))
+        assert t.peak_inflight[0] * v == pytest.approx((v - 1) * p + 2 * (p - 1) + 1)
+
+
+@pytest.mark.parametrize("name", SCHEDULES)
+@pytest.mark.parametrize("p,m", [(2, 4), (4, 8), (4, 12), (3, 9)])
+def test_every_action_once_on_its_rank(name, p, m):
+    v = VIRTUAL[name]
+    orders = action_orders(name, p, m, v)
+    split = Counter()
+    for r, seq in enumerate(orders):
+        assert all(stage_rank(a.stage, p, name) == r for a in seq)
+        assert len(set(seq)) == len(seq)
+        for a in seq:
+            split[a.kind] += 1
+    n = p * v * m
+    assert split["F"] == n
+    assert split["B"] + split["I"] == n
+    assert split["W"] == split["I"]
+    if name not in SPLIT:
+        assert split["I"] == 0
+
+
+@pytest.mark.parametrize("name", SCHEDULES)
+def test_busy_time_is_the_work(name):
+    """Each rank computes v·m·(f + b + w) whatever the order; the bubble is the rest."""
+    p, m, v = 4, 8, VIRTUAL[name]
+    t = simulate(_spec(name, p, m, f=1.0, b=1.5, w=0.5))
+    assert t.busy == pytest.approx([v * m * 3.0] * p)
+    assert t.makespan >= v * m * 3.0
+    # no action starts before its producer ends, and a rank runs one action at a time
+    for r in range(p):
+        assert all(t.start[r][i + 1] >= t.end[r][i] - 1e-12 for i in range(len(t.start[r]) - 1))
+
+
+def test_latency_adds_per_hop():
+    """A forward and a backward cross each of the p-1 links once more on the critical path of GPipe."""
+    p, m = 4, 8
+    base = simulate(_spec("GPipe", p, m)).makespan
+    slow = simulate(_spec("GPipe", p, m, latency=0.25)).makespan
+    assert slow - base == pytest.approx(2 * (p - 1) * 0.25)
+
+
+def test_zero_bubble_beats_1f1b_with_equal_parts():
+    """ZB-V and DualPipeV cut the 1F1B bubble with F = B = W (Qi et al. 2024, Table 3)."""
+    p, m = 4, 16
+    one = simulate(_spec("1F1B", p, m)).bubble_fraction
+    assert simulate(_spec("ZBVZeroBubble", p, m)).bubble_fraction < one / 2
+    assert simulate(_spec("DualPipeV", p, m)).bubble_fraction < one / 2
+
+
+def test_kept_for_w_lowers_split_memory_only():
+    full = simulate(_spec("ZBVZeroBubble", 4, 8), activation_bytes=100.0)
+    part = simulate(_spec("ZBVZeroBubble", 4, 8, kept_for_w=0.5), activation_bytes=100.0)
+    assert all(a >= b for a, b in zip(full.peak_bytes, part.peak_bytes))
+    assert simulate(_spec("1F1B", 4, 8, kept_for_w=0.5)).peak_inflight == simulate(_spec("1F1B", 4, 8)).peak_inflight
+
+
+def test_per_stage_bytes():
+    stage_bytes = [1.0, 2.0, 3.0, 4.0]
+    t = simulate(_spec("1F1B", 4, 8), activation_bytes=stage_bytes)
+    assert t.peak_bytes == [4 * 1.0, 3 * 2.0, 2 * 3.0, 1 * 4.0]
+    with pytest.raises(BandwiseError, match="one per stage"):
+        simulate(_spec("1F1B", 4, 8), activation_bytes=[1.0, 2.0])
+
+
+@pytest.mark.parametrize("name", SCHEDULES)
+def test_fast_path_equals_full_simulation(name):
+    """The extrapolation for large m gives exactly what the full simulation gives."""
+    v = VIRTUAL[name]
+    for p in (2, 3, 4):
+        for m in (p * 8, p * 9, p * 13, 47 if name not in ("Interleaved1F1B", "InterleavedZeroBubble") else p * 11):
+            t = simulate(_spec(name, p, m))
+            makespan, busy, inflight = pipeline_summary(name, p, m, v)
+            assert makespan == pytest.approx(t.makespan, abs=1e-9)
+            assert busy == pytest.approx(max(t.busy), abs=1e-9)
+            assert list(inflight) == pytest.approx(t.peak_inflight, abs=1e-9)
+
+
+def test_schedule_factors_vectorized_and_consistent():
+    names = ["GPipe", "1F1B", "Interleaved1F1B", "ZBVZeroBubble", "DualPipeV", "1F1B"]
+    sched = np.array([SCHEDULES.index(n) for n in names])
+    p = np.array([4, 4, 4, 4, 4, 1])
+    m = np.array([8, 8, 8, 8, 8, 3])
+    v = np.array([1, 1, 2, 2, 2, 1])
+    overhead, inflight = schedule_factors(sched, p, m, v)
+    assert overhead[0] == pytest.approx(3 / 8) and overhead[1] == pytest.approx(3 / 8)  # (p-1)/m
+    assert overhead[2] == pytest.approx(3 / 16)  # (p-1)/(v·m)
+    assert inflight[0] == 8 and inflight[1] == 4
+    assert (overhead[5], inflight[5]) == (0.0, 1.0)  # no pipeline
+    for i in range(5):
+        t = simulate(_spec(names[i], 4, 8))
+        assert overhead[i] == pytest.approx(t.makespan / max(t.busy) - 1)
+        assert inflight[i] == pytest.approx(max(t.peak_inflight))
+
+
+def test_schedule_factors_simulates_each_combination_once_and_invalid_is_nan():
+    from bandwise.cost import pipeline
+
+    rng = np.random.default_rng(0)
+    n = 200_000
+    sched = rng.integers(0, len(SCHEDULES), n)
+    p = rng.choice([2, 4, 8], n)
+    v = np.where(np.isin(sched, [0, 1]), 1, 2)
+    m = p * rng.choice([2, 8, 64, 128, 250], n)
+    pipeline._factors.cache_clear()
+    overhead, inflight = schedule_factors(sched, p, m, v)
+    assert np.isfinite(overhead).all() and (overhead >= 0).all() and (inflight >= 1).all()
+    distinct = len(np.unique(np.stack([sched, p, m, v], axis=1), axis=0))
+    assert pipeline._factors.cache_info().misses == distinct
+    again, _ = schedule_factors(sched, p, m, v)
+    assert pipeline._factors.cache_info().misses == distinct
+    np.testing.assert_array_equal(again, overhead)
+    bad, _ = schedule_factors(np.array([SCHEDULES.index("1F1B")]), np.array([4]), np.array([2]), np.array([1]))
+    assert np.isnan(bad[0])
+
+
+@pytest.mark.parametrize(
+    "name,p,m,v,message",
+    [
+        ("1F1B", 4, 2, 1, r"Number of microbatches \(2\) must be greater than or equal to the number of stages \(4\)\."),
+        ("Interleaved1F1B", 4, 10, 2, None),  # torch accepts: rounds 2, 10 % 2 == 0
+        ("Interleaved1F1B", 4, 9, 2, r"Interleaved 1F1B requires the number of microbatches to be a multiple of the number of rounds \(2\), but got 9\."),
+        ("InterleavedZeroBubble", 4, 13, 2, r"Zero bubble requires the number of microbatches to be a multiple of the number of rounds \(3\), but got 13\."),
+        ("DualPipeV", 4, 6, 2, r"DualPipeV requires at least as many microbatches as stages, but got 6 microbatches and 8 stages\."),
+        ("ZBVZeroBubble", 4, 8, 3, r"ZBV requires exactly 2 stages per rank, but got 3\."),
+        ("ZBVZeroBubble", 4, 3, 2, None),  # torch accepts fewer micro-batches than ranks for ZB-V
+    ],
+)
+def test_invalid_combinations_give_torch_message(name, p, m, v, message):
+    if message is None:
+        assert simulate(_spec(name, p, m, v)).makespan > 0
+        return
+    with pytest.raises(BandwiseError, match=message) as err:
+        _spec(name, p, m, v)
+    assert "\n" not in str(err.value)
+
+
+def test_to_dict_is_json():
+    d = simulate(_spec("DualPipeV", 2, 4), activation_bytes=10.0).to_dict()
+    assert {"makespan", "bubble_fraction", "peak_inflight_microbatches", "actions"} <= set(d)
+    json.dumps(d)
