@@ -189,3 +189,60 @@ def test_to_dict_is_json():
     d = simulate(_spec("DualPipeV", 2, 4), activation_bytes=10.0).to_dict()
     assert {"makespan", "bubble_fraction", "peak_inflight_microbatches", "actions"} <= set(d)
     json.dumps(d)
+
+
+# --------------------------------------------------------------------------------------------
+# `bandwise schedule`, through the real entry point
+# --------------------------------------------------------------------------------------------
+def _cli(args: list[str], capsys) -> tuple[int, str, str]:
+    from bandwise.cli.main import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(args)
+    captured = capsys.readouterr()
+    return exit_info.value.code, captured.out, captured.err
+
+
+@pytest.mark.parametrize("name", SCHEDULES)
+def test_cli_json_every_schedule(name, capsys):
+    code, out, _ = _cli(["schedule", "--schedule", name, "--stages", "4", "--microbatches", "8", "--json"], capsys)
+    assert code == 0
+    data = json.loads(out)
+    t = simulate(_spec(name, 4, 8))
+    assert data["makespan"] == pytest.approx(t.makespan)
+    assert data["bubble_fraction"] == pytest.approx(t.bubble_fraction)
+    assert data["peak_inflight_microbatches"] == pytest.approx(t.peak_inflight)
+    assert len(data["actions"]) == 4 and all(isinstance(a, str) for a in data["actions"][0])
+
+
+def test_cli_text_timeline(capsys):
+    code, out, _ = _cli(["schedule", "--schedule", "GPipe", "--stages", "2", "--microbatches", "3"], capsys)
+    assert code == 0
+    # By hand, F = 1 and B = 2: rank 1 runs F0-F2 over [1, 4) and B0-B2 over [4, 10); rank 0's
+    # B0 waits for rank 1's, [6, 8), and its last ends at 12 = (m+p-1)(F+B).
+    assert "rank  0 |FFF...BBBBBB|" in out
+    assert "rank  1 |.FFFBBBBBB..|" in out
+    assert "makespan 12, bubble 25.0%" in out  # (p-1)/(m+p-1) = 1/4
+
+
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["--schedule", "1F1B", "--stages", "4", "--microbatches", "2"], "must be greater than or equal to the number of stages (4)"),
+        (["--schedule", "Interleaved1F1B", "--stages", "4", "--microbatches", "9"], "multiple of the number of rounds (2), but got 9"),
+        (["--schedule", "DualPipeV", "--stages", "4", "--microbatches", "7"], "but got 7 microbatches and 8 stages"),
+        (["--schedule", "Pipedream", "--stages", "4"], "unknown schedule 'Pipedream'"),
+    ],
+)
+def test_cli_invalid_one_line(args, needle, capsys):
+    code, out, err = _cli(["schedule", *args], capsys)
+    assert code == 2
+    assert needle in err.splitlines()[0]
+
+
+def test_cli_png(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    path = tmp_path / "t.png"
+    code, _, _ = _cli(["schedule", "--schedule", "ZBVZeroBubble", "--stages", "2", "--microbatches", "4", "--png", str(path)], capsys)
+    assert code == 0
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

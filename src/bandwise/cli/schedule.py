@@ -1,0 +1,59 @@
+"""`bandwise schedule`: simulate one pipeline schedule, print its timeline and per-rank figures."""
+
+from __future__ import annotations
+
+import typer
+from rich.table import Table
+
+from bandwise.cost.pipeline import PipelineSpec, simulate
+from bandwise.report.output import Output
+from bandwise.report.timeline import gantt, text_rows
+from bandwise.specs.strategy import SCHEDULES, SINGLE_STAGE
+
+
+def schedule(
+    name: str = typer.Option("1F1B", "--schedule", help=f"One of: {', '.join(SCHEDULES)}."),
+    stages: int = typer.Option(4, "--stages", help="Pipeline ranks p."),
+    microbatches: int = typer.Option(8, "--microbatches", help="Micro-batches per step m."),
+    virtual: int = typer.Option(0, "--virtual", help="Stages per rank v (default 1 for GPipe/1F1B, else 2)."),
+    f: float = typer.Option(1.0, "--f", help="Forward time of one micro-batch through one stage."),
+    b: float = typer.Option(1.0, "--b", help="Backward-for-input time (a fused backward takes b + w)."),
+    w: float = typer.Option(1.0, "--w", help="Backward-for-weights time."),
+    latency: float = typer.Option(0.0, "--latency", help="Point-to-point transfer time between ranks."),
+    activation_bytes: float = typer.Option(0.0, "--activation-bytes", help="Saved bytes of one micro-batch through one stage (adds peak bytes)."),
+    kept_for_w: float = typer.Option(1.0, "--kept-for-w", help="Share of activations held from I until W (split-backward schedules)."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON instead of the timeline."),
+    png: str = typer.Option("", "--png", help="Also draw a Gantt chart to this PNG (needs matplotlib)."),
+    width: int = typer.Option(120, "--width", help="Characters for the text timeline."),
+) -> None:
+    """Simulate a pipeline schedule: per-rank order, timeline, bubble and in-flight activations."""
+    out = Output(json_mode=json_out)
+    known = {s.lower(): s for s in SCHEDULES}
+    name = known.get(name.lower(), name)
+    v = virtual or (1 if name in SINGLE_STAGE else 2)
+    spec = PipelineSpec(schedule=name, stages=stages, microbatches=microbatches, virtual=v, f=f, b=b, w=w, latency=latency, kept_for_w=kept_for_w)
+    t = simulate(spec, activation_bytes=activation_bytes if activation_bytes > 0 else None)
+    if png:
+        gantt(t, png)
+    if json_out:
+        out.emit_json(t.to_dict())
+        return
+    title = f"{name}  p={stages} m={microbatches}" + (f" v={v}" if v > 1 else "") + f"  (F={f:g} B={b:g} W={w:g}; F forward, B backward, I/W split backward, . idle)"
+    out.print(title)
+    for row in text_rows(t, width):
+        out.print(row)
+    table = Table(title=f"makespan {t.makespan:g}, bubble {t.bubble_fraction:.1%}")
+    for col in ("rank", "stages", "busy", "idle %", "peak in-flight (micro-batches)") + (("peak activation bytes",) if t.peak_bytes else ()):
+        table.add_column(col, justify="right")
+    for r in range(stages):
+        row = [str(r), ",".join(map(str, t.stage_of_rank[r])), f"{t.busy[r]:g}", f"{t.rank_bubble[r]:.1%}", f"{t.peak_inflight[r]:.3g}"]
+        if t.peak_bytes:
+            row.append(f"{t.peak_bytes[r]:.4g}")
+        table.add_row(*row)
+    out.print(table)
+    if png:
+        out.print(f"Gantt chart written to {png}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("schedule")(schedule)
