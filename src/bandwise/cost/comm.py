@@ -9,10 +9,15 @@ members at level i, with prod(D_i) = D.
 All-gather of a V-byte result (each rank contributes V/D) done hierarchically moves, per device,
 V·(D_i - 1)/(D_i · M_{i-1}) bytes over level i: the outer level's share is divided by the span of
 the inner dims, because each of the M_{i-1} devices of an inner block drives its own link
-(one NIC per GPU). The levels run pipelined, so the time is the bottleneck level's
-(scaling book, "How to Scale Your Model", Ch. "All About Rooflines" and the collectives appendix):
+(one NIC per GPU) — the scaling book's hierarchical form ("How to Scale Your Model", the
+collectives appendix). The book takes the max over levels, assuming the phases pipeline
+perfectly; bandwise adds the phases:
 
-    T_AG(V) = max_i V·(D_i - 1) / (D_i · M_{i-1} · W_i)  +  sum_i (D_i - 1)·alpha_i
+    T_AG(V) = sum_i V·(D_i - 1) / (D_i · M_{i-1} · W_i)  +  sum_i (D_i - 1)·alpha_i
+
+which is the book's T_upper, never optimistic, and keeps a physical invariant the max form breaks:
+splitting one level into an inner level and a slower outer one never makes a collective cheaper
+(with equal bandwidths the two forms agree: (a-1)/a + (b-1)/(ab) = (ab-1)/(ab)).
 
 Reduce-scatter costs the same; all-reduce = reduce-scatter + all-gather.
 
@@ -90,7 +95,7 @@ def all_gather_time(cluster: Cluster, nbytes: np.ndarray, stride: np.ndarray, si
             t = nbytes * (d - 1) / np.maximum(d, 1) / (below * 2 * axes * lv.bandwidth)
         else:
             t = nbytes * (d - 1) / np.maximum(d, 1) / (below * lv.bandwidth)
-        bw_time = np.maximum(bw_time, t)
+        bw_time = bw_time + t
         latency = latency + (d - 1) * lv.latency
     return np.where(np.asarray(size) > 1, bw_time + latency, 0.0)
 

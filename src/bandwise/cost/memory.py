@@ -72,13 +72,13 @@ def activation_bytes_per_token(
     b += BF16 * h + BF16 * h
     # gated: w1 and w3 outputs + their product; else: fc1 output + GELU output. Selective
     # recomputation drops the product / GELU output (the activation function is re-run).
-    per_f = (6 if m.gated_mlp else 4) - (2 if selective else 0)
+    per_f = (6 if m.gated_mlp else 4) - (2 if selective else 0)  # bytes per intermediate element
     if moe_layer:
-        b += BF16 * per_f * m.shared_experts * m.shared_ffn
-        b += m.top_k * (BF16 * h + BF16 * per_f * m.expert_ffn)  # permuted token copies + expert intermediates
+        b += per_f * m.shared_experts * m.shared_ffn
+        b += m.top_k * (BF16 * h + per_f * m.expert_ffn)  # permuted token copies + expert intermediates
         b += 4 * m.experts  # fp32 router scores
     else:
-        b += BF16 * per_f * m.ffn
+        b += per_f * m.ffn
     if dropout:
         b += h  # 1-byte mask after the MLP
     return b, replicated

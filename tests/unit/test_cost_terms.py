@@ -1,0 +1,176 @@
+"""Each cost term against a hand-computed closed form, and the published figures it must reproduce."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from bandwise.cost import comm
+from bandwise.cost.compute import gemm_time
+from bandwise.cost.memory import activation_bytes_per_token, model_state_bytes
+from bandwise.specs.hardware import Cluster, Device, Level
+from bandwise.specs.model import ModelSpec
+from bandwise.specs.registry import get_cluster, get_model
+
+GB = 1e9
+
+
+def two_level(inner=8, w_in=400 * GB, w_out=50 * GB, a_in=0.0, a_out=0.0) -> Cluster:
+    dev = Device(name="d", peak_flops={"bf16": 1e15}, hbm_bytes=80 * GB, hbm_bandwidth=3e12)
+    return Cluster(
+        name="t",
+        device=dev,
+        levels=(Level(name="fast", size=inner, bandwidth=w_in, latency=a_in), Level(name="slow", size=0, bandwidth=w_out, latency=a_out)),
+    )
+
+
+def one(x) -> float:
+    return float(np.asarray(x).reshape(-1)[0])
+
+
+# ---------------------------------------------------------------- collectives
+def test_all_gather_inside_one_level_is_the_ring_formula():
+    c = two_level(a_in=2e-6)
+    V, D = 1e9, 8
+    expected = V * (D - 1) / (D * 400 * GB) + (D - 1) * 2e-6
+    assert one(comm.all_gather_time(c, V, 1, D)) == pytest.approx(expected)
+
+
+def test_all_gather_across_nodes_divides_the_outer_share_by_the_inner_span():
+    # 4 nodes x 8 GPUs: inner phase V·7/(8·400G), outer phase V·3/(4·8·50G), one after the other
+    c = two_level()
+    V = 1e9
+    inner = V * 7 / (8 * 400 * GB)
+    outer = V * 3 / (4 * 8 * 50 * GB)
+    assert one(comm.all_gather_time(c, V, 1, 32)) == pytest.approx(inner + outer)
+
+
+def test_group_strided_across_nodes_uses_only_the_outer_level():
+    # a DP group with one rank per node (stride 8): every byte crosses the 50 GB/s NIC
+    c = two_level()
+    V = 1e9
+    assert one(comm.all_gather_time(c, V, 8, 16)) == pytest.approx(V * 15 / (16 * 50 * GB))
+
+
+def test_all_reduce_is_reduce_scatter_plus_all_gather():
+    c = two_level(a_in=1e-6, a_out=5e-6)
+    ag = one(comm.all_gather_time(c, 3e8, 1, 64))
+    assert one(comm.reduce_scatter_time(c, 3e8, 1, 64)) == pytest.approx(ag)
+    assert one(comm.all_reduce_time(c, 3e8, 1, 64)) == pytest.approx(2 * ag)
+
+
+def test_all_to_all_sends_the_off_node_share_over_the_nic():
+    c = two_level()
+    V = 1e9  # each rank sends V in total, spread evenly over 64 ranks in 8 nodes
+    expected = max(V * (1 - 1 / 64) / (400 * GB), V * (1 - 8 / 64) / (50 * GB))
+    assert one(comm.all_to_all_time(c, V, 1, 64)) == pytest.approx(expected)
+
+
+def test_single_rank_groups_cost_nothing():
+    c = two_level(a_in=1e-6)
+    for fn in (comm.all_gather_time, comm.all_reduce_time, comm.all_to_all_time):
+        assert one(fn(c, 1e9, 1, 1)) == 0.0
+
+
+def test_torus_all_gather_uses_two_links_per_axis():
+    lv = Level(name="ici", size=64, bandwidth=45 * GB, latency=0.0, torus_dims=(4, 4, 4))
+    dev = Device(name="t", peak_flops={"bf16": 1e14}, hbm_bytes=GB, hbm_bandwidth=1e12)
+    c = Cluster(name="torus", device=dev, levels=(lv, Level(name="dcn", size=0, bandwidth=6e9, latency=0.0)))
+    V = 1e9
+    one_axis = one(comm.all_gather_time(c, V, 1, 4))
+    assert one_axis == pytest.approx(V * 3 / 4 / (2 * 45 * GB))
+    # three axes: three times the links, same (D-1)/D share
+    assert one(comm.all_gather_time(c, V, 1, 64)) == pytest.approx(V * 63 / 64 / (2 * 3 * 45 * GB))
+
+
+def test_tpu_v5p_data_parallel_critical_batch_is_c_over_w():
+    """Scaling book ("How to Scale Your Model", Sec. on data parallelism): pure DP over one ICI
+    axis is compute-bound when the per-chip batch exceeds C / W_ici = 4.59e14 / 1.8e11 ~ 2550 tokens.
+
+    Backward per D x F weight: 4·B·D·F FLOPs per chip against an all-reduce of the 2·D·F-byte
+    gradient; the balance point B* is where the two times are equal."""
+    cluster = get_cluster("tpu-v5p").with_level(0, latency=0.0)  # the book's figure is bandwidth only
+    C = cluster.device.peak("bf16")
+    D = F = 8192
+    axis = cluster.levels[0].torus_dims[0]
+    t_comm = one(comm.all_reduce_time(cluster, 2 * D * F, 1, axis))
+    b_star = t_comm * C / (4 * D * F)
+    w_ici = 2 * cluster.levels[0].bandwidth
+    assert b_star == pytest.approx(C / w_ici * (axis - 1) / axis, rel=1e-6)
+    assert b_star == pytest.approx(2550, rel=0.1)
+
+
+def test_adding_a_slower_level_never_makes_a_collective_cheaper():
+    fast = two_level(inner=64)
+    split = two_level(inner=8)
+    for fn in (comm.all_gather_time, comm.all_to_all_time):
+        assert one(fn(split, 1e9, 1, 64)) >= one(fn(fast, 1e9, 1, 64))
+
+
+# ---------------------------------------------------------------- memory
+GPT = ModelSpec(name="gpt", layers=1, hidden=4096, ffn=16384, heads=32, vocab=51200, seq_len=2048, gated_mlp=False)
+
+
+def test_activations_reproduce_korthikanti_34_plus_5as_over_h():
+    """Korthikanti et al. 2022, Eq. 1: s·b·h·(34 + 5·a·s/h) bytes per layer (GPT, dropout, no flash)."""
+    per_token, replicated = activation_bytes_per_token(GPT, moe_layer=False, flash=False, dropout=True)
+    h, a, s = GPT.hidden, GPT.heads, GPT.seq_len
+    assert replicated == 0
+    assert per_token == pytest.approx(h * (34 + 5 * a * s / h))
+
+
+def test_selective_drops_the_attention_core_and_the_activation_output():
+    none, _ = activation_bytes_per_token(GPT, moe_layer=False, flash=False, dropout=True)
+    sel, _ = activation_bytes_per_token(GPT, moe_layer=False, flash=False, dropout=True, selective=True)
+    # Korthikanti Sec. 5: selective keeps 34·s·b·h; bandwise also drops the GELU output (2 bytes x ffn)
+    assert none - sel == pytest.approx(5 * GPT.heads * GPT.seq_len + 2 * GPT.ffn)
+    assert sel == pytest.approx(34 * GPT.hidden - 2 * GPT.ffn)
+
+
+def test_flash_attention_saves_no_score_matrix():
+    flash, _ = activation_bytes_per_token(GPT, moe_layer=False, flash=True, dropout=False)
+    eager, _ = activation_bytes_per_token(GPT, moe_layer=False, flash=False, dropout=False)
+    assert eager - flash == pytest.approx(2 * GPT.heads * GPT.seq_len)  # the bf16 softmax output
+
+
+def test_zero_stages_reproduce_the_zero_paper_figure_1():
+    """Rajbhandari et al. 2020, Fig. 1: Ψ = 7.5B, N_d = 64 -> 120 GB, 31.4 GB, 16.6 GB, 1.9 GB."""
+    psi, nd = 7.5e9, 64
+    got = [one(model_state_bytes(psi, nd, z)) / 1e9 for z in (0, 1, 2, 3)]
+    assert got == pytest.approx([120, 31.4, 16.6, 1.9], abs=0.05)
+
+
+# ---------------------------------------------------------------- compute
+def test_large_gemm_runs_at_the_efficiency_of_the_peak():
+    t = one(gemm_time(8192, 8192, 8192, 1e15, 0.8, 3e12))
+    assert t == pytest.approx(2 * 8192**3 / (1e15 * 0.8))
+
+
+def test_skinny_gemm_is_bound_by_reading_its_weights():
+    m, n, k = 16, 8192, 8192
+    t = one(gemm_time(m, n, k, 1e15, 0.8, 3e12))
+    assert t == pytest.approx(2 * (m * k + k * n + m * n) / 3e12)
+
+
+# ---------------------------------------------------------------- model FLOPs and MFU
+def test_palm_540b_mfu_matches_the_paper():
+    """PaLM (Chowdhery et al. 2022, Table 3): 238.3K tokens/s on 6144 TPU v4 chips = 46.2% MFU."""
+    m = get_model("palm-540b")
+    mfu = m.model_flops_per_token() * 238.3e3 / (6144 * 275e12)
+    assert mfu == pytest.approx(0.462, abs=0.002)
+
+
+def test_model_flops_are_6n_plus_attention():
+    m = get_model("gpt3-175b")
+    n = m.active_nonembedding_params + m.output_params
+    attn = 12 * m.layers * m.heads * m.d_head * m.seq_len
+    assert m.model_flops_per_token() == pytest.approx(6 * n + attn)
+    assert m.model_flops_per_token(causal=True) == pytest.approx(6 * n + attn / 2)
+
+
+def test_deepseek_v3_active_parameters_are_37b():
+    m = get_model("deepseek-v3")
+    assert (m.active_nonembedding_params + m.output_params + m.embedding_params) / 1e9 == pytest.approx(37, rel=0.03)
+    assert math.isclose(m.total_params / 1e9, 671, rel_tol=0.01)
