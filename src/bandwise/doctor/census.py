@@ -23,8 +23,9 @@ _SDPA = {F.scaled_dot_product_attention}
 class OpCensus(TorchFunctionMode):
     """A TorchFunctionMode that counts calls; read the result with `summary()`."""
 
-    def __init__(self) -> None:
+    def __init__(self, bf16_available: bool | None = None) -> None:
         super().__init__()
+        self.bf16 = bf16_available
         self.calls = 0
         self.gemm_by_dtype: dict[str, int] = {}
         self.softmax = 0
@@ -50,7 +51,7 @@ class OpCensus(TorchFunctionMode):
             "softmax_calls": self.softmax,
             "sdpa_calls": self.sdpa,
             "dispatch_overhead_s": dispatch_overhead_s(),
-            "bf16_available": bf16_available(),
+            "bf16_available": bf16_available() if self.bf16 is None else self.bf16,
         }
 
 
@@ -86,9 +87,20 @@ def dispatch_overhead_s() -> float:
     return _OVERHEAD[0]
 
 
-def bf16_available(device: torch.device | None = None) -> bool:
-    """Whether bf16 autocast can run here: CUDA reports it; CPU autocast supports bf16 on every CPU
-    (torch autocast docs), though only CPUs with AVX512-BF16/AMX run it faster than fp32."""
-    if torch.cuda.is_available() and (device is None or device.type == "cuda"):
-        return bool(torch.cuda.is_bf16_supported())
-    return True
+def bf16_available(device: torch.device | str | None = None) -> bool:
+    """Whether bf16 runs natively (faster than fp32) on the device.
+
+    CUDA: `torch.cuda.is_bf16_supported()` (compute capability 8.0+, A100 onwards). CPU: the
+    AVX512-BF16 or AMX-BF16 flags on x86 (Intel Cooper Lake / Sapphire Rapids, AMD Zen 4) or
+    the `bf16` feature on Arm; elsewhere autocast still runs bf16, but emulated and slower
+    than fp32, so fp32 is the right choice there.
+    """
+    dev = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if dev.type == "cuda":
+        return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = set(f.read().split())
+    except OSError:
+        return False
+    return bool(flags & {"avx512_bf16", "amx_bf16", "bf16"})

@@ -64,6 +64,7 @@ class Monitor:
         warmup: int = 1,
         census_step: int | None = 2,
         memory_capacity_bytes: float | None = None,
+        bf16_available: bool | None = None,
     ) -> None:
         for name, value in (("flops_per_sample", flops_per_sample), ("flops_per_token", flops_per_token), ("peak_flops", peak_flops)):
             if value is not None and not (isinstance(value, (int, float)) and value > 0):
@@ -81,6 +82,8 @@ class Monitor:
         self.census_step = census_step
         """Index of the one step whose torch calls are counted (dtypes, attention path); its
         timing is kept out of the medians because counting slows it down."""
+        self.bf16_available = bf16_available
+        """None: detect native bf16 on the device; True/False: declare it (e.g. for a target device)."""
         self.memory_capacity_bytes = memory_capacity_bytes
         if self.cuda and memory_capacity_bytes is None:
             self.memory_capacity_bytes = float(torch.cuda.get_device_properties(self.device).total_memory)
@@ -117,7 +120,7 @@ class Monitor:
         if self._open is not None:
             self.end_step()
         index = len(self.records)
-        census = OpCensus() if self.census_step is not None and index == self.census_step else None
+        census = OpCensus(self.bf16_available) if self.census_step is not None and index == self.census_step else None
         if self.cuda:
             torch.cuda.reset_peak_memory_stats(self.device)
         self._open = _Open(t0=time.perf_counter(), samples=samples, tokens=tokens, data_wait_s=self._pending_wait, census=census)

@@ -1,0 +1,415 @@
+"""Rules: each turns measured signals into a finding with evidence, a concrete fix and a gain.
+
+Signals come from the live monitor (`signals_from_live`) or a trace (`trace.analyze_trace`),
+under one vocabulary: shares are fractions of the step period; a signal that was not measured
+is None and makes the rule report itself in `missing` rather than pass silently.
+
+Expected speedups are Amdahl estimates from the measured shares: removing a share w of the step
+gives 1 / (1 - w); shrinking it by a factor r gives 1 / ((1 - w) + w / r).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+MIN_STEPS = 3
+"""Fewer measured steps than this give no verdict: the first steps include warm-up
+(allocator, autotuning, worker start) and one step has no spread to judge noise by."""
+
+WARN, CRIT = 0.10, 0.20
+"""TraceML's bands for a bottleneck share of step time: >= 10% warning, >= 20% critical."""
+
+
+@dataclass(kw_only=True, slots=True)
+class Finding:
+    id: str
+    severity: str
+    """'warning' or 'critical'."""
+    title: str
+    evidence: dict[str, Any]
+    fix: str
+    expected_speedup: float | None
+    """Step-throughput gain if the fix removes what the evidence measures; None if no estimate."""
+    note: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(kw_only=True, slots=True)
+class Diagnosis:
+    steps: int
+    breakdown: dict[str, float]
+    findings: list[Finding] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    signals: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def healthy(self) -> bool:
+        return not self.findings
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "steps": self.steps,
+            "breakdown": self.breakdown,
+            "findings": [f.to_dict() for f in self.findings],
+            "missing": self.missing,
+            "healthy": self.healthy,
+            "signals": self.signals,
+        }
+
+
+Rule = Callable[[dict[str, Any], list[str]], "Finding | None"]
+
+
+def _band(share: float) -> str | None:
+    return "critical" if share >= CRIT else "warning" if share >= WARN else None
+
+
+def amdahl(share: float, factor: float = math.inf) -> float:
+    """Speedup when a share of the step becomes `factor` times faster (inf = removed)."""
+    share = min(max(share, 0.0), 0.99)
+    return 1.0 / ((1.0 - share) + (share / factor if math.isfinite(factor) else 0.0))
+
+
+def _need(s: dict[str, Any], missing: list[str], *keys: str) -> bool:
+    absent = [k for k in keys if s.get(k) is None]
+    missing.extend(absent)
+    return not absent
+
+
+def suggest_workers(data_share: float, cpus: int | None = None) -> int:
+    """Workers so loading keeps ahead of compute: each worker makes one batch per `data` time while
+    the model consumes one per `compute` time, so data/compute workers keep up; x2 for jitter,
+    and within the 4-8 per GPU that the PyTorch performance tuning guide's users find best."""
+    ratio = data_share / max(1e-6, 1.0 - data_share)
+    n = max(4, min(8, math.ceil(2 * ratio) + 1))
+    return min(n, cpus) if cpus and cpus >= 2 else n
+
+
+def input_bound(s: dict[str, Any], missing: list[str]) -> Finding | None:
+    """Data wait (time blocked on the DataLoader) >= 10% of the step: warning; >= 20%: critical.
+
+    Bands from TraceML; torch_tb_profiler already recommends workers above 5%. On a trace the
+    share is the DataLoader span share; the gain uses the part the accelerator did not overlap.
+    """
+    share = s.get("dataloader_share") if s.get("dataloader_share") is not None else s.get("data_wait_share")
+    if share is None:
+        missing.append("data_wait_share")
+        return None
+    sev = _band(share)
+    if sev is None:
+        return None
+    exposed = s.get("data_wait_share") if s.get("data_wait_share") is not None else share
+    workers = suggest_workers(share, s.get("cpus"))
+    pin = ", pin_memory=True" if s.get("device") in ("gpu", "cuda") else ""
+    return Finding(
+        id="input_bound",
+        severity=sev,
+        title=f"input-bound: {share:.0%} of each step waits for the DataLoader",
+        evidence={"dataloader_share": share, "exposed_data_wait_share": exposed},
+        fix=f"DataLoader(num_workers={workers}{pin}, persistent_workers=True, prefetch_factor=4); "
+        "then `bandwise doctor tune-loader` to measure the best setting",
+        expected_speedup=amdahl(exposed),
+    )
+
+
+def cpu_preprocessing(s: dict[str, Any], missing: list[str]) -> Finding | None:
+    """Host work in the training loop before the model runs (augmentation, tokenisation) >= 10%.
+
+    Live: time from the step's start to the model's first forward. Trace: host gaps >= 1 ms with
+    no operator on the step's thread. Same 10%/20% bands as `input_bound`.
+    """
+    share = s.get("preprocess_share")
+    if share is None:
+        missing.append("preprocess_share")
+        return None
+    sev = _band(share)
+    if sev is None:
+        return None
+    return Finding(
+        id="cpu_preprocessing",
+        severity=sev,
+        title=f"CPU preprocessing in the training process takes {share:.0%} of each step",
+        evidence={"preprocess_share": share},
+        fix="move the per-batch transform into Dataset.__getitem__ (or collate_fn) so DataLoader(num_workers=4, "
+        "persistent_workers=True) runs it in parallel with the step, or do it on the accelerator",
+        expected_speedup=amdahl(share),
+    )
+
+
+def host_bound(s: dict[str, Any], missing: list[str]) -> Finding | None:
+    """Launch-bound GPU: most kernels run shorter than their CPU launch and the GPU idles >= 10%.
+
+    HTA's kernel-launch analysis calls kernels shorter than their cudaLaunchKernel "short" and
+    puts launches at 5-20 us; idle share uses the 10%/20% bands.
+    """
+    if s.get("device") not in ("gpu", "cuda"):
+        return None
+    if not _need(s, missing, "short_kernel_fraction", "idle_share"):
+        return None
+    short, idle = s["short_kernel_fraction"], s["idle_share"]
+    sev = _band(idle)
+    if short < 0.5 or sev is None:
+        return None
+    return Finding(
+        id="host_bound",
+        severity=sev,
+        title=f"launch-bound: {short:.0%} of kernels are shorter than their launch, GPU idle {idle:.0%}",
+        evidence={"short_kernel_fraction": short, "idle_share": idle, "kernel_median_us": s.get("kernel_median_us"), "launch_median_us": s.get("launch_median_us"), "kernels_per_step": s.get("kernels_per_step")},
+        fix="fuse small kernels: torch.compile(model) (or CUDA graphs via mode='reduce-overhead'), foreach/fused optimizer "
+        "(torch.optim.AdamW(..., fused=True)), and a larger micro-batch so each kernel does more work",
+        expected_speedup=amdahl(idle),
+    )
+
+
+def comm_bound(s: dict[str, Any], missing: list[str]) -> Finding | None:
+    """Exposed communication (NCCL time not overlapped by compute) >= 10% of the step, or overlap
+    below 50% while communication is >= 10% of the step.
+
+    torch_tb_profiler recommends action when communication exceeds 10% of the step.
+    """
+    if not _need(s, missing, "comm_exposed_share"):
+        return None
+    exposed, total, overlap = s["comm_exposed_share"], s.get("comm_share") or 0.0, s.get("comm_overlap")
+    sev = _band(exposed)
+    if sev is None and not (total >= WARN and overlap is not None and overlap < 0.5):
+        return None
+    return Finding(
+        id="comm_bound",
+        severity=sev or "warning",
+        title=f"communication-bound: {exposed:.0%} of the step waits on collectives",
+        evidence={"comm_exposed_share": exposed, "comm_share": total, "comm_overlap": overlap},
+        fix="overlap communication with compute: DDP(bucket_cap_mb=100, gradient_as_bucket_view=True) or FSDP2 "
+        "with reshard_after_forward=False and prefetching; gradient accumulation (no_sync) to communicate less often",
+        expected_speedup=amdahl(exposed),
+    )
+
+
+def no_mixed_precision(s: dict[str, Any], missing: list[str]) -> Finding | None:
+    """fp32 GEMMs (>= 50% of GEMM time or calls) on a device where bf16 runs natively.
+
+    torch_tb_profiler fires its mixed-precision rule on compute capability >= 7.0 when no
+    tensor-core kernel is used. Gain: GEMM share sped up by the bf16/fp32 dense-peak ratio of the
+    device where known (A100: 312/19.5 TFLOP/s, H100 SXM: 989/67, V100 fp16: 125/15.7, from
+    NVIDIA's datasheets), capped at 4x because real GEMMs in a step rarely reach either peak.
+    """
+    frac = s.get("gemm_fp32_fraction")
+    if frac is None:
+        missing.append("gemm_fp32_fraction")
+        return None
+    if frac < 0.5:
+        return None
+    avail = s.get("bf16_available")
+    if avail is None:
+        missing.append("bf16_available")
+        return None
+    if not avail:
+        return None
+    share = s.get("gemm_share")
+    ratio = s.get("lowp_peak_ratio")
+    gain = amdahl(share * frac, min(4.0, ratio)) if share is not None and ratio else None
+    return Finding(
+        id="no_mixed_precision",
+        severity="warning" if frac < 0.9 else "critical",
+        title=f"{frac:.0%} of GEMM work runs in fp32 on a device with native bf16",
+        evidence={"gemm_fp32_fraction": frac, "gemm_share": share},
+        fix="with torch.autocast(device_type, dtype=torch.bfloat16): around forward and loss (no GradScaler needed "
+        "for bf16); on Ampere+ also torch.backends.cuda.matmul.allow_tf32 = True for what stays fp32",
+        expected_speedup=gain,
+        note="" if gain else "gain not estimated: GEMM share or the device's bf16/fp32 peak ratio unknown",
+    )
+
+
+def small_batch(s: dict[str, Any], missing: list[str]) -> Finding | None:
+    """Low utilisation with memory headroom: fixed per-step costs dominate a tiny micro-batch.
+
+    Signals: the optimizer (a per-step cost independent of batch size) takes >= 10% of the step;
+    or live, torch calls average under 10x the cost of a trivial op (dispatch-bound); or on a GPU
+    trace the GPU is busy < 50% for reasons other than data or communication (torch_tb_profiler's
+    low-utilisation rule recommends a larger batch below 50%). Headroom: peak memory < 50% of
+    capacity, or unknown on CPU (host memory is rarely the limit there).
+    """
+    opt = s.get("optimizer_share")
+    dispatch = s.get("dispatch_ratio")
+    busy = s.get("gpu_busy_share")
+    explained = (s.get("data_wait_share") or 0.0) + (s.get("comm_exposed_share") or 0.0) + (s.get("preprocess_share") or 0.0)
+    reasons = []
+    if opt is not None and opt >= WARN:
+        reasons.append(f"optimizer {opt:.0%} of the step")
+    if dispatch is not None and dispatch < 10:
+        reasons.append(f"torch calls average {dispatch:.1f}x a trivial op's cost")
+    if busy is not None and busy < 0.5 and explained < WARN:
+        reasons.append(f"GPU busy {busy:.0%}")
+    if opt is None and dispatch is None and busy is None:
+        missing.append("optimizer_share")
+        return None
+    if not reasons:
+        return None
+    mem = s.get("memory_fraction")
+    if mem is not None and mem >= 0.5:
+        return None
+    k = 4 if mem is None else max(2, int(0.8 / max(mem, 1e-3)))
+    micro = s.get("micro_batch")
+    glob = s.get("global_batch") or micro
+    fix = suggest_batch_text(micro, k, glob)
+    fixed = opt if opt is not None else (1.0 - busy if busy is not None else None)
+    if fixed is None and dispatch is not None:
+        fixed = 1.0 / max(dispatch, 1.0)
+    return Finding(
+        id="small_batch",
+        severity="critical" if (opt or 0) >= CRIT or (dispatch or 99) < 5 else "warning",
+        title="small batch: fixed per-step costs dominate (" + "; ".join(reasons) + ")",
+        evidence={"optimizer_share": opt, "dispatch_ratio": dispatch, "gpu_busy_share": busy, "memory_fraction": mem, "micro_batch": micro},
+        fix=fix,
+        expected_speedup=amdahl(fixed, k) if fixed is not None else None,
+        note="run `bandwise doctor` batch-size finder (bandwise.doctor.tune.find_max_batch) for the largest micro-batch that fits",
+    )
+
+
+def suggest_batch_text(micro: int | None, k: int, global_batch: int | None) -> str:
+    if not micro:
+        return f"raise the micro-batch about {k}x (to what fits in memory) and lower gradient accumulation to keep the global batch"
+    new = micro * k
+    if global_batch and global_batch > micro:
+        accum = max(1, math.ceil(global_batch / new))
+        return f"micro-batch {micro} -> {new} with gradient accumulation {accum} (global batch {global_batch} kept)"
+    return f"micro-batch {micro} -> {new} (scale the learning rate with the batch, or keep the global batch with accumulation)"
+
+
+def memory_pressure(s: dict[str, Any], missing: list[str]) -> Finding | None:
+    """Peak device memory above 90% of capacity (torch_tb_profiler's memory rule)."""
+    mem = s.get("memory_fraction")
+    if mem is None:
+        missing.append("memory_fraction")
+        return None
+    if mem <= 0.9:
+        return None
+    return Finding(
+        id="memory_pressure",
+        severity="critical" if mem > 0.97 else "warning",
+        title=f"peak memory at {mem:.0%} of capacity: allocator retries and OOM risk",
+        evidence={"memory_fraction": mem, "peak_mem_bytes": s.get("peak_mem_bytes"), "memory_capacity_bytes": s.get("memory_capacity_bytes")},
+        fix="activation checkpointing (torch.utils.checkpoint on each block), bf16 autocast, or half the micro-batch with 2x gradient accumulation",
+        expected_speedup=None,
+        note="a risk, not a slowdown measured here",
+    )
+
+
+def unfused_attention(s: dict[str, Any], missing: list[str]) -> Finding | None:
+    """Attention computed as matmul -> softmax -> matmul instead of a fused kernel.
+
+    Unfused attention writes the (T, T) score matrix to memory and reads it back; FlashAttention
+    (Dao et al. 2022, sec. 3) avoids that traffic, and `F.scaled_dot_product_attention` selects it.
+    Fires when softmax ops/kernels are seen and no fused attention is.
+    """
+    soft, fused = s.get("softmax_count"), s.get("fused_attention_count")
+    if soft is None or fused is None:
+        missing.append("softmax_count")
+        return None
+    if soft == 0 or fused > 0:
+        return None
+    share = s.get("softmax_share")
+    return Finding(
+        id="unfused_attention",
+        severity="warning",
+        title=f"attention runs unfused: {soft} softmax calls per step and no fused attention kernel",
+        evidence={"softmax_count": soft, "fused_attention_count": fused, "softmax_share": share},
+        fix="replace softmax(q @ k.transpose(-2, -1) / sqrt(d)) @ v with torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=...)",
+        expected_speedup=amdahl(share) if share else None,
+        note="" if share else "gain not estimated: the softmax share of the step is not measured here",
+    )
+
+
+RULES: tuple[Rule, ...] = (input_bound, cpu_preprocessing, host_bound, comm_bound, no_mixed_precision, small_batch, memory_pressure, unfused_attention)
+
+
+def diagnose(signals: dict[str, Any], breakdown: dict[str, float]) -> Diagnosis:
+    """Run every rule; findings sorted by expected gain (unknown gains last)."""
+    steps = int(signals.get("steps") or 0)
+    d = Diagnosis(steps=steps, breakdown=breakdown, signals=signals)
+    if steps < MIN_STEPS:
+        d.missing.append(f"steps (have {steps}, need >= {MIN_STEPS} for a verdict)")
+        return d
+    missing: list[str] = []
+    for rule in RULES:
+        f = rule(signals, missing)
+        if f is not None:
+            d.findings.append(f)
+    d.missing = sorted(set(missing))
+    d.findings.sort(key=lambda f: -(f.expected_speedup or 1.0))
+    return d
+
+
+def signals_from_live(summary: dict[str, Any], *, global_batch: int | None = None) -> dict[str, Any]:
+    """Map `Monitor.summary()` onto the rules' vocabulary."""
+    m, b, census = summary["medians"], summary["breakdown"], summary.get("census") or {}
+    gemm = census.get("gemm_by_dtype") or {}
+    n_gemm = sum(gemm.values())
+    dispatch = None
+    if census.get("torch_calls") and m.get("compute_s") and census.get("dispatch_overhead_s"):
+        dispatch = m["compute_s"] / census["torch_calls"] / census["dispatch_overhead_s"]
+    return {
+        "source": "live",
+        "device": "cuda" if m.get("gpu_step_s") is not None else "cpu",
+        "steps": summary["steps"],
+        "data_wait_share": b.get("data_wait"),
+        "preprocess_share": b.get("preprocess") if m.get("preprocess_s") is not None else None,
+        "optimizer_share": b.get("optimizer") if m.get("optimizer_s") is not None else None,
+        "dispatch_ratio": dispatch,
+        "gemm_fp32_fraction": gemm.get("float32", 0) / n_gemm if n_gemm else None,
+        "gemm_share": None,
+        "bf16_available": census.get("bf16_available"),
+        "softmax_count": census.get("softmax_calls"),
+        "fused_attention_count": census.get("sdpa_calls"),
+        "comm_exposed_share": None,
+        "memory_fraction": summary.get("memory_fraction"),
+        "peak_mem_bytes": m.get("peak_mem_bytes"),
+        "memory_capacity_bytes": summary.get("memory_capacity_bytes"),
+        "micro_batch": int(m["samples"]) if m.get("samples") else None,
+        "global_batch": global_batch,
+        "cpus": os.cpu_count(),
+        "samples_per_s": m.get("samples_per_s"),
+        "tokens_per_s": m.get("tokens_per_s"),
+        "mfu": m.get("mfu"),
+    }
+
+
+# Dense bf16-or-fp16 / fp32 peak ratios by CUDA compute capability major version, from NVIDIA
+# datasheets: V100 (7.x) 125 fp16 / 15.7 fp32; A100 (8.x) 312 / 19.5; H100 SXM (9.x) 989 / 67.
+_LOWP_RATIO = {7: 125 / 15.7, 8: 312 / 19.5, 9: 989 / 67}
+
+
+def signals_from_trace(sig: dict[str, Any], *, bf16_available: bool | None = None) -> dict[str, Any]:
+    """Map `trace.analyze_trace(...)['signals']` onto the rules' vocabulary."""
+    out = dict(sig)
+    out["source"] = "trace"
+    gpu = sig.get("device") == "gpu"
+    cc = sig.get("compute_capability")
+    major = cc[0] if cc and isinstance(cc[0], int) else None
+    if bf16_available is None and gpu and major is not None:
+        # fp16 tensor cores from 7.0 (torch_tb_profiler's AMP rule), bf16 from 8.0
+        bf16_available = major >= 7
+    out["bf16_available"] = bf16_available
+    if gpu:
+        out["gemm_fp32_fraction"] = sig.get("gemm_fp32_fraction")
+        step_us = (sig.get("step_ms") or 0) * 1e3
+        out["gemm_share"] = min(1.0, sig["gemm_us"] / (step_us * sig["steps"])) if step_us and sig.get("steps") and sig.get("gemm_us") is not None else None
+        out["lowp_peak_ratio"] = _LOWP_RATIO.get(major) if major is not None else None
+        out["idle_share"] = sig.get("idle_share")
+        # The CPU op names which softmax it is: kernels alone cannot tell the loss's
+        # log-softmax from attention's softmax (both are `softmax_warp_forward`).
+        out["softmax_count"] = sig.get("softmax_ops")
+        out["fused_attention_count"] = (sig.get("attention_fused_kernels") or 0) + (sig.get("sdpa_ops") or 0)
+        out["softmax_share"] = None
+    else:
+        out["gemm_fp32_fraction"] = sig.get("cpu_gemm_fp32_fraction")
+        out["softmax_count"] = sig.get("softmax_ops")
+        out["fused_attention_count"] = sig.get("sdpa_ops")
+        out["softmax_share"] = sig.get("softmax_op_share")
+        out["comm_exposed_share"] = None
+    return out
