@@ -19,12 +19,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import contextlib
+
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from bandwise.errors import BandwiseError
-from bandwise.runtime.moe import MoE, MoEConfig
+from bandwise.runtime.moe import MoE, MoEConfig, recompute_guard
 from bandwise.specs.model import ModelSpec
 
 
@@ -84,6 +87,8 @@ class Attention(nn.Module):
         self.wk = nn.Linear(spec.hidden, spec.n_kv_heads * self.head_dim, bias=False)
         self.wv = nn.Linear(spec.hidden, spec.n_kv_heads * self.head_dim, bias=False)
         self.wo = nn.Linear(spec.heads * self.head_dim, spec.hidden, bias=False)
+        self.recompute_core = False
+        """Selective recomputation: keep no SDPA activations, re-run it in backward."""
 
     def forward(self, x_BTD: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
         B, T, _ = x_BTD.shape
@@ -96,7 +101,10 @@ class Attention(nn.Module):
             # Expanding K/V instead of `enable_gqa=True` keeps every SDPA backend eligible.
             rep = q.shape[1] // k.shape[1]
             k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H, T, Dh)
+        if self.recompute_core and torch.is_grad_enabled():
+            out = checkpoint(F.scaled_dot_product_attention, q, k, v, is_causal=True, use_reentrant=False)
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H, T, Dh)
         return self.wo(out.transpose(1, 2).reshape(B, T, -1))
 
 
@@ -108,9 +116,23 @@ class FeedForward(nn.Module):
         self.w1 = nn.Linear(dim, hidden, bias=False)
         self.w2 = nn.Linear(hidden, dim, bias=False)
         self.w3 = nn.Linear(dim, hidden, bias=False)
+        self.recompute_core = False
+        """Selective recomputation: re-run silu(a)·b in backward instead of storing it."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+        a, b = self.w1(x), self.w3(x)
+        if self.recompute_core and torch.is_grad_enabled():
+            return self.w2(checkpoint(_swiglu, a, b, use_reentrant=False))
+        return self.w2(_swiglu(a, b))
+
+
+def _swiglu(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return F.silu(a) * b
+
+
+def _recompute_contexts() -> tuple[contextlib.AbstractContextManager, contextlib.AbstractContextManager]:
+    """(forward, recompute) contexts for `checkpoint`: the re-run is marked for the MoE counters."""
+    return contextlib.nullcontext(), recompute_guard()
 
 
 class Block(nn.Module):
@@ -123,8 +145,17 @@ class Block(nn.Module):
         self.feed_forward: nn.Module = (
             MoE(spec, cfg.moe or MoEConfig()) if self.moe_layer else FeedForward(spec.hidden, spec.ffn)
         )
+        if isinstance(self.feed_forward, MoE):
+            self.feed_forward.layer_id = layer
+        self.recompute_full = False
+        """Full recomputation: keep only the block input, re-run the block in backward."""
 
     def forward(self, x_BTD: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
+        if self.recompute_full and torch.is_grad_enabled():
+            return checkpoint(self._forward, x_BTD, rope, use_reentrant=False, context_fn=_recompute_contexts)
+        return self._forward(x_BTD, rope)
+
+    def _forward(self, x_BTD: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
         h = x_BTD + self.attention(self.attention_norm(x_BTD), rope)
         return h + self.feed_forward(self.ffn_norm(h))
 

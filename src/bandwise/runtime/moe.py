@@ -100,7 +100,8 @@ class GroupedExperts(nn.Module):
 
     def forward(self, x_ND: torch.Tensor, counts: list[int]) -> torch.Tensor:
         """x_ND rows are grouped by local expert, `counts[e]` rows for expert e."""
-        w1, w2, w3 = self.w1, self.w2, self.w3
+        # Experts left out of FSDP (expert parallel, no data-parallel peer) miss its bf16 cast.
+        w1, w2, w3 = (w.to(x_ND.dtype) for w in (self.w1, self.w2, self.w3))
         outs = [
             (F.silu(x @ w1[e]) * (x @ w3[e])) @ w2[e]  # (n_e, D)
             for e, x in enumerate(torch.split(x_ND, counts))
@@ -161,6 +162,8 @@ class MoE(nn.Module):
         # Summed over the micro-batches of one step; consumed by `update_router_biases`.
         self.register_buffer("tokens_per_expert", torch.zeros(spec.experts), persistent=False)
         self.dispatch: Dispatch = local_dispatch
+        self.layer_id = -1
+        """Index of the block this layer sits in (set by the model), for per-layer metrics."""
         self.aux_grad_scale = 1.0
         """d(total loss)/d(this micro-batch's loss): 1/micro-batches under gradient accumulation."""
 

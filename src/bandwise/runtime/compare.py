@@ -1,0 +1,86 @@
+"""Close the loop: the measured median step next to the planner's `Estimate` for the same
+Strategy on the device the job ran on.
+
+The device preset is built at run time from measurements, since a CPU (or an unlisted
+accelerator) has no datasheet preset: the dense peak is the sustained FLOP/s of a large matmul
+in the training dtype (stored under the planner's "bf16" key, the Strategy's precision),
+`gemm_efficiency` is 1 because that peak is already a sustained figure, memory bandwidth is a
+measured large copy, and the one topology level's bandwidth and latency come from a timed
+all-reduce over the job's own process group (bus bandwidth 2(n−1)/n · bytes / time, the
+ring all-reduce volume of Patarasuk & Yuan 2009).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from bandwise.runtime.metrics import measure_copy_bandwidth
+from bandwise.specs.hardware import Cluster, Device, Level
+from bandwise.specs.model import ModelSpec
+from bandwise.specs.strategy import Strategy
+
+
+def _memory_bytes(device: torch.device) -> float:
+    if device.type == "cuda":
+        return float(torch.cuda.get_device_properties(device).total_memory)
+    return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+
+
+def _link(device: torch.device, world: int) -> tuple[float, float]:
+    """(bus bandwidth bytes/s, latency s) of an all-reduce over the whole job; a nominal
+    figure for one process, where no communication happens."""
+    if world == 1 or not dist.is_initialized():
+        return 1e12, 1e-6
+    small = torch.zeros(1, device=device)
+    big = torch.zeros(4 * 2**20 // 4, device=device)
+    dist.all_reduce(small)
+    t0 = time.perf_counter()
+    for _ in range(5):
+        dist.all_reduce(small)
+    latency = (time.perf_counter() - t0) / 5
+    dist.all_reduce(big)
+    t0 = time.perf_counter()
+    for _ in range(3):
+        dist.all_reduce(big)
+    dt = (time.perf_counter() - t0) / 3
+    return 2 * (world - 1) / world * big.numel() * 4 / max(dt - latency, 1e-9), latency
+
+
+def runtime_cluster(device: torch.device, world: int, peak_flops: float) -> Cluster:
+    bandwidth, latency = _link(device, world)
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    dev = Device(
+        name=f"{name} (measured)",
+        peak_flops={"bf16": peak_flops},
+        hbm_bytes=_memory_bytes(device),
+        hbm_bandwidth=measure_copy_bandwidth(device),
+        gemm_efficiency=1.0,
+        source="measured at run time by bandwise.runtime (matmul FLOP/s, copy bandwidth)",
+    )
+    level = Level(name="job", size=world, bandwidth=bandwidth, latency=latency, source="timed all-reduce over the job's process group")
+    return Cluster(name=f"{name}-x{world}", device=dev, levels=(level,), source=dev.source)
+
+
+def compare_with_plan(spec: ModelSpec, strategy: Strategy, device: torch.device, world: int, dtype: torch.dtype, measured_step_s: float, peak_flops: float) -> dict[str, Any]:
+    """Call on every rank (the link measurement is collective)."""
+    cluster = runtime_cluster(device, world, peak_flops)
+    result: dict[str, Any] = {"measured_step_s": measured_step_s, "device": cluster.device.name, "peak_flops": peak_flops, "dtype": str(dtype).removeprefix("torch.")}
+    try:
+        from bandwise.cost.step import estimate
+    except ImportError:  # the planner's cost model is optional for training
+        result["predicted_step_s"] = None
+        return result
+    est = estimate(spec, cluster, strategy)
+    result.update(
+        predicted_step_s=est.step_time_s,
+        ratio=measured_step_s / est.step_time_s if est.step_time_s > 0 else None,
+        predicted_mfu=est.mfu,
+        predicted_tokens_per_s_per_device=est.tokens_per_s_per_device,
+        predicted_memory_gib_per_device=est.memory_gib_per_device,
+    )
+    return result

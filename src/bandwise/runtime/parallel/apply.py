@@ -1,0 +1,75 @@
+"""Compose the parallelisms for one Strategy, in the one order that works:
+
+1. pipeline split — cut the model into this rank's stages first, so every later step only
+   touches (and only allocates for) the blocks this rank runs;
+2. tensor parallel — turns weights into DTensors sharded over the TP mesh; it must precede FSDP,
+   which then shards those DTensors again over the data-parallel mesh (2D, as torchtitan does);
+3. expert parallel — keeps this rank's experts; before FSDP, so FSDP shards only local experts;
+4. activation recomputation — flags on the blocks, set before FSDP wraps them; then, if asked,
+   torch.compile per block (torchtitan's order: AC, compile, FSDP);
+5. FSDP / HSDP — per block, then the whole part (the root unit holds embedding and head).
+
+The pipeline schedule is built last from the finished parts (`build_schedule`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from bandwise.runtime.parallel.expert import apply_expert_parallel
+from bandwise.runtime.parallel.fsdp import apply_fsdp, divide_expert_grads
+from bandwise.runtime.parallel.mesh import Meshes
+from bandwise.runtime.parallel.pipeline import pipeline_parts
+from bandwise.runtime.parallel.recompute import apply_recompute
+from bandwise.runtime.parallel.tensor import apply_tensor_parallel
+from bandwise.specs.strategy import Strategy
+
+
+@dataclass(slots=True)
+class Parallel:
+    parts: list[nn.Module]
+    """This rank's model parts: one, or one per local pipeline stage."""
+    stage_ids: list[int]
+    fsdp: bool
+    """Whether FSDP mixed precision handles the compute dtype (else autocast does)."""
+
+
+def _compile_blocks(model: nn.Module) -> None:
+    for block in model.layers.values():
+        block.compile()
+
+
+def parallelize(model: nn.Module, s: Strategy, meshes: Meshes | None, *, param_dtype: torch.dtype, compile: bool = False) -> Parallel:
+    if meshes is None:  # one process: only recomputation (and compilation) apply
+        apply_recompute(model, s.recompute)
+        if compile:
+            _compile_blocks(model)
+        return Parallel(parts=[model], stage_ids=[0], fsdp=False)
+    ids, parts = ([0], [model])
+    if s.pp > 1:
+        ids, parts = pipeline_parts(model, s, meshes.pp_rank())
+    use_fsdp = s.dp > 1
+    for part in parts:
+        if s.tp > 1:
+            apply_tensor_parallel(part, meshes.tp_mesh())
+        if s.ep > 1:
+            apply_expert_parallel(part, meshes.ep_group(), meshes.ep_rank(), s.ep)
+        apply_recompute(part, s.recompute)
+        if compile:
+            _compile_blocks(part)
+        expert_mesh = meshes.expert_fsdp_mesh()
+        if use_fsdp:
+            apply_fsdp(
+                part,
+                meshes.fsdp_mesh(),
+                expert_mesh=expert_mesh,
+                dp_size=s.dp,
+                param_dtype=param_dtype,
+                experts_are_local=s.ep > 1 and expert_mesh is None,
+            )
+        if s.ep > 1 and expert_mesh is None:
+            divide_expert_grads(part, s.dp)
+    return Parallel(parts=parts, stage_ids=ids, fsdp=use_fsdp)

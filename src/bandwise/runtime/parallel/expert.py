@@ -1,0 +1,84 @@
+"""Expert parallelism: each rank of an EP group holds E/ep routed experts; tokens travel to
+their experts and back with `all_to_all_single` and uneven splits (GShard, Lepikhin et al. 2020,
+Sec. 3.2; the dispatch/combine of DeepSpeed-MoE and torchtitan).
+
+Per MoE layer and micro-batch:
+1. every rank counts its token→expert pairs per expert and exchanges the counts (one small
+   all-to-all), so each rank knows how many rows it sends to and receives from every peer;
+2. dispatch: rows, already sorted by global expert id, go to the rank owning the expert;
+3. received rows arrive grouped by source rank; they are regrouped by local expert, run,
+   and put back in arrival order;
+4. combine: the reverse all-to-all returns each row to the rank and position it came from.
+
+The autograd function below makes both all-to-alls differentiable (the backward of an
+all-to-all is the all-to-all with send and receive splits swapped).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from bandwise.runtime.moe import GroupedExperts, MoE
+
+
+class _AllToAll(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x_ND: torch.Tensor, out_splits: list[int], in_splits: list[int], group) -> torch.Tensor:  # type: ignore[override]
+        ctx.splits, ctx.group = (out_splits, in_splits), group
+        out = x_ND.new_empty((sum(out_splits), *x_ND.shape[1:]))
+        dist.all_to_all_single(out, x_ND.contiguous(), out_splits, in_splits, group=group)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out: torch.Tensor):  # type: ignore[override]
+        out_splits, in_splits = ctx.splits
+        grad_in = grad_out.new_empty((sum(in_splits), *grad_out.shape[1:]))
+        dist.all_to_all_single(grad_in, grad_out.contiguous(), in_splits, out_splits, group=ctx.group)
+        return grad_in, None, None, None
+
+
+class AllToAllDispatch:
+    """Replaces `moe.local_dispatch` on a rank of an EP group of size `ep`."""
+
+    def __init__(self, group, ep: int, num_experts: int) -> None:
+        self.group, self.ep, self.local = group, ep, num_experts // ep
+
+    def __call__(self, x_ND: torch.Tensor, counts_E: torch.Tensor, experts: GroupedExperts) -> torch.Tensor:
+        send_PL = counts_E.to(torch.int64).view(self.ep, self.local)  # rows for peer p, its local expert l
+        recv_PL = torch.empty_like(send_PL)
+        dist.all_to_all_single(recv_PL, send_PL, group=self.group)  # (source peer, local expert)
+        in_splits = send_PL.sum(1).tolist()
+        out_splits = recv_PL.sum(1).tolist()
+        x_recv = _AllToAll.apply(x_ND, out_splits, in_splits, self.group)
+
+        # Regroup the received rows, ordered (source, expert), into (expert, source) order.
+        recv = recv_PL.tolist()
+        starts, offset = [], 0
+        for row in recv:
+            starts.append([])
+            for n in row:
+                starts[-1].append(offset)
+                offset += n
+        perm = [i for e in range(self.local) for p in range(self.ep) for i in range(starts[p][e], starts[p][e] + recv[p][e])]
+        perm_t = torch.tensor(perm, dtype=torch.int64, device=x_ND.device)
+        per_expert = [sum(recv[p][e] for p in range(self.ep)) for e in range(self.local)]
+        y_sorted = experts(x_recv[perm_t], per_expert)
+        y_recv = torch.empty_like(y_sorted).index_copy(0, perm_t, y_sorted)  # back to arrival order
+        return _AllToAll.apply(y_recv, in_splits, out_splits, self.group)
+
+
+def apply_expert_parallel(model: nn.Module, group, ep_rank: int, ep: int) -> None:
+    """Keep this rank's E/ep experts of every MoE layer and route tokens to the others."""
+    for moe in (m for m in model.modules() if isinstance(m, MoE)):
+        local = moe.num_experts // ep
+        keep = slice(ep_rank * local, (ep_rank + 1) * local)
+        for name in ("w1", "w2", "w3"):
+            full = getattr(moe.experts, name)
+            setattr(moe.experts, name, nn.Parameter(full.detach()[keep].clone()))
+        moe.dispatch = AllToAllDispatch(group, ep, moe.num_experts)
+
+
+def expert_parameters(model: nn.Module) -> list[nn.Parameter]:
+    return [p for m in model.modules() if isinstance(m, GroupedExperts) for p in m.parameters()]

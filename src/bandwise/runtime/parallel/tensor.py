@@ -1,0 +1,71 @@
+"""Tensor parallelism with sequence parallelism (Megatron-LM: Shoeybi et al. 2019, Korthikanti
+et al. 2022), expressed as `parallelize_module` plans as in torchtitan's Llama.
+
+Per block: q/k/v and w1/w3 column-wise, o and w2 row-wise, so each block needs one all-gather
+before and one reduce-scatter after each of attention and MLP; the norms run on sequence shards
+(`SequenceParallel`) between them. The embedding is row-wise with a sequence-sharded output, the
+output head column-wise with a replicated output (the vocabulary is small enough to gather).
+
+MoE layers are kept whole on every tensor-parallel rank: their input is gathered to the full
+sequence, every TP rank routes identically (so router loads agree), and the output is cut back to
+this rank's sequence shard. Their routed experts are spread by expert parallelism instead.
+"""
+
+from __future__ import annotations
+
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.tensor import Replicate, Shard
+from torch.distributed.tensor.parallel import (
+    ColwiseParallel,
+    PrepareModuleInput,
+    PrepareModuleInputOutput,
+    RowwiseParallel,
+    SequenceParallel,
+    parallelize_module,
+)
+
+from bandwise.runtime.moe import MoE
+
+
+def apply_tensor_parallel(model: nn.Module, tp_mesh: DeviceMesh) -> None:
+    """Shard `model` (a Transformer or one pipeline stage of it) over `tp_mesh` in place."""
+    top: dict[str, object] = {}
+    if model.tok_embeddings is not None:
+        top["tok_embeddings"] = RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1))
+    if model.norm is not None:
+        top["norm"] = SequenceParallel()
+    if model.output is not None:
+        top["output"] = ColwiseParallel(input_layouts=Shard(1), output_layouts=Replicate(), use_local_output=True)
+    if top:
+        parallelize_module(model, tp_mesh, top)
+    for block in model.layers.values():
+        plan: dict[str, object] = {
+            "attention_norm": SequenceParallel(),
+            "attention": PrepareModuleInput(input_layouts=(Shard(1), None), desired_input_layouts=(Replicate(), None)),
+            "attention.wq": ColwiseParallel(),
+            "attention.wk": ColwiseParallel(),
+            "attention.wv": ColwiseParallel(),
+            "attention.wo": RowwiseParallel(output_layouts=Shard(1)),
+            "ffn_norm": SequenceParallel(),
+        }
+        if isinstance(block.feed_forward, MoE):
+            plan["feed_forward"] = PrepareModuleInputOutput(
+                input_layouts=(Shard(1),),
+                desired_input_layouts=(Replicate(),),
+                use_local_input=True,
+                output_layouts=(Replicate(),),
+                desired_output_layouts=(Shard(1),),
+                use_local_output=True,
+            )
+        else:
+            plan.update(
+                {
+                    "feed_forward": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
+                    "feed_forward.w1": ColwiseParallel(),
+                    "feed_forward.w2": RowwiseParallel(output_layouts=Shard(1)),
+                    "feed_forward.w3": ColwiseParallel(),
+                }
+            )
+        parallelize_module(block, tp_mesh, plan)
+

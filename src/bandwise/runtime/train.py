@@ -1,0 +1,396 @@
+"""The training loop: one `Strategy` executed on torch.distributed, measured as it runs.
+
+    torchrun --nproc-per-node N -m bandwise train --model debug-moe --strategy plan.json
+
+Order of work: check the Strategy against the world size and the model (before anything
+starts), load the data, start the process group, build the model from one seed on every rank,
+parallelise it (`parallel.apply`), restore a checkpoint if asked, then train: gradient
+accumulation up to the global batch (or pipeline micro-batches), bf16 by FSDP mixed precision
+or autocast, gradient clipping, AdamW with linear warm-up and cosine decay (Loshchilov & Hutter
+2017, "SGDR"/"Decoupled Weight Decay Regularization"), aux-free router bias update after the
+optimizer step. Each step is measured by the doctor's `Monitor` (data wait, step time,
+tokens/s, MFU) and logged to JSONL and a progress bar; the end compares the measured median
+step with the planner's estimate for the same Strategy on this device.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+from collections.abc import Callable, Iterator
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from bandwise.doctor.monitor import Monitor
+from bandwise.errors import BandwiseError
+from bandwise.runtime import checkpoint as ckpt
+from bandwise.runtime.data import DataConfig, make_splits, train_loader, val_batches
+from bandwise.runtime.metrics import JsonlLog, grad_norm_and_clip, measure_matmul_flops, peak_memory_bytes
+from bandwise.runtime.model import ModelConfig, Transformer
+from bandwise.runtime.moe import MoE, MoEConfig, update_router_biases
+from bandwise.runtime.parallel.apply import parallelize
+from bandwise.runtime.parallel.expert import expert_parameters
+from bandwise.runtime.parallel.mesh import Meshes, build_meshes, check_runtime_support
+from bandwise.runtime.parallel.pipeline import build_schedule, warm_up
+from bandwise.specs.model import ModelSpec
+from bandwise.specs.strategy import Strategy
+
+DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+
+
+@dataclass(kw_only=True, slots=True)
+class TrainConfig:
+    steps: int = 200
+    """Optimizer steps to reach (a resumed run continues up to the same number)."""
+    seq_len: int = 256
+    lr: float = 3e-3
+    """Peak learning rate."""
+    min_lr_ratio: float = 0.1
+    """Final LR as a fraction of the peak (cosine floor)."""
+    warmup: int = 10
+    """Linear warm-up steps."""
+    weight_decay: float = 0.1
+    betas: tuple[float, float] = (0.9, 0.95)
+    grad_clip: float = 1.0
+    """Max global gradient L2 norm; 0 disables clipping."""
+    dtype: str = "bf16"
+    """Compute dtype: bf16 (FSDP mixed precision or autocast) or fp32 (exact CPU parity)."""
+    compile: bool = False
+    """torch.compile each block (slow first step; not used in tests)."""
+    seed: int = 0
+    on_nonfinite: str = "stop"
+    """stop: raise naming the step; skip: drop that step's update and go on."""
+    log: str = ""
+    """JSONL metrics file ("" for none)."""
+    eval_every: int = 0
+    """Validation loss every N steps and at the end (0: only at the end); not with pp > 1."""
+    eval_batches: int = 4
+    checkpoint_dir: str = ""
+    checkpoint_every: int = 0
+    resume: bool = False
+    progress: bool = True
+    """Rich progress bar on rank 0."""
+    compare: bool = True
+    """Print the planner's estimate next to the measured step at the end."""
+    data: DataConfig = field(default_factory=DataConfig)
+    moe: MoEConfig = field(default_factory=MoEConfig)
+
+    def __post_init__(self) -> None:
+        if self.steps < 1:
+            raise BandwiseError(f"steps={self.steps} must be >= 1")
+        if self.dtype not in DTYPES:
+            raise BandwiseError(f"dtype={self.dtype!r} is unknown; use one of: {', '.join(DTYPES)}")
+        if self.on_nonfinite not in ("stop", "skip"):
+            raise BandwiseError(f"on_nonfinite={self.on_nonfinite!r} must be 'stop' or 'skip'")
+        if not (self.lr > 0 and 0 <= self.min_lr_ratio <= 1 and self.warmup >= 0 and self.grad_clip >= 0):
+            raise BandwiseError(f"lr={self.lr}, min_lr_ratio={self.min_lr_ratio}, warmup={self.warmup}, grad_clip={self.grad_clip}: need lr > 0, 0 <= min_lr_ratio <= 1, warmup >= 0, grad_clip >= 0")
+        if self.checkpoint_every and not self.checkpoint_dir:
+            raise BandwiseError("checkpoint_every needs a checkpoint directory (--checkpoint-dir)")
+        if self.resume and not self.checkpoint_dir:
+            raise BandwiseError("--resume needs --checkpoint-dir, where the checkpoints are")
+
+
+def lr_lambda(cfg: TrainConfig) -> Callable[[int], float]:
+    """Multiplier of the peak LR at step s: linear warm-up, then cosine to min_lr_ratio."""
+
+    def f(step: int) -> float:
+        if step < cfg.warmup:
+            return (step + 1) / (cfg.warmup + 1)
+        span = max(1, cfg.steps - cfg.warmup)
+        progress = min(1.0, (step - cfg.warmup) / span)
+        return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+    return f
+
+
+def prepare(spec: ModelSpec, strategy: Strategy, cfg: TrainConfig, world: int) -> tuple[ModelSpec, Strategy]:
+    """All refusals that need no process: the Strategy against world and model, then the runtime."""
+    spec = spec.with_seq_len(cfg.seq_len)
+    strategy.check(world, spec)
+    check_runtime_support(strategy, spec)
+    return spec, strategy
+
+
+@dataclass(slots=True)
+class RunResult:
+    losses: dict[int, float]
+    """Global mean training loss per step (1-based)."""
+    val_loss: float | None
+    median_step_s: float | None
+    records: list[dict[str, Any]]
+    comparison: dict[str, Any] | None
+
+
+def _init_process_group(cuda: bool) -> tuple[int, int, bool]:
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    created = False
+    if world > 1 and not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if cuda else "gloo")
+        created = True
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    return rank, world, created
+
+
+def _micro_batches(loader: Any, m: int) -> Iterator[list[tuple[torch.Tensor, torch.Tensor]]]:
+    it = iter(loader)
+    while True:
+        group = []
+        for _ in range(m):
+            try:
+                group.append(next(it))
+            except StopIteration:
+                return
+        yield group
+
+
+def train(spec: ModelSpec, strategy: Strategy, cfg: TrainConfig, *, on_step: Callable[[dict[str, Any]], None] | None = None, out: Any = None) -> RunResult:
+    """Train `spec` with `strategy`. Call on every rank (torchrun sets the environment)."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    spec, strategy = prepare(spec, strategy, cfg, world)
+    splits = make_splits(cfg.data, spec.seq_len, spec.vocab)
+
+    cuda = torch.cuda.is_available()
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    rank, world, created = _init_process_group(cuda)
+    try:
+        return _run(spec, strategy, cfg, splits, device, rank, world, on_step, out)
+    finally:
+        if created and dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _run(spec, strategy, cfg, splits, device, rank, world, on_step, out) -> RunResult:  # noqa: C901 (one loop, read top to bottom)
+    dtype = DTYPES[cfg.dtype]
+    meshes: Meshes | None = build_meshes(strategy, device.type) if world > 1 else None
+    torch.manual_seed(cfg.seed)
+    model = Transformer(spec, ModelConfig(moe=cfg.moe)).to(device)  # same init on every rank
+    par = parallelize(model, strategy, meshes, param_dtype=dtype, compile=cfg.compile)
+    parts = par.parts
+    moes = [m for p in parts for m in p.modules() if isinstance(m, MoE)]
+    fused = device.type == "cuda" and meshes is None
+    optimizers = [
+        torch.optim.AdamW(p.parameters(), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay, fused=fused or None)
+        for p in parts
+    ]
+    schedulers = [torch.optim.lr_scheduler.LambdaLR(o, lr_lambda(cfg)) for o in optimizers]
+    ep_params = {id(p) for part in parts for p in expert_parameters(part)} if strategy.ep > 1 else set()
+    params = [p for part in parts for p in part.parameters()]
+
+    pp = strategy.pp > 1
+    first_stage = not pp or 0 in par.stage_ids
+    last_stage = not pp or strategy.pp * strategy.virtual_stages - 1 in par.stage_ids
+    m = strategy.microbatches
+    for moe in moes:  # pipeline schedules already divide gradients by the micro-batch count
+        moe.aux_grad_scale = 1.0 if pp else 1.0 / m
+
+    def loss_fn(logits_BTV: torch.Tensor, targets_BT: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(logits_BTV.flatten(0, 1).float(), targets_BT.flatten())
+
+    schedule = None
+    if pp:
+        schedule = build_schedule(parts, par.stage_ids, strategy, device=device, group=meshes.pp_group(), loss_fn=loss_fn)
+    warmed = not pp
+
+    start = 0
+    ckpt_root = Path(cfg.checkpoint_dir) if cfg.checkpoint_dir else None
+    ep_rank = meshes.ep_rank() if meshes is not None and strategy.ep > 1 else None
+    if cfg.resume and ckpt_root is not None:
+        found = ckpt.latest(ckpt_root)
+        if found is not None:
+            state = ckpt.load(found, parts, optimizers, ep_rank=ep_rank)
+            start = int(state["step"])
+            for sch, sd in zip(schedulers, state["schedulers"]):
+                sch.load_state_dict(sd)
+        elif rank == 0 and out is not None:
+            out.print(f"no checkpoint under {ckpt_root}; starting from step 0")
+
+    dp_rank = meshes.dp_rank() if meshes is not None else 0
+    dp_group = meshes.dp_group() if meshes is not None and strategy.dp > 1 else None
+    loader = train_loader(
+        splits, cfg.data, global_batch=strategy.effective_global_batch, micro_batch=strategy.micro_batch,
+        dp_rank=dp_rank, dp=strategy.dp, start_step=start, steps=cfg.steps, cuda=device.type == "cuda",
+    )
+    flops_per_token = spec.model_flops_per_token(spec.seq_len)
+    peak = measure_matmul_flops(device, dtype)
+    tokens_per_step = strategy.effective_global_batch * spec.seq_len
+    mon = Monitor(flops_per_token=flops_per_token, peak_flops=peak, device=device, warmup=1, census_step=None)
+    autocast = torch.autocast(device.type, dtype=dtype) if dtype != torch.float32 and not par.fsdp else nullcontext()
+    log = JsonlLog(cfg.log if rank == 0 else None)
+    progress = _Progress(enabled=cfg.progress and rank == 0 and out is not None and not out.quiet and not out.json_mode, total=cfg.steps, done=start)
+    losses: dict[int, float] = {}
+    val_loss = None
+    n_loss_holders = strategy.dp * strategy.tp
+
+    try:
+        for step, batch in zip(range(start + 1, cfg.steps + 1), mon.loader(_micro_batches(loader, m))):
+            with mon.step(samples=strategy.effective_global_batch / world, tokens=tokens_per_step / world):
+                for part in parts:
+                    part.train()
+                batch = [(x.to(device, non_blocking=True), y.to(device, non_blocking=True)) for x, y in batch]
+                local = torch.zeros((), device=device)
+                with autocast:
+                    if pp:
+                        x = torch.cat([b[0] for b in batch])
+                        y = torch.cat([b[1] for b in batch])
+                        if not warmed:
+                            warm_up(schedule, x, y, first=first_stage, last=last_stage, parts=parts)
+                            warmed = True
+                        mb_losses: list[torch.Tensor] = []
+                        if first_stage:
+                            schedule.step(x, target=y if last_stage else None, losses=mb_losses if last_stage else None)
+                        elif last_stage:
+                            schedule.step(target=y, losses=mb_losses)
+                        else:
+                            schedule.step()
+                        if last_stage:
+                            local = torch.stack([l.detach().float() for l in mb_losses]).mean()
+                    else:
+                        for i, (x, y) in enumerate(batch):
+                            if par.fsdp:
+                                for part in parts:
+                                    part.set_requires_gradient_sync(i == m - 1)
+                            loss = loss_fn(parts[0](x), y) / m
+                            loss.backward()
+                            local += loss.detach().float()
+                if meshes is not None:
+                    local = local.double()
+                    dist.all_reduce(local)
+                    local = local / n_loss_holders
+                loss_value = float(local)
+                norm = grad_norm_and_clip(
+                    params, cfg.grad_clip, ep_params=ep_params, distributed=meshes is not None,
+                    ep_group=meshes.ep_group() if meshes is not None and strategy.ep > 1 else None,
+                    pp_group=meshes.pp_group() if pp else None,
+                )
+                finite = math.isfinite(loss_value) and math.isfinite(norm)
+                if not finite and cfg.on_nonfinite == "stop":
+                    raise BandwiseError(
+                        f"step {step}: loss={loss_value} grad_norm={norm} is not finite; lower --lr, "
+                        "use --on-nonfinite skip, or --resume from the last checkpoint"
+                    )
+                if finite:
+                    for opt in optimizers:
+                        opt.step()
+                for sch in schedulers:
+                    sch.step()
+                for opt in optimizers:
+                    opt.zero_grad(set_to_none=True)
+                maxvio = _router_update(moes, dp_group, meshes, strategy, spec, finite)
+            rec = _record(step, mon.records[-1], loss_value, norm, schedulers[0].get_last_lr()[0], maxvio, world, device, finite)
+            losses[step] = loss_value
+            if cfg.eval_every and step % cfg.eval_every == 0 and step != cfg.steps and not pp:
+                rec["val_loss"] = evaluate(parts[0], splits, cfg, strategy, meshes, device, autocast)
+            if ckpt_root is not None and cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
+                ckpt.save(ckpt_root, step, parts, optimizers, {"step": step, "schedulers": [s.state_dict() for s in schedulers]}, ep_rank=ep_rank)
+            log.write(rec)
+            progress.update(rec)
+            if on_step is not None:
+                on_step(rec)
+        if not pp:
+            val_loss = evaluate(parts[0], splits, cfg, strategy, meshes, device, autocast)
+            log.write({"step": cfg.steps, "val_loss": val_loss})
+    finally:
+        progress.close()
+        log.close()
+
+    measured = [r["step_s"] + r["data_wait_s"] for r in mon.measured()]
+    median = statistics.median(measured) if measured else None
+    comparison = None
+    if cfg.compare and median is not None:
+        from bandwise.runtime.compare import compare_with_plan
+
+        comparison = compare_with_plan(spec, strategy, device, world, dtype, median, peak)
+    return RunResult(losses=losses, val_loss=val_loss, median_step_s=median, records=mon.records, comparison=comparison)
+
+
+def _router_update(moes, dp_group, meshes, strategy, spec, finite: bool) -> list[float | None]:
+    """Aux-free bias update; MaxVio per layer gathered over pipeline stages (None: dense layer)."""
+    if not spec.is_moe:
+        return []
+    if not finite:
+        for moe in moes:
+            moe.tokens_per_expert.zero_()
+        return []
+    vio = update_router_biases(moes, group=dp_group)
+    layer_ids = [moe.layer_id for moe in moes]
+    per_layer = torch.full((spec.layers,), -1.0, dtype=torch.float64)
+    for lid, v in zip(layer_ids, vio):
+        per_layer[lid] = v
+    if meshes is not None and strategy.pp > 1:
+        per_layer_max = per_layer.clone()
+        dist.all_reduce(per_layer_max, op=dist.ReduceOp.MAX, group=meshes.pp_group())
+        per_layer = per_layer_max
+    return [None if v < 0 else round(float(v), 6) for v in per_layer.tolist()]
+
+
+@torch.no_grad()
+def evaluate(model, splits, cfg: TrainConfig, strategy: Strategy, meshes: Meshes | None, device, autocast) -> float:
+    """Mean validation loss over the first `eval_batches` batches, averaged over data-parallel ranks."""
+    model.eval()
+    total = torch.zeros((), dtype=torch.float64)
+    count = torch.zeros((), dtype=torch.float64)
+    dp_rank = meshes.dp_rank() if meshes is not None else 0
+    for x, y in val_batches(splits, batch=strategy.micro_batch, max_batches=cfg.eval_batches * strategy.dp, dp_rank=dp_rank, dp=strategy.dp):
+        with autocast:
+            logits = model(x.to(device))
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), y.to(device).flatten(), reduction="sum")
+        total += loss.double().cpu()
+        count += y.numel()
+    if meshes is not None:
+        both = torch.stack([total, count])
+        dist.all_reduce(both)  # TP peers repeat the same sums: they cancel in the ratio
+        total, count = both[0], both[1]
+    model.train()
+    return float(total / count)
+
+
+def _record(step, mon_rec, loss, norm, lr, maxvio, world, device, finite) -> dict[str, Any]:
+    period = mon_rec["step_s"] + mon_rec["data_wait_s"]
+    return {
+        "step": step,
+        "loss": loss,
+        "lr": lr,
+        "grad_norm": norm,
+        "skipped": not finite,
+        "step_s": mon_rec["step_s"],
+        "data_wait_s": mon_rec["data_wait_s"],
+        "data_wait_share": mon_rec["data_wait_s"] / period if period > 0 else None,
+        "tokens_per_s": (mon_rec["tokens_per_s"] or 0.0) * world,
+        "tokens_per_s_per_device": mon_rec["tokens_per_s"],
+        "mfu": mon_rec["mfu"],
+        "maxvio": maxvio,
+        "peak_mem_bytes": peak_memory_bytes(device),
+    }
+
+
+class _Progress:
+    """A rich progress bar with the latest loss, tokens/s and MFU in its description."""
+
+    def __init__(self, *, enabled: bool, total: int, done: int) -> None:
+        self.bar = None
+        if enabled:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+            self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+            self.task = self.bar.add_task("training", total=total, completed=done)
+            self.bar.start()
+
+    def update(self, rec: dict[str, Any]) -> None:
+        if self.bar is not None:
+            mfu = rec["mfu"]
+            desc = f"loss {rec['loss']:.4f}  {rec['tokens_per_s']:,.0f} tok/s  MFU {'-' if mfu is None else f'{100 * mfu:.1f}%'}"
+            self.bar.update(self.task, advance=1, description=desc)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()

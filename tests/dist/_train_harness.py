@@ -1,0 +1,109 @@
+"""Helpers for the trainer's multi-process tests: spawn gloo ranks, run layouts, return results.
+
+Each spawned rank joins one process group and runs several layouts in a row (process start-up
+costs seconds; a layout of 5 tiny steps costs well under one).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import traceback
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+TINY = dict(seq_len=64, steps=5, lr=3e-3, warmup=2, dtype="fp32", progress=False, compare=False)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _env(rank: int, world: int, port: int) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank))
+    torch.set_num_threads(1)
+
+
+def _worker(rank: int, world: int, port: int, job: str, args: dict[str, Any], out_dir: str) -> None:
+    _env(rank, world, port)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        result = JOBS[job](rank, world, **args)
+    except Exception:
+        result = {"error": traceback.format_exc()}
+    Path(out_dir, f"rank{rank}.json").write_text(json.dumps(result))
+    dist.destroy_process_group()
+
+
+def spawn(job: str, world: int, tmp_path: Path, **args: Any) -> list[dict[str, Any]]:
+    """Run JOBS[job] on `world` gloo ranks; returns each rank's JSON result (errors re-raised)."""
+    mp.spawn(_worker, args=(world, free_port(), job, args, str(tmp_path)), nprocs=world, join=True)
+    results = [json.loads(Path(tmp_path, f"rank{r}.json").read_text()) for r in range(world)]
+    for r in results:
+        if "error" in r:
+            raise AssertionError(r["error"])
+    return results
+
+
+# ---- jobs --------------------------------------------------------------------------------
+def train_layouts(rank: int, world: int, *, model: str, layouts: list[dict[str, Any]], train: dict[str, Any] | None = None) -> dict[str, Any]:
+    from bandwise.runtime.data import DataConfig
+    from bandwise.runtime.train import TrainConfig, train as run
+    from bandwise.specs.registry import get_model
+    from bandwise.specs.strategy import Strategy
+
+    out = {}
+    for layout in layouts:
+        cfg = TrainConfig(**{**TINY, **(train or {})}, data=DataConfig(num_workers=0))
+        res = run(get_model(model), Strategy.from_dict(layout), cfg)
+        out[json.dumps(layout, sort_keys=True)] = {str(k): v for k, v in res.losses.items()}
+    return out
+
+
+def ep_equivalence(rank: int, world: int) -> dict[str, Any]:
+    """EP dispatch/combine vs. the same MoE run locally on all tokens: outputs and gradients."""
+    from bandwise.runtime.moe import MoE, MoEConfig
+    from bandwise.runtime.parallel.expert import apply_expert_parallel
+    from bandwise.specs.registry import get_model
+
+    spec = get_model("debug-moe")
+    torch.manual_seed(0)
+    ref = MoE(spec, MoEConfig(balance="none"))
+    for p in ref.parameters():
+        torch.nn.init.normal_(p, std=0.1)
+    ep = MoE(spec, MoEConfig(balance="none"))
+    ep.load_state_dict(ref.state_dict())
+    apply_expert_parallel(ep, dist.group.WORLD, rank, world)
+
+    x_all = torch.randn(world, 3, 16, spec.hidden, generator=torch.Generator().manual_seed(1))  # (ranks, B, T, D)
+    w_all = torch.randn(world, 3, 16, spec.hidden, generator=torch.Generator().manual_seed(2))
+    y_ref = ref(x_all.flatten(0, 1))
+    (y_ref * w_all.flatten(0, 1)).sum().backward()
+
+    y_ep = ep(x_all[rank])
+    (y_ep * w_all[rank]).sum().backward()
+    local = spec.experts // world
+    keep = slice(rank * local, (rank + 1) * local)
+    gate_grad = ep.gate.weight.grad.clone()
+    dist.all_reduce(gate_grad)
+    shared_grad = ep.shared.w1.weight.grad.clone()
+    dist.all_reduce(shared_grad)
+    err = {
+        "out": (y_ep - y_ref.view(world, 3, 16, -1)[rank]).abs().max().item(),
+        "w1": (ep.experts.w1.grad - ref.experts.w1.grad[keep]).abs().max().item(),
+        "w2": (ep.experts.w2.grad - ref.experts.w2.grad[keep]).abs().max().item(),
+        "gate": (gate_grad - ref.gate.weight.grad).abs().max().item(),
+        "shared": (shared_grad - ref.shared.w1.weight.grad).abs().max().item(),
+        "scale": ref.experts.w1.grad.abs().max().item(),
+    }
+    return err
+
+
+JOBS = {"train_layouts": train_layouts, "ep_equivalence": ep_equivalence}
