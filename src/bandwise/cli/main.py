@@ -15,6 +15,7 @@ import typer
 import yaml
 
 from bandwise.cli import plan as plan_commands
+from bandwise.cli import validate as validate_commands
 from bandwise.cli import schedule as schedule_commands
 
 app = typer.Typer(
@@ -31,7 +32,7 @@ app = typer.Typer(
 )
 
 # Each command module exposes `register(app)`; the order here is the order in --help.
-for _module in (plan_commands, schedule_commands):
+for _module in (plan_commands, schedule_commands, validate_commands):
     _module.register(app)
 
 def _click_class(name: str) -> type[BaseException]:

@@ -693,3 +693,38 @@ def report_dict(results: list[RunResult]) -> dict[str, Any]:
         "median_abs_error": overall.median_abs_error,
         "p90_abs_error": overall.p90_abs_error,
     }
+
+
+def parity_plot(results: list[RunResult], path: str | Path) -> None:
+    """Predicted against target tokens/s per device, log axes, one colour per source, ±10% bands."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise BandwiseError("--plot needs matplotlib: pip install 'bandwise[plot]'") from None
+    done = [r for r in results if r.predicted is not None]
+    if not done:
+        raise BandwiseError("--plot: no run was predicted, nothing to draw")
+    fig, ax = plt.subplots(figsize=(8, 7), dpi=120)
+    values = [v for r in done for v in (r.predicted, r.target)]
+    lo, hi = min(values) / 1.5, max(values) * 1.5
+    line = np.geomspace(lo, hi, 50)
+    ax.plot(line, line, color="black", lw=1)
+    ax.fill_between(line, line * 0.9, line * 1.1, color="grey", alpha=0.25, label="±10%")
+    ax.plot(line, line * 1.25, color="grey", lw=0.6, ls="--", label="±25%")
+    ax.plot(line, line * 0.75, color="grey", lw=0.6, ls="--")
+    cmap = plt.get_cmap("tab20")
+    for i, name in enumerate(sorted({r.source for r in done})):
+        rs = [r for r in done if r.source == name]
+        ax.scatter([r.target for r in rs], [r.predicted for r in rs], s=18, color=cmap(i % 20), label=f"{name} ({len(rs)})", zorder=3)
+    overall = summarize(results)
+    ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi), xlabel="published tokens/s per device",
+           ylabel="predicted tokens/s per device",
+           title=f"bandwise validate: {overall.predicted} runs, median |err| {overall.median_abs_error:.1%}, p90 {overall.p90_abs_error:.1%}")
+    ax.grid(True, which="both", lw=0.3, alpha=0.5)
+    ax.legend(fontsize=7, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

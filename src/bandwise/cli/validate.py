@@ -1,0 +1,78 @@
+"""`bandwise validate`: predict published training runs and report the error per run and per source."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from bandwise.plan.validate import SWITCHES, RunResult, Summary, by_quality, by_source, load_runs, parity_plot, report_dict, run_all
+from bandwise.report.output import Output
+
+HELP = """Predict tokens/s per device for published training runs (133 by default, from 12 sources) and
+report the signed error per run, |error| per source, and the median and p90 over all runs.
+
+Each run's model, cluster and layout are built from what its source states; fields it leaves null
+(micro-batch, recomputation, ZeRO stage, schedule, ...) are completed with the fastest value that
+fits and listed as completed. One set of cost parameters serves every run.
+"""
+
+
+def _pct(x: float | None, signed: bool = False) -> str:
+    return "-" if x is None else f"{x:+.1%}" if signed else f"{x:.1%}"
+
+
+def _runs_table(results: list[RunResult]) -> Table:
+    t = Table(title="Runs (error = predicted / target - 1)")
+    for col in ("id", "source", "q", "target tok/s", "predicted", "error", "layout", "completed"):
+        t.add_column(col, justify="right" if col in ("target tok/s", "predicted", "error") else "left", overflow="fold")
+    for r in results:
+        t.add_row(
+            r.id, r.source, r.quality[:3], f"{r.target:,.1f}", "-" if r.predicted is None else f"{r.predicted:,.1f}",
+            _pct(r.error, signed=True) if r.reason is None else f"[red]{r.reason}[/red]",
+            r.strategy.describe() if r.strategy else "-", ", ".join(r.completed_fields) or "-",
+        )
+    return t
+
+
+def _summary_table(title: str, rows: dict[str, Summary], p90: bool = False) -> Table:
+    t = Table(title=title)
+    cols = ("", "count", "predicted", "median |err|") + (("p90 |err|",) if p90 else ()) + ("max |err|",)
+    for c in cols:
+        t.add_column(c, justify="left" if c == "" else "right")
+    for name, s in rows.items():
+        row = [name, str(s.count), str(s.predicted), _pct(s.median_abs_error)]
+        row += [_pct(s.p90_abs_error)] if p90 else []
+        t.add_row(*row, _pct(s.max_abs_error))
+    return t
+
+
+def validate(
+    runs: Path | None = typer.Option(None, "--runs", help="A YAML file in the published_runs schema (default: the shipped 133 runs)."),
+    source: str | None = typer.Option(None, "--source", help="Only the runs of this source (e.g. maxtext_tpu_tables)."),
+    json_out: bool = typer.Option(False, "--json", help="Print one JSON document: runs, by_source, median_abs_error, p90_abs_error."),
+    plot: Path | None = typer.Option(None, "--plot", help="Write a parity plot (predicted vs target, log axes, ±10% bands) to this PNG."),
+) -> None:
+    out = Output(json_mode=json_out)
+    data, _sources = load_runs(runs)
+    results = run_all(data, source)
+    if plot is not None:
+        parity_plot(results, plot)
+    if json_out:
+        out.emit_json(report_dict(results))
+        return
+    out.print(_runs_table(results))
+    out.print(_summary_table("Per source", by_source(results)))
+    out.print(_summary_table("Overall", by_quality(results), p90=True))
+    failed = [r for r in results if r.reason is not None]
+    out.print(f"{len(results) - len(failed)} of {len(results)} runs predicted; {len(failed)} could not be predicted (reason in the error column)")
+    used = sorted({n.removeprefix("switch: ") for r in results for n in r.notes if n.startswith("switch: ")})
+    if used:
+        out.print("source-specific switches: " + "; ".join(f"{k} ({SWITCHES[k]})" for k in used))
+    if plot is not None:
+        out.print(f"parity plot written to {plot}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("validate", help=HELP)(validate)
