@@ -17,6 +17,7 @@ import yaml
 from bandwise.cli import plan as plan_commands
 from bandwise.cli import validate as validate_commands
 from bandwise.cli import schedule as schedule_commands
+from bandwise.cli import train as train_commands
 
 app = typer.Typer(
     name="bandwise",
@@ -32,7 +33,7 @@ app = typer.Typer(
 )
 
 # Each command module exposes `register(app)`; the order here is the order in --help.
-for _module in (plan_commands, schedule_commands, validate_commands):
+for _module in (plan_commands, schedule_commands, validate_commands, train_commands):
     _module.register(app)
 
 def _click_class(name: str) -> type[BaseException]:

@@ -1,0 +1,188 @@
+"""`bandwise train`: parse arguments, load the Strategy, call the trainer, print the summary.
+
+torch is imported only when the command runs, so the planner's commands work without it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.table import Table
+
+from bandwise.errors import BandwiseError
+from bandwise.report.output import Output
+from bandwise.specs.registry import get_model
+from bandwise.specs.strategy import Strategy
+
+TRAIN_HELP = """Train a model with a parallel layout on torch.distributed (launch with torchrun).
+
+  torchrun --nproc-per-node 2 -m bandwise train --model debug-moe --strategy plan.json
+
+[b]--strategy[/b] takes the JSON printed by `bandwise plan --json` (its `best` layout, or `top[i]`
+with --pick i) or `bandwise estimate --json`; degree flags (--dp-shard, --tp, ...) override it,
+or describe the layout on their own. The layout is checked against the launched world size and
+the model before anything starts. Each step logs loss, tokens/s, MFU, data-wait share, grad norm,
+router MaxVio and peak memory (--log FILE for JSONL); the end prints the measured median step
+next to the planner's estimate for the same layout on this device.
+"""
+
+
+def load_strategy(path: str, pick: int | None) -> Strategy:
+    """A Strategy from `plan --json` (best or top[pick]), `estimate --json`, or a bare mapping."""
+    p = Path(path)
+    if not p.is_file():
+        raise BandwiseError(f"strategy file {path!r} does not exist; write one with `bandwise plan ... --json > plan.json`")
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise BandwiseError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno}); pass the output of `bandwise plan --json`") from None
+    if not isinstance(data, dict):
+        raise BandwiseError(f"{path}: expected a JSON object from `bandwise plan --json` or `estimate --json`")
+    where = path
+    if "top" in data or "best" in data:
+        if pick is not None:
+            top = data.get("top") or []
+            if not 0 <= pick < len(top):
+                raise BandwiseError(f"--pick {pick}: {path} lists {len(top)} layouts in 'top'; pick 0..{len(top) - 1}")
+            layout, where = top[pick], f"{path} top[{pick}]"
+        else:
+            layout, where = data.get("best"), f"{path} best"
+            if not layout:
+                raise BandwiseError(f"{path}: the plan found no fitting layout ('best' is empty); plan for more devices or a smaller model")
+    elif pick is not None:
+        raise BandwiseError(f"--pick needs a `bandwise plan --json` file with a 'top' list; {path} holds one layout")
+    else:
+        layout = data
+    if isinstance(layout, dict) and "strategy" in layout:
+        layout = layout["strategy"]
+    return Strategy.from_dict(layout, where=where)
+
+
+def train(
+    model: str = typer.Option("debug-moe", "--model", "-m", help="Model preset or config file."),
+    strategy: Optional[str] = typer.Option(None, "--strategy", help="plan/estimate --json output to run."),
+    pick: Optional[int] = typer.Option(None, "--pick", help="Run top[i] of a plan file instead of its best."),
+    dp_replicate: Optional[int] = typer.Option(None, "--dp-replicate"),
+    dp_shard: Optional[int] = typer.Option(None, "--dp-shard"),
+    tp: Optional[int] = typer.Option(None, "--tp"),
+    pp: Optional[int] = typer.Option(None, "--pp"),
+    ep: Optional[int] = typer.Option(None, "--ep"),
+    schedule: Optional[str] = typer.Option(None, "--schedule", help="Pipeline schedule (torch.distributed.pipelining name)."),
+    virtual_stages: Optional[int] = typer.Option(None, "--virtual-stages"),
+    micro_batch: Optional[int] = typer.Option(None, "--micro-batch", help="Sequences per micro-batch per data-parallel rank."),
+    global_batch: Optional[int] = typer.Option(None, "--global-batch", help="Sequences per optimizer step (gradient accumulation fills it)."),
+    recompute: Optional[str] = typer.Option(None, "--recompute", help="none, selective or full."),
+    steps: int = typer.Option(200, "--steps"),
+    seq_len: Optional[int] = typer.Option(None, "--seq-len", help="Default: the model's."),
+    lr: float = typer.Option(3e-3, "--lr"),
+    warmup: int = typer.Option(10, "--warmup"),
+    grad_clip: float = typer.Option(1.0, "--grad-clip"),
+    dtype: str = typer.Option("bf16", "--dtype", help="bf16, or fp32 (exact, for parity checks)."),
+    compile_: bool = typer.Option(False, "--compile", help="torch.compile each block."),
+    seed: int = typer.Option(0, "--seed"),
+    on_nonfinite: str = typer.Option("stop", "--on-nonfinite", help="stop or skip."),
+    log: str = typer.Option("", "--log", help="JSONL metrics file."),
+    eval_every: int = typer.Option(0, "--eval-every"),
+    checkpoint_dir: str = typer.Option("", "--checkpoint-dir"),
+    checkpoint_every: int = typer.Option(0, "--checkpoint-every"),
+    resume: bool = typer.Option(False, "--resume", help="Continue from the newest checkpoint in --checkpoint-dir."),
+    data: str = typer.Option("", "--data", help="Token .bin, text file or directory; default: the Python stdlib sources."),
+    token_dtype: str = typer.Option("uint16", "--token-dtype"),
+    num_workers: int = typer.Option(2, "--num-workers"),
+    prefetch_factor: int = typer.Option(2, "--prefetch-factor"),
+    pin_memory: bool = typer.Option(True, "--pin-memory/--no-pin-memory"),
+    persistent_workers: bool = typer.Option(True, "--persistent-workers/--no-persistent-workers"),
+    router: str = typer.Option("sigmoid", "--router", help="MoE score function: sigmoid or softmax."),
+    balance: str = typer.Option("aux_free", "--balance", help="aux_free, aux_loss, seq_aux, aux_free+seq_aux or none."),
+    gamma: float = typer.Option(1e-3, "--gamma", help="aux_free bias update speed."),
+    aux_alpha: float = typer.Option(1e-2, "--aux-alpha"),
+    seq_alpha: float = typer.Option(1e-4, "--seq-alpha"),
+    json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+    quiet: bool = typer.Option(False, "--quiet", "-q"),
+) -> None:
+    spec = get_model(model)
+    base = load_strategy(strategy, pick) if strategy else Strategy()
+    overrides = {
+        k: v
+        for k, v in dict(
+            dp_replicate=dp_replicate, dp_shard=dp_shard, tp=tp, pp=pp, ep=ep, schedule=schedule,
+            virtual_stages=virtual_stages, micro_batch=micro_batch, global_batch=global_batch, recompute=recompute,
+        ).items()
+        if v is not None
+    }
+    strat = base.replace(**overrides)
+    rank = int(os.environ.get("RANK", "0"))
+    out = Output(json_mode=json_out, quiet=quiet or rank != 0)
+
+    from bandwise.runtime.data import DataConfig
+    from bandwise.runtime.moe import MoEConfig
+    from bandwise.runtime.train import TrainConfig, train as run
+
+    cfg = TrainConfig(
+        steps=steps, seq_len=seq_len or spec.seq_len, lr=lr, warmup=warmup, grad_clip=grad_clip, dtype=dtype,
+        compile=compile_, seed=seed, on_nonfinite=on_nonfinite, log=log, eval_every=eval_every,
+        checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every, resume=resume,
+        data=DataConfig(path=data, token_dtype=token_dtype, num_workers=num_workers, prefetch_factor=prefetch_factor, pin_memory=pin_memory, persistent_workers=persistent_workers, seed=seed),
+        moe=MoEConfig(router=router, balance=balance, gamma=gamma, aux_alpha=aux_alpha, seq_alpha=seq_alpha),
+    )
+    result = run(spec, strat, cfg, out=out)
+    if rank != 0:
+        return
+    summary = _summary(spec.name, strat, result)
+    if json_out:
+        out.emit_json(summary)
+    else:
+        out.print(_table(summary))
+
+
+def _summary(model: str, s: Strategy, result: Any) -> dict[str, Any]:
+    losses = result.losses
+    measured = [r for r in result.records[1:]] or result.records
+    mfus = [r["mfu"] for r in measured if r.get("mfu") is not None]
+    tps = [r["tokens_per_s"] for r in measured if r.get("tokens_per_s") is not None]
+    waits = [r["data_wait_s"] / (r["data_wait_s"] + r["step_s"]) for r in measured if r["step_s"] + r["data_wait_s"] > 0]
+    med = lambda v: sorted(v)[len(v) // 2] if v else None  # noqa: E731
+    return {
+        "model": model,
+        "strategy": s.to_dict(),
+        "layout": s.describe(),
+        "steps": len(losses),
+        "first_loss": losses[min(losses)] if losses else None,
+        "last_loss": losses[max(losses)] if losses else None,
+        "val_loss": result.val_loss,
+        "median_step_s": result.median_step_s,
+        "median_tokens_per_s_per_device": med(tps),
+        "median_mfu": med(mfus),
+        "median_data_wait_share": med(waits),
+        "planner": result.comparison,
+    }
+
+
+def _table(s: dict[str, Any]) -> Table:
+    t = Table(title=f"bandwise train: {s['model']}, {s['layout']}")
+    t.add_column("")
+    t.add_column("value", justify="right")
+    fmt = lambda v, f: "-" if v is None else f.format(v)  # noqa: E731
+    t.add_row("steps", str(s["steps"]))
+    t.add_row("loss first → last", f"{fmt(s['first_loss'], '{:.4f}')} → {fmt(s['last_loss'], '{:.4f}')}")
+    t.add_row("validation loss", fmt(s["val_loss"], "{:.4f}"))
+    t.add_row("median step", fmt(s["median_step_s"], "{:.4f} s"))
+    t.add_row("tokens/s per device", fmt(s["median_tokens_per_s_per_device"], "{:,.0f}"))
+    t.add_row("MFU", fmt(s["median_mfu"] and 100 * s["median_mfu"], "{:.2f}%"))
+    t.add_row("data-wait share", fmt(s["median_data_wait_share"] and 100 * s["median_data_wait_share"], "{:.1f}%"))
+    p = s.get("planner") or {}
+    if p.get("predicted_step_s") is not None:
+        t.add_row(f"planner step ({p['device']})", f"{p['predicted_step_s']:.4f} s")
+        t.add_row("measured / predicted", f"{p['ratio']:.2f}×")
+        t.add_row("planner MFU", f"{100 * p['predicted_mfu']:.2f}%")
+    elif p:
+        t.add_row("planner step", "cost model not installed")
+    return t
+
+
+def register(app: typer.Typer) -> None:
+    app.command("train", help=TRAIN_HELP)(train)
