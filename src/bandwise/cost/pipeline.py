@@ -292,8 +292,14 @@ def schedule_factors(
     the planner's `valid_mask` drops them with the same rule. p <= 1 is no pipeline: (0, 1).
     """
     sched, p, m, v = np.broadcast_arrays(*(np.asarray(x, dtype=np.int64) for x in (schedule, p, m, v)))
-    keys = np.stack([sched.ravel(), p.ravel(), m.ravel(), v.ravel()], axis=1)
-    unique, inverse = np.unique(keys, axis=0, return_inverse=True)
+    cols = [sched.ravel(), p.ravel(), m.ravel(), v.ravel()]
+    bits = (3, 16, 20, 6)  # one int64 key per row: a 1-D unique sorts ~10x faster than rows
+    if all(((c >= 0) & (c < (1 << nb))).all() for c, nb in zip(cols, bits)):
+        packed = ((cols[0] << 16 | cols[1]) << 20 | cols[2]) << 6 | cols[3]
+        keys_u, inverse = np.unique(packed, return_inverse=True)
+        unique = np.stack([keys_u >> 42, keys_u >> 26 & 0xFFFF, keys_u >> 6 & 0xFFFFF, keys_u & 0x3F], axis=1)
+    else:
+        unique, inverse = np.unique(np.stack(cols, axis=1), axis=0, return_inverse=True)
     overhead_u = np.empty(len(unique))
     inflight_u = np.empty(len(unique))
     for i, (s, pp, mm, vv) in enumerate(unique.tolist()):

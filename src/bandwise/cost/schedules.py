@@ -76,7 +76,7 @@ def check(schedule: str, p: int, m: int, v: int) -> None:
     if schedule in ("GPipe", "1F1B") and v != 1:
         raise BandwiseError(f"schedule {schedule} runs 1 stage per rank (virtual_stages=1), got virtual_stages={v}")
     if schedule in V_STYLE and v != 2:
-        raise BandwiseError(f"ZBV requires exactly 2 stages per rank, but got {v}. Use virtual_stages=2 with {schedule}")
+        raise BandwiseError(f"ZBV requires exactly 2 stages per rank, but got {v}. Use virtual_stages=2 with {schedule}, not virtual_stages={v}")
     if schedule == "1F1B" and m < p:
         raise BandwiseError(
             f"Number of microbatches ({m}) must be greater than or equal to the number of stages ({p}). "

@@ -224,18 +224,30 @@ def _rules(model: ModelSpec | None) -> list[Rule]:
         ),
         (
             lambda c, w: (c.pp == 1) | np.where(np.isin(c.schedule, _code(SINGLE_STAGE)), c.virtual_stages == 1, np.where(np.isin(c.schedule, _code(V_SHAPED)), c.virtual_stages == 2, c.virtual_stages >= 2)),
-            lambda s, w: f"schedule {s.schedule} runs "
-            + ("1 stage per rank (virtual_stages=1)" if s.schedule in SINGLE_STAGE else "exactly 2 stages per rank in a V (virtual_stages=2)" if s.schedule in V_SHAPED else "2 or more stages per rank (virtual_stages >= 2)")
+            # V-shaped: torch's own words (ScheduleZBVZeroBubble / ScheduleDualPipeV)
+            lambda s, w: f"ZBV requires exactly 2 stages per rank, but got {s.virtual_stages}. Use virtual_stages=2 with {s.schedule}, not virtual_stages={s.virtual_stages}"
+            if s.schedule in V_SHAPED
+            else f"schedule {s.schedule} runs "
+            + ("1 stage per rank (virtual_stages=1)" if s.schedule in SINGLE_STAGE else "2 or more stages per rank (virtual_stages >= 2)")
             + f", got virtual_stages={s.virtual_stages}",
         ),
+        # Micro-batch counts: torch's checks and words (torch/distributed/pipelining/schedules.py).
+        # GPipe, LoopedBFS and ZBVZeroBubble accept any count.
         (
-            lambda c, w: (c.pp == 1) | ~np.isin(c.schedule, _code(("1F1B",) + LOOPED + V_SHAPED)) | (_m(c) >= c.pp),
-            lambda s, w: f"schedule {s.schedule} with pp={s.pp} needs at least {s.pp} micro-batches per step, got {s.microbatches} "
-            f"(global_batch / (dp·micro_batch)); raise global_batch or lower micro_batch",
+            lambda c, w: (c.pp == 1) | (c.schedule != SCHEDULES.index("1F1B")) | (_m(c) >= c.pp),
+            lambda s, w: f"Number of microbatches ({s.microbatches}) must be greater than or equal to the number of stages ({s.pp}). "
+            f"Use at least {s.pp} micro-batches with 1F1B (raise global_batch or lower micro_batch)",
         ),
         (
-            lambda c, w: (c.pp == 1) | ~np.isin(c.schedule, _code(LOOPED)) | (_m(c) % c.pp == 0),
-            lambda s, w: f"schedule {s.schedule} runs micro-batches in rounds of pp={s.pp}; {s.microbatches} micro-batches is not a multiple of {s.pp}",
+            lambda c, w: (c.pp == 1) | (c.schedule != SCHEDULES.index("DualPipeV")) | (_m(c) >= 2 * c.pp),
+            lambda s, w: f"DualPipeV requires at least as many microbatches as stages, but got {s.microbatches} microbatches and {2 * s.pp} stages. "
+            f"Use at least {2 * s.pp} micro-batches (raise global_batch or lower micro_batch)",
+        ),
+        (
+            lambda c, w: (c.pp == 1) | ~np.isin(c.schedule, _code(("Interleaved1F1B", "InterleavedZeroBubble"))) | (_m(c) % np.maximum(1, _m(c) // c.pp) == 0),
+            lambda s, w: ("Interleaved 1F1B" if s.schedule == "Interleaved1F1B" else "Zero bubble")
+            + f" requires the number of microbatches to be a multiple of the number of rounds ({max(1, s.microbatches // s.pp)}), but got {s.microbatches}. "
+            f"Use a multiple of {max(1, s.microbatches // s.pp)} micro-batches, e.g. {max(1, s.microbatches // s.pp) * s.pp}",
         ),
     ]
     if model is not None:
