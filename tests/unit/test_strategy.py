@@ -106,15 +106,17 @@ def test_schedule_fixes_the_stages_per_rank(schedule, v, names):
 
 
 def test_pipeline_needs_at_least_pp_micro_batches():
+    # torch's own wording (Schedule1F1B): the same line a user would get from torch.distributed.pipelining
     text = message(Strategy(pp=4, schedule="1F1B", global_batch=2), 4)
-    assert "pp=4 needs at least 4 micro-batches" in text and "got 2" in text
+    assert "Number of microbatches (2)" in text and "number of stages (4)" in text
     Strategy(pp=4, schedule="GPipe", global_batch=2).check(4)  # GPipe runs any m
 
 
 def test_looped_schedules_need_rounds_of_pp():
-    text = message(Strategy(pp=2, schedule="Interleaved1F1B", virtual_stages=2, global_batch=3), 2)
-    assert "3 micro-batches is not a multiple of 2" in text
-    Strategy(pp=2, schedule="Interleaved1F1B", virtual_stages=2, global_batch=4).check(2)
+    # torch runs interleaved micro-batches in rounds of max(1, m // pp): m must be a multiple of that
+    text = message(Strategy(pp=4, schedule="Interleaved1F1B", virtual_stages=2, global_batch=9), 4)
+    assert "9" in text and "rounds" in text
+    Strategy(pp=2, schedule="Interleaved1F1B", virtual_stages=2, global_batch=3).check(2)  # 3 rounds of 1
 
 
 def test_stages_cannot_exceed_layers():
