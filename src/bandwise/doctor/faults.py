@@ -49,7 +49,7 @@ class FaultConfig:
     seq: int = 64
     dim: int = 128
     heads: int = 4
-    io_wait_s: float = 0.002
+    io_wait_s: float = 0.003
     """Simulated storage latency per sample for `slow_getitem`."""
     preprocess_s: float = 0.03
     """Target NumPy work per batch for `cpu_preprocess`."""

@@ -35,6 +35,8 @@ class Finding:
     expected_speedup: float | None
     """Step-throughput gain if the fix removes what the evidence measures; None if no estimate."""
     note: str = ""
+    apply: dict[str, Any] = field(default_factory=dict)
+    """The fix as data where it is mechanical, e.g. {"dataloader": {"num_workers": 4, ...}}."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -82,13 +84,20 @@ def _need(s: dict[str, Any], missing: list[str], *keys: str) -> bool:
     return not absent
 
 
-def suggest_workers(data_share: float, cpus: int | None = None) -> int:
+def suggest_workers(data_share: float) -> int:
     """Workers so loading keeps ahead of compute: each worker makes one batch per `data` time while
     the model consumes one per `compute` time, so data/compute workers keep up; x2 for jitter,
-    and within the 4-8 per GPU that the PyTorch performance tuning guide's users find best."""
+    kept within the 4-8 per GPU that is the usual advice. Not capped by the core count: loaders
+    that wait on storage or network gain beyond it; `doctor tune-loader` measures the real best."""
     ratio = data_share / max(1e-6, 1.0 - data_share)
-    n = max(4, min(8, math.ceil(2 * ratio) + 1))
-    return min(n, cpus) if cpus and cpus >= 2 else n
+    return max(4, min(8, math.ceil(2 * ratio) + 1))
+
+
+def overlap_speedup(share: float, workers: int) -> float:
+    """Step gain when a data share w moves to `workers` parallel loaders overlapped with compute:
+    the period goes from 1 to max(1 - w, w / workers)."""
+    share = min(max(share, 0.0), 0.999)
+    return 1.0 / max(1.0 - share, share / workers)
 
 
 def input_bound(s: dict[str, Any], missing: list[str]) -> Finding | None:
@@ -105,16 +114,17 @@ def input_bound(s: dict[str, Any], missing: list[str]) -> Finding | None:
     if sev is None:
         return None
     exposed = s.get("data_wait_share") if s.get("data_wait_share") is not None else share
-    workers = suggest_workers(share, s.get("cpus"))
-    pin = ", pin_memory=True" if s.get("device") in ("gpu", "cuda") else ""
+    workers = suggest_workers(share)
+    gpu = s.get("device") in ("gpu", "cuda")
+    kwargs = {"num_workers": workers, **({"pin_memory": True} if gpu else {}), "persistent_workers": True, "prefetch_factor": 4}
     return Finding(
         id="input_bound",
         severity=sev,
         title=f"input-bound: {share:.0%} of each step waits for the DataLoader",
         evidence={"dataloader_share": share, "exposed_data_wait_share": exposed},
-        fix=f"DataLoader(num_workers={workers}{pin}, persistent_workers=True, prefetch_factor=4); "
-        "then `bandwise doctor tune-loader` to measure the best setting",
-        expected_speedup=amdahl(exposed),
+        fix="DataLoader(" + ", ".join(f"{k}={v}" for k, v in kwargs.items()) + "); then `bandwise doctor tune-loader` to measure the best setting",
+        expected_speedup=overlap_speedup(exposed, workers),
+        apply={"dataloader": kwargs},
     )
 
 
@@ -213,13 +223,19 @@ def no_mixed_precision(s: dict[str, Any], missing: list[str]) -> Finding | None:
     share = s.get("gemm_share")
     ratio = s.get("lowp_peak_ratio")
     gain = amdahl(share * frac, min(4.0, ratio)) if share is not None and ratio else None
+    dtype = s.get("lowp_dtype") or "bfloat16"
+    if dtype == "float16":
+        fix = ("with torch.autocast('cuda', dtype=torch.float16): around forward and loss, with "
+               "torch.amp.GradScaler('cuda') for the backward (fp16 tensor cores; this GPU has no bf16)")
+    else:
+        fix = ("with torch.autocast(device_type, dtype=torch.bfloat16): around forward and loss (no GradScaler needed "
+               "for bf16); on Ampere+ also torch.backends.cuda.matmul.allow_tf32 = True for what stays fp32")
     return Finding(
         id="no_mixed_precision",
         severity="warning" if frac < 0.9 else "critical",
-        title=f"{frac:.0%} of GEMM work runs in fp32 on a device with native bf16",
+        title=f"{frac:.0%} of GEMM work runs in fp32 on a device with native {'fp16' if dtype == 'float16' else 'bf16'} matmuls",
         evidence={"gemm_fp32_fraction": frac, "gemm_share": share},
-        fix="with torch.autocast(device_type, dtype=torch.bfloat16): around forward and loss (no GradScaler needed "
-        "for bf16); on Ampere+ also torch.backends.cuda.matmul.allow_tf32 = True for what stays fp32",
+        fix=fix,
         expected_speedup=gain,
         note="" if gain else "gain not estimated: GEMM share or the device's bf16/fp32 peak ratio unknown",
     )
@@ -257,9 +273,10 @@ def small_batch(s: dict[str, Any], missing: list[str]) -> Finding | None:
     micro = s.get("micro_batch")
     glob = s.get("global_batch") or micro
     fix = suggest_batch_text(micro, k, glob)
-    fixed = opt if opt is not None else (1.0 - busy if busy is not None else None)
-    if fixed is None and dispatch is not None:
-        fixed = 1.0 / max(dispatch, 1.0)
+    # Share of the step that does not grow with the batch: the optimizer, the dispatch overhead
+    # (a call costing r times a trivial op spends about 1/r of its time in fixed cost), or idle.
+    estimates = [opt, 1.0 / max(dispatch, 1.0) if dispatch is not None else None, 1.0 - busy if busy is not None else None]
+    fixed = max((e for e in estimates if e is not None), default=None)
     return Finding(
         id="small_batch",
         severity="critical" if (opt or 0) >= CRIT or (dispatch or 99) < 5 else "warning",
@@ -395,6 +412,7 @@ def signals_from_trace(sig: dict[str, Any], *, bf16_available: bool | None = Non
         # fp16 tensor cores from 7.0 (torch_tb_profiler's AMP rule), bf16 from 8.0
         bf16_available = major >= 7
     out["bf16_available"] = bf16_available
+    out["lowp_dtype"] = "float16" if gpu and major == 7 else "bfloat16"
     if gpu:
         out["gemm_fp32_fraction"] = sig.get("gemm_fp32_fraction")
         step_us = (sig.get("step_ms") or 0) * 1e3

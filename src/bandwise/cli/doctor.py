@@ -1,0 +1,147 @@
+"""`bandwise doctor run|trace|tune-loader`: parse arguments, call bandwise.doctor, print."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import typer
+
+from bandwise.errors import BandwiseError
+from bandwise.report.output import Output
+
+doctor_app = typer.Typer(help="Find why the accelerator is idle: measure a loop or read a profiler trace, name the bottleneck, the fix and its expected gain.", no_args_is_help=True)
+
+JSON_OPT = typer.Option(False, "--json", help="Print one JSON document: steps, breakdown, findings, missing.")
+HTML_OPT = typer.Option(None, "--html", help="Also write a self-contained HTML report here.")
+
+
+@doctor_app.command("trace")
+def trace(
+    paths: list[Path] = typer.Argument(..., help="Kineto chrome traces (.json or .json.gz), one per rank."),
+    json_out: bool = JSON_OPT,
+    html_out: Path = HTML_OPT,
+    bf16: bool = typer.Option(None, "--bf16/--no-bf16", help="Declare whether the traced device runs bf16 natively (default: from the trace's GPU compute capability; unknown for CPU traces)."),
+    max_mb: int = typer.Option(65536, "--max-mb", help="Refuse traces that decompress to more than this many MB."),
+) -> None:
+    """Analyse PyTorch profiler traces: per-step breakdown, findings sorted by expected gain, fixes."""
+    from bandwise.doctor.report import merge, print_report, to_json, write_html
+    from bandwise.doctor.rules import diagnose, signals_from_trace
+    from bandwise.doctor.trace import analyze_trace
+
+    if max_mb < 1:
+        raise BandwiseError(f"--max-mb={max_mb} must be >= 1")
+    out = Output(json_mode=json_out)
+    diagnoses, names = [], []
+    for p in paths:
+        a = analyze_trace(p, max_decompressed_bytes=max_mb << 20)
+        diagnoses.append(diagnose(signals_from_trace(a["signals"], bf16_available=bf16), a["breakdown"]))
+        names.append(p.name)
+    d = merge(diagnoses, names)
+    title = f"bandwise doctor: {len(paths)} trace(s)" if len(paths) > 1 else f"bandwise doctor: {paths[0].name}"
+    if html_out:
+        write_html(html_out, d, title)
+    if json_out:
+        out.emit_json(to_json(d, {"traces": [str(p) for p in paths]}))
+    else:
+        print_report(out, d, title)
+        if html_out:
+            out.print(f"HTML report: {html_out}")
+
+
+@doctor_app.command("run", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def run(
+    command: list[str] = typer.Argument(..., help="The training command after --, e.g. -- python train.py --lr 3e-4"),
+    json_out: bool = JSON_OPT,
+    html_out: Path = HTML_OPT,
+    global_batch: int = typer.Option(None, "--global-batch", help="Global batch to keep when suggesting a larger micro-batch."),
+) -> None:
+    """Run an unmodified `python` training script with the monitor hooked in, then report.
+
+    The script's output and exit code are its own; with --json its stdout goes to stderr so that
+    stdout holds only the report.
+    """
+    from bandwise.doctor.report import print_report, to_json, write_html
+    from bandwise.doctor.rules import diagnose, signals_from_live
+
+    argv = list(command)
+    if argv and argv[0] == "--":
+        argv = argv[1:]
+    if not argv:
+        raise BandwiseError("doctor run: give the training command after --, e.g. bandwise doctor run -- python train.py")
+    if Path(argv[0]).name.startswith("python"):
+        argv = argv[1:]
+    elif not argv[0].endswith(".py"):
+        raise BandwiseError(f"doctor run: {argv[0]!r} is not a python command; run the script as `python script.py ...` (torchrun: profile one rank with `doctor trace`)")
+    if not argv:
+        raise BandwiseError("doctor run: no script given after python")
+    out = Output(json_mode=json_out)
+    with tempfile.TemporaryDirectory(prefix="bandwise-doctor-") as tmp:
+        records_path = Path(tmp) / "records.json"
+        env = {**os.environ, "BANDWISE_DOCTOR_OUT": str(records_path)}
+        proc = subprocess.run([sys.executable, "-m", "bandwise.doctor._bootstrap", *argv], env=env, stdout=sys.stderr if json_out else None)
+        if not records_path.exists():
+            raise BandwiseError(f"doctor run: the script exited with code {proc.returncode} before any step was recorded")
+        data = json.loads(records_path.read_text())
+    summary = data["summary"]
+    d = diagnose(signals_from_live(summary, global_batch=global_batch), summary["breakdown"])
+    title = f"bandwise doctor: {' '.join(argv)}"
+    if html_out:
+        write_html(html_out, d, title)
+    if json_out:
+        out.emit_json(to_json(d, {"exit_code": proc.returncode, "medians": summary["medians"]}))
+    else:
+        print_report(out, d, title)
+    if proc.returncode:
+        raise typer.Exit(proc.returncode)
+
+
+@doctor_app.command("tune-loader")
+def tune_loader(
+    dataset: str = typer.Option(..., "--dataset", help="FILE.py:NAME or MODULE:NAME: a map-style Dataset, or a function returning one."),
+    batch_size: int = typer.Option(..., "--batch-size", help="Batch size to load with."),
+    batches: int = typer.Option(20, "--batches", help="Batches read per setting (two epochs of half each)."),
+    workers: str = typer.Option(None, "--workers", help="Comma-separated num_workers values (default: 0,2,4,2x cores up to 8)."),
+    json_out: bool = JSON_OPT,
+) -> None:
+    """Measure the dataset's throughput across DataLoader settings and print the best."""
+    from rich.table import Table
+
+    from bandwise.doctor.tune import LoaderSetting, default_grid, load_object
+    from bandwise.doctor.tune import tune_loader as run_tune
+
+    if batch_size < 1:
+        raise BandwiseError(f"--batch-size={batch_size} must be >= 1")
+    grid = default_grid()
+    if workers:
+        try:
+            wanted = {int(w) for w in workers.split(",")}
+        except ValueError:
+            raise BandwiseError(f"--workers={workers!r}: give comma-separated integers, e.g. 0,2,4") from None
+        if any(w < 0 for w in wanted):
+            raise BandwiseError(f"--workers={workers!r}: worker counts must be >= 0")
+        grid = [s for s in grid if s.num_workers in wanted] + [
+            LoaderSetting(num_workers=w, prefetch_factor=4, persistent_workers=True) for w in sorted(wanted) if w not in {s.num_workers for s in grid}
+        ]
+    out = Output(json_mode=json_out)
+    ds = load_object(dataset)
+    results = run_tune(ds, batch_size=batch_size, grid=grid, batches=batches, progress=None if json_out else lambda s: out.print(f"[dim]measuring {s.describe()}[/dim]"))
+    base = max((r["samples_per_s"] for r in results if r["setting"]["num_workers"] == 0), default=None)
+    if json_out:
+        out.emit_json({"best": results[0], "baseline_samples_per_s": base, "results": results})
+        return
+    table = Table(title=f"DataLoader settings, batch {batch_size}, best first")
+    for col in ("setting", "samples/s", "vs num_workers=0"):
+        table.add_column(col, justify="left" if col == "setting" else "right")
+    for r in results:
+        table.add_row(r["describe"], f"{r['samples_per_s']:.1f}", f"{r['samples_per_s'] / base:.2f}x" if base else "-")
+    out.print(table)
+    out.print(f"best: {results[0]['describe']}")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(doctor_app, name="doctor")

@@ -1,0 +1,123 @@
+"""Run an unmodified training script under the monitor: `python -m bandwise.doctor._bootstrap script.py args...`.
+
+Hooks, all through public APIs, none of which changes what the script computes:
+- `DataLoader.__iter__` returns the real iterator wrapped so that each `next()` is timed; a
+  batch's arrival starts a step (and ends the previous one, if the optimizer did not);
+- `torch.optim.optimizer.register_optimizer_step_pre_hook/post_hook` (global) time every
+  `optimizer.step()`; its end ends the step;
+- `torch.nn.modules.module.register_module_forward_pre_hook` (global) marks the first forward
+  of a step, which splits preprocessing in the loop from compute.
+
+Records go to the JSON file named by BANDWISE_DOCTOR_OUT when the script exits (normally, by
+`sys.exit`, or by an exception); the script's exit code and output are its own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import runpy
+import sys
+import time
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader
+
+from bandwise.doctor.monitor import Monitor
+
+
+def _batch_size(batch: Any) -> int | None:
+    if isinstance(batch, torch.Tensor):
+        return int(batch.shape[0]) if batch.dim() else None
+    if isinstance(batch, (list, tuple)) and batch:
+        return _batch_size(batch[0])
+    if isinstance(batch, dict) and batch:
+        return _batch_size(next(iter(batch.values())))
+    return None
+
+
+class _TimedIterator:
+    """Proxy for a DataLoader iterator: times `next()`, passes every other attribute through."""
+
+    def __init__(self, inner: Any, mon: Monitor) -> None:
+        self._inner, self._mon = inner, mon
+
+    def __iter__(self) -> _TimedIterator:
+        return self
+
+    def __next__(self) -> Any:
+        t0 = time.perf_counter()
+        item = next(self._inner)
+        self._mon._pending_wait += time.perf_counter() - t0
+        self._mon.begin_step(samples=_batch_size(item))  # ends the previous step if still open
+        return item
+
+    def __len__(self) -> int:
+        return len(self._inner)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+def install(mon: Monitor) -> None:
+    original_iter = DataLoader.__iter__
+
+    def timed_iter(self: DataLoader) -> Any:
+        return _TimedIterator(original_iter(self), mon)
+
+    DataLoader.__iter__ = timed_iter  # type: ignore[method-assign]
+    box: dict[str, float] = {}
+
+    def pre(opt: Any, args: Any, kwargs: Any) -> None:
+        if mon.cuda:
+            torch.cuda.synchronize()
+        box["t0"] = time.perf_counter()
+
+    def post(opt: Any, args: Any, kwargs: Any) -> None:
+        if mon.cuda:
+            torch.cuda.synchronize()
+        mon.add_optimizer_time(time.perf_counter() - box.pop("t0", time.perf_counter()))
+        mon.end_step()
+
+    from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+    register_optimizer_step_pre_hook(pre)
+    register_optimizer_step_post_hook(post)
+    torch.nn.modules.module.register_module_forward_pre_hook(lambda module, args: mon.mark_forward())
+
+
+def main(argv: list[str]) -> int:
+    if not argv:
+        print("usage: python -m bandwise.doctor._bootstrap script.py [args...] | -m module [args...]", file=sys.stderr)
+        return 2
+    out = os.environ.get("BANDWISE_DOCTOR_OUT")
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    mon = Monitor(device=device, warmup=1, census_step=2)
+    install(mon)
+    code: int = 0
+    try:
+        if argv[0] == "-m" and len(argv) > 1:
+            sys.argv = argv[1:]
+            runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+        else:
+            sys.argv = list(argv)
+            sys.path.insert(0, os.path.dirname(os.path.abspath(argv[0])))
+            runpy.run_path(argv[0], run_name="__main__")
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        if exc.code is not None and not isinstance(exc.code, int):
+            print(exc.code, file=sys.stderr)
+    finally:
+        try:
+            mon.end_step()
+        except Exception:  # a half-open census mode must not mask the script's own outcome
+            pass
+        if out:
+            with open(out, "w") as f:
+                json.dump({"records": mon.records, "summary": mon.summary(), "exit_code": code}, f)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

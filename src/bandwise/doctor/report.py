@@ -1,0 +1,137 @@
+"""Render a `Diagnosis`: rich terminal report, JSON document, self-contained HTML (inline SVG)."""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+from rich.text import Text
+
+from bandwise.doctor.rules import Diagnosis, Finding
+from bandwise.report.output import Output
+
+_COLORS = {
+    "compute": "#4c78a8",
+    "comm": "#f58518",
+    "memcpy": "#72b7b2",
+    "h2d": "#72b7b2",
+    "data_wait": "#e45756",
+    "preprocess": "#eeca3b",
+    "optimizer": "#54a24b",
+    "idle": "#bab0ac",
+}
+_RICH = {"compute": "blue", "comm": "dark_orange", "memcpy": "cyan", "h2d": "cyan", "data_wait": "red", "preprocess": "yellow", "optimizer": "green", "idle": "grey50"}
+
+
+def merge(diagnoses: list[Diagnosis], names: list[str]) -> Diagnosis:
+    """One diagnosis over several ranks: mean breakdown, each finding from the rank where it gains most."""
+    if len(diagnoses) == 1:
+        return diagnoses[0]
+    keys = sorted({k for d in diagnoses for k in d.breakdown})
+    mean = {k: sum(d.breakdown.get(k, 0.0) for d in diagnoses) / len(diagnoses) for k in keys}
+    total = sum(mean.values()) or 1.0
+    best: dict[str, tuple[Finding, list[str]]] = {}
+    for d, name in zip(diagnoses, names):
+        for f in d.findings:
+            prev = best.get(f.id)
+            ranks = (prev[1] if prev else []) + [name]
+            if prev is None or (f.expected_speedup or 1.0) > (prev[0].expected_speedup or 1.0):
+                best[f.id] = (f, ranks)
+            else:
+                best[f.id] = (prev[0], ranks)
+    findings = []
+    for f, ranks in best.values():
+        f.evidence = {**f.evidence, "ranks": ranks}
+        findings.append(f)
+    findings.sort(key=lambda f: -(f.expected_speedup or 1.0))
+    return Diagnosis(
+        steps=min(d.steps for d in diagnoses),
+        breakdown={k: v / total for k, v in mean.items()},
+        findings=findings,
+        missing=sorted({m for d in diagnoses for m in d.missing}),
+        signals={"ranks": {n: d.signals for d, n in zip(diagnoses, names)}},
+    )
+
+
+def to_json(d: Diagnosis, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {**d.to_dict(), **(extra or {})}
+
+
+def print_report(out: Output, d: Diagnosis, title: str) -> None:
+    out.print(Text(title, style="bold"))
+    out.print(Text(f"{d.steps} steps measured", style="dim"))
+    out.print(breakdown_bar(d.breakdown))
+    legend = Text()
+    for k, v in sorted(d.breakdown.items(), key=lambda kv: -kv[1]):
+        legend.append("■ ", style=_RICH.get(k, "white"))
+        legend.append(f"{k} {v:.1%}   ")
+    out.print(legend)
+    if d.healthy and not any(m.startswith("steps") for m in d.missing):
+        out.print(Text("healthy: no bottleneck above its threshold", style="bold green"))
+    if d.findings:
+        table = Table(title="Findings, by expected gain", show_lines=True)
+        for col in ("finding", "severity", "evidence", "expected"):
+            table.add_column(col)
+        for f in d.findings:
+            ev = ", ".join(f"{k}={_fmt(v)}" for k, v in f.evidence.items() if v is not None)
+            sev = Text(f.severity, style="bold red" if f.severity == "critical" else "yellow")
+            table.add_row(f"{f.id}\n{f.title}", sev, ev, f"{f.expected_speedup:.2f}x" if f.expected_speedup else "n/a")
+        out.print(table)
+        out.print(Text("Fixes", style="bold"))
+        for i, f in enumerate(d.findings, 1):
+            out.print(Text(f"{i}. [{f.id}] {f.fix}" + (f"  ({f.note})" if f.note else "")))
+    if d.missing:
+        out.print(Text("not measured (no verdict on these): " + ", ".join(d.missing), style="dim"))
+
+
+def breakdown_bar(breakdown: dict[str, float], width: int = 60) -> Text:
+    bar = Text()
+    used = 0
+    items = [(k, v) for k, v in breakdown.items() if v > 0]
+    for i, (k, v) in enumerate(items):
+        n = width - used if i == len(items) - 1 else round(v * width)
+        bar.append("█" * max(0, n), style=_RICH.get(k, "white"))
+        used += max(0, n)
+    return bar
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.3g}"
+    return str(v)
+
+
+def write_html(path: str | Path, d: Diagnosis, title: str) -> None:
+    """A self-contained page: inline SVG breakdown bar and the findings table; no scripts, no network."""
+    w, h, x = 800, 40, 0.0
+    rects, legend = [], []
+    for k, v in d.breakdown.items():
+        if v <= 0:
+            continue
+        rects.append(f'<rect x="{x:.1f}" y="0" width="{v * w:.1f}" height="{h}" fill="{_COLORS.get(k, "#999")}"><title>{html.escape(k)} {v:.1%}</title></rect>')
+        legend.append(f'<span style="color:{_COLORS.get(k, "#999")}">&#9632;</span> {html.escape(k)} {v:.1%}')
+        x += v * w
+    rows = "".join(
+        f"<tr><td><b>{html.escape(f.id)}</b><br>{html.escape(f.title)}</td><td>{html.escape(f.severity)}</td>"
+        f"<td>{html.escape(', '.join(f'{k}={_fmt(v)}' for k, v in f.evidence.items() if v is not None))}</td>"
+        f"<td>{f'{f.expected_speedup:.2f}x' if f.expected_speedup else 'n/a'}</td><td><code>{html.escape(f.fix)}</code></td></tr>"
+        for f in d.findings
+    )
+    verdict = "healthy: no bottleneck above its threshold" if d.healthy else f"{len(d.findings)} finding(s)"
+    page = f"""<!doctype html>
+<html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
+<style>body{{font-family:sans-serif;max-width:1000px;margin:2em auto}}td,th{{border:1px solid #ccc;padding:4px;vertical-align:top}}table{{border-collapse:collapse}}</style>
+</head><body>
+<h1>{html.escape(title)}</h1>
+<p>{d.steps} steps measured &middot; {html.escape(verdict)}</p>
+<h2>Step-time breakdown</h2>
+<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" role="img" aria-label="step-time breakdown">{''.join(rects)}</svg>
+<p>{' &nbsp; '.join(legend)}</p>
+<h2>Findings, by expected gain</h2>
+<table><tr><th>finding</th><th>severity</th><th>evidence</th><th>expected</th><th>fix</th></tr>{rows}</table>
+<p>Not measured: {html.escape(', '.join(d.missing) or 'nothing')}</p>
+</body></html>
+"""
+    Path(path).write_text(page, encoding="utf-8")
