@@ -26,7 +26,7 @@ TRAIN_HELP = """Train a model with a parallel layout on torch.distributed (launc
 with --pick i) or `bandwise estimate --json`; degree flags (--dp-shard, --tp, ...) override it,
 or describe the layout on their own. The layout is checked against the launched world size and
 the model before anything starts. Each step logs loss, tokens/s, MFU, data-wait share, grad norm,
-router MaxVio and peak memory (--log FILE for JSONL); the end prints the measured median step
+router MaxVio and peak memory (--metrics FILE for JSONL); the end prints the measured median step
 next to the planner's estimate for the same layout on this device.
 """
 
@@ -81,11 +81,11 @@ def train(
     lr: float = typer.Option(3e-3, "--lr"),
     warmup: int = typer.Option(10, "--warmup"),
     grad_clip: float = typer.Option(1.0, "--grad-clip"),
-    dtype: str = typer.Option("bf16", "--dtype", help="bf16, or fp32 (exact, for parity checks)."),
+    dtype: str = typer.Option("auto", "--dtype", help="auto (bf16 on CUDA, fp32 on CPU), bf16 or fp32."),
     compile_: bool = typer.Option(False, "--compile", help="torch.compile each block."),
     seed: int = typer.Option(0, "--seed"),
     on_nonfinite: str = typer.Option("stop", "--on-nonfinite", help="stop or skip."),
-    log: str = typer.Option("", "--log", help="JSONL metrics file."),
+    log: str = typer.Option("", "--metrics", "--log", help="JSONL metrics file (under torchrun write --metrics: its parser takes --log for its --log-dir)."),
     eval_every: int = typer.Option(0, "--eval-every"),
     checkpoint_dir: str = typer.Option("", "--checkpoint-dir"),
     checkpoint_every: int = typer.Option(0, "--checkpoint-every"),

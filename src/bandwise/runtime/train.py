@@ -60,8 +60,9 @@ class TrainConfig:
     betas: tuple[float, float] = (0.9, 0.95)
     grad_clip: float = 1.0
     """Max global gradient L2 norm; 0 disables clipping."""
-    dtype: str = "bf16"
-    """Compute dtype: bf16 (FSDP mixed precision or autocast) or fp32 (exact CPU parity)."""
+    dtype: str = "auto"
+    """Compute dtype: bf16 (FSDP mixed precision or autocast), fp32 (exact CPU parity), or auto:
+    bf16 on CUDA, fp32 on CPU (CPU bf16 matmuls without AMX run several times slower than fp32)."""
     compile: bool = False
     """torch.compile each block (slow first step; not used in tests)."""
     seed: int = 0
@@ -85,8 +86,8 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if self.steps < 1:
             raise BandwiseError(f"steps={self.steps} must be >= 1")
-        if self.dtype not in DTYPES:
-            raise BandwiseError(f"dtype={self.dtype!r} is unknown; use one of: {', '.join(DTYPES)}")
+        if self.dtype not in (*DTYPES, "auto"):
+            raise BandwiseError(f"dtype={self.dtype!r} is unknown; use one of: auto, {', '.join(DTYPES)}")
         if self.on_nonfinite not in ("stop", "skip"):
             raise BandwiseError(f"on_nonfinite={self.on_nonfinite!r} must be 'stop' or 'skip'")
         if not (self.lr > 0 and 0 <= self.min_lr_ratio <= 1 and self.warmup >= 0 and self.grad_clip >= 0):
@@ -170,7 +171,7 @@ def train(spec: ModelSpec, strategy: Strategy, cfg: TrainConfig, *, on_step: Cal
 
 
 def _run(spec, strategy, cfg, splits, device, rank, world, on_step, out) -> RunResult:  # noqa: C901 (one loop, read top to bottom)
-    dtype = DTYPES[cfg.dtype]
+    dtype = DTYPES["bf16" if device.type == "cuda" else "fp32"] if cfg.dtype == "auto" else DTYPES[cfg.dtype]
     meshes: Meshes | None = build_meshes(strategy, device.type) if world > 1 else None
     torch.manual_seed(cfg.seed)
     model = Transformer(spec, ModelConfig(moe=cfg.moe)).to(device)  # same init on every rank
