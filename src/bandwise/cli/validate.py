@@ -55,8 +55,8 @@ def validate(
     plot: Path | None = typer.Option(None, "--plot", help="Write a parity plot (predicted vs target, log axes, ±10% bands) to this PNG."),
 ) -> None:
     out = Output(json_mode=json_out)
-    data, _sources = load_runs(runs)
-    results = run_all(data, source)
+    data, sources = load_runs(runs)
+    results = run_all(data, source, sources=sources)
     if plot is not None:
         parity_plot(results, plot)
     if json_out:

@@ -364,8 +364,12 @@ def _cluster(run: dict[str, Any], devices: int, notes: list[str], completed: lis
     return cluster
 
 
-def convert(run: dict[str, Any]) -> Case:
-    """Build the planner's inputs from one run; raises BandwiseError when a needed fact is missing."""
+def convert(run: dict[str, Any], sources: dict[str, Any] | None = None) -> Case:
+    """Build the planner's inputs from one run; raises BandwiseError when a needed fact is missing.
+
+    `sources` is the file's sources section: a fact its conventions state for every run of the
+    source (e.g. Narayanan et al. 2021: full activation checkpointing) fills the run's null field.
+    """
     rid = str(run.get("id") or "?")
     target = (run.get("target") or {}).get("tokens_per_sec_per_device")
     if not isinstance(target, (int, float)) or target <= 0:
@@ -503,6 +507,10 @@ def convert(run: dict[str, Any]) -> Case:
     else:
         token_scale = 1.0
     rec = parse_recompute(p.get("recompute"))
+    conventions = str(((sources or {}).get(src) or {}).get("conventions") or "")
+    if rec is None and re.search(r"\bfull\b[^.;,]*activation checkpointing", conventions):
+        rec = "full"
+        notes.append("recompute from the source's conventions: full")
     if rec:
         fixed["recompute"] = rec
     prec = parse_precision(run.get("precision"))
@@ -626,7 +634,8 @@ def predict(case: Case, params: CostParams = DEFAULT_PARAMS) -> RunResult:
     return res
 
 
-def run_all(runs: list[dict[str, Any]], source: str | None = None, params: CostParams = DEFAULT_PARAMS) -> list[RunResult]:
+def run_all(runs: list[dict[str, Any]], source: str | None = None, params: CostParams = DEFAULT_PARAMS,
+            sources: dict[str, Any] | None = None) -> list[RunResult]:
     """Convert and predict every run (of one source if given); conversion failures carry the reason."""
     if source is not None:
         known = sorted({str(r.get("source")) for r in runs})
@@ -636,7 +645,7 @@ def run_all(runs: list[dict[str, Any]], source: str | None = None, params: CostP
     results = []
     for run in runs:
         try:
-            case = convert(run)
+            case = convert(run, sources)
         except BandwiseError as exc:
             tgt = (run.get("target") or {}).get("tokens_per_sec_per_device")
             results.append(RunResult(id=str(run.get("id")), source=str(run.get("source")),
