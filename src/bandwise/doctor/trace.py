@@ -331,12 +331,12 @@ def _gpu_signals(c: _Collected, per_step: list[dict[str, float]], windows: list[
 
 
 def _cpu_signals(c: _Collected, main_tids: set[str], windows: list[tuple[float, float]]) -> dict[str, Any]:
-    durs: dict[int, list[np.ndarray]] = {}
+    durs: dict[int, list[np.ndarray]] = {k: [] for k in (C_GEMM_FP32, C_GEMM_LOW, C_GEMM_UNKNOWN, C_SOFTMAX, C_SDPA)}
     for iv in c.cpu.values():
         s, e = iv.np()
         code = np.frombuffer(iv.code, dtype=np.int8)
         for k in (C_GEMM_FP32, C_GEMM_LOW, C_GEMM_UNKNOWN, C_SOFTMAX, C_SDPA):
-            durs.setdefault(k, []).append((e - s)[code == k])
+            durs[k].append((e - s)[code == k])
     cat = {k: np.concatenate(v) if v else np.empty(0) for k, v in durs.items()}
     total_us = sum(b - a for a, b in windows)
     fp32, low, unk = (float(cat[k].sum()) for k in (C_GEMM_FP32, C_GEMM_LOW, C_GEMM_UNKNOWN))
