@@ -273,14 +273,16 @@ def _model(run: dict[str, Any], case_notes: list[str], switches: list[str]) -> M
             raise BandwiseError(f"run {rid}: model.{key} is missing; the run cannot be modelled without it")
     hidden, heads = int(m["hidden"]), int(m["heads"])
     ffn_type = str(m.get("ffn_type") or "").lower()
-    gated = "glu" in ffn_type  # SwiGLU/GeGLU; GELU, ReLU, squared-ReLU are two-matrix MLPs
+    # SwiGLU/GeGLU have three matrices; GELU, ReLU, squared-ReLU two. Unstated: GPT's GELU for dense
+    # models, SwiGLU experts for MoE (the data set's own FLOP count assumes 3·h·expert_ffn).
+    gated = "glu" in ffn_type or (not ffn_type and bool(m.get("moe")))
     kw: dict[str, Any] = dict(
         name=str(m.get("name") or rid), layers=int(m["layers"]), hidden=hidden, heads=heads,
         kv_heads=_int(m.get("kv_heads")) or 0, head_dim=_int(m.get("head_dim")) or 0, gated_mlp=gated,
         tied_embeddings=bool(m.get("tied_embeddings")) or run.get("source") == "maxtext_tpu_tables",
     )
     if not m.get("ffn_type"):
-        case_notes.append("MLP type not stated: GELU 2-matrix (GPT default)")
+        case_notes.append("MLP type not stated: " + ("SwiGLU experts" if gated else "GELU 2-matrix (GPT default)"))
     ffn = _int(m.get("ffn"))
     moe = m.get("moe") or {}
     if ffn is None and not moe:
