@@ -1,0 +1,84 @@
+"""The planted-fault suite on CPU: every fault diagnosed live and from a recorded profiler trace,
+the no-fault loop healthy, and the recommended DataLoader fix measured on the slow loader."""
+
+from __future__ import annotations
+
+import statistics
+import warnings
+
+import pytest
+
+from bandwise.doctor.faults import FAULTS, FaultConfig, run_fault
+from bandwise.doctor.rules import diagnose, signals_from_live, signals_from_trace
+from bandwise.doctor.trace import analyze_trace
+from bandwise.errors import BandwiseError
+
+EXPECTED = {
+    "none": None,
+    "slow_getitem": "input_bound",
+    "cpu_preprocess": "cpu_preprocessing",
+    "tiny_batch": "small_batch",
+    "fp32": "no_mixed_precision",
+    "manual_attention": "unfused_attention",
+}
+STEPS = 6
+
+
+@pytest.fixture(scope="module")
+def diagnoses(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("fault-traces")
+    out = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the profiler warns about its own scheduling
+        for fault in FAULTS:
+            live = run_fault(FaultConfig(fault=fault, steps=STEPS))
+            path = tmp / f"{fault}.pt.trace.json"
+            traced = run_fault(FaultConfig(fault=fault, steps=STEPS), trace_path=path)
+            a = analyze_trace(path)
+            out[fault] = {
+                "live": diagnose(signals_from_live(live["summary"]), live["summary"]["breakdown"]),
+                "trace": diagnose(signals_from_trace(a["signals"], bf16_available=traced["bf16_available"]), a["breakdown"]),
+            }
+    return out
+
+
+@pytest.mark.parametrize("mode", ["live", "trace"])
+@pytest.mark.parametrize("fault", FAULTS)
+def test_fault_is_diagnosed(diagnoses, fault, mode):
+    d = diagnoses[fault][mode]
+    ids = [f.id for f in d.findings]
+    assert d.steps >= 3
+    if EXPECTED[fault] is None:
+        assert d.healthy, f"no-fault loop flagged: {ids}"
+    else:
+        # the planted fault is found, and no other fault's finding is raised
+        assert EXPECTED[fault] in ids, ids
+        others = {EXPECTED[f] for f in FAULTS if EXPECTED[f] not in (None, EXPECTED[fault])}
+        assert not others & set(ids), ids
+
+
+def test_findings_carry_evidence_fix_and_gain(diagnoses):
+    f = next(f for f in diagnoses["slow_getitem"]["live"].findings if f.id == "input_bound")
+    share = f.evidence["dataloader_share"]
+    assert share >= 0.2 and f.severity == "critical"
+    workers = f.apply["dataloader"]["num_workers"]
+    assert f.expected_speedup == pytest.approx(1 / max(1 - share, share / workers))
+    assert f"num_workers={workers}" in f.fix
+
+
+@pytest.mark.filterwarnings("ignore:This DataLoader will create")  # I/O-bound workers beyond the core count are the point
+def test_loader_fix_speeds_up_slow_getitem():
+    """Apply the finding's DataLoader settings; median of paired throughput ratios >= 1.8x."""
+    ratios = []
+    for _ in range(3):
+        before = run_fault(FaultConfig(fault="slow_getitem", steps=STEPS))
+        d = diagnose(signals_from_live(before["summary"]), before["summary"]["breakdown"])
+        kwargs = next(f for f in d.findings if f.id == "input_bound").apply["dataloader"]
+        after = run_fault(FaultConfig(fault="slow_getitem", steps=STEPS, loader_kwargs=kwargs))
+        ratios.append(after["summary"]["medians"]["samples_per_s"] / before["summary"]["medians"]["samples_per_s"])
+    assert statistics.median(ratios) >= 1.8, ratios
+
+
+def test_unknown_fault_is_a_user_error():
+    with pytest.raises(BandwiseError, match="fault='nope'"):
+        FaultConfig(fault="nope")

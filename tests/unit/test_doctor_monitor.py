@@ -1,0 +1,131 @@
+"""Live monitor: phases measured against planted sleeps, MFU by hand, FLOPs against closed forms,
+the op census against known dtypes and attention paths."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from bandwise.doctor.monitor import Monitor, measure_flops
+from bandwise.errors import BandwiseError
+
+DATA_S, PRE_S, OPT_S, COMPUTE_S = 0.030, 0.010, 0.015, 0.020
+
+
+class SlowIterable:
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __iter__(self):
+        for _ in range(self.n):
+            time.sleep(DATA_S)
+            yield torch.ones(4, 8)
+
+
+class SleepySGD(torch.optim.SGD):
+    def step(self, closure=None):  # a stand-in for an expensive optimizer
+        time.sleep(OPT_S)
+        return super().step(closure)
+
+
+def _run(steps: int = 6, **kw) -> Monitor:
+    model = torch.nn.Linear(8, 1)
+    opt = SleepySGD(model.parameters(), lr=0.1)
+    mon = Monitor(census_step=None, **kw)
+    mon.watch_optimizer(opt)
+    mon.watch_model(model)
+    for x in mon.loader(SlowIterable(steps)):
+        with mon.step(samples=x.shape[0], tokens=x.numel()):
+            time.sleep(PRE_S)  # preprocessing in the loop, before the model
+            loss = model(x).sum()
+            time.sleep(COMPUTE_S)
+            loss.backward()
+            opt.step()
+    mon.close()
+    return mon
+
+
+def test_phases_match_planted_sleeps():
+    mon = _run()
+    m = mon.summary()["medians"]
+    # sleeps are lower bounds; the margin absorbs scheduling on a busy 2-core machine
+    assert DATA_S <= m["data_wait_s"] < DATA_S + 0.025
+    assert PRE_S <= m["preprocess_s"] < PRE_S + 0.02
+    assert OPT_S <= m["optimizer_s"] < OPT_S + 0.02
+    assert COMPUTE_S <= m["compute_s"] < COMPUTE_S + 0.03
+    shares = mon.summary()["breakdown"]
+    assert sum(shares.values()) == pytest.approx(1.0)
+    total = DATA_S + PRE_S + OPT_S + COMPUTE_S
+    assert shares["data_wait"] == pytest.approx(DATA_S / total, abs=0.12)
+
+
+def test_throughput_and_mfu_by_hand():
+    mon = _run(flops_per_sample=1e6, peak_flops=1e9)
+    for r in mon.measured():
+        period = r["data_wait_s"] + r["step_s"]
+        assert r["samples_per_s"] == pytest.approx(4 / period)
+        assert r["tokens_per_s"] == pytest.approx(32 / period)
+        assert r["mfu"] == pytest.approx(4 * 1e6 / period / 1e9)
+
+
+def test_missing_is_none_not_zero():
+    mon = Monitor(census_step=None)
+    for _ in mon.loader(range(4)):
+        with mon.step():
+            pass
+    s = mon.summary()
+    assert s["medians"]["mfu"] is None and s["medians"]["peak_mem_bytes"] is None
+    assert {"optimizer_s", "preprocess_s", "peak_mem_bytes", "mfu"} <= set(s["missing"])
+    assert mon.records[-1]["optimizer_s"] is None
+
+
+def test_measure_flops_matches_closed_form():
+    """Linear without bias, input needing grad: forward 2BIO, backward 2BIO (input) + 2BIO (weight)."""
+    B, I, O = 16, 32, 24
+    lin = torch.nn.Linear(I, O, bias=False)
+    x = torch.randn(B, I, requires_grad=True)
+    flops = measure_flops(lambda: lin(x).sum().backward())
+    assert flops == 6 * B * I * O
+
+
+def _census(fn) -> dict:
+    mon = Monitor(census_step=0, warmup=0)
+    with mon.step():
+        fn()
+    return mon.census
+
+
+def test_census_sees_dtype_and_attention_path():
+    q = torch.randn(2, 4, 16, 8)
+    lin = torch.nn.Linear(8, 8)
+    c = _census(lambda: lin(q))
+    assert c["gemm_by_dtype"] == {"float32": 1} and c["torch_calls"] >= 1
+
+    def autocast_linear():
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            lin(q)
+
+    assert _census(autocast_linear)["gemm_by_dtype"] == {"bfloat16": 1}
+    manual = _census(lambda: torch.softmax(q @ q.transpose(-2, -1), dim=-1) @ q)
+    assert manual["softmax_calls"] == 1 and manual["sdpa_calls"] == 0
+    fused = _census(lambda: F.scaled_dot_product_attention(q, q, q))
+    assert fused["sdpa_calls"] == 1 and fused["softmax_calls"] == 0
+
+
+def test_census_step_is_kept_out_of_medians():
+    mon = Monitor(census_step=1, warmup=1)
+    for _ in mon.loader(range(5)):
+        with mon.step():
+            torch.ones(2) + 1
+    assert [r["census"] for r in mon.records] == [False, True, False, False, False]
+    assert [r["step"] for r in mon.measured()] == [2, 3, 4]
+
+
+def test_bad_arguments_are_user_errors():
+    with pytest.raises(BandwiseError, match="peak_flops"):
+        Monitor(peak_flops=-1)
+    with pytest.raises(BandwiseError, match="warmup"):
+        Monitor(warmup=-2)
