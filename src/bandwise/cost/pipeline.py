@@ -249,10 +249,57 @@ def _period(schedule: str, p: int) -> int:
     return p if schedule in ("Interleaved1F1B", "InterleavedZeroBubble") else 1
 
 
+@lru_cache(maxsize=None)
 def _summary(schedule: str, p: int, m: int, v: int, f: float, b: float, w: float) -> np.ndarray:
-    """[makespan, busy of the worst rank, peak in-flight per rank...] of one full simulation."""
-    t = simulate(PipelineSpec(schedule=schedule, stages=p, microbatches=m, virtual=v, f=f, b=b, w=w))
-    return np.array([t.makespan, max(t.busy), *t.peak_inflight])
+    """[makespan, busy of the worst rank, peak in-flight per rank...] of one simulation.
+
+    The same event rules as `simulate`, without recording the timeline: the planner asks for
+    thousands of these, so the loop keeps to local lists. Cached: every large m of one
+    (schedule, p, v) extrapolates from the same three points.
+    """
+    orders = action_orders(schedule, p, m, v)
+    n_last = p * v - 1
+    dur = {"F": f, "B": b + w, "I": b, "W": w}
+    done_f = [[-1.0] * m for _ in range(p * v)]
+    done_g = [[-1.0] * m for _ in range(p * v)]
+    clock = [0.0] * p
+    pos = [0] * p
+    left = sum(len(o) for o in orders)
+    while left:
+        progressed = False
+        for r in range(p):
+            seq, i, t = orders[r], pos[r], clock[r]
+            while i < len(seq):
+                kind, st, mb = seq[i]
+                if kind == "F":
+                    ready = 0.0 if st == 0 else done_f[st - 1][mb]
+                elif kind == "W":
+                    ready = done_g[st][mb]
+                else:
+                    ready = done_f[st][mb] if st == n_last else done_g[st + 1][mb]
+                if ready < 0:
+                    break
+                t = (t if t > ready else ready) + dur[kind]
+                if kind == "F":
+                    done_f[st][mb] = t
+                elif kind != "W":
+                    done_g[st][mb] = t
+                i += 1
+            if i != pos[r]:
+                left -= i - pos[r]
+                pos[r], clock[r] = i, t
+                progressed = True
+        if not progressed:
+            raise RuntimeError(f"{schedule} p={p} m={m} v={v} deadlocks")
+    inflight = []
+    for seq in orders:
+        units = peak = 0
+        for kind, _, _ in seq:
+            units += 1 if kind == "F" else -1 if kind in "BW" else 0  # I keeps the inputs W needs (kept_for_w = 1)
+            peak = max(peak, units)
+        inflight.append(peak / v)
+    busy = max(sum(dur[a.kind] for a in seq) for seq in orders)
+    return np.array([max(clock), busy, *inflight])
 
 
 @lru_cache(maxsize=None)

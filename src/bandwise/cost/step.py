@@ -45,7 +45,7 @@ from bandwise.cost.memory import (
 from bandwise.cost.pipeline import schedule_factors
 from bandwise.specs.hardware import Cluster
 from bandwise.specs.model import ModelSpec
-from bandwise.specs.strategy import PRECISIONS, RECOMPUTE, Strategy, _columns
+from bandwise.specs.strategy import PRECISIONS, RECOMPUTE, SCHEDULES, Strategy, _columns
 
 _NONE, _SELECTIVE, _FULL = (RECOMPUTE.index(r) for r in ("none", "selective", "full"))
 _FP8 = PRECISIONS.index("fp8")
@@ -130,61 +130,56 @@ def _gemms_time(gemms: list[Gemm], c: SimpleNamespace, tokens: np.ndarray, m: Mo
     return total
 
 
-def evaluate(model: ModelSpec, cluster: Cluster, c: SimpleNamespace, order: tuple[str, ...], params: CostParams = DEFAULT_PARAMS) -> dict[str, np.ndarray]:
-    """Step time, its breakdown, memory and throughput for columns of candidate strategies."""
-    dev, P = cluster.device, params
-    m_ = model
+def _affine(time_fn, cluster: Cluster, stride: np.ndarray, size: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A collective's time is latency + bytes x seconds-per-byte: return (seconds per byte, latency)."""
+    lat = time_fn(cluster, 0.0, stride, size)
+    return time_fn(cluster, 1.0, stride, size) - lat, lat
+
+
+def _base(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, order: tuple[str, ...], P: CostParams) -> dict[str, np.ndarray]:
+    """Everything that depends only on the degrees, ZeRO stage, micro-batch and precision.
+
+    Per layer and per micro-batch on one device; the schedule, virtual stages and recomputation
+    are combined in `_combine`. The search evaluates this once per distinct such key.
+    """
+    dev = cluster.device
     f = lambda a: np.asarray(a, dtype=float)  # noqa: E731
     tp, cp, pp, ep, dps, dpr = (f(getattr(c, k)) for k in ("tp", "cp", "pp", "ep", "dp_shard", "dp_replicate"))
-    mb, v = f(c.micro_batch), f(c.virtual_stages)
+    mb = f(c.micro_batch)
     dp = dps * dpr
-    world = dp * cp * tp * pp
-    gb = np.where(c.global_batch > 0, f(c.global_batch), dp * mb)
-    n_mb = np.maximum(np.floor(gb / (dp * mb)), 1.0)
     zero = np.where(c.dp_shard > 1, 3, c.zero_stage)
-    rec = c.recompute
     fp8 = c.precision == _FP8
     bf16_peak = dev.peak("bf16")
     linear_peak = np.where(fp8, dev.peak_flops.get("fp8", bf16_peak), bf16_peak)
     eff, bw, hbm_eff = dev.gemm_efficiency, dev.hbm_bandwidth, P.hbm_efficiency
-    s = float(m_.seq_len)
-    tokens = mb * s / cp  # tokens of this device's sequence shard in one micro-batch (full width)
+    tokens = mb * m_.seq_len / cp  # tokens of this device's sequence shard in one micro-batch (full width)
+    L, frac_moe = m_.layers, m_.moe_layers / m_.layers
+    b: dict[str, np.ndarray] = {"tokens": tokens, "zero": zero, "fp8": fp8}
 
-    # ---- per-layer forward compute time (one micro-batch, one device) ----
-    attn_flops = attention_core_flops_per_token(m_, causal=True) * tokens / tp
-    attn_fwd = attn_flops / (bf16_peak * eff * P.attention_efficiency_ratio)
+    # ---- compute, one layer, one micro-batch ----
+    attn_fwd = attention_core_flops_per_token(m_, causal=True) * tokens / tp / (bf16_peak * eff * P.attention_efficiency_ratio)
     elem_scale = np.where(fp8, 1.5, 1.0)  # fp8 adds cast/quantize kernels around each GEMM input
     dense_fwd = _gemms_time(dense_layer_gemms(m_), c, tokens, m_, linear_peak, eff, bw) + attn_fwd
     dense_fwd += memory_bound_time(elementwise_bytes_per_token(m_, False) * tokens / tp * elem_scale, bw, hbm_eff)
     if m_.is_moe:
-        moe_fwd = _gemms_time(moe_layer_gemms(m_), c, tokens, m_, linear_peak, eff, bw) + attn_fwd
+        moe_gemms = moe_layer_gemms(m_)
+        moe_fwd = _gemms_time(moe_gemms, c, tokens, m_, linear_peak, eff, bw) + attn_fwd
         moe_fwd += memory_bound_time(elementwise_bytes_per_token(m_, True) * tokens / tp * elem_scale, bw, hbm_eff)
-        moe_fwd = moe_fwd + (P.expert_imbalance - 1.0) * _gemms_time(moe_layer_gemms(m_)[-2:], c, tokens, m_, linear_peak, eff, bw)
+        moe_fwd += (P.expert_imbalance - 1.0) * _gemms_time(moe_gemms[-2:], c, tokens, m_, linear_peak, eff, bw)
     else:
         moe_fwd = np.zeros_like(dense_fwd)
-    L = m_.layers
-    frac_moe = m_.moe_layers / L
-    layer_fwd = (1 - frac_moe) * dense_fwd + frac_moe * moe_fwd  # mean over the model's layers
-    layer_attn = attn_fwd
-    layer_bwd = 2.0 * (layer_fwd - layer_attn) + P.attention_backward_ratio * layer_attn
+    b["moe_fwd"] = moe_fwd
+    b["layer_fwd"] = layer_fwd = (1 - frac_moe) * dense_fwd + frac_moe * moe_fwd  # mean over the model's layers
+    b["layer_attn"] = attn_fwd
+    b["layer_bwd"] = 2.0 * (layer_fwd - attn_fwd) + P.attention_backward_ratio * attn_fwd
     # selective: the activation function again (its element-wise pass), plus the attention core
     # when attention is not flash (flash already recomputes scores inside its backward)
     act_bytes = BF16 * 3 * ((1 - frac_moe) * m_.ffn + frac_moe * (m_.top_k * m_.expert_ffn + m_.shared_experts * m_.shared_ffn))
-    selective_cost = memory_bound_time(act_bytes * tokens / tp, bw, hbm_eff) + (0.0 if P.flash_attention else layer_attn)
-    layer_recompute = np.select([rec == _FULL, rec == _SELECTIVE], [layer_fwd, selective_cost], 0.0)
-
+    b["selective_cost"] = memory_bound_time(act_bytes * tokens / tp, bw, hbm_eff) + (0.0 if P.flash_attention else attn_fwd)
     # output projection + cross entropy on the last stage (vocab-parallel over TP)
     out_fwd = gemm_time(tokens, m_.vocab / tp, m_.hidden, bf16_peak, eff, bw)
-    out_total = 3.0 * out_fwd + memory_bound_time(3 * 4.0 * tokens * m_.vocab / tp, bw, hbm_eff)
-
-    layers_rank = np.ceil(L / (pp * v)) * v  # the fullest rank's layers
-    kernel_gaps = P.kernel_gap_s * (P.kernels_per_layer + frac_moe * P.kernels_per_moe_layer)
-    per_layer = layer_fwd + layer_bwd + kernel_gaps
-    balanced = (L * (per_layer + layer_recompute) + out_total) / pp
-    fullest = layers_rank * (per_layer + layer_recompute) + np.where(pp == 1, out_total, 0.0)
-    compute_mb_total = np.maximum(fullest, balanced)
-    recompute_mb = layers_rank * layer_recompute
-    compute_mb = compute_mb_total - recompute_mb
+    b["out_total"] = 3.0 * out_fwd + memory_bound_time(3 * 4.0 * tokens * m_.vocab / tp, bw, hbm_eff)
+    b["kernel_gaps"] = np.full_like(tokens, P.kernel_gap_s * (P.kernels_per_layer + frac_moe * P.kernels_per_moe_layer))
 
     # ---- placement of groups on the topology ----
     st = _strides(order, c)
@@ -192,94 +187,145 @@ def evaluate(model: ModelSpec, cluster: Cluster, c: SimpleNamespace, order: tupl
     ep_stride = np.minimum(np.minimum(st["tp"], st["cp"]), st["dp_shard"])
     ddp_stride, ddp_size = np.minimum(st["cp"], st["dp_replicate"]), dpr * cp
 
-    # ---- tensor parallel: 4 collectives forward, 4 backward per layer (all-gather/reduce-scatter of
-    # the sequence-parallel activations; Korthikanti et al. 2022, Sec. 4.2.2), 4 more to recompute ----
-    tp_bytes = tokens * m_.hidden * BF16
-    n_tp = 8.0 + np.where(rec == _FULL, 4.0, 0.0)
-    tp_layer = n_tp * comm.all_gather_time(cluster, tp_bytes, st["tp"], tp)
-    gemm_window = per_layer - (1 + P.attention_backward_ratio) * layer_attn
-    tp_exposed = np.where(c.overlap_tp, np.maximum(0.0, tp_layer - gemm_window), tp_layer)
-
-    # ---- context parallel: ring passes K,V forward and K,V + dK,dV backward, hidden behind attention ----
+    # tensor parallel: one all-gather or reduce-scatter of the sequence-parallel activations
+    b["tp_one"] = comm.all_gather_time(cluster, tokens * m_.hidden * BF16, st["tp"], tp)
+    # context parallel: ring passes K,V forward and K,V + dK,dV backward, hidden behind attention
     kv_width = (m_.heads * (m_.d_head + m_.d_value)) if m_.is_mla else m_.n_kv_heads * (m_.d_head + m_.d_value)
     kv_chunk = tokens * kv_width * BF16 / np.minimum(tp, m_.heads if m_.is_mla else m_.n_kv_heads)
     cp_layer = 3.0 * (cp - 1) * comm.ring_p2p_time(cluster, kv_chunk, st["cp"], cp)
-    cp_exposed = np.maximum(0.0, cp_layer - (1 + P.attention_backward_ratio) * layer_attn)
-
-    # ---- expert parallel: dispatch + combine all-to-all, forward and backward ----
+    b["cp_exposed"] = np.maximum(0.0, cp_layer - (1 + P.attention_backward_ratio) * attn_fwd)
+    # expert parallel: one dispatch or combine all-to-all
     if m_.is_moe:
         ep_bytes = tokens / tp * m_.top_k * m_.hidden * BF16 * P.expert_imbalance
-        n_a2a = 4.0 + np.where(rec == _FULL, 2.0, 0.0)
-        ep_layer = n_a2a * comm.all_to_all_time(cluster, ep_bytes, ep_stride, ep) * (ep > 1)
-        ep_layer_exposed = np.where(c.overlap_ep, np.maximum(0.0, ep_layer - (moe_fwd + 2 * moe_fwd)), ep_layer)
-        ep_exposed = frac_moe * ep_layer_exposed
+        b["ep_one"] = comm.all_to_all_time(cluster, ep_bytes, ep_stride, ep) * (ep > 1)
     else:
-        ep_layer = ep_exposed = np.zeros_like(tp_layer)
+        b["ep_one"] = np.zeros_like(tokens)
 
-    # ---- parameters per device ----
-    dense_layer_params = m_.non_expert_layer_params / L
-    expert_layer_params = m_.routed_expert_params_total / L  # averaged over layers
+    # ---- parameters per layer on a device, and their data-parallel groups ----
     expert_split = np.where(ep > 1, ep, tp)
-    layer_params_local = dense_layer_params / tp + expert_layer_params / expert_split
-    emb_local = m_.embedding_params / tp
-    out_local = 0.0 if m_.tied_embeddings else m_.output_params / tp
-    first_params = layers_rank * layer_params_local + emb_local + np.where(pp == 1, out_local, 0.0)
-    last_params = layers_rank * layer_params_local + np.where(pp == 1, emb_local, 0.0) + out_local
-    params_dense_rank = np.maximum(first_params, last_params) - layers_rank * expert_layer_params / expert_split
-    params_expert_rank = layers_rank * expert_layer_params / expert_split
+    b["dense_layer_local"] = m_.non_expert_layer_params / L / tp
+    b["expert_layer_local"] = m_.routed_expert_params_total / L / expert_split  # averaged over layers
+    b["emb_local"] = m_.embedding_params / tp
+    b["out_local"] = np.full_like(tp, 0.0 if m_.tied_embeddings else m_.output_params) / tp
     expert_dp = dp * cp * tp / expert_split  # ranks holding the same experts
-    shard_dense = np.select([zero == 3, zero >= 1], [dps * cp, dpr * cp], 1.0)
-    shard_expert = np.select([zero == 3, zero >= 1], [expert_dp / dpr, expert_dp], 1.0)
+    b["shard_dense"] = np.select([zero == 3, zero >= 1], [dps * cp, dpr * cp], 1.0)
+    b["shard_expert"] = np.select([zero == 3, zero >= 1], [expert_dp / dpr, expert_dp], 1.0)
 
-    # ---- FSDP (ZeRO-3): all-gather forward, all-gather backward, reduce-scatter grads, per micro-batch ----
-    ag_layer = comm.all_gather_time(cluster, dense_layer_params / tp * BF16, fsdp_stride, fsdp_size)
-    rs_layer = comm.reduce_scatter_time(cluster, dense_layer_params / tp * P.grad_reduce_bytes, fsdp_stride, fsdp_size)
-    exp_group = expert_dp / dpr
+    # FSDP (ZeRO-3): all-gather forward, all-gather backward, reduce-scatter grads, per layer
     exp_stride = ep_stride * ep
-    ag_layer = ag_layer + comm.all_gather_time(cluster, expert_layer_params / expert_split * BF16, exp_stride, exp_group)
-    rs_layer = rs_layer + comm.reduce_scatter_time(cluster, expert_layer_params / expert_split * P.grad_reduce_bytes, exp_stride, exp_group)
+    g = P.grad_reduce_bytes
+    b["ag_layer"] = comm.all_gather_time(cluster, b["dense_layer_local"] * BF16, fsdp_stride, fsdp_size) + comm.all_gather_time(
+        cluster, b["expert_layer_local"] * BF16, exp_stride, expert_dp / dpr
+    )
+    b["rs_layer"] = comm.reduce_scatter_time(cluster, b["dense_layer_local"] * g, fsdp_stride, fsdp_size) + comm.reduce_scatter_time(
+        cluster, b["expert_layer_local"] * g, exp_stride, expert_dp / dpr
+    )
+    # gradient synchronisation is affine in the bytes, which depend on the layers per rank
+    b["k_ddp"], b["l_ddp"] = _affine(comm.all_gather_time, cluster, ddp_stride, ddp_size)
+    b["k_rep"], b["l_rep"] = _affine(comm.all_gather_time, cluster, st["dp_replicate"], dpr)
+    b["k_edp"], b["l_edp"] = _affine(comm.all_gather_time, cluster, exp_stride, expert_dp)
+    # pipeline point-to-point of one micro-batch's activations (sequence-parallel shard)
+    b["p2p_one"] = comm.p2p_time(cluster, tokens * m_.hidden * BF16 / tp, st["pp"])
+    b["a2a_buffers"] = 2.0 * tokens / tp * m_.top_k * m_.hidden * BF16 if m_.is_moe else np.zeros_like(tokens)
+    return b
+
+
+def evaluate(model: ModelSpec, cluster: Cluster, c: SimpleNamespace, order: tuple[str, ...], params: CostParams = DEFAULT_PARAMS) -> dict[str, np.ndarray]:
+    """Step time, its breakdown, memory and throughput for columns of candidate strategies.
+
+    When the columns carry `base_key` (equal for rows that share degrees, ZeRO stage,
+    micro-batch and precision), the per-layer terms are computed once per key.
+    """
+    key = getattr(c, "base_key", None)
+    if key is not None and len(key) > 1:
+        _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+        sub = SimpleNamespace(**{k: v[first] for k, v in vars(c).items()})
+        base = {k: v[inverse] for k, v in _base(model, cluster, sub, order, params).items()}
+    else:
+        base = _base(model, cluster, c, order, params)
+    return _combine(model, cluster, c, base, params)
+
+
+def _combine(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, b: dict[str, np.ndarray], P: CostParams) -> dict[str, np.ndarray]:
+    """Add the schedule, virtual stages and recomputation to the per-layer terms; memory; MFU."""
+    dev = cluster.device
+    f = lambda a: np.asarray(a, dtype=float)  # noqa: E731
+    tp, pp, dps, dpr, mb, v = (f(getattr(c, k)) for k in ("tp", "pp", "dp_shard", "dp_replicate", "micro_batch", "virtual_stages"))
+    cp = f(c.cp)
+    dp = dps * dpr
+    world = dp * cp * tp * pp
+    gb = np.where(c.global_batch > 0, f(c.global_batch), dp * mb)
+    n_mb = np.maximum(np.floor(gb / (dp * mb)), 1.0)
+    rec, zero, tokens = c.recompute, b["zero"], b["tokens"]
+    L, frac_moe = m_.layers, m_.moe_layers / m_.layers
+    layer_fwd, layer_bwd, layer_attn = b["layer_fwd"], b["layer_bwd"], b["layer_attn"]
+
+    # ---- compute per micro-batch on the fullest pipeline rank ----
+    layer_recompute = np.select([rec == _FULL, rec == _SELECTIVE], [layer_fwd, b["selective_cost"]], 0.0)
+    layers_rank = np.ceil(L / (pp * v)) * v
+    per_layer = layer_fwd + layer_bwd + b["kernel_gaps"]
+    balanced = (L * (per_layer + layer_recompute) + b["out_total"]) / pp
+    fullest = layers_rank * (per_layer + layer_recompute) + np.where(pp == 1, b["out_total"], 0.0)
+    compute_mb_total = np.maximum(fullest, balanced)
+    recompute_mb = layers_rank * layer_recompute
+    compute_mb = compute_mb_total - recompute_mb
+
+    # ---- tensor parallel: 4 collectives forward, 4 backward per layer (Korthikanti et al. 2022,
+    # Sec. 4.2.2: all-gather / reduce-scatter around attention and MLP), 4 more to recompute ----
+    tp_layer = (8.0 + np.where(rec == _FULL, 4.0, 0.0)) * b["tp_one"]
+    gemm_window = per_layer - (1 + P.attention_backward_ratio) * layer_attn
+    tp_exposed = np.where(c.overlap_tp, np.maximum(0.0, tp_layer - gemm_window), tp_layer)
+    # ---- expert parallel: dispatch + combine, forward and backward (+2 to recompute) ----
+    ep_layer = (4.0 + np.where(rec == _FULL, 2.0, 0.0)) * b["ep_one"]
+    moe_fwd = b["moe_fwd"]
+    ep_exposed = frac_moe * np.where(c.overlap_ep, np.maximum(0.0, ep_layer - 3 * moe_fwd), ep_layer)
+    # ---- FSDP: prefetched behind the previous layer's forward, and its backward ----
+    ag, rs = b["ag_layer"], b["rs_layer"]
     fsdp_layer_exposed = np.where(
         c.overlap_fsdp,
-        np.maximum(0.0, ag_layer - layer_fwd) + np.maximum(0.0, ag_layer + rs_layer - layer_bwd - layer_recompute),
-        2 * ag_layer + rs_layer,
+        np.maximum(0.0, ag - layer_fwd) + np.maximum(0.0, ag + rs - layer_bwd - layer_recompute),
+        2 * ag + rs,
     )
-    fsdp_exposed = np.where(zero == 3, layers_rank * fsdp_layer_exposed + np.where(c.overlap_fsdp, ag_layer, 0.0), 0.0)
+    fsdp_exposed = np.where(zero == 3, layers_rank * fsdp_layer_exposed + np.where(c.overlap_fsdp, ag, 0.0), 0.0)
 
-    exposed_mb = layers_rank * (tp_exposed + cp_exposed + ep_exposed)
+    exposed_mb = layers_rank * (tp_exposed + b["cp_exposed"] + ep_exposed)
     bubble_overhead, inflight = schedule_factors(c.schedule, pp, n_mb, v)
-    busy = n_mb * (compute_mb_total + exposed_mb) + fsdp_exposed * n_mb
+    busy = n_mb * (compute_mb_total + exposed_mb + fsdp_exposed)
     bubble = busy * bubble_overhead
 
-    # ---- data-parallel gradient synchronisation, once per step after the last backward ----
+    # ---- parameters on the fullest rank (the first holds the embedding, the last the output) ----
+    el, xl = b["dense_layer_local"], b["expert_layer_local"]
+    first_dense = layers_rank * el + b["emb_local"] + np.where(pp == 1, b["out_local"], 0.0)
+    last_dense = layers_rank * el + np.where(pp == 1, b["emb_local"], 0.0) + b["out_local"]
+    params_dense_rank = np.maximum(first_dense, last_dense)
+    params_expert_rank = layers_rank * xl
+    shard_dense, shard_expert = b["shard_dense"], b["shard_expert"]
+
+    # ---- data-parallel gradient synchronisation, once per step after the last backward:
+    # all-reduce = reduce-scatter + all-gather (fp32 gradients); ZeRO-1/2 reduce-scatter the
+    # gradients and all-gather the bf16 weights; HSDP all-reduces the shards across replicas ----
     g = P.grad_reduce_bytes
+    k_ddp, l_ddp, k_rep, l_rep, k_edp, l_edp = (b[k] for k in ("k_ddp", "l_ddp", "k_rep", "l_rep", "k_edp", "l_edp"))
     dense_sync = np.select(
         [zero == 0, zero <= 2],
-        [
-            comm.all_reduce_time(cluster, params_dense_rank * g, ddp_stride, ddp_size),
-            comm.reduce_scatter_time(cluster, params_dense_rank * g, ddp_stride, ddp_size)
-            + comm.all_gather_time(cluster, params_dense_rank * BF16, ddp_stride, ddp_size),
-        ],
-        comm.all_reduce_time(cluster, params_dense_rank * g / np.maximum(shard_dense, 1), st["dp_replicate"], dpr),
+        [2 * (params_dense_rank * g * k_ddp + l_ddp), params_dense_rank * (g + BF16) * k_ddp + 2 * l_ddp],
+        2 * (params_dense_rank * g / np.maximum(shard_dense, 1) * k_rep + l_rep),
     )
-    exp_dp_group = np.where(zero == 3, dpr, expert_dp)
-    exp_dp_stride = np.where(zero == 3, st["dp_replicate"], exp_stride)
     expert_sync = np.where(
         zero == 3,
-        comm.all_reduce_time(cluster, params_expert_rank * g / np.maximum(shard_expert, 1), exp_dp_stride, exp_dp_group),
-        comm.all_reduce_time(cluster, params_expert_rank * g, exp_dp_stride, exp_dp_group),
-    )
+        2 * (params_expert_rank * g / np.maximum(shard_expert, 1) * k_rep + l_rep),
+        2 * (params_expert_rank * g * k_edp + l_edp),
+    ) * (params_expert_rank > 0)
     dp_sync = dense_sync + expert_sync
     last_backward = np.minimum(layers_rank * (layer_bwd + layer_recompute), compute_mb_total)
     dp_exposed = np.where(c.overlap_dp, np.maximum(0.0, dp_sync - last_backward), dp_sync)
 
-    # ---- pipeline point-to-point: activations forward, gradients backward; the (p-1) warm-up and
-    # cool-down hops sit on the critical path, steady-state ones overlap with compute ----
-    p2p_bytes = tokens * m_.hidden * BF16 / tp
-    pp_exposed = np.where(pp > 1, 2.0 * (pp - 1) * v * comm.p2p_time(cluster, p2p_bytes, st["pp"]), 0.0)
+    # ---- pipeline sends: the (p-1) warm-up and cool-down hops sit on the critical path ----
+    pp_exposed = np.where(pp > 1, 2.0 * (pp - 1) * v * b["p2p_one"], 0.0)
 
     # ---- optimizer step over this device's shard ----
     opt_params = params_dense_rank / np.where(zero >= 1, shard_dense, 1.0) + params_expert_rank / np.where(zero >= 1, shard_expert, 1.0)
-    optimizer = memory_bound_time(opt_params * P.optimizer_bytes_per_param, bw, hbm_eff)
+    optimizer = memory_bound_time(opt_params * P.optimizer_bytes_per_param, dev.hbm_bandwidth, P.hbm_efficiency)
 
     step = busy + bubble + dp_exposed + pp_exposed + optimizer
 
@@ -295,23 +341,22 @@ def evaluate(model: ModelSpec, cluster: Cluster, c: SimpleNamespace, order: tupl
     act_mb_rank = tokens * layers_rank * per_token_layer
     working = np.where(rec == _FULL, tokens * act[False], 0.0)  # one layer re-materialised during backward
     logits = tokens * logits_bytes_per_token(m_) / tp
-    last_inflight = np.where(np.isin(c.schedule, (0, 3)) & (pp > 1), inflight, 1.0)
+    holds_all = np.isin(c.schedule, (SCHEDULES.index("GPipe"), SCHEDULES.index("LoopedBFS"))) & (pp > 1)
+    last_inflight = np.where(holds_all, inflight, 1.0)
     act_first = inflight * act_mb_rank + working + np.where(pp == 1, logits, 0.0)
     act_last = last_inflight * act_mb_rank + working + logits
     activations = np.maximum(act_first, act_last)
-    fsdp_buffers = np.where(zero == 3, (2 * BF16 + P.grad_reduce_bytes) * layer_params_local, 0.0)
-    a2a_buffers = 2.0 * tokens / tp * m_.top_k * m_.hidden * BF16 if m_.is_moe else 0.0
-    buffers = fsdp_buffers + a2a_buffers + P.reserved_bytes
+    fsdp_buffers = np.where(zero == 3, (2 * BF16 + P.grad_reduce_bytes) * (el + xl), 0.0)
+    buffers = fsdp_buffers + b["a2a_buffers"] + P.reserved_bytes
     memory = states + activations + buffers
 
     # ---- throughput and utilisation ----
-    tokens_step = gb * s
-    tokens_per_s_per_device = tokens_step / step / world
+    tokens_per_s_per_device = gb * m_.seq_len / step / world
     mflops = m_.model_flops_per_token(causal=P.causal_mfu)
-    peak_train = np.where(fp8, dev.peak_flops.get("fp8", bf16_peak), bf16_peak)
+    bf16_peak = dev.peak("bf16")
+    peak_train = np.where(b["fp8"], dev.peak_flops.get("fp8", bf16_peak), bf16_peak)
     mfu = mflops * tokens_per_s_per_device / peak_train
-    recompute_flops = np.select([rec == _FULL, rec == _SELECTIVE], [mflops / 3.0, 0.0], 0.0)
-    hfu = (mflops + recompute_flops) * tokens_per_s_per_device / peak_train
+    hfu = (mflops + np.where(rec == _FULL, mflops / 3.0, 0.0)) * tokens_per_s_per_device / peak_train
 
     return {
         "step_time_s": step,
@@ -325,7 +370,7 @@ def evaluate(model: ModelSpec, cluster: Cluster, c: SimpleNamespace, order: tupl
         "recompute": n_mb * recompute_mb,
         "bubble": bubble,
         "tp": n_mb * layers_rank * tp_exposed,
-        "cp": n_mb * layers_rank * cp_exposed,
+        "cp": n_mb * layers_rank * b["cp_exposed"],
         "ep": n_mb * layers_rank * ep_exposed,
         "fsdp": n_mb * fsdp_exposed,
         "dp": dp_exposed,
@@ -336,10 +381,10 @@ def evaluate(model: ModelSpec, cluster: Cluster, c: SimpleNamespace, order: tupl
         "grads_optimizer": states - weights_only,
         "activations": activations,
         "buffers": buffers,
-        # raw communication volumes before overlap (seconds per step), for explanations
+        # communication before overlap (seconds per step), for explanations
         "tp_total": n_mb * layers_rank * tp_layer,
         "ep_total": n_mb * layers_rank * frac_moe * ep_layer,
-        "fsdp_total": np.where(zero == 3, n_mb * layers_rank * (2 * ag_layer + rs_layer), 0.0),
+        "fsdp_total": np.where(zero == 3, n_mb * layers_rank * (2 * ag + rs), 0.0),
         "dp_total": dp_sync,
     }
 

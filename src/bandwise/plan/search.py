@@ -133,6 +133,7 @@ def candidate_chunks(
         for start in range(0, len(deg), step):
             d = np.repeat(deg[start : start + step], per_deg, axis=0)
             o = np.tile(other, (len(d) // per_deg, 1))
+            row = np.repeat(np.arange(start, start + len(d) // per_deg, dtype=np.int64), per_deg) + (has_pp << 40)
             c = SimpleNamespace()
             for i, name in enumerate(("dp_replicate", "dp_shard", "tp", "cp", "pp", "ep", "zero_stage")):
                 setattr(c, name, d[:, i])
@@ -143,7 +144,12 @@ def candidate_chunks(
             c.precision = o[:, 3]
             c.global_batch = np.full(len(d), global_batch, dtype=np.int64)
             c.order_ok = np.ones(len(d), dtype=bool)
-            yield c
+            # rows sharing degrees, micro-batch and precision share the cost model's per-layer terms
+            c.base_key = (row << 20) | (c.micro_batch << 2) | c.precision
+            # Drop rows whose batch cannot divide before the full rule set sees them: most of the
+            # micro-batch choices fail this one rule, which valid_mask checks again anyway.
+            keep = global_batch % (c.dp_replicate * c.dp_shard * c.micro_batch) == 0
+            yield SimpleNamespace(**{k: v[keep] for k, v in vars(c).items()})
 
 
 def _with_overlap(c: SimpleNamespace, overlap: dict[str, bool]) -> SimpleNamespace:

@@ -168,11 +168,15 @@ def _code(names: tuple[str, ...]) -> list[int]:
 
 
 def _gb(c: SimpleNamespace) -> np.ndarray:
+    if hasattr(c, "gb_"):
+        return c.gb_
     return np.where(c.global_batch > 0, c.global_batch, c.dp_replicate * c.dp_shard * c.micro_batch)
 
 
 def _m(c: SimpleNamespace) -> np.ndarray:
     """Pipeline micro-batches per step (valid only where the batch divides)."""
+    if hasattr(c, "m_"):
+        return c.m_
     return _gb(c) // np.maximum(c.dp_replicate * c.dp_shard * c.micro_batch, 1)
 
 
@@ -303,6 +307,9 @@ def _divisors(n: int) -> list[int]:
 
 def valid_mask(cols: SimpleNamespace, world_size: int, model: ModelSpec | None) -> np.ndarray:
     """The same rules as `Strategy.check`, over columns of candidates (the planner's path)."""
+    cols = SimpleNamespace(**vars(cols))
+    cols.gb_ = _gb(cols)  # shared by several rules: computed once
+    cols.m_ = _m(cols)
     ok = np.ones_like(cols.tp, dtype=bool)
     for rule, _ in _rules(model):
         ok &= np.asarray(rule(cols, world_size), dtype=bool)
