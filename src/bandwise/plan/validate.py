@@ -435,8 +435,8 @@ def convert(run: dict[str, Any], sources: dict[str, Any] | None = None) -> Case:
             fixed.update(dp_shard=1, dp_replicate=dp)
             if zf.startswith("none"):
                 fixed["zero_stage"] = 0
-        else:
-            fixed.update(dp_shard=1, dp_replicate=dp) if not zf else None
+        elif not zf:  # nothing said about sharding: plain data parallelism, ZeRO stage left open
+            fixed.update(dp_shard=1, dp_replicate=dp)
         if "ddp-impl local" in zf:
             overlap["dp"] = False
             switches.append("ddp_local_no_overlap")
