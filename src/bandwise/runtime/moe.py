@@ -97,16 +97,34 @@ class GroupedExperts(nn.Module):
         self.w1 = nn.Parameter(torch.empty(num_experts, dim, hidden))
         self.w2 = nn.Parameter(torch.empty(num_experts, hidden, dim))
         self.w3 = nn.Parameter(torch.empty(num_experts, dim, hidden))
+        self.grad_scale = 1.0
+        """Factor on the weights' gradients; expert parallelism sets 1/ep (see parallel/expert.py)."""
 
     def forward(self, x_ND: torch.Tensor, counts: list[int]) -> torch.Tensor:
         """x_ND rows are grouped by local expert, `counts[e]` rows for expert e."""
+        weights = (self.w1, self.w2, self.w3)
+        if self.grad_scale != 1.0:
+            weights = tuple(_ScaleGrad.apply(w, self.grad_scale) for w in weights)
         # Experts left out of FSDP (expert parallel, no data-parallel peer) miss its bf16 cast.
-        w1, w2, w3 = (w.to(x_ND.dtype) for w in (self.w1, self.w2, self.w3))
+        w1, w2, w3 = (w.to(x_ND.dtype) for w in weights)
         outs = [
             (F.silu(x @ w1[e]) * (x @ w3[e])) @ w2[e]  # (n_e, D)
             for e, x in enumerate(torch.split(x_ND, counts))
         ]
         return torch.cat(outs) if outs else x_ND
+
+
+class _ScaleGrad(torch.autograd.Function):
+    """Identity forward; multiplies the gradient by `scale` in backward."""
+
+    @staticmethod
+    def forward(ctx, w: torch.Tensor, scale: float) -> torch.Tensor:  # type: ignore[override]
+        ctx.scale = scale
+        return w.view_as(w)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
+        return grad * ctx.scale, None
 
 
 Dispatch = Callable[[torch.Tensor, torch.Tensor, GroupedExperts], torch.Tensor]

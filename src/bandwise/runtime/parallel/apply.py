@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from bandwise.runtime.parallel.expert import apply_expert_parallel
-from bandwise.runtime.parallel.fsdp import apply_fsdp, divide_expert_grads
+from bandwise.runtime.parallel.fsdp import apply_fsdp
 from bandwise.runtime.parallel.mesh import Meshes
 from bandwise.runtime.parallel.pipeline import pipeline_parts
 from bandwise.runtime.parallel.recompute import apply_recompute
@@ -66,10 +66,7 @@ def parallelize(model: nn.Module, s: Strategy, meshes: Meshes | None, *, param_d
                 part,
                 meshes.fsdp_mesh(),
                 expert_mesh=expert_mesh,
-                dp_size=s.dp,
                 param_dtype=param_dtype,
                 experts_are_local=s.ep > 1 and expert_mesh is None,
             )
-        if s.ep > 1 and expert_mesh is None:
-            divide_expert_grads(part, s.dp)
     return Parallel(parts=parts, stage_ids=ids, fsdp=use_fsdp)

@@ -12,6 +12,12 @@ Per MoE layer and micro-batch:
 
 The autograd function below makes both all-to-alls differentiable (the backward of an
 all-to-all is the all-to-all with send and receive splits swapped).
+
+Gradient scale: the loss is the mean over the dp data-parallel ranks, so every weight's gradient
+must be (1/dp)·Σ_ranks ∂L_r/∂W. An expert's raw gradient already sums ∂L_r/∂W over the ep ranks
+of its EP group (their tokens came through the combine), and FSDP then averages it over the
+dp/ep ranks that hold the same expert (or over none, when dp = ep). A factor 1/ep on the expert
+weights' gradients (`GroupedExperts.grad_scale`) makes the product exactly 1/dp in both cases.
 """
 
 from __future__ import annotations
@@ -77,6 +83,7 @@ def apply_expert_parallel(model: nn.Module, group, ep_rank: int, ep: int) -> Non
         for name in ("w1", "w2", "w3"):
             full = getattr(moe.experts, name)
             setattr(moe.experts, name, nn.Parameter(full.detach()[keep].clone()))
+        moe.experts.grad_scale = 1.0 / ep
         moe.dispatch = AllToAllDispatch(group, ep, moe.num_experts)
 
 
