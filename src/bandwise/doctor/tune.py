@@ -66,9 +66,9 @@ def tune_loader(
     collate_fn: Callable[..., Any] | None = None,
     progress: Callable[[LoaderSetting], None] | None = None,
 ) -> list[dict[str, Any]]:
-    """Samples/s of each setting over two epochs of `batches // 2` batches; best first."""
-    if batch_size < 1 or batches < 2:
-        raise BandwiseError(f"tune-loader: batch_size={batch_size} and batches={batches} must be >= 1 and >= 2")
+    """Samples/s of each setting over two epochs of `batches // 2` batches after the first batch; best first."""
+    if batch_size < 1 or batches < 4:
+        raise BandwiseError(f"tune-loader: batch_size={batch_size} and batches={batches} must be >= 1 and >= 4")
     per_epoch = max(1, batches // 2)
     n = min(len(dataset), per_epoch * batch_size)  # type: ignore[arg-type]
     if n < batch_size:
@@ -79,14 +79,20 @@ def tune_loader(
         if progress:
             progress(s)
         loader = DataLoader(subset, batch_size=batch_size, shuffle=False, drop_last=True, collate_fn=collate_fn, **s.kwargs())
-        samples = 0
+        # The first batch waits for the workers to start (a one-off per run with persistent
+        # workers); the rate is taken after it, so the second epoch's restart still counts.
+        samples, first_s = 0, None
         t0 = time.perf_counter()
         for _ in range(2):
             for batch in loader:
+                if first_s is None:
+                    first_s = time.perf_counter() - t0
+                    t_rate = time.perf_counter()
+                    continue
                 samples += _count(batch)
-        elapsed = time.perf_counter() - t0
+        elapsed = time.perf_counter() - t_rate
         del loader  # shut persistent workers down before the next setting starts its own
-        results.append({"setting": s.kwargs(), "describe": s.describe(), "samples_per_s": samples / elapsed, "seconds": elapsed})
+        results.append({"setting": s.kwargs(), "describe": s.describe(), "samples_per_s": samples / elapsed, "startup_s": first_s, "seconds": elapsed})
     results.sort(key=lambda r: -r["samples_per_s"])
     return results
 
