@@ -143,9 +143,19 @@ def test_zero_stages_reproduce_the_zero_paper_figure_1():
 
 
 # ---------------------------------------------------------------- compute
-def test_large_gemm_runs_at_the_efficiency_of_the_peak():
+def test_large_gemm_runs_at_the_efficiency_of_the_peak_less_the_k_loop_fill():
     t = one(gemm_time(8192, 8192, 8192, 1e15, 0.8, 3e12))
-    assert t == pytest.approx(2 * 8192**3 / (1e15 * 0.8))
+    assert t == pytest.approx(2 * 8192**3 / (1e15 * 0.8) * (8192 + 256) / 8192)
+
+
+def test_a_partial_last_wave_idles_the_rest_of_the_sms():
+    # 132 SMs, 128x256 tiles: m = 128·133, n = 256 -> 133 tiles = 2 waves, 133/264 of SM-time busy
+    m, n, k = 128 * 133, 256, 8192
+    full = one(gemm_time(m, n, k, 1e15, 0.8, 1e15))
+    waved = one(gemm_time(m, n, k, 1e15, 0.8, 1e15, sm_count=132))
+    assert waved / full == pytest.approx(264 / 133)
+    # a shape that fills whole waves pays nothing
+    assert one(gemm_time(128 * 132, 256, k, 1e15, 0.8, 1e15, sm_count=132)) == pytest.approx(one(gemm_time(128 * 132, 256, k, 1e15, 0.8, 1e15)))
 
 
 def test_skinny_gemm_is_bound_by_reading_its_weights():

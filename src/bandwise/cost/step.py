@@ -55,10 +55,9 @@ _FP8 = PRECISIONS.index("fp8")
 class CostParams:
     """The model's few non-hardware parameters: one set for every run, each with its reason."""
 
-    attention_efficiency_ratio: float = 0.8
-    """FlashAttention's share of the device's GEMM efficiency. FlashAttention-2 reaches 50-73% of
-    A100 peak forward (Dao 2023, Fig. 5) where cuBLAS GEMMs reach ~80-90%; FlashAttention-3 75% of
-    H100 peak (Shah et al. 2024) where GEMMs reach ~75-80%: about 0.8 of the GEMM figure."""
+    attention_efficiency: float | None = None
+    """Override of the device's fused-attention efficiency (`Device.attention_efficiency`), for a
+    run documented to use another kernel (e.g. FlashAttention-2 on Hopper, ~0.35 of peak)."""
     attention_backward_ratio: float = 2.5
     """Backward/forward FLOPs of flash attention: 5 matmuls against 2, P is recomputed (Dao 2023, Sec. 3.1)."""
     hbm_efficiency: float = 0.8
@@ -95,7 +94,7 @@ class CostParams:
 
 DEFAULT_PARAMS = CostParams()
 
-BREAKDOWN_TERMS = ("compute", "recompute", "bubble", "tp", "cp", "ep", "fsdp", "dp", "pp", "optimizer")
+BREAKDOWN_TERMS = ("compute", "recompute", "contention", "bubble", "tp", "cp", "ep", "fsdp", "dp", "pp", "optimizer")
 MEMORY_TERMS = ("params", "grads_optimizer", "activations", "buffers")
 
 
@@ -108,7 +107,7 @@ def _strides(order: tuple[str, ...], c: SimpleNamespace) -> dict[str, np.ndarray
     return strides
 
 
-def _gemms_time(gemms: list[Gemm], c: SimpleNamespace, tokens: np.ndarray, m: ModelSpec, peak: np.ndarray, eff: float, bw: float) -> np.ndarray:
+def _gemms_time(gemms: list[Gemm], c: SimpleNamespace, tokens: np.ndarray, m: ModelSpec, peak: np.ndarray, eff: float, bw: float, sms: int = 0) -> np.ndarray:
     """Forward time of a layer's GEMMs on one device; `tokens` after the sequence-parallel all-gather."""
     total = np.zeros_like(tokens, dtype=float)
     tp, ep = c.tp.astype(float), c.ep.astype(float)
@@ -120,13 +119,13 @@ def _gemms_time(gemms: list[Gemm], c: SimpleNamespace, tokens: np.ndarray, m: Mo
             rows_per_expert = rows * np.where(ep_on, ep, 1.0) / m.experts
             n = np.where(ep_on, g.n, g.n / tp) if g.name == "mlp_up" else g.n
             k = g.k if g.name == "mlp_up" else np.where(ep_on, g.k, g.k / tp)
-            total = total + gemm_time(rows_per_expert, n, k, peak, eff, bw, count=local_experts)
+            total = total + gemm_time(rows_per_expert, n, k, peak, eff, bw, count=local_experts, sm_count=sms)
         elif g.split == "col":
-            total = total + gemm_time(tokens * g.rows_per_token, g.n / tp, g.k, peak, eff, bw)
+            total = total + gemm_time(tokens * g.rows_per_token, g.n / tp, g.k, peak, eff, bw, sm_count=sms)
         elif g.split == "row":
-            total = total + gemm_time(tokens * g.rows_per_token, g.n, g.k / tp, peak, eff, bw)
+            total = total + gemm_time(tokens * g.rows_per_token, g.n, g.k / tp, peak, eff, bw, sm_count=sms)
         else:  # replicated across TP ranks (MLA down-projections, router)
-            total = total + gemm_time(tokens * g.rows_per_token, g.n, g.k, peak, eff, bw)
+            total = total + gemm_time(tokens * g.rows_per_token, g.n, g.k, peak, eff, bw, sm_count=sms)
     return total
 
 
@@ -157,15 +156,16 @@ def _base(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, order: tuple[str,
     b: dict[str, np.ndarray] = {"tokens": tokens, "zero": zero, "fp8": fp8}
 
     # ---- compute, one layer, one micro-batch ----
-    attn_fwd = attention_core_flops_per_token(m_, causal=True) * tokens / tp / (bf16_peak * eff * P.attention_efficiency_ratio)
+    attn_eff = P.attention_efficiency or dev.attention_efficiency
+    attn_fwd = attention_core_flops_per_token(m_, causal=True) * tokens / tp / (bf16_peak * attn_eff)
     elem_scale = np.where(fp8, 1.5, 1.0)  # fp8 adds cast/quantize kernels around each GEMM input
-    dense_fwd = _gemms_time(dense_layer_gemms(m_), c, tokens, m_, linear_peak, eff, bw) + attn_fwd
+    dense_fwd = _gemms_time(dense_layer_gemms(m_), c, tokens, m_, linear_peak, eff, bw, dev.sm_count) + attn_fwd
     dense_fwd += memory_bound_time(elementwise_bytes_per_token(m_, False) * tokens / tp * elem_scale, bw, hbm_eff)
     if m_.is_moe:
         moe_gemms = moe_layer_gemms(m_)
-        moe_fwd = _gemms_time(moe_gemms, c, tokens, m_, linear_peak, eff, bw) + attn_fwd
+        moe_fwd = _gemms_time(moe_gemms, c, tokens, m_, linear_peak, eff, bw, dev.sm_count) + attn_fwd
         moe_fwd += memory_bound_time(elementwise_bytes_per_token(m_, True) * tokens / tp * elem_scale, bw, hbm_eff)
-        moe_fwd += (P.expert_imbalance - 1.0) * _gemms_time(moe_gemms[-2:], c, tokens, m_, linear_peak, eff, bw)
+        moe_fwd += (P.expert_imbalance - 1.0) * _gemms_time(moe_gemms[-2:], c, tokens, m_, linear_peak, eff, bw, dev.sm_count)
     else:
         moe_fwd = np.zeros_like(dense_fwd)
     b["moe_fwd"] = moe_fwd
@@ -177,7 +177,7 @@ def _base(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, order: tuple[str,
     act_bytes = BF16 * 3 * ((1 - frac_moe) * m_.ffn + frac_moe * (m_.top_k * m_.expert_ffn + m_.shared_experts * m_.shared_ffn))
     b["selective_cost"] = memory_bound_time(act_bytes * tokens / tp, bw, hbm_eff) + (0.0 if P.flash_attention else attn_fwd)
     # output projection + cross entropy on the last stage (vocab-parallel over TP)
-    out_fwd = gemm_time(tokens, m_.vocab / tp, m_.hidden, bf16_peak, eff, bw)
+    out_fwd = gemm_time(tokens, m_.vocab / tp, m_.hidden, bf16_peak, eff, bw, sm_count=dev.sm_count)
     b["out_total"] = 3.0 * out_fwd + memory_bound_time(3 * 4.0 * tokens * m_.vocab / tp, bw, hbm_eff)
     b["kernel_gaps"] = np.full_like(tokens, P.kernel_gap_s * (P.kernels_per_layer + frac_moe * P.kernels_per_moe_layer))
 
@@ -192,7 +192,7 @@ def _base(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, order: tuple[str,
     # context parallel: ring passes K,V forward and K,V + dK,dV backward, hidden behind attention
     kv_width = (m_.heads * (m_.d_head + m_.d_value)) if m_.is_mla else m_.n_kv_heads * (m_.d_head + m_.d_value)
     kv_chunk = tokens * kv_width * BF16 / np.minimum(tp, m_.heads if m_.is_mla else m_.n_kv_heads)
-    cp_layer = 3.0 * (cp - 1) * comm.ring_p2p_time(cluster, kv_chunk, st["cp"], cp)
+    b["cp_layer"] = cp_layer = 3.0 * (cp - 1) * comm.ring_p2p_time(cluster, kv_chunk, st["cp"], cp)
     b["cp_exposed"] = np.maximum(0.0, cp_layer - (1 + P.attention_backward_ratio) * attn_fwd)
     # expert parallel: one dispatch or combine all-to-all
     if m_.is_moe:
@@ -289,8 +289,13 @@ def _combine(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, b: dict[str, n
     fsdp_exposed = np.where(zero == 3, layers_rank * fsdp_layer_exposed + np.where(c.overlap_fsdp, ag, 0.0), 0.0)
 
     exposed_mb = layers_rank * (tp_exposed + b["cp_exposed"] + ep_exposed)
+    # Collectives hidden behind compute still occupy SMs on GPUs (NCCL channels are thread blocks):
+    # the compute they overlap runs slower by the device's comm_sm_share of that time.
+    hidden_mb = layers_rank * (tp_layer - tp_exposed + b["cp_layer"] - b["cp_exposed"] + frac_moe * ep_layer - ep_exposed)
+    hidden_mb = hidden_mb + np.where(zero == 3, layers_rank * (2 * ag + rs), 0.0) - fsdp_exposed
+    contention_mb = dev.comm_sm_share * np.maximum(hidden_mb, 0.0)
     bubble_overhead, inflight = schedule_factors(c.schedule, pp, n_mb, v)
-    busy = n_mb * (compute_mb_total + exposed_mb + fsdp_exposed)
+    busy = n_mb * (compute_mb_total + contention_mb + exposed_mb + fsdp_exposed)
     bubble = busy * bubble_overhead
 
     # ---- parameters on the fullest rank (the first holds the embedding, the last the output) ----
@@ -319,6 +324,7 @@ def _combine(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, b: dict[str, n
     dp_sync = dense_sync + expert_sync
     last_backward = np.minimum(layers_rank * (layer_bwd + layer_recompute), compute_mb_total)
     dp_exposed = np.where(c.overlap_dp, np.maximum(0.0, dp_sync - last_backward), dp_sync)
+    dp_contention = dev.comm_sm_share * (dp_sync - dp_exposed)
 
     # ---- pipeline sends: the (p-1) warm-up and cool-down hops sit on the critical path ----
     pp_exposed = np.where(pp > 1, 2.0 * (pp - 1) * v * b["p2p_one"], 0.0)
@@ -327,7 +333,7 @@ def _combine(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, b: dict[str, n
     opt_params = params_dense_rank / np.where(zero >= 1, shard_dense, 1.0) + params_expert_rank / np.where(zero >= 1, shard_expert, 1.0)
     optimizer = memory_bound_time(opt_params * P.optimizer_bytes_per_param, dev.hbm_bandwidth, P.hbm_efficiency)
 
-    step = busy + bubble + dp_exposed + pp_exposed + optimizer
+    step = busy + bubble + dp_contention + dp_exposed + pp_exposed + optimizer
 
     # ---- memory on the fullest rank ----
     states = model_state_bytes(params_dense_rank, shard_dense, zero) + model_state_bytes(params_expert_rank, shard_expert, zero)
@@ -368,6 +374,7 @@ def _combine(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, b: dict[str, n
         # breakdown (seconds per step)
         "compute": n_mb * compute_mb,
         "recompute": n_mb * recompute_mb,
+        "contention": n_mb * contention_mb + dp_contention,
         "bubble": bubble,
         "tp": n_mb * layers_rank * tp_exposed,
         "cp": n_mb * layers_rank * b["cp_exposed"],

@@ -27,6 +27,7 @@ TERM_WORDS = {
     "dp": "data-parallel gradient reduction",
     "pp": "pipeline sends",
     "recompute": "activation recomputation",
+    "contention": "compute slowed by overlapped collectives",
     "bubble": "pipeline bubble",
     "compute": "compute",
     "optimizer": "optimizer step",

@@ -9,7 +9,7 @@ from rich.text import Text
 from bandwise.cost.step import BREAKDOWN_TERMS, MEMORY_TERMS, Estimate
 from bandwise.plan.search import Layout
 
-BAR_COLOURS = {"compute": "green", "recompute": "yellow", "bubble": "magenta", "optimizer": "cyan"}
+BAR_COLOURS = {"compute": "green", "recompute": "yellow", "contention": "bright_green", "bubble": "magenta", "optimizer": "cyan"}
 
 
 def layouts_table(layouts: list[Layout], title: str) -> Table:

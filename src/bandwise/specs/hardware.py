@@ -33,6 +33,13 @@ class Device:
     """Memory bandwidth in bytes/s."""
     gemm_efficiency: float = 0.8
     """Fraction of the dense peak a large, well-shaped GEMM reaches (cuBLAS/XLA, measured)."""
+    attention_efficiency: float = 0.6
+    """Fraction of the dense bf16 peak the fused (flash) attention kernel reaches, forward and backward."""
+    sm_count: int = 0
+    """Streaming multiprocessors (GPUs): GEMM tiles run in waves of this many; 0 for TPUs."""
+    comm_sm_share: float = 0.0
+    """Share of the compute units a running collective occupies (NCCL runs its channels as thread
+    blocks on the SMs); 0 where collectives run on dedicated engines (TPU ICI DMA)."""
     source: str = ""
 
     def __post_init__(self) -> None:
@@ -42,8 +49,14 @@ class Device:
             _positive(f"device {self.name!r}: peak_flops[{dtype}]", value)
         _positive(f"device {self.name!r}: hbm_bytes", self.hbm_bytes)
         _positive(f"device {self.name!r}: hbm_bandwidth", self.hbm_bandwidth)
-        if not 0 < self.gemm_efficiency <= 1:
-            raise BandwiseError(f"device {self.name!r}: gemm_efficiency={self.gemm_efficiency} must be in (0, 1]")
+        for name in ("gemm_efficiency", "attention_efficiency"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and 0 < value <= 1):
+                raise BandwiseError(f"device {self.name!r}: {name}={value!r} must be in (0, 1]")
+        if not (isinstance(self.comm_sm_share, (int, float)) and 0 <= self.comm_sm_share < 1):
+            raise BandwiseError(f"device {self.name!r}: comm_sm_share={self.comm_sm_share!r} must be in [0, 1)")
+        if not isinstance(self.sm_count, int) or self.sm_count < 0:
+            raise BandwiseError(f"device {self.name!r}: sm_count={self.sm_count!r} must be an integer >= 0")
 
     def peak(self, precision: str) -> float:
         try:
