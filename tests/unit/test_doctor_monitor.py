@@ -129,3 +129,16 @@ def test_bad_arguments_are_user_errors():
         Monitor(peak_flops=-1)
     with pytest.raises(BandwiseError, match="warmup"):
         Monitor(warmup=-2)
+
+
+def test_flops_counted_on_census_step_give_mfu():
+    """No FLOPs given: the census step counts them (Linear, input without grad: 2BIO + 2BIO)."""
+    lin = torch.nn.Linear(64, 32, bias=False)
+    mon = Monitor(census_step=1, warmup=0, peak_flops=1e10)
+    for x in mon.loader([torch.randn(8, 64) for _ in range(4)]):
+        with mon.step(samples=8):
+            lin(x).sum().backward()
+    assert mon.census["flops_per_sample"] == 4 * 64 * 32
+    last = mon.records[-1]
+    assert last["mfu"] == pytest.approx(8 * 4 * 64 * 32 / (last["data_wait_s"] + last["step_s"]) / 1e10)
+    assert mon.records[0]["mfu"] is None  # before the count, MFU is missing, not 0

@@ -59,6 +59,9 @@ def run(
     json_out: bool = JSON_OPT,
     html_out: Path = HTML_OPT,
     global_batch: int = typer.Option(None, "--global-batch", help="Global batch to keep when suggesting a larger micro-batch."),
+    model: str = typer.Option(None, "--model", help="Model preset or config file: FLOPs per token for MFU (else counted with FlopCounterMode)."),
+    cluster: str = typer.Option(None, "--cluster", help="Cluster preset whose device's dense peak is the MFU denominator."),
+    precision: str = typer.Option("bf16", "--precision", help="Which peak of the device to use for MFU."),
 ) -> None:
     """Run an unmodified `python` training script with the monitor hooked in, then report.
 
@@ -83,6 +86,14 @@ def run(
     with tempfile.TemporaryDirectory(prefix="bandwise-doctor-") as tmp:
         records_path = Path(tmp) / "records.json"
         env = {**os.environ, "BANDWISE_DOCTOR_OUT": str(records_path)}
+        if model:
+            from bandwise.specs.registry import get_model
+
+            env["BANDWISE_DOCTOR_FLOPS_PER_TOKEN"] = repr(get_model(model).model_flops_per_token())
+        if cluster:
+            from bandwise.specs.registry import get_cluster
+
+            env["BANDWISE_DOCTOR_PEAK_FLOPS"] = repr(get_cluster(cluster).device.peak(precision))
         proc = subprocess.run([sys.executable, "-m", "bandwise.doctor._bootstrap", *argv], env=env, stdout=sys.stderr if json_out else None)
         if not records_path.exists():
             raise BandwiseError(f"doctor run: the script exited with code {proc.returncode} before any step was recorded")

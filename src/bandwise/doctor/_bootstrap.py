@@ -8,6 +8,9 @@ Hooks, all through public APIs, none of which changes what the script computes:
 - `torch.nn.modules.module.register_module_forward_pre_hook` (global) marks the first forward
   of a step, which splits preprocessing in the loop from compute.
 
+MFU: FLOPs per token from BANDWISE_DOCTOR_FLOPS_PER_TOKEN (a ModelSpec's) or else counted by
+FlopCounterMode on the census step; the peak from BANDWISE_DOCTOR_PEAK_FLOPS.
+
 Records go to the JSON file named by BANDWISE_DOCTOR_OUT when the script exits (normally, by
 `sys.exit`, or by an exception); the script's exit code and output are its own.
 """
@@ -37,6 +40,18 @@ def _batch_size(batch: Any) -> int | None:
     return None
 
 
+def _tokens(batch: Any) -> int | None:
+    """Token count of a language-model batch: the elements of its first integer tensor (the ids)."""
+    if isinstance(batch, torch.Tensor):
+        return int(batch.numel()) if not batch.is_floating_point() and batch.dim() >= 2 else None
+    items = batch.values() if isinstance(batch, dict) else batch if isinstance(batch, (list, tuple)) else ()
+    for item in items:
+        n = _tokens(item)
+        if n:
+            return n
+    return None
+
+
 class _TimedIterator:
     """Proxy for a DataLoader iterator: times `next()`, passes every other attribute through."""
 
@@ -50,7 +65,7 @@ class _TimedIterator:
         t0 = time.perf_counter()
         item = next(self._inner)
         self._mon._pending_wait += time.perf_counter() - t0
-        self._mon.begin_step(samples=_batch_size(item))  # ends the previous step if still open
+        self._mon.begin_step(samples=_batch_size(item), tokens=_tokens(item))  # ends the previous step if still open
         return item
 
     def __len__(self) -> int:
@@ -93,7 +108,8 @@ def main(argv: list[str]) -> int:
         return 2
     out = os.environ.get("BANDWISE_DOCTOR_OUT")
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    mon = Monitor(device=device, warmup=1, census_step=2)
+    env = {k: float(os.environ[k]) for k in ("BANDWISE_DOCTOR_FLOPS_PER_TOKEN", "BANDWISE_DOCTOR_PEAK_FLOPS") if os.environ.get(k)}
+    mon = Monitor(device=device, warmup=1, census_step=2, flops_per_token=env.get("BANDWISE_DOCTOR_FLOPS_PER_TOKEN"), peak_flops=env.get("BANDWISE_DOCTOR_PEAK_FLOPS"))
     install(mon)
     code: int = 0
     try:

@@ -48,6 +48,7 @@ class _Open:
     optimizer_s: float = 0.0
     first_forward_t: float | None = None
     census: OpCensus | None = None
+    flop_counter: Any = None
     events: list[Any] = field(default_factory=list)
 
 
@@ -65,6 +66,7 @@ class Monitor:
         census_step: int | None = 2,
         memory_capacity_bytes: float | None = None,
         bf16_available: bool | None = None,
+        count_flops: bool = True,
     ) -> None:
         for name, value in (("flops_per_sample", flops_per_sample), ("flops_per_token", flops_per_token), ("peak_flops", peak_flops)):
             if value is not None and not (isinstance(value, (int, float)) and value > 0):
@@ -87,6 +89,8 @@ class Monitor:
         self.memory_capacity_bytes = memory_capacity_bytes
         if self.cuda and memory_capacity_bytes is None:
             self.memory_capacity_bytes = float(torch.cuda.get_device_properties(self.device).total_memory)
+        self.count_flops = count_flops
+        """Count the census step's FLOPs with FlopCounterMode when no FLOPs were given, for MFU."""
         self.records: list[dict[str, Any]] = []
         self.census: dict[str, Any] | None = None
         self._pending_wait = 0.0
@@ -131,6 +135,11 @@ class Monitor:
             self._open.events.append(start)
         if census is not None:
             census.__enter__()
+            if self.count_flops and self.flops_per_sample is None and self.flops_per_token is None:
+                from torch.utils.flop_counter import FlopCounterMode
+
+                self._open.flop_counter = FlopCounterMode(display=False)
+                self._open.flop_counter.__enter__()
 
     def end_step(self) -> None:
         """Close the step begun by `begin_step` and store its record."""
@@ -139,8 +148,15 @@ class Monitor:
             return
         self._open = None
         if s.census is not None:
+            if s.flop_counter is not None:
+                s.flop_counter.__exit__(None, None, None)
+                counted = float(s.flop_counter.get_total_flops())
+                if counted > 0 and s.samples:
+                    # Every later step is assumed to do the same work per sample as this one.
+                    self.flops_per_sample = counted / s.samples
             s.census.__exit__(None, None, None)
             self.census = s.census.summary()
+            self.census["flops_per_sample"] = self.flops_per_sample
         gpu_s = None
         if self.cuda:
             end = torch.cuda.Event(enable_timing=True)

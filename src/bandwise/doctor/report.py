@@ -61,7 +61,13 @@ def to_json(d: Diagnosis, extra: dict[str, Any] | None = None) -> dict[str, Any]
 
 def print_report(out: Output, d: Diagnosis, title: str) -> None:
     out.print(Text(title, style="bold"))
-    out.print(Text(f"{d.steps} steps measured", style="dim"))
+    rates = [f"{d.steps} steps measured"]
+    for key, label in (("samples_per_s", "samples/s"), ("tokens_per_s", "tokens/s")):
+        if d.signals.get(key):
+            rates.append(f"{d.signals[key]:,.1f} {label}")
+    if d.signals.get("mfu") is not None:
+        rates.append(f"MFU {d.signals['mfu']:.2%}")
+    out.print(Text(" · ".join(rates), style="dim"))
     out.print(breakdown_bar(d.breakdown))
     legend = Text()
     for k, v in sorted(d.breakdown.items(), key=lambda kv: -kv[1]):
