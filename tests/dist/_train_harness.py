@@ -44,6 +44,7 @@ def _worker(rank: int, world: int, port: int, job: str, args: dict[str, Any], ou
 
 def spawn(job: str, world: int, tmp_path: Path, **args: Any) -> list[dict[str, Any]]:
     """Run JOBS[job] on `world` gloo ranks; returns each rank's JSON result (errors re-raised)."""
+    Path(tmp_path).mkdir(parents=True, exist_ok=True)
     mp.spawn(_worker, args=(world, free_port(), job, args, str(tmp_path)), nprocs=world, join=True)
     results = [json.loads(Path(tmp_path, f"rank{r}.json").read_text()) for r in range(world)]
     for r in results:
@@ -109,4 +110,30 @@ def ep_equivalence(rank: int, world: int) -> dict[str, Any]:
     return err
 
 
-JOBS = {"train_layouts": train_layouts, "ep_equivalence": ep_equivalence}
+def train_checkpointed(rank: int, world: int, *, layout: dict[str, Any], ckpt_dir: str, log: str, steps: int, every: int, resume: bool, kill_at: int = 0) -> dict[str, Any]:
+    """Train with checkpoints; with `kill_at`, every rank SIGKILLs itself after that step."""
+    import signal
+
+    from bandwise.runtime.data import DataConfig
+    from bandwise.runtime.train import TrainConfig, train as run
+    from bandwise.specs.registry import get_model
+    from bandwise.specs.strategy import Strategy
+
+    def on_step(rec: dict[str, Any]) -> None:
+        if kill_at and rec["step"] == kill_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    cfg = TrainConfig(
+        **{**TINY, "steps": steps, "warmup": 1}, data=DataConfig(num_workers=1, persistent_workers=False),
+        checkpoint_dir=ckpt_dir, checkpoint_every=every, resume=resume, log=log,
+    )
+    res = run(get_model("debug-moe"), Strategy.from_dict(layout), cfg, on_step=on_step)
+    return {"losses": {str(k): v for k, v in res.losses.items()}}
+
+
+def in_turn(rank: int, world: int, *, runs: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+    """Several jobs one after another in the same processes (saves a start-up per job)."""
+    return {str(i): JOBS[job](rank, world, **args) for i, (job, args) in enumerate(runs)}
+
+
+JOBS = {"train_layouts": train_layouts, "ep_equivalence": ep_equivalence, "train_checkpointed": train_checkpointed, "in_turn": in_turn}

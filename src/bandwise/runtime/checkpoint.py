@@ -44,7 +44,9 @@ _SAFE_MODULE_PREFIXES = ("torch.distributed.checkpoint.",)
 _SAFE_GLOBALS = {
     ("collections", "OrderedDict"),
     ("torch", "Size"),
-    ("torch._utils", "_rebuild_tensor_v2"),
+    ("torch.serialization", "_get_layout"),  # maps a layout's name to torch.strided etc.
+    ("pathlib", "PosixPath"),
+    ("pathlib", "PurePosixPath"),
     ("builtins", "set"),
     ("builtins", "frozenset"),
     ("builtins", "slice"),
