@@ -129,6 +129,34 @@ def _gemms_time(gemms: list[Gemm], c: SimpleNamespace, tokens: np.ndarray, m: Mo
     return total
 
 
+CROSS_ENTROPY_BYTES = 2 + 4 + 4 + 4 + 4 + 2
+"""HBM bytes per logit of the loss, unfused: read the bf16 logits and write them as fp32 (2+4), the
+max and the exp-sum passes read them (4+4), the backward reads the fp32 softmax and writes the
+bf16 gradient (4+2)."""
+SCORE_BYTES_FORWARD = 2 + 2 + 2 + 2 + 2 + 1 + 2
+"""HBM bytes per attention score in a materialized (pre-FlashAttention) forward: the QK^T GEMM
+writes it, the fused scale-mask-softmax reads and writes it, dropout reads it and writes its
+output and a 1-byte mask, the PV GEMM reads it (Korthikanti et al. 2022, Sec. 4.1 lists the same
+tensors: scores, softmax output, dropout mask and output)."""
+
+
+def _materialized_attention(m_: ModelSpec, tokens: np.ndarray, tp: np.ndarray, peak: float, eff: float, bw: float) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, backward) seconds of attention that materializes the s x s scores.
+
+    The batched GEMMs Q·K^T and P·V compute the whole matrix (the causal mask is applied after)
+    with a reduction of only the head width, so the k-loop fill costs k/(k + 4·64); the score
+    traffic is memory-bound, twice as much again in the backward.
+    """
+    from bandwise.cost.compute import K_FIXED
+
+    flops = attention_core_flops_per_token(m_, causal=False) * tokens / tp
+    k = m_.d_head
+    gemm = flops / (peak * eff * k / (k + K_FIXED))
+    scores = tokens * m_.heads / tp * m_.seq_len
+    traffic = scores * SCORE_BYTES_FORWARD / bw
+    return gemm + traffic, 2.0 * gemm + 2.0 * traffic
+
+
 def _affine(time_fn, cluster: Cluster, stride: np.ndarray, size: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """A collective's time is latency + bytes x seconds-per-byte: return (seconds per byte, latency)."""
     lat = time_fn(cluster, 0.0, stride, size)
@@ -148,16 +176,21 @@ def _base(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, order: tuple[str,
     dp = dps * dpr
     zero = np.where(c.dp_shard > 1, 3, c.zero_stage)
     fp8 = c.precision == _FP8
-    bf16_peak = dev.peak("bf16")
-    linear_peak = np.where(fp8, dev.peak_flops.get("fp8", bf16_peak), bf16_peak)
+    # compute runs at the clock the chip sustains at its power limit, not the datasheet's boost
+    bf16_peak = dev.peak("bf16") * dev.sustained_clock_ratio
+    linear_peak = np.where(fp8, dev.peak_flops.get("fp8", dev.peak("bf16")), dev.peak("bf16")) * dev.sustained_clock_ratio
     eff, bw, hbm_eff = dev.gemm_efficiency, dev.hbm_bandwidth, P.hbm_efficiency
     tokens = mb * m_.seq_len / cp  # tokens of this device's sequence shard in one micro-batch (full width)
     L, frac_moe = m_.layers, m_.moe_layers / m_.layers
     b: dict[str, np.ndarray] = {"tokens": tokens, "zero": zero, "fp8": fp8}
 
     # ---- compute, one layer, one micro-batch ----
-    attn_eff = P.attention_efficiency or dev.attention_efficiency
-    attn_fwd = attention_core_flops_per_token(m_, causal=True) * tokens / tp / (bf16_peak * attn_eff)
+    if P.flash_attention:
+        attn_eff = P.attention_efficiency or dev.attention_efficiency
+        attn_fwd = attention_core_flops_per_token(m_, causal=True) * tokens / tp / (bf16_peak * attn_eff)
+        attn_bwd = P.attention_backward_ratio * attn_fwd
+    else:
+        attn_fwd, attn_bwd = _materialized_attention(m_, tokens, tp, bf16_peak, eff, bw * hbm_eff)
     elem_scale = np.where(fp8, 1.5, 1.0)  # fp8 adds cast/quantize kernels around each GEMM input
     dense_fwd = _gemms_time(dense_layer_gemms(m_), c, tokens, m_, linear_peak, eff, bw, dev.sm_count) + attn_fwd
     dense_fwd += memory_bound_time(elementwise_bytes_per_token(m_, False) * tokens / tp * elem_scale, bw, hbm_eff)
@@ -171,14 +204,15 @@ def _base(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, order: tuple[str,
     b["moe_fwd"] = moe_fwd
     b["layer_fwd"] = layer_fwd = (1 - frac_moe) * dense_fwd + frac_moe * moe_fwd  # mean over the model's layers
     b["layer_attn"] = attn_fwd
-    b["layer_bwd"] = 2.0 * (layer_fwd - attn_fwd) + P.attention_backward_ratio * attn_fwd
+    b["layer_attn_total"] = attn_fwd + attn_bwd
+    b["layer_bwd"] = 2.0 * (layer_fwd - attn_fwd) + attn_bwd
     # selective: the activation function again (its element-wise pass), plus the attention core
     # when attention is not flash (flash already recomputes scores inside its backward)
     act_bytes = BF16 * 3 * ((1 - frac_moe) * m_.ffn + frac_moe * (m_.top_k * m_.expert_ffn + m_.shared_experts * m_.shared_ffn))
     b["selective_cost"] = memory_bound_time(act_bytes * tokens / tp, bw, hbm_eff) + (0.0 if P.flash_attention else attn_fwd)
     # output projection + cross entropy on the last stage (vocab-parallel over TP)
     out_fwd = gemm_time(tokens, m_.vocab / tp, m_.hidden, bf16_peak, eff, bw, sm_count=dev.sm_count)
-    b["out_total"] = 3.0 * out_fwd + memory_bound_time(3 * 4.0 * tokens * m_.vocab / tp, bw, hbm_eff)
+    b["out_total"] = 3.0 * out_fwd + memory_bound_time(CROSS_ENTROPY_BYTES * tokens * m_.vocab / tp, bw, hbm_eff)
     b["kernel_gaps"] = np.full_like(tokens, P.kernel_gap_s * (P.kernels_per_layer + frac_moe * P.kernels_per_moe_layer))
 
     # ---- placement of groups on the topology ----
@@ -193,7 +227,7 @@ def _base(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, order: tuple[str,
     kv_width = (m_.heads * (m_.d_head + m_.d_value)) if m_.is_mla else m_.n_kv_heads * (m_.d_head + m_.d_value)
     kv_chunk = tokens * kv_width * BF16 / np.minimum(tp, m_.heads if m_.is_mla else m_.n_kv_heads)
     b["cp_layer"] = cp_layer = 3.0 * (cp - 1) * comm.ring_p2p_time(cluster, kv_chunk, st["cp"], cp)
-    b["cp_exposed"] = np.maximum(0.0, cp_layer - (1 + P.attention_backward_ratio) * attn_fwd)
+    b["cp_exposed"] = np.maximum(0.0, cp_layer - (attn_fwd + attn_bwd))
     # expert parallel: one dispatch or combine all-to-all
     if m_.is_moe:
         ep_bytes = tokens / tp * m_.top_k * m_.hidden * BF16 * P.expert_imbalance
@@ -273,7 +307,7 @@ def _combine(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, b: dict[str, n
     # ---- tensor parallel: 4 collectives forward, 4 backward per layer (Korthikanti et al. 2022,
     # Sec. 4.2.2: all-gather / reduce-scatter around attention and MLP), 4 more to recompute ----
     tp_layer = (8.0 + np.where(rec == _FULL, 4.0, 0.0)) * b["tp_one"]
-    gemm_window = per_layer - (1 + P.attention_backward_ratio) * layer_attn
+    gemm_window = per_layer - b["layer_attn_total"]
     tp_exposed = np.where(c.overlap_tp, np.maximum(0.0, tp_layer - gemm_window), tp_layer)
     # ---- expert parallel: dispatch + combine, forward and backward (+2 to recompute) ----
     ep_layer = (4.0 + np.where(rec == _FULL, 2.0, 0.0)) * b["ep_one"]

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -38,7 +38,21 @@ SWITCHES: dict[str, str] = {
     "ddp_local_no_overlap": "Megatron 'DDP-impl local' (2021) all-reduces gradients after the backward, not overlapped",
     "no_grad_overlap": "Korthikanti et al. 2022 Sec. 6.3 state no gradient all-reduce overlap",
     "maxtext_v4_seq1024": "MaxText v4 rows ran at base.yml's max_target_length 1024 of March/April 2023 (sources.maxtext_tpu_tables)",
+    "materialized_attention": (
+        "trained before FlashAttention (Dao et al., May 2022) reached Megatron-LM, Megatron-DeepSpeed and metaseq: "
+        "attention writes the s x s scores (Korthikanti et al. 2022 count them; their selective recomputation exists to drop them)"
+    ),
+    "fa2_on_hopper": (
+        "TorchTitan's H100 runs use F.scaled_dot_product_attention, whose flash backend in PyTorch 2.4-2.5 is "
+        "FlashAttention-2; on H100 it reaches about 35% of the bf16 peak (Shah et al. 2024, FlashAttention-3, Sec. 4.1)"
+    ),
 }
+PARAM_SWITCHES: dict[str, dict[str, Any]] = {
+    "materialized_attention": {"flash_attention": False},
+    "fa2_on_hopper": {"attention_efficiency": 0.35},
+}
+"""The CostParams fields a switch changes (the others change the Strategy or the model)."""
+MATERIALIZED_ATTENTION_SOURCES = ("narayanan2021_sc21", "korthikanti2022", "bloom176b", "opt175b")
 """Every source-specific switch `convert` may apply, with the documented difference behind it."""
 
 SCHEDULE_CHOICES = ("1F1B", "Interleaved1F1B")
@@ -527,6 +541,10 @@ def convert(run: dict[str, Any], sources: dict[str, Any] | None = None) -> Case:
     if p.get("async_tp"):
         overlap["tp"] = True
         switches.append("async_tp")
+    if src in MATERIALIZED_ATTENTION_SOURCES:
+        switches.append("materialized_attention")
+    if src == "torchtitan" and "H100" in str((run.get("hardware") or {}).get("accelerator")):
+        switches.append("fa2_on_hopper")
 
     for name in FIXABLE:
         if name not in fixed and name not in ("schedule", "virtual_stages") and not (name == "ep" and not model.is_moe):
@@ -605,6 +623,8 @@ def _complete(case: Case, params: CostParams, res: RunResult) -> tuple[Strategy,
 
 def predict(case: Case, params: CostParams = DEFAULT_PARAMS) -> RunResult:
     """Estimate the stated layout, completing the null fields; a run that cannot be modelled gets a reason."""
+    for switch in case.switches:
+        params = replace(params, **PARAM_SWITCHES.get(switch, {}))
     res = RunResult(id=case.id, source=case.source, quality=case.quality, target=case.target,
                     completed_fields=list(case.completed), notes=case.assumptions + [f"switch: {s}" for s in case.switches])
     try:

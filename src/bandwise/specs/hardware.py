@@ -33,6 +33,9 @@ class Device:
     """Memory bandwidth in bytes/s."""
     gemm_efficiency: float = 0.8
     """Fraction of the dense peak a large, well-shaped GEMM reaches (cuBLAS/XLA, measured)."""
+    sustained_clock_ratio: float = 1.0
+    """Clock the chip holds at its power limit under dense tensor-core load, over the clock its
+    datasheet peak assumes: compute runs this much slower for as long as a training job lasts."""
     attention_efficiency: float = 0.6
     """Fraction of the dense bf16 peak the fused (flash) attention kernel reaches, forward and backward."""
     sm_count: int = 0
@@ -49,7 +52,7 @@ class Device:
             _positive(f"device {self.name!r}: peak_flops[{dtype}]", value)
         _positive(f"device {self.name!r}: hbm_bytes", self.hbm_bytes)
         _positive(f"device {self.name!r}: hbm_bandwidth", self.hbm_bandwidth)
-        for name in ("gemm_efficiency", "attention_efficiency"):
+        for name in ("gemm_efficiency", "attention_efficiency", "sustained_clock_ratio"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and 0 < value <= 1):
                 raise BandwiseError(f"device {self.name!r}: {name}={value!r} must be in (0, 1]")
