@@ -45,7 +45,8 @@ def _worker(rank: int, world: int, port: int, job: str, args: dict[str, Any], ou
 def spawn(job: str, world: int, tmp_path: Path, **args: Any) -> list[dict[str, Any]]:
     """Run JOBS[job] on `world` gloo ranks; returns each rank's JSON result (errors re-raised)."""
     Path(tmp_path).mkdir(parents=True, exist_ok=True)
-    mp.spawn(_worker, args=(world, free_port(), job, args, str(tmp_path)), nprocs=world, join=True)
+    # fork: the children reuse this process's imported torch (a spawn re-imports it, seconds per rank).
+    mp.start_processes(_worker, args=(world, free_port(), job, args, str(tmp_path)), nprocs=world, join=True, start_method="fork")
     results = [json.loads(Path(tmp_path, f"rank{r}.json").read_text()) for r in range(world)]
     for r in results:
         if "error" in r:
