@@ -77,13 +77,13 @@ class _TimedIterator:
 
 def install(mon: Monitor) -> None:
     original_iter = DataLoader.__iter__
+    box: dict[str, float] = {}
 
     def timed_iter(self: DataLoader) -> Any:
+        box["loader"] = 1.0
         return _TimedIterator(original_iter(self), mon)
 
     DataLoader.__iter__ = timed_iter  # type: ignore[method-assign]
-    box: dict[str, float] = {}
-
     def pre(opt: Any, args: Any, kwargs: Any) -> None:
         if mon.cuda:
             torch.cuda.synchronize()
@@ -94,6 +94,9 @@ def install(mon: Monitor) -> None:
             torch.cuda.synchronize()
         mon.add_optimizer_time(time.perf_counter() - box.pop("t0", time.perf_counter()))
         mon.end_step()
+        if "loader" not in box:
+            # No DataLoader in this script: steps run from one optimizer step to the next.
+            mon.begin_step()
 
     from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
