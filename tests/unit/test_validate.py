@@ -195,7 +195,6 @@ def test_palm_540b_without_pp_within_10_percent():
     assert abs(r.error) <= 0.10
 
 
-@pytest.mark.xfail(reason="cost model hides ZeRO-3 gathers at 1536 GPUs; see benchmarks/RESULTS.md, Validation", strict=True)
 def test_narayanan_zero3_degrades_with_scale_while_ptd_holds():
     """Narayanan et al. 2021 Table 2: ZeRO-3 falls 144 -> 44 TFLOP/s/GPU from 384 to 1536 GPUs; PTD-P holds."""
     z = [predict(convert(_run(f"narayanan2021_t2_zero3_174B_{n}gpu"), SOURCES)).predicted for n in (384, 1536)]
@@ -204,11 +203,15 @@ def test_narayanan_zero3_degrades_with_scale_while_ptd_holds():
 
 
 # ---------------------------------------------------------------- regression guard on the achieved accuracy
-# Achieved with the cost model of 2026-11-21 (benchmarks/RESULTS.md, "Validation"): all 133 runs
-# predicted, median |error| 28.3 %, p90 101 %, per-source medians below. A physics change that
-# makes any of these worse by more than the margin fails; improvements pass (then tighten here).
-GUARD_OVERALL = {"median": 0.283, "p90": 1.014}
-GUARD_SOURCES = {"maxtext_tpu_tables": 0.079, "palm2022": 0.002, "korthikanti2022": 0.283, "megatron_h100_2024": 0.445, "nemo_2407": 0.334}
+# Achieved with the cost model of 2026-11-21 (benchmarks/RESULTS.md, "Validation") on the 131 runs
+# below (the two full-search strong-scaling rows are left out for time): median |error| 10.1 %,
+# p90 34.3 %, per-source medians below. A physics change that makes any of these worse by more
+# than the margin fails; improvements pass (then tighten here).
+GUARD_OVERALL = {"median": 0.101, "p90": 0.343}
+GUARD_SOURCES = {
+    "maxtext_tpu_tables": 0.058, "palm2022": 0.026, "korthikanti2022": 0.038, "narayanan2021_sc21": 0.059,
+    "llama3_2024": 0.109, "megatron_bridge_perf": 0.133, "nemo_2407": 0.154, "megatron_h100_2024": 0.183, "torchtitan": 0.289,
+}
 MARGIN = 0.03
 
 

@@ -110,8 +110,12 @@ def all_reduce_time(cluster: Cluster, nbytes: np.ndarray, stride: np.ndarray, si
     return 2 * all_gather_time(cluster, nbytes, stride, size)
 
 
-def all_to_all_time(cluster: Cluster, nbytes: np.ndarray, stride: np.ndarray, size: np.ndarray) -> np.ndarray:
+def all_to_all_time(cluster: Cluster, nbytes: np.ndarray, stride: np.ndarray, size: np.ndarray, outer_scale: float = 1.0) -> np.ndarray:
     """Seconds for an all-to-all where each device sends `nbytes` in total (its own share included).
+
+    `outer_scale` scales the traffic beyond the innermost level: a dispatch that sends each token
+    to at most g of the nodes, once per node, and forwards it inside the node (DeepSeek-V3's
+    node-limited routing) moves g/top_k of the bytes across the network.
 
     Switched level i: the bytes leaving a device's level-(i-1) block are nbytes·(1 - M_{i-1}/D), each
     device sending on its own link: T_i = nbytes·(1 - M_{i-1}/D) / W_i, and the slowest level
@@ -122,11 +126,12 @@ def all_to_all_time(cluster: Cluster, nbytes: np.ndarray, stride: np.ndarray, si
     bw_time = np.zeros(np.broadcast(nbytes, size_f).shape)
     latency = np.zeros_like(bw_time)
     for lv, d, below in level_spans(cluster, stride, size):
+        scale = outer_scale if lv is not cluster.levels[0] else 1.0
         if lv.is_torus:
             ring = _torus_axis_lengths(lv, np.asarray(stride, float) * below, d)
-            t = np.where(d > 1, nbytes / below * ring / (8 * lv.bandwidth), 0.0)
+            t = np.where(d > 1, scale * nbytes / below * ring / (8 * lv.bandwidth), 0.0)
         else:
-            t = nbytes * (1 - below / size_f) / lv.bandwidth * (d > 1)
+            t = scale * nbytes * (1 - below / size_f) / lv.bandwidth * (d > 1)
         bw_time = np.maximum(bw_time, t)
         latency = latency + (d > 1) * lv.latency * np.minimum(d - 1, 8)
     return np.where(size_f > 1, bw_time + latency, 0.0)

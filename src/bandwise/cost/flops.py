@@ -72,22 +72,27 @@ def attention_core_flops_per_token(m: ModelSpec, causal: bool = True) -> float:
     return flops / 2 if causal else flops
 
 
-def elementwise_bytes_per_token(m: ModelSpec, moe_layer: bool) -> float:
+def elementwise_bytes_per_token(m: ModelSpec, moe_layer: bool, eager: bool = False) -> float:
     """HBM bytes moved per token by the memory-bound kernels of one layer's forward pass.
 
-    Counted per kernel as reads + writes of bf16 tensors (unfused, as in eager PyTorch):
-    2 RMSNorms (read h, write h), 2 residual adds (read 2h, write h), RoPE on q and k (read and
-    write), the gated activation (read 2f, write f) or GELU (read f, write f); for MoE layers the
-    token permutation before and after the experts (read and write top_k·h each way).
+    Fused kernels (Megatron/Transformer Engine, torch.compile, XLA) read and write each bf16
+    tensor once: RMSNorm 2+2 bytes per element, residual add 2+2+2, RoPE 2+2 on q and k, SwiGLU
+    reads the two projections and writes their product (4+2 per intermediate element), GELU 2+2.
+    Eager PyTorch runs each op as its own kernel, in fp32 where the code upcasts:
+      RMSNorm  x.float() 2+4, pow 4+4, mean 4, x·rsqrt 4+4, cast 4+2, ·weight 2+2 = 36 per element
+      RoPE     x.float() 2+4, complex multiply 4+4, cast 4+2 = 20 per q/k element
+      SwiGLU   silu 2+2, multiply 4+2 = 10 per intermediate element
+    (torchtitan's Llama: nn.RMSNorm-style norm, complex-number RoPE, F.silu(w1(x)) * w3(x)).
+    MoE layers add the token permutation before and after the experts (read and write top_k·h
+    each way).
     """
     h = m.hidden
     qk = m.heads * m.d_head + (m.heads if m.is_mla else m.n_kv_heads) * m.d_head
-    norms_residuals = 2 * 2 * h + 2 * 3 * h
-    rope = 2 * qk
     if moe_layer:
         f_total = m.top_k * m.expert_ffn + m.shared_experts * m.shared_ffn
-        permute = 2 * 2 * m.top_k * h
+        permute = BF16 * 2 * 2 * m.top_k * h
     else:
         f_total, permute = m.ffn, 0
-    act = (3 if m.gated_mlp else 2) * f_total
-    return BF16 * (norms_residuals + rope + act + permute)
+    norm, rope = (36, 20) if eager else (4, 4)
+    act = (10 if eager else 6) if m.gated_mlp else 4
+    return 2 * norm * h + 2 * 6 * h + rope * qk + act * f_total + permute

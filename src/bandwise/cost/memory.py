@@ -45,37 +45,41 @@ def model_state_bytes(params: np.ndarray, shard: np.ndarray, zero: np.ndarray) -
 
 
 def activation_bytes_per_token(
-    m: ModelSpec, *, moe_layer: bool, selective: bool = False, flash: bool = True, dropout: bool = False
+    m: ModelSpec, *, moe_layer: bool, selective: bool = False, flash: bool = True, dropout: bool = False, fp8: bool = False
 ) -> tuple[float, float]:
     """(bytes saved for backward per token of one layer, the part replicated across TP ranks).
 
     The first number is for the whole hidden width; tensor+sequence parallelism divides it by t
-    except for the second number (MLA's low-rank latents, computed on every TP rank).
+    except for the second number (MLA's low-rank latents, computed on every TP rank). With fp8
+    GEMMs the inputs of the linear layers are kept in their 1-byte quantized form for the weight
+    gradient (DeepSeek-V3 report, Sec. 3.3.3; Transformer Engine keeps the fp8 copy likewise).
     """
     h, H, s = m.hidden, m.heads, m.seq_len
+    g = 1.0 if fp8 else float(BF16)  # bytes per element of a linear layer's saved input
     b = 0.0
     # attention block: RMSNorm input, the QKV GEMM input, q/k/v as the kernel reads them, its output
-    b += BF16 * h + BF16 * h
+    b += BF16 * h + g * h
     replicated = 0.0
     if m.is_mla:
         b += BF16 * H * (2 * m.d_head + m.d_value)
         replicated = BF16 * ((m.q_lora_rank or 0) + m.kv_lora_rank + m.qk_rope_head_dim)
     else:
         b += BF16 * (H * m.d_head + m.n_kv_heads * (m.d_head + m.d_value))
-    b += BF16 * H * m.d_value  # attention output = o-projection input
+    b += BF16 * H * m.d_value  # attention output (kept by the kernel) = o-projection input
     if not flash and not selective:
         # softmax output (2 bytes) + dropout mask (1) + dropout output (2) per score: 5·a·s per token
         b += (5 if dropout else 2) * H * s
     if dropout:
         b += h  # 1-byte mask after the attention output projection
     # MLP block: RMSNorm input and the GEMM input
-    b += BF16 * h + BF16 * h
+    b += BF16 * h + g * h
     # gated: w1 and w3 outputs + their product; else: fc1 output + GELU output. Selective
     # recomputation drops the product / GELU output (the activation function is re-run).
     per_f = (6 if m.gated_mlp else 4) - (2 if selective else 0)  # bytes per intermediate element
+    per_f -= (BF16 - g) if not selective else 0.0  # the down-projection's input, quantized
     if moe_layer:
         b += per_f * m.shared_experts * m.shared_ffn
-        b += m.top_k * (BF16 * h + per_f * m.expert_ffn)  # permuted token copies + expert intermediates
+        b += m.top_k * (g * h + per_f * m.expert_ffn)  # permuted token copies + expert intermediates
         b += 4 * m.experts  # fp32 router scores
     else:
         b += per_f * m.ffn

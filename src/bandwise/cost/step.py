@@ -88,6 +88,8 @@ class CostParams:
     forward and backward."""
     causal_mfu: bool = False
     """Count causal attention FLOPs at half in MFU (off: PaLM's convention counts the full matrix)."""
+    eager_elementwise: bool = False
+    """Element-wise ops run as separate eager PyTorch kernels (no torch.compile, no fused norms)."""
     flash_attention: bool = True
     """Attention saves no score matrix (FlashAttention); off reproduces Korthikanti's 5as/h term."""
 
@@ -193,11 +195,11 @@ def _base(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, order: tuple[str,
         attn_fwd, attn_bwd = _materialized_attention(m_, tokens, tp, bf16_peak, eff, bw * hbm_eff)
     elem_scale = np.where(fp8, 1.5, 1.0)  # fp8 adds cast/quantize kernels around each GEMM input
     dense_fwd = _gemms_time(dense_layer_gemms(m_), c, tokens, m_, linear_peak, eff, bw, dev.sm_count) + attn_fwd
-    dense_fwd += memory_bound_time(elementwise_bytes_per_token(m_, False) * tokens / tp * elem_scale, bw, hbm_eff)
+    dense_fwd += memory_bound_time(elementwise_bytes_per_token(m_, False, P.eager_elementwise) * tokens / tp * elem_scale, bw, hbm_eff)
     if m_.is_moe:
         moe_gemms = moe_layer_gemms(m_)
         moe_fwd = _gemms_time(moe_gemms, c, tokens, m_, linear_peak, eff, bw, dev.sm_count) + attn_fwd
-        moe_fwd += memory_bound_time(elementwise_bytes_per_token(m_, True) * tokens / tp * elem_scale, bw, hbm_eff)
+        moe_fwd += memory_bound_time(elementwise_bytes_per_token(m_, True, P.eager_elementwise) * tokens / tp * elem_scale, bw, hbm_eff)
         moe_fwd += (P.expert_imbalance - 1.0) * _gemms_time(moe_gemms[-2:], c, tokens, m_, linear_peak, eff, bw, dev.sm_count)
     else:
         moe_fwd = np.zeros_like(dense_fwd)
@@ -230,8 +232,12 @@ def _base(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, order: tuple[str,
     b["cp_exposed"] = np.maximum(0.0, cp_layer - (attn_fwd + attn_bwd))
     # expert parallel: one dispatch or combine all-to-all
     if m_.is_moe:
-        ep_bytes = tokens / tp * m_.top_k * m_.hidden * BF16 * P.expert_imbalance
-        b["ep_one"] = comm.all_to_all_time(cluster, ep_bytes, ep_stride, ep) * (ep > 1)
+        # fp8 recipes dispatch the quantized activations and their gradients in 1 byte, and
+        # combine in bf16 (DeepSeek-V3 report, Sec. 3.3.2): 1.5 bytes per element on average
+        elem = np.where(fp8, 1.5, float(BF16))
+        ep_bytes = tokens / tp * m_.top_k * m_.hidden * elem * P.expert_imbalance
+        outer = min(1.0, m_.groups_per_token / m_.top_k) if m_.groups_per_token else 1.0
+        b["ep_one"] = comm.all_to_all_time(cluster, ep_bytes, ep_stride, ep, outer_scale=outer) * (ep > 1)
     else:
         b["ep_one"] = np.zeros_like(tokens)
 
@@ -374,9 +380,12 @@ def _combine(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, b: dict[str, n
     weights_only = (params_dense_rank / np.where(zero == 3, shard_dense, 1.0) + params_expert_rank / np.where(zero == 3, shard_expert, 1.0)) * BF16
     act = {}
     for sel in (False, True):
-        a_d, r_d = activation_bytes_per_token(m_, moe_layer=False, selective=sel, flash=P.flash_attention)
-        a_m, r_m = activation_bytes_per_token(m_, moe_layer=True, selective=sel, flash=P.flash_attention) if m_.is_moe else (0.0, 0.0)
-        act[sel] = ((1 - frac_moe) * a_d + frac_moe * a_m) / tp + ((1 - frac_moe) * r_d + frac_moe * r_m)
+        per_precision = []
+        for fp8 in (False, True):
+            a_d, r_d = activation_bytes_per_token(m_, moe_layer=False, selective=sel, flash=P.flash_attention, fp8=fp8)
+            a_m, r_m = activation_bytes_per_token(m_, moe_layer=True, selective=sel, flash=P.flash_attention, fp8=fp8) if m_.is_moe else (0.0, 0.0)
+            per_precision.append(((1 - frac_moe) * a_d + frac_moe * a_m) / tp + ((1 - frac_moe) * r_d + frac_moe * r_m))
+        act[sel] = np.where(b["fp8"], per_precision[1], per_precision[0])
     per_token_layer = np.select([rec == _FULL, rec == _SELECTIVE], [layer_input_bytes_per_token(m_) / tp, act[True]], act[False])
     act_mb_rank = tokens * layers_rank * per_token_layer
     working = np.where(rec == _FULL, tokens * act[False], 0.0)  # one layer re-materialised during backward

@@ -42,6 +42,15 @@ SWITCHES: dict[str, str] = {
         "trained before FlashAttention (Dao et al., May 2022) reached Megatron-LM, Megatron-DeepSpeed and metaseq: "
         "attention writes the s x s scores (Korthikanti et al. 2022 count them; their selective recomputation exists to drop them)"
     ),
+    "zero3_flat_ring": (
+        "Narayanan et al. 2021 Table 2 runs ZeRO-3 (DeepSpeed, 2021) without model parallelism and attribute its "
+        "collapse with scale to cross-node communication: its parameter gathers run as flat rings over the NICs, "
+        "one per GPU, without the NVLink hierarchy NCCL's multi-ring collectives exploit"
+    ),
+    "eager_torchtitan": (
+        "TorchTitan runs without torch.compile execute RMSNorm, RoPE and SwiGLU as separate eager PyTorch ops "
+        "(the compiled rows of the same table are 16% faster on the same layout)"
+    ),
     "fa2_on_hopper": (
         "TorchTitan's H100 runs use F.scaled_dot_product_attention, whose flash backend in PyTorch 2.4-2.5 is "
         "FlashAttention-2; on H100 it reaches about 35% of the bf16 peak (Shah et al. 2024, FlashAttention-3, Sec. 4.1)"
@@ -50,10 +59,14 @@ SWITCHES: dict[str, str] = {
 PARAM_SWITCHES: dict[str, dict[str, Any]] = {
     "materialized_attention": {"flash_attention": False},
     "fa2_on_hopper": {"attention_efficiency": 0.35},
+    "eager_torchtitan": {"eager_elementwise": True},
 }
 """The CostParams fields a switch changes (the others change the Strategy or the model)."""
 MATERIALIZED_ATTENTION_SOURCES = ("narayanan2021_sc21", "korthikanti2022", "bloom176b", "opt175b")
 """Every source-specific switch `convert` may apply, with the documented difference behind it."""
+
+H100_500W_PEAK_RATIO = (989.4 + 835.5) / 2 / 989.4
+"""TorchTitan's 500 W H100: the midpoint of the SXM and NVL dense bf16 peaks, over the SXM peak."""
 
 SCHEDULE_CHOICES = ("1F1B", "Interleaved1F1B")
 """Schedules the frameworks of the data set run when a source leaves the schedule unstated."""
@@ -323,6 +336,9 @@ def _model(run: dict[str, Any], case_notes: list[str], switches: list[str]) -> M
             shared_experts=int(moe.get("shared_experts") or 0), shared_expert_ffn=int(moe.get("shared_expert_ffn") or 0),
             dense_layers=int(moe.get("dense_layers") or 0),
         )
+        grouped = re.search(r"group-limited \((\d+) groups, top-(\d+)\)", str(moe.get("router") or ""))
+        if grouped:  # DeepSeek-V3 Sec. 3.2.2: each token's experts on at most top-g of the node groups
+            kw.update(expert_groups=int(grouped.group(1)), groups_per_token=int(grouped.group(2)))
         ffn = ffn or int(moe["expert_ffn"])  # no dense layer uses it when dense_layers == 0
     kw["ffn"] = ffn
     mla = re.search(r"MLA \(q_lora (\d+), kv_lora (\d+), qk_nope (\d+), qk_rope (\d+), v (\d+)\)", str(m.get("attention") or ""))
@@ -357,10 +373,13 @@ def _cluster(run: dict[str, Any], devices: int, notes: list[str], completed: lis
     elif "h100" in a:
         cluster = get_cluster("h100")
         if "96gb" in a.replace(" ", ""):
-            # TorchTitan's H100 SXM with 96 GB HBM2e at 500 W: the capacity is stated; the peak and
-            # HBM bandwidth are not, so the SXM datasheet figures stay (a power cap can only lower them).
-            cluster = cluster.with_device(name="h100-sxm-96g-500w", hbm_bytes=96e9)
-            notes.append("H100 96GB HBM2e @500W: SXM peak and HBM bandwidth kept (not stated)")
+            # TorchTitan's H100 SXM with 96 GB HBM2e at 500 W: the capacity is stated, and the doc
+            # places its peak "between SXM and NVL": the midpoint of the SXM (989 TFLOPS) and the
+            # H100 NVL datasheet (1,671 sparse = 835 dense) figures. HBM bandwidth is not stated.
+            dev = cluster.device
+            peak = {k: v * H100_500W_PEAK_RATIO for k, v in dev.peak_flops.items()}
+            cluster = cluster.with_device(name="h100-sxm-96g-500w", hbm_bytes=96e9, peak_flops=peak)
+            notes.append(f"H100 96GB HBM2e @500W: peak {peak['bf16'] / 1e12:.0f} TFLOPS, between SXM and NVL as TorchTitan states")
     else:
         raise BandwiseError(f"accelerator {acc!r}: no preset; known: A100, H100, H800, B200, GB200, TPU v4/v5e/v5p")
     gpn = _int(hw.get("gpus_per_node")) or cluster.levels[0].size
@@ -454,6 +473,11 @@ def convert(run: dict[str, Any], sources: dict[str, Any] | None = None) -> Case:
         if "ddp-impl local" in zf:
             overlap["dp"] = False
             switches.append("ddp_local_no_overlap")
+        if src == "narayanan2021_sc21" and "zero-3" in zf and "deepspeed" in zf:
+            # one level: every GPU reaches the others through its own NIC, as a flat ring does
+            nic = cluster.levels[-1]
+            cluster = replace(cluster, levels=(replace(nic, size=0),))
+            switches.append("zero3_flat_ring")
         if "no grad all-reduce overlap" in zf:
             overlap["dp"] = False
             switches.append("no_grad_overlap")
@@ -545,6 +569,8 @@ def convert(run: dict[str, Any], sources: dict[str, Any] | None = None) -> Case:
         switches.append("materialized_attention")
     if src == "torchtitan" and "H100" in str((run.get("hardware") or {}).get("accelerator")):
         switches.append("fa2_on_hopper")
+    if src == "torchtitan" and "compile" not in str(run.get("precision") or "").lower():
+        switches.append("eager_torchtitan")
 
     for name in FIXABLE:
         if name not in fixed and name not in ("schedule", "virtual_stages") and not (name == "ep" and not model.is_moe):

@@ -98,6 +98,9 @@ def from_hf_config(cfg: dict[str, Any], *, name: str = "hf-model", seq_len: int 
             v_head_dim=need("v_head_dim"),
             kv_heads=0,
         )
+        groups = opt("n_group", 1)
+        if isinstance(groups, int) and groups > 1:
+            spec.update(expert_groups=groups, groups_per_token=opt("topk_group", groups))
     elif kind == "gpt_oss":
         spec.update(
             experts=need("num_local_experts"),

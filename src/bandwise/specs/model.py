@@ -51,6 +51,11 @@ class ModelSpec:
     """Intermediate size of one shared expert; 0 means = expert_ffn."""
     dense_layers: int = 0
     """Leading layers that use the dense MLP instead of MoE (DeepSeek-V3: 3, Kimi K2: 1)."""
+    expert_groups: int = 0
+    """Group-limited routing (DeepSeek-V2 Sec. 2.2.2, V3 Sec. 3.2.2): experts split into this many
+    groups, placed on separate nodes under expert parallelism; 0 = no grouping."""
+    groups_per_token: int = 0
+    """Groups (so nodes) a token's experts may come from; its dispatch crosses at most this many."""
     # --- multi-head latent attention (DeepSeek-V2/V3); kv_lora_rank == 0 means standard attention ---
     q_lora_rank: int = 0
     """Rank of the query down-projection (0: queries projected directly from h)."""
@@ -91,6 +96,11 @@ class ModelSpec:
             if self.dense_layers >= self.layers:
                 raise BandwiseError(
                     f"model {self.name!r}: dense_layers={self.dense_layers} leaves no MoE layer of {self.layers}"
+                )
+            if self.groups_per_token and not (self.expert_groups and self.experts % self.expert_groups == 0 and self.groups_per_token <= self.expert_groups):
+                raise BandwiseError(
+                    f"model {self.name!r}: groups_per_token={self.groups_per_token} needs expert_groups dividing "
+                    f"experts={self.experts} and >= groups_per_token (got expert_groups={self.expert_groups})"
                 )
         elif self.top_k or self.shared_experts or self.dense_layers:
             raise BandwiseError(f"model {self.name!r}: top_k/shared_experts/dense_layers need experts > 0")
