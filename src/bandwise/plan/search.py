@@ -134,6 +134,10 @@ def candidate_chunks(
             d = np.repeat(deg[start : start + step], per_deg, axis=0)
             o = np.tile(other, (len(d) // per_deg, 1))
             row = np.repeat(np.arange(start, start + len(d) // per_deg, dtype=np.int64), per_deg) + (has_pp << 40)
+            # Drop rows whose batch cannot divide before building columns: most micro-batch choices
+            # fail this one rule (valid_mask checks it again with all the others).
+            keep = np.flatnonzero(global_batch % (d[:, 0] * d[:, 1] * o[:, 1]) == 0)
+            d, o, row = d[keep], o[keep], row[keep]
             c = SimpleNamespace()
             for i, name in enumerate(("dp_replicate", "dp_shard", "tp", "cp", "pp", "ep", "zero_stage")):
                 setattr(c, name, d[:, i])
@@ -146,10 +150,7 @@ def candidate_chunks(
             c.order_ok = np.ones(len(d), dtype=bool)
             # rows sharing degrees, micro-batch and precision share the cost model's per-layer terms
             c.base_key = (row << 20) | (c.micro_batch << 2) | c.precision
-            # Drop rows whose batch cannot divide before the full rule set sees them: most of the
-            # micro-batch choices fail this one rule, which valid_mask checks again anyway.
-            keep = global_batch % (c.dp_replicate * c.dp_shard * c.micro_batch) == 0
-            yield SimpleNamespace(**{k: v[keep] for k, v in vars(c).items()})
+            yield c
 
 
 def _with_overlap(c: SimpleNamespace, overlap: dict[str, bool]) -> SimpleNamespace:

@@ -85,6 +85,16 @@ def decide(result: SearchResult, cluster: Cluster, threshold: float = THRESHOLD)
             gain=0.0,
             reason=f"the best layout uses no pipeline parallelism: {best.strategy.describe()} reaches {best.estimate.mfu:.1%} MFU",
         )
+    if nopp is None and not np.isfinite(result.min_memory_gib_without_pp):
+        return Verdict(
+            needs_pp=True,
+            gain=None,
+            reason=(
+                "no layout without PP is valid here: every split of the devices over data, tensor, context and expert "
+                f"parallelism breaks a divisibility rule (global batch, heads, experts); PP{best.strategy.pp} absorbs the "
+                f"factor that does not divide, at {best.estimate.mfu:.1%} MFU"
+            ),
+        )
     if nopp is None:
         return Verdict(
             needs_pp=True,
