@@ -32,6 +32,7 @@ class SleepySGD(torch.optim.SGD):
 
 
 def _run(steps: int = 6, **kw) -> Monitor:
+    torch.optim.SGD([torch.zeros(1, requires_grad=True)])  # patches SGD.step too: hooks now nest in SleepySGD
     model = torch.nn.Linear(8, 1)
     opt = SleepySGD(model.parameters(), lr=0.1)
     mon = Monitor(census_step=None, **kw)

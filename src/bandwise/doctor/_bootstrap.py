@@ -84,15 +84,24 @@ def install(mon: Monitor) -> None:
         return _TimedIterator(original_iter(self), mon)
 
     DataLoader.__iter__ = timed_iter  # type: ignore[method-assign]
+    # Nested calls (a subclass's step() calling super().step()) fire the hooks per level: the
+    # outermost call is the optimizer step.
+    box["depth"] = 0.0
+
     def pre(opt: Any, args: Any, kwargs: Any) -> None:
-        if mon.cuda:
-            torch.cuda.synchronize()
-        box["t0"] = time.perf_counter()
+        box["depth"] += 1
+        if box["depth"] == 1:
+            if mon.cuda:
+                torch.cuda.synchronize()
+            box["t0"] = time.perf_counter()
 
     def post(opt: Any, args: Any, kwargs: Any) -> None:
+        box["depth"] -= 1
+        if box["depth"] > 0:
+            return
         if mon.cuda:
             torch.cuda.synchronize()
-        mon.add_optimizer_time(time.perf_counter() - box.pop("t0", time.perf_counter()))
+        mon.add_optimizer_time(time.perf_counter() - box["t0"])
         mon.end_step()
         if "loader" not in box:
             # No DataLoader in this script: steps run from one optimizer step to the next.

@@ -208,17 +208,23 @@ class Monitor:
 
     def watch_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
         """Time `optimizer.step()` through its public pre/post hooks."""
-        box: dict[str, float] = {}
+        # A subclass whose step() calls super().step() runs the hooks once per level: time the
+        # outermost call only.
+        box = {"depth": 0, "t0": 0.0}
 
         def pre(opt: Any, args: Any, kwargs: Any) -> None:
-            if self.cuda:
-                torch.cuda.current_stream(self.device).synchronize()
-            box["t0"] = time.perf_counter()
+            box["depth"] += 1
+            if box["depth"] == 1:
+                if self.cuda:
+                    torch.cuda.current_stream(self.device).synchronize()
+                box["t0"] = time.perf_counter()
 
         def post(opt: Any, args: Any, kwargs: Any) -> None:
-            if self.cuda:
-                torch.cuda.current_stream(self.device).synchronize()
-            self.add_optimizer_time(time.perf_counter() - box.pop("t0", time.perf_counter()))
+            box["depth"] -= 1
+            if box["depth"] == 0:
+                if self.cuda:
+                    torch.cuda.current_stream(self.device).synchronize()
+                self.add_optimizer_time(time.perf_counter() - box["t0"])
 
         self._hooks += [optimizer.register_step_pre_hook(pre), optimizer.register_step_post_hook(post)]
 
