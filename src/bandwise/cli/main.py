@@ -62,10 +62,12 @@ def main(argv: list[str] | None = None) -> None:
     except typer.Abort:
         print("bandwise: aborted", file=sys.stderr)
         sys.exit(130)
-    except ClickException as exc:  # usage errors: typer/click already word them well
+    except ClickException as exc:  # usage errors: click words them well; keep them to one line
         if debug:
             raise
-        exc.show()
+        ctx = getattr(exc, "ctx", None)
+        hint = f"see '{ctx.command_path} --help'" if ctx is not None else "see 'bandwise --help'"
+        print(f"bandwise: error: {exc.format_message()} ({hint})", file=sys.stderr)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         sys.exit(130)

@@ -170,6 +170,12 @@ def plan(
         with Progress(TextColumn("searching layouts"), BarColumn(), TextColumn("{task.completed:,} candidates"), TimeElapsedColumn(), transient=True, console=out.console) as bar:
             task = bar.add_task("search", total=None)
             result = search(spec, clus, devices, gb, top=top, allow_pp=not no_pp, progress=lambda k: bar.advance(task, k), **kw)
+    if result.searched == 0:
+        raise BandwiseError(
+            f"no valid layout of {spec.name} on {devices} devices with a global batch of {gb} sequences: no split of "
+            f"{devices} into data x tensor x context x pipeline degrees divides the batch, the heads ({spec.heads}) and the layers "
+            f"({spec.layers}); use a device count such as {1 << (devices.bit_length() - 1)} or a global batch that is a multiple of {devices}"
+        )
     verdict = decide(result, clus, _fraction("--threshold", threshold))
     if result.best is None:
         verdict.reason += "; " + suggest_fit(spec, clus, devices, gb, allow_pp=not no_pp, fixed={"micro_batch": 1, "recompute": "full"}, precisions=precisions, params=params)
