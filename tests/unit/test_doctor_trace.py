@@ -212,6 +212,7 @@ HOSTILE = {
     "event_is_number": (b'{"traceEvents": [1]}', "traceEvents[0] is a int"),
     "ts_is_string": (b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "ts": "12", "dur": 1}]}', "ts="),
     "name_is_list": (b'{"traceEvents": [{"ph": "X", "cat": "kernel", "name": [1], "ts": 1, "dur": 1}]}', "name is list"),
+    "negative_dur": (b'{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": 5, "dur": -3}]}', "negative duration"),
     "huge_float": (b'{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": 1e400, "dur": 1}]}', "not a finite time"),
     "huge_int": (b'{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": ' + b"9" * 5000 + b', "dur": 1}]}', "bad number"),
     "deep_nesting": (b'{"traceEvents": [{"args": ' + b"[" * 200_000 + b"]" * 200_000 + b"}]}", "nested too deeply"),

@@ -96,6 +96,7 @@ class Monitor:
         self._pending_wait = 0.0
         self._open: _Open | None = None
         self._hooks: list[Any] = []
+        self._h2d_used = False
 
     # -- touch points -----------------------------------------------------------------------
     def loader(self, iterable: Iterable[Any]) -> Iterator[Any]:
@@ -182,7 +183,8 @@ class Monitor:
                 "step_s": step_s,
                 "gpu_step_s": gpu_s,
                 "compute_s": compute_s,
-                "h2d_s": s.h2d_s,
+                # On CUDA, copies not made through to_device() are not seen: missing, not 0.
+                "h2d_s": s.h2d_s if (self._h2d_used or not self.cuda) else None,
                 "optimizer_s": s.optimizer_s if self._hooks else None,
                 "preprocess_s": preprocess_s,
                 "peak_mem_bytes": peak_mem,
@@ -198,6 +200,7 @@ class Monitor:
     # -- optional probes --------------------------------------------------------------------
     def to_device(self, batch: Any, non_blocking: bool = True) -> Any:
         """Move a batch (tensors, or lists/tuples/dicts of them) to the device, timing the copy."""
+        self._h2d_used = True
         t0 = time.perf_counter()
         out = _move(batch, self.device, non_blocking)
         if self.cuda:
@@ -283,7 +286,7 @@ def summarize(records: list[dict[str, Any]], *, census: dict[str, Any] | None = 
     raw = {p: statistics.median(v) if v else 0.0 for p, v in per_step.items()}
     total = sum(raw.values())
     shares = {p: v / total for p, v in raw.items()} if total > 0 else {}
-    missing = [k for k in ("optimizer_s", "preprocess_s", "peak_mem_bytes", "mfu") if medians.get(k) is None]
+    missing = [k for k in ("h2d_s", "optimizer_s", "preprocess_s", "peak_mem_bytes", "mfu") if medians.get(k) is None]
     peak = medians.get("peak_mem_bytes")
     return {
         "steps": len(records),

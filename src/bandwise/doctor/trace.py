@@ -136,6 +136,8 @@ def _number(event: dict[str, Any], key: str, index: int, path: Path) -> float:
     v = event.get(key)
     if type(v) not in (int, float) or not (-MAX_ABS_TIME_US < v < MAX_ABS_TIME_US):
         raise BandwiseError(f"trace {path.name}: traceEvents[{index}] {key}={str(v)[:40]!r} is not a finite time in microseconds; the trace is corrupt")
+    if key == "dur" and v < 0:
+        raise BandwiseError(f"trace {path.name}: traceEvents[{index}] has a negative duration dur={v}; the trace is corrupt")
     return float(v)
 
 
