@@ -112,3 +112,14 @@ def test_bad_token_file(tmp_path, capsys):
     bad.write_bytes(b"\x00\x01\x02")  # 3 bytes: not whole uint16 tokens
     code, _, err = _cli(capsys, "train", "--model", "debug", "--data", str(bad), "--steps", "1", "-q")
     assert code == 2 and "not a whole number of uint16 tokens" in err
+
+
+def test_non_finite_loss_stops_naming_the_step_or_is_skipped(tmp_path, capsys):
+    blowup = ["--model", "debug", "--steps", "3", "--lr", "1e30", "--warmup", "0", "--global-batch", "2", "--micro-batch", "2", "--seq-len", "32", "--num-workers", "0", "-q"]
+    code, _, err = _cli(capsys, "train", *blowup)
+    assert code == 2 and "step 2: loss=" in err and "not finite" in err  # step 1's update made the weights overflow
+    log = tmp_path / "m.jsonl"
+    code, _, err = _cli(capsys, "train", *blowup, "--on-nonfinite", "skip", "--metrics", str(log))
+    assert code == 0, err
+    recs = [json.loads(line) for line in log.read_text().splitlines() if '"loss"' in line]
+    assert [r["skipped"] for r in recs] == [False, True, True]
