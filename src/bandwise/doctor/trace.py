@@ -188,7 +188,10 @@ def _collect(path: Path, **limits: Any) -> tuple[_Collected, dict[str, Any]]:
                 elif name.startswith("Optimizer."):
                     c.optimizer.add(ts, dur)
                 elif cat == "cpu_op" or cat == "Operator":
-                    c.cpu.setdefault(tid, _Intervals()).add(ts, dur, _cpu_class(name, ev.get("args")))
+                    iv = c.cpu.get(tid)
+                    if iv is None:
+                        iv = c.cpu[tid] = _Intervals()
+                    iv.add(ts, dur, _cpu_class(name, ev.get("args")))
         elif ph == "i" and ev.get("name") == "[memory]":
             args = ev.get("args")
             if isinstance(args, dict) and args.get("Device Type") == 1:
@@ -256,7 +259,7 @@ def analyze_trace(path: str | Path, **limits: Any) -> dict[str, Any]:
             lk, lkc, lkcm, lkcmd = (covered(x, w0, w1) for x in (K, KC, KCM, KCMD))
             lc = covered(C, w0, w1)
             row.update(
-                gpu_busy_share=covered(union(KCM), w0, w1) / T,
+                gpu_busy_share=lkcm / T,
                 compute=lk / T,
                 comm=(lkc - lk) / T,
                 memcpy=(lkcm - lkc) / T,
