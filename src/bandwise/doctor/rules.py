@@ -284,7 +284,7 @@ def small_batch(s: dict[str, Any], missing: list[str]) -> Finding | None:
         evidence={"optimizer_share": opt, "dispatch_ratio": dispatch, "gpu_busy_share": busy, "memory_fraction": mem, "micro_batch": micro},
         fix=fix,
         expected_speedup=amdahl(fixed, k) if fixed is not None else None,
-        note="run `bandwise doctor` batch-size finder (bandwise.doctor.tune.find_max_batch) for the largest micro-batch that fits",
+        note="bandwise.doctor.tune.find_max_batch(step, device=...) finds the largest micro-batch that fits by trying it",
     )
 
 
