@@ -58,3 +58,15 @@ def test_checkpoint_metadata_is_not_unpickled_freely(tmp_path):
     (tmp_path / ".metadata").write_bytes(pickle.dumps(Evil()))
     with pytest.raises(pickle.UnpicklingError, match="system"):
         _SafeReader(tmp_path).read_metadata()
+
+
+def test_resume_into_another_layout_is_refused(tmp_path):
+    from bandwise.errors import BandwiseError
+    from bandwise.runtime.checkpoint import check_layout
+    from bandwise.specs.strategy import Strategy
+
+    saved = Strategy(dp_shard=2, ep=2)
+    (tmp_path / "trainer.json").write_text(json.dumps({"step": 4, "strategy": saved.to_dict()}))
+    check_layout(tmp_path, saved)  # same layout: fine
+    with pytest.raises(BandwiseError, match=r"written with dp_shard=2, tp=1, ep=2 \(now dp_shard=1, tp=2, ep=1\)"):
+        check_layout(tmp_path, Strategy(tp=2))

@@ -156,6 +156,22 @@ def load(path: Path, parts: list[nn.Module], optimizers: list[torch.optim.Optimi
     return trainer
 
 
+LAYOUT_FIELDS = ("dp_replicate", "dp_shard", "tp", "pp", "ep", "virtual_stages", "schedule")
+
+
+def check_layout(path: Path, strategy: Any) -> None:
+    """Resume only into the layout that wrote the checkpoint: the per-rank keys (expert-parallel
+    tags, pipeline stages, RNG states) are tied to it. Raises one line naming both layouts."""
+    saved = json.loads((path / "trainer.json").read_text()).get("strategy") or {}
+    now = strategy.to_dict()
+    diff = [f"{k}={saved.get(k)!r}" for k in LAYOUT_FIELDS if k in saved and saved[k] != now[k]]
+    if diff:
+        raise BandwiseError(
+            f"{path} was written with {', '.join(diff)} (now {', '.join(f'{k}={now[k]!r}' for k in LAYOUT_FIELDS if saved.get(k, now[k]) != now[k])}); "
+            "resume with the same layout, or start a new --checkpoint-dir"
+        )
+
+
 def latest(root: Path) -> Path | None:
     found = checkpoint_dirs(root)
     return found[-1][1] if found else None

@@ -208,6 +208,7 @@ def _run(spec, strategy, cfg, splits, device, rank, world, on_step, out) -> RunR
     if cfg.resume and ckpt_root is not None:
         found = ckpt.latest(ckpt_root)
         if found is not None:
+            ckpt.check_layout(found, strategy)
             state = ckpt.load(found, parts, optimizers, ep_rank=ep_rank)
             start = int(state["step"])
             for sch, sd in zip(schedulers, state["schedulers"]):
@@ -292,7 +293,7 @@ def _run(spec, strategy, cfg, splits, device, rank, world, on_step, out) -> RunR
             if cfg.eval_every and step % cfg.eval_every == 0 and step != cfg.steps and not pp:
                 rec["val_loss"] = evaluate(parts[0], splits, cfg, strategy, meshes, device, autocast)
             if ckpt_root is not None and cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
-                ckpt.save(ckpt_root, step, parts, optimizers, {"step": step, "schedulers": [s.state_dict() for s in schedulers]}, ep_rank=ep_rank)
+                ckpt.save(ckpt_root, step, parts, optimizers, {"step": step, "schedulers": [s.state_dict() for s in schedulers], "strategy": strategy.to_dict()}, ep_rank=ep_rank)
             log.write(rec)
             progress.update(rec)
             if on_step is not None:
