@@ -17,7 +17,8 @@ import tempfile
 import warnings
 
 from bandwise.doctor.faults import FAULTS, FaultConfig, run_fault
-from bandwise.doctor.rules import diagnose, signals_from_live, signals_from_trace
+from bandwise.doctor.rules import diagnose
+from bandwise.doctor.signals import signals_from_live, signals_from_trace
 from bandwise.doctor.trace import analyze_trace
 
 EXPECTED = {

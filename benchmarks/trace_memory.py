@@ -23,7 +23,8 @@ TRACES = Path(__file__).parents[1] / "tests" / "data" / "traces" / "resnet50-dat
 CHILD = """
 import json, sys, time
 from bandwise.doctor.trace import analyze_trace
-from bandwise.doctor.rules import diagnose, signals_from_trace
+from bandwise.doctor.rules import diagnose
+from bandwise.doctor.signals import signals_from_trace
 t0 = time.perf_counter()
 a = analyze_trace(sys.argv[1])
 d = diagnose(signals_from_trace(a["signals"]), a["breakdown"])

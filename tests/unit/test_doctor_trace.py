@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from bandwise.cli.main import main
-from bandwise.doctor.rules import diagnose, signals_from_trace
+from bandwise.doctor.rules import diagnose
+from bandwise.doctor.signals import signals_from_trace
 from bandwise.doctor.trace import analyze_trace, covered, union
 from bandwise.doctor.tracefile import TraceReader
 from bandwise.errors import BandwiseError

@@ -30,7 +30,8 @@ def trace(
 ) -> None:
     """Analyse PyTorch profiler traces: per-step breakdown, findings sorted by expected gain, fixes."""
     from bandwise.doctor.report import merge, print_report, to_json, write_html
-    from bandwise.doctor.rules import diagnose, signals_from_trace
+    from bandwise.doctor.rules import diagnose
+    from bandwise.doctor.signals import signals_from_trace
     from bandwise.doctor.trace import analyze_trace
 
     if max_mb < 1:
@@ -69,7 +70,8 @@ def run(
     stdout holds only the report.
     """
     from bandwise.doctor.report import print_report, to_json, write_html
-    from bandwise.doctor.rules import diagnose, signals_from_live
+    from bandwise.doctor.rules import diagnose
+    from bandwise.doctor.signals import signals_from_live
 
     argv = list(command)
     if argv and argv[0] == "--":

@@ -11,7 +11,6 @@ gives 1 / (1 - w); shrinking it by a factor r gives 1 / ((1 - w) + w / r).
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -360,74 +359,3 @@ def diagnose(signals: dict[str, Any], breakdown: dict[str, float]) -> Diagnosis:
     d.missing = sorted(set(missing))
     d.findings.sort(key=lambda f: -(f.expected_speedup or 1.0))
     return d
-
-
-def signals_from_live(summary: dict[str, Any], *, global_batch: int | None = None) -> dict[str, Any]:
-    """Map `Monitor.summary()` onto the rules' vocabulary."""
-    m, b, census = summary["medians"], summary["breakdown"], summary.get("census") or {}
-    gemm = census.get("gemm_by_dtype") or {}
-    n_gemm = sum(gemm.values())
-    dispatch = None
-    if census.get("torch_calls") and m.get("compute_s") and census.get("dispatch_overhead_s"):
-        dispatch = m["compute_s"] / census["torch_calls"] / census["dispatch_overhead_s"]
-    return {
-        "source": "live",
-        "device": "cuda" if m.get("gpu_step_s") is not None else "cpu",
-        "steps": summary["steps"],
-        "data_wait_share": b.get("data_wait"),
-        "preprocess_share": b.get("preprocess") if m.get("preprocess_s") is not None else None,
-        "optimizer_share": b.get("optimizer") if m.get("optimizer_s") is not None else None,
-        "dispatch_ratio": dispatch,
-        "gemm_fp32_fraction": gemm.get("float32", 0) / n_gemm if n_gemm else None,
-        "gemm_share": None,
-        "bf16_available": census.get("bf16_available"),
-        "softmax_count": census.get("softmax_calls"),
-        "fused_attention_count": census.get("sdpa_calls"),
-        "comm_exposed_share": None,
-        "memory_fraction": summary.get("memory_fraction"),
-        "peak_mem_bytes": m.get("peak_mem_bytes"),
-        "memory_capacity_bytes": summary.get("memory_capacity_bytes"),
-        "micro_batch": int(m["samples"]) if m.get("samples") else None,
-        "global_batch": global_batch,
-        "cpus": os.cpu_count(),
-        "samples_per_s": m.get("samples_per_s"),
-        "tokens_per_s": m.get("tokens_per_s"),
-        "mfu": m.get("mfu"),
-    }
-
-
-# Dense bf16-or-fp16 / fp32 peak ratios by CUDA compute capability major version, from NVIDIA
-# datasheets: V100 (7.x) 125 fp16 / 15.7 fp32; A100 (8.x) 312 / 19.5; H100 SXM (9.x) 989 / 67.
-_LOWP_RATIO = {7: 125 / 15.7, 8: 312 / 19.5, 9: 989 / 67}
-
-
-def signals_from_trace(sig: dict[str, Any], *, bf16_available: bool | None = None) -> dict[str, Any]:
-    """Map `trace.analyze_trace(...)['signals']` onto the rules' vocabulary."""
-    out = dict(sig)
-    out["source"] = "trace"
-    gpu = sig.get("device") == "gpu"
-    cc = sig.get("compute_capability")
-    major = cc[0] if cc and isinstance(cc[0], int) else None
-    if bf16_available is None and gpu and major is not None:
-        # fp16 tensor cores from 7.0 (torch_tb_profiler's AMP rule), bf16 from 8.0
-        bf16_available = major >= 7
-    out["bf16_available"] = bf16_available
-    out["lowp_dtype"] = "float16" if gpu and major == 7 else "bfloat16"
-    if gpu:
-        out["gemm_fp32_fraction"] = sig.get("gemm_fp32_fraction")
-        step_us = (sig.get("step_ms") or 0) * 1e3
-        out["gemm_share"] = min(1.0, sig["gemm_us"] / (step_us * sig["steps"])) if step_us and sig.get("steps") and sig.get("gemm_us") is not None else None
-        out["lowp_peak_ratio"] = _LOWP_RATIO.get(major) if major is not None else None
-        out["idle_share"] = sig.get("idle_share")
-        # The CPU op names which softmax it is: kernels alone cannot tell the loss's
-        # log-softmax from attention's softmax (both are `softmax_warp_forward`).
-        out["softmax_count"] = sig.get("softmax_ops")
-        out["fused_attention_count"] = (sig.get("attention_fused_kernels") or 0) + (sig.get("sdpa_ops") or 0)
-        out["softmax_share"] = None
-    else:
-        out["gemm_fp32_fraction"] = sig.get("cpu_gemm_fp32_fraction")
-        out["softmax_count"] = sig.get("softmax_ops")
-        out["fused_attention_count"] = sig.get("sdpa_ops")
-        out["softmax_share"] = sig.get("softmax_op_share")
-        out["comm_exposed_share"] = None
-    return out
