@@ -1,0 +1,222 @@
+"""`bandwise compare` and `bandwise sweep`: parse arguments, plan each point, print or draw."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from bandwise.cli.plan import _fraction, _global_batch, _model
+from bandwise.cost.step import CostParams
+from bandwise.errors import BandwiseError
+from bandwise.plan.search import Layout
+from bandwise.plan.sweep import VARY_KINDS, PlanInputs, Point, SweepResult, compare as compare_clusters, parse_vary, sweep as sweep_points, vary_cluster
+from bandwise.plan.verdict import THRESHOLD
+from bandwise.report.output import Output
+from bandwise.specs.registry import get_cluster
+from bandwise.specs.strategy import PRECISIONS
+
+DEFAULT_CLUSTERS = "h100,h800,gb200-nvl72,tpu-v5p"
+
+COMPARE_HELP = """Plan one model on several clusters: per cluster the best layout, the best layout without pipeline
+parallelism (PP), the MFU gap, the verdict with its reason, and the dominant exposed cost (the
+largest communication term not hidden behind compute, with its link and ms per step) of the best
+layout without PP, which is what a pipeline would have to remove.
+
+The verdict is the one `bandwise plan` gives (see `bandwise plan --help`): PP is not needed when the
+best layout without PP is within --threshold of the best overall, in tokens/s per device.
+"""
+
+SWEEP_HELP = """Re-plan one model while one interconnect quantity of a base cluster changes, and show where PP stops
+paying off.
+
+--vary scale-up-size=8,16,36,72,144 sets the size of the scale-up domain (level 0, the NVLink
+domain: 8 on HGX H100, 72 on GB200 NVL72); GPU base clusters only.
+--vary scale-out-bandwidth=25,50,100,200,400 sets the scale-out network (level 1: InfiniBand, or
+DCN between TPU slices) in GB/s per device per direction (50 = one 400 Gb/s NIC per GPU).
+
+Each point is an exhaustive search with and without PP. The crossover is the smallest swept value
+from which on the verdict is "PP not needed" at every larger value too: the best layout without PP
+is within --threshold of the best overall there, exactly as `bandwise plan` decides.
+"""
+
+
+def _inputs(model: str, devices: int, seq_len: int | None, global_batch: int | None, global_batch_tokens: int | None,
+            precision: str, threshold: float, headroom: float, overlap_tp: bool, overlap_ep: bool) -> PlanInputs:
+    spec = _model(model, seq_len)
+    if not isinstance(devices, int) or devices < 1:
+        raise BandwiseError(f"devices={devices!r} must be a positive integer")
+    precisions = tuple(p.strip() for p in precision.split(",") if p.strip())
+    bad = [p for p in precisions if p not in PRECISIONS]
+    if bad or not precisions:
+        raise BandwiseError(f"--precision {precision!r}: valid values are {', '.join(PRECISIONS)} (comma-separated)")
+    return PlanInputs(
+        model=spec,
+        devices=devices,
+        global_batch=_global_batch(spec, global_batch, global_batch_tokens, devices),
+        threshold=_fraction("--threshold", threshold),
+        precisions=precisions,
+        overlap={"tp": overlap_tp, "ep": overlap_ep},
+        params=CostParams(headroom=_fraction("--headroom", headroom)),
+    )
+
+
+def _check_jobs(jobs: int) -> None:
+    if jobs < 1:
+        raise BandwiseError(f"--jobs={jobs} must be a positive integer")
+
+
+def _progress(out: Output, what: str) -> Progress:
+    return Progress(
+        TextColumn(f"planning {what}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
+        TimeElapsedColumn(), transient=True, console=out.console, disable=out.json_mode,
+    )
+
+
+def _run_with_bar(out: Output, labels: list[str], what: str, run) -> list[Point]:  # noqa: ANN001
+    with _progress(out, what) as bar:
+        task = bar.add_task(labels[0] if labels else "", total=len(labels))
+
+        def done(p: Point) -> None:
+            k = labels.index(p.label) + 1
+            bar.update(task, advance=1, description=labels[k] if k < len(labels) else "")
+
+        return run(done)
+
+
+def _layout(lay: Layout | None) -> tuple[str, str]:
+    if lay is None:
+        return "none fits", "-"
+    return lay.strategy.describe(), f"{lay.estimate.mfu:.1%}"
+
+
+def _table(points: list[Point], title: str, first: str) -> Table:
+    table = Table(title=title, title_justify="left")
+    for col in (first, "best layout", "MFU", "best without PP", "MFU ", "gap", "verdict", "dominant exposed cost without PP"):
+        table.add_column(col, justify="right" if col.startswith("MFU") or col == "gap" else "left", overflow="fold")
+    for p in points:
+        gap = f"{p.mfu_gap * 100:+.1f} pt" if p.mfu_gap is not None else "-"
+        verdict = ("[red]PP needed[/red]" if p.verdict.needs_pp else "[green]PP not needed[/green]") + (f" ({p.verdict.gain:+.1%})" if p.verdict.gain is not None else "")
+        dom = p.dominant.describe() if p.dominant else "none exposed"
+        first_cell = p.label if p.value is None else f"{p.value:g}"
+        table.add_row(first_cell, *_layout(p.best), *_layout(p.best_without_pp), gap, verdict, dom)
+    return table
+
+
+def _header(out: Output, inputs: PlanInputs, where: str) -> None:
+    m = inputs.model
+    out.print(
+        f"[b]{m.name}[/b] on [b]{inputs.devices}[/b] devices of {where}, seq {m.seq_len}, global batch {inputs.global_batch} "
+        f"sequences = {inputs.global_batch * m.seq_len / 1e6:.1f}M tokens; PP not needed within {inputs.threshold:.0%}"
+    )
+
+
+def _common(inputs: PlanInputs) -> dict[str, object]:
+    return {"model": inputs.model.name, "devices": inputs.devices, "global_batch": inputs.global_batch, "threshold": inputs.threshold}
+
+
+def compare(
+    model: str = typer.Option("deepseek-v3", "--model", "-m", help="Model preset or path to a config.json."),
+    devices: int = typer.Option(2048, "--devices", "-n", help="Number of accelerators."),
+    clusters: str = typer.Option(DEFAULT_CLUSTERS, "--clusters", "-c", help="Cluster presets, comma-separated."),
+    seq_len: int | None = typer.Option(None, "--seq-len", help="Training sequence length (default: the model's)."),
+    global_batch: int | None = typer.Option(None, "--global-batch", help="Sequences per optimizer step."),
+    global_batch_tokens: int | None = typer.Option(None, "--global-batch-tokens", help="Tokens per optimizer step (default 4M, at least one sequence per device)."),
+    precision: str = typer.Option("bf16", "--precision", help="bf16, fp8, or bf16,fp8 to search both."),
+    threshold: float = typer.Option(THRESHOLD, "--threshold", help="PP is 'not needed' if the best no-PP layout is within this share."),
+    headroom: float = typer.Option(0.1, "--headroom", help="Share of device memory kept free."),
+    overlap_tp: bool = typer.Option(False, "--overlap-tp", help="Assume TP communication overlapped with GEMMs (async TP)."),
+    overlap_ep: bool = typer.Option(False, "--overlap-ep", help="Assume the expert all-to-all hidden behind compute in every layout, not only under DualPipeV."),
+    jobs: int = typer.Option(1, "--jobs", "-j", help="Plan this many points at once in worker processes."),
+    png: Path | None = typer.Option(None, "--png", help="Also draw the grouped bar chart to this PNG file."),
+    json_out: bool = typer.Option(False, "--json", help="Print one JSON document."),
+) -> None:
+    out = Output(json_mode=json_out)
+    inputs = _inputs(model, devices, seq_len, global_batch, global_batch_tokens, precision, threshold, headroom, overlap_tp, overlap_ep)
+    _check_jobs(jobs)
+    names = [c.strip() for c in clusters.split(",") if c.strip()]
+    if len(set(names)) != len(names):
+        raise BandwiseError(f"--clusters {clusters!r}: a cluster repeats; give each once")
+    if not names:
+        raise BandwiseError("--clusters is empty; give cluster presets separated by commas, e.g. h100,gb200-nvl72")
+    cl = [get_cluster(n) for n in names]
+    for c in cl:  # refuse before the progress bar starts drawing
+        c.check_devices(inputs.devices)
+    points = _run_with_bar(out, [c.name for c in cl], f"{inputs.model.name} on {len(cl)} clusters",
+                           lambda done: compare_clusters(inputs, cl, jobs=jobs, on_point=done))
+    if png is not None:
+        from bandwise.report.plots import compare_chart
+
+        compare_chart(points, inputs, str(png))
+    if json_out:
+        out.emit_json({**_common(inputs), "clusters": points, **({"png": str(png)} if png else {})})
+        return
+    _header(out, inputs, ", ".join(names))
+    out.print(_table(points, "Best layout with and without pipeline parallelism", "cluster"))
+    for p in points:
+        out.print(f"[b]{p.label}[/b]: {p.verdict.reason}")
+    if png is not None:
+        out.print(f"chart written to {png}")
+
+
+def sweep(
+    vary: str = typer.Option(..., "--vary", help="scale-up-size=8,16,36,72,144 or scale-out-bandwidth=25,50,100,200,400 (GB/s per device)."),
+    model: str = typer.Option("deepseek-v3", "--model", "-m", help="Model preset or path to a config.json."),
+    devices: int = typer.Option(2048, "--devices", "-n", help="Number of accelerators."),
+    base_cluster: str = typer.Option("h100", "--base-cluster", "-c", help="Cluster preset whose level is varied."),
+    seq_len: int | None = typer.Option(None, "--seq-len", help="Training sequence length (default: the model's)."),
+    global_batch: int | None = typer.Option(None, "--global-batch", help="Sequences per optimizer step."),
+    global_batch_tokens: int | None = typer.Option(None, "--global-batch-tokens", help="Tokens per optimizer step (default 4M, at least one sequence per device)."),
+    precision: str = typer.Option("bf16", "--precision", help="bf16, fp8, or bf16,fp8 to search both."),
+    threshold: float = typer.Option(THRESHOLD, "--threshold", help="PP is 'not needed' if the best no-PP layout is within this share."),
+    headroom: float = typer.Option(0.1, "--headroom", help="Share of device memory kept free."),
+    overlap_tp: bool = typer.Option(False, "--overlap-tp", help="Assume TP communication overlapped with GEMMs (async TP)."),
+    overlap_ep: bool = typer.Option(False, "--overlap-ep", help="Assume the expert all-to-all hidden behind compute in every layout, not only under DualPipeV."),
+    jobs: int = typer.Option(1, "--jobs", "-j", help="Plan this many points at once in worker processes."),
+    png: Path | None = typer.Option(None, "--png", help="Also draw MFU against the varied quantity, and the exposed communication by dim, to this PNG file."),
+    json_out: bool = typer.Option(False, "--json", help="Print one JSON document."),
+) -> None:
+    out = Output(json_mode=json_out)
+    _check_jobs(jobs)
+    spec = parse_vary(vary)
+    base = get_cluster(base_cluster)
+    inputs = _inputs(model, devices, seq_len, global_batch, global_batch_tokens, precision, threshold, headroom, overlap_tp, overlap_ep)
+    labels = [vary_cluster(base, spec.kind, v).name for v in spec.values]
+    base.check_devices(inputs.devices)
+    points = _run_with_bar(out, labels, f"{len(labels)} points", lambda done: sweep_points(inputs, base, spec, jobs=jobs, on_point=done).points)
+    result = SweepResult(base=base, vary=spec, points=points)
+    if png is not None:
+        from bandwise.report.plots import sweep_chart
+
+        sweep_chart(result, inputs, str(png))
+    if json_out:
+        out.emit_json({**_common(inputs), **result.to_dict(), **({"png": str(png)} if png else {})})
+        return
+    _header(out, inputs, f"{base.name}, {spec.kind} varied")
+    out.print(_table(result.points, f"{spec.kind}: {VARY_KINDS[spec.kind]}", spec.kind))
+    out.print(_crossover_line(result))
+    if png is not None:
+        out.print(f"chart written to {png}")
+
+
+def _crossover_line(result: SweepResult) -> str:
+    x, pts = result.crossover, sorted(result.points, key=lambda p: p.value)
+    kind = result.vary.kind
+    if x is None:
+        last = pts[-1]
+        return f"[b]no crossover[/b]: PP still pays off at {kind}={last.value:g}: {last.verdict.reason}"
+    at = next(p for p in pts if p.value == x)
+    if at is pts[0]:
+        return f"[b]no crossover in range[/b]: PP is not needed from the smallest value, {kind}={x:g}: {at.verdict.reason}"
+    below = pts[pts.index(at) - 1]
+    return (
+        f"[b]crossover at {kind}={x:g}[/b]: PP stops paying off there ({at.verdict.reason}); "
+        f"at {below.value:g} it still does ({below.verdict.reason})"
+    )
+
+
+def register(app: typer.Typer) -> None:
+    app.command("compare", help=COMPARE_HELP)(compare)
+    app.command("sweep", help=SWEEP_HELP)(sweep)

@@ -1,0 +1,288 @@
+"""Compare clusters, or sweep one interconnect quantity: where does pipeline parallelism stop paying off?
+
+Each point (a cluster, or the base cluster with one level changed) is one exhaustive search
+(`plan.search.search`), which keeps the best layout overall and the best without PP in the same
+pass, and one verdict (`plan.verdict.decide`) with the same threshold `bandwise plan` uses.
+
+Definitions, shared by the table, the JSON and the plot:
+
+- MFU gap: best MFU minus best-without-PP MFU, in percentage points. (The verdict compares
+  tokens/s per device; at a fixed model and device both give the same ranking.)
+- Dominant exposed cost of a layout: the largest exposed-communication term of its step
+  breakdown (tp, cp, ep, fsdp, dp or pp, the share not hidden behind compute), named with the
+  outermost link its group crosses (`verdict.group_link`) and its milliseconds per step.
+- Crossover of a sweep: the smallest swept value from which on the verdict is "PP not needed"
+  at every larger swept value too, i.e. where the best layout without PP comes within the
+  threshold of the best overall and stays there. It is None when PP still pays off at the
+  largest value; it is the first value when PP never pays off in the range. Taking the start of
+  the last run (not the first "not needed" point) keeps the answer honest when a domain size
+  that does not divide the job (36 of 2048, say) makes the verdict flip back once.
+
+The sweep shares across points what does not depend on the interconnect: the pipeline-schedule
+simulations are cached per process by `cost.pipeline`, and with `jobs > 1` points are searched
+in worker processes (each search is single-threaded numpy).
+"""
+
+from __future__ import annotations
+
+import math
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable
+
+from bandwise.cost.step import DEFAULT_PARAMS, CostParams
+from bandwise.errors import BandwiseError
+from bandwise.plan.search import Layout, SearchResult, search
+from bandwise.plan.verdict import THRESHOLD, TERM_WORDS, Verdict, decide, group_link
+from bandwise.specs.hardware import Cluster
+from bandwise.specs.model import ModelSpec
+
+COMM_DIMS = ("tp", "cp", "ep", "fsdp", "dp", "pp")
+"""Breakdown terms that are exposed communication (`Estimate.exposed_comm_s` sums the same)."""
+
+VARY_KINDS = {
+    "scale-up-size": "devices in the scale-up domain (level 0)",
+    "scale-out-bandwidth": "scale-out bandwidth, GB/s per device per direction (level 1)",
+}
+
+
+@dataclass(kw_only=True, slots=True)
+class ExposedCost:
+    """One exposed-communication term of a layout's step."""
+
+    dim: str
+    """Breakdown term: tp, cp, ep, fsdp, dp or pp."""
+    link: str
+    """Outermost level the dim's group crosses, e.g. 'infiniband (50 GB/s per device)'."""
+    seconds: float
+    """Exposed seconds per step."""
+    share: float
+    """Share of the step time."""
+
+    def describe(self) -> str:
+        return f"{TERM_WORDS[self.dim]} over {self.link}: {self.seconds * 1e3:,.0f} ms/step ({self.share:.0%})"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"dim": self.dim, "collective": TERM_WORDS[self.dim], "link": self.link, "ms_per_step": self.seconds * 1e3, "share_of_step": self.share}
+
+
+def dominant_exposed(layout: Layout | None, cluster: Cluster) -> ExposedCost | None:
+    """The largest exposed-communication term of the layout's step, or None when nothing is exposed."""
+    if layout is None:
+        return None
+    b = layout.estimate.breakdown
+    dim = max(COMM_DIMS, key=lambda d: b.get(d, 0.0))
+    seconds = b.get(dim, 0.0)
+    if seconds <= 0.0:
+        return None
+    link = group_link(cluster, layout.strategy, dim)
+    return ExposedCost(dim=dim, link=link, seconds=seconds, share=seconds / layout.estimate.step_time_s)
+
+
+@dataclass(kw_only=True, slots=True)
+class Point:
+    """One cluster (or one swept value) planned with and without PP."""
+
+    label: str
+    value: float | None
+    """The swept value (None in a comparison)."""
+    cluster: Cluster
+    result: SearchResult
+    verdict: Verdict
+
+    @property
+    def best(self) -> Layout | None:
+        return self.result.best
+
+    @property
+    def best_without_pp(self) -> Layout | None:
+        return self.result.best_without_pp
+
+    @property
+    def mfu_gap(self) -> float | None:
+        """Best MFU minus best-without-PP MFU (a fraction; None when one side has no fitting layout)."""
+        if self.best is None or self.best_without_pp is None:
+            return None
+        return self.best.estimate.mfu - self.best_without_pp.estimate.mfu
+
+    @property
+    def dominant(self) -> ExposedCost | None:
+        """Dominant exposed cost of the best layout without PP: what a pipeline would have to remove."""
+        return dominant_exposed(self.best_without_pp, self.cluster)
+
+    @property
+    def dominant_best(self) -> ExposedCost | None:
+        return dominant_exposed(self.best, self.cluster)
+
+    def exposed_ms(self, which: str) -> dict[str, float]:
+        """Exposed communication per dim in ms per step, of 'best' or 'best_without_pp'."""
+        lay = self.best if which == "best" else self.best_without_pp
+        return {d: lay.estimate.breakdown.get(d, 0.0) * 1e3 for d in COMM_DIMS} if lay else {}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "cluster": self.label,
+            "value": self.value,
+            "searched": self.result.searched,
+            "fitting": self.result.fitting,
+            "seconds": self.result.seconds,
+            "best": self.best,
+            "best_without_pp": self.best_without_pp,
+            "mfu_best": self.best.estimate.mfu if self.best else None,
+            "mfu_without_pp": self.best_without_pp.estimate.mfu if self.best_without_pp else None,
+            "mfu_gap": self.mfu_gap,
+            "verdict": {"needs_pp": self.verdict.needs_pp, "gain": self.verdict.gain, "reason": self.verdict.reason},
+            "dominant_exposed": self.dominant,
+            "dominant_exposed_best": self.dominant_best,
+        }
+
+
+@dataclass(kw_only=True, slots=True)
+class PlanInputs:
+    """What every point of a comparison or sweep shares."""
+
+    model: ModelSpec
+    devices: int
+    global_batch: int
+    threshold: float = THRESHOLD
+    precisions: tuple[str, ...] = ("bf16",)
+    overlap: dict[str, bool] = field(default_factory=dict)
+    params: CostParams = DEFAULT_PARAMS
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.threshold) and 0 <= self.threshold < 1):
+            raise BandwiseError(f"--threshold={self.threshold} must be a fraction in [0, 1)")
+
+
+def plan_point(inputs: PlanInputs, cluster: Cluster, label: str, value: float | None = None, progress: Callable[[int], None] | None = None) -> Point:
+    """One exhaustive search with PP allowed (it also keeps the best without PP) and its verdict."""
+    result = search(
+        inputs.model, cluster, inputs.devices, inputs.global_batch, top=1,
+        precisions=inputs.precisions, overlap=inputs.overlap, params=inputs.params, progress=progress,
+    )
+    return Point(label=label, value=value, cluster=cluster, result=result, verdict=decide(result, cluster, inputs.threshold))
+
+
+def _plan_task(args: tuple[PlanInputs, Cluster, str, float | None]) -> Point:
+    return plan_point(*args)
+
+
+def _run(inputs: PlanInputs, tasks: list[tuple[Cluster, str, float | None]], jobs: int, on_point: Callable[[Point], None] | None) -> list[Point]:
+    if not isinstance(jobs, int) or jobs < 1:
+        raise BandwiseError(f"--jobs={jobs!r} must be a positive integer")
+    for cluster, _, _ in tasks:
+        cluster.check_devices(inputs.devices)
+    points: list[Point] = []
+    if jobs == 1 or len(tasks) == 1:
+        for cluster, label, value in tasks:
+            points.append(plan_point(inputs, cluster, label, value))
+            if on_point:
+                on_point(points[-1])
+        return points
+    with ProcessPoolExecutor(max_workers=min(jobs, len(tasks))) as pool:
+        for point in pool.map(_plan_task, [(inputs, *t) for t in tasks]):
+            points.append(point)
+            if on_point:
+                on_point(point)
+    return points
+
+
+def compare(inputs: PlanInputs, clusters: list[Cluster], *, jobs: int = 1, on_point: Callable[[Point], None] | None = None) -> list[Point]:
+    """Plan the same model and device count on each cluster."""
+    if not clusters:
+        raise BandwiseError("--clusters is empty; give cluster presets separated by commas, e.g. h100,gb200-nvl72")
+    return _run(inputs, [(c, c.name, None) for c in clusters], jobs, on_point)
+
+
+@dataclass(kw_only=True, slots=True)
+class Vary:
+    kind: str
+    """'scale-up-size' or 'scale-out-bandwidth'."""
+    values: tuple[float, ...]
+    """Ascending; devices for scale-up-size, GB/s per device per direction for scale-out-bandwidth."""
+
+
+def parse_vary(text: str) -> Vary:
+    """'scale-up-size=8,16,72' -> Vary('scale-up-size', (8, 16, 72)); every mistake is one line."""
+    kind, sep, rest = (text or "").partition("=")
+    kind = kind.strip()
+    if not sep or kind not in VARY_KINDS:
+        raise BandwiseError(f"--vary {text!r}: expected scale-up-size=8,16,72 or scale-out-bandwidth=25,50,100 (GB/s per device)")
+    items = [v.strip() for v in rest.split(",") if v.strip()]
+    if not items:
+        raise BandwiseError(f"--vary {text!r}: give at least one value after '=', e.g. {kind}=8,72")
+    values: list[float] = []
+    for item in items:
+        try:
+            v = float(item)
+        except ValueError:
+            raise BandwiseError(f"--vary {kind}: {item!r} is not a number") from None
+        if not (math.isfinite(v) and v > 0):
+            raise BandwiseError(f"--vary {kind}: {item!r} must be a positive number")
+        if kind == "scale-up-size" and v != int(v):
+            raise BandwiseError(f"--vary scale-up-size: {item!r} must be a whole number of devices")
+        values.append(v)
+    if len(set(values)) != len(values):
+        raise BandwiseError(f"--vary {kind}: values repeat ({rest}); give each value once")
+    return Vary(kind=kind, values=tuple(sorted(values)))
+
+
+def vary_cluster(base: Cluster, kind: str, value: float) -> Cluster:
+    """The base cluster with level 0's size or level 1's bandwidth set to `value`."""
+    if kind == "scale-up-size":
+        if base.levels[0].is_torus:
+            raise BandwiseError(
+                f"--vary scale-up-size needs a GPU cluster with a switched scale-up domain; {base.name}'s level 0 is a torus "
+                f"({base.levels[0].name}); use --base-cluster h100 or vary scale-out-bandwidth"
+            )
+        if len(base.levels) < 2:
+            raise BandwiseError(f"--vary scale-up-size: cluster {base.name} has a single level, nothing lies outside its scale-up domain")
+        changed = base.with_level(0, size=int(value))
+        label = f"{base.name} {base.levels[0].name} x{int(value)}"
+    elif kind == "scale-out-bandwidth":
+        if len(base.levels) < 2:
+            raise BandwiseError(f"--vary scale-out-bandwidth: cluster {base.name} has no scale-out level (level 1)")
+        changed = base.with_level(1, bandwidth=value * 1e9)
+        label = f"{base.name} {base.levels[1].name} {value:g} GB/s"
+    else:
+        raise BandwiseError(f"--vary {kind!r}: expected one of {', '.join(VARY_KINDS)}")
+    return replace(changed, name=label)
+
+
+@dataclass(kw_only=True, slots=True)
+class SweepResult:
+    base: Cluster
+    vary: Vary
+    points: list[Point]
+
+    @property
+    def crossover(self) -> float | None:
+        return crossover(self.points)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "base_cluster": self.base.name,
+            "vary": self.vary.kind,
+            "unit": VARY_KINDS[self.vary.kind],
+            "values": list(self.vary.values),
+            "crossover": self.crossover,
+            "points": self.points,
+        }
+
+
+def crossover(points: list[Point]) -> float | None:
+    """Smallest swept value from which on every point's verdict is 'PP not needed' (see the module docstring)."""
+    ordered = sorted(points, key=lambda p: p.value)
+    found: float | None = None
+    for p in reversed(ordered):
+        if p.verdict.needs_pp:
+            break
+        found = p.value
+    return found
+
+
+def sweep(inputs: PlanInputs, base: Cluster, vary: Vary, *, jobs: int = 1, on_point: Callable[[Point], None] | None = None) -> SweepResult:
+    """Re-plan at each value of the varied quantity, with and without PP."""
+    clusters = [vary_cluster(base, vary.kind, v) for v in vary.values]
+    points = _run(inputs, [(c, c.name, v) for c, v in zip(clusters, vary.values)], jobs, on_point)
+    return SweepResult(base=base, vary=vary, points=points)
