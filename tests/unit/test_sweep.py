@@ -194,3 +194,14 @@ def test_bad_input_is_one_line_and_exit_2(argv, needle, capsys):
     first = err.splitlines()[0]
     assert first.startswith("bandwise: error: ") and needle in first, err
     assert "Traceback" not in err and out == ""
+
+
+def test_worker_processes_give_the_same_points(capsys):
+    inp = PlanInputs(model=get_model("debug-moe"), devices=16, global_batch=32)
+    vary = parse_vary("scale-out-bandwidth=5,50,500")
+    serial = sweep(inp, get_cluster("h100"), vary)
+    forked = sweep(inp, get_cluster("h100"), vary, jobs=2)
+    assert [p.value for p in forked.points] == [5, 50, 500]
+    for a, b in zip(serial.points, forked.points):
+        assert a.verdict == b.verdict and a.best.strategy == b.best.strategy
+        assert a.best.estimate.tokens_per_s_per_device == b.best.estimate.tokens_per_s_per_device

@@ -19,8 +19,9 @@ Definitions, shared by the table, the JSON and the plot:
   that does not divide the job (36 of 2048, say) makes the verdict flip back once.
 
 The sweep shares across points what does not depend on the interconnect: the pipeline-schedule
-simulations are cached per process by `cost.pipeline`, and with `jobs > 1` points are searched
-in worker processes (each search is single-threaded numpy).
+simulations are cached per process by `cost.pipeline`, and with `jobs > 1` the points after the
+first are searched in worker processes forked once the first has warmed that cache (each search
+is single-threaded numpy, so on a machine with idle cores the points run side by side).
 """
 
 from __future__ import annotations
@@ -179,8 +180,13 @@ def _run(inputs: PlanInputs, tasks: list[tuple[Cluster, str, float | None]], job
             if on_point:
                 on_point(points[-1])
         return points
-    with ProcessPoolExecutor(max_workers=min(jobs, len(tasks))) as pool:
-        for point in pool.map(_plan_task, [(inputs, *t) for t in tasks]):
+    # The first point runs here, so that workers forked afterwards inherit its warm
+    # pipeline-simulation cache instead of each re-simulating every schedule.
+    points.append(plan_point(inputs, *tasks[0]))
+    if on_point:
+        on_point(points[-1])
+    with ProcessPoolExecutor(max_workers=min(jobs, len(tasks) - 1)) as pool:
+        for point in pool.map(_plan_task, [(inputs, *t) for t in tasks[1:]]):
             points.append(point)
             if on_point:
                 on_point(point)

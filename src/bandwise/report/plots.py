@@ -34,13 +34,15 @@ def _mfu(p: Point, which: str) -> float:
 
 def _exposed_bars(ax: Any, xs: list[float], points: list[Point], width: float) -> None:
     """Stacked exposed-comm bars per dim: the best layout left of x, the best without PP right of it."""
+    labelled: set[str] = set()
     for shift, which, hatch in ((-width / 2, "best", ""), (width / 2, "best_without_pp", "//")):
         bottom = [0.0] * len(points)
         for dim in COMM_DIMS:
             ms = [p.exposed_ms(which).get(dim, 0.0) for p in points]
             if not any(ms):
                 continue
-            label = dim if which == "best_without_pp" else None
+            label = None if dim in labelled else dim
+            labelled.add(dim)
             ax.bar([x + shift for x in xs], ms, width, bottom=bottom, color=DIM_COLOURS[dim], hatch=hatch, edgecolor="white", linewidth=0.5, label=label)
             bottom = [b + m for b, m in zip(bottom, ms)]
     ax.set_ylabel("exposed comm, ms/step")
