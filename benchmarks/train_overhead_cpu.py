@@ -5,9 +5,9 @@ batches (stdlib corpus, byte-level) with AdamW, gradient clipping and the cosine
 one process. The hand-written loop also calls the MoE bias update, part of the model's training
 rule. bandwise adds: the DataLoader (default workers), the doctor's Monitor, global grad-norm,
 per-step JSONL record and MaxVio. Per loop, the median step period (step + data wait) over the
-steps after warm-up, and its 10th percentile (on a shared machine, the steps no other process
-disturbed); rounds alternate the two loops so drifting load hits both, and the figures are the
-medians over rounds. One intra-op thread by default, so that a second busy process
+steps after warm-up. Rounds alternate the two loops; each round's ratio compares two runs made
+seconds apart, so load drifting on a shared machine cancels, and the figure is the median of the
+per-round ratios (with their spread). One intra-op thread by default, so that a second busy process
 on a 2-core machine disturbs the measurement less.
 
     python benchmarks/train_overhead_cpu.py [--model debug-moe] [--steps 25] [--rounds 5] [--threads 1]
@@ -67,29 +67,26 @@ def bandwise_loop(spec, cfg: TrainConfig, batch: int) -> list[float]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="debug-moe")
-    ap.add_argument("--steps", type=int, default=25)
-    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--num-workers", type=int, default=2, help="bandwise's DataLoader workers (its default: 2).")
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--seq-len", type=int, default=256)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     spec = get_model(args.model).with_seq_len(args.seq_len)
-    cfg = lambda: TrainConfig(steps=args.steps, seq_len=args.seq_len, dtype="fp32", progress=False, compare=False)  # noqa: E731
-    bare, ours, bare10, ours10 = [], [], [], []
+    cfg = lambda: TrainConfig(steps=args.steps, seq_len=args.seq_len, dtype="fp32", progress=False, compare=False, data=DataConfig(num_workers=args.num_workers))  # noqa: E731
+    bare, ours = [], []
     for _ in range(args.rounds):
-        for loop, med, p10 in ((bare_loop, bare, bare10), (bandwise_loop, ours, ours10)):
-            periods = loop(spec, cfg(), args.batch)
-            med.append(statistics.median(periods))
-            p10.append(statistics.quantiles(periods, n=10)[0])
-    b, o = statistics.median(bare), statistics.median(ours)
-    b10, o10 = statistics.median(bare10), statistics.median(ours10)
-    print(f"model {args.model}, batch {args.batch} x {args.seq_len} tokens, {args.steps} steps x {args.rounds} rounds, torch {torch.__version__}, {torch.get_num_threads()} threads")
-    print(f"hand-written loop median step: {1e3 * b:.1f} ms  (rounds: {', '.join(f'{1e3 * v:.1f}' for v in bare)})")
-    print(f"bandwise train  median step:   {1e3 * o:.1f} ms  (rounds: {', '.join(f'{1e3 * v:.1f}' for v in ours)})")
-    print(f"overhead, median step:         {100 * (o / b - 1):+.1f}%")
-    print(f"overhead, 10th-percentile step: {100 * (o10 / b10 - 1):+.1f}%  ({1e3 * b10:.1f} vs {1e3 * o10:.1f} ms)")
-
+        bare.append(statistics.median(bare_loop(spec, cfg(), args.batch)))
+        ours.append(statistics.median(bandwise_loop(spec, cfg(), args.batch)))
+    ratios = sorted(o / b for o, b in zip(ours, bare))
+    q = statistics.quantiles(ratios, n=4)
+    print(f"model {args.model}, batch {args.batch} x {args.seq_len} tokens, {args.steps} steps x {args.rounds} rounds, torch {torch.__version__}, {torch.get_num_threads()} threads, {args.num_workers} loader workers")
+    print(f"hand-written loop median step: {1e3 * statistics.median(bare):.1f} ms  (rounds: {', '.join(f'{1e3 * v:.0f}' for v in bare)})")
+    print(f"bandwise train  median step:   {1e3 * statistics.median(ours):.1f} ms  (rounds: {', '.join(f'{1e3 * v:.0f}' for v in ours)})")
+    print(f"overhead: {100 * (statistics.median(ratios) - 1):+.1f}% (median of per-round ratios; quartiles {100 * (q[0] - 1):+.1f}% .. {100 * (q[2] - 1):+.1f}%)")
 
 if __name__ == "__main__":
     main()

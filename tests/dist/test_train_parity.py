@@ -25,12 +25,18 @@ WORLD2 = [
     {"tp": 2, "micro_batch": 2, "global_batch": GB},  # TP + SP (MoE replicated over TP)
     {"pp": 2, "micro_batch": 1, "global_batch": GB, "schedule": "1F1B"},
     {"pp": 2, "micro_batch": 1, "global_batch": GB, "schedule": "Interleaved1F1B", "virtual_stages": 2},
+    {"pp": 2, "micro_batch": 1, "global_batch": GB, "schedule": "GPipe", "recompute": "selective"},
+    {"pp": 2, "micro_batch": 1, "global_batch": GB, "schedule": "LoopedBFS", "virtual_stages": 2},
+    {"pp": 2, "micro_batch": 1, "global_batch": GB, "schedule": "InterleavedZeroBubble", "virtual_stages": 2},
+    {"pp": 2, "micro_batch": 1, "global_batch": GB, "schedule": "ZBVZeroBubble", "virtual_stages": 2},  # V: rank 0 holds first and last stage
+    {"pp": 2, "micro_batch": 1, "global_batch": GB, "schedule": "DualPipeV", "virtual_stages": 2},
     {"dp_shard": 2, "ep": 2, "micro_batch": 2, "global_batch": GB},  # EP all-to-all, experts outside FSDP
 ]
 WORLD4 = [
     {"dp_replicate": 2, "dp_shard": 2, "micro_batch": 1, "global_batch": GB},  # HSDP
     {"dp_shard": 2, "tp": 2, "micro_batch": 1, "global_batch": GB},  # 2D FSDP x TP
-    {"dp_shard": 2, "pp": 2, "micro_batch": 1, "global_batch": GB, "schedule": "1F1B"},  # 3D-style: FSDP x PP
+    {"dp_shard": 2, "pp": 2, "micro_batch": 1, "global_batch": GB, "schedule": "1F1B"},  # FSDP x PP
+    {"tp": 2, "pp": 2, "micro_batch": 1, "global_batch": GB, "schedule": "Interleaved1F1B", "virtual_stages": 2},  # TP x PP
     {"dp_shard": 4, "ep": 2, "micro_batch": 1, "global_batch": GB},  # EP with experts FSDP-sharded outside the EP group
 ]
 

@@ -390,7 +390,11 @@ class _Progress:
     def update(self, rec: dict[str, Any]) -> None:
         if self.bar is not None:
             mfu = rec["mfu"]
-            desc = f"loss {rec['loss']:.4f}  {rec['tokens_per_s']:,.0f} tok/s  MFU {'-' if mfu is None else f'{100 * mfu:.1f}%'}"
+            wait = rec["data_wait_share"]
+            desc = (
+                f"loss {rec['loss']:.4f}  {rec['tokens_per_s']:,.0f} tok/s  MFU {'-' if mfu is None else f'{100 * mfu:.1f}%'}"
+                f"  data wait {'-' if wait is None else f'{100 * wait:.0f}%'}"
+            )
             self.bar.update(self.task, advance=1, description=desc)
 
     def close(self) -> None:
