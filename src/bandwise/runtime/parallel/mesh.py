@@ -32,6 +32,11 @@ def check_runtime_support(s: Strategy, model: ModelSpec) -> None:
         )
     if s.tp > 1 and model.n_kv_heads % s.tp:
         raise BandwiseError(f"tp={s.tp} must divide kv_heads={model.n_kv_heads} of {model.name} in the trainer (no key/value head replication); use tp dividing {model.n_kv_heads}")
+    if s.tp > 1 and model.seq_len % s.tp:
+        raise BandwiseError(
+            f"tp={s.tp} must divide seq_len={model.seq_len} in the trainer (sequence parallelism shards the sequence "
+            f"evenly); use a seq_len that is a multiple of {s.tp}"
+        )
     if s.precision == "fp8":
         raise BandwiseError("precision=fp8 is not executed by the trainer; use precision bf16")
     if s.zero_stage in (1, 2):
