@@ -49,16 +49,19 @@ def reference() -> dict[str, float]:
     from bandwise.specs.strategy import Strategy
 
     res = train(get_model(MODEL), Strategy(micro_batch=1, global_batch=GB), TrainConfig(**TINY, data=DataConfig(num_workers=0)))
-    return {str(k): v for k, v in res.losses.items()}
+    return {**{str(k): v for k, v in res.losses.items()}, "val": res.val_loss}
 
 
 def _check(results: dict[str, dict[str, float]], layouts: list[dict], reference: dict[str, float]) -> None:
-    assert len(reference) == TINY["steps"]
+    assert len(reference) == TINY["steps"] + 1
     assert reference["5"] < reference["1"] - 0.5, "the reference run should learn in 5 steps"
     for layout in layouts:
-        got = results[json.dumps(layout, sort_keys=True)]
+        got = dict(results[json.dumps(layout, sort_keys=True)])
+        if got["val"] is None:  # V-shaped pipeline schedules cannot run forward-only in torch 2.13
+            assert layout.get("schedule") in ("ZBVZeroBubble", "DualPipeV"), layout
+            got["val"] = reference["val"]
         assert sorted(got) == sorted(reference), layout
-        worst = max(abs(got[k] - reference[k]) for k in reference)
+        worst = max(abs(got[k] - reference[k]) for k in reference)  # every step's loss and the validation loss
         assert worst <= 1e-5, f"{layout}: loss differs from one process by {worst:.2e}: {got} vs {reference}"
 
 

@@ -195,9 +195,10 @@ def train_loader(splits: Splits, cfg: DataConfig, *, global_batch: int, micro_ba
     )
 
 
-def val_batches(splits: Splits, *, batch: int, max_batches: int, dp_rank: int, dp: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """Fixed validation batches (the first windows), split over data-parallel ranks."""
-    n = min(len(splits.val), batch * max_batches)
+def val_batches(splits: Splits, *, samples: int, batch: int, dp_rank: int, dp: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """The first `samples` validation windows, whatever the layout, dealt round-robin to the
+    data-parallel ranks and cut into batches of `batch`."""
+    n = min(len(splits.val), samples)
     mine = list(range(dp_rank, n, dp))
     for j in range(0, len(mine), batch):
         items = [splits.val[i] for i in mine[j : j + batch]]

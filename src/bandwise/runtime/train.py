@@ -40,7 +40,7 @@ from bandwise.runtime.parallel.expert import expert_parameters
 from bandwise.runtime.parallel.mesh import Meshes, build_meshes, check_runtime_support
 from bandwise.runtime.parallel.pipeline import build_schedule, warm_up
 from bandwise.specs.model import ModelSpec
-from bandwise.specs.strategy import Strategy
+from bandwise.specs.strategy import V_SHAPED, Strategy
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 
@@ -71,8 +71,9 @@ class TrainConfig:
     log: str = ""
     """JSONL metrics file ("" for none)."""
     eval_every: int = 0
-    """Validation loss every N steps and at the end (0: only at the end); not with pp > 1."""
+    """Validation loss every N steps and at the end (0: only at the end)."""
     eval_batches: int = 4
+    """Validation set size in global batches (the first windows of the held-out split)."""
     checkpoint_dir: str = ""
     checkpoint_every: int = 0
     resume: bool = False
@@ -233,6 +234,11 @@ def _run(spec, strategy, cfg, splits, device, rank, world, on_step, out) -> RunR
     val_loss = None
     n_loss_holders = strategy.dp * strategy.tp
 
+    def validate() -> float | None:
+        if pp:
+            return evaluate_pipeline(schedule, parts, splits, cfg, strategy, meshes, device, autocast, first_stage, last_stage)
+        return evaluate(parts[0], splits, cfg, strategy, meshes, device, autocast)
+
     try:
         for step, batch in zip(range(start + 1, cfg.steps + 1), mon.loader(_micro_batches(loader, m))):
             with mon.step(samples=strategy.effective_global_batch / world, tokens=tokens_per_step / world):
@@ -290,17 +296,16 @@ def _run(spec, strategy, cfg, splits, device, rank, world, on_step, out) -> RunR
                 maxvio = _router_update(moes, dp_group, meshes, strategy, spec, finite)
             rec = _record(step, mon.records[-1], loss_value, norm, schedulers[0].get_last_lr()[0], maxvio, world, device, finite)
             losses[step] = loss_value
-            if cfg.eval_every and step % cfg.eval_every == 0 and step != cfg.steps and not pp:
-                rec["val_loss"] = evaluate(parts[0], splits, cfg, strategy, meshes, device, autocast)
+            if cfg.eval_every and step % cfg.eval_every == 0 and step != cfg.steps:
+                rec["val_loss"] = validate()
             if ckpt_root is not None and cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
                 ckpt.save(ckpt_root, step, parts, optimizers, {"step": step, "schedulers": [s.state_dict() for s in schedulers], "strategy": strategy.to_dict()}, ep_rank=ep_rank)
             log.write(rec)
             progress.update(rec)
             if on_step is not None:
                 on_step(rec)
-        if not pp:
-            val_loss = evaluate(parts[0], splits, cfg, strategy, meshes, device, autocast)
-            log.write({"step": cfg.steps, "val_loss": val_loss})
+        val_loss = validate()
+        log.write({"step": cfg.steps, "val_loss": val_loss})
     finally:
         progress.close()
         log.close()
@@ -342,7 +347,8 @@ def evaluate(model, splits, cfg: TrainConfig, strategy: Strategy, meshes: Meshes
     total = torch.zeros((), dtype=torch.float64)
     count = torch.zeros((), dtype=torch.float64)
     dp_rank = meshes.dp_rank() if meshes is not None else 0
-    for x, y in val_batches(splits, batch=strategy.micro_batch, max_batches=cfg.eval_batches * strategy.dp, dp_rank=dp_rank, dp=strategy.dp):
+    samples = cfg.eval_batches * strategy.effective_global_batch
+    for x, y in val_batches(splits, samples=samples, batch=strategy.micro_batch, dp_rank=dp_rank, dp=strategy.dp):
         with autocast:
             logits = model(x.to(device))
         loss = F.cross_entropy(logits.flatten(0, 1).float(), y.to(device).flatten(), reduction="sum")
@@ -354,6 +360,41 @@ def evaluate(model, splits, cfg: TrainConfig, strategy: Strategy, meshes: Meshes
         total, count = both[0], both[1]
     model.train()
     return float(total / count)
+
+
+@torch.no_grad()
+def evaluate_pipeline(schedule, parts, splits, cfg: TrainConfig, strategy: Strategy, meshes: Meshes, device, autocast, first: bool, last: bool) -> float | None:
+    """Validation loss through the pipeline (forward only), averaged over the last stage's ranks.
+
+    Reports None where torch cannot run the schedule forward-only: versions without the public
+    `eval` on schedules, and the V-shaped schedules, whose `eval` fails in torch 2.13 ("can't
+    steal_bwd_input if this stage doesn't have backward").
+    """
+    if not hasattr(schedule, "eval") or strategy.schedule in V_SHAPED:
+        return None
+    for part in parts:
+        part.eval()
+    local = strategy.microbatches * strategy.micro_batch  # the schedule splits this into its micro-batches
+    total = torch.zeros(2, dtype=torch.float64)  # (sum of micro-batch mean losses, micro-batches)
+    dp_rank = meshes.dp_rank()
+    samples = cfg.eval_batches * strategy.effective_global_batch
+    for x, y in val_batches(splits, samples=samples, batch=local, dp_rank=dp_rank, dp=strategy.dp):
+        if len(x) != local:
+            break
+        losses: list[torch.Tensor] = []
+        with autocast:
+            if first:
+                schedule.eval(x.to(device), target=y.to(device) if last else None, losses=losses if last else None)
+            elif last:
+                schedule.eval(target=y.to(device), losses=losses)
+            else:
+                schedule.eval()
+        if last:
+            total += torch.tensor([float(sum(l.float() for l in losses)), float(len(losses))], dtype=torch.float64)
+    dist.all_reduce(total)  # only last-stage ranks contribute; TP peers repeat the same sums
+    for part in parts:
+        part.train()
+    return float(total[0] / total[1]) if total[1] > 0 else None
 
 
 def _record(step, mon_rec, loss, norm, lr, maxvio, world, device, finite) -> dict[str, Any]:
