@@ -77,13 +77,15 @@ def grad_norm_and_clip(params: list[torch.nn.Parameter], max_norm: float, *, ep_
     if not distributed:
         total = torch.nn.utils.clip_grad_norm_(grads, max_norm if max_norm > 0 else math.inf, foreach=True)
         return float(total)
-    sq_shared = torch.zeros((), dtype=torch.float64)
-    sq_expert = torch.zeros((), dtype=torch.float64)
+    # On the gradients' device: NCCL reduces only device tensors.
+    device = grads[0].device if grads else torch.device("cpu")
+    sq_shared = torch.zeros((), dtype=torch.float64, device=device)
+    sq_expert = torch.zeros((), dtype=torch.float64, device=device)
     for p in grads:
         n = torch.linalg.vector_norm(p.grad, dtype=torch.float32)
         if isinstance(n, DTensor):
             n = n.full_tensor()
-        n2 = n.double().cpu() ** 2
+        n2 = n.double() ** 2
         if id(p) in ep_params:
             sq_expert += n2
         else:
@@ -92,7 +94,7 @@ def grad_norm_and_clip(params: list[torch.nn.Parameter], max_norm: float, *, ep_
         dist.all_reduce(sq_expert, group=ep_group)
     total_sq = sq_shared + sq_expert
     if pp_group is not None:
-        dist.all_reduce(total_sq, group=pp_group)
+        dist.all_reduce(total_sq, group=pp_group)  # every pp rank must call this, even with no gradients
     total = float(total_sq.sqrt())
     if max_norm > 0 and total > max_norm:
         scale = max_norm / (total + 1e-6)

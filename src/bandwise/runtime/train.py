@@ -224,7 +224,7 @@ def _run(spec, strategy, cfg, splits, device, rank, world, on_step, out) -> RunR
         dp_rank=dp_rank, dp=strategy.dp, start_step=start, steps=cfg.steps, cuda=device.type == "cuda",
     )
     flops_per_token = spec.model_flops_per_token(spec.seq_len)
-    peak = measure_matmul_flops(device, dtype)
+    peak = measure_matmul_flops(device, dtype, n=8192 if device.type == "cuda" else 1024)  # large enough to reach peak
     tokens_per_step = strategy.effective_global_batch * spec.seq_len
     mon = Monitor(flops_per_token=flops_per_token, peak_flops=peak, device=device, warmup=1, census_step=None)
     autocast = torch.autocast(device.type, dtype=dtype) if dtype != torch.float32 and not par.fsdp else nullcontext()
@@ -293,7 +293,7 @@ def _run(spec, strategy, cfg, splits, device, rank, world, on_step, out) -> RunR
                     sch.step()
                 for opt in optimizers:
                     opt.zero_grad(set_to_none=True)
-                maxvio = _router_update(moes, dp_group, meshes, strategy, spec, finite)
+                maxvio = _router_update(moes, dp_group, meshes, strategy, spec, finite, device)
             rec = _record(step, mon.records[-1], loss_value, norm, schedulers[0].get_last_lr()[0], maxvio, world, device, finite)
             losses[step] = loss_value
             if cfg.eval_every and step % cfg.eval_every == 0 and step != cfg.steps:
@@ -320,7 +320,7 @@ def _run(spec, strategy, cfg, splits, device, rank, world, on_step, out) -> RunR
     return RunResult(losses=losses, val_loss=val_loss, median_step_s=median, records=mon.records, comparison=comparison)
 
 
-def _router_update(moes, dp_group, meshes, strategy, spec, finite: bool) -> list[float | None]:
+def _router_update(moes, dp_group, meshes, strategy, spec, finite: bool, device) -> list[float | None]:
     """Aux-free bias update; MaxVio per layer gathered over pipeline stages (None: dense layer)."""
     if not spec.is_moe:
         return []
@@ -330,7 +330,7 @@ def _router_update(moes, dp_group, meshes, strategy, spec, finite: bool) -> list
         return []
     vio = update_router_biases(moes, group=dp_group)
     layer_ids = [moe.layer_id for moe in moes]
-    per_layer = torch.full((spec.layers,), -1.0, dtype=torch.float64)
+    per_layer = torch.full((spec.layers,), -1.0, dtype=torch.float64, device=device)
     for lid, v in zip(layer_ids, vio):
         per_layer[lid] = v
     if meshes is not None and strategy.pp > 1:
@@ -344,15 +344,15 @@ def _router_update(moes, dp_group, meshes, strategy, spec, finite: bool) -> list
 def evaluate(model, splits, cfg: TrainConfig, strategy: Strategy, meshes: Meshes | None, device, autocast) -> float:
     """Mean validation loss over the first `eval_batches` batches, averaged over data-parallel ranks."""
     model.eval()
-    total = torch.zeros((), dtype=torch.float64)
-    count = torch.zeros((), dtype=torch.float64)
+    total = torch.zeros((), dtype=torch.float64, device=device)
+    count = torch.zeros((), dtype=torch.float64, device=device)
     dp_rank = meshes.dp_rank() if meshes is not None else 0
     samples = cfg.eval_batches * strategy.effective_global_batch
     for x, y in val_batches(splits, samples=samples, batch=strategy.micro_batch, dp_rank=dp_rank, dp=strategy.dp):
         with autocast:
             logits = model(x.to(device))
         loss = F.cross_entropy(logits.flatten(0, 1).float(), y.to(device).flatten(), reduction="sum")
-        total += loss.double().cpu()
+        total += loss.double()
         count += y.numel()
     if meshes is not None:
         both = torch.stack([total, count])
@@ -375,7 +375,7 @@ def evaluate_pipeline(schedule, parts, splits, cfg: TrainConfig, strategy: Strat
     for part in parts:
         part.eval()
     local = strategy.microbatches * strategy.micro_batch  # the schedule splits this into its micro-batches
-    total = torch.zeros(2, dtype=torch.float64)  # (sum of micro-batch mean losses, micro-batches)
+    total = torch.zeros(2, dtype=torch.float64, device=device)  # (sum of micro-batch mean losses, micro-batches)
     dp_rank = meshes.dp_rank()
     samples = cfg.eval_batches * strategy.effective_global_batch
     for x, y in val_batches(splits, samples=samples, batch=local, dp_rank=dp_rank, dp=strategy.dp):
@@ -390,7 +390,7 @@ def evaluate_pipeline(schedule, parts, splits, cfg: TrainConfig, strategy: Strat
             else:
                 schedule.eval()
         if last:
-            total += torch.tensor([float(sum(l.float() for l in losses)), float(len(losses))], dtype=torch.float64)
+            total += torch.tensor([float(sum(l.float() for l in losses)), float(len(losses))], dtype=torch.float64, device=device)
     dist.all_reduce(total)  # only last-stage ranks contribute; TP peers repeat the same sums
     for part in parts:
         part.train()
