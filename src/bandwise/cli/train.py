@@ -22,7 +22,7 @@ TRAIN_HELP = """Train a model with a parallel layout on torch.distributed (launc
 
   torchrun --nproc-per-node 2 -m bandwise train --model debug-moe --strategy plan.json
 
-[b]--strategy[/b] takes the JSON printed by `bandwise plan --json` (its `best` layout, or `top[i]`
+[b]--strategy[/b] takes the JSON printed by `bandwise plan --json` (its `best` layout, or `top\\[i]`
 with --pick i) or `bandwise estimate --json`; degree flags (--dp-shard, --tp, ...) override it,
 or describe the layout on their own. The layout is checked against the launched world size and
 the model before anything starts. Each step logs loss, tokens/s, MFU, data-wait share, grad norm,
@@ -65,7 +65,7 @@ def load_strategy(path: str, pick: int | None) -> Strategy:
 def train(
     model: str = typer.Option("debug-moe", "--model", "-m", help="Model preset or config file."),
     strategy: Optional[str] = typer.Option(None, "--strategy", help="plan/estimate --json output to run."),
-    pick: Optional[int] = typer.Option(None, "--pick", help="Run top[i] of a plan file instead of its best."),
+    pick: Optional[int] = typer.Option(None, "--pick", help="Run top\\[i] of a plan file instead of its best."),
     dp_replicate: Optional[int] = typer.Option(None, "--dp-replicate"),
     dp_shard: Optional[int] = typer.Option(None, "--dp-shard"),
     tp: Optional[int] = typer.Option(None, "--tp"),
