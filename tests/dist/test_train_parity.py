@@ -38,6 +38,8 @@ WORLD4 = [
     {"dp_shard": 2, "pp": 2, "micro_batch": 1, "global_batch": GB, "schedule": "1F1B"},  # FSDP x PP
     {"tp": 2, "pp": 2, "micro_batch": 1, "global_batch": GB, "schedule": "Interleaved1F1B", "virtual_stages": 2},  # TP x PP
     {"dp_shard": 4, "ep": 2, "micro_batch": 1, "global_batch": GB},  # EP with experts FSDP-sharded outside the EP group
+    {"dp_replicate": 2, "dp_shard": 2, "ep": 2, "micro_batch": 1, "global_batch": GB},  # EP under HSDP (experts replicated)
+    {"dp_shard": 2, "tp": 2, "ep": 2, "micro_batch": 1, "global_batch": GB, "recompute": "full"},  # FSDP x TP x EP
 ]
 
 
