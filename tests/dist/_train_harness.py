@@ -65,7 +65,11 @@ def train_layouts(rank: int, world: int, *, model: str, layouts: list[dict[str, 
     for layout in layouts:
         cfg = TrainConfig(**{**TINY, **(train or {})}, data=DataConfig(num_workers=0))
         res = run(get_model(model), Strategy.from_dict(layout), cfg)
-        out[json.dumps(layout, sort_keys=True)] = {**{str(k): v for k, v in res.losses.items()}, "val": res.val_loss}
+        out[json.dumps(layout, sort_keys=True)] = {
+            **{str(k): v for k, v in res.losses.items()},
+            "val": res.val_loss,
+            **{f"norm{r['step']}": r["grad_norm"] for r in res.records},
+        }
     return out
 
 

@@ -51,20 +51,22 @@ def reference() -> dict[str, float]:
     from bandwise.specs.strategy import Strategy
 
     res = train(get_model(MODEL), Strategy(micro_batch=1, global_batch=GB), TrainConfig(**TINY, data=DataConfig(num_workers=0)))
-    return {**{str(k): v for k, v in res.losses.items()}, "val": res.val_loss}
+    return {**{str(k): v for k, v in res.losses.items()}, "val": res.val_loss, **{f"norm{r['step']}": r["grad_norm"] for r in res.records}}
 
 
 def _check(results: dict[str, dict[str, float]], layouts: list[dict], reference: dict[str, float]) -> None:
-    assert len(reference) == TINY["steps"] + 1
+    assert len(reference) == 2 * TINY["steps"] + 1
     assert reference["5"] < reference["1"] - 0.5, "the reference run should learn in 5 steps"
+    assert reference["norm1"] > 1.0, "clipping (at 1.0) should act, so a wrong sharded norm changes the update"
     for layout in layouts:
         got = dict(results[json.dumps(layout, sort_keys=True)])
         if got["val"] is None:  # V-shaped pipeline schedules cannot run forward-only in torch 2.13
             assert layout.get("schedule") in ("ZBVZeroBubble", "DualPipeV"), layout
             got["val"] = reference["val"]
         assert sorted(got) == sorted(reference), layout
-        worst = max(abs(got[k] - reference[k]) for k in reference)  # every step's loss and the validation loss
-        assert worst <= 1e-5, f"{layout}: loss differs from one process by {worst:.2e}: {got} vs {reference}"
+        # every step's loss and global gradient norm (before clipping), and the validation loss
+        worst = max(abs(got[k] - reference[k]) for k in reference)
+        assert worst <= 1e-5, f"{layout}: differs from one process by {worst:.2e}: {got} vs {reference}"
 
 
 def test_parity_world2(tmp_path, reference):

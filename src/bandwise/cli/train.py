@@ -143,7 +143,7 @@ def _summary(model: str, s: Strategy, result: Any) -> dict[str, Any]:
     losses = result.losses
     measured = [r for r in result.records[1:]] or result.records
     mfus = [r["mfu"] for r in measured if r.get("mfu") is not None]
-    tps = [r["tokens_per_s"] for r in measured if r.get("tokens_per_s") is not None]
+    tps = [r["tokens_per_s_per_device"] for r in measured if r.get("tokens_per_s_per_device") is not None]
     waits = [r["data_wait_s"] / (r["data_wait_s"] + r["step_s"]) for r in measured if r["step_s"] + r["data_wait_s"] > 0]
     med = lambda v: sorted(v)[len(v) // 2] if v else None  # noqa: E731
     return {

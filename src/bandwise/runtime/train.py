@@ -127,6 +127,7 @@ class RunResult:
     val_loss: float | None
     median_step_s: float | None
     records: list[dict[str, Any]]
+    """The per-step records written to the JSONL log (this rank's view)."""
     comparison: dict[str, Any] | None
 
 
@@ -231,6 +232,7 @@ def _run(spec, strategy, cfg, splits, device, rank, world, on_step, out) -> RunR
     log = JsonlLog(cfg.log if rank == 0 else None)
     progress = _Progress(enabled=cfg.progress and rank == 0 and out is not None and not out.quiet and not out.json_mode, total=cfg.steps, done=start)
     losses: dict[int, float] = {}
+    history: list[dict[str, Any]] = []
     val_loss = None
     n_loss_holders = strategy.dp * strategy.tp
 
@@ -296,6 +298,7 @@ def _run(spec, strategy, cfg, splits, device, rank, world, on_step, out) -> RunR
                 maxvio = _router_update(moes, dp_group, meshes, strategy, spec, finite, device)
             rec = _record(step, mon.records[-1], loss_value, norm, schedulers[0].get_last_lr()[0], maxvio, world, device, finite)
             losses[step] = loss_value
+            history.append(rec)
             if cfg.eval_every and step % cfg.eval_every == 0 and step != cfg.steps:
                 rec["val_loss"] = validate()
             if ckpt_root is not None and cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
@@ -317,7 +320,7 @@ def _run(spec, strategy, cfg, splits, device, rank, world, on_step, out) -> RunR
         from bandwise.runtime.compare import compare_with_plan
 
         comparison = compare_with_plan(spec, strategy, device, world, dtype, median, peak)
-    return RunResult(losses=losses, val_loss=val_loss, median_step_s=median, records=mon.records, comparison=comparison)
+    return RunResult(losses=losses, val_loss=val_loss, median_step_s=median, records=history, comparison=comparison)
 
 
 def _router_update(moes, dp_group, meshes, strategy, spec, finite: bool, device) -> list[float | None]:
