@@ -82,7 +82,7 @@ def main() -> None:
         bare.append(statistics.median(bare_loop(spec, cfg(), args.batch)))
         ours.append(statistics.median(bandwise_loop(spec, cfg(), args.batch)))
     ratios = sorted(o / b for o, b in zip(ours, bare))
-    q = statistics.quantiles(ratios, n=4)
+    q = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else [ratios[0]] * 3
     print(f"model {args.model}, batch {args.batch} x {args.seq_len} tokens, {args.steps} steps x {args.rounds} rounds, torch {torch.__version__}, {torch.get_num_threads()} threads, {args.num_workers} loader workers")
     print(f"hand-written loop median step: {1e3 * statistics.median(bare):.1f} ms  (rounds: {', '.join(f'{1e3 * v:.0f}' for v in bare)})")
     print(f"bandwise train  median step:   {1e3 * statistics.median(ours):.1f} ms  (rounds: {', '.join(f'{1e3 * v:.0f}' for v in ours)})")
