@@ -230,7 +230,7 @@ class MoE(nn.Module):
 def update_router_biases(moes: list[MoE], group=None) -> list[float]:
     """End of an optimizer step: sum loads over `group`, update aux-free biases, reset counts.
 
-    Returns MaxVio per layer, (max_i load_i − mean)/mean (Wang et al. 2024, eq. 5).
+    Returns MaxVio per layer, (max_i load_i − mean)/mean (the MaxVio metric of Wang et al. 2024, arXiv:2408.15664).
     """
     if not moes:
         return []
