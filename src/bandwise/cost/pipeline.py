@@ -28,12 +28,18 @@ Closed forms the simulation reproduces (tests/unit/test_pipeline_sim.py):
 
 from __future__ import annotations
 
+import atexit
+import hashlib
+import json
+import os
 from dataclasses import dataclass, field
 from functools import lru_cache
+from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
+from bandwise.cost import schedules as schedules_module
 from bandwise.cost.schedules import Action, action_orders, check, rounds, stage_rank
 from bandwise.errors import BandwiseError
 from bandwise.specs.strategy import SCHEDULES
@@ -240,7 +246,7 @@ def _peak_memory(seq: list[Action], v: int, kept_for_w: float, stage_bytes: list
 # --------------------------------------------------------------------------------------------
 # The planner's interface: (bubble overhead, worst-rank in-flight) per candidate, cached.
 # --------------------------------------------------------------------------------------------
-_DIRECT_LIMIT = 4
+_DIRECT_LIMIT = 1
 """Simulate in full up to this many periods past the warm-up; beyond, extrapolate (exact, see below)."""
 
 
@@ -249,14 +255,67 @@ def _period(schedule: str, p: int) -> int:
     return p if schedule in ("Interleaved1F1B", "InterleavedZeroBubble") else 1
 
 
+class _DiskCache:
+    """Simulation summaries kept between runs, in the user's cache folder.
+
+    The file name carries a hash of this module and of `schedules.py`, so a change to either
+    starts a fresh file. Unreadable or unwritable caches are ignored: they only cost time.
+    BANDWISE_CACHE_DIR moves the folder; BANDWISE_NO_CACHE=1 turns the cache off.
+    """
+
+    def __init__(self) -> None:
+        self.entries: dict[str, list[float]] = {}
+        self.dirty = False
+        self.path: Path | None = None
+        if os.environ.get("BANDWISE_NO_CACHE", "") not in ("", "0"):
+            return
+        digest = hashlib.sha256()
+        for module in (__file__, schedules_module.__file__):
+            digest.update(Path(module).read_bytes())
+        root = Path(os.environ.get("BANDWISE_CACHE_DIR") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "bandwise")
+        self.path = root / f"pipeline-{digest.hexdigest()[:16]}.json"
+        try:
+            loaded = json.loads(self.path.read_text())
+            if isinstance(loaded, dict):
+                self.entries = {k: v for k, v in loaded.items() if isinstance(v, list)}
+        except (OSError, ValueError):
+            pass
+        atexit.register(self.save)
+
+    def save(self) -> None:
+        if not (self.dirty and self.path):
+            return
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(self.entries))
+            os.replace(tmp, self.path)  # atomic: a concurrent reader sees the old or the new file
+            self.dirty = False
+        except OSError:
+            pass
+
+
+_DISK = _DiskCache()
+
+
 @lru_cache(maxsize=None)
 def _summary(schedule: str, p: int, m: int, v: int, f: float, b: float, w: float) -> np.ndarray:
     """[makespan, busy of the worst rank, peak in-flight per rank...] of one simulation.
 
     The same event rules as `simulate`, without recording the timeline: the planner asks for
-    thousands of these, so the loop keeps to local lists. Cached: every large m of one
-    (schedule, p, v) extrapolates from the same three points.
+    thousands of these, so the loop keeps to local lists. Cached in the process (every large m of
+    one (schedule, p, v) extrapolates from the same three points) and on disk between runs.
     """
+    key = f"{schedule},{p},{m},{v},{f!r},{b!r},{w!r}"
+    if key in _DISK.entries:
+        return np.array(_DISK.entries[key])
+    result = _simulate_summary(schedule, p, m, v, f, b, w)
+    _DISK.entries[key] = result.tolist()
+    _DISK.dirty = True
+    return result
+
+
+def _simulate_summary(schedule: str, p: int, m: int, v: int, f: float, b: float, w: float) -> np.ndarray:
     orders = action_orders(schedule, p, m, v)
     n_last = p * v - 1
     dur = {"F": f, "B": b + w, "I": b, "W": w}
