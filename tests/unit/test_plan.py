@@ -30,7 +30,7 @@ def brute_force_count(model, devices: int, global_batch: int) -> int:
         rest = devices // (tp * cp * pp * dps) if devices % (tp * cp * pp * dps) == 0 else 0
         if not rest or cp > 16:
             continue
-        for zero in ((0, 1, 2) if dps == 1 else (0,)):
+        for zero in ((0, 1, 2) if dps == 1 and rest * cp > 1 else (0,)):
             for (sched, v), mb, rec in itertools.product(scheds if pp > 1 else [("1F1B", 1)], mbs, RECOMPUTE):
                 s = Strategy(dp_replicate=rest, dp_shard=dps, tp=tp, cp=cp, pp=pp, ep=ep, zero_stage=zero, micro_batch=mb,
                              global_batch=global_batch, schedule=sched, virtual_stages=v, recompute=rec)

@@ -80,7 +80,9 @@ def _degree_tuples(model: ModelSpec, n: int, fixed: dict[str, Any], allow_pp: bo
                 for dp_shard in _divisors(dp):
                     region = dp_shard * cp * tp
                     eps = [e for e in _divisors(region) if model.is_moe and model.experts % e == 0] if model.is_moe else [1]
-                    zeros = (0, 1, 2) if dp_shard == 1 else (0,)
+                    # ZeRO-1/2 shard over the replicated data-parallel group (x cp); with a group of
+                    # one rank they are ZeRO-0 under another name, so only stage 0 is listed then
+                    zeros = (0, 1, 2) if dp_shard == 1 and dp * cp > 1 else (0,)
                     for ep in eps:
                         for z in zeros:
                             rows.append((dp // dp_shard, dp_shard, tp, cp, pp, ep, z))

@@ -208,7 +208,7 @@ def _rules(model: ModelSpec | None) -> list[Rule]:
             ),
         ),
         (
-            lambda c, w: (c.dp_shard * c.cp * c.tp) % c.ep == 0,
+            lambda c, w: (c.dp_shard * c.cp * c.tp) % np.maximum(c.ep, 1) == 0,
             lambda s, w: f"ep={s.ep} must divide dp_shard·cp·tp = {s.dp_shard * s.cp * s.tp} (expert parallelism borrows those ranks); "
             f"valid ep: {', '.join(map(str, _divisors(s.dp_shard * s.cp * s.tp)))}",
         ),
@@ -276,7 +276,7 @@ def _model_rules(m: ModelSpec) -> list[Rule]:
             lambda s, w: f"tp={s.tp} must divide the MLP width ffn={m.ffn}" + (f" and expert_ffn={m.expert_ffn}" if m.is_moe else "") + f" of {m.name}",
         ),
         (
-            lambda c, w: (c.ep == 1) | np.full_like(c.ep, m.is_moe, dtype=bool) & (max(m.experts, 1) % c.ep == 0),
+            lambda c, w: (c.ep == 1) | np.full_like(c.ep, m.is_moe, dtype=bool) & (max(m.experts, 1) % np.maximum(c.ep, 1) == 0),
             lambda s, w: f"ep={s.ep} needs an MoE model whose experts it divides; {m.name} has "
             + (f"{m.experts} experts (valid ep: {', '.join(map(str, _divisors(m.experts)))})" if m.is_moe else "no experts (use ep=1)"),
         ),
