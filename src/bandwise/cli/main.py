@@ -20,6 +20,7 @@ from bandwise.cli import schedule as schedule_commands
 from bandwise.cli import train as train_commands
 from bandwise.cli import doctor as doctor_commands
 from bandwise.cli import sweep as sweep_commands
+from bandwise.cli import experiment as experiment_commands
 
 app = typer.Typer(
     name="bandwise",
@@ -35,7 +36,7 @@ app = typer.Typer(
 )
 
 # Each command module exposes `register(app)`; the order here is the order in --help.
-for _module in (plan_commands, schedule_commands, validate_commands, train_commands, doctor_commands, sweep_commands):
+for _module in (plan_commands, schedule_commands, validate_commands, train_commands, doctor_commands, sweep_commands, experiment_commands):
     _module.register(app)
 
 def _click_class(name: str) -> type[BaseException]:

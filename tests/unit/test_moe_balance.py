@@ -1,0 +1,147 @@
+"""`bandwise experiment moe-balance`: the metrics against hand computation and the MoE layer's own
+counters, the experiment's fairness (same weights for every router), and the quick run's ordering
+through the real entry point."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from bandwise.cli.main import main
+from bandwise.runtime.experiments.moe_balance import (
+    ROUTERS,
+    ExperimentConfig,
+    RunResult,
+    lr_at,
+    maxvio,
+    miniature_deepseekmoe,
+    summarize,
+    validate,
+)
+from bandwise.runtime.model import ModelConfig, Transformer
+from bandwise.runtime.moe import MoEConfig
+
+
+def run(argv: list[str], capsys) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    out, err = capsys.readouterr()
+    return exc.value.code, out, err
+
+
+def test_maxvio_matches_the_papers_definition_by_hand():
+    # Loads (1, 1, 1, 5): mean 2, max 5 -> (5 - 2) / 2 = 1.5; a uniform layer has MaxVio 0.
+    load_LE = torch.tensor([[1.0, 1.0, 1.0, 5.0], [3.0, 3.0, 3.0, 3.0]])
+    torch.testing.assert_close(maxvio(load_LE), torch.tensor([1.5, 0.0]))
+
+
+def test_lr_schedule_warms_up_linearly_and_ends_at_the_floor():
+    cfg = ExperimentConfig(steps=100, warmup=10, lr=1e-3, min_lr_ratio=0.1)
+    assert lr_at(0, cfg) == pytest.approx(1e-3 / 11)
+    assert lr_at(10, cfg) == pytest.approx(1e-3)  # cosine at progress 0
+    assert lr_at(55, cfg) == pytest.approx(1e-3 * (0.1 + 0.9 * 0.5))  # half way: cos(pi/2) = 0
+    assert lr_at(100, cfg) == pytest.approx(1e-4)
+
+
+def test_every_router_starts_from_the_same_weights():
+    spec = miniature_deepseekmoe(16)
+    states = []
+    for router in ROUTERS:
+        torch.manual_seed(3)
+        states.append(Transformer(spec, ModelConfig(moe=router.moe_config())).state_dict())
+    for other in states[1:]:
+        assert other.keys() == states[0].keys()
+        for k in states[0]:
+            torch.testing.assert_close(other[k], states[0][k], rtol=0, atol=0)
+
+
+def test_aux_loss_weight_is_the_papers_not_the_trainers_default():
+    aux = next(r for r in ROUTERS if r.name == "aux_loss").moe_config()
+    assert aux.aux_alpha == 1e-3 and MoEConfig().aux_alpha != 1e-3
+    assert {r.moe_config().router for r in ROUTERS} == {"sigmoid"}
+
+
+class _Val:
+    """The slice of `Splits` that `validate` reads: a list of (input, target) windows."""
+
+    def __init__(self, windows):
+        self.val = windows
+
+
+def test_validation_counts_the_tokens_the_layer_routes():
+    """validate()'s MaxVio_global must equal MaxVio of the MoE layer's own training counters on
+    the same tokens (the layer counts only in training mode, so compare against one such pass)."""
+    torch.manual_seed(0)
+    spec = miniature_deepseekmoe(32)
+    model = Transformer(spec, ModelConfig(moe=MoEConfig(router="sigmoid", balance="aux_free", gamma=0.0)))
+    for m in model.moe_modules():  # a non-zero bias must be honoured by both counts
+        m.expert_bias.copy_(torch.linspace(-0.2, 0.2, m.num_experts))
+    tokens_NT = torch.randint(0, 256, (6, 33))
+    windows = [(t[:-1], t[1:]) for t in tokens_NT]
+
+    val_loss, per_layer = validate(model, _Val(windows), batch=4, windows=len(windows))
+
+    model.train()
+    logits = model(tokens_NT[:, :-1])
+    loads_LE = torch.stack([m.tokens_per_expert for m in model.moe_modules()])
+    torch.testing.assert_close(torch.tensor(per_layer, dtype=torch.float64), maxvio(loads_LE).double())
+    ref = torch.nn.functional.cross_entropy(logits.flatten(0, 1), tokens_NT[:, 1:].flatten())
+    assert val_loss == pytest.approx(float(ref.detach()), rel=1e-5)
+
+
+def _result(router: str, seed: int, *, val: float, glob: float, curve: list[float]) -> RunResult:
+    return RunResult(router=router, seed=seed, val_loss=val, maxvio_global=glob, maxvio_global_per_layer=[glob], maxvio_batch=curve, seconds=0.0)
+
+
+def test_gamma_sweep_check_needs_slow_start_at_1e4_and_noisy_end_at_1e2():
+    cfg = ExperimentConfig(steps=8, seeds=1)
+    def runs(late_1e2: float) -> list[RunResult]:
+        curves = {
+            "aux_loss": [1.0] * 8, "aux_free": [2.0, 1.0] + [0.1] * 6, "aux_free+seq_aux": [0.2] * 8, "none": [3.0] * 8,
+            "aux_free γ=1e-4": [3.0, 3.0] + [1.0] * 6, "aux_free γ=1e-2": [0.5, 0.2] + [late_1e2] * 6,
+        }
+        return [_result(name, 0, val=2.0, glob=0.1 if name.startswith("aux_free") else 0.6, curve=c) for name, c in curves.items()]
+
+    noisy = summarize(cfg, runs(late_1e2=0.3), 0.0).checks
+    assert noisy["gamma_sweep"]["pass"] and noisy["gamma_sweep"]["slowest_early"] == "0.0001"
+    assert noisy["maxvio_global"]["pass"] and noisy["val_loss"]["pass"]
+    calm = summarize(cfg, runs(late_1e2=0.05), 0.0).checks
+    assert not calm["gamma_sweep"]["pass"]
+
+
+def test_bad_steps_is_one_line_and_exit_2(capsys):
+    code, out, err = run(["experiment", "moe-balance", "--steps", "3"], capsys)
+    assert code == 2 and out == ""
+    assert "--steps=3" in err and len(err.strip().splitlines()) == 2  # the error, then the --debug hint
+
+
+def test_quick_run_shows_the_papers_ordering(capsys, tmp_path):
+    """The CI-scale run: 2 seeds, aux_loss (α = 1e-3) against aux_free (γ = 1e-3).
+
+    MaxVio_global: the issue's bound, aux_free <= 0.5 x aux_loss (measured here: about 0.25x).
+    Validation loss: aux_free <= aux_loss + 1%. The issue's 0.5% is for the full run; at this scale
+    the paired per-seed difference alone spreads by about ±0.5% (measured -0.8% and -0.3% on seeds
+    0 and 1), so the test allows twice that spread rather than test noise.
+    """
+    png = tmp_path / "quick.png"
+    code, out, _ = run(["experiment", "moe-balance", "--quick", "--json", "--plot", str(png)], capsys)
+    assert code == 0
+    doc = json.loads(out)
+    cfg = ExperimentConfig.quick()
+    assert set(doc["per_seed"]) == {"aux_loss", "aux_free"}
+    for name, seeds in doc["per_seed"].items():
+        assert [r["seed"] for r in seeds] == list(range(cfg.seeds))
+        for r in seeds:
+            assert len(r["maxvio_batch"]) == cfg.steps
+            assert r["perplexity"] == pytest.approx(math.exp(r["val_loss"]))
+        assert doc["means"][name]["val_loss"] == pytest.approx(sum(r["val_loss"] for r in seeds) / len(seeds))
+
+    free, base = doc["means"]["aux_free"], doc["means"]["aux_loss"]
+    assert free["maxvio_global"] <= 0.5 * base["maxvio_global"], (free, base)
+    assert free["val_loss"] <= base["val_loss"] * 1.01, (free, base)
+    # Without balancing pressure early on, both start far from balance; aux_free ends balanced.
+    assert free["late"] < free["early"]
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
