@@ -1,0 +1,547 @@
+"""Published training runs -> the planner's inputs.
+
+Each run of `data/published_runs.yaml` (or any file in its schema) states hardware, model and
+parallel layout as far as its source does; null means "not stated". `convert` turns a run into a
+`Case`: a ModelSpec, a Cluster, the device count, the global batch and the Strategy fields the
+source pins, plus the fields left for the search to complete.
+
+Source-specific switches are allowed only where the source documents a real difference; each
+is applied by `convert`, recorded in `Case.switches`, and listed in `SWITCHES`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field, replace
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from bandwise.errors import BandwiseError
+from bandwise.plan.search import FIXABLE
+from bandwise.specs.hardware import Cluster
+from bandwise.specs.model import ModelSpec
+from bandwise.specs.registry import get_cluster
+
+SWITCHES: dict[str, str] = {
+    "megatron_tp_overlap": "Megatron-LM H100 table: --tp-comm-overlap stated, so TP collectives overlap GEMMs",
+    "async_tp": "TorchTitan: async tensor parallelism stated, so TP collectives overlap GEMMs",
+    "ddp_local_no_overlap": "Megatron 'DDP-impl local' (2021) all-reduces gradients after the backward, not overlapped",
+    "no_grad_overlap": "Korthikanti et al. 2022 Sec. 6.3 state no gradient all-reduce overlap",
+    "maxtext_v4_seq1024": "MaxText v4 rows ran at base.yml's max_target_length 1024 of March/April 2023 (sources.maxtext_tpu_tables)",
+    "materialized_attention": (
+        "trained before FlashAttention (Dao et al., May 2022) reached Megatron-LM, Megatron-DeepSpeed and metaseq: "
+        "attention writes the s x s scores (Korthikanti et al. 2022 count them; their selective recomputation exists to drop them)"
+    ),
+    "zero3_flat_ring": (
+        "Narayanan et al. 2021 Table 2 runs ZeRO-3 (DeepSpeed, 2021) without model parallelism and attribute its "
+        "collapse with scale to cross-node communication: its parameter gathers run as flat rings over the NICs, "
+        "one per GPU, without the NVLink hierarchy NCCL's multi-ring collectives exploit"
+    ),
+    "eager_torchtitan": (
+        "TorchTitan runs without torch.compile execute RMSNorm, RoPE and SwiGLU as separate eager PyTorch ops "
+        "(the compiled rows of the same table are 16% faster on the same layout)"
+    ),
+    "fa2_on_hopper": (
+        "TorchTitan's H100 runs use F.scaled_dot_product_attention, whose flash backend in PyTorch 2.4-2.5 is "
+        "FlashAttention-2; on H100 it reaches about 35% of the bf16 peak (Shah et al. 2024, FlashAttention-3, Sec. 4.1)"
+    ),
+}
+"""Every source-specific switch `convert` may apply, with the documented difference behind it."""
+PARAM_SWITCHES: dict[str, dict[str, Any]] = {
+    "materialized_attention": {"flash_attention": False},
+    "fa2_on_hopper": {"attention_efficiency": 0.35},
+    "eager_torchtitan": {"eager_elementwise": True},
+}
+"""The CostParams fields a switch changes (the others change the Strategy or the model)."""
+MATERIALIZED_ATTENTION_SOURCES = ("narayanan2021_sc21", "korthikanti2022", "bloom176b", "opt175b")
+"""Sources whose attention wrote the s x s scores (the `materialized_attention` switch)."""
+
+H100_500W_PEAK_RATIO = (989.4 + 835.5) / 2 / 989.4
+"""TorchTitan's 500 W H100: the midpoint of the SXM and NVL dense bf16 peaks, over the SXM peak."""
+
+SCHEDULE_CHOICES = ("1F1B", "Interleaved1F1B")
+"""Schedules the frameworks of the data set run when a source leaves the schedule unstated."""
+
+GPT2_VOCAB = 50272
+"""GPT-2 BPE vocabulary as padded in the OPT configs (Zhang et al. 2022; noted in the data's flops_note)."""
+
+# Slice shapes of Cloud TPU topologies by chip count (Google Cloud TPU docs, "TPU v4" and
+# "TPU v5p" topology tables; v5e-256 is 16x16). PaLM's 3072-chip pods are 3/4 of a 16^3 pod.
+TORUS_3D = {64: (4, 4, 4), 128: (4, 4, 8), 192: (4, 4, 12), 256: (4, 8, 8), 512: (8, 8, 8), 1024: (8, 8, 16), 2048: (8, 16, 16), 3072: (12, 16, 16), 4096: (16, 16, 16)}
+TORUS_2D = {256: (16, 16), 128: (8, 16), 64: (8, 8)}
+
+# MaxText base.yml at 76bd53b0f (sources.maxtext_tpu_tables): dims for global_parameter_scale=1.
+MAXTEXT_BASE = {"emb": 2560, "heads": 8, "mlp": 8192, "layers": 16, "head_dim": 256, "vocab": 32768}
+
+
+@dataclass(kw_only=True, slots=True)
+class Case:
+    """A run converted to the planner's inputs."""
+
+    id: str
+    source: str
+    quality: str
+    target: float
+    model: ModelSpec
+    cluster: Cluster
+    devices: int
+    global_batch: int
+    fixed: dict[str, Any]
+    """Strategy fields the source states (FIXABLE names)."""
+    schedules: tuple[str, ...] = ("1F1B",)
+    """Pipeline schedules to try when the source does not name one."""
+    overlap: dict[str, bool] = field(default_factory=dict)
+    completed: list[str] = field(default_factory=list)
+    """Fields the source leaves null, to be chosen by the search (or filled by a stated default)."""
+    assumptions: list[str] = field(default_factory=list)
+    switches: list[str] = field(default_factory=list)
+    token_scale: float = 1.0
+    """Real tokens per modelled token (< 1 where the sequence is padded to split over tp·cp)."""
+
+
+# ------------------------------------------------------------------------------------------
+# loading
+# ------------------------------------------------------------------------------------------
+def default_runs_path() -> Path:
+    return Path(str(resources.files("bandwise") / "data" / "published_runs.yaml"))
+
+
+def load_runs(path: str | Path | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """(runs, sources) from a file in the published_runs schema (the shipped data set by default)."""
+    p = Path(path) if path is not None else default_runs_path()
+    if not p.is_file():
+        raise BandwiseError(f"--runs {str(p)!r}: no such file; give a YAML file in the published_runs schema")
+    data = yaml.safe_load(p.read_text())
+    if not isinstance(data, dict) or not isinstance(data.get("runs"), list):
+        raise BandwiseError(f"--runs {str(p)!r}: expected a mapping with a 'runs' list (published_runs schema)")
+    return data["runs"], data.get("sources") or {}
+
+
+# ------------------------------------------------------------------------------------------
+# field parsers: the sources' wording -> the planner's values
+# ------------------------------------------------------------------------------------------
+def parse_precision(text: Any) -> str | None:
+    """'FP8-CS', 'Float8 linears', 'FP8 GEMMs (E4M3 ...)' -> fp8; fp16/bf16/'mixed precision' -> bf16.
+
+    fp16 maps to bf16: both run at the same dense tensor-core peak (A100/H100 datasheets).
+    """
+    if text is None:
+        return None
+    t = str(text).lower()
+    if "fp8" in t or "float8" in t:
+        return "fp8"
+    if any(k in t for k in ("bf16", "bfloat16", "fp16", "mixed precision", "float16")):
+        return "bf16"
+    raise BandwiseError(f"precision {text!r}: not recognised; write fp8, bf16 or fp16")
+
+
+def parse_recompute(text: Any) -> str | None:
+    """Recomputation wording -> none / selective / full (None = not stated).
+
+    MaxText remat_policy=minimal saves the matmul outputs and recomputes the element-wise work
+    (Megatron's "selective"); DeepSeek-V3 recomputes RMSNorm and the MLA up-projections
+    (selective); TorchTitan's per-layer selective AC has no exact equivalent, selective is nearest.
+    """
+    if text is None:
+        return None
+    t = str(text).lower()
+    if t.startswith(("no", "none")) or "without activation checkpointing" in t:
+        return "none"
+    if "minimal" in t or "selective" in t or "recomputed" in t:
+        return "selective"
+    if "full" in t or "rematerial" in t or "checkpoint" in t:
+        return "full"
+    raise BandwiseError(f"recompute {text!r}: not recognised; write none, selective or full")
+
+
+def _int(value: Any) -> int | None:
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    m = re.fullmatch(r"\s*(\d+)\s*", str(value))
+    return int(m.group(1)) if m else None
+
+
+def _last_int(value: Any) -> int | None:
+    """'512 -> 1024 -> 2048 (ramp)' -> 2048: the batch the quoted throughput was measured at."""
+    nums = re.findall(r"\d+", str(value).split("(")[0]) if value is not None else []
+    return int(nums[-1]) if nums else None
+
+
+def parse_schedule(text: Any, pp: int, vpp: int | None, layers: int) -> tuple[str | None, int | None]:
+    """(schedule, virtual_stages) from the source's wording; None where it does not say."""
+    t = str(text or "").lower()
+    if pp <= 1:
+        return None, None
+    if "dualpipe" in t:
+        return "DualPipeV", 2
+    m = re.search(r"virtual-pipeline-stage (\d+)", t)
+    if m:
+        per_chunk = int(m.group(1))
+        v = layers // (pp * per_chunk)
+        return ("Interleaved1F1B", v) if v >= 2 else ("1F1B", 1)
+    if "interleaved" in t:
+        m = re.search(r"(\d+) stages", t)
+        v = int(m.group(1)) if m else (vpp if vpp and vpp > 1 else None)
+        return "Interleaved1F1B", v
+    if vpp is not None:
+        return ("Interleaved1F1B", vpp) if vpp > 1 else ("1F1B", 1)
+    if "1f1b" in t:
+        return "1F1B", 1
+    return None, None
+
+
+def maxtext_dims(scale: int) -> dict[str, int]:
+    """MaxText pyconfig `get_individual_scales`: k = log2(scale), b, r = divmod(k, 3); heads and mlp
+    x 2^(b + (r > 0)), emb x 2^(b + (r > 1)), layers x 2^b (sources.maxtext_tpu_tables)."""
+    k = int(round(math.log2(scale)))
+    if 2**k != scale:
+        raise BandwiseError(f"global_parameter_scale={scale} must be a power of two")
+    b, r = divmod(k, 3)
+    B = MAXTEXT_BASE
+    return {
+        "hidden": B["emb"] * 2 ** (b + (r > 1)),
+        "heads": B["heads"] * 2 ** (b + (r > 0)),
+        "ffn": B["mlp"] * 2 ** (b + (r > 0)),
+        "layers": B["layers"] * 2**b,
+        "head_dim": B["head_dim"],
+        "vocab": B["vocab"],
+    }
+
+
+def _leading_int(value: Any) -> int | None:
+    """'256-way fully sharded ...' -> 256."""
+    m = re.match(r"\s*(\d+)", str(value)) if value is not None else None
+    return int(m.group(1)) if m else None
+
+
+def _per_gpu_network(text: str, gpus_per_node: int) -> float | None:
+    """Bytes/s per GPU per direction of a stated scale-out network, or None when not stated."""
+    t = text.lower()
+    if not t or "not stated" in t:
+        return None
+    m = re.search(r"(\d+)\s*opa links per node", t)
+    if m:  # Intel Omni-Path: 100 Gb/s per port (Omni-Path Architecture 100 Series datasheet)
+        return int(m.group(1)) * 100e9 / 8 / gpus_per_node
+    m = re.search(r"(\d+)\s*x\s*(\d+)\s*gb/s", t)
+    if m:
+        return int(m.group(1)) * int(m.group(2)) * 1e9 / 8 / gpus_per_node
+    m = re.search(r"(\d+)\s*gb/s[^,;]*per gpu", t)
+    if m:
+        return int(m.group(1)) * 1e9 / 8
+    m = re.search(r"(\d+)\s*GB/s per GPU", text)
+    if m:
+        return int(m.group(1)) * 1e9
+    return None
+
+
+# ------------------------------------------------------------------------------------------
+# run -> Case
+# ------------------------------------------------------------------------------------------
+def _model(run: dict[str, Any], case_notes: list[str], switches: list[str]) -> ModelSpec:
+    m = run.get("model") or {}
+    rid = run.get("id", "?")
+    if run.get("source") == "maxtext_tpu_tables":
+        scale = re.search(r"global_parameter_scale=(\d+)", str(m.get("name", "")))
+        if scale:
+            dims = maxtext_dims(int(scale.group(1)))
+            stated = {k: m.get(k) for k in dims}
+            if any(v is not None and v != dims[k] for k, v in stated.items()):
+                raise BandwiseError(f"run {rid}: model dims {stated} disagree with MaxText's scale rule {dims}")
+            m = {**m, **dims}
+    for key in ("layers", "hidden", "heads"):
+        if _int(m.get(key)) is None:
+            raise BandwiseError(f"run {rid}: model.{key} is missing; the run cannot be modelled without it")
+    hidden, heads = int(m["hidden"]), int(m["heads"])
+    ffn_type = str(m.get("ffn_type") or "").lower()
+    # SwiGLU/GeGLU have three matrices; GELU, ReLU, squared-ReLU two. Unstated: GPT's GELU for dense
+    # models, SwiGLU experts for MoE (the data set's own FLOP count assumes 3·h·expert_ffn).
+    gated = "glu" in ffn_type or (not ffn_type and bool(m.get("moe")))
+    kw: dict[str, Any] = dict(
+        name=str(m.get("name") or rid), layers=int(m["layers"]), hidden=hidden, heads=heads,
+        kv_heads=_int(m.get("kv_heads")) or 0, head_dim=_int(m.get("head_dim")) or 0, gated_mlp=gated,
+        tied_embeddings=bool(m.get("tied_embeddings")) or run.get("source") == "maxtext_tpu_tables",
+    )
+    if not m.get("ffn_type"):
+        case_notes.append("MLP type not stated: " + ("SwiGLU experts" if gated else "GELU 2-matrix (GPT default)"))
+    ffn = _int(m.get("ffn"))
+    moe = m.get("moe") or {}
+    if ffn is None and not moe:
+        ffn = 4 * hidden
+        case_notes.append("ffn not stated: 4h (Megatron GPT default)")
+    if _int(m.get("kv_heads")) is None:
+        case_notes.append("kv_heads not stated: MHA")
+    vocab = _int(m.get("vocab"))
+    if vocab is None:
+        vocab = GPT2_VOCAB
+        case_notes.append(f"vocab not stated: GPT-2 BPE {GPT2_VOCAB}")
+    kw["vocab"] = vocab
+    seq = _int(m.get("seq_len"))
+    if seq is None:
+        seq = 8192
+        case_notes.append("seq_len not stated: 8192 (TorchTitan's Llama 3 default)")
+    if run.get("source") == "maxtext_tpu_tables" and "v4" in str(run.get("hardware", {}).get("accelerator", "")).lower():
+        seq = 1024
+        switches.append("maxtext_v4_seq1024")
+    kw["seq_len"] = seq
+    if moe:
+        kw.update(
+            experts=int(moe["num_experts"]), top_k=int(moe["top_k"]), expert_ffn=int(moe["expert_ffn"]),
+            shared_experts=int(moe.get("shared_experts") or 0), shared_expert_ffn=int(moe.get("shared_expert_ffn") or 0),
+            dense_layers=int(moe.get("dense_layers") or 0),
+        )
+        grouped = re.search(r"group-limited \((\d+) groups, top-(\d+)\)", str(moe.get("router") or ""))
+        if grouped:  # DeepSeek-V3 Sec. 3.2.2: each token's experts on at most top-g of the node groups
+            kw.update(expert_groups=int(grouped.group(1)), groups_per_token=int(grouped.group(2)))
+        ffn = ffn or int(moe["expert_ffn"])  # no dense layer uses it when dense_layers == 0
+    kw["ffn"] = ffn
+    mla = re.search(r"MLA \(q_lora (\d+), kv_lora (\d+), qk_nope (\d+), qk_rope (\d+), v (\d+)\)", str(m.get("attention") or ""))
+    if mla:
+        q, kv, nope, rope, v = map(int, mla.groups())
+        kw.update(q_lora_rank=q, kv_lora_rank=kv, qk_nope_head_dim=nope, qk_rope_head_dim=rope, v_head_dim=v, head_dim=0)
+    return ModelSpec(**kw, source=f"published run {rid}")
+
+
+def _cluster(run: dict[str, Any], devices: int, notes: list[str], completed: list[str]) -> Cluster:
+    hw = run.get("hardware") or {}
+    acc = str(hw.get("accelerator") or "")
+    a = acc.lower()
+    if "tpu" in a:
+        gen = "v5p" if "v5p" in a else "v5e" if "v5e" in a else "v4" if "v4" in a else None
+        if gen is None:
+            raise BandwiseError(f"accelerator {acc!r}: no TPU preset; known: TPU v4, v5e, v5p")
+        cluster = get_cluster(f"tpu-{gen}")
+        chips = _int(hw.get("chips_per_slice")) or devices
+        shapes = TORUS_2D if gen == "v5e" else TORUS_3D
+        if chips not in shapes:
+            raise BandwiseError(f"run {run.get('id')}: no known {gen} slice shape for {chips} chips")
+        return cluster.with_level(0, size=chips, torus_dims=shapes[chips])
+    if "a100" in a:
+        cluster = get_cluster("a100-80g")
+    elif "gb200" in a:
+        cluster = get_cluster("gb200-nvl72")
+    elif "b200" in a:
+        cluster = get_cluster("b200")
+    elif "h800" in a:
+        cluster = get_cluster("h800")
+    elif "h100" in a:
+        cluster = get_cluster("h100")
+        if "96gb" in a.replace(" ", ""):
+            # TorchTitan's H100 SXM with 96 GB HBM2e at 500 W: the capacity is stated, and the doc
+            # places its peak "between SXM and NVL": the midpoint of the SXM (989 TFLOPS) and the
+            # H100 NVL datasheet (1,671 sparse = 835 dense) figures. HBM bandwidth is not stated.
+            dev = cluster.device
+            peak = {k: v * H100_500W_PEAK_RATIO for k, v in dev.peak_flops.items()}
+            cluster = cluster.with_device(name="h100-sxm-96g-500w", hbm_bytes=96e9, peak_flops=peak)
+            notes.append(f"H100 96GB HBM2e @500W: peak {peak['bf16'] / 1e12:.0f} TFLOPS, between SXM and NVL as TorchTitan states")
+    else:
+        raise BandwiseError(f"accelerator {acc!r}: no preset; known: A100, H100, H800, B200, GB200, TPU v4/v5e/v5p")
+    gpn = _int(hw.get("gpus_per_node")) or cluster.levels[0].size
+    domain = _int(hw.get("nvlink_domain"))
+    if domain and domain != cluster.levels[0].size:
+        cluster = cluster.with_level(0, size=domain)
+    intra = str(hw.get("intra_node") or "")
+    m = re.search(r"(\d+)\s*GB/s", intra)
+    if m:  # a stated achieved NVLink figure (DeepSeek-V3 Sec. 3.2.2: 160 GB/s on H800)
+        cluster = cluster.with_level(0, bandwidth=float(m.group(1)) * 1e9)
+    net = _per_gpu_network(str(hw.get("inter_node") or ""), gpn)
+    if net is None:
+        if devices > cluster.levels[0].size:
+            completed.append("interconnect")
+    elif abs(net - cluster.levels[1].bandwidth) > 1e6:
+        cluster = cluster.with_level(1, bandwidth=net)
+    return cluster
+
+
+def convert(run: dict[str, Any], sources: dict[str, Any] | None = None) -> Case:
+    """Build the planner's inputs from one run; raises BandwiseError when a needed fact is missing.
+
+    `sources` is the file's sources section: a fact its conventions state for every run of the
+    source (e.g. Narayanan et al. 2021: full activation checkpointing) fills the run's null field.
+    """
+    rid = str(run.get("id") or "?")
+    target = (run.get("target") or {}).get("tokens_per_sec_per_device")
+    if not isinstance(target, (int, float)) or target <= 0:
+        raise BandwiseError(f"run {rid}: target.tokens_per_sec_per_device={target!r} is not a positive number")
+    notes: list[str] = []
+    switches: list[str] = []
+    completed: list[str] = []
+    model = _model(run, notes, switches)
+    hw, p = run.get("hardware") or {}, run.get("parallelism") or {}
+    devices = _int(hw.get("count"))
+    if not devices:
+        raise BandwiseError(f"run {rid}: hardware.count={hw.get('count')!r} is not a device count")
+    cluster = _cluster(run, devices, notes, completed)
+    src = str(run.get("source") or "")
+    fixed: dict[str, Any] = {}
+    overlap: dict[str, bool] = {}
+
+    tp = _int(p.get("tp")) or _last_int(p.get("tp"))
+    pp = _int(p.get("pp"))
+    cp = _int(p.get("cp"))
+    ep = _int(p.get("ep"))
+    for name, v in (("tp", tp), ("pp", pp), ("cp", cp), ("ep", ep)):
+        if v is not None:
+            fixed[name] = v
+    if not model.is_moe:
+        fixed["ep"] = 1
+    dp_stated = _int(p.get("dp"))
+    fsdp_n = _int(p.get("fsdp")) or _leading_int(p.get("fsdp"))
+    dcn = _int(p.get("dp_over_dcn"))
+    if dp_stated is None and fsdp_n and fsdp_n > 1:
+        dp_stated = fsdp_n * (dcn or 1)
+    if cp is None and "cp" not in p:
+        # the source lists its layout without context parallelism (it predates it or does not use it)
+        fixed["cp"] = cp = 1
+    if cp is None and tp and pp and dp_stated and devices % (tp * pp * dp_stated) == 0:
+        fixed["cp"] = cp = devices // (tp * pp * dp_stated)
+    if tp and pp and "cp" in fixed:
+        if devices % (tp * pp * fixed["cp"]):
+            raise BandwiseError(f"run {rid}: {devices} devices are not a multiple of tp·pp·cp = {tp}·{pp}·{fixed['cp']}")
+        dp = devices // (tp * pp * fixed["cp"])
+    else:
+        dp = None
+
+    # ---- data parallelism: replicated, ZeRO-1/2, or fully sharded ----
+    zf = str(p.get("zero_or_fsdp") or "").lower()
+    fsdp_col = str(p.get("fsdp") if p.get("fsdp") is not None else "")
+    if dp is not None:
+        if "zero-3" in zf or "fsdp" in zf or fsdp_col == "1" or "fully sharded" in fsdp_col:
+            if "params not resharded" in zf:  # Llama 3 Sec. 3.3.2: optimizer + gradients sharded
+                fixed.update(dp_shard=1, dp_replicate=dp, zero_stage=2)
+            elif fsdp_n and fsdp_n > 1 and dp % fsdp_n == 0:
+                fixed.update(dp_shard=fsdp_n, dp_replicate=dp // fsdp_n, zero_stage=0)
+            else:
+                rep = dcn or 1
+                if dp % rep:
+                    raise BandwiseError(f"run {rid}: dp={dp} is not a multiple of dp_over_dcn={rep}")
+                fixed.update(dp_shard=dp // rep, dp_replicate=rep, zero_stage=0)
+        elif "zero-1" in zf:
+            fixed.update(dp_shard=1, dp_replicate=dp, zero_stage=1)
+        elif zf.startswith("none") or fsdp_col == "0":
+            fixed.update(dp_shard=1, dp_replicate=dp)
+            if zf.startswith("none"):
+                fixed["zero_stage"] = 0
+        elif not zf:  # nothing said about sharding: plain data parallelism, ZeRO stage left open
+            fixed.update(dp_shard=1, dp_replicate=dp)
+        if "ddp-impl local" in zf:
+            overlap["dp"] = False
+            switches.append("ddp_local_no_overlap")
+        if src == "narayanan2021_sc21" and "zero-3" in zf and "deepspeed" in zf:
+            # one level: every GPU reaches the others through its own NIC, as a flat ring does
+            nic = cluster.levels[-1]
+            cluster = replace(cluster, levels=(replace(nic, size=0),))
+            switches.append("zero3_flat_ring")
+        if "no grad all-reduce overlap" in zf:
+            overlap["dp"] = False
+            switches.append("no_grad_overlap")
+    # Expert parallelism borrows ranks from dp_shard·cp·tp (specs/strategy.py). Megatron carves
+    # EP out of a replicated DP group instead; the nearest expressible layout shards the smallest
+    # DP sub-group that holds the experts.
+    if ep and ep > 1 and "dp_shard" in fixed:
+        region = fixed["dp_shard"] * fixed.get("cp", 1) * fixed.get("tp", 1)
+        if region % ep:
+            need = ep // math.gcd(ep, fixed.get("cp", 1) * fixed.get("tp", 1))
+            total = fixed["dp_shard"] * fixed["dp_replicate"]
+            if total % need:
+                raise BandwiseError(f"run {rid}: ep={ep} cannot be placed on dp={total}·cp·tp")
+            fixed.update(dp_shard=need, dp_replicate=total // need, zero_stage=0)
+            notes.append(f"ep={ep} borrows an FSDP group of {need} (Megatron's expert-data-parallel layout is not expressible)")
+
+    # ---- batch ----
+    seq = model.seq_len
+    gb = _int(p.get("global_batch_seqs"))
+    if gb is None and p.get("global_batch_seqs") is not None:
+        gb = _last_int(p.get("global_batch_seqs"))
+        notes.append(f"global batch ramp {p.get('global_batch_seqs')!r}: the final {gb} sequences")
+    local = _int(p.get("batch_size_per_dp")) or _int(p.get("micro_batch_or_local_batch"))
+    if gb is None and local and dp:
+        gb = local * dp
+    if gb is None and _int(p.get("global_batch_tokens")):
+        gb = int(p["global_batch_tokens"]) // seq
+    if gb is None:
+        raise BandwiseError(f"run {rid}: no global batch (global_batch_seqs, global_batch_tokens or a per-rank batch)")
+    if dp and gb % dp:
+        rounded = max(dp, round(gb / dp) * dp)
+        notes.append(f"global batch {gb} is not a multiple of dp={dp}: {rounded} sequences")
+        gb = rounded
+    mb = _int(p.get("micro_batch"))
+    ga = _int(p.get("grad_accum"))
+    if mb is None and dp and _int(p.get("per_device_batch_seqs")) is not None:
+        mb = gb // (dp * (ga or 1))  # MaxText: per-chip batch x TP chips per data-parallel rank
+    if mb is None and dp and _int(p.get("micro_batch_or_local_batch")) and not (pp and pp > 1):
+        mb = gb // dp  # TorchTitan without PP: the local batch is one micro-batch
+    if mb is not None:
+        fixed["micro_batch"] = mb
+
+    # ---- schedule, recompute, precision ----
+    schedules: tuple[str, ...] = ("1F1B",)
+    if pp and pp > 1:
+        sched, v = parse_schedule(p.get("pp_schedule"), pp, _int(p.get("vpp")), model.layers)
+        if sched:
+            fixed["schedule"] = sched
+            schedules = (sched,)
+            if v:
+                fixed["virtual_stages"] = v
+            else:
+                completed.append("virtual_stages")
+        else:
+            schedules = SCHEDULE_CHOICES
+            completed.append("schedule")
+    elif pp == 1:
+        fixed.update(schedule="1F1B", virtual_stages=1)
+    split = (tp or 1) * (cp or 1)
+    if model.seq_len % split:
+        # Strategy splits the sequence over tp·cp (sequence parallelism); a layout that does not
+        # divide it runs with the sequence padded to the next multiple, as frameworks pad.
+        padded = -(-model.seq_len // split) * split
+        notes.append(f"seq_len {model.seq_len} padded to {padded} to split over tp·cp = {split}")
+        model = model.with_seq_len(padded)
+        token_scale = seq / padded
+    else:
+        token_scale = 1.0
+    rec = parse_recompute(p.get("recompute"))
+    conventions = str(((sources or {}).get(src) or {}).get("conventions") or "")
+    if rec is None and re.search(r"\bfull\b[^.;,]*activation checkpointing", conventions):
+        rec = "full"
+        notes.append("recompute from the source's conventions: full")
+    if rec:
+        fixed["recompute"] = rec
+    prec = parse_precision(run.get("precision"))
+    if prec is None:
+        prec = "bf16"
+        notes.append("precision not stated: bf16")
+    fixed["precision"] = prec
+
+    if src == "megatron_h100_2024":
+        overlap["tp"] = True
+        switches.append("megatron_tp_overlap")
+    if p.get("async_tp"):
+        overlap["tp"] = True
+        switches.append("async_tp")
+    if src in MATERIALIZED_ATTENTION_SOURCES:
+        switches.append("materialized_attention")
+    if src == "torchtitan" and "H100" in str((run.get("hardware") or {}).get("accelerator")):
+        switches.append("fa2_on_hopper")
+    if src == "torchtitan" and "compile" not in str(run.get("precision") or "").lower():
+        switches.append("eager_torchtitan")
+
+    for name in FIXABLE:
+        if name not in fixed and name not in ("schedule", "virtual_stages") and not (name == "ep" and not model.is_moe):
+            completed.append(name)
+    if pp is None:
+        completed.append("schedule")
+        schedules = SCHEDULE_CHOICES
+    return Case(
+        id=rid, source=src, quality=str((run.get("target") or {}).get("quality") or "unknown"), target=float(target),
+        model=model, cluster=cluster, devices=devices, global_batch=int(gb), fixed=fixed, schedules=schedules,
+        overlap=overlap, completed=sorted(set(completed)), assumptions=notes, switches=switches, token_scale=token_scale,
+    )
