@@ -298,7 +298,7 @@ def _combine(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, b: dict[str, n
     n_mb = np.maximum(np.floor(gb / (dp * mb)), 1.0)
     rec, zero, tokens = c.recompute, b["zero"], b["tokens"]
     L, frac_moe = m_.layers, m_.moe_layers / m_.layers
-    layer_fwd, layer_bwd, layer_attn = b["layer_fwd"], b["layer_bwd"], b["layer_attn"]
+    layer_fwd, layer_bwd = b["layer_fwd"], b["layer_bwd"]
 
     # ---- compute per micro-batch on the fullest pipeline rank ----
     layer_recompute = np.select([rec == _FULL, rec == _SELECTIVE], [layer_fwd, b["selective_cost"]], 0.0)

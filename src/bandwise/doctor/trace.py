@@ -315,7 +315,6 @@ def _gpu_signals(c: _Collected, per_step: list[dict[str, float]], windows: list[
     launch = float(np.median(np.frombuffer(c.launch_us, dtype=np.float32))) if len(c.launch_us) else None
     tc, fp32 = float(dur[code == K_GEMM_TC].sum()), float(dur[code == K_GEMM_FP32].sum())
     n_steps = max(1, len(windows))
-    total_us = sum(b - a for a, b in windows)
     return {
         "gpu_busy_share": med("gpu_busy_share"),
         "comm_share": med("comm_share"),
@@ -343,7 +342,6 @@ def _cpu_signals(c: _Collected, main_tids: set[str], windows: list[tuple[float, 
         for k in (C_GEMM_FP32, C_GEMM_LOW, C_GEMM_UNKNOWN, C_SOFTMAX, C_SDPA):
             durs[k].append((e - s)[code == k])
     cat = {k: np.concatenate(v) if v else np.empty(0) for k, v in durs.items()}
-    total_us = sum(b - a for a, b in windows)
     fp32, low, unk = (float(cat[k].sum()) for k in (C_GEMM_FP32, C_GEMM_LOW, C_GEMM_UNKNOWN))
     gemm_all = np.concatenate([cat[C_GEMM_FP32], cat[C_GEMM_LOW], cat[C_GEMM_UNKNOWN]])
     out: dict[str, Any] = {
