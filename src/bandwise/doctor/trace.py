@@ -342,6 +342,7 @@ def _cpu_signals(c: _Collected, main_tids: set[str], windows: list[tuple[float, 
         for k in (C_GEMM_FP32, C_GEMM_LOW, C_GEMM_UNKNOWN, C_SOFTMAX, C_SDPA):
             durs[k].append((e - s)[code == k])
     cat = {k: np.concatenate(v) if v else np.empty(0) for k, v in durs.items()}
+    total_us = sum(b - a for a, b in windows)
     fp32, low, unk = (float(cat[k].sum()) for k in (C_GEMM_FP32, C_GEMM_LOW, C_GEMM_UNKNOWN))
     gemm_all = np.concatenate([cat[C_GEMM_FP32], cat[C_GEMM_LOW], cat[C_GEMM_UNKNOWN]])
     out: dict[str, Any] = {
