@@ -97,8 +97,9 @@ class ExperimentConfig:
     val_windows: int = 0
     """Validation windows to use; 0 means the whole validation split."""
     workers: int = 2
-    """Runs trained at once, each in its own process with one thread: the model is so small that
-    a second intra-op thread gains less than a second independent run (measured in RESULTS.md)."""
+    """Runs trained at once, each in its own process with one thread: the model's operations are
+    too small to split across threads, so on 2 cores two single-thread runs finish the --quick
+    grid 1.9x sooner than one two-thread process (benchmarks/RESULTS.md, MoE balance experiment)."""
 
     def __post_init__(self) -> None:
         for name in ("steps", "seeds", "batch", "seq_len", "workers"):

@@ -23,6 +23,7 @@ def plot(summary: Summary, path: str) -> None:
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        from matplotlib.ticker import ScalarFormatter
     except ImportError as exc:
         raise BandwiseError(f"--plot needs matplotlib ({exc}); install it with: pip install 'bandwise[plot]'") from exc
     names = list(summary.means)
@@ -35,9 +36,11 @@ def plot(summary: Summary, path: str) -> None:
         curve = _smooth(summary.mean_curve(name), window)
         ax_curve.plot(range(1, len(curve) + 1), curve, label=name, lw=1.4)
     ax_curve.set_yscale("log")
+    ax_curve.yaxis.set_major_formatter(ScalarFormatter())
+    ax_curve.yaxis.set_minor_formatter(ScalarFormatter())
     ax_curve.set_xlabel("optimizer step")
-    ax_curve.set_ylabel(f"MaxVio_batch (mean of MoE layers and {summary.config.seeds} seed(s), {window}-step average)")
-    ax_curve.set_title("Load imbalance during training")
+    ax_curve.set_ylabel("MaxVio_batch")
+    ax_curve.set_title(f"Load imbalance in training (mean of MoE layers and {summary.config.seeds} seed(s), {window}-step average)", fontsize=9)
     ax_curve.legend(fontsize=8)
     ax_curve.grid(alpha=0.3, which="both")
 
@@ -51,8 +54,8 @@ def plot(summary: Summary, path: str) -> None:
     pad = max(0.01, (high - low) * 0.5)
     ax_bar.set_ylim(low - pad, high + pad)  # differences are a few per mille; a zero-based axis hides them
     ax_bar.set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=8)
-    ax_bar.set_ylabel("validation loss (nats/byte; bars: mean, dots: seeds)")
-    ax_bar.set_title("Validation loss")
+    ax_bar.set_ylabel("validation loss (nats/byte)")
+    ax_bar.set_title("Validation loss (bars: mean, dots: seeds)", fontsize=9)
     ax_bar.grid(alpha=0.3, axis="y")
     fig.suptitle(f"Loss-free balancing vs auxiliary loss (Wang et al. 2024) — {summary.config.steps} steps, sigmoid top-{spec.top_k} of {spec.experts} routed + {spec.shared_experts} shared experts", fontsize=10)
     fig.tight_layout()
