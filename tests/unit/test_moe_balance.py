@@ -145,3 +145,12 @@ def test_quick_run_shows_the_papers_ordering(capsys, tmp_path):
     # Without balancing pressure early on, both start far from balance; aux_free ends balanced.
     assert free["late"] < free["early"]
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_human_output_has_a_row_per_router_and_the_checks(capsys):
+    code, out, _ = run(["experiment", "moe-balance", "--quick", "--steps", "8", "--seeds", "1"], capsys)
+    assert code == 0
+    rows = [line for line in out.splitlines() if line.startswith("│")]
+    assert [r.split("│")[1].strip() for r in rows] == [r.name for r in ExperimentConfig.quick().routers]
+    assert "8 steps x 1 seed(s)" in out
+    assert "aux_free MaxVio_global <= 0.5 x aux_loss's" in out and "aux_free val loss <= aux_loss's + 0.5%" in out

@@ -89,10 +89,15 @@ class ExperimentConfig:
     """Sequences per optimizer step."""
     seq_len: int = 128
     lr: float = 3e-3
+    """Peak AdamW learning rate (the trainer's default for its CPU-sized models)."""
     warmup: int = 30
+    """Linear warm-up steps."""
     min_lr_ratio: float = 0.1
+    """Final learning rate as a fraction of the peak (cosine floor)."""
     weight_decay: float = 0.1
+    """AdamW decoupled weight decay on matrices (Loshchilov & Hutter 2019); none on norms."""
     clip: float = 1.0
+    """Global gradient-norm clip."""
     routers: tuple[Router, ...] = ROUTERS
     val_windows: int = 0
     """Validation windows to use; 0 means the whole validation split."""
@@ -275,8 +280,11 @@ def summarize(cfg: ExperimentConfig, runs: list[RunResult], seconds: float) -> S
     for router in cfg.routers:
         rs = s.by_router(router.name)
         s.means[router.name] = {
-            key: statistics.fmean(getattr(r, key) if key in ("val_loss", "maxvio_global", "perplexity") else getattr(r, key)() for r in rs)
-            for key in ("val_loss", "perplexity", "maxvio_global", "early", "late")
+            "val_loss": statistics.fmean(r.val_loss for r in rs),
+            "perplexity": statistics.fmean(r.perplexity for r in rs),
+            "maxvio_global": statistics.fmean(r.maxvio_global for r in rs),
+            "early": statistics.fmean(r.early() for r in rs),
+            "late": statistics.fmean(r.late() for r in rs),
         }
     m = s.means
     if "aux_free" in m and "aux_loss" in m:
