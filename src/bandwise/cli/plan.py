@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import typer
@@ -10,18 +9,28 @@ from rich.panel import Panel
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from bandwise.cli.options import (
+    GLOBAL_BATCH,
+    GLOBAL_BATCH_TOKENS,
+    HEADROOM,
+    JSON_OUT,
+    OVERLAP_TP,
+    PRECISION,
+    SEQ_LEN,
+    THRESHOLD_OPT,
+    fraction,
+    global_batch_of,
+    model_spec,
+    precisions_of,
+)
 from bandwise.cost.step import CostParams, estimate as estimate_one
 from bandwise.errors import BandwiseError
 from bandwise.plan.search import FIXABLE, Layout, search
-from bandwise.plan.verdict import THRESHOLD, decide, suggest_fit
+from bandwise.plan.verdict import decide, suggest_fit
 from bandwise.report.output import Output
 from bandwise.report.tables import breakdown, layouts_table
-from bandwise.specs.model import ModelSpec
-from bandwise.specs.registry import cluster_presets, get_cluster, get_model, model_presets
+from bandwise.specs.registry import cluster_presets, get_cluster, model_presets
 from bandwise.specs.strategy import PRECISIONS, RECOMPUTE, SCHEDULES, Strategy
-
-DEFAULT_BATCH_TOKENS = 1 << 22
-"""4M tokens per step, the scale of published runs (GPT-3 3.2M, Llama 3 405B 4M at first)."""
 
 PLAN_HELP = """Find the parallel layout with the most tokens/s per device that fits in memory, and say whether
 pipeline parallelism (PP) is worth it.
@@ -87,31 +96,6 @@ def clusters(json_out: bool = typer.Option(False, "--json", help="Print JSON ins
     out.print(table)
 
 
-def _model(name: str, seq_len: int | None) -> ModelSpec:
-    model = get_model(name)
-    return model.with_seq_len(seq_len) if seq_len is not None else model
-
-
-def _global_batch(model: ModelSpec, seqs: int | None, tokens: int | None, devices: int) -> int:
-    if seqs is not None and tokens is not None:
-        raise BandwiseError("give --global-batch (sequences) or --global-batch-tokens, not both")
-    if tokens is not None:
-        if tokens <= 0 or tokens % model.seq_len:
-            raise BandwiseError(f"--global-batch-tokens={tokens} must be a positive multiple of seq_len={model.seq_len}")
-        return tokens // model.seq_len
-    if seqs is None:
-        return max(DEFAULT_BATCH_TOKENS // model.seq_len, devices)
-    if seqs <= 0:
-        raise BandwiseError(f"--global-batch={seqs} must be a positive number of sequences")
-    return seqs
-
-
-def _fraction(name: str, value: float) -> float:
-    if not (math.isfinite(value) and 0 <= value < 1):
-        raise BandwiseError(f"{name}={value} must be a fraction in [0, 1)")
-    return value
-
-
 def _parse_fix(text: str | None) -> dict[str, Any]:
     """'tp=1,ep=64,schedule=1F1B' -> {'tp': 1, 'ep': 64, 'schedule': '1F1B'}."""
     fixed: dict[str, Any] = {}
@@ -139,30 +123,27 @@ def plan(
     model: str = typer.Option("llama3-70b", "--model", "-m", help="Model preset or path to a config.json."),
     cluster: str = typer.Option("h100", "--cluster", "-c", help="Cluster preset (bandwise clusters)."),
     devices: int = typer.Option(64, "--devices", "-n", help="Number of accelerators."),
-    seq_len: int | None = typer.Option(None, "--seq-len", help="Training sequence length (default: the model's)."),
-    global_batch: int | None = typer.Option(None, "--global-batch", help="Sequences per optimizer step."),
-    global_batch_tokens: int | None = typer.Option(None, "--global-batch-tokens", help="Tokens per optimizer step (alternative to --global-batch; default 4M)."),
+    seq_len: int | None = SEQ_LEN,
+    global_batch: int | None = GLOBAL_BATCH,
+    global_batch_tokens: int | None = GLOBAL_BATCH_TOKENS,
     top: int = typer.Option(10, "--top", help="How many layouts to list."),
     no_pp: bool = typer.Option(False, "--no-pp", help="Search only layouts without pipeline parallelism."),
     fix: str | None = typer.Option(None, "--fix", help="Pin fields, e.g. tp=1,ep=64,schedule=1F1B."),
-    precision: str = typer.Option("bf16", "--precision", help="bf16, fp8, or bf16,fp8 to search both."),
-    threshold: float = typer.Option(THRESHOLD, "--threshold", help="PP is 'not needed' if the best no-PP layout is within this share."),
-    headroom: float = typer.Option(0.1, "--headroom", help="Share of device memory kept free."),
-    overlap_tp: bool = typer.Option(False, "--overlap-tp", help="Assume TP communication overlapped with GEMMs (async TP)."),
-    json_out: bool = typer.Option(False, "--json", help="Print one JSON document."),
+    precision: str = PRECISION,
+    threshold: float = THRESHOLD_OPT,
+    headroom: float = HEADROOM,
+    overlap_tp: bool = OVERLAP_TP,
+    json_out: bool = JSON_OUT,
 ) -> None:
     out = Output(json_mode=json_out)
-    spec = _model(model, seq_len)
+    spec = model_spec(model, seq_len)
     clus = get_cluster(cluster)
     clus.check_devices(devices)
     if top < 1:
         raise BandwiseError(f"--top={top} must be >= 1")
-    gb = _global_batch(spec, global_batch, global_batch_tokens, devices)
-    precisions = tuple(p.strip() for p in precision.split(",") if p.strip())
-    bad = [p for p in precisions if p not in PRECISIONS]
-    if bad or not precisions:
-        raise BandwiseError(f"--precision {precision!r}: valid values are {', '.join(PRECISIONS)} (comma-separated)")
-    params = CostParams(headroom=_fraction("--headroom", headroom))
+    gb = global_batch_of(spec, global_batch, global_batch_tokens, devices)
+    precisions = precisions_of(precision)
+    params = CostParams(headroom=fraction("--headroom", headroom))
     kw = dict(fixed=_parse_fix(fix), precisions=precisions, overlap={"tp": overlap_tp}, params=params)
     if json_out:
         result = search(spec, clus, devices, gb, top=top, allow_pp=not no_pp, **kw)
@@ -176,7 +157,7 @@ def plan(
             f"{devices} into data x tensor x context x pipeline degrees divides the batch, the heads ({spec.heads}) and the layers "
             f"({spec.layers}); use a device count such as {1 << (devices.bit_length() - 1)} or a global batch that is a multiple of {devices}"
         )
-    verdict = decide(result, clus, _fraction("--threshold", threshold))
+    verdict = decide(result, clus, fraction("--threshold", threshold))
     if result.best is None:
         verdict.reason += "; " + suggest_fit(spec, clus, devices, gb, allow_pp=not no_pp, fixed={"micro_batch": 1, "recompute": "full"}, precisions=precisions, params=params)
     if json_out:
@@ -231,7 +212,7 @@ def estimate(
 ) -> None:
     """Estimate one layout: step time split into compute, exposed communication per dim, bubble and optimizer; memory; MFU."""
     out = Output(json_mode=json_out)
-    spec = _model(model, seq_len)
+    spec = model_spec(model, seq_len)
     clus = get_cluster(cluster)
     strategy = Strategy(
         dp_replicate=dp_replicate, dp_shard=dp_shard, tp=tp, cp=cp, pp=pp, ep=ep, zero_stage=zero, schedule=schedule,
@@ -240,7 +221,7 @@ def estimate(
     )
     n = strategy.world_size if devices is None else devices
     strategy.check(n, spec)
-    est = estimate_one(spec, clus, strategy, CostParams(headroom=_fraction("--headroom", headroom)))
+    est = estimate_one(spec, clus, strategy, CostParams(headroom=fraction("--headroom", headroom)))
     layout = Layout(strategy=strategy, estimate=est)
     if json_out:
         out.emit_json(layout)

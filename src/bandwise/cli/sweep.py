@@ -8,15 +8,26 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from bandwise.cli.plan import _fraction, _global_batch, _model
+from bandwise.cli.options import (
+    GLOBAL_BATCH,
+    GLOBAL_BATCH_TOKENS,
+    HEADROOM,
+    JSON_OUT,
+    OVERLAP_TP,
+    PRECISION,
+    SEQ_LEN,
+    THRESHOLD_OPT,
+    fraction,
+    global_batch_of,
+    model_spec,
+    precisions_of,
+)
 from bandwise.cost.step import CostParams
 from bandwise.errors import BandwiseError
 from bandwise.plan.search import Layout
 from bandwise.plan.sweep import VARY_KINDS, PlanInputs, Point, SweepResult, compare as compare_clusters, parse_vary, sweep as sweep_points, vary_cluster
-from bandwise.plan.verdict import THRESHOLD
 from bandwise.report.output import Output
 from bandwise.specs.registry import get_cluster
-from bandwise.specs.strategy import PRECISIONS
 
 DEFAULT_CLUSTERS = "h100,h800,gb200-nvl72,tpu-v5p"
 
@@ -45,21 +56,18 @@ is within --threshold of the best overall there, exactly as `bandwise plan` deci
 
 def _inputs(model: str, devices: int, seq_len: int | None, global_batch: int | None, global_batch_tokens: int | None,
             precision: str, threshold: float, headroom: float, overlap_tp: bool, overlap_ep: bool) -> PlanInputs:
-    spec = _model(model, seq_len)
+    spec = model_spec(model, seq_len)
     if not isinstance(devices, int) or devices < 1:
         raise BandwiseError(f"devices={devices!r} must be a positive integer")
-    precisions = tuple(p.strip() for p in precision.split(",") if p.strip())
-    bad = [p for p in precisions if p not in PRECISIONS]
-    if bad or not precisions:
-        raise BandwiseError(f"--precision {precision!r}: valid values are {', '.join(PRECISIONS)} (comma-separated)")
+    precisions = precisions_of(precision)
     return PlanInputs(
         model=spec,
         devices=devices,
-        global_batch=_global_batch(spec, global_batch, global_batch_tokens, devices),
-        threshold=_fraction("--threshold", threshold),
+        global_batch=global_batch_of(spec, global_batch, global_batch_tokens, devices),
+        threshold=fraction("--threshold", threshold),
         precisions=precisions,
         overlap={"tp": overlap_tp, "ep": overlap_ep},
-        params=CostParams(headroom=_fraction("--headroom", headroom)),
+        params=CostParams(headroom=fraction("--headroom", headroom)),
     )
 
 
@@ -121,17 +129,17 @@ def compare(
     model: str = typer.Option("deepseek-v3", "--model", "-m", help="Model preset or path to a config.json."),
     devices: int = typer.Option(2048, "--devices", "-n", help="Number of accelerators."),
     clusters: str = typer.Option(DEFAULT_CLUSTERS, "--clusters", "-c", help="Cluster presets, comma-separated."),
-    seq_len: int | None = typer.Option(None, "--seq-len", help="Training sequence length (default: the model's)."),
-    global_batch: int | None = typer.Option(None, "--global-batch", help="Sequences per optimizer step."),
-    global_batch_tokens: int | None = typer.Option(None, "--global-batch-tokens", help="Tokens per optimizer step (default 4M, at least one sequence per device)."),
-    precision: str = typer.Option("bf16", "--precision", help="bf16, fp8, or bf16,fp8 to search both."),
-    threshold: float = typer.Option(THRESHOLD, "--threshold", help="PP is 'not needed' if the best no-PP layout is within this share."),
-    headroom: float = typer.Option(0.1, "--headroom", help="Share of device memory kept free."),
-    overlap_tp: bool = typer.Option(False, "--overlap-tp", help="Assume TP communication overlapped with GEMMs (async TP)."),
+    seq_len: int | None = SEQ_LEN,
+    global_batch: int | None = GLOBAL_BATCH,
+    global_batch_tokens: int | None = GLOBAL_BATCH_TOKENS,
+    precision: str = PRECISION,
+    threshold: float = THRESHOLD_OPT,
+    headroom: float = HEADROOM,
+    overlap_tp: bool = OVERLAP_TP,
     overlap_ep: bool = typer.Option(False, "--overlap-ep", help="Assume the expert all-to-all hidden behind compute in every layout, not only under DualPipeV."),
     jobs: int = typer.Option(1, "--jobs", "-j", help="Plan this many points at once in worker processes."),
     png: Path | None = typer.Option(None, "--png", help="Also draw the grouped bar chart to this PNG file."),
-    json_out: bool = typer.Option(False, "--json", help="Print one JSON document."),
+    json_out: bool = JSON_OUT,
 ) -> None:
     out = Output(json_mode=json_out)
     inputs = _inputs(model, devices, seq_len, global_batch, global_batch_tokens, precision, threshold, headroom, overlap_tp, overlap_ep)
@@ -166,17 +174,17 @@ def sweep(
     model: str = typer.Option("deepseek-v3", "--model", "-m", help="Model preset or path to a config.json."),
     devices: int = typer.Option(2048, "--devices", "-n", help="Number of accelerators."),
     base_cluster: str = typer.Option("h100", "--base-cluster", "-c", help="Cluster preset whose level is varied."),
-    seq_len: int | None = typer.Option(None, "--seq-len", help="Training sequence length (default: the model's)."),
-    global_batch: int | None = typer.Option(None, "--global-batch", help="Sequences per optimizer step."),
-    global_batch_tokens: int | None = typer.Option(None, "--global-batch-tokens", help="Tokens per optimizer step (default 4M, at least one sequence per device)."),
-    precision: str = typer.Option("bf16", "--precision", help="bf16, fp8, or bf16,fp8 to search both."),
-    threshold: float = typer.Option(THRESHOLD, "--threshold", help="PP is 'not needed' if the best no-PP layout is within this share."),
-    headroom: float = typer.Option(0.1, "--headroom", help="Share of device memory kept free."),
-    overlap_tp: bool = typer.Option(False, "--overlap-tp", help="Assume TP communication overlapped with GEMMs (async TP)."),
+    seq_len: int | None = SEQ_LEN,
+    global_batch: int | None = GLOBAL_BATCH,
+    global_batch_tokens: int | None = GLOBAL_BATCH_TOKENS,
+    precision: str = PRECISION,
+    threshold: float = THRESHOLD_OPT,
+    headroom: float = HEADROOM,
+    overlap_tp: bool = OVERLAP_TP,
     overlap_ep: bool = typer.Option(False, "--overlap-ep", help="Assume the expert all-to-all hidden behind compute in every layout, not only under DualPipeV."),
     jobs: int = typer.Option(1, "--jobs", "-j", help="Plan this many points at once in worker processes."),
     png: Path | None = typer.Option(None, "--png", help="Also draw MFU against the varied quantity, and the exposed communication by dim, to this PNG file."),
-    json_out: bool = typer.Option(False, "--json", help="Print one JSON document."),
+    json_out: bool = JSON_OUT,
 ) -> None:
     out = Output(json_mode=json_out)
     _check_jobs(jobs)
