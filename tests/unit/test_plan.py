@@ -159,3 +159,10 @@ def test_no_pp_search_has_no_pipeline():
     r = search(get_model("llama3-8b"), get_cluster("h100"), 16, 64, top=5, allow_pp=False)
     assert all(l.strategy.pp == 1 for l in r.top)
     assert np.isclose(r.best.estimate.tokens_per_s_per_device, r.best_without_pp.estimate.tokens_per_s_per_device)
+
+
+def test_verdict_without_pp_names_what_the_best_pipeline_would_give():
+    result = _result([_layout(1, 1000.0)], _layout(1, 1000.0))
+    result.best_with_pp = _layout(2, 950.0)
+    v = decide(result, get_cluster("h100"))
+    assert not v.needs_pp and "best pipelined layout" in v.reason and "-5% tokens/s" in v.reason

@@ -49,6 +49,8 @@ class SearchResult:
     seconds: float
     top: list[Layout]
     best_without_pp: Layout | None
+    best_with_pp: Layout | None = None
+    """The best fitting layout that does use pipeline parallelism (for the verdict's comparison)."""
     min_memory_gib: float
     """Least memory any valid candidate needs (explains a search where nothing fits)."""
     min_memory_gib_without_pp: float
@@ -217,6 +219,7 @@ def search(
     pool_c: list[SimpleNamespace] = []
     pool_tps: list[np.ndarray] = []
     best_nopp: tuple[float, SimpleNamespace] | None = None
+    best_pp: tuple[float, SimpleNamespace] | None = None
     min_mem, min_mem_nopp = np.inf, np.inf
     for chunk in candidate_chunks(model, devices, global_batch, fixed=fixed, allow_pp=allow_pp, precisions=precisions):
         ok = valid_mask(chunk, devices, model)
@@ -241,10 +244,16 @@ def search(
         idx = np.argpartition(-tps, k - 1)[:k]
         pool_c.append(_take(c, idx))
         pool_tps.append(tps[idx])
-        cand = np.where(nopp, tps, -np.inf)
-        j = int(np.argmax(cand))
-        if np.isfinite(cand[j]) and (best_nopp is None or cand[j] > best_nopp[0]):
-            best_nopp = (float(cand[j]), _take(c, np.array([j])))
+        for with_pp in (False, True):
+            cand = np.where(nopp != with_pp, tps, -np.inf)
+            j = int(np.argmax(cand))
+            held = best_pp if with_pp else best_nopp
+            if np.isfinite(cand[j]) and (held is None or cand[j] > held[0]):
+                held = (float(cand[j]), _take(c, np.array([j])))
+                if with_pp:
+                    best_pp = held
+                else:
+                    best_nopp = held
 
     def layout(c: SimpleNamespace, i: int) -> Layout:
         r = evaluate(model, cluster, _take(c, np.array([i])), order, params)
@@ -262,6 +271,7 @@ def search(
         seconds=time.perf_counter() - t0,
         top=layouts,
         best_without_pp=layout(best_nopp[1], 0) if best_nopp else None,
+        best_with_pp=layout(best_pp[1], 0) if best_pp else None,
         min_memory_gib=min_mem / 2**30,
         min_memory_gib_without_pp=min_mem_nopp / 2**30,
         capacity_gib=cap / 2**30,

@@ -80,10 +80,17 @@ def decide(result: SearchResult, cluster: Cluster, threshold: float = THRESHOLD)
             ),
         )
     if best.strategy.pp == 1:
+        piped = result.best_with_pp
+        versus = (
+            f"; the best pipelined layout ({piped.strategy.describe()}) reaches {piped.estimate.mfu:.1%}, "
+            f"{piped.estimate.tokens_per_s_per_device / best.estimate.tokens_per_s_per_device - 1:+.0%} tokens/s"
+            if piped is not None
+            else "; no pipelined layout fits"
+        )
         return Verdict(
             needs_pp=False,
             gain=0.0,
-            reason=f"the best layout uses no pipeline parallelism: {best.strategy.describe()} reaches {best.estimate.mfu:.1%} MFU",
+            reason=f"the best layout uses no pipeline parallelism: {best.strategy.describe()} reaches {best.estimate.mfu:.1%} MFU{versus}",
         )
     if nopp is None and not np.isfinite(result.min_memory_gib_without_pp):
         return Verdict(
