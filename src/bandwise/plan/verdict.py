@@ -129,7 +129,7 @@ def _why_pp(best: Layout, nopp: Layout, cluster: Cluster, gain: float) -> str:
     """Name the no-PP costs that the PP layout avoids, largest first."""
     b, n = best.estimate.breakdown, nopp.estimate.breakdown
     step = nopp.estimate.step_time_s
-    diffs = sorted(((n[k] - b[k], k) for k in n if k not in ("bubble",)), reverse=True)
+    diffs = sorted(((n[k] - b[k], k) for k in n if k not in ("bubble", "compute", "optimizer")), reverse=True)
     parts = []
     for delta, k in diffs[:2]:
         if delta <= 0.01 * step:
