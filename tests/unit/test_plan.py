@@ -166,3 +166,29 @@ def test_verdict_without_pp_names_what_the_best_pipeline_would_give():
     result.best_with_pp = _layout(2, 950.0)
     v = decide(result, get_cluster("h100"))
     assert not v.needs_pp and "best pipelined layout" in v.reason and "-5% tokens/s" in v.reason
+
+
+@pytest.mark.parametrize("model_name", ["llama3-8b", "mixtral-8x7b"])
+def test_network_search_equals_the_exhaustive_search(model_name):
+    """Pruning by the compute-only bound must not change any answer of the exhaustive search."""
+    from bandwise.plan.search import NetworkSearch
+
+    model, base = get_model(model_name).with_seq_len(4096), get_cluster("h100")
+    shared = NetworkSearch(model, base, 32, 128, top=5)
+    variants = [base.with_level(1, bandwidth=b * 1e9) for b in (5, 50, 800)] + [base.with_level(0, size=s) for s in (2, 16)]
+    for cluster in variants:
+        fast, full = shared.search(cluster), search(model, cluster, 32, 128, top=5)
+        assert (fast.searched, fast.fitting) == (full.searched, full.fitting)
+        assert [l.strategy for l in fast.top] == [l.strategy for l in full.top]
+        assert [l.estimate.step_time_s for l in fast.top] == pytest.approx([l.estimate.step_time_s for l in full.top], rel=1e-12)
+        assert fast.best_without_pp.strategy == full.best_without_pp.strategy
+        assert fast.best_with_pp.strategy == full.best_with_pp.strategy
+        assert decide(fast, cluster) == decide(full, cluster)
+
+
+def test_network_search_refuses_another_device():
+    from bandwise.plan.search import NetworkSearch
+
+    shared = NetworkSearch(DEBUG, get_cluster("h100"), 8, 16, top=1)
+    with pytest.raises(BandwiseError, match="a100"):
+        shared.search(get_cluster("a100-80g"))

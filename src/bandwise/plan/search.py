@@ -218,6 +218,8 @@ def search(
     searched = fitting = 0
     pool_c: list[SimpleNamespace] = []
     pool_tps: list[np.ndarray] = []
+    pool_idx: list[np.ndarray] = []
+    offset = 0  # valid candidates seen before this chunk: a candidate's enumeration index
     best_nopp: tuple[float, SimpleNamespace] | None = None
     best_pp: tuple[float, SimpleNamespace] | None = None
     min_mem, min_mem_nopp = np.inf, np.inf
@@ -229,6 +231,7 @@ def search(
         if not ok.any():
             continue
         c = _with_overlap(_take(chunk, np.flatnonzero(ok)), overlap)
+        first, offset = offset, offset + len(c.tp)
         r = evaluate(model, cluster, c, order, params)
         mem = r["memory_bytes"]
         min_mem = min(min_mem, float(mem.min()))
@@ -241,9 +244,13 @@ def search(
             continue
         tps = np.where(fits, r["tokens_per_s_per_device"], -np.inf)
         k = min(top, int(fits.sum()))
-        idx = np.argpartition(-tps, k - 1)[:k]
+        # the k best, ties broken by enumeration order so that every search path agrees
+        kth = -np.partition(-tps, k - 1)[k - 1]
+        sel = np.flatnonzero(tps >= kth)
+        idx = sel[np.lexsort((sel, -tps[sel]))[:k]]
         pool_c.append(_take(c, idx))
         pool_tps.append(tps[idx])
+        pool_idx.append(first + idx)
         for with_pp in (False, True):
             cand = np.where(nopp != with_pp, tps, -np.inf)
             j = int(np.argmax(cand))
@@ -262,8 +269,8 @@ def search(
     layouts: list[Layout] = []
     if pool_c:
         all_c = SimpleNamespace(**{k: np.concatenate([getattr(p, k) for p in pool_c]) for k in vars(pool_c[0])})
-        all_tps = np.concatenate(pool_tps)
-        for i in np.argsort(-all_tps, kind="stable")[:top]:
+        all_tps, all_idx = np.concatenate(pool_tps), np.concatenate(pool_idx)
+        for i in np.lexsort((all_idx, -all_tps))[:top]:
             layouts.append(layout(all_c, int(i)))
     return SearchResult(
         searched=searched,
@@ -276,3 +283,94 @@ def search(
         min_memory_gib_without_pp=min_mem_nopp / 2**30,
         capacity_gib=cap / 2**30,
     )
+
+
+class NetworkSearch:
+    """Exhaustive searches of one model on clusters that differ only in their interconnect.
+
+    A sweep over scale-up domain size or scale-out bandwidth re-plans the same candidates on the
+    same device: validity, memory and every compute term stay the same, only communication
+    changes. So the candidates are enumerated once, and each is given a lower bound on its step
+    time: its cost on the same device with infinitely fast, latency-free links (every
+    communication term is non-negative and never shrinks as bandwidth falls — a property the
+    tests check). For each cluster, fitting candidates are then evaluated in order of that bound,
+    and the search stops once the next bound cannot beat the k-th best step found: the result is
+    the exhaustive search's, evaluated on a fraction of the candidates.
+    """
+
+    BLOCK = 1 << 14
+
+    def __init__(
+        self, model: ModelSpec, cluster: Cluster, devices: int, global_batch: int, *, top: int = 10, allow_pp: bool = True,
+        fixed: dict[str, Any] | None = None, precisions: tuple[str, ...] = ("bf16",), overlap: dict[str, bool] | None = None,
+        params: CostParams = DEFAULT_PARAMS, order: tuple[str, ...] = DIMS,
+    ) -> None:
+        cluster.check_devices(devices)
+        for p in precisions:
+            cluster.device.peak(p)
+        self.model, self.device, self.devices, self.top = model, cluster.device, devices, top
+        self.params, self.order = params, order
+        chunks = []
+        for chunk in candidate_chunks(model, devices, global_batch, fixed=dict(fixed or {}), allow_pp=allow_pp, precisions=precisions):
+            ok = valid_mask(chunk, devices, model)
+            if ok.any():
+                chunks.append(_with_overlap(_take(chunk, np.flatnonzero(ok)), overlap or {}))
+        if not chunks:
+            raise BandwiseError(f"no valid layout of {model.name} on {devices} devices with a global batch of {global_batch} sequences")
+        self.cols = SimpleNamespace(**{k: np.concatenate([getattr(c, k) for c in chunks]) for k in vars(chunks[0])})
+        ideal = cluster
+        for i in range(len(cluster.levels)):
+            ideal = ideal.with_level(i, bandwidth=1e30, latency=0.0)
+        lower, memory = [], []
+        for start in range(0, len(self.cols.tp), CHUNK):
+            r = evaluate(model, ideal, _take(self.cols, np.arange(start, min(start + CHUNK, len(self.cols.tp)))), order, params)
+            lower.append(r["step_time_s"])
+            memory.append(r["memory_bytes"])
+        self.lower, self.memory = np.concatenate(lower), np.concatenate(memory)
+        self.capacity = capacity_bytes(cluster, params)
+        fits = self.memory <= self.capacity
+        nopp = self.cols.pp == 1
+        self.subsets = [idx[np.argsort(self.lower[idx], kind="stable")] for idx in (np.flatnonzero(fits & nopp), np.flatnonzero(fits & ~nopp))]
+        self.searched, self.fitting = len(self.cols.tp), int(fits.sum())
+        self.min_memory = float(self.memory.min())
+        self.min_memory_nopp = float(self.memory[nopp].min()) if nopp.any() else np.inf
+
+    def _best(self, cluster: Cluster, idx_sorted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(indices, step times) of the `top` fastest candidates of a subset sorted by lower bound."""
+        best_i, best_t = np.empty(0, dtype=np.int64), np.empty(0)
+        for start in range(0, len(idx_sorted), self.BLOCK):
+            block = idx_sorted[start : start + self.BLOCK]
+            if len(best_t) >= self.top and self.lower[block[0]] > best_t[-1]:
+                break  # no remaining candidate can enter the top
+            steps = evaluate(self.model, cluster, _take(self.cols, block), self.order, self.params)["step_time_s"]
+            all_i, all_t = np.concatenate([best_i, block]), np.concatenate([best_t, steps])
+            keep = np.lexsort((all_i, all_t))[: self.top]  # ties by enumeration order, as `search`
+            best_i, best_t = all_i[keep], all_t[keep]
+        return best_i, best_t
+
+    def search(self, cluster: Cluster) -> SearchResult:
+        if cluster.device != self.device:
+            raise BandwiseError(f"cluster {cluster.name} has device {cluster.device.name}; this search was built for {self.device.name}")
+        t0 = time.perf_counter()
+        found = [self._best(cluster, idx) for idx in self.subsets]
+
+        def layout(i: int) -> Layout:
+            c = _take(self.cols, np.array([i]))
+            r = evaluate(self.model, cluster, c, self.order, self.params)
+            return Layout(strategy=_row_strategy(c, 0, self.order), estimate=estimate_from_row(r, 0, self.capacity))
+
+        merged_i = np.concatenate([f[0] for f in found])
+        merged_t = np.concatenate([f[1] for f in found])
+        top = [layout(int(i)) for i in merged_i[np.lexsort((merged_i, merged_t))[: self.top]]]
+        (nopp_i, _), (pp_i, _) = found
+        return SearchResult(
+            searched=self.searched,
+            fitting=self.fitting,
+            seconds=time.perf_counter() - t0,
+            top=top,
+            best_without_pp=layout(int(nopp_i[0])) if len(nopp_i) else None,
+            best_with_pp=layout(int(pp_i[0])) if len(pp_i) else None,
+            min_memory_gib=self.min_memory / 2**30,
+            min_memory_gib_without_pp=self.min_memory_nopp / 2**30,
+            capacity_gib=self.capacity / 2**30,
+        )

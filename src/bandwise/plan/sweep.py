@@ -33,7 +33,7 @@ from typing import Any, Callable
 
 from bandwise.cost.step import DEFAULT_PARAMS, CostParams
 from bandwise.errors import BandwiseError
-from bandwise.plan.search import Layout, SearchResult, search
+from bandwise.plan.search import NetworkSearch, Layout, SearchResult, search
 from bandwise.plan.verdict import THRESHOLD, TERM_WORDS, Verdict, decide, group_link
 from bandwise.specs.hardware import Cluster
 from bandwise.specs.model import ModelSpec
@@ -288,7 +288,25 @@ def crossover(points: list[Point]) -> float | None:
 
 
 def sweep(inputs: PlanInputs, base: Cluster, vary: Vary, *, jobs: int = 1, on_point: Callable[[Point], None] | None = None) -> SweepResult:
-    """Re-plan at each value of the varied quantity, with and without PP."""
+    """Re-plan at each value of the varied quantity, with and without PP.
+
+    Every point varies only the interconnect of one device, so one `NetworkSearch` enumerates
+    the candidates once and answers each point exhaustively by evaluating them in order of their
+    compute-only lower bound (`jobs` is accepted for the command line's sake; one process suffices).
+    """
+    if not isinstance(jobs, int) or jobs < 1:
+        raise BandwiseError(f"--jobs={jobs!r} must be a positive integer")
     clusters = [vary_cluster(base, vary.kind, v) for v in vary.values]
-    points = _run(inputs, [(c, c.name, v) for c, v in zip(clusters, vary.values)], jobs, on_point)
+    for cluster in clusters:
+        cluster.check_devices(inputs.devices)
+    shared = NetworkSearch(
+        inputs.model, base, inputs.devices, inputs.global_batch, top=1,
+        precisions=inputs.precisions, overlap=inputs.overlap, params=inputs.params,
+    )
+    points = []
+    for cluster, value in zip(clusters, vary.values):
+        result = shared.search(cluster)
+        points.append(Point(label=cluster.name, value=value, cluster=cluster, result=result, verdict=decide(result, cluster, inputs.threshold)))
+        if on_point:
+            on_point(points[-1])
     return SweepResult(base=base, vary=vary, points=points)
