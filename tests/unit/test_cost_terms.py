@@ -184,3 +184,12 @@ def test_deepseek_v3_active_parameters_are_37b():
     m = get_model("deepseek-v3")
     assert (m.active_nonembedding_params + m.output_params + m.embedding_params) / 1e9 == pytest.approx(37, rel=0.03)
     assert math.isclose(m.total_params / 1e9, 671, rel_tol=0.01)
+
+
+def test_fp8_casts_count_every_gemm_input_by_hand():
+    from bandwise.cost.flops import FP8_CAST_BYTES, fp8_cast_bytes_per_token
+
+    m = get_model("llama3-8b")  # QKV and MLP-up read h, output projection reads H·d, MLP-down reads ffn
+    assert fp8_cast_bytes_per_token(m, False) == FP8_CAST_BYTES * (2 * 4096 + 32 * 128 + 14336)
+    moe = get_model("deepseek-v3")  # the up-projections of 8 routed + 1 shared expert each read h
+    assert fp8_cast_bytes_per_token(moe, True) == FP8_CAST_BYTES * (7168 * (1 + 9) + 128 * 128 + 8 * 2048 + 2048)

@@ -96,3 +96,17 @@ def elementwise_bytes_per_token(m: ModelSpec, moe_layer: bool, eager: bool = Fal
     norm, rope = (36, 20) if eager else (4, 4)
     act = (10 if eager else 6) if m.gated_mlp else 4
     return 2 * norm * h + 2 * 6 * h + rope * qk + act * f_total + permute
+
+
+FP8_CAST_BYTES = 2 + 1 + 2
+"""HBM bytes per element to quantize a GEMM input to fp8: read the bf16 tensor for its absolute
+maximum (2), read it again and write the 1-byte copy (2 + 1) (Micikevicius et al. 2022, "FP8
+Formats for Deep Learning", Sec. 4: per-tensor scaling from the amax; Transformer Engine's cast)."""
+
+
+def fp8_cast_bytes_per_token(m: ModelSpec, moe_layer: bool) -> float:
+    """Bytes per token of one layer's forward fp8 casts: the inputs of the QKV, output, MLP-up and
+    MLP-down GEMMs (the backward casts the matching output gradients, twice the traffic in all)."""
+    f_total = m.top_k * m.expert_ffn + m.shared_experts * m.shared_ffn if moe_layer else m.ffn
+    up_inputs = m.hidden * (1 + (m.top_k + m.shared_experts if moe_layer else 1))
+    return FP8_CAST_BYTES * (up_inputs + m.heads * m.d_value + f_total)

@@ -33,6 +33,7 @@ from bandwise.cost.flops import (
     attention_core_flops_per_token,
     dense_layer_gemms,
     elementwise_bytes_per_token,
+    fp8_cast_bytes_per_token,
     moe_layer_gemms,
 )
 from bandwise.cost.memory import (
@@ -193,13 +194,17 @@ def _base(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, order: tuple[str,
         attn_bwd = P.attention_backward_ratio * attn_fwd
     else:
         attn_fwd, attn_bwd = _materialized_attention(m_, tokens, tp, bf16_peak, eff, bw * hbm_eff)
-    elem_scale = np.where(fp8, 1.5, 1.0)  # fp8 adds cast/quantize kernels around each GEMM input
+    casts = np.where(fp8, 1.0, 0.0)  # fp8 quantizes every GEMM input (and, backward, every output gradient)
     dense_fwd = _gemms_time(dense_layer_gemms(m_), c, tokens, m_, linear_peak, eff, bw, dev.sm_count) + attn_fwd
-    dense_fwd += memory_bound_time(elementwise_bytes_per_token(m_, False, P.eager_elementwise) * tokens / tp * elem_scale, bw, hbm_eff)
+    dense_fwd += memory_bound_time(
+        (elementwise_bytes_per_token(m_, False, P.eager_elementwise) + casts * fp8_cast_bytes_per_token(m_, False)) * tokens / tp, bw, hbm_eff
+    )
     if m_.is_moe:
         moe_gemms = moe_layer_gemms(m_)
         moe_fwd = _gemms_time(moe_gemms, c, tokens, m_, linear_peak, eff, bw, dev.sm_count) + attn_fwd
-        moe_fwd += memory_bound_time(elementwise_bytes_per_token(m_, True, P.eager_elementwise) * tokens / tp * elem_scale, bw, hbm_eff)
+        moe_fwd += memory_bound_time(
+            (elementwise_bytes_per_token(m_, True, P.eager_elementwise) + casts * fp8_cast_bytes_per_token(m_, True)) * tokens / tp, bw, hbm_eff
+        )
         moe_fwd += (P.expert_imbalance - 1.0) * _gemms_time(moe_gemms[-2:], c, tokens, m_, linear_peak, eff, bw, dev.sm_count)
     else:
         moe_fwd = np.zeros_like(dense_fwd)
