@@ -45,6 +45,8 @@ def _click_class(name: str) -> type[BaseException]:
 
 
 ClickException = _click_class("ClickException")
+OPTIONAL_EXTRAS = {"torch": "train", "matplotlib": "plot"}
+"""Packages only some commands need, and the extra that installs each."""
 USER_ERRORS = (ValueError, OSError, yaml.YAMLError, json.JSONDecodeError, KeyError)
 
 
@@ -73,6 +75,13 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         sys.exit(130)
+    except ModuleNotFoundError as exc:
+        if debug:
+            raise
+        package = (exc.name or "").split(".")[0]
+        if package in OPTIONAL_EXTRAS:
+            _fail(f"this command needs {package}, which is not installed; install it with: pip install 'bandwise[{OPTIONAL_EXTRAS[package]}]'", 2)
+        _fail(f"internal error (ModuleNotFoundError: {exc}); please report it", 1)
     except USER_ERRORS as exc:
         if debug:
             raise
