@@ -16,19 +16,10 @@ import sys
 import tempfile
 import warnings
 
-from bandwise.doctor.faults import FAULTS, FaultConfig, run_fault
+from bandwise.doctor.faults import EXPECTED, FAULTS, FaultConfig, run_fault
 from bandwise.doctor.rules import diagnose
 from bandwise.doctor.signals import signals_from_live, signals_from_trace
 from bandwise.doctor.trace import analyze_trace
-
-EXPECTED = {
-    "none": None,
-    "slow_getitem": "input_bound",
-    "cpu_preprocess": "cpu_preprocessing",
-    "tiny_batch": "small_batch",
-    "fp32": "no_mixed_precision",
-    "manual_attention": "unfused_attention",
-}
 
 
 def diagnose_fault(fault: str, steps: int, tmp: str) -> dict:
@@ -61,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     warnings.filterwarnings("ignore")
     ok = True
-    print(f"| fault | expected | live findings | trace findings | samples/s | correct |")
+    print("| fault | expected | live findings | trace findings | samples/s | correct |")
     print("|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
         for fault in FAULTS:

@@ -8,20 +8,12 @@ import warnings
 
 import pytest
 
-from bandwise.doctor.faults import FAULTS, FaultConfig, run_fault
+from bandwise.doctor.faults import EXPECTED, FAULTS, FaultConfig, run_fault
 from bandwise.doctor.rules import diagnose
 from bandwise.doctor.signals import signals_from_live, signals_from_trace
 from bandwise.doctor.trace import analyze_trace
 from bandwise.errors import BandwiseError
 
-EXPECTED = {
-    "none": None,
-    "slow_getitem": "input_bound",
-    "cpu_preprocess": "cpu_preprocessing",
-    "tiny_batch": "small_batch",
-    "fp32": "no_mixed_precision",
-    "manual_attention": "unfused_attention",
-}
 STEPS = 6
 
 

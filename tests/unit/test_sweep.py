@@ -198,10 +198,10 @@ def test_bad_input_is_one_line_and_exit_2(argv, needle, capsys):
 
 def test_worker_processes_give_the_same_points(capsys):
     inp = PlanInputs(model=get_model("debug-moe"), devices=16, global_batch=32)
-    vary = parse_vary("scale-out-bandwidth=5,50,500")
-    serial = sweep(inp, get_cluster("h100"), vary)
-    forked = sweep(inp, get_cluster("h100"), vary, jobs=2)
-    assert [p.value for p in forked.points] == [5, 50, 500]
-    for a, b in zip(serial.points, forked.points):
+    clusters = [get_cluster(n) for n in ("h100", "a100-80g", "gb200-nvl72")]
+    serial = compare(inp, clusters)
+    forked = compare(inp, clusters, jobs=2)
+    assert [p.label for p in forked] == ["h100", "a100-80g", "gb200-nvl72"]
+    for a, b in zip(serial, forked):
         assert a.verdict == b.verdict and a.best.strategy == b.best.strategy
         assert a.best.estimate.tokens_per_s_per_device == b.best.estimate.tokens_per_s_per_device

@@ -13,6 +13,7 @@ from bandwise.cli.options import (
     GLOBAL_BATCH_TOKENS,
     HEADROOM,
     JSON_OUT,
+    OVERLAP_EP,
     OVERLAP_TP,
     PRECISION,
     SEQ_LEN,
@@ -136,7 +137,7 @@ def compare(
     threshold: float = THRESHOLD_OPT,
     headroom: float = HEADROOM,
     overlap_tp: bool = OVERLAP_TP,
-    overlap_ep: bool = typer.Option(False, "--overlap-ep", help="Assume the expert all-to-all hidden behind compute in every layout, not only under DualPipeV."),
+    overlap_ep: bool = OVERLAP_EP,
     jobs: int = typer.Option(1, "--jobs", "-j", help="Plan this many points at once in worker processes."),
     png: Path | None = typer.Option(None, "--png", help="Also draw the grouped bar chart to this PNG file."),
     json_out: bool = JSON_OUT,
@@ -181,19 +182,17 @@ def sweep(
     threshold: float = THRESHOLD_OPT,
     headroom: float = HEADROOM,
     overlap_tp: bool = OVERLAP_TP,
-    overlap_ep: bool = typer.Option(False, "--overlap-ep", help="Assume the expert all-to-all hidden behind compute in every layout, not only under DualPipeV."),
-    jobs: int = typer.Option(1, "--jobs", "-j", help="Plan this many points at once in worker processes."),
+    overlap_ep: bool = OVERLAP_EP,
     png: Path | None = typer.Option(None, "--png", help="Also draw MFU against the varied quantity, and the exposed communication by dim, to this PNG file."),
     json_out: bool = JSON_OUT,
 ) -> None:
     out = Output(json_mode=json_out)
-    _check_jobs(jobs)
     spec = parse_vary(vary)
     base = get_cluster(base_cluster)
     inputs = _inputs(model, devices, seq_len, global_batch, global_batch_tokens, precision, threshold, headroom, overlap_tp, overlap_ep)
     labels = [vary_cluster(base, spec.kind, v).name for v in spec.values]
     base.check_devices(inputs.devices)
-    points = _run_with_bar(out, labels, f"{len(labels)} points", lambda done: sweep_points(inputs, base, spec, jobs=jobs, on_point=done).points)
+    points = _run_with_bar(out, labels, f"{len(labels)} points", lambda done: sweep_points(inputs, base, spec, on_point=done).points)
     result = SweepResult(base=base, vary=spec, points=points)
     if png is not None:
         from bandwise.report.plots import sweep_chart

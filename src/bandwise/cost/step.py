@@ -46,7 +46,7 @@ from bandwise.cost.memory import (
 from bandwise.cost.pipeline import schedule_factors
 from bandwise.specs.hardware import Cluster
 from bandwise.specs.model import ModelSpec
-from bandwise.specs.strategy import PRECISIONS, RECOMPUTE, SCHEDULES, Strategy, _columns
+from bandwise.specs.strategy import PRECISIONS, RECOMPUTE, SCHEDULES, Strategy, strategy_columns
 
 _NONE, _SELECTIVE, _FULL = (RECOMPUTE.index(r) for r in ("none", "selective", "full"))
 _FP8 = PRECISIONS.index("fp8")
@@ -101,7 +101,7 @@ BREAKDOWN_TERMS = ("compute", "recompute", "contention", "bubble", "tp", "cp", "
 MEMORY_TERMS = ("params", "grads_optimizer", "activations", "buffers")
 
 
-def _strides(order: tuple[str, ...], c: SimpleNamespace) -> dict[str, np.ndarray]:
+def rank_strides(order: tuple[str, ...], c: SimpleNamespace) -> dict[str, np.ndarray]:
     """Stride of each parallel dim in the global rank order, innermost dim first."""
     strides, acc = {}, np.ones_like(c.tp)
     for dim in order:
@@ -223,7 +223,7 @@ def _base(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, order: tuple[str,
     b["kernel_gaps"] = np.full_like(tokens, P.kernel_gap_s * (P.kernels_per_layer + frac_moe * P.kernels_per_moe_layer))
 
     # ---- placement of groups on the topology ----
-    st = _strides(order, c)
+    st = rank_strides(order, c)
     fsdp_stride, fsdp_size = np.minimum(st["cp"], st["dp_shard"]), cp * dps
     ep_stride = np.minimum(np.minimum(st["tp"], st["cp"]), st["dp_shard"])
     ddp_stride, ddp_size = np.minimum(st["cp"], st["dp_replicate"]), dpr * cp
@@ -496,7 +496,7 @@ def estimate(model: ModelSpec, cluster: Cluster, strategy: Strategy, params: Cos
     strategy.check(strategy.world_size, model)
     cluster.check_devices(strategy.world_size)
     cluster.device.peak(strategy.precision)
-    cols = _columns([strategy])
+    cols = strategy_columns([strategy])
     result = evaluate(model, cluster, cols, strategy.order, params)
     return estimate_from_row(result, 0, capacity_bytes(cluster, params))
 

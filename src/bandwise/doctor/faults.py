@@ -38,6 +38,15 @@ from bandwise.doctor.monitor import Monitor
 from bandwise.errors import BandwiseError
 
 FAULTS = ("none", "slow_getitem", "cpu_preprocess", "tiny_batch", "fp32", "manual_attention")
+EXPECTED = {
+    "none": None,
+    "slow_getitem": "input_bound",
+    "cpu_preprocess": "cpu_preprocessing",
+    "tiny_batch": "small_batch",
+    "fp32": "no_mixed_precision",
+    "manual_attention": "unfused_attention",
+}
+"""The finding each planted fault must produce (None: the loop must be diagnosed healthy)."""
 
 
 @dataclass(kw_only=True, slots=True)

@@ -287,15 +287,13 @@ def crossover(points: list[Point]) -> float | None:
     return found
 
 
-def sweep(inputs: PlanInputs, base: Cluster, vary: Vary, *, jobs: int = 1, on_point: Callable[[Point], None] | None = None) -> SweepResult:
+def sweep(inputs: PlanInputs, base: Cluster, vary: Vary, *, on_point: Callable[[Point], None] | None = None) -> SweepResult:
     """Re-plan at each value of the varied quantity, with and without PP.
 
     Every point varies only the interconnect of one device, so one `NetworkSearch` enumerates
     the candidates once and answers each point exhaustively by evaluating them in order of their
-    compute-only lower bound (`jobs` is accepted for the command line's sake; one process suffices).
+    compute-only lower bound; one process answers a few dozen points in seconds.
     """
-    if not isinstance(jobs, int) or jobs < 1:
-        raise BandwiseError(f"--jobs={jobs!r} must be a positive integer")
     clusters = [vary_cluster(base, vary.kind, v) for v in vary.values]
     for cluster in clusters:
         cluster.check_devices(inputs.devices)

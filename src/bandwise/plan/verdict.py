@@ -14,9 +14,11 @@ from typing import Any
 import numpy as np
 
 from bandwise.cost.comm import level_spans
+from bandwise.cost.step import rank_strides
 from bandwise.plan.search import Layout, SearchResult
 from bandwise.specs.hardware import Cluster
-from bandwise.specs.strategy import Strategy
+from bandwise.specs.model import ModelSpec
+from bandwise.specs.strategy import Strategy, strategy_columns
 
 THRESHOLD = 0.03
 TERM_WORDS = {
@@ -47,19 +49,15 @@ class Verdict:
 
 def group_link(cluster: Cluster, strategy: Strategy, dim: str) -> str:
     """'infiniband (50 GB/s per device)': the outermost level a dim's collectives cross."""
-    sizes = {d: getattr(strategy, d) for d in strategy.order}
-    stride, acc = {}, 1
-    for d in strategy.order:
-        stride[d] = acc
-        acc *= sizes[d]
+    stride = {d: int(v[0]) for d, v in rank_strides(strategy.order, strategy_columns([strategy])).items()}  # the cost model's placement
     if dim == "fsdp":
         s, n = min(stride["cp"], stride["dp_shard"]), strategy.cp * strategy.dp_shard
     elif dim == "dp":
         s, n = (stride["dp_replicate"], strategy.dp_replicate) if strategy.dp_shard > 1 else (min(stride["cp"], stride["dp_replicate"]), strategy.dp_replicate * strategy.cp)
     elif dim == "ep":
-        s, n = 1, strategy.ep
+        s, n = min(stride["tp"], stride["cp"], stride["dp_shard"]), strategy.ep
     else:
-        s, n = stride.get(dim, 1), sizes.get(dim, 1)
+        s, n = stride.get(dim, 1), getattr(strategy, dim, 1)
     level = cluster.levels[0]
     for lv, d, _ in level_spans(cluster, np.array([s]), np.array([n])):
         if d[0] > 1:
@@ -144,7 +142,7 @@ def _why_pp(best: Layout, nopp: Layout, cluster: Cluster, gain: float) -> str:
     )
 
 
-def suggest_fit(model, cluster: Cluster, devices: int, global_batch: int, **search_kw: Any) -> str:  # noqa: ANN001
+def suggest_fit(model: ModelSpec, cluster: Cluster, devices: int, global_batch: int, **search_kw: Any) -> str:
     """When nothing fits: the smallest multiple of the device count that would, found by searching."""
     from bandwise.plan.search import search
 

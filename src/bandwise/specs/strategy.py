@@ -102,7 +102,7 @@ class Strategy:
 
     def check(self, world_size: int | None = None, model: ModelSpec | None = None) -> None:
         """Raise BandwiseError naming the first broken rule; the runtime calls this unchanged."""
-        cols = _columns([self])
+        cols = strategy_columns([self])
         world = self.world_size if world_size is None else world_size
         for ok, message in _rules(model):
             if not bool(np.all(ok(cols, world))):
@@ -150,7 +150,8 @@ def _is_int(v: Any) -> bool:
 INT_FIELDS = ("dp_replicate", "dp_shard", "tp", "cp", "pp", "ep", "zero_stage", "micro_batch", "global_batch", "virtual_stages")
 
 
-def _columns(strategies: list[Strategy]) -> SimpleNamespace:
+def strategy_columns(strategies: list[Strategy]) -> SimpleNamespace:
+    """Strategies as the columns the vectorized rules and cost model read (strings as codes)."""
     c = SimpleNamespace()
     for name in INT_FIELDS:
         setattr(c, name, np.array([getattr(s, name) for s in strategies], dtype=np.int64))
