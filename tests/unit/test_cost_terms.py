@@ -9,7 +9,9 @@ import pytest
 
 from bandwise.cost import comm
 from bandwise.cost.compute import gemm_time
-from bandwise.cost.memory import activation_bytes_per_token, model_state_bytes
+from bandwise.cost.memory import GIB, activation_bytes_per_token, model_state_bytes
+from bandwise.cost.step import estimate
+from bandwise.specs.strategy import Strategy
 from bandwise.specs.hardware import Cluster, Device, Level
 from bandwise.specs.model import ModelSpec
 from bandwise.specs.registry import get_cluster, get_model
@@ -140,6 +142,20 @@ def test_zero_stages_reproduce_the_zero_paper_figure_1():
     psi, nd = 7.5e9, 64
     got = [one(model_state_bytes(psi, nd, z)) / 1e9 for z in (0, 1, 2, 3)]
     assert got == pytest.approx([120, 31.4, 16.6, 1.9], abs=0.05)
+
+
+def test_zero1_experts_over_replicas_shard_their_optimizer_over_the_expert_replicas():
+    """EP spanning replicated DP (Megatron, DeepSeek-V3): each rank holds experts/ep of every MoE
+    layer, and ZeRO-1 shards their fp32 state over the dp/ep ranks holding the same experts."""
+    m = get_model("debug-moe")
+    cluster = get_cluster("h100")
+    s = Strategy(dp_replicate=8, ep=4, zero_stage=1, micro_batch=1, global_batch=8)
+    est = estimate(m, cluster, s)
+    expert_params = m.routed_expert_params_total / 4
+    dense_params = m.total_params - m.routed_expert_params_total
+    want = model_state_bytes(dense_params, 8, 1) + model_state_bytes(expert_params, 2, 1)
+    assert est.memory_gib["params"] + est.memory_gib["grads_optimizer"] == pytest.approx(want / GIB, rel=1e-6)
+    assert est.comm_total_s["fsdp"] == 0.0
 
 
 # ---------------------------------------------------------------- compute

@@ -89,6 +89,11 @@ class CostParams:
     forward and backward."""
     causal_mfu: bool = False
     """Count causal attention FLOPs at half in MFU (off: PaLM's convention counts the full matrix)."""
+    selective_forward_share: float = 0.0
+    """Share of a layer's forward outside attention that selective recomputation runs again. 0 for
+    Megatron's selective recomputation (Korthikanti et al. 2022: only the attention core, and here
+    the activation function); TorchTitan's selective AC re-runs half (its op policy saves every
+    other matmul and no element-wise output; its layer policy checkpoints every other layer)."""
     eager_elementwise: bool = False
     """Element-wise ops run as separate eager PyTorch kernels (no torch.compile, no fused norms)."""
     flash_attention: bool = True
@@ -216,7 +221,8 @@ def _base(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, order: tuple[str,
     # selective: the activation function again (its element-wise pass), plus the attention core
     # when attention is not flash (flash already recomputes scores inside its backward)
     act_bytes = BF16 * 3 * ((1 - frac_moe) * m_.ffn + frac_moe * (m_.top_k * m_.expert_ffn + m_.shared_experts * m_.shared_ffn))
-    b["selective_cost"] = memory_bound_time(act_bytes * tokens / tp, bw, hbm_eff) + (0.0 if P.flash_attention else attn_fwd)
+    b["selective_cost"] = (memory_bound_time(act_bytes * tokens / tp, bw, hbm_eff) + (0.0 if P.flash_attention else attn_fwd)
+                           + P.selective_forward_share * (layer_fwd - attn_fwd))
     # output projection + cross entropy on the last stage (vocab-parallel over TP)
     out_fwd = gemm_time(tokens, m_.vocab / tp, m_.hidden, bf16_peak, eff, bw, sm_count=dev.sm_count)
     b["out_total"] = 3.0 * out_fwd + memory_bound_time(CROSS_ENTROPY_BYTES * tokens * m_.vocab / tp, bw, hbm_eff)
@@ -253,17 +259,23 @@ def _base(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, order: tuple[str,
     b["emb_local"] = m_.embedding_params / tp
     b["out_local"] = np.full_like(tp, 0.0 if m_.tied_embeddings else m_.output_params) / tp
     expert_dp = dp * cp * tp / expert_split  # ranks holding the same experts
+    # Under FSDP the experts are sharded over what dp_shard·cp·tp leaves of the EP group, and
+    # replicated over the rest; an EP group spanning replicas (Megatron, DeepSeek-V3) leaves no
+    # expert FSDP group: the experts' replicas are all expert_dp ranks.
+    spans = ep > dps * cp * tp
+    expert_fsdp = np.where(spans, 1.0, expert_dp / dpr)
+    b["expert_spans_replicas"] = spans
     b["shard_dense"] = np.select([zero == 3, zero >= 1], [dps * cp, dpr * cp], 1.0)
-    b["shard_expert"] = np.select([zero == 3, zero >= 1], [expert_dp / dpr, expert_dp], 1.0)
+    b["shard_expert"] = np.select([zero == 3, zero >= 1], [expert_fsdp, expert_dp], 1.0)
 
     # FSDP (ZeRO-3): all-gather forward, all-gather backward, reduce-scatter grads, per layer
     exp_stride = ep_stride * ep
     g = P.grad_reduce_bytes
     b["ag_layer"] = comm.all_gather_time(cluster, b["dense_layer_local"] * BF16, fsdp_stride, fsdp_size) + comm.all_gather_time(
-        cluster, b["expert_layer_local"] * BF16, exp_stride, expert_dp / dpr
+        cluster, b["expert_layer_local"] * BF16, exp_stride, expert_fsdp
     )
     b["rs_layer"] = comm.reduce_scatter_time(cluster, b["dense_layer_local"] * g, fsdp_stride, fsdp_size) + comm.reduce_scatter_time(
-        cluster, b["expert_layer_local"] * g, exp_stride, expert_dp / dpr
+        cluster, b["expert_layer_local"] * g, exp_stride, expert_fsdp
     )
     # gradient synchronisation is affine in the bytes, which depend on the layers per rank
     b["k_ddp"], b["l_ddp"] = _affine(comm.all_gather_time, cluster, ddp_stride, ddp_size)
@@ -361,10 +373,13 @@ def _combine(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, b: dict[str, n
         [2 * (params_dense_rank * g * k_ddp + l_ddp), params_dense_rank * (g + BF16) * k_ddp + 2 * l_ddp],
         2 * (params_dense_rank * g / np.maximum(shard_dense, 1) * k_rep + l_rep),
     )
-    expert_sync = np.where(
-        zero == 3,
-        2 * (params_expert_rank * g / np.maximum(shard_expert, 1) * k_rep + l_rep),
-        2 * (params_expert_rank * g * k_edp + l_edp),
+    # experts: the same collectives over the ranks holding the same experts (under FSDP, the
+    # replicas of each shard: dp_replicate ranks, or all expert_dp when EP spans replicas)
+    k_xrep, l_xrep = np.where(b["expert_spans_replicas"], k_edp, k_rep), np.where(b["expert_spans_replicas"], l_edp, l_rep)
+    expert_sync = np.select(
+        [zero == 0, zero <= 2],
+        [2 * (params_expert_rank * g * k_edp + l_edp), params_expert_rank * (g + BF16) * k_edp + 2 * l_edp],
+        2 * (params_expert_rank * g / np.maximum(shard_expert, 1) * k_xrep + l_xrep),
     ) * (params_expert_rank > 0)
     dp_sync = dense_sync + expert_sync
     last_backward = np.minimum(layers_rank * (layer_bwd + layer_recompute), compute_mb_total)

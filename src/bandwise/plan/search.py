@@ -2,6 +2,7 @@
 
 The candidate space is the product of
   degrees      (tp, cp, pp, dp_shard, dp_replicate, ep) with tp·cp·pp·dp = N and ep | dp_shard·cp·tp
+               (or ep a multiple of it dividing dp·cp·tp: EP over replicas)
   ZeRO stage   0/1/2 for replicated DP (dp_shard = 1), FSDP otherwise
   micro-batch  powers of two up to the per-rank batch
   schedule     all seven pipeline schedules with their virtual-stage choices (pp > 1)
@@ -25,7 +26,7 @@ from bandwise.cost.step import DEFAULT_PARAMS, CostParams, Estimate, capacity_by
 from bandwise.errors import BandwiseError
 from bandwise.specs.hardware import Cluster
 from bandwise.specs.model import ModelSpec
-from bandwise.specs.strategy import DIMS, INT_FIELDS, LOOPED, PRECISIONS, RECOMPUTE, SCHEDULES, SINGLE_STAGE, V_SHAPED, Strategy, valid_mask
+from bandwise.specs.strategy import DIMS, INT_FIELDS, LOOPED, PRECISIONS, RECOMPUTE, SCHEDULES, SINGLE_STAGE, V_SHAPED, Strategy, valid_ep, valid_mask
 
 VIRTUAL_CHOICES = (2, 3, 4, 6, 8)
 MAX_CP = 16
@@ -81,7 +82,7 @@ def _degree_tuples(model: ModelSpec, n: int, fixed: dict[str, Any], allow_pp: bo
                 dp = n // (tp * cp * pp)
                 for dp_shard in _divisors(dp):
                     region = dp_shard * cp * tp
-                    eps = [e for e in _divisors(region) if model.is_moe and model.experts % e == 0] if model.is_moe else [1]
+                    eps = [e for e in valid_ep(region, dp // dp_shard) if model.experts % e == 0] if model.is_moe else [1]
                     # ZeRO-1/2 shard over the replicated data-parallel group (x cp); with a group of
                     # one rank they are ZeRO-0 under another name, so only stage 0 is listed then
                     zeros = (0, 1, 2) if dp_shard == 1 and dp * cp > 1 else (0,)
