@@ -46,6 +46,20 @@ SWITCHES: dict[str, str] = {
         "TorchTitan runs without torch.compile execute RMSNorm, RoPE and SwiGLU as separate eager PyTorch ops "
         "(the compiled rows of the same table are 16% faster on the same layout)"
     ),
+    "torchtitan_pp_defaults": (
+        "TorchTitan (late 2024) splits each local batch into as many micro-batches as pipeline stages and gives "
+        "looped schedules 2 stages per rank when no split is named (--experimental.pipeline_parallel_microbatches: "
+        "'the default value will be the number of pipeline stages'; generate_split_points)"
+    ),
+    "torchtitan_sac": (
+        "TorchTitan's selective activation checkpointing re-runs about half of each layer's forward: the op "
+        "policy saves the output of every other matmul and of no element-wise op, the layer policy ('2', "
+        "the default) checkpoints every other layer (torchtitan parallelize_llama.py, _apply_ac_to_transformer_block)"
+    ),
+    "metaseq_opt": (
+        "metaseq's OPT launcher (metaseq/launcher/opt_baselines.py) trains with --checkpoint-activations (full "
+        "recomputation of every layer)"
+    ),
     "fa2_on_hopper": (
         "TorchTitan's H100 runs use F.scaled_dot_product_attention, whose flash backend in PyTorch 2.4-2.5 is "
         "FlashAttention-2; on H100 it reaches about 35% of the bf16 peak (Shah et al. 2024, FlashAttention-3, Sec. 4.1)"
@@ -56,6 +70,7 @@ PARAM_SWITCHES: dict[str, dict[str, Any]] = {
     "materialized_attention": {"flash_attention": False},
     "fa2_on_hopper": {"attention_efficiency": 0.35},
     "eager_torchtitan": {"eager_elementwise": True},
+    "torchtitan_sac": {"selective_forward_share": 0.5},
 }
 """The CostParams fields a switch changes (the others change the Strategy or the model)."""
 MATERIALIZED_ATTENTION_SOURCES = ("narayanan2021_sc21", "korthikanti2022", "bloom176b", "opt175b")
@@ -63,6 +78,8 @@ MATERIALIZED_ATTENTION_SOURCES = ("narayanan2021_sc21", "korthikanti2022", "bloo
 
 H100_500W_PEAK_RATIO = (989.4 + 835.5) / 2 / 989.4
 """TorchTitan's 500 W H100: the midpoint of the SXM and NVL dense bf16 peaks, over the SXM peak."""
+H100_HBM2E_BANDWIDTH = 2.4e12
+"""TorchTitan's 96 GB HBM2e H100: "2.4 TB/sec peak memory bandwidth" (its H100 benchmark doc, "Hardware")."""
 
 SCHEDULE_CHOICES = ("1F1B", "Interleaved1F1B")
 """Schedules the frameworks of the data set run when a source leaves the schedule unstated."""
@@ -224,22 +241,25 @@ def _leading_int(value: Any) -> int | None:
 
 
 def _per_gpu_network(text: str, gpus_per_node: int) -> float | None:
-    """Bytes/s per GPU per direction of a stated scale-out network, or None when not stated."""
+    """Bytes/s per GPU per direction of a stated scale-out network, or None when not stated.
+
+    Units are read case-sensitively: "Gb/s" is gigabits, "GB/s" gigabytes (DeepSeek-V3 writes
+    "50 GB/s per GPU (400 Gb/s)"; both mean one 400 Gb/s NIC)."""
     t = text.lower()
     if not t or "not stated" in t:
         return None
     m = re.search(r"(\d+)\s*opa links per node", t)
     if m:  # Intel Omni-Path: 100 Gb/s per port (Omni-Path Architecture 100 Series datasheet)
         return int(m.group(1)) * 100e9 / 8 / gpus_per_node
-    m = re.search(r"(\d+)\s*x\s*(\d+)\s*gb/s", t)
-    if m:
-        return int(m.group(1)) * int(m.group(2)) * 1e9 / 8 / gpus_per_node
-    m = re.search(r"(\d+)\s*gb/s[^,;]*per gpu", t)
-    if m:
-        return int(m.group(1)) * 1e9 / 8
-    m = re.search(r"(\d+)\s*GB/s per GPU", text)
+    m = re.search(r"(\d+)\s*GB/s[^,;]*per GPU", text)
     if m:
         return int(m.group(1)) * 1e9
+    m = re.search(r"(\d+)\s*x\s*(\d+)\s*Gb/s", text)
+    if m:
+        return int(m.group(1)) * int(m.group(2)) * 1e9 / 8 / gpus_per_node
+    m = re.search(r"(\d+)\s*Gb/s[^,;]*per GPU", text)
+    if m:
+        return int(m.group(1)) * 1e9 / 8
     return None
 
 
@@ -335,13 +355,15 @@ def _cluster(run: dict[str, Any], devices: int, notes: list[str], completed: lis
     elif "h100" in a:
         cluster = get_cluster("h100")
         if "96gb" in a.replace(" ", ""):
-            # TorchTitan's H100 SXM with 96 GB HBM2e at 500 W: the capacity is stated, and the doc
-            # places its peak "between SXM and NVL": the midpoint of the SXM (989 TFLOPS) and the
-            # H100 NVL datasheet (1,671 sparse = 835 dense) figures. HBM bandwidth is not stated.
+            # TorchTitan's H100 SXM with 96 GB HBM2e at 500 W (benchmarks/llama3_h100_202412_torchtitan.md,
+            # "Hardware": 96GB HBM2e with 2.4 TB/sec peak memory bandwidth, 500 W power limit). The
+            # doc places its peak "between SXM and NVL": the midpoint of the SXM (989 TFLOPS) and
+            # the H100 NVL datasheet (1,671 sparse = 835 dense) figures.
             dev = cluster.device
             peak = {k: v * H100_500W_PEAK_RATIO for k, v in dev.peak_flops.items()}
-            cluster = cluster.with_device(name="h100-sxm-96g-500w", hbm_bytes=96e9, peak_flops=peak)
-            notes.append(f"H100 96GB HBM2e @500W: peak {peak['bf16'] / 1e12:.0f} TFLOPS, between SXM and NVL as TorchTitan states")
+            cluster = cluster.with_device(name="h100-sxm-96g-500w", hbm_bytes=96e9, hbm_bandwidth=H100_HBM2E_BANDWIDTH, peak_flops=peak)
+            notes.append(f"H100 96GB HBM2e @500W: peak {peak['bf16'] / 1e12:.0f} TFLOPS (between SXM and NVL), "
+                         f"HBM {H100_HBM2E_BANDWIDTH / 1e12:.1f} TB/s, as TorchTitan states")
     else:
         raise BandwiseError(f"accelerator {acc!r}: no preset; known: A100, H100, H800, B200, GB200, TPU v4/v5e/v5p")
     gpn = _int(hw.get("gpus_per_node")) or cluster.levels[0].size
@@ -443,18 +465,12 @@ def convert(run: dict[str, Any], sources: dict[str, Any] | None = None) -> Case:
         if "no grad all-reduce overlap" in zf:
             overlap["dp"] = False
             switches.append("no_grad_overlap")
-    # Expert parallelism borrows ranks from dp_shard·cp·tp (specs/strategy.py). Megatron carves
-    # EP out of a replicated DP group instead; the nearest expressible layout shards the smallest
-    # DP sub-group that holds the experts.
+    # Expert parallelism borrows ranks from dp_shard·cp·tp, or spans it and some replicas
+    # (specs/strategy.py): Megatron and DeepSeek-V3 carve EP out of replicated data parallelism.
     if ep and ep > 1 and "dp_shard" in fixed:
         region = fixed["dp_shard"] * fixed.get("cp", 1) * fixed.get("tp", 1)
-        if region % ep:
-            need = ep // math.gcd(ep, fixed.get("cp", 1) * fixed.get("tp", 1))
-            total = fixed["dp_shard"] * fixed["dp_replicate"]
-            if total % need:
-                raise BandwiseError(f"run {rid}: ep={ep} cannot be placed on dp={total}·cp·tp")
-            fixed.update(dp_shard=need, dp_replicate=total // need, zero_stage=0)
-            notes.append(f"ep={ep} borrows an FSDP group of {need} (Megatron's expert-data-parallel layout is not expressible)")
+        if region % ep and not (ep % region == 0 and fixed["dp_replicate"] % (ep // region) == 0):
+            raise BandwiseError(f"run {rid}: ep={ep} cannot be placed on dp={fixed['dp_shard'] * fixed['dp_replicate']}·cp·tp")
 
     # ---- batch ----
     seq = model.seq_len
@@ -479,6 +495,10 @@ def convert(run: dict[str, Any], sources: dict[str, Any] | None = None) -> Case:
         mb = gb // (dp * (ga or 1))  # MaxText: per-chip batch x TP chips per data-parallel rank
     if mb is None and dp and _int(p.get("micro_batch_or_local_batch")) and not (pp and pp > 1):
         mb = gb // dp  # TorchTitan without PP: the local batch is one micro-batch
+    titan_pp = src == "torchtitan" and pp is not None and pp > 1
+    if mb is None and dp and titan_pp and (gb // dp) % pp == 0:
+        mb = gb // dp // pp  # TorchTitan's default: as many micro-batches as pipeline stages
+        switches.append("torchtitan_pp_defaults")
     if mb is not None:
         fixed["micro_batch"] = mb
 
@@ -491,6 +511,8 @@ def convert(run: dict[str, Any], sources: dict[str, Any] | None = None) -> Case:
             schedules = (sched,)
             if v:
                 fixed["virtual_stages"] = v
+            elif titan_pp:
+                fixed["virtual_stages"] = 2  # TorchTitan's default split: 2 stages per rank for looped schedules
             else:
                 completed.append("virtual_stages")
         else:
@@ -513,6 +535,9 @@ def convert(run: dict[str, Any], sources: dict[str, Any] | None = None) -> Case:
     if rec is None and re.search(r"\bfull\b[^.;,]*activation checkpointing", conventions):
         rec = "full"
         notes.append("recompute from the source's conventions: full")
+    if rec is None and src == "opt175b":
+        rec = "full"
+        switches.append("metaseq_opt")
     if rec:
         fixed["recompute"] = rec
     prec = parse_precision(run.get("precision"))
@@ -531,6 +556,8 @@ def convert(run: dict[str, Any], sources: dict[str, Any] | None = None) -> Case:
         switches.append("materialized_attention")
     if src == "torchtitan" and "H100" in str((run.get("hardware") or {}).get("accelerator")):
         switches.append("fa2_on_hopper")
+    if src == "torchtitan" and fixed.get("recompute") == "selective":
+        switches.append("torchtitan_sac")
     if src == "torchtitan" and "compile" not in str(run.get("precision") or "").lower():
         switches.append("eager_torchtitan")
 
