@@ -75,10 +75,12 @@ def test_ep_must_divide_the_dp_shard_cp_tp_region():
 def test_ep_may_span_the_region_and_some_replicas():
     """Megatron / DeepSeek-V3: expert parallelism carved out of replicated data parallelism."""
     Strategy(dp_replicate=8, ep=8, zero_stage=1).check(8)  # EP over the whole replicated group
-    Strategy(dp_replicate=4, dp_shard=2, ep=4).check(8)  # the shard group and 2 of 4 replicas
-    text = message(Strategy(dp_replicate=3, dp_shard=2, ep=4), 6)  # 4 is not 2 x a divisor of 3
+    Strategy(dp_replicate=4, tp=2, ep=4).check(8)  # tp and 2 of 4 replicas
+    text = message(Strategy(dp_replicate=3, tp=2, ep=4), 6)  # 4 is not 2 x a divisor of 3
     assert "ep=4 must divide dp_shard·cp·tp = 2, or be a multiple of it dividing dp·cp·tp = 6" in text
     assert "valid ep: 1, 2, 6" in text
+    # under FSDP (dp_shard > 1) experts stay inside the shard region, as torchtitan places them
+    assert "with dp_shard = 1 it may also span replicas" in message(Strategy(dp_replicate=4, dp_shard=2, ep=4), 8)
 
 
 @pytest.mark.parametrize(

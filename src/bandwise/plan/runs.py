@@ -26,6 +26,7 @@ from bandwise.plan.search import FIXABLE
 from bandwise.specs.hardware import Cluster
 from bandwise.specs.model import ModelSpec
 from bandwise.specs.registry import get_cluster
+from bandwise.specs.strategy import ep_fits
 
 SWITCHES: dict[str, str] = {
     "megatron_tp_overlap": "Megatron-LM H100 table: --tp-comm-overlap stated, so TP collectives overlap GEMMs",
@@ -469,7 +470,7 @@ def convert(run: dict[str, Any], sources: dict[str, Any] | None = None) -> Case:
     # (specs/strategy.py): Megatron and DeepSeek-V3 carve EP out of replicated data parallelism.
     if ep and ep > 1 and "dp_shard" in fixed:
         region = fixed["dp_shard"] * fixed.get("cp", 1) * fixed.get("tp", 1)
-        if region % ep and not (ep % region == 0 and fixed["dp_replicate"] % (ep // region) == 0):
+        if not ep_fits(np.array(ep), np.array(region), np.array(fixed["dp_replicate"]), np.array(fixed["dp_shard"])):
             raise BandwiseError(f"run {rid}: ep={ep} cannot be placed on dp={fixed['dp_shard'] * fixed['dp_replicate']}·cp·tp")
 
     # ---- batch ----

@@ -2,7 +2,7 @@
 
 The candidate space is the product of
   degrees      (tp, cp, pp, dp_shard, dp_replicate, ep) with tp·cp·pp·dp = N and ep | dp_shard·cp·tp
-               (or ep a multiple of it dividing dp·cp·tp: EP over replicas)
+               (or, with dp_shard = 1, a multiple of cp·tp dividing dp·cp·tp: EP over replicas)
   ZeRO stage   0/1/2 for replicated DP (dp_shard = 1), FSDP otherwise
   micro-batch  powers of two up to the per-rank batch
   schedule     all seven pipeline schedules with their virtual-stage choices (pp > 1)
@@ -82,7 +82,7 @@ def _degree_tuples(model: ModelSpec, n: int, fixed: dict[str, Any], allow_pp: bo
                 dp = n // (tp * cp * pp)
                 for dp_shard in _divisors(dp):
                     region = dp_shard * cp * tp
-                    eps = [e for e in valid_ep(region, dp // dp_shard) if model.experts % e == 0] if model.is_moe else [1]
+                    eps = [e for e in valid_ep(region, dp // dp_shard, dp_shard) if model.experts % e == 0] if model.is_moe else [1]
                     # ZeRO-1/2 shard over the replicated data-parallel group (x cp); with a group of
                     # one rank they are ZeRO-0 under another name, so only stage 0 is listed then
                     zeros = (0, 1, 2) if dp_shard == 1 and dp * cp > 1 else (0,)

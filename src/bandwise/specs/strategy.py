@@ -4,10 +4,10 @@ The same rules serve the planner (vectorized over millions of candidates, `valid
 runtime (one Strategy, `Strategy.check`, which raises the first broken rule as one line naming
 the values and what would fit). Degrees follow torchtitan's `ParallelDims`:
 dp_replicate · dp_shard · cp · tp · pp = world size, and expert parallelism borrows its ranks
-from the dp_shard · cp · tp region (ep divides it), or spans that whole region and some of the
-replicas (ep a multiple of it dividing dp · cp · tp): the layout of Megatron-LM, whose expert
-parallelism is carved out of replicated data parallelism, and of DeepSeek-V3 (EP64 under ZeRO-1
-data parallelism, report Sec. 3.2).
+from the dp_shard · cp · tp region (ep divides it), or, under replicated data parallelism
+(dp_shard = 1), spans cp · tp and some of the replicas (ep a multiple of cp · tp dividing
+dp · cp · tp): the layout of Megatron-LM, whose expert parallelism is carved out of replicated
+data parallelism, and of DeepSeek-V3 (EP64 under ZeRO-1 data parallelism, report Sec. 3.2).
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ class Strategy:
     pp: int = 1
     """Pipeline stages (ranks)."""
     ep: int = 1
-    """Expert parallelism; borrows ranks from dp_shard·cp·tp, or spans it and some dp_replicate ranks."""
+    """Expert parallelism; borrows ranks from dp_shard·cp·tp, or (dp_shard = 1) from cp·tp and some dp_replicate ranks."""
     zero_stage: int = 0
     """ZeRO stage of the replicated DP group when dp_shard == 1: 0 none, 1 optimizer, 2 + gradients.
     dp_shard > 1 is ZeRO-3 (FSDP) and needs zero_stage 0 or 3."""
@@ -212,10 +212,11 @@ def _rules(model: ModelSpec | None) -> list[Rule]:
             ),
         ),
         (
-            lambda c, w: ep_fits(c.ep, c.dp_shard * c.cp * c.tp, c.dp_replicate),
-            lambda s, w: f"ep={s.ep} must divide dp_shard·cp·tp = {s.dp_shard * s.cp * s.tp}, or be a multiple of it dividing "
-            f"dp·cp·tp = {s.dp * s.cp * s.tp} (expert parallelism borrows those ranks); "
-            f"valid ep: {', '.join(map(str, valid_ep(s.dp_shard * s.cp * s.tp, s.dp_replicate)))}",
+            lambda c, w: ep_fits(c.ep, c.dp_shard * c.cp * c.tp, c.dp_replicate, c.dp_shard),
+            lambda s, w: f"ep={s.ep} must divide dp_shard·cp·tp = {s.dp_shard * s.cp * s.tp}"
+            + (f", or be a multiple of it dividing dp·cp·tp = {s.dp * s.cp * s.tp}" if s.dp_shard == 1 else
+               " (with dp_shard = 1 it may also span replicas)")
+            + f" (expert parallelism borrows those ranks); valid ep: {', '.join(map(str, valid_ep(s.dp_shard * s.cp * s.tp, s.dp_replicate, s.dp_shard)))}",
         ),
         (
             lambda c, w: np.isin(c.zero_stage, (0, 1, 2, 3)) & ~((c.dp_shard > 1) & np.isin(c.zero_stage, (1, 2))) & ~((c.dp_shard == 1) & (c.zero_stage == 3)),
@@ -304,16 +305,18 @@ def _enum_message(s: Strategy) -> str:
     return f"order {list(s.order)} must be a permutation of {list(DIMS)}"
 
 
-def ep_fits(ep: np.ndarray, region: np.ndarray, dp_replicate: np.ndarray) -> np.ndarray:
-    """Expert parallelism inside the dp_shard·cp·tp region, or over all of it and r | dp_replicate replicas."""
+def ep_fits(ep: np.ndarray, region: np.ndarray, dp_replicate: np.ndarray, dp_shard: np.ndarray) -> np.ndarray:
+    """Expert parallelism inside the dp_shard·cp·tp region, or, under replicated data parallelism
+    (dp_shard == 1), over all of cp·tp and r | dp_replicate replicas."""
     ep = np.maximum(ep, 1)
     inside = region % ep == 0
-    spans = (ep % region == 0) & (dp_replicate % np.maximum(ep // region, 1) == 0)
+    spans = (dp_shard == 1) & (ep % region == 0) & (dp_replicate % np.maximum(ep // region, 1) == 0)
     return inside | spans
 
 
-def valid_ep(region: int, dp_replicate: int) -> list[int]:
-    return _divisors(region) + [region * r for r in _divisors(dp_replicate) if r > 1]
+def valid_ep(region: int, dp_replicate: int, dp_shard: int) -> list[int]:
+    spans = [region * r for r in _divisors(dp_replicate) if r > 1] if dp_shard == 1 else []
+    return _divisors(region) + spans
 
 
 def _divisors(n: int) -> list[int]:
