@@ -12,6 +12,7 @@ from bandwise.cost.compute import gemm_time
 from bandwise.cost.memory import GIB, activation_bytes_per_token, model_state_bytes
 from bandwise.cost.step import estimate
 from bandwise.specs.strategy import Strategy
+from bandwise.errors import BandwiseError
 from bandwise.specs.hardware import Cluster, Device, Level
 from bandwise.specs.model import ModelSpec
 from bandwise.specs.registry import get_cluster, get_model
@@ -156,6 +157,34 @@ def test_zero1_experts_over_replicas_shard_their_optimizer_over_the_expert_repli
     want = model_state_bytes(dense_params, 8, 1) + model_state_bytes(expert_params, 2, 1)
     assert est.memory_gib["params"] + est.memory_gib["grads_optimizer"] == pytest.approx(want / GIB, rel=1e-6)
     assert est.comm_total_s["fsdp"] == 0.0
+
+
+def test_overlapped_expert_all_to_all_holds_its_sms_for_the_whole_window():
+    """DualPipe partitions the SMs (DeepSeek-V3 report Sec. 3.2.2: 20 of 132 for communication while
+    the paired chunk computes): the compute of every overlapped MoE layer pays comm_sm_share, however
+    short the all-to-all."""
+    from bandwise.cost.step import _base, DEFAULT_PARAMS
+    from bandwise.specs.strategy import strategy_columns
+
+    m, cluster = get_model("deepseek-v3"), get_cluster("h100")
+    s = Strategy(dp_replicate=8, ep=8, zero_stage=1, micro_batch=1, global_batch=16, overlap_ep=True)
+    est = estimate(m, cluster, s)
+    b = _base(m, cluster, strategy_columns([s]), s.order, DEFAULT_PARAMS)
+    frac_moe = m.moe_layers / m.layers
+    window = one(b["moe_fwd"]) * 3 * frac_moe * m.layers * est.microbatches
+    share = cluster.device.comm_sm_share
+    dp_contention = share * (est.comm_total_s["dp"] - est.breakdown["dp"])
+    assert est.comm_total_s["ep"] < window  # the all-to-all itself is shorter than the window
+    assert est.breakdown["contention"] == pytest.approx(share * window + dp_contention, rel=1e-6)
+
+
+def test_fp8_gemm_efficiency_reproduces_the_measured_fp8_over_bf16_ratio():
+    """H100 SXM maximum achievable matmul FLOPS (Bekman, ML Engineering): fp8 1,402.6 vs bf16 794.5 TFLOPS."""
+    d = get_cluster("h100").device
+    ratio = d.peak("fp8") * d.fp8_gemm_efficiency / (d.peak("bf16") * d.gemm_efficiency)
+    assert ratio == pytest.approx(1402.6 / 794.5, rel=0.01)
+    with pytest.raises(BandwiseError, match="fp8_gemm_efficiency=1.5"):
+        Device(name="x", peak_flops={"bf16": 1e15, "fp8": 2e15}, hbm_bytes=1e9, hbm_bandwidth=1e12, fp8_gemm_efficiency=1.5)
 
 
 # ---------------------------------------------------------------- compute

@@ -44,7 +44,7 @@ def wave_quantization(m: np.ndarray, n: np.ndarray, sm_count: int) -> np.ndarray
 
 
 def gemm_time(
-    m: np.ndarray, n: np.ndarray, k: np.ndarray, peak: float | np.ndarray, eff: float, hbm_bandwidth: float,
+    m: np.ndarray, n: np.ndarray, k: np.ndarray, peak: float | np.ndarray, eff: float | np.ndarray, hbm_bandwidth: float,
     count: np.ndarray | float = 1.0, sm_count: int = 0,
 ) -> np.ndarray:
     """Seconds for `count` GEMMs of shape (m x k) · (k x n) in bf16 (or fp8 at the fp8 peak)."""

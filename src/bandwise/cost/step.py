@@ -115,7 +115,7 @@ def rank_strides(order: tuple[str, ...], c: SimpleNamespace) -> dict[str, np.nda
     return strides
 
 
-def _gemms_time(gemms: list[Gemm], c: SimpleNamespace, tokens: np.ndarray, m: ModelSpec, peak: np.ndarray, eff: float, bw: float, sms: int = 0) -> np.ndarray:
+def _gemms_time(gemms: list[Gemm], c: SimpleNamespace, tokens: np.ndarray, m: ModelSpec, peak: np.ndarray, eff: float | np.ndarray, bw: float, sms: int = 0) -> np.ndarray:
     """Forward time of a layer's GEMMs on one device; `tokens` after the sequence-parallel all-gather."""
     total = np.zeros_like(tokens, dtype=float)
     tp, ep = c.tp.astype(float), c.ep.astype(float)
@@ -188,6 +188,7 @@ def _base(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, order: tuple[str,
     bf16_peak = dev.peak("bf16") * dev.sustained_clock_ratio
     linear_peak = np.where(fp8, dev.peak_flops.get("fp8", dev.peak("bf16")), dev.peak("bf16")) * dev.sustained_clock_ratio
     eff, bw, hbm_eff = dev.gemm_efficiency, dev.hbm_bandwidth, P.hbm_efficiency
+    linear_eff = np.where(fp8, dev.fp8_gemm_efficiency or eff, eff)  # fp8 GEMMs reach less of their peak
     tokens = mb * m_.seq_len / cp  # tokens of this device's sequence shard in one micro-batch (full width)
     L, frac_moe = m_.layers, m_.moe_layers / m_.layers
     b: dict[str, np.ndarray] = {"tokens": tokens, "zero": zero, "fp8": fp8}
@@ -200,17 +201,17 @@ def _base(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, order: tuple[str,
     else:
         attn_fwd, attn_bwd = _materialized_attention(m_, tokens, tp, bf16_peak, eff, bw * hbm_eff)
     casts = np.where(fp8, 1.0, 0.0)  # fp8 quantizes every GEMM input (and, backward, every output gradient)
-    dense_fwd = _gemms_time(dense_layer_gemms(m_), c, tokens, m_, linear_peak, eff, bw, dev.sm_count) + attn_fwd
+    dense_fwd = _gemms_time(dense_layer_gemms(m_), c, tokens, m_, linear_peak, linear_eff, bw, dev.sm_count) + attn_fwd
     dense_fwd += memory_bound_time(
         (elementwise_bytes_per_token(m_, False, P.eager_elementwise) + casts * fp8_cast_bytes_per_token(m_, False)) * tokens / tp, bw, hbm_eff
     )
     if m_.is_moe:
         moe_gemms = moe_layer_gemms(m_)
-        moe_fwd = _gemms_time(moe_gemms, c, tokens, m_, linear_peak, eff, bw, dev.sm_count) + attn_fwd
+        moe_fwd = _gemms_time(moe_gemms, c, tokens, m_, linear_peak, linear_eff, bw, dev.sm_count) + attn_fwd
         moe_fwd += memory_bound_time(
             (elementwise_bytes_per_token(m_, True, P.eager_elementwise) + casts * fp8_cast_bytes_per_token(m_, True)) * tokens / tp, bw, hbm_eff
         )
-        moe_fwd += (P.expert_imbalance - 1.0) * _gemms_time(moe_gemms[-2:], c, tokens, m_, linear_peak, eff, bw, dev.sm_count)
+        moe_fwd += (P.expert_imbalance - 1.0) * _gemms_time(moe_gemms[-2:], c, tokens, m_, linear_peak, linear_eff, bw, dev.sm_count)
     else:
         moe_fwd = np.zeros_like(dense_fwd)
     b["moe_fwd"] = moe_fwd
@@ -348,7 +349,12 @@ def _combine(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, b: dict[str, n
     exposed_mb = layers_rank * (tp_exposed + b["cp_exposed"] + ep_exposed)
     # Collectives hidden behind compute still occupy SMs on GPUs (NCCL channels are thread blocks):
     # the compute they overlap runs slower by the device's comm_sm_share of that time.
-    hidden_mb = layers_rank * (tp_layer - tp_exposed + b["cp_layer"] - b["cp_exposed"] + frac_moe * ep_layer - ep_exposed)
+    # An overlapped expert all-to-all keeps its SMs for the whole window it overlaps, not only while
+    # bytes move: DualPipe partitions the SMs, 20 of the H800's 132 to communication while the paired
+    # chunk computes (DeepSeek-V3 report, Sec. 3.2.1-3.2.2; ISCA'25 "Insights into DeepSeek-V3", Sec. 4.4.1).
+    ep_occupied = np.where(c.overlap_ep, np.maximum(frac_moe * ep_layer - ep_exposed, frac_moe * 3 * moe_fwd * (b["ep_one"] > 0)),
+                           frac_moe * ep_layer - ep_exposed)
+    hidden_mb = layers_rank * (tp_layer - tp_exposed + b["cp_layer"] - b["cp_exposed"] + ep_occupied)
     hidden_mb = hidden_mb + np.where(zero == 3, layers_rank * (2 * ag + rs), 0.0) - fsdp_exposed
     contention_mb = dev.comm_sm_share * np.maximum(hidden_mb, 0.0)
     bubble_overhead, inflight = schedule_factors(c.schedule, pp, n_mb, v)

@@ -33,6 +33,8 @@ class Device:
     """Memory bandwidth in bytes/s."""
     gemm_efficiency: float = 0.8
     """Fraction of the dense peak a large, well-shaped GEMM reaches (cuBLAS/XLA, measured)."""
+    fp8_gemm_efficiency: float | None = None
+    """Fraction of the dense fp8 peak a large fp8 GEMM reaches; None = `gemm_efficiency` (no fp8 peak)."""
     sustained_clock_ratio: float = 1.0
     """Clock the chip holds at its power limit under dense tensor-core load, over the clock its
     datasheet peak assumes: compute runs this much slower for as long as a training job lasts."""
@@ -52,8 +54,10 @@ class Device:
             _positive(f"device {self.name!r}: peak_flops[{dtype}]", value)
         _positive(f"device {self.name!r}: hbm_bytes", self.hbm_bytes)
         _positive(f"device {self.name!r}: hbm_bandwidth", self.hbm_bandwidth)
-        for name in ("gemm_efficiency", "attention_efficiency", "sustained_clock_ratio"):
+        for name in ("gemm_efficiency", "fp8_gemm_efficiency", "attention_efficiency", "sustained_clock_ratio"):
             value = getattr(self, name)
+            if value is None and name == "fp8_gemm_efficiency":
+                continue
             if not (isinstance(value, (int, float)) and 0 < value <= 1):
                 raise BandwiseError(f"device {self.name!r}: {name}={value!r} must be in (0, 1]")
         if not (isinstance(self.comm_sm_share, (int, float)) and 0 <= self.comm_sm_share < 1):
