@@ -238,3 +238,41 @@ def test_fp8_casts_count_every_gemm_input_by_hand():
     assert fp8_cast_bytes_per_token(m, False) == FP8_CAST_BYTES * (2 * 4096 + 32 * 128 + 14336)
     moe = get_model("deepseek-v3")  # the up-projections of 8 routed + 1 shared expert each read h
     assert fp8_cast_bytes_per_token(moe, True) == FP8_CAST_BYTES * (7168 * (1 + 9) + 128 * 128 + 8 * 2048 + 2048)
+
+
+def test_last_stage_rank_layers_match_the_trainers_split():
+    """The cost model's even split agrees with the stages the trainer builds (runtime/parallel/pipeline.py)."""
+    pytest.importorskip("torch")
+    from bandwise.cost.step import last_stage_rank_layers
+    from bandwise.runtime.parallel.pipeline import layer_ranges, stage_ids
+    from bandwise.specs.strategy import SCHEDULES
+
+    for layers in (10, 11, 13, 40, 61, 126):
+        for pp, schedule, v in ((2, "1F1B", 1), (4, "1F1B", 1), (4, "Interleaved1F1B", 2), (3, "Interleaved1F1B", 3),
+                                (4, "DualPipeV", 2), (8, "ZBVZeroBubble", 2)):
+            n = pp * v
+            if n > layers:
+                continue
+            s = Strategy(pp=pp, schedule=schedule, virtual_stages=v, micro_batch=1, global_batch=2 * n)
+            holder = next(r for r in range(pp) if n - 1 in stage_ids(r, s))
+            want = sum(len(layer_ranges(layers, n)[i]) for i in stage_ids(holder, s))
+            got = last_stage_rank_layers(layers, np.array([pp]), np.array([v]), np.array([SCHEDULES.index(schedule)]))
+            assert float(got[0]) == want, (layers, pp, schedule, v)
+
+
+def test_even_split_charges_the_output_layer_to_the_last_stage():
+    """With pp stages of equal layers, the step runs at the pace of the last one: its layers plus the output head."""
+    m, cluster = get_model("llama3-8b"), get_cluster("h100")
+    s = Strategy(pp=4, micro_batch=1, global_batch=32, schedule="1F1B")
+    even = estimate(m, cluster, s)
+    from bandwise.cost.step import CostParams
+
+    balanced = estimate(m, cluster, s, CostParams(balanced_stages=True))
+    assert even.step_time_s > balanced.step_time_s
+    # llama3-8b has 32 layers: 8 per stage. Balanced: (32·layer + head) / 4; even: 8·layer + head. The
+    # difference is head·(1 - 1/4) per micro-batch, 32 micro-batches.
+    from bandwise.cost.step import DEFAULT_PARAMS, _base
+    from bandwise.specs.strategy import strategy_columns
+
+    head = one(_base(m, cluster, strategy_columns([s]), s.order, DEFAULT_PARAMS)["out_total"])
+    assert even.breakdown["compute"] - balanced.breakdown["compute"] == pytest.approx(32 * 0.75 * head, rel=1e-6)

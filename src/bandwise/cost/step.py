@@ -46,7 +46,7 @@ from bandwise.cost.memory import (
 from bandwise.cost.pipeline import schedule_factors
 from bandwise.specs.hardware import Cluster
 from bandwise.specs.model import ModelSpec
-from bandwise.specs.strategy import PRECISIONS, RECOMPUTE, SCHEDULES, Strategy, strategy_columns
+from bandwise.specs.strategy import PRECISIONS, RECOMPUTE, SCHEDULES, V_SHAPED, Strategy, strategy_columns
 
 _NONE, _SELECTIVE, _FULL = (RECOMPUTE.index(r) for r in ("none", "selective", "full"))
 _FP8 = PRECISIONS.index("fp8")
@@ -94,6 +94,10 @@ class CostParams:
     Megatron's selective recomputation (Korthikanti et al. 2022: only the attention core, and here
     the activation function); TorchTitan's selective AC re-runs half (its op policy saves every
     other matmul and no element-wise output; its layer policy checkpoints every other layer)."""
+    balanced_stages: bool = False
+    """Pipeline stages balanced for the output layer (fewer layers on the last stage; Llama 3 Sec. 3.3.2,
+    Megatron-LM's later --account-for-loss-in-pipeline-split). Off: the frameworks' even split, the
+    last stage's rank pays for the output head and loss on top of its layers."""
     eager_elementwise: bool = False
     """Element-wise ops run as separate eager PyTorch kernels (no torch.compile, no fused norms)."""
     flash_attention: bool = True
@@ -163,6 +167,21 @@ def _materialized_attention(m_: ModelSpec, tokens: np.ndarray, tp: np.ndarray, p
     scores = tokens * m_.heads / tp * m_.seq_len
     traffic = scores * SCORE_BYTES_FORWARD / bw
     return gemm + traffic, 2.0 * gemm + 2.0 * traffic
+
+
+def last_stage_rank_layers(layers: int, pp: np.ndarray, v: np.ndarray, schedule: np.ndarray) -> np.ndarray:
+    """Layers on the pipeline rank that holds the last stage, when `layers` are cut into pp·v stages as
+    evenly as they go, earlier stages taking the remainder (Megatron-LM's uniform split, torchtitan's
+    generate_split_points, runtime/parallel/pipeline.py). The output layer and loss sit on the last
+    stage (Narayanan et al. 2021, Sec. 2.2): on rank pp-1 for single-stage and looped schedules, on
+    rank 0, beside stage 0, for the V-shaped ones."""
+    n = pp * v
+    base = np.floor(layers / n)
+    extra = layers - base * n
+    v_shaped = np.isin(schedule, [SCHEDULES.index(s) for s in V_SHAPED]) & (pp > 1)
+    # looped: stages pp-1, 2pp-1, ... of which those below `extra` carry one more layer
+    looped = v * base + np.clip(np.ceil((extra - (pp - 1)) / pp), 0, v)
+    return np.where(v_shaped, 2 * base + (extra > 0), looped)
 
 
 def _affine(time_fn, cluster: Cluster, stride: np.ndarray, size: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -322,9 +341,11 @@ def _combine(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, b: dict[str, n
     layer_recompute = np.select([rec == _FULL, rec == _SELECTIVE], [layer_fwd, b["selective_cost"]], 0.0)
     layers_rank = np.ceil(L / (pp * v)) * v
     per_layer = layer_fwd + layer_bwd + b["kernel_gaps"]
-    balanced = (L * (per_layer + layer_recompute) + b["out_total"]) / pp
-    fullest = layers_rank * (per_layer + layer_recompute) + np.where(pp == 1, b["out_total"], 0.0)
-    compute_mb_total = np.maximum(fullest, balanced)
+    unit = per_layer + layer_recompute
+    if P.balanced_stages:  # layers moved off the last stage until the output head is paid for
+        compute_mb_total = np.maximum(layers_rank * unit + np.where(pp == 1, b["out_total"], 0.0), (L * unit + b["out_total"]) / pp)
+    else:  # even split: the rank holding the last stage also runs the output head and the loss
+        compute_mb_total = np.maximum(layers_rank * unit, last_stage_rank_layers(L, pp, v, c.schedule) * unit + b["out_total"])
     recompute_mb = layers_rank * layer_recompute
     compute_mb = compute_mb_total - recompute_mb
 

@@ -61,6 +61,10 @@ SWITCHES: dict[str, str] = {
         "metaseq's OPT launcher (metaseq/launcher/opt_baselines.py) trains with --checkpoint-activations (full "
         "recomputation of every layer)"
     ),
+    "llama3_balanced_stages": (
+        "Llama 3 (Sec. 3.3.2) balances its pipeline by taking one layer each off the first and the last stage, "
+        "which hold the embedding and the output layer with the loss"
+    ),
     "fa2_on_hopper": (
         "TorchTitan's H100 runs use F.scaled_dot_product_attention, whose flash backend in PyTorch 2.4-2.5 is "
         "FlashAttention-2; on H100 it reaches about 35% of the bf16 peak (Shah et al. 2024, FlashAttention-3, Sec. 4.1)"
@@ -72,6 +76,7 @@ PARAM_SWITCHES: dict[str, dict[str, Any]] = {
     "fa2_on_hopper": {"attention_efficiency": 0.35},
     "eager_torchtitan": {"eager_elementwise": True},
     "torchtitan_sac": {"selective_forward_share": 0.5},
+    "llama3_balanced_stages": {"balanced_stages": True},
 }
 """The CostParams fields a switch changes (the others change the Strategy or the model)."""
 MATERIALIZED_ATTENTION_SOURCES = ("narayanan2021_sc21", "korthikanti2022", "bloom176b", "opt175b")
@@ -553,6 +558,8 @@ def convert(run: dict[str, Any], sources: dict[str, Any] | None = None) -> Case:
     if p.get("async_tp"):
         overlap["tp"] = True
         switches.append("async_tp")
+    if src == "llama3_2024" and pp and pp > 1:
+        switches.append("llama3_balanced_stages")
     if src in MATERIALIZED_ATTENTION_SOURCES:
         switches.append("materialized_attention")
     if src == "torchtitan" and "H100" in str((run.get("hardware") or {}).get("accelerator")):
