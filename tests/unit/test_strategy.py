@@ -231,3 +231,14 @@ def test_valid_mask_agrees_with_check(batch, world, m):
                 except BandwiseError:
                     accepted = False
                 assert accepted == bool(ok), s
+
+
+def test_trainer_refuses_ep_over_replicas_in_one_line():
+    """The planner may print EP spanning replicas (Megatron/DeepSeek); the trainer says it does not run it yet."""
+    pytest.importorskip("torch")
+    from bandwise.runtime.parallel.mesh import check_runtime_support
+
+    s = Strategy(dp_replicate=2, ep=2, zero_stage=1, micro_batch=1, global_batch=2)
+    s.check(2, DEBUG_MOE)
+    with pytest.raises(BandwiseError, match=r"ep=2 must divide dp_shard=1: .*planned but not executed"):
+        check_runtime_support(s, DEBUG_MOE)

@@ -27,8 +27,8 @@ def check_runtime_support(s: Strategy, model: ModelSpec) -> None:
         raise BandwiseError(f"cp={s.cp}: the trainer does not run context parallelism; use cp=1 and give its ranks to dp_shard")
     if s.ep > 1 and s.dp_shard % s.ep:
         raise BandwiseError(
-            f"ep={s.ep} must divide dp_shard={s.dp_shard}: the trainer places expert parallelism inside the dp_shard ranks; "
-            f"use dp_shard a multiple of {s.ep}"
+            f"ep={s.ep} must divide dp_shard={s.dp_shard}: the trainer places expert parallelism inside the dp_shard ranks "
+            f"(expert parallelism over replicated data parallelism is planned but not executed); use dp_shard a multiple of {s.ep}"
         )
     if s.tp > 1 and model.n_kv_heads % s.tp:
         raise BandwiseError(f"tp={s.tp} must divide kv_heads={model.n_kv_heads} of {model.name} in the trainer (no key/value head replication); use tp dividing {model.n_kv_heads}")
