@@ -168,7 +168,8 @@ def parse_recompute(text: Any) -> str | None:
 
     MaxText remat_policy=minimal saves the matmul outputs and recomputes the element-wise work
     (Megatron's "selective"); DeepSeek-V3 recomputes RMSNorm and the MLA up-projections
-    (selective); TorchTitan's per-layer selective AC has no exact equivalent, selective is nearest.
+    (selective); TorchTitan's selective AC maps to selective, its extra recomputation added by the
+    `torchtitan_sac` switch.
     """
     if text is None:
         return None
