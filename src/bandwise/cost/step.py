@@ -279,12 +279,10 @@ def _base(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, order: tuple[str,
     b["emb_local"] = m_.embedding_params / tp
     b["out_local"] = np.full_like(tp, 0.0 if m_.tied_embeddings else m_.output_params) / tp
     expert_dp = dp * cp * tp / expert_split  # ranks holding the same experts
-    # Under FSDP the experts are sharded over what dp_shard·cp·tp leaves of the EP group, and
-    # replicated over the rest; an EP group spanning replicas (Megatron, DeepSeek-V3) leaves no
-    # expert FSDP group: the experts' replicas are all expert_dp ranks.
-    spans = ep > dps * cp * tp
-    expert_fsdp = np.where(spans, 1.0, expert_dp / dpr)
-    b["expert_spans_replicas"] = spans
+    # Under FSDP the experts are sharded over what dp_shard·cp·tp leaves of the EP group and replicated
+    # over dp_replicate. An EP group spanning replicas (Megatron, DeepSeek-V3) exists only without FSDP
+    # (specs/strategy.py), where ZeRO-1/2 shard the experts' state over all expert_dp ranks.
+    expert_fsdp = expert_dp / dpr
     b["shard_dense"] = np.select([zero == 3, zero >= 1], [dps * cp, dpr * cp], 1.0)
     b["shard_expert"] = np.select([zero == 3, zero >= 1], [expert_fsdp, expert_dp], 1.0)
 
@@ -401,12 +399,11 @@ def _combine(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, b: dict[str, n
         2 * (params_dense_rank * g / np.maximum(shard_dense, 1) * k_rep + l_rep),
     )
     # experts: the same collectives over the ranks holding the same experts (under FSDP, the
-    # replicas of each shard: dp_replicate ranks, or all expert_dp when EP spans replicas)
-    k_xrep, l_xrep = np.where(b["expert_spans_replicas"], k_edp, k_rep), np.where(b["expert_spans_replicas"], l_edp, l_rep)
+    # dp_replicate replicas of each shard)
     expert_sync = np.select(
         [zero == 0, zero <= 2],
         [2 * (params_expert_rank * g * k_edp + l_edp), params_expert_rank * (g + BF16) * k_edp + 2 * l_edp],
-        2 * (params_expert_rank * g / np.maximum(shard_expert, 1) * k_xrep + l_xrep),
+        2 * (params_expert_rank * g / np.maximum(shard_expert, 1) * k_rep + l_rep),
     ) * (params_expert_rank > 0)
     dp_sync = dense_sync + expert_sync
     last_backward = np.minimum(layers_rank * (layer_bwd + layer_recompute), compute_mb_total)
