@@ -173,8 +173,8 @@ def last_stage_rank_layers(layers: int, pp: np.ndarray, v: np.ndarray, schedule:
     """Layers on the pipeline rank that holds the last stage, when `layers` are cut into pp·v stages as
     evenly as they go, earlier stages taking the remainder (Megatron-LM's uniform split, torchtitan's
     generate_split_points, runtime/parallel/pipeline.py). The output layer and loss sit on the last
-    stage (Narayanan et al. 2021, Sec. 2.2): on rank pp-1 for single-stage and looped schedules, on
-    rank 0, beside stage 0, for the V-shaped ones."""
+    stage (Megatron-LM's post_process stage, torchtitan's last split, our trainer's last stage): on
+    rank pp-1 for single-stage and looped schedules, on rank 0, beside stage 0, for the V-shaped ones."""
     n = pp * v
     base = np.floor(layers / n)
     extra = layers - base * n
