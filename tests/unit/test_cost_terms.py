@@ -10,8 +10,8 @@ import pytest
 from bandwise.cost import comm
 from bandwise.cost.compute import gemm_time
 from bandwise.cost.memory import GIB, activation_bytes_per_token, model_state_bytes
-from bandwise.cost.step import estimate
-from bandwise.specs.strategy import Strategy
+from bandwise.cost.step import DEFAULT_PARAMS, CostParams, _base, estimate, last_stage_rank_layers
+from bandwise.specs.strategy import SCHEDULES, Strategy, strategy_columns
 from bandwise.errors import BandwiseError
 from bandwise.specs.hardware import Cluster, Device, Level
 from bandwise.specs.model import ModelSpec
@@ -163,9 +163,6 @@ def test_overlapped_expert_all_to_all_holds_its_sms_for_the_whole_window():
     """DualPipe partitions the SMs (DeepSeek-V3 report Sec. 3.2.2: 20 of 132 for communication while
     the paired chunk computes): the compute of every overlapped MoE layer pays comm_sm_share, however
     short the all-to-all."""
-    from bandwise.cost.step import _base, DEFAULT_PARAMS
-    from bandwise.specs.strategy import strategy_columns
-
     m, cluster = get_model("deepseek-v3"), get_cluster("h100")
     s = Strategy(dp_replicate=8, ep=8, zero_stage=1, micro_batch=1, global_batch=16, overlap_ep=True)
     est = estimate(m, cluster, s)
@@ -243,9 +240,7 @@ def test_fp8_casts_count_every_gemm_input_by_hand():
 def test_last_stage_rank_layers_match_the_trainers_split():
     """The cost model's even split agrees with the stages the trainer builds (runtime/parallel/pipeline.py)."""
     pytest.importorskip("torch")
-    from bandwise.cost.step import last_stage_rank_layers
     from bandwise.runtime.parallel.pipeline import layer_ranges, stage_ids
-    from bandwise.specs.strategy import SCHEDULES
 
     for layers in (10, 11, 13, 40, 61, 126):
         for pp, schedule, v in ((2, "1F1B", 1), (4, "1F1B", 1), (4, "Interleaved1F1B", 2), (3, "Interleaved1F1B", 3),
@@ -265,14 +260,9 @@ def test_even_split_charges_the_output_layer_to_the_last_stage():
     m, cluster = get_model("llama3-8b"), get_cluster("h100")
     s = Strategy(pp=4, micro_batch=1, global_batch=32, schedule="1F1B")
     even = estimate(m, cluster, s)
-    from bandwise.cost.step import CostParams
-
     balanced = estimate(m, cluster, s, CostParams(balanced_stages=True))
     assert even.step_time_s > balanced.step_time_s
     # llama3-8b has 32 layers: 8 per stage. Balanced: (32·layer + head) / 4; even: 8·layer + head. The
     # difference is head·(1 - 1/4) per micro-batch, 32 micro-batches.
-    from bandwise.cost.step import DEFAULT_PARAMS, _base
-    from bandwise.specs.strategy import strategy_columns
-
     head = one(_base(m, cluster, strategy_columns([s]), s.order, DEFAULT_PARAMS)["out_total"])
     assert even.breakdown["compute"] - balanced.breakdown["compute"] == pytest.approx(32 * 0.75 * head, rel=1e-6)

@@ -476,7 +476,7 @@ def convert(run: dict[str, Any], sources: dict[str, Any] | None = None) -> Case:
     # (specs/strategy.py): Megatron and DeepSeek-V3 carve EP out of replicated data parallelism.
     if ep and ep > 1 and "dp_shard" in fixed:
         region = fixed["dp_shard"] * fixed.get("cp", 1) * fixed.get("tp", 1)
-        if not ep_fits(np.array(ep), np.array(region), np.array(fixed["dp_replicate"]), np.array(fixed["dp_shard"])):
+        if not ep_fits(ep, region, fixed["dp_replicate"], fixed["dp_shard"]):
             raise BandwiseError(f"run {rid}: ep={ep} cannot be placed on dp={fixed['dp_shard'] * fixed['dp_replicate']}·cp·tp")
 
     # ---- batch ----

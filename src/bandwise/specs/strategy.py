@@ -308,13 +308,14 @@ def _enum_message(s: Strategy) -> str:
 def ep_fits(ep: np.ndarray, region: np.ndarray, dp_replicate: np.ndarray, dp_shard: np.ndarray) -> np.ndarray:
     """Expert parallelism inside the dp_shard·cp·tp region, or, under replicated data parallelism
     (dp_shard == 1), over all of cp·tp and r | dp_replicate replicas."""
-    ep = np.maximum(ep, 1)
+    ep, region = np.maximum(ep, 1), np.maximum(region, 1)  # degrees < 1 are rejected by the first rule
     inside = region % ep == 0
     spans = (dp_shard == 1) & (ep % region == 0) & (dp_replicate % np.maximum(ep // region, 1) == 0)
     return inside | spans
 
 
 def valid_ep(region: int, dp_replicate: int, dp_shard: int) -> list[int]:
+    """The ep degrees `ep_fits` accepts, smallest first (for error messages and the search)."""
     spans = [region * r for r in _divisors(dp_replicate) if r > 1] if dp_shard == 1 else []
     return _divisors(region) + spans
 
