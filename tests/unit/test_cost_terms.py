@@ -175,6 +175,23 @@ def test_overlapped_expert_all_to_all_holds_its_sms_for_the_whole_window():
     assert est.breakdown["contention"] == pytest.approx(share * window + dp_contention, rel=1e-6)
 
 
+def test_dualpipe_v_exposes_the_all_to_all_of_the_chunks_it_runs_alone():
+    """DualPipeV hides a chunk's all-to-all only inside an overlapped (F, B) pair; rank 0's 3p-1
+    warm-up forwards and as many cool-down backwards run alone, so (3p-1)/(2m) of the step's
+    all-to-all stays exposed. Other schedules under --overlap-ep keep hiding all of it."""
+    m, cluster = get_model("deepseek-v3"), get_cluster("h800")
+    p = 4
+    for n_mb in (2 * p, 6 * p):
+        s = Strategy(dp_replicate=16, ep=8, pp=p, zero_stage=1, micro_batch=1, global_batch=16 * n_mb,
+                     schedule="DualPipeV", virtual_stages=2, overlap_ep=True)
+        est = estimate(m, cluster, s)
+        assert est.microbatches == n_mb
+        assert est.breakdown["ep"] == pytest.approx((3 * p - 1) / (2 * n_mb) * est.comm_total_s["ep"], rel=1e-6)
+    zbv = estimate(m, cluster, Strategy(dp_replicate=16, ep=8, pp=p, zero_stage=1, micro_batch=1, global_batch=16 * 2 * p,
+                                        schedule="ZBVZeroBubble", virtual_stages=2, overlap_ep=True))
+    assert zbv.breakdown["ep"] == 0.0
+
+
 def test_fp8_gemm_efficiency_reproduces_the_measured_fp8_over_bf16_ratio():
     """H100 SXM maximum achievable matmul FLOPS (Bekman, ML Engineering): fp8 1,402.6 vs bf16 794.5 TFLOPS."""
     d = get_cluster("h100").device

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from bandwise.cost.pipeline import PipelineSpec, pipeline_summary, schedule_factors, simulate
-from bandwise.cost.schedules import action_orders, stage_rank
+from bandwise.cost.schedules import action_orders, dualpipe_v_alone, overlapped, stage_rank
 from bandwise.errors import BandwiseError
 from bandwise.specs.strategy import SCHEDULES
 
@@ -246,3 +246,17 @@ def test_cli_png(tmp_path, capsys):
     code, _, _ = _cli(["schedule", "--schedule", "ZBVZeroBubble", "--stages", "2", "--microbatches", "4", "--png", str(path)], capsys)
     assert code == 0
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("p", (2, 3, 4, 8))
+def test_dualpipe_v_runs_3p_minus_1_forwards_and_backwards_alone_on_rank_0(p):
+    """Counted on the orders: every pair is a forward then a fused backward of the other leg; rank r
+    runs 3p-1-r of each kind alone, however many micro-batches follow the warm-up."""
+    for m in (2 * p, 2 * p + 1, 5 * p + 3):
+        for r, seq in enumerate(action_orders("DualPipeV", p, m, 2)):
+            paired = overlapped(seq)
+            alone = Counter("F" if a.kind == "F" else "BI" for a, q in zip(seq, paired) if not q and a.kind != "W")
+            pairs = [(a, b) for a, b, q in zip(seq, seq[1:], paired) if q and a.kind == "F"]
+            assert all(b.kind == "B" and b.stage != a.stage for a, b in pairs)
+            assert alone["F"] == alone["BI"] == dualpipe_v_alone(p) - r
+            assert len(pairs) == 2 * m - (3 * p - 1 - r)

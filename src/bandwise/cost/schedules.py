@@ -296,6 +296,32 @@ def dualpipe_v(p: int, m: int, v: int) -> Orders:
     return orders
 
 
+def overlapped(seq: list[Action]) -> list[bool]:
+    """Which actions of one DualPipeV rank order run inside an overlapped (F, B) pair.
+
+    A forward immediately followed by a fused backward of another stage is one pair (phases 4-5
+    of `dualpipe_v`): DualPipe overlaps the pair's compute with the other's all-to-all and
+    pipeline sends (DeepSeek-V3 report, Sec. 3.2.1, Fig. 4). Everything else runs alone.
+    """
+    paired = [False] * len(seq)
+    for i in range(len(seq) - 1):
+        a, b = seq[i], seq[i + 1]
+        if a.kind == "F" and b.kind == "B" and b.stage != a.stage and not paired[i]:
+            paired[i] = paired[i + 1] = True
+    return paired
+
+
+def dualpipe_v_alone(p: int) -> int:
+    """Forwards, and as many backwards (B or I), that rank 0 of DualPipeV runs outside a pair.
+
+    From the phases of `dualpipe_v`, rank r runs 2(p-1-r) + 2(r+1) + (p-1-r) = 3p-1-r forwards
+    alone (phases 1-3) and (p-1-r) + (p-1-r) + 2(r+1) + (p-1-r) = 3p-1-r backwards alone
+    (phases 3, 5, 6, 7), whatever the number of micro-batches; rank 0 has the most.
+    tests/unit/test_pipeline_sim.py counts them on the orders with `overlapped`.
+    """
+    return 3 * p - 1
+
+
 GENERATORS: dict[str, Callable[[int, int, int], Orders]] = {
     "GPipe": gpipe,
     "1F1B": one_f_one_b,

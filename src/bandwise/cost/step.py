@@ -50,6 +50,7 @@ from bandwise.specs.strategy import PRECISIONS, RECOMPUTE, SCHEDULES, V_SHAPED, 
 
 _NONE, _SELECTIVE, _FULL = (RECOMPUTE.index(r) for r in ("none", "selective", "full"))
 _FP8 = PRECISIONS.index("fp8")
+_DUALPIPE_V = SCHEDULES.index("DualPipeV")
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -355,7 +356,13 @@ def _combine(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, b: dict[str, n
     # ---- expert parallel: dispatch + combine, forward and backward (+2 to recompute) ----
     ep_layer = (4.0 + np.where(rec == _FULL, 2.0, 0.0)) * b["ep_one"]
     moe_fwd = b["moe_fwd"]
-    ep_exposed = frac_moe * np.where(c.overlap_ep, np.maximum(0.0, ep_layer - 3 * moe_fwd), ep_layer)
+    # DualPipe(V) hides a micro-batch's all-to-all only inside its overlapped (F, B) pairs; the
+    # warm-up forwards and cool-down backwards run alone with theirs exposed: 3p-1 of each of the
+    # 2m chunk passes on rank 0 (`schedules.dualpipe_v_alone`; "Insights into DeepSeek-V3", ISCA
+    # 2025, Table 4 times these phases apart from the overlapped 1F1B)
+    alone = np.where((c.schedule == _DUALPIPE_V) & (pp > 1), np.minimum(1.0, (3.0 * pp - 1.0) / (2.0 * n_mb)), 0.0)
+    ep_hidden_share = np.where(c.overlap_ep, 1.0 - alone, 0.0)
+    ep_exposed = frac_moe * (ep_hidden_share * np.maximum(0.0, ep_layer - 3 * moe_fwd) + (1.0 - ep_hidden_share) * ep_layer)
     # ---- FSDP: prefetched behind the previous layer's forward, and its backward ----
     ag, rs = b["ag_layer"], b["rs_layer"]
     fsdp_layer_exposed = np.where(
@@ -371,7 +378,7 @@ def _combine(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, b: dict[str, n
     # An overlapped expert all-to-all keeps its SMs for the whole window it overlaps, not only while
     # bytes move: DualPipe partitions the SMs, 20 of the H800's 132 to communication while the paired
     # chunk computes (DeepSeek-V3 report, Sec. 3.2.1-3.2.2; ISCA'25 "Insights into DeepSeek-V3", Sec. 4.4.1).
-    ep_occupied = np.where(c.overlap_ep, np.maximum(frac_moe * ep_layer - ep_exposed, frac_moe * 3 * moe_fwd * (b["ep_one"] > 0)),
+    ep_occupied = np.where(c.overlap_ep, np.maximum(frac_moe * ep_layer - ep_exposed, ep_hidden_share * frac_moe * 3 * moe_fwd * (b["ep_one"] > 0)),
                            frac_moe * ep_layer - ep_exposed)
     hidden_mb = layers_rank * (tp_layer - tp_exposed + b["cp_layer"] - b["cp_exposed"] + ep_occupied)
     hidden_mb = hidden_mb + np.where(zero == 3, layers_rank * (2 * ag + rs), 0.0) - fsdp_exposed
