@@ -161,8 +161,8 @@ def test_zero1_experts_over_replicas_shard_their_optimizer_over_the_expert_repli
 
 def test_overlapped_expert_all_to_all_holds_its_sms_for_the_whole_window():
     """DualPipe partitions the SMs (DeepSeek-V3 report Sec. 3.2.2: 20 of 132 for communication while
-    the paired chunk computes): the compute of every overlapped MoE layer pays comm_sm_share, however
-    short the all-to-all."""
+    the paired chunk computes): the compute of every overlapped MoE layer runs on the SMs left,
+    however short the all-to-all."""
     m, cluster = get_model("deepseek-v3"), get_cluster("h100")
     s = Strategy(dp_replicate=8, ep=8, zero_stage=1, micro_batch=1, global_batch=16, overlap_ep=True)
     est = estimate(m, cluster, s)
@@ -172,7 +172,8 @@ def test_overlapped_expert_all_to_all_holds_its_sms_for_the_whole_window():
     share = cluster.device.comm_sm_share
     dp_contention = share * (est.comm_total_s["dp"] - est.breakdown["dp"])
     assert est.comm_total_s["ep"] < window  # the all-to-all itself is shorter than the window
-    assert est.breakdown["contention"] == pytest.approx(share * window + dp_contention, rel=1e-6)
+    # the window's compute runs on 1 - share of the SMs: t / (1 - share), so it loses share · t / (1 - share)
+    assert est.breakdown["contention"] == pytest.approx(share * window / (1 - share) + dp_contention, rel=1e-6)
 
 
 def test_dualpipe_v_exposes_the_all_to_all_of_the_chunks_it_runs_alone():

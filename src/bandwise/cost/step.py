@@ -374,12 +374,15 @@ def _combine(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, b: dict[str, n
 
     exposed_mb = layers_rank * (tp_exposed + b["cp_exposed"] + ep_exposed)
     # Collectives hidden behind compute still occupy SMs on GPUs (NCCL channels are thread blocks):
-    # the compute they overlap runs slower by the device's comm_sm_share of that time.
+    # while one runs for c seconds, the compute beside it loses comm_sm_share · c of work.
     # An overlapped expert all-to-all keeps its SMs for the whole window it overlaps, not only while
     # bytes move: DualPipe partitions the SMs, 20 of the H800's 132 to communication while the paired
     # chunk computes (DeepSeek-V3 report, Sec. 3.2.1-3.2.2; ISCA'25 "Insights into DeepSeek-V3", Sec. 4.4.1).
-    ep_occupied = np.where(c.overlap_ep, np.maximum(frac_moe * ep_layer - ep_exposed, ep_hidden_share * frac_moe * 3 * moe_fwd * (b["ep_one"] > 0)),
-                           frac_moe * ep_layer - ep_exposed)
+    # Compute of t seconds on (1 - s) of the SMs takes t / (1 - s): it loses s · t / (1 - s), which
+    # is s times the window stretched by 1 / (1 - s).
+    sm_left = 1.0 - dev.comm_sm_share
+    window = ep_hidden_share * frac_moe * 3 * moe_fwd * (b["ep_one"] > 0) / sm_left
+    ep_occupied = np.where(c.overlap_ep, np.maximum(frac_moe * ep_layer - ep_exposed, window), frac_moe * ep_layer - ep_exposed)
     hidden_mb = layers_rank * (tp_layer - tp_exposed + b["cp_layer"] - b["cp_exposed"] + ep_occupied)
     hidden_mb = hidden_mb + np.where(zero == 3, layers_rank * (2 * ag + rs), 0.0) - fsdp_exposed
     contention_mb = dev.comm_sm_share * np.maximum(hidden_mb, 0.0)
