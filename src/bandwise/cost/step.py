@@ -11,6 +11,8 @@ through the worst pipeline rank's layers; exposed_mb the per-micro-batch communi
 CP, FSDP) that its overlap window does not hide, exposed = max(0, comm - window) (the scaling
 book's T_lower = max(T_math, T_comms) per overlapped pair); bubble the schedule's idle share
 (cost/pipeline.py); exposed_dp the gradient synchronisation left after the last backward.
+The expert all-to-all is hidden only where a schedule pairs micro-batches: under DualPipeV the
+(3p-1)/(2m) of chunk passes rank 0 runs outside an overlapped (F, B) pair keep theirs exposed.
 
 MFU (DESIGN.md): model FLOPs per token × tokens/s ÷ (devices × dense peak of the training dtype),
 model FLOPs per token = 6·(active non-embedding params + output projection) + 12·L·H·d·s (PaLM
