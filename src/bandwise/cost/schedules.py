@@ -30,7 +30,7 @@ V-shaped ones, so that the first and the last stage share rank 0.
 from __future__ import annotations
 
 from collections import deque
-from typing import Callable, NamedTuple
+from typing import Callable, NamedTuple, TypeVar
 
 from bandwise.errors import BandwiseError
 
@@ -311,8 +311,12 @@ def overlapped(seq: list[Action]) -> list[bool]:
     return paired
 
 
-def dualpipe_v_alone(p: int) -> int:
-    """Forwards, and as many backwards (B or I), that rank 0 of DualPipeV runs outside a pair.
+Ranks = TypeVar("Ranks")  # an int, or a numpy array of stage ranks
+
+
+def dualpipe_v_alone(p: Ranks) -> Ranks:
+    """Forwards, and as many backwards (B or I), that rank 0 of DualPipeV runs outside a pair
+    (p an int or an array of stage ranks; the cost model charges their all-to-all as exposed).
 
     From the phases of `dualpipe_v`, rank r runs 2(p-1-r) + 2(r+1) + (p-1-r) = 3p-1-r forwards
     alone (phases 1-3) and (p-1-r) + (p-1-r) + 2(r+1) + (p-1-r) = 3p-1-r backwards alone

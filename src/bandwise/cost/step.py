@@ -46,6 +46,7 @@ from bandwise.cost.memory import (
     model_state_bytes,
 )
 from bandwise.cost.pipeline import schedule_factors
+from bandwise.cost.schedules import dualpipe_v_alone
 from bandwise.specs.hardware import Cluster
 from bandwise.specs.model import ModelSpec
 from bandwise.specs.strategy import PRECISIONS, RECOMPUTE, SCHEDULES, V_SHAPED, Strategy, strategy_columns
@@ -362,7 +363,7 @@ def _combine(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, b: dict[str, n
     # warm-up forwards and cool-down backwards run alone with theirs exposed: 3p-1 of each of the
     # 2m chunk passes on rank 0 (`schedules.dualpipe_v_alone`; "Insights into DeepSeek-V3", ISCA
     # 2025, Table 4 times these phases apart from the overlapped 1F1B)
-    alone = np.where((c.schedule == _DUALPIPE_V) & (pp > 1), np.minimum(1.0, (3.0 * pp - 1.0) / (2.0 * n_mb)), 0.0)
+    alone = np.where((c.schedule == _DUALPIPE_V) & (pp > 1), np.minimum(1.0, dualpipe_v_alone(pp) / (2.0 * n_mb)), 0.0)
     ep_hidden_share = np.where(c.overlap_ep, 1.0 - alone, 0.0)
     ep_exposed = frac_moe * (ep_hidden_share * np.maximum(0.0, ep_layer - 3 * moe_fwd) + (1.0 - ep_hidden_share) * ep_layer)
     # ---- FSDP: prefetched behind the previous layer's forward, and its backward ----
