@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -10,7 +11,7 @@ import pytest
 from bandwise.cost import comm
 from bandwise.cost.compute import gemm_time
 from bandwise.cost.memory import GIB, activation_bytes_per_token, model_state_bytes
-from bandwise.cost.step import DEFAULT_PARAMS, CostParams, _base, estimate, last_stage_rank_layers
+from bandwise.cost.step import DEFAULT_PARAMS, CostParams, _base, balanced_split, estimate, last_stage_rank_layers
 from bandwise.specs.strategy import SCHEDULES, Strategy, strategy_columns
 from bandwise.errors import BandwiseError
 from bandwise.specs.hardware import Cluster, Device, Level
@@ -273,6 +274,40 @@ def test_last_stage_rank_layers_match_the_trainers_split():
             assert float(got[0]) == want, (layers, pp, schedule, v)
 
 
+def _best_whole_layer_split(layers: int, pp: int, unit: float, head: float) -> float:
+    """Brute force: the head's rank takes k layers, the other pp-1 share the rest as evenly as they go."""
+    if pp == 1:
+        return layers * unit + head
+    return min(max(k * unit + head, math.ceil((layers - k) / (pp - 1)) * unit) for k in range(layers + 1))
+
+
+def test_balanced_split_is_the_best_whole_layer_placement():
+    rng = np.random.default_rng(7)
+    for _ in range(300):
+        layers, pp = int(rng.integers(1, 130)), int(rng.integers(1, 33))
+        unit, head = float(rng.uniform(0.1, 2.0)), float(rng.uniform(0.0, 8.0))
+        _, _, t = balanced_split(layers, np.array([pp]), np.array([unit]), np.array([head]))
+        assert float(t[0]) == pytest.approx(_best_whole_layer_split(layers, pp, unit, head), rel=1e-12), (layers, pp, unit, head)
+
+
+def test_balanced_split_reproduces_megatron_bridge_deepseek_layouts():
+    """Megatron-Bridge's DeepSeek-V3 recipes (set_deepseek_v3_pipeline_model_parallel_layout) give PP16
+    4 layers per stage and 1 beside the MTP block and loss, and PP4 x VP4 13 layers on the last rank."""
+    m = replace(get_model("deepseek-v3"), mtp_depth=1)
+    cluster = get_cluster("b200")
+    for pp, v, want_head_rank in ((16, 1, 1), (4, 4, 13)):
+        s = Strategy(pp=pp, ep=8, dp_replicate=2, virtual_stages=v, schedule="1F1B" if v == 1 else "Interleaved1F1B",
+                     micro_batch=1, global_batch=64, recompute="selective")
+        b = _base(m, cluster, strategy_columns([s]), s.order, DEFAULT_PARAMS)
+        unit = one(b["layer_fwd"] + b["layer_bwd"] + b["kernel_gaps"])
+        head = one(b["out_total"] + b["mtp_total"])
+        costs = {k: max(k * unit + head, math.ceil((61 - k) / (pp - 1)) * unit) for k in range(62)}
+        assert min(costs, key=costs.get) == want_head_rank
+        _, k, t = balanced_split(61, np.array([pp]), np.array([unit]), np.array([head]))
+        assert one(k) == want_head_rank
+        assert one(t) == pytest.approx(costs[want_head_rank])
+
+
 def test_even_split_charges_the_output_layer_to_the_last_stage():
     """With pp stages of equal layers, the step runs at the pace of the last one: its layers plus the output head."""
     m, cluster = get_model("llama3-8b"), get_cluster("h100")
@@ -280,7 +315,35 @@ def test_even_split_charges_the_output_layer_to_the_last_stage():
     even = estimate(m, cluster, s)
     balanced = estimate(m, cluster, s, CostParams(balanced_stages=True))
     assert even.step_time_s > balanced.step_time_s
-    # llama3-8b has 32 layers: 8 per stage. Balanced: (32·layer + head) / 4; even: 8·layer + head. The
-    # difference is head·(1 - 1/4) per micro-batch, 32 micro-batches.
-    head = one(_base(m, cluster, strategy_columns([s]), s.order, DEFAULT_PARAMS)["out_total"])
-    assert even.breakdown["compute"] - balanced.breakdown["compute"] == pytest.approx(32 * 0.75 * head, rel=1e-6)
+    # llama3-8b has 32 layers: 8 per stage, so the even split's last rank runs 8 layers + head; the
+    # balanced one moves whole layers off it. 32 micro-batches.
+    b = _base(m, cluster, strategy_columns([s]), s.order, DEFAULT_PARAMS)
+    unit, head = one(b["layer_fwd"] + b["layer_bwd"] + b["kernel_gaps"]), one(b["out_total"])
+    saved = 8 * unit + head - _best_whole_layer_split(32, 4, unit, head)
+    assert even.breakdown["compute"] - balanced.breakdown["compute"] == pytest.approx(32 * saved, rel=1e-6)
+
+
+def test_mtp_module_costs_a_block_a_projection_and_a_second_head():
+    """DeepSeek-V3 Sec. 2.2: each MTP module runs one more block, a 2h -> h projection of the
+    concatenated hidden state and embedding, and the shared output head with its loss again."""
+    base = get_model("llama3-8b")
+    cluster = get_cluster("h100")
+    s = Strategy(dp_replicate=8, micro_batch=1, global_batch=8)
+    plain = estimate(base, cluster, s)
+    one_more_layer = estimate(replace(base, layers=base.layers + 1), cluster, s)
+    with_mtp = estimate(replace(base, mtp_depth=1), cluster, s)
+    b = _base(base, cluster, strategy_columns([s]), s.order, DEFAULT_PARAMS)
+    tokens, h = base.seq_len, base.hidden
+    dev = cluster.device
+    proj = one(gemm_time(tokens, h, 2 * h, dev.peak("bf16") * dev.sustained_clock_ratio, dev.gemm_efficiency, dev.hbm_bandwidth, sm_count=dev.sm_count))
+    block = one_more_layer.breakdown["compute"] - plain.breakdown["compute"]
+    assert with_mtp.breakdown["compute"] - plain.breakdown["compute"] == pytest.approx(block + 3 * proj + one(b["out_total"]), rel=1e-9)
+    assert with_mtp.memory_gib_per_device > plain.memory_gib_per_device
+
+
+def test_deepseek_v3_mtp_module_is_the_published_14b():
+    """DeepSeek-V3's checkpoint holds 671B for the main model and 14B for the MTP module, whose stored
+    copy includes the shared embedding and output head (DeepSeek-V3 model card)."""
+    m = replace(get_model("deepseek-v3"), mtp_depth=1)
+    stored = m.mtp_module_params + m.embedding_params + m.output_params
+    assert abs(stored - 14e9) < 0.6e9

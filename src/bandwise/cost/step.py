@@ -99,9 +99,9 @@ class CostParams:
     the activation function); TorchTitan's selective AC re-runs half (its op policy saves every
     other matmul and no element-wise output; its layer policy checkpoints every other layer)."""
     balanced_stages: bool = False
-    """Pipeline stages balanced for the output layer (fewer layers on the last stage; Llama 3 Sec. 3.3.2,
-    Megatron-LM's later --account-for-loss-in-pipeline-split). Off: the frameworks' even split, the
-    last stage's rank pays for the output head and loss on top of its layers."""
+    """Whole layers placed to balance the rank of the output head, loss and MTP modules (fewer layers
+    there; Llama 3 Sec. 3.3.2, Megatron-LM's pipeline layouts, `balanced_split`). Off: the frameworks'
+    even split, the last stage's rank pays for the head, the loss and MTP on top of its layers."""
     eager_elementwise: bool = False
     """Element-wise ops run as separate eager PyTorch kernels (no torch.compile, no fused norms)."""
     flash_attention: bool = True
@@ -188,6 +188,30 @@ def last_stage_rank_layers(layers: int, pp: np.ndarray, v: np.ndarray, schedule:
     return np.where(v_shaped, 2 * base + (extra > 0), looped)
 
 
+def balanced_split(layers: int, pp: np.ndarray, unit: np.ndarray, head: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(layers on the fullest rank, layers on the head's rank, the slowest rank's time) when whole
+    layers are placed to balance the rank that holds the output head.
+
+    The rank holding the output head (`head` seconds: head, loss, MTP modules) takes k layers, the
+    other pp-1 ranks at most R each, k = L - R·(pp-1) (Llama 3 Sec. 3.3.2; Megatron-LM's
+    --decoder-first/last-pipeline-num-layers). The slowest rank takes max(R·unit, k·unit + head):
+    rising in R, falling in R through k, so the best whole R is next to the crossing
+    R* = (L + head/unit) / pp.
+    """
+    pp = np.asarray(pp, dtype=float)
+    r_star = (layers + head / unit) / pp
+    best_t = np.full(np.broadcast(pp, unit, head).shape, np.inf)
+    best_r, best_k = np.zeros_like(best_t), np.zeros_like(best_t)
+    for r in (np.floor(r_star), np.ceil(r_star)):
+        r = np.clip(r, 1.0, layers)
+        k = np.clip(layers - r * (pp - 1), 0.0, layers)
+        t = np.maximum(r * unit, k * unit + head)
+        better = t < best_t
+        best_t, best_r, best_k = np.where(better, t, best_t), np.where(better, np.maximum(r, k), best_r), np.where(better, k, best_k)
+    single = pp == 1
+    return np.where(single, layers, best_r), np.where(single, layers, best_k), np.where(single, layers * unit + head, best_t)
+
+
 def _affine(time_fn, cluster: Cluster, stride: np.ndarray, size: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """A collective's time is latency + bytes x seconds-per-byte: return (seconds per byte, latency)."""
     lat = time_fn(cluster, 0.0, stride, size)
@@ -251,6 +275,13 @@ def _base(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, order: tuple[str,
     out_fwd = gemm_time(tokens, m_.vocab / tp, m_.hidden, bf16_peak, eff, bw, sm_count=dev.sm_count)
     b["out_total"] = 3.0 * out_fwd + memory_bound_time(CROSS_ENTROPY_BYTES * tokens * m_.vocab / tp, bw, hbm_eff)
     b["kernel_gaps"] = np.full_like(tokens, P.kernel_gap_s * (P.kernels_per_layer + frac_moe * P.kernels_per_moe_layer))
+    # multi-token prediction, beside the output head (DeepSeek-V3 Sec. 2.2): per module a 2h -> h
+    # projection, one block of the model's last kind and a second pass through the head and loss
+    block_fwd = moe_fwd if m_.is_moe else dense_fwd
+    block_gaps = P.kernel_gap_s * (P.kernels_per_layer + (P.kernels_per_moe_layer if m_.is_moe else 0))
+    proj_fwd = gemm_time(tokens, m_.hidden / tp, 2 * m_.hidden, linear_peak, linear_eff, bw, sm_count=dev.sm_count)
+    b["mtp_total"] = m_.mtp_depth * (block_fwd + 2.0 * (block_fwd - attn_fwd) + attn_bwd + block_gaps + 3.0 * proj_fwd + b["out_total"])
+    b["mtp_recompute"] = m_.mtp_depth * block_fwd
 
     # ---- placement of groups on the topology ----
     st = rank_strides(order, c)
@@ -277,7 +308,7 @@ def _base(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, order: tuple[str,
         b["ep_one"] = np.zeros_like(tokens)
 
     # ---- parameters per layer on a device, and their data-parallel groups ----
-    expert_split = np.where(ep > 1, ep, tp)
+    b["expert_split"] = expert_split = np.where(ep > 1, ep, tp)
     b["dense_layer_local"] = m_.non_expert_layer_params / L / tp
     b["expert_layer_local"] = m_.routed_expert_params_total / L / expert_split  # averaged over layers
     b["emb_local"] = m_.embedding_params / tp
@@ -341,13 +372,20 @@ def _combine(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, b: dict[str, n
 
     # ---- compute per micro-batch on the fullest pipeline rank ----
     layer_recompute = np.select([rec == _FULL, rec == _SELECTIVE], [layer_fwd, b["selective_cost"]], 0.0)
-    layers_rank = np.ceil(L / (pp * v)) * v
     per_layer = layer_fwd + layer_bwd + b["kernel_gaps"]
     unit = per_layer + layer_recompute
-    if P.balanced_stages:  # layers moved off the last stage until the output head is paid for
-        compute_mb_total = np.maximum(layers_rank * unit + np.where(pp == 1, b["out_total"], 0.0), (L * unit + b["out_total"]) / pp)
-    else:  # even split: the rank holding the last stage also runs the output head and the loss
-        compute_mb_total = np.maximum(layers_rank * unit, last_stage_rank_layers(L, pp, v, c.schedule) * unit + b["out_total"])
+    # the rank of the last stage also runs the output head, the loss and any MTP modules
+    head = b["out_total"] + b["mtp_total"] + np.where(rec == _FULL, b["mtp_recompute"], 0.0)
+    if P.balanced_stages:  # whole layers moved off the head's rank until it is no slower than the rest
+        layers_rank, head_layers, compute_mb_total = balanced_split(L, pp, unit, head)
+        # a rank's v stages hold whole layers too: the pipeline fills and drains at the pace of its
+        # largest stage, ceil(layers/v) layers, not of the mean layers/v
+        chunk_ratio = np.ceil(layers_rank / v) * v / np.maximum(layers_rank, 1.0)
+    else:  # even split: every stage holds ceil(L / (pp·v)) layers or fewer
+        layers_rank = np.ceil(L / (pp * v)) * v
+        head_layers = last_stage_rank_layers(L, pp, v, c.schedule)
+        compute_mb_total = np.maximum(layers_rank * unit, head_layers * unit + head)
+        chunk_ratio = 1.0
     recompute_mb = layers_rank * layer_recompute
     compute_mb = compute_mb_total - recompute_mb
 
@@ -391,14 +429,18 @@ def _combine(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, b: dict[str, n
     contention_mb = dev.comm_sm_share * np.maximum(hidden_mb, 0.0)
     bubble_overhead, inflight = schedule_factors(c.schedule, pp, n_mb, v)
     busy = n_mb * (compute_mb_total + contention_mb + exposed_mb + fsdp_exposed)
-    bubble = busy * bubble_overhead
+    bubble = busy * bubble_overhead * chunk_ratio
 
-    # ---- parameters on the fullest rank (the first holds the embedding, the last the output) ----
+    # ---- parameters on the fullest rank: the first holds the embedding, the last the output layer and
+    # any MTP modules; a V-shaped schedule puts the first and the last stage on one rank ----
     el, xl = b["dense_layer_local"], b["expert_layer_local"]
-    first_dense = layers_rank * el + b["emb_local"] + np.where(pp == 1, b["out_local"], 0.0)
-    last_dense = layers_rank * el + np.where(pp == 1, b["emb_local"], 0.0) + b["out_local"]
+    together = (pp == 1) | (np.isin(c.schedule, [SCHEDULES.index(name) for name in V_SHAPED]) & (pp > 1))
+    head_dense = b["out_local"] + m_.mtp_depth * (m_.mtp_module_params - m_.experts * m_.expert_params) / tp
+    first_dense = layers_rank * el + b["emb_local"] + np.where(together, head_dense, 0.0)
+    last_dense = head_layers * el + np.where(together, b["emb_local"], 0.0) + head_dense
     params_dense_rank = np.maximum(first_dense, last_dense)
-    params_expert_rank = layers_rank * xl
+    head_is_fullest = last_dense >= first_dense
+    params_expert_rank = np.where(head_is_fullest, head_layers * xl + m_.mtp_depth * m_.experts * m_.expert_params / b["expert_split"], layers_rank * xl)
     shard_dense, shard_expert = b["shard_dense"], b["shard_expert"]
 
     # ---- data-parallel gradient synchronisation, once per step after the last backward:
@@ -449,8 +491,11 @@ def _combine(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, b: dict[str, n
     logits = tokens * logits_bytes_per_token(m_) / tp
     holds_all = np.isin(c.schedule, (SCHEDULES.index("GPipe"), SCHEDULES.index("LoopedBFS"))) & (pp > 1)
     last_inflight = np.where(holds_all, inflight, 1.0)
-    act_first = inflight * act_mb_rank + working + np.where(pp == 1, logits, 0.0)
-    act_last = last_inflight * act_mb_rank + working + logits
+    head_logits = (1 + m_.mtp_depth) * logits  # the MTP module's pass through the head keeps its own logits
+    # the head and the MTP block belong to the last stage, whose micro-batches leave soonest (one at a
+    # time but under GPipe-like schedules); a V-shaped schedule runs it on the first rank
+    act_first = inflight * act_mb_rank + working + np.where(together, m_.mtp_depth * tokens * per_token_layer + head_logits, 0.0)
+    act_last = last_inflight * tokens * (head_layers + m_.mtp_depth) * per_token_layer + working + head_logits
     activations = np.maximum(act_first, act_last)
     fsdp_buffers = np.where(zero == 3, (2 * BF16 + P.grad_reduce_bytes) * (el + xl), 0.0)
     buffers = fsdp_buffers + b["a2a_buffers"] + P.reserved_bytes

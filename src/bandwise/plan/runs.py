@@ -65,6 +65,17 @@ SWITCHES: dict[str, str] = {
         "Llama 3 (Sec. 3.3.2) balances its pipeline by taking one layer each off the first and the last stage, "
         "which hold the embedding and the output layer with the loss"
     ),
+    "deepseek_balanced_stages": (
+        "DeepSeek-V3 puts the embedding, the output head and the MTP module on one pipeline rank (report Sec. 3.2.3) "
+        "and its measured step idles 2.06 s of 19.9 s in bubbles ('Insights into DeepSeek-V3', ISCA 2025, Table 4), "
+        "so its whole layers are placed to balance that rank, not split evenly"
+    ),
+    "mbridge_deepseek_layout": (
+        "Megatron-Bridge's DeepSeek-V3 recipes set an explicit pipeline layout that balances the last stage's MTP "
+        "block and loss with whole layers (recipes/deepseek set_deepseek_v3_pipeline_model_parallel_layout: PP16 "
+        "gives 4 layers per stage and 1 beside MTP and loss; PP4 x VP4 leaves 13 on the last rank); 61 layers do "
+        "not divide evenly over its stages, which Megatron-Core accepts only with such a layout"
+    ),
     "fa2_on_hopper": (
         "TorchTitan's H100 runs use F.scaled_dot_product_attention, whose flash backend in PyTorch 2.4-2.5 is "
         "FlashAttention-2; on H100 it reaches about 35% of the bf16 peak (Shah et al. 2024, FlashAttention-3, Sec. 4.1)"
@@ -77,6 +88,8 @@ PARAM_SWITCHES: dict[str, dict[str, Any]] = {
     "eager_torchtitan": {"eager_elementwise": True},
     "torchtitan_sac": {"selective_forward_share": 0.5},
     "llama3_balanced_stages": {"balanced_stages": True},
+    "deepseek_balanced_stages": {"balanced_stages": True},
+    "mbridge_deepseek_layout": {"balanced_stages": True},
 }
 """The CostParams fields a switch changes (the others change the Strategy or the model)."""
 MATERIALIZED_ATTENTION_SOURCES = ("narayanan2021_sc21", "korthikanti2022", "bloom176b", "opt175b")
@@ -330,6 +343,7 @@ def _model(run: dict[str, Any], case_notes: list[str], switches: list[str]) -> M
             kw.update(expert_groups=int(grouped.group(1)), groups_per_token=int(grouped.group(2)))
         ffn = ffn or int(moe["expert_ffn"])  # no dense layer uses it when dense_layers == 0
     kw["ffn"] = ffn
+    kw["mtp_depth"] = _int(m.get("mtp_depth")) or 0
     mla = re.search(r"MLA \(q_lora (\d+), kv_lora (\d+), qk_nope (\d+), qk_rope (\d+), v (\d+)\)", str(m.get("attention") or ""))
     if mla:
         q, kv, nope, rope, v = map(int, mla.groups())
@@ -561,6 +575,10 @@ def convert(run: dict[str, Any], sources: dict[str, Any] | None = None) -> Case:
         switches.append("async_tp")
     if src == "llama3_2024" and pp and pp > 1:
         switches.append("llama3_balanced_stages")
+    if src == "deepseek_v3" and pp and pp > 1:
+        switches.append("deepseek_balanced_stages")
+    if src == "megatron_bridge_perf" and model.mtp_depth and pp and pp > 1:
+        switches.append("mbridge_deepseek_layout")
     if src in MATERIALIZED_ATTENTION_SOURCES:
         switches.append("materialized_attention")
     if src == "torchtitan" and "H100" in str((run.get("hardware") or {}).get("accelerator")):

@@ -97,6 +97,7 @@ def from_hf_config(cfg: dict[str, Any], *, name: str = "hf-model", seq_len: int 
             qk_rope_head_dim=need("qk_rope_head_dim"),
             v_head_dim=need("v_head_dim"),
             kv_heads=0,
+            mtp_depth=opt("num_nextn_predict_layers", 0),
         )
         groups = opt("n_group", 1)
         if isinstance(groups, int) and groups > 1:

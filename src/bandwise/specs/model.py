@@ -64,6 +64,11 @@ class ModelSpec:
     qk_nope_head_dim: int = 0
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
+    # --- multi-token prediction (DeepSeek-V3 Sec. 2.2) ---
+    mtp_depth: int = 0
+    """Multi-token-prediction modules trained beside the model. Each predicts one token further: it
+    projects [norm(h); norm(embedding of the next token)] from 2h to h, runs one transformer block
+    (an MoE block in an MoE model) and a second pass through the shared output head and loss."""
     source: str = ""
     """Where the numbers come from."""
 
@@ -198,6 +203,14 @@ class ModelSpec:
     @property
     def routed_expert_params_total(self) -> int:
         return self.moe_layers * self.experts * self.expert_params
+
+    @property
+    def mtp_module_params(self) -> int:
+        """One MTP module: the 2h -> h projection and its block (embedding and head are shared)."""
+        block = self.attn_params + (
+            self.shared_params + self.router_params + self.experts * self.expert_params if self.is_moe else self.dense_mlp_params
+        )
+        return 2 * self.hidden * self.hidden + block
 
     @property
     def non_expert_layer_params(self) -> int:
