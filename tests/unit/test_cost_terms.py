@@ -11,7 +11,16 @@ import pytest
 from bandwise.cost import comm
 from bandwise.cost.compute import gemm_time
 from bandwise.cost.memory import GIB, activation_bytes_per_token, model_state_bytes
-from bandwise.cost.step import DEFAULT_PARAMS, CostParams, _base, balanced_split, estimate, last_stage_rank_layers
+from bandwise.cost.step import (
+    CROSS_ENTROPY_BYTES_EAGER,
+    CROSS_ENTROPY_BYTES_FUSED,
+    DEFAULT_PARAMS,
+    CostParams,
+    _base,
+    balanced_split,
+    estimate,
+    last_stage_rank_layers,
+)
 from bandwise.specs.strategy import SCHEDULES, Strategy, strategy_columns
 from bandwise.errors import BandwiseError
 from bandwise.specs.hardware import Cluster, Device, Level
@@ -347,3 +356,21 @@ def test_deepseek_v3_mtp_module_is_the_published_14b():
     m = replace(get_model("deepseek-v3"), mtp_depth=1)
     stored = m.mtp_module_params + m.embedding_params + m.output_params
     assert abs(stored - 14e9) < 0.6e9
+
+
+@pytest.mark.parametrize("cluster_name, fused", [("h100", False), ("tpu-v5p", True)])
+def test_loss_moves_eager_bytes_on_gpus_and_fused_bytes_under_xla(cluster_name, fused):
+    """The output layer's time is its three GEMMs plus the loss's HBM traffic over V/tp logits per
+    token: Megatron-LM's op-by-op cross entropy on GPUs, one fused pass under XLA on TPUs."""
+    m, cluster = get_model("llama3-8b"), get_cluster(cluster_name)
+    s = Strategy(dp_replicate=8, tp=2, micro_batch=1, global_batch=8)
+    dev = cluster.device
+    tokens = m.seq_len
+    peak = dev.peak("bf16") * dev.sustained_clock_ratio
+    gemms = 3 * one(gemm_time(tokens, m.vocab / 2, m.hidden, peak, dev.gemm_efficiency, dev.hbm_bandwidth, sm_count=dev.sm_count))
+    for params, want_fused in ((DEFAULT_PARAMS, fused), (CostParams(fused_cross_entropy=not fused), not fused)):
+        out = one(_base(m, cluster, strategy_columns([s]), s.order, params)["out_total"])
+        per_logit = CROSS_ENTROPY_BYTES_FUSED if want_fused else CROSS_ENTROPY_BYTES_EAGER
+        loss = per_logit * tokens * m.vocab / 2 / (dev.hbm_bandwidth * params.hbm_efficiency)
+        assert out == pytest.approx(gemms + loss, rel=1e-9)
+    assert CROSS_ENTROPY_BYTES_EAGER > 5 * CROSS_ENTROPY_BYTES_FUSED

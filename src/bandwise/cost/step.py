@@ -104,6 +104,10 @@ class CostParams:
     even split, the last stage's rank pays for the head, the loss and MTP on top of its layers."""
     eager_elementwise: bool = False
     """Element-wise ops run as separate eager PyTorch kernels (no torch.compile, no fused norms)."""
+    fused_cross_entropy: bool | None = None
+    """The loss runs as one fused kernel rather than eager PyTorch ops. None: fused on TPUs (XLA
+    compiles every step; TPUs are the devices with sm_count 0), eager on GPUs, where Megatron-LM,
+    DeepSpeed and TorchTitan run it op by op unless a fused loss is switched on."""
     flash_attention: bool = True
     """Attention saves no score matrix (FlashAttention); off reproduces Korthikanti's 5as/h term."""
 
@@ -145,10 +149,17 @@ def _gemms_time(gemms: list[Gemm], c: SimpleNamespace, tokens: np.ndarray, m: Mo
     return total
 
 
-CROSS_ENTROPY_BYTES = 2 + 4 + 4 + 4 + 4 + 2
-"""HBM bytes per logit of the loss, unfused: read the bf16 logits and write them as fp32 (2+4), the
-max and the exp-sum passes read them (4+4), the backward reads the fp32 softmax and writes the
-bf16 gradient (4+2)."""
+CROSS_ENTROPY_BYTES_EAGER = (2 + 4) + 4 + (4 + 4) + (4 + 4) + 4 + (4 + 4) + (4 + 4) + (4 + 2)
+"""HBM bytes per logit of the loss run as eager PyTorch kernels, one per line of Megatron-LM's
+vocab-parallel cross entropy (megatron/core/tensor_parallel/cross_entropy.py): forward: cast the
+bf16 logits to fp32 (2+4), max (4), subtract the max in place (4+4), exp (4+4), sum (4), divide
+to the softmax kept for backward (4+4); backward: scale by the output gradient (4+4) and cast the
+gradient back to bf16 (4+2). 52 bytes; torch's F.cross_entropy on fp32 logits (TorchTitan) moves
+48: cast, a three-pass log-softmax, a zero-filled NLL gradient, a two-pass backward, cast back."""
+CROSS_ENTROPY_BYTES_FUSED = 2 + 2 + 2
+"""HBM bytes per logit of a fused loss (XLA, Transformer Engine's or Liger's fused cross entropy):
+one pass reads the bf16 logits for the running max and exp-sum (2); the backward reads them again
+(2) and writes the bf16 gradient softmax - onehot (2)."""
 SCORE_BYTES_FORWARD = 2 + 2 + 2 + 2 + 2 + 1 + 2
 """HBM bytes per attention score in a materialized (pre-FlashAttention) forward: the QK^T GEMM
 writes it, the fused scale-mask-softmax reads and writes it, dropout reads it and writes its
@@ -273,7 +284,9 @@ def _base(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, order: tuple[str,
                            + P.selective_forward_share * (layer_fwd - attn_fwd))
     # output projection + cross entropy on the last stage (vocab-parallel over TP)
     out_fwd = gemm_time(tokens, m_.vocab / tp, m_.hidden, bf16_peak, eff, bw, sm_count=dev.sm_count)
-    b["out_total"] = 3.0 * out_fwd + memory_bound_time(CROSS_ENTROPY_BYTES * tokens * m_.vocab / tp, bw, hbm_eff)
+    fused_loss = dev.sm_count == 0 if P.fused_cross_entropy is None else P.fused_cross_entropy
+    ce_bytes = CROSS_ENTROPY_BYTES_FUSED if fused_loss else CROSS_ENTROPY_BYTES_EAGER
+    b["out_total"] = 3.0 * out_fwd + memory_bound_time(ce_bytes * tokens * m_.vocab / tp, bw, hbm_eff)
     b["kernel_gaps"] = np.full_like(tokens, P.kernel_gap_s * (P.kernels_per_layer + frac_moe * P.kernels_per_moe_layer))
     # multi-token prediction, beside the output head (DeepSeek-V3 Sec. 2.2): per module a 2h -> h
     # projection, one block of the model's last kind and a second pass through the head and loss

@@ -76,6 +76,17 @@ SWITCHES: dict[str, str] = {
         "gives 4 layers per stage and 1 beside MTP and loss; PP4 x VP4 leaves 13 on the last rank); 61 layers do "
         "not divide evenly over its stages, which Megatron-Core accepts only with such a layout"
     ),
+    "mbridge_fused_loss": (
+        "Megatron-Bridge's GPTModelProvider defaults to cross_entropy_loss_fusion = True (models/gpt_provider.py, "
+        "'Generally beneficial'): the loss runs as one fused kernel, not Megatron-Core's op-by-op vocab-parallel "
+        "cross entropy"
+    ),
+    "megatron_equal_stages": (
+        "Megatron-LM and Megatron-Core build pipeline stages of equal whole layers unless a layout is given: "
+        "num_layers divisible by the pipeline size and, interleaved, num_layers // pp by the virtual stages "
+        "(Megatron-LM arguments.py; Megatron-Bridge gpt_provider.py asserts the same), so an unstated virtual "
+        "stage count is completed only among those"
+    ),
     "fa2_on_hopper": (
         "TorchTitan's H100 runs use F.scaled_dot_product_attention, whose flash backend in PyTorch 2.4-2.5 is "
         "FlashAttention-2; on H100 it reaches about 35% of the bf16 peak (Shah et al. 2024, FlashAttention-3, Sec. 4.1)"
@@ -90,8 +101,11 @@ PARAM_SWITCHES: dict[str, dict[str, Any]] = {
     "llama3_balanced_stages": {"balanced_stages": True},
     "deepseek_balanced_stages": {"balanced_stages": True},
     "mbridge_deepseek_layout": {"balanced_stages": True},
+    "mbridge_fused_loss": {"fused_cross_entropy": True},
 }
 """The CostParams fields a switch changes (the others change the Strategy or the model)."""
+MEGATRON_SOURCES = ("megatron_h100_2024", "narayanan2021_sc21", "korthikanti2022", "nemo_2407")
+"""Sources trained with Megatron-LM / Megatron-Core without a pipeline layout (the `megatron_equal_stages` switch)."""
 MATERIALIZED_ATTENTION_SOURCES = ("narayanan2021_sc21", "korthikanti2022", "bloom176b", "opt175b")
 """Sources whose attention wrote the s x s scores (the `materialized_attention` switch)."""
 
@@ -539,6 +553,8 @@ def convert(run: dict[str, Any], sources: dict[str, Any] | None = None) -> Case:
         else:
             schedules = SCHEDULE_CHOICES
             completed.append("schedule")
+        if src in MEGATRON_SOURCES and "virtual_stages" not in fixed:
+            switches.append("megatron_equal_stages")
     elif pp == 1:
         fixed.update(schedule="1F1B", virtual_stages=1)
     split = (tp or 1) * (cp or 1)
@@ -577,6 +593,8 @@ def convert(run: dict[str, Any], sources: dict[str, Any] | None = None) -> Case:
         switches.append("llama3_balanced_stages")
     if src == "deepseek_v3" and pp and pp > 1:
         switches.append("deepseek_balanced_stages")
+    if src == "megatron_bridge_perf":
+        switches.append("mbridge_fused_loss")
     if src == "megatron_bridge_perf" and model.mtp_depth and pp and pp > 1:
         switches.append("mbridge_deepseek_layout")
     if src in MATERIALIZED_ATTENTION_SOURCES:

@@ -90,6 +90,9 @@ def _completions(case: Case) -> list[dict[str, Any]]:
         scheds = [(f["schedule"], 1)] if f["schedule"] in ("1F1B", "GPipe") else [(f["schedule"], v) for v in VIRTUAL_CHOICES]
     else:
         scheds = [("1F1B", 1)] + [("Interleaved1F1B", v) for v in VIRTUAL_CHOICES]
+    if "megatron_equal_stages" in case.switches:  # stages of equal whole layers only
+        L, pp = case.model.layers, f["pp"]
+        scheds = [(sc, v) for sc, v in scheds if L % pp == 0 and (L // pp) % v == 0] or scheds
     return [dict(zero_stage=z, micro_batch=b, recompute=r, schedule=sc, virtual_stages=v)
             for z in zeros for b in mbs for r in recs for sc, v in scheds]
 
