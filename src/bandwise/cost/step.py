@@ -184,6 +184,12 @@ def _materialized_attention(m_: ModelSpec, tokens: np.ndarray, tp: np.ndarray, p
     return gemm + traffic, 2.0 * gemm + 2.0 * traffic
 
 
+def first_and_last_on_one_rank(pp: np.ndarray, schedule: np.ndarray) -> np.ndarray:
+    """True where one rank holds both the first and the last stage: no pipeline, or a V-shaped
+    schedule (DualPipeV, ZB-V), whose rank 0 runs stage 0 and stage 2p-1."""
+    return (pp == 1) | np.isin(schedule, [SCHEDULES.index(s) for s in V_SHAPED])
+
+
 def last_stage_rank_layers(layers: int, pp: np.ndarray, v: np.ndarray, schedule: np.ndarray) -> np.ndarray:
     """Layers on the pipeline rank that holds the last stage, when `layers` are cut into pp·v stages as
     evenly as they go, earlier stages taking the remainder (Megatron-LM's uniform split, torchtitan's
@@ -193,7 +199,7 @@ def last_stage_rank_layers(layers: int, pp: np.ndarray, v: np.ndarray, schedule:
     n = pp * v
     base = np.floor(layers / n)
     extra = layers - base * n
-    v_shaped = np.isin(schedule, [SCHEDULES.index(s) for s in V_SHAPED]) & (pp > 1)
+    v_shaped = first_and_last_on_one_rank(pp, schedule) & (pp > 1)
     # looped: stages pp-1, 2pp-1, ... of which those below `extra` carry one more layer
     looped = v * base + np.clip(np.ceil((extra - (pp - 1)) / pp), 0, v)
     return np.where(v_shaped, 2 * base + (extra > 0), looped)
@@ -276,7 +282,8 @@ def _base(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, order: tuple[str,
     b["layer_fwd"] = layer_fwd = (1 - frac_moe) * dense_fwd + frac_moe * moe_fwd  # mean over the model's layers
     b["layer_attn"] = attn_fwd
     b["layer_attn_total"] = attn_fwd + attn_bwd
-    b["layer_bwd"] = 2.0 * (layer_fwd - attn_fwd) + attn_bwd
+    backward = lambda fwd: 2.0 * (fwd - attn_fwd) + attn_bwd  # noqa: E731  GEMMs twice, attention its own ratio
+    b["layer_bwd"] = backward(layer_fwd)
     # selective: the activation function again (its element-wise pass), plus the attention core
     # when attention is not flash (flash already recomputes scores inside its backward)
     act_bytes = BF16 * 3 * ((1 - frac_moe) * m_.ffn + frac_moe * (m_.top_k * m_.expert_ffn + m_.shared_experts * m_.shared_ffn))
@@ -287,13 +294,13 @@ def _base(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, order: tuple[str,
     fused_loss = dev.sm_count == 0 if P.fused_cross_entropy is None else P.fused_cross_entropy
     ce_bytes = CROSS_ENTROPY_BYTES_FUSED if fused_loss else CROSS_ENTROPY_BYTES_EAGER
     b["out_total"] = 3.0 * out_fwd + memory_bound_time(ce_bytes * tokens * m_.vocab / tp, bw, hbm_eff)
-    b["kernel_gaps"] = np.full_like(tokens, P.kernel_gap_s * (P.kernels_per_layer + frac_moe * P.kernels_per_moe_layer))
+    gaps = lambda moe_share: P.kernel_gap_s * (P.kernels_per_layer + moe_share * P.kernels_per_moe_layer)  # noqa: E731
+    b["kernel_gaps"] = np.full_like(tokens, gaps(frac_moe))
     # multi-token prediction, beside the output head (DeepSeek-V3 Sec. 2.2): per module a 2h -> h
     # projection, one block of the model's last kind and a second pass through the head and loss
     block_fwd = moe_fwd if m_.is_moe else dense_fwd
-    block_gaps = P.kernel_gap_s * (P.kernels_per_layer + (P.kernels_per_moe_layer if m_.is_moe else 0))
     proj_fwd = gemm_time(tokens, m_.hidden / tp, 2 * m_.hidden, linear_peak, linear_eff, bw, sm_count=dev.sm_count)
-    b["mtp_total"] = m_.mtp_depth * (block_fwd + 2.0 * (block_fwd - attn_fwd) + attn_bwd + block_gaps + 3.0 * proj_fwd + b["out_total"])
+    b["mtp_total"] = m_.mtp_depth * (block_fwd + backward(block_fwd) + gaps(float(m_.is_moe)) + 3.0 * proj_fwd + b["out_total"])
     b["mtp_recompute"] = m_.mtp_depth * block_fwd
 
     # ---- placement of groups on the topology ----
@@ -447,13 +454,13 @@ def _combine(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, b: dict[str, n
     # ---- parameters on the fullest rank: the first holds the embedding, the last the output layer and
     # any MTP modules; a V-shaped schedule puts the first and the last stage on one rank ----
     el, xl = b["dense_layer_local"], b["expert_layer_local"]
-    together = (pp == 1) | (np.isin(c.schedule, [SCHEDULES.index(name) for name in V_SHAPED]) & (pp > 1))
-    head_dense = b["out_local"] + m_.mtp_depth * (m_.mtp_module_params - m_.experts * m_.expert_params) / tp
+    together = first_and_last_on_one_rank(pp, c.schedule)
+    head_dense = b["out_local"] + m_.mtp_depth * (m_.mtp_module_params - m_.mtp_expert_params) / tp
     first_dense = layers_rank * el + b["emb_local"] + np.where(together, head_dense, 0.0)
     last_dense = head_layers * el + np.where(together, b["emb_local"], 0.0) + head_dense
     params_dense_rank = np.maximum(first_dense, last_dense)
     head_is_fullest = last_dense >= first_dense
-    params_expert_rank = np.where(head_is_fullest, head_layers * xl + m_.mtp_depth * m_.experts * m_.expert_params / b["expert_split"], layers_rank * xl)
+    params_expert_rank = np.where(head_is_fullest, head_layers * xl + m_.mtp_depth * m_.mtp_expert_params / b["expert_split"], layers_rank * xl)
     shard_dense, shard_expert = b["shard_dense"], b["shard_expert"]
 
     # ---- data-parallel gradient synchronisation, once per step after the last backward:

@@ -92,6 +92,8 @@ def _completions(case: Case) -> list[dict[str, Any]]:
         scheds = [("1F1B", 1)] + [("Interleaved1F1B", v) for v in VIRTUAL_CHOICES]
     if "megatron_equal_stages" in case.switches:  # stages of equal whole layers only
         L, pp = case.model.layers, f["pp"]
+        # layers not dividing over the stated pp at all: the run used a layout the source does not
+        # give, so no virtual-stage count is ruled out
         scheds = [(sc, v) for sc, v in scheds if L % pp == 0 and (L // pp) % v == 0] or scheds
     return [dict(zero_stage=z, micro_batch=b, recompute=r, schedule=sc, virtual_stages=v)
             for z in zeros for b in mbs for r in recs for sc, v in scheds]

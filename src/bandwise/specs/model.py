@@ -205,10 +205,15 @@ class ModelSpec:
         return self.moe_layers * self.experts * self.expert_params
 
     @property
+    def mtp_expert_params(self) -> int:
+        """Routed experts of one MTP module's block (they shard over EP like the model's own)."""
+        return self.experts * self.expert_params
+
+    @property
     def mtp_module_params(self) -> int:
         """One MTP module: the 2h -> h projection and its block (embedding and head are shared)."""
         block = self.attn_params + (
-            self.shared_params + self.router_params + self.experts * self.expert_params if self.is_moe else self.dense_mlp_params
+            self.shared_params + self.router_params + self.mtp_expert_params if self.is_moe else self.dense_mlp_params
         )
         return 2 * self.hidden * self.hidden + block
 
