@@ -67,6 +67,44 @@ def test_group_strided_across_nodes_uses_only_the_outer_level():
     assert one(comm.all_gather_time(c, V, 8, 16)) == pytest.approx(V * 15 / (16 * 50 * GB))
 
 
+def test_group_that_straddles_nodes_rings_over_the_network():
+    # 6 ranks on 8-GPU nodes: ranks 6-11 sit on two nodes, so the step waits for a ring that
+    # crosses the NIC: a flat ring at 50 GB/s with the network's latency per step
+    c = two_level(a_in=3e-6, a_out=14e-6)
+    V = 1e9
+    assert one(comm.all_gather_time(c, V, 1, 6)) == pytest.approx(V * 5 / (6 * 50 * GB) + 5 * 14e-6)
+    # 4 ranks tile the node: they stay on NVLink
+    assert one(comm.all_gather_time(c, V, 1, 4)) == pytest.approx(V * 3 / (4 * 400 * GB) + 3 * 3e-6)
+    # 4 ranks 6 apart (DP over TP=6): 2 on node 0, one each on nodes 1 and 2
+    assert one(comm.all_gather_time(c, V, 6, 4)) == pytest.approx(V * 3 / (4 * 50 * GB) + 3 * 14e-6)
+
+
+def test_a_job_takes_the_share_of_each_nvlink_domain_its_size_divides():
+    nvl72 = two_level(inner=72)
+    assert nvl72.placed(128).levels[0].size == 64  # 2 racks x 64, not 72 + 56
+    assert nvl72.placed(2496).levels[0].size == 64  # 39 racks x 64
+    assert nvl72.placed(144).levels[0].size == 72  # whole racks where the size allows
+    assert nvl72.placed(4).levels[0].size == 4
+    node8 = two_level()
+    assert node8.placed(96) is node8
+    # 64 ranks on 72-GPU racks placed as 64 per rack all-gather on NVLink alone
+    V = 1e9
+    assert one(comm.all_gather_time(nvl72.placed(128), V, 1, 64)) == pytest.approx(V * 63 / (64 * 400 * GB))
+    tpu = get_cluster("tpu-v5e")
+    assert tpu.placed(96) is tpu  # a torus slice keeps its shape
+
+
+def test_a_dense_model_pays_no_expert_collective_latency():
+    # FSDP over 124 nodes x TP 8: the per-layer gather is the dense weights' alone, no
+    # zero-byte expert gather charged 123 network latencies
+    m = get_model("llama3-8b")
+    c = two_level(a_in=3e-6, a_out=14e-6)
+    s = Strategy(dp_shard=124, tp=8, micro_batch=1, global_batch=124)
+    b = _base(m, c, strategy_columns([s]), s.order, DEFAULT_PARAMS)
+    dense = comm.all_gather_time(c, m.non_expert_layer_params / m.layers / 8 * 2, 8, 124)
+    assert one(b["ag_layer"]) == pytest.approx(one(dense))
+
+
 def test_all_reduce_is_reduce_scatter_plus_all_gather():
     c = two_level(a_in=1e-6, a_out=5e-6)
     ag = one(comm.all_gather_time(c, 3e8, 1, 64))

@@ -4,7 +4,11 @@ A parallel group is a set of D ranks spaced `stride` apart in the global rank or
 and Megatron both lay ranks out so the innermost mesh dim is contiguous). The topology is a list
 of levels with cumulative sizes c_0 = 1 < c_1 < c_2 ...; the members of a group that share one
 level-i block number M_i = min(D, max(1, c_i / stride)), so the group spans D_i = M_i / M_{i-1}
-members at level i, with prod(D_i) = D.
+members at level i, with prod(D_i) = D. That holds where the blocks tile the group: a group inside
+a block must divide it, a group across blocks must span whole blocks. Elsewhere some copies of the
+group straddle two blocks and the step waits for them, so the group keeps no locality at that
+level (M_i = M_{i-1}). A job's ranks fill each block only as far as the job's size divides it
+(`Cluster.placed`).
 
 All-gather of a V-byte result (each rank contributes V/D) done hierarchically moves, per device,
 V·(D_i - 1)/(D_i · M_{i-1}) bytes over level i: the outer level's share is divided by the span of
@@ -54,8 +58,20 @@ def level_spans(cluster: Cluster, stride: np.ndarray, size: np.ndarray) -> list[
     cum = _cumulative(cluster)
     out = []
     below = np.ones_like(size)
+    span = stride * size
     for i, lv in enumerate(cluster.levels):
-        within = np.minimum(size, np.maximum(1.0, np.floor(cum[i + 1] / stride))) if math.isfinite(cum[i + 1]) else size
+        c = cum[i + 1]
+        if math.isfinite(c):
+            within = np.minimum(size, np.maximum(1.0, np.floor(c / stride)))
+            # Every copy of the group has the same members per block only where the blocks tile
+            # it: a group inside a block must divide the block, a group across blocks must be a
+            # whole number of them. Otherwise some copies straddle two blocks (6 ranks on 8-GPU
+            # nodes: ranks 6-11 sit on two nodes), their ring crosses the slower level, and the
+            # synchronous step waits for them: the group keeps no locality at this level.
+            even = np.where(span <= c, np.mod(c, span) == 0, (np.mod(span, c) == 0) & (np.mod(c, stride) == 0))
+            within = np.where(even | (stride >= c), within, 1.0)
+        else:
+            within = size
         within = np.maximum(within, below)
         out.append((lv, within / below, below))
         below = within

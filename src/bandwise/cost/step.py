@@ -344,10 +344,11 @@ def _base(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, order: tuple[str,
     # FSDP (ZeRO-3): all-gather forward, all-gather backward, reduce-scatter grads, per layer
     exp_stride = ep_stride * ep
     g = P.grad_reduce_bytes
-    b["ag_layer"] = comm.all_gather_time(cluster, b["dense_layer_local"] * BF16, fsdp_stride, fsdp_size) + comm.all_gather_time(
+    has_experts = b["expert_layer_local"] > 0  # a dense model launches no expert collectives, not even their latency
+    b["ag_layer"] = comm.all_gather_time(cluster, b["dense_layer_local"] * BF16, fsdp_stride, fsdp_size) + has_experts * comm.all_gather_time(
         cluster, b["expert_layer_local"] * BF16, exp_stride, expert_fsdp
     )
-    b["rs_layer"] = comm.reduce_scatter_time(cluster, b["dense_layer_local"] * g, fsdp_stride, fsdp_size) + comm.reduce_scatter_time(
+    b["rs_layer"] = comm.reduce_scatter_time(cluster, b["dense_layer_local"] * g, fsdp_stride, fsdp_size) + has_experts * comm.reduce_scatter_time(
         cluster, b["expert_layer_local"] * g, exp_stride, expert_fsdp
     )
     # gradient synchronisation is affine in the bytes, which depend on the layers per rank
@@ -612,6 +613,7 @@ def estimate(model: ModelSpec, cluster: Cluster, strategy: Strategy, params: Cos
     """Estimate one Strategy; raises BandwiseError if it is not valid for this model and cluster."""
     strategy.check(strategy.world_size, model)
     cluster.check_devices(strategy.world_size)
+    cluster = cluster.placed(strategy.world_size)
     cluster.device.peak(strategy.precision)
     cols = strategy_columns([strategy])
     result = evaluate(model, cluster, cols, strategy.order, params)

@@ -205,6 +205,7 @@ def search(
 ) -> SearchResult:
     """Rank every valid, fitting Strategy by tokens/s per device; keep the best with and without PP."""
     cluster.check_devices(devices)
+    cluster = cluster.placed(devices)
     if not isinstance(global_batch, int) or global_batch < 1:
         raise BandwiseError(f"global batch={global_batch!r} must be a positive number of sequences")
     fixed = dict(fixed or {})

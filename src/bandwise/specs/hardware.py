@@ -137,6 +137,26 @@ class Cluster:
         if top is not None and n > top:
             raise BandwiseError(f"{n} devices exceed the {top} that cluster {self.name} holds; use at most {top}")
 
+    def placed(self, devices: int) -> Cluster:
+        """The topology as a job of `devices` ranks occupies it: each switched block holds the
+        largest number of the job's ranks that divides the job and fits the block.
+
+        A job fills whole blocks where its size allows (96 GPUs on 8-GPU nodes: 12 full nodes);
+        otherwise it takes the same share of every block it uses, so that its power-of-two groups
+        tile them: 128 or 2,496 GPUs on 72-GPU NVLink racks run as 64 per rack (NVIDIA's MLPerf
+        Training GB200 submissions, 2,496 = 39 racks x 64). Torus levels keep their shape: a TPU
+        slice is the job's own."""
+        levels, below = [], 1
+        for lv in self.levels:
+            if lv.size == 0 or lv.is_torus:
+                levels.append(lv)
+                below *= max(lv.size, 1)
+                continue
+            block = max((d for d in range(below, min(devices, below * lv.size) + 1, below) if devices % d == 0), default=below)
+            levels.append(replace(lv, size=max(block // below, 1)))
+            below = block
+        return self if tuple(levels) == self.levels else replace(self, levels=tuple(levels))
+
     def with_level(self, index: int, **changes: Any) -> Cluster:
         """A copy with one level changed (for sweeps over bandwidth or domain size)."""
         levels = list(self.levels)
