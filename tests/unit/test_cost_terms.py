@@ -193,6 +193,32 @@ def test_zero_stages_reproduce_the_zero_paper_figure_1():
     assert got == pytest.approx([120, 31.4, 16.6, 1.9], abs=0.05)
 
 
+def test_overlapped_data_parallel_leaves_the_embedding_edges_exposed():
+    # ZeRO-1 over two nodes with a long backward: the sync hides except the embedding's
+    # gradient reduce-scatter (fp32) after the backward and its bf16 gather before the forward
+    m = get_model("llama3-8b")
+    c = two_level(a_in=3e-6, a_out=14e-6)
+    s = Strategy(dp_replicate=16, zero_stage=1, micro_batch=1, global_batch=16 * 8)
+    e = estimate(m, c, s)
+    emb = m.embedding_params
+    expected = one(comm.reduce_scatter_time(c, emb * 4, 1, 16)) + one(comm.all_gather_time(c, emb * 2, 1, 16))
+    assert e.breakdown["dp"] == pytest.approx(expected)
+
+
+def test_fsdp_exposes_the_first_gather_the_last_reduction_and_the_root_unit():
+    # FSDP over 8 GPUs, compute far longer than any layer's collectives: per micro-batch the
+    # first layer's gather, the last layer's reduce-scatter, and the root unit (embedding and
+    # output layer) gathered before and reduced after everything
+    m = get_model("llama3-8b")
+    c = two_level(a_in=3e-6)
+    s = Strategy(dp_shard=8, micro_batch=2, global_batch=8 * 2 * 4)
+    b = _base(m, c, strategy_columns([s]), s.order, DEFAULT_PARAMS)
+    root = m.embedding_params + m.output_params
+    edge = one(comm.all_gather_time(c, root * 2, 1, 8)) + one(comm.reduce_scatter_time(c, root * 4, 1, 8))
+    e = estimate(m, c, s)
+    assert e.breakdown["fsdp"] == pytest.approx(4 * (one(b["ag_layer"]) + one(b["rs_layer"]) + edge))
+
+
 def test_zero1_experts_over_replicas_shard_their_optimizer_over_the_expert_replicas():
     """EP spanning replicated DP (Megatron, DeepSeek-V3): each rank holds experts/ep of every MoE
     layer, and ZeRO-1 shards their fp32 state over the dp/ep ranks holding the same experts."""

@@ -10,7 +10,9 @@ m micro-batches per step; compute_mb the forward+backward (+recompute) time of o
 through the worst pipeline rank's layers; exposed_mb the per-micro-batch communication (TP, EP,
 CP, FSDP) that its overlap window does not hide, exposed = max(0, comm - window) (the scaling
 book's T_lower = max(T_math, T_comms) per overlapped pair); bubble the schedule's idle share
-(cost/pipeline.py); exposed_dp the gradient synchronisation left after the last backward.
+(cost/pipeline.py); exposed_dp the gradient synchronisation left after the last backward, never
+less than the embedding's own, which nothing can hide (the same edges expose FSDP's first gather,
+last reduction and root unit).
 The expert all-to-all is hidden only where a schedule pairs micro-batches: under DualPipeV the
 (3p-1)/(2m) of chunk passes rank 0 runs outside an overlapped (F, B) pair keep theirs exposed.
 
@@ -353,6 +355,7 @@ def _base(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, order: tuple[str,
     )
     # gradient synchronisation is affine in the bytes, which depend on the layers per rank
     b["k_ddp"], b["l_ddp"] = _affine(comm.all_gather_time, cluster, ddp_stride, ddp_size)
+    b["k_fsdp"], b["l_fsdp"] = _affine(comm.all_gather_time, cluster, fsdp_stride, fsdp_size)
     b["k_rep"], b["l_rep"] = _affine(comm.all_gather_time, cluster, st["dp_replicate"], dpr)
     b["k_edp"], b["l_edp"] = _affine(comm.all_gather_time, cluster, exp_stride, expert_dp)
     # pipeline point-to-point of one micro-batch's activations (sequence-parallel shard)
@@ -432,7 +435,15 @@ def _combine(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, b: dict[str, n
         np.maximum(0.0, ag - layer_fwd) + np.maximum(0.0, ag + rs - layer_bwd - layer_recompute),
         2 * ag + rs,
     )
-    fsdp_exposed = np.where(zero == 3, layers_rank * fsdp_layer_exposed + np.where(c.overlap_fsdp, ag, 0.0), 0.0)
+    # Nothing runs before the first gather or after the last reduction: the first layer's weights
+    # gather and the last layer's gradients reduce exposed, and so do the root unit's, the weights
+    # outside any block (embedding, and the output layer where the same rank holds it), which are
+    # gathered before the first layer and reduced after the embedding's backward (PyTorch FSDP2:
+    # the root's reduce-scatter runs in the final backward callback)
+    together = first_and_last_on_one_rank(pp, c.schedule)
+    root = b["emb_local"] + np.where(together, b["out_local"], 0.0)
+    root_edge = root * (BF16 + P.grad_reduce_bytes) * b["k_fsdp"] + 2 * b["l_fsdp"]
+    fsdp_exposed = np.where(zero == 3, layers_rank * fsdp_layer_exposed + root_edge + np.where(c.overlap_fsdp, ag + rs, 0.0), 0.0)
 
     exposed_mb = layers_rank * (tp_exposed + b["cp_exposed"] + ep_exposed)
     # Collectives hidden behind compute still occupy SMs on GPUs (NCCL channels are thread blocks):
@@ -455,7 +466,6 @@ def _combine(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, b: dict[str, n
     # ---- parameters on the fullest rank: the first holds the embedding, the last the output layer and
     # any MTP modules; a V-shaped schedule puts the first and the last stage on one rank ----
     el, xl = b["dense_layer_local"], b["expert_layer_local"]
-    together = first_and_last_on_one_rank(pp, c.schedule)
     head_dense = b["out_local"] + m_.mtp_depth * (m_.mtp_module_params - m_.mtp_expert_params) / tp
     first_dense = layers_rank * el + b["emb_local"] + np.where(together, head_dense, 0.0)
     last_dense = head_layers * el + np.where(together, b["emb_local"], 0.0) + head_dense
@@ -483,7 +493,17 @@ def _combine(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, b: dict[str, n
     ) * (params_expert_rank > 0)
     dp_sync = dense_sync + expert_sync
     last_backward = np.minimum(layers_rank * (layer_bwd + layer_recompute), compute_mb_total)
-    dp_exposed = np.where(c.overlap_dp, np.maximum(0.0, dp_sync - last_backward), dp_sync)
+    # Overlap cannot hide the edges: the embedding's gradients, the last to be computed, reduce
+    # after the backward ends (Li et al. 2020, "PyTorch Distributed", Sec. 3.2.3: the last
+    # bucket's all-reduce; Megatron-Core fills its buckets in reverse order, the embedding last),
+    # and under ZeRO-1/2 its weights, the first the forward needs, gather before it starts
+    emb = b["emb_local"]
+    edge = np.select(
+        [zero == 0, zero <= 2],
+        [2 * (emb * g * k_ddp + l_ddp), emb * (g + BF16) * k_ddp + 2 * l_ddp],
+        2 * (root * g / np.maximum(shard_dense, 1) * k_rep + l_rep),
+    )
+    dp_exposed = np.where(c.overlap_dp, np.maximum(dp_sync - last_backward, edge), dp_sync)
     dp_contention = dev.comm_sm_share * (dp_sync - dp_exposed)
 
     # ---- pipeline sends: the (p-1) warm-up and cool-down hops sit on the critical path ----
