@@ -269,13 +269,13 @@ def test_narayanan_zero3_degrades_with_scale_while_ptd_holds():
 # ---------------------------------------------------------------- regression guard on the achieved accuracy
 # Achieved with the cost model of 2026-11-21 (benchmarks/RESULTS.md, "Validation") on the 131 runs
 # below (the two full-search strong-scaling rows are left out for time): median |error| 6.3 %,
-# p90 21.1 %, per-source medians below. A physics change that makes any of these worse by more
+# p90 20.6 %, per-source medians below. A physics change that makes any of these worse by more
 # than the margin fails; improvements pass (then tighten here).
-GUARD_OVERALL = {"median": 0.063, "p90": 0.211}
+GUARD_OVERALL = {"median": 0.063, "p90": 0.206}
 GUARD_SOURCES = {
-    "maxtext_tpu_tables": 0.058, "palm2022": 0.026, "korthikanti2022": 0.103, "narayanan2021_sc21": 0.050,
-    "llama3_2024": 0.109, "megatron_bridge_perf": 0.075, "nemo_2407": 0.044, "megatron_h100_2024": 0.114, "torchtitan": 0.113,
-    "opt175b": 0.104, "deepseek_v3": 0.034, "bloom176b": 0.119,
+    "maxtext_tpu_tables": 0.059, "palm2022": 0.027, "korthikanti2022": 0.103, "narayanan2021_sc21": 0.044,
+    "llama3_2024": 0.109, "megatron_bridge_perf": 0.078, "nemo_2407": 0.044, "megatron_h100_2024": 0.098, "torchtitan": 0.108,
+    "opt175b": 0.100, "deepseek_v3": 0.034, "bloom176b": 0.119,
 }
 MARGIN = 0.03
 
