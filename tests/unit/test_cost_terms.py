@@ -85,6 +85,7 @@ def test_a_job_takes_the_share_of_each_nvlink_domain_its_size_divides():
     assert nvl72.placed(2496).levels[0].size == 64  # 39 racks x 64
     assert nvl72.placed(144).levels[0].size == 72  # whole racks where the size allows
     assert nvl72.placed(4).levels[0].size == 4
+    assert two_level().placed(13).levels[0].size == 8  # 8 + 5, not 13 nodes of one GPU
     node8 = two_level()
     assert node8.placed(96) is node8
     # 64 ranks on 72-GPU racks placed as 64 per rack all-gather on NVLink alone

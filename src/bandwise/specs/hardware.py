@@ -144,15 +144,18 @@ class Cluster:
         A job fills whole blocks where its size allows (96 GPUs on 8-GPU nodes: 12 full nodes);
         otherwise it takes the same share of every block it uses, so that its power-of-two groups
         tile them: 128 or 2,496 GPUs on 72-GPU NVLink racks run as 64 per rack (NVIDIA's MLPerf
-        Training GB200 submissions, 2,496 = 39 racks x 64). Torus levels keep their shape: a TPU
-        slice is the job's own."""
+        Training GB200 submissions, 2,496 = 39 racks x 64). Where no such share fills at least half a
+        block (13 GPUs on 8-GPU nodes), the job fills whole blocks and leaves the last one partial.
+        Torus levels keep their shape: a TPU slice is the job's own."""
         levels, below = [], 1
         for lv in self.levels:
             if lv.size == 0 or lv.is_torus:
                 levels.append(lv)
                 below *= max(lv.size, 1)
                 continue
-            block = max((d for d in range(below, min(devices, below * lv.size) + 1, below) if devices % d == 0), default=below)
+            full = below * lv.size
+            share = max((d for d in range(below, min(devices, full) + 1, below) if devices % d == 0), default=below)
+            block = share if devices <= full or 2 * share >= full else full
             levels.append(replace(lv, size=max(block // below, 1)))
             below = block
         return self if tuple(levels) == self.levels else replace(self, levels=tuple(levels))
