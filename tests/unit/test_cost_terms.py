@@ -93,6 +93,11 @@ def test_a_job_takes_the_share_of_each_nvlink_domain_its_size_divides():
     assert one(comm.all_gather_time(nvl72.placed(128), V, 1, 64)) == pytest.approx(V * 63 / (64 * 400 * GB))
     tpu = get_cluster("tpu-v5e")
     assert tpu.placed(96) is tpu  # a torus slice keeps its shape
+    # and a group that does not divide the pod (PaLM's TP 12 on a 4,096-chip v4 pod) stays on ICI:
+    # the slice is cut to the job
+    v4 = get_cluster("tpu-v4")
+    dcn = v4.levels[1].bandwidth
+    assert one(comm.all_gather_time(v4, V, 1, 12)) < V * 11 / 12 / dcn / 10
 
 
 def test_a_dense_model_pays_no_expert_collective_latency():

@@ -8,7 +8,7 @@ members at level i, with prod(D_i) = D. That holds where the blocks tile the gro
 a block must divide it, a group across blocks must span whole blocks. Elsewhere some copies of the
 group straddle two blocks and the step waits for them, so the group keeps no locality at that
 level (M_i = M_{i-1}). A job's ranks fill each block only as far as the job's size divides it
-(`Cluster.placed`).
+(`Cluster.placed`). Torus levels are exempt: a TPU job runs on a slice cut to its own shape.
 
 All-gather of a V-byte result (each rank contributes V/D) done hierarchically moves, per device,
 V·(D_i - 1)/(D_i · M_{i-1}) bytes over level i: the outer level's share is divided by the span of
@@ -69,7 +69,8 @@ def level_spans(cluster: Cluster, stride: np.ndarray, size: np.ndarray) -> list[
             # nodes: ranks 6-11 sit on two nodes), their ring crosses the slower level, and the
             # synchronous step waits for them: the group keeps no locality at this level.
             even = np.where(span <= c, np.mod(c, span) == 0, (np.mod(span, c) == 0) & (np.mod(c, stride) == 0))
-            within = np.where(even | (stride >= c), within, 1.0)
+            # a torus level is exempt: a TPU job's slice is cut to the job's own shape
+            within = np.where(even | (stride >= c) | lv.is_torus, within, 1.0)
         else:
             within = size
         within = np.maximum(within, below)

@@ -353,6 +353,7 @@ class NetworkSearch:
     def search(self, cluster: Cluster) -> SearchResult:
         if cluster.device != self.device:
             raise BandwiseError(f"cluster {cluster.name} has device {cluster.device.name}; this search was built for {self.device.name}")
+        cluster = cluster.placed(self.devices)  # as `search` and `estimate` place the job
         t0 = time.perf_counter()
         found = [self._best(cluster, idx) for idx in self.subsets]
 
