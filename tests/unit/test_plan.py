@@ -192,3 +192,13 @@ def test_network_search_refuses_another_device():
     shared = NetworkSearch(DEBUG, get_cluster("h100"), 8, 16, top=1)
     with pytest.raises(BandwiseError, match="a100"):
         shared.search(get_cluster("a100-80g"))
+
+
+def test_group_link_names_the_level_of_the_placed_job():
+    # 128 GPUs on 72-GPU racks run as 64 per rack, so a 64-way FSDP group stays on NVLink
+    from bandwise.plan.verdict import group_link
+    from bandwise.specs.strategy import Strategy
+
+    s = Strategy(dp_shard=64, dp_replicate=2, micro_batch=1, global_batch=128)
+    assert group_link(get_cluster("gb200-nvl72"), s, "fsdp").startswith("nvlink")
+    assert group_link(get_cluster("gb200-nvl72"), s, "dp").startswith("infiniband")

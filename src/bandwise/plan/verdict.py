@@ -58,8 +58,9 @@ def group_link(cluster: Cluster, strategy: Strategy, dim: str) -> str:
         s, n = min(stride["tp"], stride["cp"], stride["dp_shard"]), strategy.ep
     else:
         s, n = stride.get(dim, 1), getattr(strategy, dim, 1)
-    level = cluster.levels[0]
-    for lv, d, _ in level_spans(cluster, np.array([s]), np.array([n])):
+    placed = cluster.placed(strategy.world_size)  # the topology as the cost model placed the job
+    level = placed.levels[0]
+    for lv, d, _ in level_spans(placed, np.array([s]), np.array([n])):
         if d[0] > 1:
             level = lv
     unit = "per link" if level.is_torus else "per device"
