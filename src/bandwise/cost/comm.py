@@ -70,7 +70,7 @@ def level_spans(cluster: Cluster, stride: np.ndarray, size: np.ndarray) -> list[
             # synchronous step waits for them: the group keeps no locality at this level.
             even = np.where(span <= c, np.mod(c, span) == 0, (np.mod(span, c) == 0) & (np.mod(c, stride) == 0))
             # a torus level is exempt: a TPU job's slice is cut to the job's own shape
-            within = np.where(even | (stride >= c) | lv.is_torus, within, 1.0)
+            within = np.where(even | lv.is_torus, within, 1.0)  # (stride >= c: one member per block anyway)
         else:
             within = size
         within = np.maximum(within, below)

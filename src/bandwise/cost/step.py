@@ -479,30 +479,26 @@ def _combine(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, b: dict[str, n
     # gradients and all-gather the bf16 weights; HSDP all-reduces the shards across replicas ----
     g = P.grad_reduce_bytes
     k_ddp, l_ddp, k_rep, l_rep, k_edp, l_edp = (b[k] for k in ("k_ddp", "l_ddp", "k_rep", "l_rep", "k_edp", "l_edp"))
-    dense_sync = np.select(
-        [zero == 0, zero <= 2],
-        [2 * (params_dense_rank * g * k_ddp + l_ddp), params_dense_rank * (g + BF16) * k_ddp + 2 * l_ddp],
-        2 * (params_dense_rank * g / np.maximum(shard_dense, 1) * k_rep + l_rep),
-    )
+
+    def sync(params: np.ndarray, k: np.ndarray, lat: np.ndarray, shard: np.ndarray) -> np.ndarray:
+        """Gradient synchronisation of `params` over a data-parallel group of affine cost (k, lat)."""
+        return np.select(
+            [zero == 0, zero <= 2],
+            [2 * (params * g * k + lat), params * (g + BF16) * k + 2 * lat],
+            2 * (params * g / np.maximum(shard, 1) * k_rep + l_rep),
+        )
+
     # experts: the same collectives over the ranks holding the same experts (under FSDP, the
     # dp_replicate replicas of each shard)
-    expert_sync = np.select(
-        [zero == 0, zero <= 2],
-        [2 * (params_expert_rank * g * k_edp + l_edp), params_expert_rank * (g + BF16) * k_edp + 2 * l_edp],
-        2 * (params_expert_rank * g / np.maximum(shard_expert, 1) * k_rep + l_rep),
-    ) * (params_expert_rank > 0)
-    dp_sync = dense_sync + expert_sync
+    expert_sync = sync(params_expert_rank, k_edp, l_edp, shard_expert) * (params_expert_rank > 0)
+    dp_sync = sync(params_dense_rank, k_ddp, l_ddp, shard_dense) + expert_sync
     last_backward = np.minimum(layers_rank * (layer_bwd + layer_recompute), compute_mb_total)
     # Overlap cannot hide the edges: the embedding's gradients, the last to be computed, reduce
     # after the backward ends (Li et al. 2020, "PyTorch Distributed", Sec. 3.2.3: the last
     # bucket's all-reduce; Megatron-Core fills its buckets in reverse order, the embedding last),
-    # and under ZeRO-1/2 its weights, the first the forward needs, gather before it starts
-    emb = b["emb_local"]
-    edge = np.select(
-        [zero == 0, zero <= 2],
-        [2 * (emb * g * k_ddp + l_ddp), emb * (g + BF16) * k_ddp + 2 * l_ddp],
-        2 * (root * g / np.maximum(shard_dense, 1) * k_rep + l_rep),
-    )
+    # and under ZeRO-1/2 its weights, the first the forward needs, gather before it starts; under
+    # HSDP the root unit's shards all-reduce across the replicas last
+    edge = sync(np.where(zero == 3, root, b["emb_local"]), k_ddp, l_ddp, shard_dense)
     dp_exposed = np.where(c.overlap_dp, np.maximum(dp_sync - last_backward, edge), dp_sync)
     dp_contention = dev.comm_sm_share * (dp_sync - dp_exposed)
 

@@ -144,7 +144,8 @@ class Cluster:
         A job fills whole blocks where its size allows (96 GPUs on 8-GPU nodes: 12 full nodes);
         otherwise it takes the same share of every block it uses, so that its power-of-two groups
         tile them: 128 or 2,496 GPUs on 72-GPU NVLink racks run as 64 per rack (NVIDIA's MLPerf
-        Training GB200 submissions, 2,496 = 39 racks x 64). Where no such share fills at least half a
+        Training Llama 3.1 405B runs on NVL72 racks used 2,496 GPUs in v5.0 and 2,560 and 5,120 in
+        v5.1: 39, 40 and 80 racks of 64; NVIDIA, MLPerf Training v5.1 results, November 2025). Where no such share fills at least half a
         block (13 GPUs on 8-GPU nodes), the job fills whole blocks and leaves the last one partial.
         Torus levels keep their shape: a TPU slice is the job's own."""
         levels, below = [], 1
