@@ -225,6 +225,25 @@ def test_fsdp_exposes_the_first_gather_the_last_reduction_and_the_root_unit():
     assert e.breakdown["fsdp"] == pytest.approx(4 * (one(b["ag_layer"]) + one(b["rs_layer"]) + edge))
 
 
+def test_tp_overlap_hides_collectives_only_inside_one_nvlink_domain():
+    """Transformer Engine's userbuffers and PyTorch's async TP reach their peers over NVLink alone
+    (TransformerEngine issue #1071): TP 8 on 8-GPU nodes overlaps its collectives with the GEMMs,
+    TP 16 across two nodes waits for all of them, overlap asked for or not."""
+    m, c = get_model("llama3-70b"), get_cluster("h100")
+
+    def tp_terms(tp: int, overlap: bool) -> tuple[float, float]:
+        s = Strategy(dp_replicate=2, tp=tp, micro_batch=1, global_batch=4, overlap_tp=overlap)
+        e = estimate(m, c, s)
+        return e.breakdown["tp"], e.comm_total_s["tp"]
+
+    exposed, total = tp_terms(8, True)
+    assert exposed < 0.1 * total  # hidden behind the GEMMs
+    exposed, total = tp_terms(16, True)
+    assert total > 0 and exposed == pytest.approx(total)
+    assert tp_terms(16, False) == pytest.approx((exposed, total))
+    assert comm.inside_first_level(c, np.array([1.0, 1.0, 8.0]), np.array([8.0, 16.0, 2.0])).tolist() == [True, False, False]
+
+
 def test_zero1_experts_over_replicas_shard_their_optimizer_over_the_expert_replicas():
     """EP spanning replicated DP (Megatron, DeepSeek-V3): each rank holds experts/ep of every MoE
     layer, and ZeRO-1 shards their fp32 state over the dp/ep ranks holding the same experts."""

@@ -21,7 +21,7 @@ GLOBAL_BATCH_TOKENS = typer.Option(None, "--global-batch-tokens", help="Tokens p
 PRECISION = typer.Option("bf16", "--precision", help="bf16, fp8, or bf16,fp8 to search both.")
 THRESHOLD_OPT = typer.Option(THRESHOLD, "--threshold", help="PP is 'not needed' if the best no-PP layout is within this share.")
 HEADROOM = typer.Option(0.1, "--headroom", help="Share of device memory kept free.")
-OVERLAP_TP = typer.Option(False, "--overlap-tp", help="Assume TP communication overlapped with GEMMs (async TP).")
+OVERLAP_TP = typer.Option(False, "--overlap-tp", help="Assume TP communication overlapped with GEMMs (async TP; inside one NVLink domain only).")
 OVERLAP_EP = typer.Option(False, "--overlap-ep", help="Assume the expert all-to-all hidden behind compute in every layout, not only under DualPipeV.")
 JSON_OUT = typer.Option(False, "--json", help="Print one JSON document.")
 

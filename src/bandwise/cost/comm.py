@@ -182,6 +182,15 @@ def ring_p2p_time(cluster: Cluster, nbytes: np.ndarray, stride: np.ndarray, size
     return np.where(np.asarray(size) > 1, nbytes / bandwidth + latency, 0.0)
 
 
+def inside_first_level(cluster: Cluster, stride: np.ndarray, size: np.ndarray) -> np.ndarray:
+    """True where every member of the group sits in one block of the innermost level (one NVLink
+    domain, one TPU slice's ICI): no outer level is crossed."""
+    inside = np.ones(np.broadcast(np.asarray(stride), np.asarray(size)).shape, dtype=bool)
+    for lv, d, _ in level_spans(cluster, stride, size)[1:]:
+        inside &= d <= 1
+    return inside
+
+
 def bottleneck_level(cluster: Cluster, stride: int, size: int) -> str:
     """Name of the outermost level a group crosses (for explanations)."""
     name = cluster.levels[0].name

@@ -313,6 +313,12 @@ def _base(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, order: tuple[str,
 
     # tensor parallel: one all-gather or reduce-scatter of the sequence-parallel activations
     b["tp_one"] = comm.all_gather_time(cluster, tokens * m_.hidden * BF16, st["tp"], tp)
+    # TP collectives overlap GEMMs only inside one NVLink domain: Transformer Engine's userbuffers
+    # map the peers' buffers by CUDA IPC and multicast handles, which exist only over NVLink
+    # (NVIDIA/TransformerEngine issue #1071, 2024: "comm+GEMM overlap is currently only possible
+    # with single-node tensor-parallelism"); PyTorch's async TP rests on the same kind of
+    # symmetric memory (pytorch/pytorch PR #128762). A TP group across nodes waits on NCCL.
+    b["tp_overlappable"] = comm.inside_first_level(cluster, st["tp"], tp)
     # context parallel: ring passes K,V forward and K,V + dK,dV backward, hidden behind attention
     kv_width = (m_.heads * (m_.d_head + m_.d_value)) if m_.is_mla else m_.n_kv_heads * (m_.d_head + m_.d_value)
     kv_chunk = tokens * kv_width * BF16 / np.minimum(tp, m_.heads if m_.is_mla else m_.n_kv_heads)
@@ -417,7 +423,7 @@ def _combine(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, b: dict[str, n
     # Sec. 4.2.2: all-gather / reduce-scatter around attention and MLP), 4 more to recompute ----
     tp_layer = (8.0 + np.where(rec == _FULL, 4.0, 0.0)) * b["tp_one"]
     gemm_window = per_layer - b["layer_attn_total"]
-    tp_exposed = np.where(c.overlap_tp, np.maximum(0.0, tp_layer - gemm_window), tp_layer)
+    tp_exposed = np.where(c.overlap_tp & b["tp_overlappable"], np.maximum(0.0, tp_layer - gemm_window), tp_layer)
     # ---- expert parallel: dispatch + combine, forward and backward (+2 to recompute) ----
     ep_layer = (4.0 + np.where(rec == _FULL, 2.0, 0.0)) * b["ep_one"]
     moe_fwd = b["moe_fwd"]

@@ -29,8 +29,8 @@ from bandwise.specs.registry import get_cluster
 from bandwise.specs.strategy import ep_fits
 
 SWITCHES: dict[str, str] = {
-    "megatron_tp_overlap": "Megatron-LM H100 table: --tp-comm-overlap stated, so TP collectives overlap GEMMs",
-    "async_tp": "TorchTitan: async tensor parallelism stated, so TP collectives overlap GEMMs",
+    "megatron_tp_overlap": "Megatron-LM H100 table: --tp-comm-overlap stated, so TP collectives overlap GEMMs (a TP group inside one NVLink domain)",
+    "async_tp": "TorchTitan: async tensor parallelism stated, so TP collectives overlap GEMMs (a TP group inside one NVLink domain)",
     "ddp_local_no_overlap": "Megatron 'DDP-impl local' (2021) all-reduces gradients after the backward, not overlapped",
     "no_grad_overlap": "Korthikanti et al. 2022 Sec. 6.3 state no gradient all-reduce overlap",
     "maxtext_v4_seq1024": "MaxText v4 rows ran at base.yml's max_target_length 1024 of March/April 2023 (sources.maxtext_tpu_tables)",
