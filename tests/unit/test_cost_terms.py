@@ -244,6 +244,26 @@ def test_tp_overlap_hides_collectives_only_inside_one_nvlink_domain():
     assert comm.inside_first_level(c, np.array([1.0, 1.0, 8.0]), np.array([8.0, 16.0, 2.0])).tolist() == [True, False, False]
 
 
+def test_overlapped_tp_collective_hides_only_behind_its_own_gemm():
+    """Each TP collective overlaps the GEMM it feeds or is fed by (TE userbuffers, async TP): a pass
+    exposes sum over (QKV, output, MLP-up, MLP-down) of max(0, collective - GEMM). Llama 3 70B on
+    TP 8: the output projection (k = 8192/8) is shorter than the all-gather of the layer's input."""
+    m, c = get_model("llama3-70b"), get_cluster("h100")
+    s = Strategy(dp_replicate=2, tp=8, micro_batch=1, global_batch=2, overlap_tp=True)
+    e = estimate(m, c, s)
+    dev, t, h, d = c.device, m.seq_len, m.hidden, m.d_head
+    peak = dev.peak("bf16") * dev.sustained_clock_ratio
+
+    def g(n: float, k: float) -> float:
+        return one(gemm_time(t, n, k, peak, dev.gemm_efficiency, dev.hbm_bandwidth, sm_count=dev.sm_count))
+
+    shapes = [((m.heads + 2 * m.n_kv_heads) * d / 8, h), (h, m.heads * d / 8), (2 * m.ffn / 8, h), (h, m.ffn / 8)]
+    collective = one(comm.all_gather_time(c, t * h * 2, 1, 8))
+    exposed_pass = sum(max(0.0, collective - g(n, k)) for n, k in shapes)
+    assert exposed_pass > 0  # the output projection is too short to hide its reduce-scatter
+    assert e.breakdown["tp"] == pytest.approx(2 * m.layers * exposed_pass, rel=1e-9)  # forward and backward
+
+
 def test_zero1_experts_over_replicas_shard_their_optimizer_over_the_expert_replicas():
     """EP spanning replicated DP (Megatron, DeepSeek-V3): each rank holds experts/ep of every MoE
     layer, and ZeRO-1 shards their fp32 state over the dp/ep ranks holding the same experts."""

@@ -35,9 +35,10 @@ from bandwise.cost.flops import (
     BF16,
     Gemm,
     attention_core_flops_per_token,
-    dense_layer_gemms,
+    attention_gemms,
     elementwise_bytes_per_token,
     fp8_cast_bytes_per_token,
+    mlp_gemms,
     moe_layer_gemms,
 )
 from bandwise.cost.memory import (
@@ -267,19 +268,26 @@ def _base(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, order: tuple[str,
     else:
         attn_fwd, attn_bwd = _materialized_attention(m_, tokens, tp, bf16_peak, eff, bw * hbm_eff)
     casts = np.where(fp8, 1.0, 0.0)  # fp8 quantizes every GEMM input (and, backward, every output gradient)
-    dense_fwd = _gemms_time(dense_layer_gemms(m_), c, tokens, m_, linear_peak, linear_eff, bw, dev.sm_count) + attn_fwd
+    gemms = lambda gs: _gemms_time(gs, c, tokens, m_, linear_peak, linear_eff, bw, dev.sm_count)  # noqa: E731
+    # the GEMMs on either side of each tensor-parallel collective: the attention block's input
+    # projections and its output projection, the MLP's up and down projections
+    attn_gemms = attention_gemms(m_)
+    attn_in, attn_out = gemms([g for g in attn_gemms if g.split != "row"]), gemms([g for g in attn_gemms if g.split == "row"])
+    mlp_up, mlp_down = (gemms([g]) for g in mlp_gemms(m_, m_.ffn))
+    dense_fwd = attn_in + attn_out + mlp_up + mlp_down + attn_fwd
     dense_fwd += memory_bound_time(
         (elementwise_bytes_per_token(m_, False, P.eager_elementwise) + casts * fp8_cast_bytes_per_token(m_, False)) * tokens / tp, bw, hbm_eff
     )
     if m_.is_moe:
         moe_gemms = moe_layer_gemms(m_)
-        moe_fwd = _gemms_time(moe_gemms, c, tokens, m_, linear_peak, linear_eff, bw, dev.sm_count) + attn_fwd
+        moe_mlp = gemms(moe_gemms[len(attn_gemms):])  # router, shared and routed experts
+        moe_fwd = attn_in + attn_out + moe_mlp + attn_fwd
         moe_fwd += memory_bound_time(
             (elementwise_bytes_per_token(m_, True, P.eager_elementwise) + casts * fp8_cast_bytes_per_token(m_, True)) * tokens / tp, bw, hbm_eff
         )
-        moe_fwd += (P.expert_imbalance - 1.0) * _gemms_time(moe_gemms[-2:], c, tokens, m_, linear_peak, linear_eff, bw, dev.sm_count)
+        moe_fwd += (P.expert_imbalance - 1.0) * gemms(moe_gemms[-2:])
     else:
-        moe_fwd = np.zeros_like(dense_fwd)
+        moe_mlp = moe_fwd = np.zeros_like(dense_fwd)
     b["moe_fwd"] = moe_fwd
     b["layer_fwd"] = layer_fwd = (1 - frac_moe) * dense_fwd + frac_moe * moe_fwd  # mean over the model's layers
     b["layer_attn"] = attn_fwd
@@ -319,6 +327,17 @@ def _base(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, order: tuple[str,
     # with single-node tensor-parallelism"); PyTorch's async TP rests on the same kind of
     # symmetric memory (pytorch/pytorch PR #128762). A TP group across nodes waits on NCCL.
     b["tp_overlappable"] = comm.inside_first_level(cluster, st["tp"], tp)
+    # Overlapped, each collective hides only behind the GEMM it feeds or is fed by: Transformer
+    # Engine ring-exchanges the all-gathers into the QKV and MLP-up GEMMs and pipelines the
+    # reduce-scatters out of the output and MLP-down projections ("ring_exchange" and "pipeline"
+    # in its userbuffers defaults); PyTorch's async TP fuses the same pairs
+    # (fused_all_gather_matmul, fused_matmul_reduce_scatter). Backward, each input-gradient GEMM
+    # takes its forward GEMM's place, so a pass exposes sum over the 4 pairs of max(0, c - GEMM).
+    # An MoE layer's router and experts stand on the MLP side, half behind each collective.
+    pair = lambda gemm: np.maximum(0.0, b["tp_one"] - gemm)  # noqa: E731
+    dense_pairs = pair(attn_in) + pair(attn_out) + pair(mlp_up) + pair(mlp_down)
+    moe_pairs = pair(attn_in) + pair(attn_out) + 2.0 * pair(moe_mlp / 2.0)
+    b["tp_pass_exposed"] = (1 - frac_moe) * dense_pairs + frac_moe * moe_pairs
     # context parallel: ring passes K,V forward and K,V + dK,dV backward, hidden behind attention
     kv_width = (m_.heads * (m_.d_head + m_.d_value)) if m_.is_mla else m_.n_kv_heads * (m_.d_head + m_.d_value)
     kv_chunk = tokens * kv_width * BF16 / np.minimum(tp, m_.heads if m_.is_mla else m_.n_kv_heads)
@@ -421,9 +440,9 @@ def _combine(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, b: dict[str, n
 
     # ---- tensor parallel: 4 collectives forward, 4 backward per layer (Korthikanti et al. 2022,
     # Sec. 4.2.2: all-gather / reduce-scatter around attention and MLP), 4 more to recompute ----
-    tp_layer = (8.0 + np.where(rec == _FULL, 4.0, 0.0)) * b["tp_one"]
-    gemm_window = per_layer - b["layer_attn_total"]
-    tp_exposed = np.where(c.overlap_tp & b["tp_overlappable"], np.maximum(0.0, tp_layer - gemm_window), tp_layer)
+    passes = 2.0 + np.where(rec == _FULL, 1.0, 0.0)
+    tp_layer = 4.0 * passes * b["tp_one"]
+    tp_exposed = np.where(c.overlap_tp & b["tp_overlappable"], passes * b["tp_pass_exposed"], tp_layer)
     # ---- expert parallel: dispatch + combine, forward and backward (+2 to recompute) ----
     ep_layer = (4.0 + np.where(rec == _FULL, 2.0, 0.0)) * b["ep_one"]
     moe_fwd = b["moe_fwd"]
