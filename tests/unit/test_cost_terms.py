@@ -241,13 +241,15 @@ def test_tp_overlap_hides_collectives_only_inside_one_nvlink_domain():
     exposed, total = tp_terms(16, True)
     assert total > 0 and exposed == pytest.approx(total)
     assert tp_terms(16, False) == pytest.approx((exposed, total))
-    assert comm.inside_first_level(c, np.array([1.0, 1.0, 8.0]), np.array([8.0, 16.0, 2.0])).tolist() == [True, False, False]
+    assert comm.inside_first_level(c, np.array([1.0, 1.0, 8.0, 1.0]), np.array([8.0, 16.0, 2.0, 6.0])).tolist() == [True, False, False, False]
+    flat = Cluster(name="flat", device=c.device, levels=(Level(name="net", size=0, bandwidth=50 * GB, latency=0.0),))
+    assert not comm.inside_first_level(flat, 1, 8)  # a flat network is no NVLink domain
 
 
 def test_overlapped_tp_collective_hides_only_behind_its_own_gemm():
     """Each TP collective overlaps the GEMM it feeds or is fed by (TE userbuffers, async TP): a pass
     exposes sum over (QKV, output, MLP-up, MLP-down) of max(0, collective - GEMM). Llama 3 70B on
-    TP 8: the output projection (k = 8192/8) is shorter than the all-gather of the layer's input."""
+    TP 8: the output projection (k = 8192/8) is shorter than its reduce-scatter."""
     m, c = get_model("llama3-70b"), get_cluster("h100")
     s = Strategy(dp_replicate=2, tp=8, micro_batch=1, global_batch=2, overlap_tp=True)
     e = estimate(m, c, s)

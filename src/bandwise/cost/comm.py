@@ -184,9 +184,11 @@ def ring_p2p_time(cluster: Cluster, nbytes: np.ndarray, stride: np.ndarray, size
 
 def inside_first_level(cluster: Cluster, stride: np.ndarray, size: np.ndarray) -> np.ndarray:
     """True where every member of the group sits in one block of the innermost level (one NVLink
-    domain, one TPU slice's ICI): no outer level is crossed."""
-    inside = np.ones(np.broadcast(np.asarray(stride), np.asarray(size)).shape, dtype=bool)
-    for lv, d, _ in level_spans(cluster, stride, size)[1:]:
+    domain, one TPU slice's ICI): no outer level is crossed. An unbounded innermost level is a
+    flat network, not a domain: nothing is inside it."""
+    shape = np.broadcast(np.asarray(stride), np.asarray(size)).shape
+    inside = np.full(shape, cluster.levels[0].size > 0)
+    for _, d, _ in level_spans(cluster, stride, size)[1:]:
         inside &= d <= 1
     return inside
 

@@ -46,10 +46,6 @@ def mlp_gemms(m: ModelSpec, ffn: int, rows_per_token: float = 1.0, split_in: str
     return [up, Gemm("mlp_down", m.hidden, ffn, rows_per_token, split_out)]
 
 
-def dense_layer_gemms(m: ModelSpec) -> list[Gemm]:
-    return attention_gemms(m) + mlp_gemms(m, m.ffn)
-
-
 def moe_layer_gemms(m: ModelSpec) -> list[Gemm]:
     """Attention, router, shared experts (tensor-parallel like a dense MLP) and routed experts."""
     shared = mlp_gemms(m, m.shared_ffn * m.shared_experts) if m.shared_experts else []

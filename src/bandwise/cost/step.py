@@ -324,16 +324,22 @@ def _base(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, order: tuple[str,
     # TP collectives overlap GEMMs only inside one NVLink domain: Transformer Engine's userbuffers
     # map the peers' buffers by CUDA IPC and multicast handles, which exist only over NVLink
     # (NVIDIA/TransformerEngine issue #1071, 2024: "comm+GEMM overlap is currently only possible
-    # with single-node tensor-parallelism"); PyTorch's async TP rests on the same kind of
-    # symmetric memory (pytorch/pytorch PR #128762). A TP group across nodes waits on NCCL.
+    # with single-node tensor-parallelism"; PR #1470, TE 2.2, 2025, registers them across a
+    # multi-node NVLink domain such as NVL72). PyTorch's async TP maps its peers' memory the same
+    # way (SymmetricMemory, pytorch/pytorch PR #128762). A TP group across domains waits on NCCL.
     b["tp_overlappable"] = comm.inside_first_level(cluster, st["tp"], tp)
     # Overlapped, each collective hides only behind the GEMM it feeds or is fed by: Transformer
     # Engine ring-exchanges the all-gathers into the QKV and MLP-up GEMMs and pipelines the
     # reduce-scatters out of the output and MLP-down projections ("ring_exchange" and "pipeline"
     # in its userbuffers defaults); PyTorch's async TP fuses the same pairs
-    # (fused_all_gather_matmul, fused_matmul_reduce_scatter). Backward, each input-gradient GEMM
-    # takes its forward GEMM's place, so a pass exposes sum over the 4 pairs of max(0, c - GEMM).
-    # An MoE layer's router and experts stand on the MLP side, half behind each collective.
+    # (fused_all_gather_matmul, fused_matmul_reduce_scatter). Backward, each collective hides
+    # behind one GEMM of the same shape (the ring exchanges behind the input-gradient GEMMs; TE's
+    # "bulk" reduce-scatter of the QKV and MLP-up input gradients behind their weight-gradient
+    # GEMMs), so a pass exposes sum over the 4 pairs of max(0, c - GEMM).
+    # Approximations: MLA's replicated down-projections count as attention input (async TP
+    # gathers once for several matmuls; Megatron-Core instead gathers the small latents, so the
+    # window is overstated there); an MoE layer's router and experts stand on the MLP side, half
+    # behind each collective, an assumption: no source pairs grouped expert GEMMs with them.
     pair = lambda gemm: np.maximum(0.0, b["tp_one"] - gemm)  # noqa: E731
     dense_pairs = pair(attn_in) + pair(attn_out) + pair(mlp_up) + pair(mlp_down)
     moe_pairs = pair(attn_in) + pair(attn_out) + 2.0 * pair(moe_mlp / 2.0)
