@@ -264,6 +264,9 @@ def test_overlapped_tp_collective_hides_only_behind_its_own_gemm():
     exposed_pass = sum(max(0.0, collective - g(n, k)) for n, k in shapes)
     assert exposed_pass > 0  # the output projection is too short to hide its reduce-scatter
     assert e.breakdown["tp"] == pytest.approx(2 * m.layers * exposed_pass, rel=1e-9)  # forward and backward
+    # full recomputation runs the forward's four pairs a third time
+    full = estimate(m, c, Strategy(dp_replicate=2, tp=8, micro_batch=1, global_batch=2, overlap_tp=True, recompute="full"))
+    assert full.breakdown["tp"] == pytest.approx(3 * m.layers * exposed_pass, rel=1e-9)
 
 
 def test_zero1_experts_over_replicas_shard_their_optimizer_over_the_expert_replicas():
