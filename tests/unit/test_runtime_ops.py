@@ -1,0 +1,64 @@
+"""The memory-lean element-wise layers (runtime/ops.py) against autograd on the plain formulas."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.nn.functional as F  # noqa: E402
+
+from bandwise.runtime.model import rope_tables  # noqa: E402
+from bandwise.runtime.ops import apply_rope, rms_norm, swiglu  # noqa: E402
+
+
+def _reference_rms_norm(x, w, eps):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+
+def _reference_rope(x, rope):
+    B, T, H, D = x.shape
+    pairs = x.reshape(B, T, H, D // 2, 2)
+    cos, sin = rope[:T, None, :, 0].to(x.dtype), rope[:T, None, :, 1].to(x.dtype)
+    x0, x1 = pairs[..., 0], pairs[..., 1]
+    return torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1).reshape(B, T, H, D)
+
+
+def _grads(fn, *inputs):
+    inputs = [t.detach().clone().requires_grad_(True) for t in inputs]
+    out = fn(*inputs)
+    g = torch.randn(out.shape, dtype=out.dtype, generator=torch.Generator().manual_seed(1))
+    out.backward(g)
+    return out.detach(), [t.grad for t in inputs]
+
+
+@pytest.mark.parametrize("case", ["rms_norm", "rope", "swiglu"])
+def test_forward_and_backward_equal_autograd_on_the_formula(case):
+    gen = torch.Generator().manual_seed(0)
+    if case == "rms_norm":
+        x, w = torch.randn(3, 5, 16, dtype=torch.float64, generator=gen), torch.randn(16, dtype=torch.float64, generator=gen)
+        ours, ref, inputs = (lambda a, b: rms_norm(a, b, 1e-6)), (lambda a, b: _reference_rms_norm(a, b, 1e-6)), (x, w)
+    elif case == "rope":
+        rope = rope_tables(7, 8, 10000.0).double()
+        x = torch.randn(2, 7, 3, 8, dtype=torch.float64, generator=gen)
+        ours, ref, inputs = (lambda a: apply_rope(a, rope)), (lambda a: _reference_rope(a, rope)), (x,)
+    else:
+        a, b = torch.randn(4, 9, dtype=torch.float64, generator=gen), torch.randn(4, 9, dtype=torch.float64, generator=gen)
+        ours, ref, inputs = swiglu, (lambda u, v: F.silu(u) * v), (a, b)
+    out, grads = _grads(ours, *inputs)
+    out_ref, grads_ref = _grads(ref, *inputs)
+    torch.testing.assert_close(out, out_ref)
+    for g, g_ref in zip(grads, grads_ref):
+        torch.testing.assert_close(g, g_ref)
+
+
+def test_saved_tensors_are_only_the_inputs():
+    """What a fused kernel keeps: RMSNorm its input, weight and one fp32 scalar per row; RoPE nothing
+    but the angle table; SwiGLU its two inputs."""
+    x = torch.randn(2, 4, 8, dtype=torch.bfloat16, requires_grad=True)
+    w = torch.ones(8, requires_grad=True)
+    y = rms_norm(x, w, 1e-5)
+    saved = y.grad_fn.saved_tensors
+    assert [t.shape for t in saved] == [x.shape, w.shape, (2, 4, 1)] and saved[0].dtype == torch.bfloat16
+    rope = rope_tables(4, 8, 10000.0)
+    q = torch.randn(2, 4, 3, 8, requires_grad=True)
+    assert [t.data_ptr() for t in apply_rope(q, rope).grad_fn.saved_tensors] == [rope.data_ptr()]
+    a, b = torch.randn(3, 5, requires_grad=True), torch.randn(3, 5, requires_grad=True)
+    assert [t.data_ptr() for t in swiglu(a, b).grad_fn.saved_tensors] == [a.data_ptr(), b.data_ptr()]
