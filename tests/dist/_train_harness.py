@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-TINY = dict(seq_len=64, steps=5, lr=3e-3, warmup=2, dtype="fp32", progress=False, compare=False)
+TINY = dict(seq_len=64, steps=5, lr=3e-3, warmup=2, dtype="fp64", progress=False, compare=False)
 
 
 def free_port() -> int:
@@ -69,6 +69,7 @@ def train_layouts(rank: int, world: int, *, model: str, layouts: list[dict[str, 
             **{str(k): v for k, v in res.losses.items()},
             "val": res.val_loss,
             **{f"norm{r['step']}": r["grad_norm"] for r in res.records},
+            **{f"maxvio{r['step']}": r["maxvio"] for r in res.records},
         }
     return out
 
@@ -129,7 +130,7 @@ def train_checkpointed(rank: int, world: int, *, layout: dict[str, Any], ckpt_di
             os.kill(os.getpid(), signal.SIGKILL)
 
     cfg = TrainConfig(
-        **{**TINY, "steps": steps, "warmup": 1}, data=DataConfig(num_workers=1, persistent_workers=False),
+        **{**TINY, "steps": steps, "warmup": 1, "dtype": "fp32"}, data=DataConfig(num_workers=1, persistent_workers=False),
         checkpoint_dir=ckpt_dir, checkpoint_every=every, resume=resume, log=log,
     )
     res = run(get_model("debug-moe"), Strategy.from_dict(layout), cfg, on_step=on_step)

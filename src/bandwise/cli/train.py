@@ -81,7 +81,7 @@ def train(
     lr: float = typer.Option(3e-3, "--lr"),
     warmup: int = typer.Option(10, "--warmup"),
     grad_clip: float = typer.Option(1.0, "--grad-clip"),
-    dtype: str = typer.Option("auto", "--dtype", help="auto (bf16 on CUDA, fp32 on CPU), bf16 or fp32."),
+    dtype: str = typer.Option("auto", "--dtype", help="auto (bf16 on CUDA, fp32 on CPU), bf16, fp32 or fp64 (parity checks)."),
     compile_: bool = typer.Option(False, "--compile", help="torch.compile each block."),
     seed: int = typer.Option(0, "--seed"),
     on_nonfinite: str = typer.Option("stop", "--on-nonfinite", help="stop or skip."),

@@ -82,7 +82,7 @@ def grad_norm_and_clip(params: list[torch.nn.Parameter], max_norm: float, *, ep_
     sq_shared = torch.zeros((), dtype=torch.float64, device=device)
     sq_expert = torch.zeros((), dtype=torch.float64, device=device)
     for p in grads:
-        n = torch.linalg.vector_norm(p.grad, dtype=torch.float32)
+        n = torch.linalg.vector_norm(p.grad, dtype=torch.promote_types(p.grad.dtype, torch.float32))
         if isinstance(n, DTensor):
             n = n.full_tensor()
         n2 = n.double() ** 2

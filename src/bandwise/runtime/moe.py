@@ -37,6 +37,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from bandwise.errors import BandwiseError
+from bandwise.runtime.ops import swiglu
 from bandwise.specs.model import ModelSpec
 
 BALANCE_MODES = ("aux_free", "aux_loss", "seq_aux", "aux_free+seq_aux", "none")
@@ -108,7 +109,7 @@ class GroupedExperts(nn.Module):
         # Experts left out of FSDP (expert parallel, no data-parallel peer) miss its bf16 cast.
         w1, w2, w3 = (w.to(x_ND.dtype) for w in weights)
         outs = [
-            (F.silu(x @ w1[e]) * (x @ w3[e])) @ w2[e]  # (n_e, D)
+            swiglu(x @ w1[e], x @ w3[e]) @ w2[e]  # (n_e, D); saves the two GEMM outputs only
             for e, x in enumerate(torch.split(x_ND, counts))
         ]
         return torch.cat(outs) if outs else x_ND
@@ -130,9 +131,15 @@ class _ScaleGrad(torch.autograd.Function):
 Dispatch = Callable[[torch.Tensor, torch.Tensor, GroupedExperts], torch.Tensor]
 
 
-def local_dispatch(x_ND: torch.Tensor, counts_E: torch.Tensor, experts: GroupedExperts) -> torch.Tensor:
+def local_dispatch(x_ND: torch.Tensor, counts_E: torch.Tensor | list[int], experts: GroupedExperts) -> torch.Tensor:
     """All experts are on this rank: run them in place. Expert parallelism swaps this out."""
-    return experts(x_ND, counts_E.tolist())
+    return experts(x_ND, counts_E if isinstance(counts_E, list) else counts_E.tolist())
+
+
+def balanced_counts(pairs: int, experts: int) -> list[int]:
+    """Token-expert pairs per expert under perfect balance, the state aux-free balancing steers to."""
+    base, extra = divmod(pairs, experts)
+    return [base + (1 if e < extra else 0) for e in range(experts)]
 
 
 class _AddAuxGrad(torch.autograd.Function):
@@ -184,10 +191,14 @@ class MoE(nn.Module):
         """Index of the block this layer sits in (set by the model), for per-layer metrics."""
         self.aux_grad_scale = 1.0
         """d(total loss)/d(this micro-batch's loss): 1/micro-batches under gradient accumulation."""
+        self.assume_balanced = False
+        """Route every expert the same number of tokens (the dry run: fake tensors hold no scores,
+        so the loads, which size the expert GEMMs and all-to-alls, are taken as balanced)."""
 
     def route(self, x_TD: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Returns scores (T, E) fp32, chosen experts (T, K) and gates (T, K)."""
-        logits_TE = self.gate(x_TD).float()
+        logits_TE = self.gate(x_TD)
+        logits_TE = logits_TE.to(torch.promote_types(logits_TE.dtype, torch.float32))
         scores_TE = torch.sigmoid(logits_TE) if self.cfg.router == "sigmoid" else torch.softmax(logits_TE, dim=-1)
         select_TE = scores_TE + self.expert_bias if self.cfg.aux_free else scores_TE
         idx_TK = torch.topk(select_TE, self.top_k, dim=-1).indices
@@ -199,8 +210,11 @@ class MoE(nn.Module):
         B, T, D = x_BTD.shape
         x_TD = x_BTD.reshape(B * T, D)
         scores_TE, idx_TK, gates_TK = self.route(x_TD)
-        counts_E = torch.bincount(idx_TK.flatten(), minlength=self.num_experts)
-        if self.training and torch.is_grad_enabled() and not recomputing():
+        if self.assume_balanced:
+            counts_E = balanced_counts(idx_TK.numel(), self.num_experts)
+        else:
+            counts_E = torch.bincount(idx_TK.flatten(), minlength=self.num_experts)
+        if self.training and torch.is_grad_enabled() and not recomputing() and not self.assume_balanced:
             with torch.no_grad():
                 self.tokens_per_expert += counts_E.to(self.tokens_per_expert.dtype)
 

@@ -35,14 +35,16 @@ from bandwise.runtime.data import DataConfig, make_splits, train_loader, val_bat
 from bandwise.runtime.metrics import JsonlLog, grad_norm_and_clip, measure_matmul_flops, peak_memory_bytes
 from bandwise.runtime.model import ModelConfig, Transformer
 from bandwise.runtime.moe import MoE, MoEConfig, update_router_biases
-from bandwise.runtime.parallel.apply import parallelize
+from bandwise.runtime.parallel.apply import Parallel, parallelize
 from bandwise.runtime.parallel.expert import expert_parameters
 from bandwise.runtime.parallel.mesh import Meshes, build_meshes, check_runtime_support
 from bandwise.runtime.parallel.pipeline import build_schedule, warm_up
 from bandwise.specs.model import ModelSpec
 from bandwise.specs.strategy import V_SHAPED, Strategy
 
-DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp64": torch.float64}
+"""fp64 is for parity checks: layouts then agree to rounding, where fp32 rounding can flip a near-tied
+top-k routing decision and send two layouts down different paths."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -61,7 +63,7 @@ class TrainConfig:
     grad_clip: float = 1.0
     """Max global gradient L2 norm; 0 disables clipping."""
     dtype: str = "auto"
-    """Compute dtype: bf16 (FSDP mixed precision or autocast), fp32 (exact CPU parity), or auto:
+    """Compute dtype: bf16 (FSDP mixed precision or autocast), fp32, fp64 (parity checks), or auto:
     bf16 on CUDA, fp32 on CPU (CPU bf16 matmuls without AMX run several times slower than fp32)."""
     compile: bool = False
     """torch.compile each block (slow first step; not used in tests)."""
@@ -99,6 +101,11 @@ class TrainConfig:
             raise BandwiseError("--resume needs --checkpoint-dir, where the checkpoints are")
 
 
+def _loss_dtype(logits: torch.Tensor) -> torch.dtype:
+    """The loss in fp32 at least (bf16 logits lose the small probabilities), fp64 kept."""
+    return torch.promote_types(logits.dtype, torch.float32)
+
+
 def lr_lambda(cfg: TrainConfig) -> Callable[[int], float]:
     """Multiplier of the peak LR at step s: linear warm-up, then cosine to min_lr_ratio."""
 
@@ -129,6 +136,32 @@ class RunResult:
     records: list[dict[str, Any]]
     """The per-step records written to the JSONL log (this rank's view)."""
     comparison: dict[str, Any] | None
+
+
+def build_parallel_model(
+    spec: ModelSpec, strategy: Strategy, meshes: Meshes | None, device: torch.device, *,
+    dtype: torch.dtype, seed: int, moe: MoEConfig, compile: bool = False, materialize: bool = True,
+) -> Parallel:
+    """Build on `meta`, parallelise, then allocate and initialise only this rank's shards.
+
+    The values equal those of the whole model built in one process with the same seed, whatever
+    the layout (`runtime/init.py`). `materialize=False` leaves the parts on `meta` (the dry run
+    moves them itself, under fake tensors).
+    """
+    storage = torch.float64 if dtype == torch.float64 else torch.float32  # weights in fp32 under bf16 compute
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(storage)
+    try:
+        with torch.device("meta"):
+            model = Transformer(spec, ModelConfig(moe=moe, seed=seed))
+    finally:
+        torch.set_default_dtype(previous)
+    par = parallelize(model, strategy, meshes, param_dtype=dtype, compile=compile)
+    if materialize:
+        for part in par.parts:
+            part.to_empty(device=device)
+            part.init_weights(seed)
+    return par
 
 
 def _init_process_group(cuda: bool) -> tuple[int, int, bool]:
@@ -176,8 +209,7 @@ def _run(spec, strategy, cfg, splits, device, rank, world, on_step, out) -> RunR
     dtype = DTYPES["bf16" if device.type == "cuda" else "fp32"] if cfg.dtype == "auto" else DTYPES[cfg.dtype]
     meshes: Meshes | None = build_meshes(strategy, device.type) if world > 1 else None
     torch.manual_seed(cfg.seed)
-    model = Transformer(spec, ModelConfig(moe=cfg.moe)).to(device)  # same init on every rank
-    par = parallelize(model, strategy, meshes, param_dtype=dtype, compile=cfg.compile)
+    par = build_parallel_model(spec, strategy, meshes, device, dtype=dtype, seed=cfg.seed, moe=cfg.moe, compile=cfg.compile)
     parts = par.parts
     moes = [m for p in parts for m in p.modules() if isinstance(m, MoE)]
     fused = device.type == "cuda" and meshes is None
@@ -197,7 +229,7 @@ def _run(spec, strategy, cfg, splits, device, rank, world, on_step, out) -> RunR
         moe.aux_grad_scale = 1.0 if pp else 1.0 / m
 
     def loss_fn(logits_BTV: torch.Tensor, targets_BT: torch.Tensor) -> torch.Tensor:
-        return F.cross_entropy(logits_BTV.flatten(0, 1).float(), targets_BT.flatten())
+        return F.cross_entropy(logits_BTV.flatten(0, 1).to(_loss_dtype(logits_BTV)), targets_BT.flatten())
 
     schedule = None
     if pp:
@@ -228,7 +260,7 @@ def _run(spec, strategy, cfg, splits, device, rank, world, on_step, out) -> RunR
     peak = measure_matmul_flops(device, dtype, n=8192 if device.type == "cuda" else 1024)  # large enough to reach peak
     tokens_per_step = strategy.effective_global_batch * spec.seq_len
     mon = Monitor(flops_per_token=flops_per_token, peak_flops=peak, device=device, warmup=1, census_step=None)
-    autocast = torch.autocast(device.type, dtype=dtype) if dtype != torch.float32 and not par.fsdp else nullcontext()
+    autocast = torch.autocast(device.type, dtype=dtype) if dtype == torch.bfloat16 and not par.fsdp else nullcontext()
     log = JsonlLog(cfg.log if rank == 0 else None)
     progress = _Progress(enabled=cfg.progress and rank == 0 and out is not None and not out.quiet and not out.json_mode, total=cfg.steps, done=start)
     losses: dict[int, float] = {}
@@ -247,7 +279,7 @@ def _run(spec, strategy, cfg, splits, device, rank, world, on_step, out) -> RunR
                 for part in parts:
                     part.train()
                 batch = [(x.to(device, non_blocking=True), y.to(device, non_blocking=True)) for x, y in batch]
-                local = torch.zeros((), device=device)
+                local = torch.zeros((), dtype=torch.float64, device=device)
                 with autocast:
                     if pp:
                         x = torch.cat([b[0] for b in batch])
@@ -263,7 +295,7 @@ def _run(spec, strategy, cfg, splits, device, rank, world, on_step, out) -> RunR
                         else:
                             schedule.step()
                         if last_stage:
-                            local = torch.stack([l.detach().float() for l in mb_losses]).mean()
+                            local = torch.stack([l.detach().double() for l in mb_losses]).mean()
                     else:
                         for i, (x, y) in enumerate(batch):
                             if par.fsdp:
@@ -271,7 +303,7 @@ def _run(spec, strategy, cfg, splits, device, rank, world, on_step, out) -> RunR
                                     part.set_requires_gradient_sync(i == m - 1)
                             loss = loss_fn(parts[0](x), y) / m
                             loss.backward()
-                            local += loss.detach().float()
+                            local += loss.detach().double()
                 if meshes is not None:
                     local = local.double()
                     dist.all_reduce(local)
@@ -354,7 +386,7 @@ def evaluate(model, splits, cfg: TrainConfig, strategy: Strategy, meshes: Meshes
     for x, y in val_batches(splits, samples=samples, batch=strategy.micro_batch, dp_rank=dp_rank, dp=strategy.dp):
         with autocast:
             logits = model(x.to(device))
-        loss = F.cross_entropy(logits.flatten(0, 1).float(), y.to(device).flatten(), reduction="sum")
+        loss = F.cross_entropy(logits.flatten(0, 1).to(_loss_dtype(logits)), y.to(device).flatten(), reduction="sum")
         total += loss.double()
         count += y.numel()
     if meshes is not None:
@@ -393,7 +425,7 @@ def evaluate_pipeline(schedule, parts, splits, cfg: TrainConfig, strategy: Strat
             else:
                 schedule.eval()
         if last:
-            total += torch.tensor([float(sum(l.float() for l in losses)), float(len(losses))], dtype=torch.float64, device=device)
+            total += torch.tensor([float(sum(l.double() for l in losses)), float(len(losses))], dtype=torch.float64, device=device)
     dist.all_reduce(total)  # only last-stage ranks contribute; TP peers repeat the same sums
     for part in parts:
         part.train()

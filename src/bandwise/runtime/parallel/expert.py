@@ -51,16 +51,20 @@ class AllToAllDispatch:
     def __init__(self, group, ep: int, num_experts: int) -> None:
         self.group, self.ep, self.local = group, ep, num_experts // ep
 
-    def __call__(self, x_ND: torch.Tensor, counts_E: torch.Tensor, experts: GroupedExperts) -> torch.Tensor:
-        send_PL = counts_E.to(torch.int64).view(self.ep, self.local)  # rows for peer p, its local expert l
-        recv_PL = torch.empty_like(send_PL)
-        dist.all_to_all_single(recv_PL, send_PL, group=self.group)  # (source peer, local expert)
-        in_splits = send_PL.sum(1).tolist()
-        out_splits = recv_PL.sum(1).tolist()
+    def __call__(self, x_ND: torch.Tensor, counts_E: torch.Tensor | list[int], experts: GroupedExperts) -> torch.Tensor:
+        if isinstance(counts_E, list):  # balanced loads (the dry run): every peer sends what this rank sends
+            recv = [counts_E[p * self.local : (p + 1) * self.local] for p in range(self.ep)]
+            in_splits = out_splits = [sum(row) for row in recv]
+        else:
+            send_PL = counts_E.to(torch.int64).view(self.ep, self.local)  # rows for peer p, its local expert l
+            recv_PL = torch.empty_like(send_PL)
+            dist.all_to_all_single(recv_PL, send_PL, group=self.group)  # (source peer, local expert)
+            in_splits = send_PL.sum(1).tolist()
+            out_splits = recv_PL.sum(1).tolist()
+            recv = recv_PL.tolist()
         x_recv = _AllToAll.apply(x_ND, out_splits, in_splits, self.group)
 
         # Regroup the received rows, ordered (source, expert), into (expert, source) order.
-        recv = recv_PL.tolist()
         starts, offset = [], 0
         for row in recv:
             starts.append([])
@@ -81,9 +85,11 @@ def apply_expert_parallel(model: nn.Module, group, ep_rank: int, ep: int) -> Non
         local = moe.num_experts // ep
         keep = slice(ep_rank * local, (ep_rank + 1) * local)
         for name in ("w1", "w2", "w3"):
-            full = getattr(moe.experts, name)
+            full = getattr(moe.experts, name)  # on `meta` in the trainer: nothing is allocated
             setattr(moe.experts, name, nn.Parameter(full.detach()[keep].clone()))
         moe.experts.grad_scale = 1.0 / ep
+        # where these experts sit in the whole model, for the layout-independent init (runtime/init.py)
+        moe.experts.expert_offset, moe.experts.global_experts = keep.start, moe.num_experts
         moe.dispatch = AllToAllDispatch(group, ep, moe.num_experts)
 
 

@@ -17,8 +17,8 @@ from bandwise.runtime.moe import GroupedExperts
 
 
 def mixed_precision(dtype: torch.dtype) -> MixedPrecisionPolicy:
-    """Compute in `dtype`, reduce gradients in fp32 (torchtitan's default for bf16)."""
-    return MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
+    """Compute in `dtype`, reduce gradients in fp32 (torchtitan's default for bf16), fp64 in fp64."""
+    return MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.promote_types(dtype, torch.float32))
 
 
 def apply_fsdp(

@@ -77,10 +77,19 @@ def build_schedule(
     device: torch.device,
     group,
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    example: Callable[[int], tuple[torch.Tensor, torch.Tensor]] | None = None,
 ):
-    """The schedule object; call `.step(x, target=y, losses=list)` on every rank of the stage group."""
+    """The schedule object; call `.step(x, target=y, losses=list)` on every rank of the stage group.
+
+    `example(stage)` gives (input, output) tensors of one micro-batch of that stage, so the stages
+    skip shape inference (which exchanges metadata with the neighbouring stages: the dry run has
+    no neighbours to answer).
+    """
     n = s.pp * s.virtual_stages
-    stages = [PipelineStage(part, i, n, device, group=group) for part, i in zip(parts, ids)]
+    if example is None:
+        stages = [PipelineStage(part, i, n, device, group=group) for part, i in zip(parts, ids)]
+    else:
+        stages = [PipelineStage(part, i, n, device, *example(i), group=group) for part, i in zip(parts, ids)]
     cls = get_schedule_class(s.schedule)
     if s.schedule in SINGLE_STAGE:
         return cls(stages[0], n_microbatches=s.microbatches, loss_fn=loss_fn, scale_grads=True)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from torch import nn
 
 from bandwise.errors import BandwiseError
-from bandwise.runtime.model import Attention, Block, FeedForward
+from bandwise.runtime.model import Attention, Block, FeedForward, LatentAttention
 
 MODES = ("none", "selective", "full")
 
@@ -24,5 +24,5 @@ def apply_recompute(model: nn.Module, mode: str) -> None:
     for m in model.modules():
         if isinstance(m, Block):
             m.recompute_full = mode == "full"
-        elif isinstance(m, (Attention, FeedForward)):
+        elif isinstance(m, (Attention, LatentAttention, FeedForward)):
             m.recompute_core = mode == "selective"

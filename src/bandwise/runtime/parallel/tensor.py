@@ -6,7 +6,8 @@ before and one reduce-scatter after each of attention and MLP; the norms run on 
 (`SequenceParallel`) between them. The embedding is row-wise with a sequence-sharded output, the
 output head column-wise with a replicated output (the vocabulary is small enough to gather).
 
-MoE layers are kept whole on every tensor-parallel rank: their input is gathered to the full
+Multi-head latent attention keeps its low-rank latent projections whole on every rank and
+splits its up-projections by heads (`LatentAttention`). MoE layers are kept whole on every tensor-parallel rank: their input is gathered to the full
 sequence, every TP rank routes identically (so router loads agree), and the output is cut back to
 this rank's sequence shard. Their routed experts are spread by expert parallelism instead.
 """
@@ -25,6 +26,7 @@ from torch.distributed.tensor.parallel import (
     parallelize_module,
 )
 
+from bandwise.runtime.model import LatentAttention
 from bandwise.runtime.moe import MoE
 
 
@@ -40,15 +42,17 @@ def apply_tensor_parallel(model: nn.Module, tp_mesh: DeviceMesh) -> None:
     if top:
         parallelize_module(model, tp_mesh, top)
     for block in model.layers.values():
-        plan: dict[str, object] = {
-            "attention_norm": SequenceParallel(),
-            "attention": PrepareModuleInput(input_layouts=(Shard(1), None), desired_input_layouts=(Replicate(), None)),
-            "attention.wq": ColwiseParallel(),
-            "attention.wk": ColwiseParallel(),
-            "attention.wv": ColwiseParallel(),
-            "attention.wo": RowwiseParallel(output_layouts=Shard(1)),
-            "ffn_norm": SequenceParallel(),
-        }
+        plan: dict[str, object] = {"attention_norm": SequenceParallel(), "ffn_norm": SequenceParallel()}
+        if isinstance(block.attention, LatentAttention):
+            # latents whole on every rank (local tensors), up-projections split by heads
+            plan["attention"] = PrepareModuleInput(input_layouts=(Shard(1), None), desired_input_layouts=(Replicate(), None), use_local_output=True)
+            up = ("wq_b" if block.attention.wq is None else "wq", "wkv_b")
+            plan.update({f"attention.{name}": ColwiseParallel() for name in up})
+            block.attention.tp_group = tp_mesh.get_group()
+        else:
+            plan["attention"] = PrepareModuleInput(input_layouts=(Shard(1), None), desired_input_layouts=(Replicate(), None))
+            plan.update({f"attention.{name}": ColwiseParallel() for name in ("wq", "wk", "wv")})
+        plan["attention.wo"] = RowwiseParallel(output_layouts=Shard(1))
         if isinstance(block.feed_forward, MoE):
             plan["feed_forward"] = PrepareModuleInputOutput(
                 input_layouts=(Shard(1),),
@@ -64,8 +68,9 @@ def apply_tensor_parallel(model: nn.Module, tp_mesh: DeviceMesh) -> None:
                     "feed_forward": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
                     "feed_forward.w1": ColwiseParallel(),
                     "feed_forward.w2": RowwiseParallel(output_layouts=Shard(1)),
-                    "feed_forward.w3": ColwiseParallel(),
                 }
             )
+            if block.feed_forward.w3 is not None:
+                plan["feed_forward.w3"] = ColwiseParallel()
         parallelize_module(block, tp_mesh, plan)
 
