@@ -1,0 +1,244 @@
+"""A dry run of any layout at its true world size, in one CPU process, with torch's own memory accounting.
+
+One process plays one rank of the job: torch's fake process-group backend answers every
+collective without peers (`torch.testing._internal.distributed.fake_pg`), and `FakeTensorMode`
+gives every tensor its shape, dtype and storage size but no data. The trainer's own code then
+builds the model on `meta`, parallelises it exactly as `bandwise train` does (pipeline split,
+tensor + sequence parallel, expert parallel, recomputation, FSDP2/HSDP with bf16 mixed
+precision), allocates this rank's shards, and runs real training steps (forward, backward,
+pipeline schedule, AdamW) while `torch.distributed._tools.mem_tracker.MemTracker` (or its FSDP
+subclass `FSDPMemTracker`) records the peak per category: parameters, gradients, optimizer
+state, activations, temporaries and FSDP's all-gather / reduce-scatter buffers.
+
+This is how TorchTitan's memory estimator works for FSDP/HSDP; here it covers every layout
+the trainer runs, and sets the measurement beside the planner's memory model.
+
+Roles: ranks differ in what they hold only along the pipeline (the first stage holds the
+embedding and the most micro-batches in flight, the last the output head and the loss; data,
+tensor and expert ranks are symmetric). By default the dry run plays the first, a middle and
+the last pipeline rank. Routing in MoE layers is taken as balanced (`MoE.assume_balanced`):
+fake tensors hold no router scores, and balance is what the auxiliary-loss-free bias steers to.
+
+Two steps are run; the peak is taken over both, so optimizer state (created in the first step)
+and the second forward's activations meet, as in training.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from bandwise.errors import BandwiseError
+from bandwise.runtime.moe import MoE, MoEConfig
+from bandwise.runtime.parallel.mesh import build_meshes, check_runtime_support
+from bandwise.runtime.parallel.pipeline import build_schedule
+from bandwise.specs.model import ModelSpec
+from bandwise.specs.strategy import V_SHAPED, Strategy
+
+CATEGORIES = ("params", "grads", "optimizer", "activations", "buffers")
+"""The dry run's categories; `_category` maps torch's reference types onto them."""
+
+
+@dataclass(slots=True)
+class RoleResult:
+    role: str
+    rank: int
+    pp_rank: int
+    stage_ids: list[int]
+    peak_bytes: float
+    """Peak tracked bytes on the device over the measured steps."""
+    by_category: dict[str, float]
+    """Bytes per category at the moment of the peak."""
+    raw: dict[str, float]
+    """torch's own categories at the peak (MemTracker / FSDPMemTracker names)."""
+    param_count: int
+    """Parameters this rank holds (its shards)."""
+    seconds: float
+
+
+@dataclass(slots=True)
+class DryRun:
+    model: str
+    strategy: dict[str, Any]
+    world_size: int
+    seq_len: int
+    layers: int
+    """Layers built (the model's, or fewer with `--layers`)."""
+    roles: list[RoleResult] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        from dataclasses import asdict
+
+        return asdict(self)
+
+
+def _category(name: str) -> str:
+    """torch's MemTracker / FSDPMemTracker reference types onto the planner's terms."""
+    n = name.lower()
+    if n in ("parameter", "sharded param"):
+        return "params"
+    if n in ("gradient", "sharded grad"):
+        return "grads"
+    if n == "optstate":
+        return "optimizer"
+    if n in ("activation", "temp", "inputs"):
+        return "activations"
+    # buffers, FSDP's unsharded parameters and gradients, all-gather and reduce-scatter buffers
+    return "buffers"
+
+
+def roles(s: Strategy) -> list[tuple[str, int]]:
+    """(role, pipeline rank) to play: first, middle and last stage (data/tensor/expert ranks are alike)."""
+    if s.pp == 1:
+        return [("all", 0)]
+    v_shaped = s.schedule in V_SHAPED
+    out = [("first+last stage" if v_shaped else "first stage", 0)]
+    if s.pp >= 3:
+        out.append(("middle stage", s.pp // 2))
+    out.append(("last stage" if not v_shaped else "middle of the V", s.pp - 1))
+    return out
+
+
+def _init_fake(rank: int, world: int) -> None:
+    from torch.testing._internal.distributed.fake_pg import FakeStore  # registers the "fake" backend
+
+    if dist.is_initialized():
+        raise BandwiseError("the dry run plays one rank in this process; run it outside torchrun")
+    dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world)
+
+
+def _play(spec: ModelSpec, s: Strategy, role: str, pp_rank: int, *, steps: int, dtype: torch.dtype) -> RoleResult:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    from bandwise.runtime.train import build_parallel_model
+
+    world = s.world_size
+    rank = pp_rank * (world // s.pp)  # the first data, tensor and expert rank of that stage
+    start = time.perf_counter()
+    _init_fake(rank, world)
+    try:
+        device = torch.device("cpu")
+        meshes = build_meshes(s, device.type)
+        par = build_parallel_model(spec, s, meshes, device, dtype=dtype, seed=0, moe=MoEConfig(), materialize=False)
+        parts = par.parts
+        with FakeTensorMode(allow_non_fake_inputs=True):
+            for part in parts:
+                part.to_empty(device=device)
+                part.init_buffers()
+                for m in part.modules():
+                    if isinstance(m, MoE):
+                        m.assume_balanced = True
+            optimizers = [torch.optim.AdamW(p.parameters(), lr=1e-4, foreach=False) for p in parts]
+            step = _step_fn(spec, s, par, meshes, device, dtype)
+            if par.fsdp and len(parts) == 1:
+                tracker = FSDPMemTracker(parts[0], optimizers[0])
+            else:
+                tracker = MemTracker()
+                tracker.track_external(*parts, *optimizers)
+            with tracker:
+                for i in range(steps):
+                    step(tracker.reset_mod_stats)  # module-wise stats only; the peak is kept
+                    for opt in optimizers:
+                        opt.step()
+                        opt.zero_grad(set_to_none=True)
+            peak = tracker.get_tracker_snapshot("peak")
+        snap = next(iter(peak.values())) if peak else {}
+        raw = {str(getattr(k, "value", k)): float(v) for k, v in snap.items()}
+        total = raw.pop("Total", sum(raw.values()))
+        by_cat = {c: 0.0 for c in CATEGORIES}
+        for k, v in raw.items():
+            by_cat[_category(k)] += v
+        params = sum(p.to_local().numel() if hasattr(p, "to_local") else p.numel() for part in parts for p in part.parameters())
+        return RoleResult(role=role, rank=rank, pp_rank=pp_rank, stage_ids=list(par.stage_ids), peak_bytes=float(total),
+                          by_category=by_cat, raw=raw, param_count=int(params), seconds=time.perf_counter() - start)
+    finally:
+        dist.destroy_process_group()
+
+
+def _step_fn(spec: ModelSpec, s: Strategy, par, meshes, device: torch.device, dtype: torch.dtype):
+    """One training step's forward and backward, as the trainer runs it, on fake inputs."""
+    parts = par.parts
+    m, mb, T = s.microbatches, s.micro_batch, spec.seq_len
+
+    def loss_fn(logits_BTV: torch.Tensor, targets_BT: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(logits_BTV.flatten(0, 1).float(), targets_BT.flatten())
+
+    autocast = torch.autocast(device.type, dtype=dtype) if dtype != torch.float32 and not par.fsdp else nullcontext()
+    if s.pp > 1:
+        n = s.pp * s.virtual_stages
+        first, last = 0 in par.stage_ids, n - 1 in par.stage_ids
+        x = torch.zeros(m * mb, T, dtype=torch.long, device=device)
+        schedule = build_schedule(parts, par.stage_ids, s, device=device, group=meshes.pp_group(), loss_fn=loss_fn,
+                                  example=_stage_examples(spec, s, mb, device, dtype))
+
+        def step(before_forward) -> None:
+            before_forward()
+            with autocast:
+                if first:
+                    schedule.step(x, target=x if last else None, losses=[] if last else None)
+                elif last:
+                    schedule.step(target=x, losses=[])
+                else:
+                    schedule.step()
+
+        return step
+
+    x = torch.zeros(mb, T, dtype=torch.long, device=device)
+
+    def step(before_forward) -> None:
+        for i in range(m):
+            before_forward()
+            if par.fsdp:
+                for part in parts:
+                    part.set_requires_gradient_sync(i == m - 1)
+            with autocast:
+                loss = loss_fn(parts[0](x), x) / m
+            loss.backward()
+
+    return step
+
+
+def _stage_examples(spec: ModelSpec, s: Strategy, mb: int, device: torch.device, dtype: torch.dtype):
+    """(input, output) example tensors per stage id, so stages skip shape inference over the
+    (fake) network: tokens into stage 0, hidden states between stages, logits out of the last."""
+    n = s.pp * s.virtual_stages
+    act_dtype = dtype if s.dp > 1 else torch.float32  # FSDP casts to bf16; autocast returns fp32 residuals
+    hidden = torch.empty(mb, spec.seq_len, spec.hidden, dtype=act_dtype, device=device)
+    tokens = torch.empty(mb, spec.seq_len, dtype=torch.long, device=device)
+    logits = torch.empty(mb, spec.seq_len, spec.vocab, dtype=act_dtype, device=device)
+
+    def example(stage: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return (tokens if stage == 0 else hidden, logits if stage == n - 1 else hidden)
+
+    return example
+
+
+def dry_run(spec: ModelSpec, s: Strategy, *, seq_len: int | None = None, layers: int | None = None,
+            pp_ranks: list[int] | None = None, steps: int = 2, dtype: str = "bf16") -> DryRun:
+    """Play the roles of `s` (or the given pipeline ranks) and measure each one's peak memory."""
+    if layers is not None:
+        if not 1 <= layers <= spec.layers:
+            raise BandwiseError(f"--layers {layers}: choose 1..{spec.layers} (the model's depth)")
+        spec = spec.replace(layers=layers, dense_layers=min(spec.dense_layers, layers))
+    spec = spec.with_seq_len(seq_len or spec.seq_len)
+    s.check(s.world_size, spec)
+    check_runtime_support(s, spec)
+    if steps < 1:
+        raise BandwiseError(f"--steps {steps} must be >= 1 (2 measures optimizer state and a second forward together)")
+    torch_dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[dtype]
+    played = roles(s) if pp_ranks is None else [(f"pipeline rank {r}", r) for r in pp_ranks]
+    for _, r in played:
+        if not 0 <= r < s.pp:
+            raise BandwiseError(f"pipeline rank {r} is outside 0..{s.pp - 1}")
+    out = DryRun(model=spec.name, strategy=s.to_dict(), world_size=s.world_size, seq_len=spec.seq_len, layers=spec.layers)
+    for role, r in played:
+        out.roles.append(_play(spec, s, role, r, steps=steps, dtype=torch_dtype))
+    return out
