@@ -87,6 +87,15 @@ SWITCHES: dict[str, str] = {
         "(Megatron-LM arguments.py; Megatron-Bridge gpt_provider.py asserts the same), so an unstated virtual "
         "stage count is completed only among those"
     ),
+    "megatron_selective": (
+        "Megatron-LM's --recompute-granularity selective re-runs only the attention core (Korthikanti et al. 2022, "
+        "Sec. 5; Megatron-Core's recompute_modules default ['core_attn']), not the MLP's activation function"
+    ),
+    "deepseek_recompute": (
+        "DeepSeek-V3 (report Sec. 3.2.3, 3.3.3) recomputes every RMSNorm and the MLA up-projections in the backward, "
+        "caches the SwiGLU input of the MoE in FP8 and recomputes its output"
+    ),
+    "bf16_adam_moments": "AdamW moments kept in BF16 (DeepSeek-V3 report Sec. 3.3.4, 'Low-Precision Optimizer States')",
     "fa2_on_hopper": (
         "TorchTitan's H100 runs use F.scaled_dot_product_attention, whose flash backend in PyTorch 2.4-2.5 is "
         "FlashAttention-2; on H100 it reaches about 35% of the bf16 peak (Shah et al. 2024, FlashAttention-3, Sec. 4.1)"
@@ -102,6 +111,9 @@ PARAM_SWITCHES: dict[str, dict[str, Any]] = {
     "deepseek_balanced_stages": {"balanced_stages": True},
     "mbridge_deepseek_layout": {"balanced_stages": True},
     "mbridge_fused_loss": {"fused_cross_entropy": True},
+    "megatron_selective": {"selective_modules": ("core_attn",)},
+    "deepseek_recompute": {"selective_modules": ("core_attn", "mlp_act", "layernorm", "mla_up_proj"), "fp8_activation_cache": True},
+    "bf16_adam_moments": {"adam_moment_bytes": 2},
 }
 """The CostParams fields a switch changes (the others change the Strategy or the model)."""
 MEGATRON_SOURCES = ("megatron_h100_2024", "narayanan2021_sc21", "korthikanti2022", "nemo_2407")
@@ -323,6 +335,7 @@ def _model(run: dict[str, Any], case_notes: list[str], switches: list[str]) -> M
         name=str(m.get("name") or rid), layers=int(m["layers"]), hidden=hidden, heads=heads,
         kv_heads=_int(m.get("kv_heads")) or 0, head_dim=_int(m.get("head_dim")) or 0, gated_mlp=gated,
         tied_embeddings=bool(m.get("tied_embeddings")) or run.get("source") == "maxtext_tpu_tables",
+        dropout=bool(m.get("dropout")),
     )
     if not m.get("ffn_type"):
         case_notes.append("MLP type not stated: " + ("SwiGLU experts" if gated else "GELU 2-matrix (GPT default)"))
@@ -599,6 +612,13 @@ def convert(run: dict[str, Any], sources: dict[str, Any] | None = None) -> Case:
         switches.append("mbridge_deepseek_layout")
     if src in MATERIALIZED_ATTENTION_SOURCES:
         switches.append("materialized_attention")
+    rec_text = str(p.get("recompute") or "").lower()
+    if src in MEGATRON_SOURCES and fixed.get("recompute", "selective") == "selective":
+        switches.append("megatron_selective")
+    if "rmsnorm" in rec_text and "mla up-projection" in rec_text and "swiglu input cached in fp8" in rec_text:
+        switches.append("deepseek_recompute")
+    if "bf16 optimizer moments" in str(run.get("precision") or "").lower():
+        switches.append("bf16_adam_moments")
     if src == "torchtitan" and "H100" in str((run.get("hardware") or {}).get("accelerator")):
         switches.append("fa2_on_hopper")
     if src == "torchtitan" and fixed.get("recompute") == "selective":
