@@ -125,6 +125,9 @@ H100_500W_PEAK_RATIO = (989.4 + 835.5) / 2 / 989.4
 """TorchTitan's 500 W H100: the midpoint of the SXM and NVL dense bf16 peaks, over the SXM peak."""
 H100_HBM2E_BANDWIDTH = 2.4e12
 """TorchTitan's 96 GB HBM2e H100: "2.4 TB/sec peak memory bandwidth" (its H100 benchmark doc, "Hardware")."""
+H100_HBM2E_BYTES = 95 * 2**30
+"""TorchTitan's "96GB HBM2e" H100 as the device reports it: "NVIDIA H100 GPUs with 95 GiB memory" (an
+earlier version of the same benchmark doc, benchmarks/llama3_h100_202412_torchtitan.md)."""
 
 SCHEDULE_CHOICES = ("1F1B", "Interleaved1F1B")
 """Schedules the frameworks of the data set run when a source leaves the schedule unstated."""
@@ -409,7 +412,7 @@ def _cluster(run: dict[str, Any], devices: int, notes: list[str], completed: lis
             # the H100 NVL datasheet (1,671 sparse = 835 dense) figures.
             dev = cluster.device
             peak = {k: v * H100_500W_PEAK_RATIO for k, v in dev.peak_flops.items()}
-            cluster = cluster.with_device(name="h100-sxm-96g-500w", hbm_bytes=96e9, hbm_bandwidth=H100_HBM2E_BANDWIDTH, peak_flops=peak)
+            cluster = cluster.with_device(name="h100-sxm-96g-500w", hbm_bytes=H100_HBM2E_BYTES, hbm_bandwidth=H100_HBM2E_BANDWIDTH, peak_flops=peak)
             notes.append(f"H100 96GB HBM2e @500W: peak {peak['bf16'] / 1e12:.0f} TFLOPS (between SXM and NVL), "
                          f"HBM {H100_HBM2E_BANDWIDTH / 1e12:.1f} TB/s, as TorchTitan states")
     else:
