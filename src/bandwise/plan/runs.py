@@ -144,6 +144,39 @@ TORUS_2D = {256: (16, 16), 128: (8, 16), 64: (8, 8)}
 MAXTEXT_BASE = {"emb": 2560, "heads": 8, "mlp": 8192, "layers": 16, "head_dim": 256, "vocab": 32768}
 
 
+MEMORY_BASES: dict[str, str] = {
+    "reserved_peak": (
+        "the allocator's peak reserved memory, max over ranks (TorchTitan logs DeviceMemoryMonitor's max_reserved_gib, "
+        "torch.cuda.memory_stats()['reserved_bytes.all.peak']); compared with every predicted term but the CUDA context, "
+        "cuBLAS workspace and NCCL buffers (reserved_bytes), which lie outside the allocator's pool"
+    ),
+    "states_and_activations": (
+        "parameters + optimizer state and activations as profiled in Korthikanti et al. 2022, Figure 1 (no buffers); "
+        "compared with the same predicted terms"
+    ),
+}
+"""What a published per-device memory figure measures, and which predicted terms it is set against."""
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class PublishedMemory:
+    gib: float
+    """GiB per device as the source gives it."""
+    basis: str
+    """A key of MEMORY_BASES."""
+
+
+def published_memory(run: dict[str, Any]) -> PublishedMemory | None:
+    """The per-device memory a run's source publishes beside its throughput, or None."""
+    rep = run.get("reported") or {}
+    if isinstance(rep.get("peak_memory_gib"), (int, float)):
+        return PublishedMemory(gib=float(rep["peak_memory_gib"]), basis="reserved_peak")
+    fig = rep.get("memory_gib")
+    if isinstance(fig, dict) and {"params_and_optimizer_state", "activations_selective_sp"} <= set(fig):
+        return PublishedMemory(gib=float(fig["params_and_optimizer_state"]) + float(fig["activations_selective_sp"]), basis="states_and_activations")
+    return None
+
+
 @dataclass(kw_only=True, slots=True)
 class Case:
     """A run converted to the planner's inputs."""
@@ -167,6 +200,8 @@ class Case:
     switches: list[str] = field(default_factory=list)
     token_scale: float = 1.0
     """Real tokens per modelled token (< 1 where the sequence is padded to split over tp·cp)."""
+    memory: PublishedMemory | None = None
+    """Per-device memory the source publishes, if any."""
 
 
 # ------------------------------------------------------------------------------------------
@@ -639,4 +674,5 @@ def convert(run: dict[str, Any], sources: dict[str, Any] | None = None) -> Case:
         id=rid, source=src, quality=str((run.get("target") or {}).get("quality") or "unknown"), target=float(target),
         model=model, cluster=cluster, devices=devices, global_batch=int(gb), fixed=fixed, schedules=schedules,
         overlap=overlap, completed=sorted(set(completed)), assumptions=notes, switches=switches, token_scale=token_scale,
+        memory=published_memory(run),
     )
