@@ -10,7 +10,7 @@ Megatron-LM's table for bf16 parameters with fp32 gradients gives 18 bytes per p
 dist_optimizer.md); FSDP2 with reduce_dtype=float32 keeps fp32 sharded parameters (the master copy),
 fp32 sharded gradients and fp32 moments, 16/N. Korthikanti et al. 2022, Fig. 1, count 18 bytes per
 parameter of 12·L·h² for their Megatron-LM runs. DeepSeek-V3 keeps the AdamW moments in bf16 (report
-Sec. 3.3.4 "Low-Precision Optimizer States"): 2 + 2 instead of 4 + 4 bytes.
+Sec. 3.3.3 "Low-Precision Optimizer States"): 2 + 2 instead of 4 + 4 bytes.
 
 Activations per layer (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
 Transformer Models", Sec. 4): for GPT with dropout, no recomputation and no parallelism the saved

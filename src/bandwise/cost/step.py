@@ -79,10 +79,10 @@ class CostParams:
     """Gradients are accumulated, kept and reduced in fp32 (Megatron-LM's default
     `accumulate_allreduce_grads_in_fp32`, its fp32 `main_grad` buffer: 18 bytes per parameter in its
     docs/source/api-guide/dist_optimizer.md; torchtitan's default `mixed_precision_reduce = float32`,
-    which keeps FSDP2's sharded gradients in fp32; DeepSeek-V3 Sec. 3.3.4 keeps fp32 gradients)."""
+    which keeps FSDP2's sharded gradients in fp32; DeepSeek-V3 Sec. 3.3.3 keeps fp32 gradients)."""
     adam_moment_bytes: int = 4
     """Bytes of each AdamW moment: fp32 in Megatron-LM, DeepSpeed and torch.optim; 2 where a framework
-    keeps them in bf16 (DeepSeek-V3 Sec. 3.3.4, "Low-Precision Optimizer States")."""
+    keeps them in bf16 (DeepSeek-V3 Sec. 3.3.3, "Low-Precision Optimizer States")."""
     selective_modules: tuple[str, ...] = ("core_attn", "mlp_act")
     """What selective recomputation re-runs (`memory.RECOMPUTE_MODULES`). The default adds the MLP's
     activation function to the attention core: with FlashAttention no score matrix is left to drop,

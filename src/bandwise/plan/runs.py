@@ -95,7 +95,7 @@ SWITCHES: dict[str, str] = {
         "DeepSeek-V3 (report Sec. 3.2.3, 3.3.3) recomputes every RMSNorm and the MLA up-projections in the backward, "
         "caches the SwiGLU input of the MoE in FP8 and recomputes its output"
     ),
-    "bf16_adam_moments": "AdamW moments kept in BF16 (DeepSeek-V3 report Sec. 3.3.4, 'Low-Precision Optimizer States')",
+    "bf16_adam_moments": "AdamW moments kept in BF16 (DeepSeek-V3 report Sec. 3.3.3, 'Low-Precision Optimizer States')",
     "fa2_on_hopper": (
         "TorchTitan's H100 runs use F.scaled_dot_product_attention, whose flash backend in PyTorch 2.4-2.5 is "
         "FlashAttention-2; on H100 it reaches about 35% of the bf16 peak (Shah et al. 2024, FlashAttention-3, Sec. 4.1)"
