@@ -94,6 +94,14 @@ class CostParams:
     Sec. 4.2.2). Off, the 10·s·b·h bytes outside the TP regions stay whole on every TP rank (their
     Eq. 2). Memory only: an all-reduce moves what its reduce-scatter and all-gather move (Sec. 4.2.2),
     and the norms' element-wise time, t times larger without it, is not modelled."""
+    fsdp_pp_unsharded: bool = True
+    """Under FSDP with pipeline parallelism a stage keeps its parameters gathered (bf16) from its first
+    forward to its last backward and accumulates unsharded gradients in fp32 until the last
+    micro-batch: TorchTitan shards with `reshard_after_forward = not pp_enabled` (parallelize.py,
+    apply_fsdp, "to avoid per-microbatch all-gathers"); torch.distributed.pipelining's stage calls
+    `set_requires_gradient_sync(last_backward)` (stage.py, backward_maybe_with_nosync), and FSDP2
+    accumulates the unsynced gradients in reduce_dtype (FSDPParam.to_accumulated_grad_if_needed).
+    FSDP x PP is a PyTorch-only combination (DeepSpeed refuses ZeRO-2/3 with its pipeline engine)."""
     fp8_activation_cache: bool = False
     """Under fp8 the activation function's input is kept in fp8, its output recomputed (DeepSeek-V3
     report, Sec. 3.3.3, "Low-Precision Storage and Communication")."""
@@ -603,7 +611,13 @@ def _combine(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, b: dict[str, n
     act_first = inflight * act_mb_rank + working + np.where(together, m_.mtp_depth * tokens * per_token_layer + head_logits, 0.0)
     act_last = last_inflight * tokens * (head_layers + m_.mtp_depth) * per_token_layer + working + head_logits
     activations = np.maximum(act_first, act_last)
-    fsdp_buffers = np.where(zero == 3, (2 * BF16 + P.grad_reduce_bytes) * (el + xl), 0.0)
+    # FSDP keeps two layers gathered (the one computing and the one prefetched) and one layer's
+    # unsharded gradient before its reduce-scatter. Under pipeline parallelism the whole stage stays
+    # gathered and its gradients accumulate unsharded across the micro-batches (`fsdp_pp_unsharded`)
+    layer_buffers = (2 * BF16 + P.grad_reduce_bytes) * (el + xl)
+    stage_unsharded = (BF16 + P.grad_reduce_bytes) * (params_dense_rank + params_expert_rank)
+    whole_stage = P.fsdp_pp_unsharded & (pp > 1) & (n_mb > 1)
+    fsdp_buffers = np.where(zero == 3, np.where(whole_stage, np.maximum(stage_unsharded, layer_buffers), layer_buffers), 0.0)
     buffers = fsdp_buffers + b["a2a_buffers"] + P.reserved_bytes
     memory = states + activations + buffers
 
