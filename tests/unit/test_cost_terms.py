@@ -278,7 +278,7 @@ def test_zero1_experts_over_replicas_shard_their_optimizer_over_the_expert_repli
     est = estimate(m, cluster, s)
     expert_params = m.routed_expert_params_total / 4
     dense_params = m.total_params - m.routed_expert_params_total
-    want = model_state_bytes(dense_params, 8, 1) + model_state_bytes(expert_params, 2, 1)
+    want = model_state_bytes(dense_params, 8, 1, grad_bytes=4) + model_state_bytes(expert_params, 2, 1, grad_bytes=4)  # fp32 gradients
     assert est.memory_gib["params"] + est.memory_gib["grads_optimizer"] == pytest.approx(want / GIB, rel=1e-6)
     assert est.comm_total_s["fsdp"] == 0.0
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from bandwise.plan.validate import SWITCHES, RunResult, Summary, by_quality, by_source, load_runs, parity_plot, report_dict, run_all
+from bandwise.plan.validate import MEMORY_BASES, SWITCHES, RunResult, Summary, by_quality, by_source, load_runs, parity_plot, report_dict, run_all
 from bandwise.report.output import Output
 
 HELP = """Predict tokens/s per device for published training runs (133 by default, from 12 sources) and
@@ -16,6 +16,9 @@ report the signed error per run, |error| per source, and the median and p90 over
 Each run's model, cluster and layout are built from what its source states; fields it leaves null
 (micro-batch, recomputation, ZeRO stage, schedule, ...) are completed with the fastest value that
 fits and listed as completed. One set of cost parameters serves every run.
+
+--memory adds the per-device memory that sources publish (TorchTitan's peak reserved GiB, Korthikanti
+et al. 2022 Figure 1) against the predicted terms that figure measures; --json always carries it.
 """
 
 
@@ -36,6 +39,18 @@ def _runs_table(results: list[RunResult]) -> Table:
     return t
 
 
+def _memory_table(results: list[RunResult]) -> Table:
+    t = Table(title="Memory per device where the source publishes it (error = predicted / published - 1)")
+    for col in ("id", "published GiB", "predicted GiB", "error", "basis", "layout"):
+        t.add_column(col, justify="right" if col in ("published GiB", "predicted GiB", "error") else "left", overflow="fold")
+    for r in results:
+        if r.memory_published_gib is None:
+            continue
+        t.add_row(r.id, f"{r.memory_published_gib:.1f}", "-" if r.memory_predicted_gib is None else f"{r.memory_predicted_gib:.1f}",
+                  _pct(r.memory_error, signed=True), r.memory_basis or "-", r.strategy.describe() if r.strategy else "-")
+    return t
+
+
 def _summary_table(title: str, rows: dict[str, Summary], p90: bool = False) -> Table:
     t = Table(title=title)
     cols = ("", "count", "predicted", "median |err|") + (("p90 |err|",) if p90 else ()) + ("max |err|",)
@@ -53,6 +68,7 @@ def validate(
     source: str | None = typer.Option(None, "--source", help="Only the runs of this source (e.g. maxtext_tpu_tables)."),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON document: runs, by_source, median_abs_error, p90_abs_error."),
     plot: Path | None = typer.Option(None, "--plot", help="Write a parity plot (predicted vs target, log axes, ±10% bands) to this PNG."),
+    memory: bool = typer.Option(False, "--memory", help="Also print predicted against published memory per device, where the source gives it."),
 ) -> None:
     out = Output(json_mode=json_out)
     data, sources = load_runs(runs)
@@ -65,6 +81,11 @@ def validate(
     out.print(_runs_table(results))
     out.print(_summary_table("Per source", by_source(results)))
     out.print(_summary_table("Overall", by_quality(results), p90=True))
+    if memory:
+        out.print(_memory_table(results))
+        used_bases = sorted({r.memory_basis for r in results if r.memory_basis})
+        for b in used_bases:
+            out.print(f"{b}: {MEMORY_BASES[b]}")
     failed = [r for r in results if r.reason is not None]
     out.print(f"{len(results) - len(failed)} of {len(results)} runs predicted; {len(failed)} could not be predicted (reason in the error column)")
     used = sorted({n.removeprefix("switch: ") for r in results for n in r.notes if n.startswith("switch: ")})

@@ -4,17 +4,28 @@ Model states (Rajbhandari et al. 2020, "ZeRO", Sec. 3.1 and Fig. 1): mixed-preci
 2 bytes of half-precision weights, 2 of gradients and K = 12 of fp32 master weights, momentum and
 variance per parameter. Sharded over N data-parallel ranks:
     stage 0: 16 Ψ    stage 1: 4 Ψ + 12 Ψ/N    stage 2: 2 Ψ + 14 Ψ/N    stage 3: 16 Ψ/N
+Frameworks that accumulate and reduce gradients in fp32 keep 4-byte gradients instead of 2:
+Megatron-LM's table for bf16 parameters with fp32 gradients gives 18 bytes per parameter, and
+6 + 12/d with its distributed optimizer (ZeRO-1) (Megatron-LM docs/source/api-guide/
+dist_optimizer.md); FSDP2 with reduce_dtype=float32 keeps fp32 sharded parameters (the master copy),
+fp32 sharded gradients and fp32 moments, 16/N. Korthikanti et al. 2022, Fig. 1, count 18 bytes per
+parameter of 12·L·h² for their Megatron-LM runs. DeepSeek-V3 keeps the AdamW moments in bf16 (report
+Sec. 3.3.3 "Low-Precision Optimizer States"): 2 + 2 instead of 4 + 4 bytes.
 
 Activations per layer (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
 Transformer Models", Sec. 4): for GPT with dropout, no recomputation and no parallelism the saved
-tensors of one layer take s·b·h·(34 + 5·a·s/h) bytes; tensor + sequence parallelism divides all
-of it by t; selective recomputation of the attention core removes the 5·a·s/h term; full
-recomputation keeps only the layer input, 2·s·b·h/t. bandwise's `selective` also recomputes the
-MLP activation function (Megatron-Core's "core_attn" + "mlp act"/"moe_act" recompute modules),
-which drops its output (2 bytes per intermediate element) at the cost of one element-wise pass:
-with FlashAttention there is no score matrix left to drop, and this is the cheap saving that remains. `activation_bytes_per_token` itemizes the
-saved tensors so that the same count covers SwiGLU, GQA, MLA, MoE and FlashAttention (which saves
-no score matrix), and reproduces the 34 + 5as/h total for the paper's GPT.
+tensors of one layer take s·b·h·(34 + 5·a·s/h) bytes (Eq. 1). Tensor parallelism without sequence
+parallelism divides all but 10·s·b·h of it by t: the two layer-norm inputs (4), the inputs of the
+QKV and first MLP GEMMs (4) and the two dropout masks (2) stay whole on every rank (Eq. 2,
+s·b·h·(10 + 24/t + 5·a·s/(h·t))); with sequence parallelism everything divides by t (Eq. 4).
+Selective recomputation (Sec. 5) re-runs modules in the backward instead of keeping their outputs;
+the modules follow Megatron-Core's `--recompute-modules` names (`RECOMPUTE_MODULES`): `core_attn`
+is the paper's selective recomputation and removes the 5·a·s/h term, `mlp_act` the MLP's (or the
+experts') activation function, `layernorm` the norms, whose outputs are the next GEMM's input, and
+`mla_up_proj` MLA's query/key/value up-projections. Full recomputation keeps only the layer input,
+2·s·b·h/t (2·s·b·h without sequence parallelism). `activation_bytes_per_token` itemizes the saved
+tensors so that the same count covers SwiGLU, GQA, MLA, MoE and FlashAttention (which saves no score
+matrix), and reproduces the 34 + 5as/h total for the paper's GPT.
 """
 
 from __future__ import annotations
@@ -24,72 +35,118 @@ import numpy as np
 from bandwise.cost.flops import BF16
 from bandwise.specs.model import ModelSpec
 
-ADAM_STATE_BYTES = 12  # fp32 master weight + momentum + variance (ZeRO's K = 12)
+MASTER_WEIGHT_BYTES = 4  # fp32 master copy of the weights (ZeRO Sec. 3.1)
+ADAM_MOMENT_BYTES = 4  # each of momentum and variance in fp32 (ZeRO's K = 4 + 4 + 4 = 12)
 GIB = 2**30
+RECOMPUTE_MODULES = ("core_attn", "mlp_act", "layernorm", "mla_up_proj")
+"""What selective recomputation may re-run, named as Megatron-Core's `--recompute-modules`
+("core_attn", "moe_act", "layernorm", "mla_up_proj"; `mlp_act` stands for the activation function of
+dense MLPs and experts alike)."""
 
 
-def model_state_bytes(params: np.ndarray, shard: np.ndarray, zero: np.ndarray) -> np.ndarray:
-    """Bytes of weights, gradients and optimizer state for `params` parameters on one device."""
+def model_state_bytes(
+    params: np.ndarray, shard: np.ndarray, zero: np.ndarray, *, grad_bytes: float = BF16, moment_bytes: float = ADAM_MOMENT_BYTES
+) -> np.ndarray:
+    """Bytes of weights, gradients and optimizer state for `params` parameters on one device.
+
+    bf16 weights, `grad_bytes` gradients, an fp32 master copy and two Adam moments of `moment_bytes`.
+    ZeRO-1 shards the master copy and moments, ZeRO-2 the gradients too; ZeRO-3/FSDP shards
+    everything (`_sharded_weight_bytes`). The defaults (2-byte gradients, fp32 moments) give the ZeRO
+    paper's 16 bytes at every stage.
+    """
     params = np.asarray(params, dtype=float)
     shard = np.maximum(np.asarray(shard, dtype=float), 1.0)
     zero = np.asarray(zero)
+    opt = MASTER_WEIGHT_BYTES + 2 * moment_bytes
     return np.select(
         [zero == 0, zero == 1, zero == 2],
         [
-            (2 * BF16 + ADAM_STATE_BYTES) * params,
-            2 * BF16 * params + ADAM_STATE_BYTES * params / shard,
-            BF16 * params + (BF16 + ADAM_STATE_BYTES) * params / shard,
+            (BF16 + grad_bytes + opt) * params,
+            (BF16 + grad_bytes) * params + opt * params / shard,
+            BF16 * params + (grad_bytes + opt) * params / shard,
         ],
-        (2 * BF16 + ADAM_STATE_BYTES) * params / shard,
+        (_sharded_weight_bytes(grad_bytes) + grad_bytes + 2 * moment_bytes) * params / shard,
     )
 
 
+def _sharded_weight_bytes(grad_bytes: float) -> float:
+    """Bytes per parameter of a ZeRO-3/FSDP weight shard. With fp32 gradients, FSDP2 keeps the shard
+    itself in fp32 and casts it to bf16 when it gathers (MixedPrecisionPolicy(param_dtype=bf16,
+    reduce_dtype=fp32)): the shard is the master copy, 4 bytes. With 2-byte gradients (DeepSpeed
+    ZeRO-3, the ZeRO paper) a bf16 shard sits beside the fp32 master: 2 + 4."""
+    return MASTER_WEIGHT_BYTES if grad_bytes >= MASTER_WEIGHT_BYTES else BF16 + MASTER_WEIGHT_BYTES
+
+
+def weight_bytes(params: np.ndarray, shard: np.ndarray, zero: np.ndarray, *, grad_bytes: float = BF16) -> np.ndarray:
+    """The weights' part of `model_state_bytes`: bf16 weights, or the shard under ZeRO-3/FSDP (the fp32
+    shard where it is the master copy, else the bf16 one)."""
+    params = np.asarray(params, dtype=float)
+    sharded = (MASTER_WEIGHT_BYTES if grad_bytes >= MASTER_WEIGHT_BYTES else BF16) * params / np.maximum(shard, 1.0)
+    return np.where(np.asarray(zero) == 3, sharded, BF16 * params)
+
+
 def activation_bytes_per_token(
-    m: ModelSpec, *, moe_layer: bool, selective: bool = False, flash: bool = True, dropout: bool = False, fp8: bool = False
+    m: ModelSpec,
+    *,
+    moe_layer: bool,
+    selective: bool = False,
+    modules: tuple[str, ...] = ("core_attn", "mlp_act"),
+    flash: bool = True,
+    dropout: bool = False,
+    fp8: bool = False,
+    sequence_parallel: bool = True,
+    fp8_act_cache: bool = False,
 ) -> tuple[float, float]:
     """(bytes saved for backward per token of one layer, the part replicated across TP ranks).
 
-    The first number is for the whole hidden width; tensor+sequence parallelism divides it by t
-    except for the second number (MLA's low-rank latents, computed on every TP rank). With fp8
-    GEMMs the inputs of the linear layers are kept in their 1-byte quantized form for the weight
-    gradient (DeepSeek-V3 report, Sec. 3.3.3; Transformer Engine keeps the fp8 copy likewise).
+    The first number is for the whole hidden width; tensor parallelism divides it by t except for
+    the second number: MLA's low-rank latents, computed on every TP rank, and, without sequence
+    parallelism, the 10 bytes per hidden element outside the tensor-parallel regions (Korthikanti
+    Eq. 2). `selective` re-runs `modules` in the backward (`RECOMPUTE_MODULES`). With fp8 GEMMs the
+    inputs of the linear layers are kept in their 1-byte quantized form for the weight gradient
+    (DeepSeek-V3 report, Sec. 3.3.3; Transformer Engine keeps the fp8 copy likewise);
+    `fp8_act_cache` also keeps the activation function's input in fp8 (DeepSeek-V3 Sec. 3.3.3,
+    "Low-Precision Storage": the SwiGLU input of the MoE is cached in FP8).
     """
+    unknown = sorted(set(modules) - set(RECOMPUTE_MODULES))
+    if unknown:
+        raise ValueError(f"recompute modules {unknown}: not known; use some of {', '.join(RECOMPUTE_MODULES)}")
+    re_run = set(modules) if selective else set()
     h, H, s = m.hidden, m.heads, m.seq_len
     g = 1.0 if fp8 else float(BF16)  # bytes per element of a linear layer's saved input
-    b = 0.0
-    # attention block: RMSNorm input, the QKV GEMM input, q/k/v as the kernel reads them, its output
-    b += BF16 * h + g * h
+    # outside the TP regions: two norm inputs, two GEMM inputs (the norms' outputs), two dropout masks
+    norm_out = 0.0 if "layernorm" in re_run else g * h
+    outside = 2 * (BF16 * h + norm_out) + (2 * h if dropout else 0.0)
+    b = outside
     replicated = 0.0
+    # attention: q/k/v as the kernel reads them, its output (kept by the kernel) = o-projection input
     if m.is_mla:
-        b += BF16 * H * (2 * m.d_head + m.d_value)
+        if "mla_up_proj" not in re_run:
+            b += BF16 * H * (2 * m.d_head + m.d_value)
         replicated = BF16 * ((m.q_lora_rank or 0) + m.kv_lora_rank + m.qk_rope_head_dim)
     else:
         b += BF16 * (H * m.d_head + m.n_kv_heads * (m.d_head + m.d_value))
-    b += BF16 * H * m.d_value  # attention output (kept by the kernel) = o-projection input
-    if not flash and not selective:
+    b += BF16 * H * m.d_value
+    if not flash and "core_attn" not in re_run:
         # softmax output (2 bytes) + dropout mask (1) + dropout output (2) per score: 5·a·s per token
         b += (5 if dropout else 2) * H * s
-    if dropout:
-        b += h  # 1-byte mask after the attention output projection
-    # MLP block: RMSNorm input and the GEMM input
-    b += BF16 * h + g * h
-    # gated: w1 and w3 outputs + their product; else: fc1 output + GELU output. Selective
-    # recomputation drops the product / GELU output (the activation function is re-run).
-    per_f = (6 if m.gated_mlp else 4) - (2 if selective else 0)  # bytes per intermediate element
-    per_f -= (BF16 - g) if not selective else 0.0  # the down-projection's input, quantized
+    # MLP: gated: w1 and w3 outputs + their product; else: fc1 output + GELU output, in bytes per
+    # intermediate element. Recomputing the activation function drops the product / GELU output.
+    act_in = (2 if m.gated_mlp else 1) * (1.0 if fp8 and fp8_act_cache else float(BF16))
+    per_f = act_in + (0.0 if "mlp_act" in re_run else g)  # the down-projection's input, quantized under fp8
     if moe_layer:
         b += per_f * m.shared_experts * m.shared_ffn
         b += m.top_k * (g * h + per_f * m.expert_ffn)  # permuted token copies + expert intermediates
         b += 4 * m.experts  # fp32 router scores
     else:
         b += per_f * m.ffn
-    if dropout:
-        b += h  # 1-byte mask after the MLP
+    if not sequence_parallel:
+        b, replicated = b - outside, replicated + outside
     return b, replicated
 
 
 def layer_input_bytes_per_token(m: ModelSpec) -> float:
-    """What full recomputation keeps per layer: the layer's input (Korthikanti Sec. 4.2)."""
+    """What full recomputation keeps per layer: the layer's input (Korthikanti Sec. 4.2.2, 2·s·b·h)."""
     return BF16 * m.hidden
 
 

@@ -47,6 +47,7 @@ from bandwise.cost.memory import (
     layer_input_bytes_per_token,
     logits_bytes_per_token,
     model_state_bytes,
+    weight_bytes,
 )
 from bandwise.cost.pipeline import schedule_factors
 from bandwise.cost.schedules import dualpipe_v_alone
@@ -75,15 +76,48 @@ class CostParams:
     """AdamW step in fp32: read param, grad, m, v (16 B), write param, m, v (12 B), plus a bf16 copy
     of the weights and the gradient-norm read (4 B)."""
     grad_reduce_bytes: int = 4
-    """Gradients are reduced in fp32 (Megatron-LM's default `accumulate_allreduce_grads_in_fp32`,
-    torchtitan's default `mixed_precision_reduce = float32`)."""
+    """Gradients are accumulated, kept and reduced in fp32 (Megatron-LM's default
+    `accumulate_allreduce_grads_in_fp32`, its fp32 `main_grad` buffer: 18 bytes per parameter in its
+    docs/source/api-guide/dist_optimizer.md; torchtitan's default `mixed_precision_reduce = float32`,
+    which keeps FSDP2's sharded gradients in fp32; DeepSeek-V3 Sec. 3.3.3 keeps fp32 gradients)."""
+    adam_moment_bytes: int = 4
+    """Bytes of each AdamW moment: fp32 in Megatron-LM, DeepSpeed and torch.optim; 2 where a framework
+    keeps them in bf16 (DeepSeek-V3 Sec. 3.3.3, "Low-Precision Optimizer States")."""
+    selective_modules: tuple[str, ...] = ("core_attn", "mlp_act")
+    """What selective recomputation re-runs (`memory.RECOMPUTE_MODULES`). The default adds the MLP's
+    activation function to the attention core: with FlashAttention no score matrix is left to drop,
+    and it is the cheap saving that remains (MaxText's `minimal` policy recomputes every element-wise
+    op). Megatron-LM's `--recompute-granularity selective` re-runs only `core_attn` (Korthikanti et
+    al. 2022 Sec. 5; Megatron-Core's `recompute_modules` default)."""
+    sequence_parallel: bool = True
+    """Tensor parallelism splits the norms and dropouts along the sequence (Korthikanti et al. 2022,
+    Sec. 4.2.2). Off, the 10·s·b·h bytes outside the TP regions stay whole on every TP rank (their
+    Eq. 2). Memory only: an all-reduce moves what its reduce-scatter and all-gather move (Sec. 4.2.2),
+    and the norms' element-wise time, t times larger without it, is not modelled."""
+    fsdp_pp_unsharded: bool = True
+    """Under FSDP with pipeline parallelism a stage keeps its parameters gathered (bf16) from its first
+    forward to its last backward and accumulates unsharded gradients in fp32 until the last
+    micro-batch: TorchTitan shards with `reshard_after_forward = not pp_enabled` (parallelize.py,
+    apply_fsdp, "to avoid per-microbatch all-gathers"); torch.distributed.pipelining's stage calls
+    `set_requires_gradient_sync(last_backward)` (stage.py, backward_maybe_with_nosync), and FSDP2
+    accumulates the unsynced gradients in reduce_dtype (FSDPParam.to_accumulated_grad_if_needed).
+    FSDP x PP is a PyTorch-only combination (DeepSpeed refuses ZeRO-2/3 with its pipeline engine)."""
+    fp8_activation_cache: bool = False
+    """Under fp8 the activation function's input is kept in fp8, its output recomputed (DeepSeek-V3
+    report, Sec. 3.3.3, "Low-Precision Storage and Communication")."""
     expert_imbalance: float = 1.0
     """Busiest expert rank's load over the mean. 1.0 = balanced (auxiliary-loss-free balancing keeps
     MaxVio near 0.04-0.1 in Wang et al. 2024, Table 2; NVIDIA's published MoE runs force balance)."""
     reserved_bytes: float = 1.0 * GIB
-    """CUDA context, cuBLAS workspace and NCCL buffers kept outside the allocator's pools."""
+    """CUDA context, cuBLAS workspace and NCCL buffers kept outside the allocator's pools (with the
+    ~470 MiB an H100 reports in nvidia-smi but not to cudaGetDeviceProperties; clusters.yaml)."""
     headroom: float = 0.1
-    """Share of HBM left free for allocator fragmentation: a layout fits if it needs <= (1 - headroom)."""
+    """Share of HBM left free: a layout fits if it needs <= (1 - headroom) of the device's capacity.
+    The memory terms count tensors, what torch's allocator reports as allocated; the allocator holds
+    more, reserved = allocated + cached blocks split or freed but not returned (fragmentation,
+    rounding to 512-byte blocks and 2 MiB segments; PyTorch "CUDA semantics", memory management).
+    Published peaks (TorchTitan's `max_reserved_gib`) are reserved figures: the headroom is the
+    allowance for reserved over allocated, plus transient workspaces not itemized."""
     kernel_gap_s: float = 2.0e-6
     """Idle time between two dependent kernels on the device (launch latency not hidden by the
     queue, tail of the previous kernel): a few microseconds ("Accelerating PyTorch with CUDA
@@ -294,10 +328,16 @@ def _base(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, order: tuple[str,
     b["layer_attn_total"] = attn_fwd + attn_bwd
     backward = lambda fwd: 2.0 * (fwd - attn_fwd) + attn_bwd  # noqa: E731  GEMMs twice, attention its own ratio
     b["layer_bwd"] = backward(layer_fwd)
-    # selective: the activation function again (its element-wise pass), plus the attention core
-    # when attention is not flash (flash already recomputes scores inside its backward)
-    act_bytes = BF16 * 3 * ((1 - frac_moe) * m_.ffn + frac_moe * (m_.top_k * m_.expert_ffn + m_.shared_experts * m_.shared_ffn))
-    b["selective_cost"] = (memory_bound_time(act_bytes * tokens / tp, bw, hbm_eff) + (0.0 if P.flash_attention else attn_fwd)
+    # selective: each re-run module's forward again. The activation function and the norms are
+    # element-wise passes (read the input, write the output); the attention core only when it is
+    # not flash (flash already recomputes scores inside its backward); MLA's up-projections their GEMMs
+    mods = P.selective_modules
+    act_elems = (1 - frac_moe) * m_.ffn + frac_moe * (m_.top_k * m_.expert_ffn + m_.shared_experts * m_.shared_ffn)
+    act_bytes = BF16 * 3 * act_elems if "mlp_act" in mods else 0.0
+    norm_bytes = 2 * BF16 * 2 * m_.hidden if "layernorm" in mods else 0.0
+    up_proj = gemms([g for g in attn_gemms if g.name in ("q_up", "kv_up")]) if "mla_up_proj" in mods else 0.0
+    b["selective_cost"] = (memory_bound_time((act_bytes + norm_bytes) * tokens / tp, bw, hbm_eff) + up_proj
+                           + (0.0 if P.flash_attention or "core_attn" not in mods else attn_fwd)
                            + P.selective_forward_share * (layer_fwd - attn_fwd))
     # output projection + cross entropy on the last stage (vocab-parallel over TP)
     out_fwd = gemm_time(tokens, m_.vocab / tp, m_.hidden, bf16_peak, eff, bw, sm_count=dev.sm_count)
@@ -543,17 +583,23 @@ def _combine(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, b: dict[str, n
     step = busy + bubble + dp_contention + dp_exposed + pp_exposed + optimizer
 
     # ---- memory on the fullest rank ----
-    states = model_state_bytes(params_dense_rank, shard_dense, zero) + model_state_bytes(params_expert_rank, shard_expert, zero)
-    weights_only = (params_dense_rank / np.where(zero == 3, shard_dense, 1.0) + params_expert_rank / np.where(zero == 3, shard_expert, 1.0)) * BF16
+    state_kw = dict(grad_bytes=P.grad_reduce_bytes, moment_bytes=P.adam_moment_bytes)
+    states = model_state_bytes(params_dense_rank, shard_dense, zero, **state_kw) + model_state_bytes(params_expert_rank, shard_expert, zero, **state_kw)
+    g_kw = dict(grad_bytes=P.grad_reduce_bytes)
+    weights_only = weight_bytes(params_dense_rank, shard_dense, zero, **g_kw) + weight_bytes(params_expert_rank, shard_expert, zero, **g_kw)
     act = {}
     for sel in (False, True):
         per_precision = []
         for fp8 in (False, True):
-            a_d, r_d = activation_bytes_per_token(m_, moe_layer=False, selective=sel, flash=P.flash_attention, fp8=fp8)
-            a_m, r_m = activation_bytes_per_token(m_, moe_layer=True, selective=sel, flash=P.flash_attention, fp8=fp8) if m_.is_moe else (0.0, 0.0)
+            kw = dict(selective=sel, modules=P.selective_modules, flash=P.flash_attention, dropout=m_.dropout, fp8=fp8,
+                      sequence_parallel=P.sequence_parallel, fp8_act_cache=P.fp8_activation_cache)
+            a_d, r_d = activation_bytes_per_token(m_, moe_layer=False, **kw)
+            a_m, r_m = activation_bytes_per_token(m_, moe_layer=True, **kw) if m_.is_moe else (0.0, 0.0)
             per_precision.append(((1 - frac_moe) * a_d + frac_moe * a_m) / tp + ((1 - frac_moe) * r_d + frac_moe * r_m))
         act[sel] = np.where(b["fp8"], per_precision[1], per_precision[0])
-    per_token_layer = np.select([rec == _FULL, rec == _SELECTIVE], [layer_input_bytes_per_token(m_) / tp, act[True]], act[False])
+    # full recomputation keeps each layer's input: split over TP only with sequence parallelism
+    kept_input = layer_input_bytes_per_token(m_) / np.where(P.sequence_parallel, tp, 1.0)
+    per_token_layer = np.select([rec == _FULL, rec == _SELECTIVE], [kept_input, act[True]], act[False])
     act_mb_rank = tokens * layers_rank * per_token_layer
     working = np.where(rec == _FULL, tokens * act[False], 0.0)  # one layer re-materialised during backward
     logits = tokens * logits_bytes_per_token(m_) / tp
@@ -565,7 +611,13 @@ def _combine(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, b: dict[str, n
     act_first = inflight * act_mb_rank + working + np.where(together, m_.mtp_depth * tokens * per_token_layer + head_logits, 0.0)
     act_last = last_inflight * tokens * (head_layers + m_.mtp_depth) * per_token_layer + working + head_logits
     activations = np.maximum(act_first, act_last)
-    fsdp_buffers = np.where(zero == 3, (2 * BF16 + P.grad_reduce_bytes) * (el + xl), 0.0)
+    # FSDP keeps two layers gathered (the one computing and the one prefetched) and one layer's
+    # unsharded gradient before its reduce-scatter. Under pipeline parallelism the whole stage stays
+    # gathered and its gradients accumulate unsharded across the micro-batches (`fsdp_pp_unsharded`)
+    layer_buffers = (2 * BF16 + P.grad_reduce_bytes) * (el + xl)
+    stage_unsharded = (BF16 + P.grad_reduce_bytes) * (params_dense_rank + params_expert_rank)
+    whole_stage = P.fsdp_pp_unsharded & (pp > 1) & (n_mb > 1)
+    fsdp_buffers = np.where(zero == 3, np.where(whole_stage, np.maximum(stage_unsharded, layer_buffers), layer_buffers), 0.0)
     buffers = fsdp_buffers + b["a2a_buffers"] + P.reserved_bytes
     memory = states + activations + buffers
 

@@ -87,6 +87,15 @@ SWITCHES: dict[str, str] = {
         "(Megatron-LM arguments.py; Megatron-Bridge gpt_provider.py asserts the same), so an unstated virtual "
         "stage count is completed only among those"
     ),
+    "megatron_selective": (
+        "Megatron-LM's --recompute-granularity selective re-runs only the attention core (Korthikanti et al. 2022, "
+        "Sec. 5; Megatron-Core's recompute_modules default ['core_attn']), not the MLP's activation function"
+    ),
+    "deepseek_recompute": (
+        "DeepSeek-V3 (report Sec. 3.2.3, 3.3.3) recomputes every RMSNorm and the MLA up-projections in the backward, "
+        "caches the SwiGLU input of the MoE in FP8 and recomputes its output"
+    ),
+    "bf16_adam_moments": "AdamW moments kept in BF16 (DeepSeek-V3 report Sec. 3.3.3, 'Low-Precision Optimizer States')",
     "fa2_on_hopper": (
         "TorchTitan's H100 runs use F.scaled_dot_product_attention, whose flash backend in PyTorch 2.4-2.5 is "
         "FlashAttention-2; on H100 it reaches about 35% of the bf16 peak (Shah et al. 2024, FlashAttention-3, Sec. 4.1)"
@@ -102,6 +111,9 @@ PARAM_SWITCHES: dict[str, dict[str, Any]] = {
     "deepseek_balanced_stages": {"balanced_stages": True},
     "mbridge_deepseek_layout": {"balanced_stages": True},
     "mbridge_fused_loss": {"fused_cross_entropy": True},
+    "megatron_selective": {"selective_modules": ("core_attn",)},
+    "deepseek_recompute": {"selective_modules": ("core_attn", "mlp_act", "layernorm", "mla_up_proj"), "fp8_activation_cache": True},
+    "bf16_adam_moments": {"adam_moment_bytes": 2},
 }
 """The CostParams fields a switch changes (the others change the Strategy or the model)."""
 MEGATRON_SOURCES = ("megatron_h100_2024", "narayanan2021_sc21", "korthikanti2022", "nemo_2407")
@@ -113,6 +125,9 @@ H100_500W_PEAK_RATIO = (989.4 + 835.5) / 2 / 989.4
 """TorchTitan's 500 W H100: the midpoint of the SXM and NVL dense bf16 peaks, over the SXM peak."""
 H100_HBM2E_BANDWIDTH = 2.4e12
 """TorchTitan's 96 GB HBM2e H100: "2.4 TB/sec peak memory bandwidth" (its H100 benchmark doc, "Hardware")."""
+H100_HBM2E_BYTES = 95 * 2**30
+"""TorchTitan's "96GB HBM2e" H100 as the device reports it: "NVIDIA H100 GPUs with 95 GiB memory" (an
+earlier version of the same benchmark doc, benchmarks/llama3_h100_202412_torchtitan.md)."""
 
 SCHEDULE_CHOICES = ("1F1B", "Interleaved1F1B")
 """Schedules the frameworks of the data set run when a source leaves the schedule unstated."""
@@ -127,6 +142,39 @@ TORUS_2D = {256: (16, 16), 128: (8, 16), 64: (8, 8)}
 
 # MaxText base.yml at 76bd53b0f (sources.maxtext_tpu_tables): dims for global_parameter_scale=1.
 MAXTEXT_BASE = {"emb": 2560, "heads": 8, "mlp": 8192, "layers": 16, "head_dim": 256, "vocab": 32768}
+
+
+MEMORY_BASES: dict[str, str] = {
+    "reserved_peak": (
+        "the allocator's peak reserved memory, max over ranks (TorchTitan logs DeviceMemoryMonitor's max_reserved_gib, "
+        "torch.cuda.memory_stats()['reserved_bytes.all.peak']); compared with every predicted term but the CUDA context, "
+        "cuBLAS workspace and NCCL buffers (reserved_bytes), which lie outside the allocator's pool"
+    ),
+    "states_and_activations": (
+        "parameters + optimizer state and activations as profiled in Korthikanti et al. 2022, Figure 1 (no buffers); "
+        "compared with the same predicted terms"
+    ),
+}
+"""What a published per-device memory figure measures, and which predicted terms it is set against."""
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class PublishedMemory:
+    gib: float
+    """GiB per device as the source gives it."""
+    basis: str
+    """A key of MEMORY_BASES."""
+
+
+def published_memory(run: dict[str, Any]) -> PublishedMemory | None:
+    """The per-device memory a run's source publishes beside its throughput, or None."""
+    rep = run.get("reported") or {}
+    if isinstance(rep.get("peak_memory_gib"), (int, float)):
+        return PublishedMemory(gib=float(rep["peak_memory_gib"]), basis="reserved_peak")
+    fig = rep.get("memory_gib")
+    if isinstance(fig, dict) and {"params_and_optimizer_state", "activations_selective_sp"} <= set(fig):
+        return PublishedMemory(gib=float(fig["params_and_optimizer_state"]) + float(fig["activations_selective_sp"]), basis="states_and_activations")
+    return None
 
 
 @dataclass(kw_only=True, slots=True)
@@ -152,6 +200,8 @@ class Case:
     switches: list[str] = field(default_factory=list)
     token_scale: float = 1.0
     """Real tokens per modelled token (< 1 where the sequence is padded to split over tp·cp)."""
+    memory: PublishedMemory | None = None
+    """Per-device memory the source publishes, if any."""
 
 
 # ------------------------------------------------------------------------------------------
@@ -323,6 +373,7 @@ def _model(run: dict[str, Any], case_notes: list[str], switches: list[str]) -> M
         name=str(m.get("name") or rid), layers=int(m["layers"]), hidden=hidden, heads=heads,
         kv_heads=_int(m.get("kv_heads")) or 0, head_dim=_int(m.get("head_dim")) or 0, gated_mlp=gated,
         tied_embeddings=bool(m.get("tied_embeddings")) or run.get("source") == "maxtext_tpu_tables",
+        dropout=bool(m.get("dropout")),
     )
     if not m.get("ffn_type"):
         case_notes.append("MLP type not stated: " + ("SwiGLU experts" if gated else "GELU 2-matrix (GPT default)"))
@@ -396,7 +447,7 @@ def _cluster(run: dict[str, Any], devices: int, notes: list[str], completed: lis
             # the H100 NVL datasheet (1,671 sparse = 835 dense) figures.
             dev = cluster.device
             peak = {k: v * H100_500W_PEAK_RATIO for k, v in dev.peak_flops.items()}
-            cluster = cluster.with_device(name="h100-sxm-96g-500w", hbm_bytes=96e9, hbm_bandwidth=H100_HBM2E_BANDWIDTH, peak_flops=peak)
+            cluster = cluster.with_device(name="h100-sxm-96g-500w", hbm_bytes=H100_HBM2E_BYTES, hbm_bandwidth=H100_HBM2E_BANDWIDTH, peak_flops=peak)
             notes.append(f"H100 96GB HBM2e @500W: peak {peak['bf16'] / 1e12:.0f} TFLOPS (between SXM and NVL), "
                          f"HBM {H100_HBM2E_BANDWIDTH / 1e12:.1f} TB/s, as TorchTitan states")
     else:
@@ -599,6 +650,13 @@ def convert(run: dict[str, Any], sources: dict[str, Any] | None = None) -> Case:
         switches.append("mbridge_deepseek_layout")
     if src in MATERIALIZED_ATTENTION_SOURCES:
         switches.append("materialized_attention")
+    rec_text = str(p.get("recompute") or "").lower()
+    if src in MEGATRON_SOURCES and fixed.get("recompute", "selective") == "selective":
+        switches.append("megatron_selective")
+    if "rmsnorm" in rec_text and "mla up-projection" in rec_text and "swiglu input cached in fp8" in rec_text:
+        switches.append("deepseek_recompute")
+    if "bf16 optimizer moments" in str(run.get("precision") or "").lower():
+        switches.append("bf16_adam_moments")
     if src == "torchtitan" and "H100" in str((run.get("hardware") or {}).get("accelerator")):
         switches.append("fa2_on_hopper")
     if src == "torchtitan" and fixed.get("recompute") == "selective":
@@ -616,4 +674,5 @@ def convert(run: dict[str, Any], sources: dict[str, Any] | None = None) -> Case:
         id=rid, source=src, quality=str((run.get("target") or {}).get("quality") or "unknown"), target=float(target),
         model=model, cluster=cluster, devices=devices, global_batch=int(gb), fixed=fixed, schedules=schedules,
         overlap=overlap, completed=sorted(set(completed)), assumptions=notes, switches=switches, token_scale=token_scale,
+        memory=published_memory(run),
     )

@@ -15,9 +15,11 @@ from typing import Any
 
 import numpy as np
 
+from bandwise.cost.memory import GIB
 from bandwise.cost.step import DEFAULT_PARAMS, CostParams, Estimate, estimate
 from bandwise.errors import BandwiseError
 from bandwise.plan.runs import (  # noqa: F401  (re-exported: the validation API in one place)
+    MEMORY_BASES,
     PARAM_SWITCHES,
     SWITCHES,
     Case,
@@ -46,11 +48,23 @@ class RunResult:
     strategy: Strategy | None = None
     estimate: Estimate | None = None
     notes: list[str] = field(default_factory=list)
+    memory_published_gib: float | None = None
+    """Per-device memory the source publishes (None where it gives none)."""
+    memory_predicted_gib: float | None = None
+    """The predicted terms that the published figure measures (`MEMORY_BASES`)."""
+    memory_basis: str | None = None
 
     @property
     def error(self) -> float | None:
         """Signed relative error: predicted / target - 1."""
         return None if self.predicted is None else self.predicted / self.target - 1.0
+
+    @property
+    def memory_error(self) -> float | None:
+        """Signed relative error of the memory: predicted / published - 1."""
+        if self.memory_published_gib is None or self.memory_predicted_gib is None:
+            return None
+        return self.memory_predicted_gib / self.memory_published_gib - 1.0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -64,6 +78,10 @@ class RunResult:
             "reason": self.reason,
             "layout": self.strategy.describe() if self.strategy else None,
             "notes": self.notes,
+            "memory_published_gib": self.memory_published_gib,
+            "memory_predicted_gib": self.memory_predicted_gib,
+            "memory_error": self.memory_error,
+            "memory_basis": self.memory_basis,
         }
 
 
@@ -164,9 +182,22 @@ def predict(case: Case, params: CostParams = DEFAULT_PARAMS) -> RunResult:
                 return res
             res.strategy, res.estimate = best.strategy, best.estimate
         res.predicted = res.estimate.tokens_per_s_per_device * case.token_scale
+        if case.memory is not None:
+            res.memory_published_gib, res.memory_basis = case.memory.gib, case.memory.basis
+            res.memory_predicted_gib = comparable_memory_gib(res.estimate, case.memory.basis, params)
     except BandwiseError as exc:
         res.reason = str(exc)
     return res
+
+
+def comparable_memory_gib(est: Estimate, basis: str, params: CostParams) -> float:
+    """The predicted per-device GiB that a published figure of this basis measures (`MEMORY_BASES`)."""
+    g = est.memory_gib
+    if basis == "states_and_activations":
+        return g["params"] + g["grads_optimizer"] + g["activations"]
+    if basis == "reserved_peak":
+        return est.memory_gib_per_device - params.reserved_bytes / GIB
+    raise ValueError(f"memory basis {basis!r}: not known; use one of {', '.join(MEMORY_BASES)}")
 
 
 def run_all(runs: list[dict[str, Any]], source: str | None = None, params: CostParams = DEFAULT_PARAMS,

@@ -38,6 +38,11 @@ class ModelSpec:
     """SwiGLU/GeGLU (three matrices) rather than GELU/ReLU (two)."""
     tied_embeddings: bool = False
     """Output projection shares the input embedding matrix."""
+    dropout: bool = False
+    """Trained with dropout after attention and after the MLP (and on the attention probabilities):
+    GPT-2/GPT-3 style models under Megatron-LM's defaults (--hidden-dropout 0.1, --attention-dropout
+    0.1). Each dropout keeps a 1-byte mask for its backward (Korthikanti et al. 2022, Sec. 4.1);
+    Llama-style models train without."""
     # --- mixture of experts (experts == 0 means dense) ---
     experts: int = 0
     """Routed experts per MoE layer E."""

@@ -1,0 +1,54 @@
+"""Model states and FSDP buffers against the frameworks' own closed forms."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from bandwise.cost.memory import GIB, activation_bytes_per_token, model_state_bytes
+from bandwise.cost.step import DEFAULT_PARAMS, estimate
+from bandwise.specs.registry import get_cluster, get_model
+from bandwise.specs.strategy import Strategy
+
+
+def one(x) -> float:
+    return float(np.asarray(x).reshape(-1)[0])
+
+
+@pytest.mark.parametrize("d", [1, 2, 8, 128])
+def test_fp32_gradients_reproduce_megatrons_bytes_per_parameter(d):
+    """Megatron-LM docs/source/api-guide/dist_optimizer.md, 'bf16 param, fp32 grads': 18 bytes per
+    parameter without the distributed optimizer, 6 + 12/d with it."""
+    assert one(model_state_bytes(1.0, d, 0, grad_bytes=4)) == pytest.approx(18)
+    assert one(model_state_bytes(1.0, d, 1, grad_bytes=4)) == pytest.approx(6 + 12 / d)
+    # FSDP2 with reduce_dtype fp32: fp32 shard (the master copy), fp32 gradient, two fp32 moments
+    assert one(model_state_bytes(1.0, d, 3, grad_bytes=4)) == pytest.approx(16 / d)
+    # bf16 AdamW moments (DeepSeek-V3): 4 bytes fewer in the sharded optimizer state
+    assert one(model_state_bytes(1.0, d, 1, grad_bytes=4, moment_bytes=2)) == pytest.approx(6 + 8 / d)
+
+
+def test_unknown_recompute_module_is_refused():
+    with pytest.raises(ValueError, match="recompute modules"):
+        activation_bytes_per_token(get_model("llama3-8b"), moe_layer=False, selective=True, modules=("mlp",))
+
+
+def test_fsdp_with_pipeline_keeps_the_stage_gathered_with_fp32_gradients():
+    """FSDP x PP (TorchTitan's reshard_after_forward = not pp_enabled; torch pipelining's no-sync until
+    the last backward): the stage's bf16 parameters and fp32 accumulated gradients, 6 bytes per
+    parameter of the stage on top of its sharded states; without PP, two layers' buffers."""
+    m, c = get_model("llama3-70b"), get_cluster("h100")
+    s = Strategy(dp_shard=8, tp=8, pp=4, micro_batch=1, global_batch=64, recompute="full")
+    on = estimate(m, c, s)
+    off = estimate(m, c, s, replace(DEFAULT_PARAMS, fsdp_pp_unsharded=False))
+    # the fullest rank: 20 of 80 layers and the output layer, split over TP 8
+    stage_params = (m.non_expert_layer_params / 4 + m.output_params) / 8
+    assert on.memory_gib["params"] * GIB == pytest.approx(4 * stage_params / 8, rel=1e-3)  # fp32 shard over dp_shard 8
+    assert on.memory_gib["buffers"] * GIB - DEFAULT_PARAMS.reserved_bytes == pytest.approx(6 * stage_params, rel=1e-3)
+    assert on.memory_gib["buffers"] > off.memory_gib["buffers"] + 10
+    # without PP the switch changes nothing: two layers gathered, one layer's gradient
+    flat = Strategy(dp_shard=32, tp=8, micro_batch=1, global_batch=64, recompute="full")
+    layer = (2 * 2 + 4) * m.non_expert_layer_params / m.layers / 8
+    for params in (DEFAULT_PARAMS, replace(DEFAULT_PARAMS, fsdp_pp_unsharded=False)):
+        assert estimate(m, c, flat, params).memory_gib["buffers"] * GIB - params.reserved_bytes == pytest.approx(layer, rel=1e-6)
