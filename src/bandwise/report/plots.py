@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bandwise.errors import BandwiseError
+from bandwise.errors import INSTALL, BandwiseError
 from bandwise.plan.sweep import COMM_DIMS, PlanInputs, Point, SweepResult
 
 DIM_COLOURS = {"tp": "#4C72B0", "cp": "#8172B3", "ep": "#C44E52", "fsdp": "#DD8452", "dp": "#55A868", "pp": "#937860"}
@@ -23,7 +23,7 @@ def _pyplot() -> Any:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError as exc:
-        raise BandwiseError(f"--png needs matplotlib ({exc}); install it with: pip install 'bandwise[plot]'") from exc
+        raise BandwiseError(f"--png needs matplotlib ({exc}); from the bandwise checkout run: {INSTALL['plot']}") from exc
     return plt
 
 
