@@ -51,7 +51,7 @@ def test_plan_human_output_shows_table_verdict_and_breakdown(capsys):
     "argv, needle",
     [
         (["plan", "--model", "gpt5"], "unknown model 'gpt5'; presets: debug"),
-        (["plan", "--cluster", "h900"], "unknown cluster 'h900'; presets:"),
+        (["plan", "--cluster", "h900"], "unknown cluster 'h900';"),
         (["plan", "--devices", "0"], "devices=0"),
         (["plan", "--devices", "-8"], "devices=-8"),
         (["plan", "--headroom", "nan"], "--headroom=nan"),
