@@ -7,7 +7,6 @@ from typing import Any
 import typer
 from rich.panel import Panel
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from bandwise.cli.options import (
     GLOBAL_BATCH,
@@ -25,10 +24,11 @@ from bandwise.cli.options import (
 )
 from bandwise.cost.step import CostParams, estimate as estimate_one
 from bandwise.errors import BandwiseError
-from bandwise.plan.search import FIXABLE, Layout, search
+from bandwise.plan.search import FIXABLE, Layout, distinct, search
 from bandwise.plan.verdict import decide, suggest_fit
+from bandwise.report import glossary
 from bandwise.report.output import Output
-from bandwise.report.tables import breakdown, layouts_table
+from bandwise.report.tables import breakdown, layouts_table, min_width, plain_table
 from bandwise.specs.registry import cluster_presets, get_cluster, model_presets
 from bandwise.specs.strategy import PRECISIONS, RECOMPUTE, SCHEDULES, Strategy
 
@@ -58,22 +58,16 @@ def models(json_out: bool = typer.Option(False, "--json", help="Print JSON inste
     if json_out:
         out.emit_json({name: {**m.to_dict(), "total_params": m.total_params, "active_nonembedding_params": m.active_nonembedding_params} for name, m in presets.items()})
         return
-    table = Table(title="Model presets")
-    for col in ("name", "type", "params", "active", "layers", "hidden", "heads/kv", "experts", "seq"):
-        table.add_column(col, justify="left" if col in ("name", "type") else "right")
+    cols: dict[str, list[str]] = {k: [] for k in ("name", "params", "active", "layers", "hidden", "heads/kv", "experts", "seq")}
     for name, m in presets.items():
-        table.add_row(
-            name,
-            "MoE" if m.is_moe else "dense",
-            _count(m.total_params),
-            _count(m.active_nonembedding_params + m.output_params),
-            str(m.layers),
-            str(m.hidden),
-            "MLA" if m.is_mla else f"{m.heads}/{m.n_kv_heads}",
-            f"{m.experts} top-{m.top_k}" if m.is_moe else "-",
-            str(m.seq_len),
+        cells = (
+            name, _count(m.total_params), _count(m.active_nonembedding_params + m.output_params), str(m.layers), str(m.hidden),
+            "MLA" if m.is_mla else f"{m.heads}/{m.n_kv_heads}", f"{m.experts} top-{m.top_k}" if m.is_moe else "dense", str(m.seq_len),
         )
-    out.print(table)
+        for k, cell in zip(cols, cells):
+            cols[k].append(cell)
+    table = plain_table("Model presets", cols, ("name", "experts"), glossary.MODELS)
+    out.print(table, min_width=min_width(table))
 
 
 def clusters(json_out: bool = typer.Option(False, "--json", help="Print JSON instead of a table.")) -> None:
@@ -83,17 +77,18 @@ def clusters(json_out: bool = typer.Option(False, "--json", help="Print JSON ins
     if json_out:
         out.emit_json({name: c.to_dict() for name, c in presets.items()})
         return
-    table = Table(title="Cluster presets (dense peaks; bandwidth per device per direction)")
-    for col in ("name", "device", "bf16 TFLOP/s", "fp8 TFLOP/s", "HBM GB", "HBM TB/s", "topology"):
-        table.add_column(col, justify="left" if col in ("name", "device", "topology") else "right")
+    cols: dict[str, list[str]] = {k: [] for k in ("name", "device", "bf16 TFLOP/s", "fp8 TFLOP/s", "HBM GB", "HBM TB/s", "topology")}
     for name, c in presets.items():
         d = c.device
-        topo = " → ".join(
+        topo = ", ".join(
             f"{lv.name} {'x'.join(map(str, lv.torus_dims)) if lv.torus_dims else (lv.size or '∞')} @{lv.bandwidth / 1e9:g} GB/s" for lv in c.levels
         )
         fp8 = d.peak_flops.get("fp8")
-        table.add_row(name, d.name, f"{d.peak_flops['bf16'] / 1e12:g}", f"{fp8 / 1e12:g}" if fp8 else "-", f"{d.hbm_bytes / 1e9:g}", f"{d.hbm_bandwidth / 1e12:g}", topo)
-    out.print(table)
+        cells = (name, d.name, f"{d.peak_flops['bf16'] / 1e12:g}", f"{fp8 / 1e12:g}" if fp8 else "-", f"{d.hbm_bytes / 1e9:g}", f"{d.hbm_bandwidth / 1e12:g}", topo)
+        for k, cell in zip(cols, cells):
+            cols[k].append(cell)
+    table = plain_table("Cluster presets", cols, ("name", "device", "topology"), glossary.CLUSTERS)
+    out.print(table, min_width=min_width(table))
 
 
 def _parse_fix(text: str | None) -> dict[str, Any]:
@@ -127,6 +122,8 @@ def plan(
     global_batch: int | None = GLOBAL_BATCH,
     global_batch_tokens: int | None = GLOBAL_BATCH_TOKENS,
     top: int = typer.Option(10, "--top", help="How many layouts to list."),
+    wide: bool = typer.Option(False, "--wide", help="More columns: step time, micro-batches, HFU, bubble, precision."),
+    all_layouts: bool = typer.Option(False, "--all", help="List near-duplicates too (same degrees, within 1% of a listed layout)."),
     no_pp: bool = typer.Option(False, "--no-pp", help="Search only layouts without pipeline parallelism."),
     fix: str | None = typer.Option(None, "--fix", help="Pin fields, e.g. tp=1,ep=64,schedule=1F1B."),
     precision: str = PRECISION,
@@ -144,13 +141,16 @@ def plan(
     gb = global_batch_of(spec, global_batch, global_batch_tokens, devices)
     precisions = precisions_of(precision)
     params = CostParams(headroom=fraction("--headroom", headroom))
-    kw = dict(fixed=_parse_fix(fix), precisions=precisions, overlap={"tp": overlap_tp}, params=params)
+    # a pool deep enough that collapsing near-duplicates still leaves `top` distinct layouts
+    pool = top if all_layouts else max(20 * top, 100)
+    kw = dict(top=pool, allow_pp=not no_pp, fixed=_parse_fix(fix), precisions=precisions, overlap={"tp": overlap_tp}, params=params)
     if json_out:
-        result = search(spec, clus, devices, gb, top=top, allow_pp=not no_pp, **kw)
+        result = search(spec, clus, devices, gb, **kw)
     else:
         with Progress(TextColumn("searching layouts"), BarColumn(), TextColumn("{task.completed:,} candidates"), TimeElapsedColumn(), transient=True, console=out.console) as bar:
             task = bar.add_task("search", total=None)
-            result = search(spec, clus, devices, gb, top=top, allow_pp=not no_pp, progress=lambda k: bar.advance(task, k), **kw)
+            result = search(spec, clus, devices, gb, progress=lambda k: bar.advance(task, k), **kw)
+    listed, hidden = _listed(result.top, top, all_layouts)
     if result.searched == 0:
         raise BandwiseError(
             f"no valid layout of {spec.name} on {devices} devices with a global batch of {gb} sequences: no split of "
@@ -169,7 +169,7 @@ def plan(
                 "best": result.best,
                 "best_without_pp": result.best_without_pp,
                 "verdict": {"needs_pp": verdict.needs_pp, "reason": verdict.reason},
-                "top": result.top,
+                "top": listed,
             }
         )
         return
@@ -178,13 +178,26 @@ def plan(
         f"global batch {gb} sequences = {gb * spec.seq_len / 1e6:.2f}M tokens"
     )
     out.print(f"searched {result.searched:,} valid layouts in {result.seconds:.2f} s; {result.fitting:,} fit in {result.capacity_gib:.1f} GiB per device")
-    if result.top:
-        out.print(layouts_table(result.top, f"Top {len(result.top)} layouts by tokens/s per device"))
+    if listed:
+        table = layouts_table(listed, f"Top {len(listed)} layouts by tokens/s per device", wide=wide, hidden=hidden)
+        out.print(table, min_width=min_width(table))
     style = "red" if verdict.needs_pp else "green"
     head = "PP needed" if verdict.needs_pp else "PP not needed"
     out.print(Panel(verdict.reason, title=f"verdict: {head}", title_align="left", border_style=style))
     if result.best is not None:
         out.print(breakdown(result.best.estimate, f"best layout: {result.best.strategy.describe()}"))
+
+
+def _listed(ranked: list[Layout], top: int, all_layouts: bool) -> tuple[list[Layout], int]:
+    """The first `top` layouts, near-duplicates collapsed unless --all; and how many were hidden among them."""
+    if all_layouts:
+        return ranked[:top], 0
+    kept = distinct(ranked)[0][:top]
+    last = next((i for i, lay in enumerate(ranked) if lay is kept[-1]), -1) if kept else -1
+    return kept, last + 1 - len(kept)
+
+
+ESTIMATE_HELP = "Estimate one layout: step time split into compute, exposed communication per dim, bubble and optimizer; memory; MFU."
 
 
 def estimate(
@@ -210,7 +223,6 @@ def estimate(
     headroom: float = typer.Option(0.1, "--headroom"),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON layout {strategy, estimate}."),
 ) -> None:
-    """Estimate one layout: step time split into compute, exposed communication per dim, bubble and optimizer; memory; MFU."""
     out = Output(json_mode=json_out)
     spec = model_spec(model, seq_len)
     clus = get_cluster(cluster)
@@ -235,7 +247,8 @@ def _count(n: float) -> str:
 
 
 def register(app: typer.Typer) -> None:
-    app.command("plan", help=PLAN_HELP)(plan)
-    app.command("estimate")(estimate)
-    app.command("models")(models)
-    app.command("clusters")(clusters)
+    words = f"\n\n[b]Words[/b]: {glossary.LAYOUT}\n\n{glossary.PLAN_COLUMNS} {glossary.PLAN_WIDE_COLUMNS}\n\n{glossary.BREAKDOWN}"
+    app.command("plan", help=PLAN_HELP + words)(plan)
+    app.command("estimate", help=f"{ESTIMATE_HELP}\n\n[b]Words[/b]: {glossary.LAYOUT}\n\n{glossary.BREAKDOWN}")(estimate)
+    app.command("models", help=f"List the model presets.\n\n{glossary.MODELS}")(models)
+    app.command("clusters", help=f"List the cluster presets: device peaks, memory and the interconnect levels.\n\n{glossary.CLUSTERS}")(clusters)

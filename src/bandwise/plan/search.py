@@ -63,6 +63,30 @@ class SearchResult:
         return self.top[0] if self.top else None
 
 
+DEGREES = ("dp_replicate", "dp_shard", "tp", "cp", "pp", "ep")
+NEAR_DUPLICATE = 0.01
+"""A layout with the same degrees as a better-ranked one and within this share of its tokens/s
+differs only in micro-batch, schedule, ZeRO stage or recomputation: listed once unless asked."""
+
+
+def distinct(layouts: list[Layout], within: float = NEAR_DUPLICATE) -> tuple[list[Layout], int]:
+    """The ranked layouts without near-duplicates, and how many were dropped.
+
+    A layout is a near-duplicate when the last kept layout with the same parallel degrees (a
+    better-ranked one) is within `within` of it in tokens/s per device.
+    """
+    kept: list[Layout] = []
+    last: dict[tuple[int, ...], float] = {}
+    for lay in layouts:
+        key = tuple(getattr(lay.strategy, d) for d in DEGREES)
+        tps = lay.estimate.tokens_per_s_per_device
+        if key in last and tps >= (1.0 - within) * last[key]:
+            continue
+        last[key] = tps
+        kept.append(lay)
+    return kept, len(layouts) - len(kept)
+
+
 def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
@@ -272,8 +296,9 @@ def search(
     if pool_c:
         all_c = SimpleNamespace(**{k: np.concatenate([getattr(p, k) for p in pool_c]) for k in vars(pool_c[0])})
         all_tps, all_idx = np.concatenate(pool_tps), np.concatenate(pool_idx)
-        for i in np.lexsort((all_idx, -all_tps))[:top]:
-            layouts.append(layout(all_c, int(i)))
+        ranked = _take(all_c, np.lexsort((all_idx, -all_tps))[:top])
+        r = evaluate(model, cluster, ranked, order, params)  # the whole list in one call
+        layouts = [Layout(strategy=_row_strategy(ranked, i, order), estimate=estimate_from_row(r, i, cap)) for i in range(len(ranked.tp))]
     return SearchResult(
         searched=searched,
         fitting=fitting,

@@ -113,10 +113,19 @@ class Strategy:
                 raise BandwiseError(message(self, world))
 
     def describe(self) -> str:
-        parts = [f"{k}{getattr(self, k)}" for k in ("dp_replicate", "dp_shard", "tp", "cp", "pp", "ep") if getattr(self, k) > 1]
-        text = " ".join(parts) or "single device"
+        """The layout as people write it, the one name every table and message uses.
+
+        'DP2·FSDP32·TP8·PP4 Interleaved1F1B×2': DP = dp_replicate (replicated data parallel; with
+        ZeRO-1/2 it reads 'DP8 ZeRO-1'), FSDP = dp_shard (ZeRO-3; DP·FSDP is HSDP), TP, CP, PP,
+        EP; then, with PP, the schedule by its torch.distributed.pipelining name and ×v for v
+        stages per rank.
+        """
+        names = {"dp_replicate": "DP", "dp_shard": "FSDP", "tp": "TP", "cp": "CP", "pp": "PP", "ep": "EP"}
+        text = "·".join(f"{short}{getattr(self, k)}" for k, short in names.items() if getattr(self, k) > 1) or "1 device"
         if self.pp > 1:
-            text += f" {self.schedule}" + (f" v{self.virtual_stages}" if self.virtual_stages > 1 else "")
+            text += f" {self.schedule}" + (f"×{self.virtual_stages}" if self.virtual_stages > 1 else "")
+        if self.dp_shard == 1 and self.zero_stage in (1, 2) and self.dp_replicate * self.cp > 1:
+            text += f" ZeRO-{self.zero_stage}"
         return text
 
     def to_dict(self) -> dict[str, Any]:
