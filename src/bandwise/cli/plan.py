@@ -6,6 +6,7 @@ from typing import Any
 
 import typer
 from rich.panel import Panel
+from rich.text import Text
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from bandwise.cli.options import (
@@ -23,9 +24,9 @@ from bandwise.cli.options import (
     precisions_of,
 )
 from bandwise.cost.step import CostParams, estimate as estimate_one
-from bandwise.errors import BandwiseError
+from bandwise.errors import BandwiseError, NothingFits
 from bandwise.plan.search import FIXABLE, Layout, distinct, search
-from bandwise.plan.verdict import decide, suggest_fit
+from bandwise.plan.verdict import decide, recommended, suggest_fit
 from bandwise.report import glossary
 from bandwise.report.output import Output
 from bandwise.report.tables import breakdown, layouts_table, min_width, plain_table
@@ -47,7 +48,10 @@ attention 12 x layers x heads x head_dim x seq (PaLM's convention). Recomputatio
 [b]Verdict[/b]: PP is [i]not needed[/i] when the best layout without PP is within --threshold (3%) of the
 best layout with it; otherwise the verdict names what PP buys, in milliseconds per step: the
 communication it avoids (and over which link), the recomputation it avoids, or the memory that
-does not fit without it.
+does not fit without it. There is no verdict when only one side was searched (--no-pp, --fix pp=...).
+
+[b]Exit codes[/b]: 0 a plan; 2 bad input (one line naming the value and the fix); 3 nothing fits in
+memory (the line says what would fit; --json still prints the document).
 """
 
 
@@ -158,34 +162,38 @@ def plan(
             f"({spec.layers}); use a device count such as {1 << (devices.bit_length() - 1)} or a global batch that is a multiple of {devices}"
         )
     verdict = decide(result, clus, fraction("--threshold", threshold))
-    if result.best is None:
-        verdict.reason += "; " + suggest_fit(spec, clus, devices, gb, allow_pp=not no_pp, fixed={"micro_batch": 1, "recompute": "full"}, precisions=precisions, params=params)
+    chosen = recommended(result, verdict)
+    if chosen is None:
+        verdict.reason += "; " + suggest_fit(spec, clus, devices, gb, allow_pp=not no_pp, fixed=kw["fixed"], precisions=precisions, overlap=kw["overlap"], params=params)
     if json_out:
         out.emit_json(
             {
                 "searched": result.searched,
                 "fitting": result.fitting,
                 "seconds": result.seconds,
-                "best": result.best,
+                "best": chosen,
                 "best_without_pp": result.best_without_pp,
                 "verdict": {"needs_pp": verdict.needs_pp, "reason": verdict.reason},
                 "top": listed,
             }
         )
+    else:
+        out.print(
+            f"[b]{spec.name}[/b] on [b]{devices} x {clus.name}[/b] ({clus.device.name}), seq {spec.seq_len}, "
+            f"global batch {gb} sequences = {gb * spec.seq_len / 1e6:.2f}M tokens"
+        )
+        out.print(f"searched {result.searched:,} valid layouts in {result.seconds:.2f} s; {result.fitting:,} fit in {result.capacity_gib:.1f} GiB per device")
+    if chosen is None:
+        raise NothingFits(verdict.reason)
+    if json_out:
         return
-    out.print(
-        f"[b]{spec.name}[/b] on [b]{devices} x {clus.name}[/b] ({clus.device.name}), seq {spec.seq_len}, "
-        f"global batch {gb} sequences = {gb * spec.seq_len / 1e6:.2f}M tokens"
-    )
-    out.print(f"searched {result.searched:,} valid layouts in {result.seconds:.2f} s; {result.fitting:,} fit in {result.capacity_gib:.1f} GiB per device")
-    if listed:
-        table = layouts_table(listed, f"Top {len(listed)} layouts by tokens/s per device", wide=wide, hidden=hidden)
-        out.print(table, min_width=min_width(table))
-    style = "red" if verdict.needs_pp else "green"
-    head = "PP needed" if verdict.needs_pp else "PP not needed"
+    table = layouts_table(listed, f"Top {len(listed)} layouts by tokens/s per device", wide=wide, hidden=hidden)
+    out.print(table, min_width=min_width(table))
+    head = {True: "PP needed", False: "PP not needed", None: "no verdict on PP"}[verdict.needs_pp]
+    style = {True: "red", False: "green", None: "yellow"}[verdict.needs_pp]
     out.print(Panel(verdict.reason, title=f"verdict: {head}", title_align="left", border_style=style))
-    if result.best is not None:
-        out.print(breakdown(result.best.estimate, f"best layout: {result.best.strategy.describe()}"))
+    out.print(breakdown(chosen.estimate, f"recommended: {chosen.strategy.describe()}"))
+    out.print(Text(glossary.RECOMMENDED, style="dim"))
 
 
 def _listed(ranked: list[Layout], top: int, all_layouts: bool) -> tuple[list[Layout], int]:
@@ -247,7 +255,7 @@ def _count(n: float) -> str:
 
 
 def register(app: typer.Typer) -> None:
-    words = f"\n\n[b]Words[/b]: {glossary.LAYOUT}\n\n{glossary.PLAN_COLUMNS} {glossary.PLAN_WIDE_COLUMNS}\n\n{glossary.BREAKDOWN}"
+    words = f"\n\n{glossary.RECOMMENDED}\n\n[b]Words[/b]: {glossary.LAYOUT}\n\n{glossary.PLAN_COLUMNS} {glossary.PLAN_WIDE_COLUMNS}\n\n{glossary.BREAKDOWN}"
     app.command("plan", help=PLAN_HELP + words)(plan)
     app.command("estimate", help=f"{ESTIMATE_HELP}\n\n[b]Words[/b]: {glossary.LAYOUT}\n\n{glossary.BREAKDOWN}")(estimate)
     app.command("models", help=f"List the model presets.\n\n{glossary.MODELS}")(models)

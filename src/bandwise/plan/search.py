@@ -56,6 +56,11 @@ class SearchResult:
     """Least memory any valid candidate needs (explains a search where nothing fits)."""
     min_memory_gib_without_pp: float
     capacity_gib: float
+    min_memory_gib_with_pp: float = np.inf
+    pp_searched: bool = True
+    """Pipelined layouts were candidates (not --no-pp, not --fix pp=1): a verdict on PP needs both sides."""
+    nopp_searched: bool = True
+    """Layouts without PP were candidates (no --fix pp=N with N > 1)."""
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -248,7 +253,7 @@ def search(
     offset = 0  # valid candidates seen before this chunk: a candidate's enumeration index
     best_nopp: tuple[float, SimpleNamespace] | None = None
     best_pp: tuple[float, SimpleNamespace] | None = None
-    min_mem, min_mem_nopp = np.inf, np.inf
+    min_mem, min_mem_nopp, min_mem_pp = np.inf, np.inf, np.inf
     for chunk in candidate_chunks(model, devices, global_batch, fixed=fixed, allow_pp=allow_pp, precisions=precisions):
         ok = valid_mask(chunk, devices, model)
         searched += int(ok.sum())
@@ -264,6 +269,8 @@ def search(
         nopp = c.pp == 1
         if nopp.any():
             min_mem_nopp = min(min_mem_nopp, float(mem[nopp].min()))
+        if not nopp.all():
+            min_mem_pp = min(min_mem_pp, float(mem[~nopp].min()))
         fits = mem <= cap
         fitting += int(fits.sum())
         if not fits.any():
@@ -309,7 +316,14 @@ def search(
         min_memory_gib=min_mem / 2**30,
         min_memory_gib_without_pp=min_mem_nopp / 2**30,
         capacity_gib=cap / 2**30,
+        min_memory_gib_with_pp=min_mem_pp / 2**30,
+        **searched_sides(allow_pp, fixed),
     )
+
+
+def searched_sides(allow_pp: bool, fixed: dict[str, Any]) -> dict[str, bool]:
+    """Which sides of the PP question a search covered: a verdict needs both."""
+    return {"pp_searched": allow_pp and fixed.get("pp", 2) > 1, "nopp_searched": fixed.get("pp", 1) == 1}
 
 
 class NetworkSearch:
@@ -361,6 +375,8 @@ class NetworkSearch:
         self.searched, self.fitting = len(self.cols.tp), int(fits.sum())
         self.min_memory = float(self.memory.min())
         self.min_memory_nopp = float(self.memory[nopp].min()) if nopp.any() else np.inf
+        self.min_memory_pp = float(self.memory[~nopp].min()) if (~nopp).any() else np.inf
+        self.sides = searched_sides(allow_pp, dict(fixed or {}))
 
     def _best(self, cluster: Cluster, idx_sorted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(indices, step times) of the `top` fastest candidates of a subset sorted by lower bound."""
@@ -401,4 +417,6 @@ class NetworkSearch:
             min_memory_gib=self.min_memory / 2**30,
             min_memory_gib_without_pp=self.min_memory_nopp / 2**30,
             capacity_gib=self.capacity / 2**30,
+            min_memory_gib_with_pp=self.min_memory_pp / 2**30,
+            **self.sides,
         )

@@ -12,7 +12,7 @@ Definitions, shared by the table, the JSON and the plot:
   breakdown (tp, cp, ep, fsdp, dp or pp, the share not hidden behind compute), named with the
   outermost link its group crosses (`verdict.group_link`) and its milliseconds per step.
 - Crossover of a sweep: the smallest swept value from which on the verdict is "PP not needed"
-  at every larger swept value too, i.e. where the best layout without PP comes within the
+  at every larger swept value too (a point where nothing fits has no verdict and is not counted), i.e. where the best layout without PP comes within the
   threshold of the best overall and stays there. It is None when PP still pays off at the
   largest value; it is the first value when PP never pays off in the range. Taking the start of
   the last run (not the first "not needed" point) keeps the answer honest when a domain size
@@ -281,7 +281,7 @@ def crossover(points: list[Point]) -> float | None:
     ordered = sorted(points, key=lambda p: p.value)
     found: float | None = None
     for p in reversed(ordered):
-        if p.verdict.needs_pp:
+        if p.verdict.needs_pp is not False:  # PP needed, or no verdict (nothing fits)
             break
         found = p.value
     return found

@@ -18,6 +18,10 @@ BREAKDOWN = (
     "the start and end of a step · buffers: FSDP gather/reduce and expert all-to-all buffers, CUDA "
     "context and communication workspace."
 )
+RECOMMENDED = (
+    "The recommended layout is `best` in --json and what `bandwise train --strategy` runs: the fastest "
+    "layout, or the fastest without PP when the verdict says PP is not needed (`--pick i` runs top[i])."
+)
 MODELS = (
     "params: all parameters · active: parameters one token uses (non-embedding, plus the output "
     "projection) · heads/kv: attention and key-value heads (MLA: multi-head latent attention) · "
@@ -29,8 +33,8 @@ CLUSTERS = (
     "direction (per link on a torus)."
 )
 COMPARE = (
-    "gap: MFU of the best layout minus that of the best without PP, in points · verdict: PP is not "
-    "needed when the best layout without PP is within the threshold of the best, in tokens/s per device."
+    "verdict: PP is not needed when the best layout without PP is within the threshold of the best, in "
+    "tokens/s per device; the share is what the best layout gains over the best without PP."
 )
 
 BREAKDOWN_LABELS = {
