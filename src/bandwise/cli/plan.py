@@ -25,6 +25,7 @@ from bandwise.cli.options import (
 )
 from bandwise.cost.step import CostParams, estimate as estimate_one
 from bandwise.errors import BandwiseError, NothingFits
+from bandwise.plan.advice import no_valid_layout
 from bandwise.plan.search import FIXABLE, Layout, distinct, search
 from bandwise.plan.verdict import decide, recommended, suggest_fit
 from bandwise.report import glossary
@@ -156,11 +157,7 @@ def plan(
             result = search(spec, clus, devices, gb, progress=lambda k: bar.advance(task, k), **kw)
     listed, hidden = _listed(result.top, top, all_layouts)
     if result.searched == 0:
-        raise BandwiseError(
-            f"no valid layout of {spec.name} on {devices} devices with a global batch of {gb} sequences: no split of "
-            f"{devices} into data x tensor x context x pipeline degrees divides the batch, the heads ({spec.heads}) and the layers "
-            f"({spec.layers}); use a device count such as {1 << (devices.bit_length() - 1)} or a global batch that is a multiple of {devices}"
-        )
+        raise BandwiseError(no_valid_layout(spec, devices, gb, kw["fixed"], allow_pp=not no_pp, precisions=precisions))
     verdict = decide(result, clus, fraction("--threshold", threshold))
     chosen = recommended(result, verdict)
     if chosen is None:

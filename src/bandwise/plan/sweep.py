@@ -33,6 +33,7 @@ from typing import Any, Callable
 
 from bandwise.cost.step import DEFAULT_PARAMS, CostParams
 from bandwise.errors import BandwiseError
+from bandwise.plan.advice import no_valid_layout, valid_count
 from bandwise.plan.search import NetworkSearch, Layout, SearchResult, search
 from bandwise.plan.verdict import THRESHOLD, TERM_WORDS, Verdict, decide, group_link
 from bandwise.specs.hardware import Cluster
@@ -161,6 +162,8 @@ def plan_point(inputs: PlanInputs, cluster: Cluster, label: str, value: float | 
         inputs.model, cluster, inputs.devices, inputs.global_batch, top=1,
         precisions=inputs.precisions, overlap=inputs.overlap, params=inputs.params, progress=progress,
     )
+    if result.searched == 0:
+        raise BandwiseError(no_valid_layout(inputs.model, inputs.devices, inputs.global_batch, precisions=inputs.precisions))
     return Point(label=label, value=value, cluster=cluster, result=result, verdict=decide(result, cluster, inputs.threshold))
 
 
@@ -297,6 +300,8 @@ def sweep(inputs: PlanInputs, base: Cluster, vary: Vary, *, on_point: Callable[[
     clusters = [vary_cluster(base, vary.kind, v) for v in vary.values]
     for cluster in clusters:
         cluster.check_devices(inputs.devices)
+    if not valid_count(inputs.model, inputs.devices, inputs.global_batch, {}, precisions=inputs.precisions):
+        raise BandwiseError(no_valid_layout(inputs.model, inputs.devices, inputs.global_batch, precisions=inputs.precisions))
     shared = NetworkSearch(
         inputs.model, base, inputs.devices, inputs.global_batch, top=1,
         precisions=inputs.precisions, overlap=inputs.overlap, params=inputs.params,

@@ -153,6 +153,19 @@ class Strategy:
         return replace(self, **changes)
 
 
+def _batch_advice(s: Strategy) -> str:
+    """The batch rule's message: the nearest global batches that divide, and a micro-batch only if one can."""
+    gb, dp, mb = s.effective_global_batch, max(s.dp, 1), s.micro_batch
+    step = dp * mb
+    near = " or ".join(str(g) for g in sorted({gb // step * step, -(-gb // step) * step}) if g > 0)
+    text = f"global_batch={gb} is not a multiple of dp·micro_batch = {dp}·{mb} = {step}; use a global batch of {near}"
+    if gb % dp == 0:  # a smaller micro-batch helps only when the data-parallel ranks split the batch evenly
+        per_rank = gb // dp
+        fit = max(m for m in range(1, mb + 1) if per_rank % m == 0)
+        text += f", or micro_batch={fit} (it divides the {per_rank} sequences per data-parallel rank)"
+    return text
+
+
 def _is_int(v: Any) -> bool:
     return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
 
@@ -239,8 +252,7 @@ def _rules(model: ModelSpec | None) -> list[Rule]:
         ),
         (
             lambda c, w: _gb(c) % np.maximum(c.dp_replicate * c.dp_shard * c.micro_batch, 1) == 0,
-            lambda s, w: f"global_batch={s.effective_global_batch} is not a multiple of dp·micro_batch = {s.dp}·{s.micro_batch} = {s.dp * s.micro_batch}; "
-            f"use a global batch of k·{s.dp * s.micro_batch} sequences or a micro_batch dividing {s.effective_global_batch // max(s.dp, 1)}",
+            lambda s, w: _batch_advice(s),
         ),
         (
             lambda c, w: (c.pp == 1) | np.where(np.isin(c.schedule, _code(SINGLE_STAGE)), c.virtual_stages == 1, np.where(np.isin(c.schedule, _code(V_SHAPED)), c.virtual_stages == 2, c.virtual_stages >= 2)),
