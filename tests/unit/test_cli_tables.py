@@ -117,3 +117,23 @@ def test_every_table_has_its_words_under_it_and_in_help(capsys, monkeypatch):
     for command, words in (("models", glossary.MODELS), ("clusters", glossary.CLUSTERS)):
         assert _flat(words) in _flat(run([command], capsys, 120, monkeypatch)[1])
         assert _flat(words) in _flat(run([command, "--help"], capsys, 200, monkeypatch)[1].replace("│", " "))
+
+
+@pytest.mark.parametrize("argv", [
+    ["schedule", "--schedule", "Interleaved1F1B", "--stages", "4", "--microbatches", "64"],
+    ["compare", "--model", "llama3-8b", "--devices", "16", "--global-batch", "64", "--clusters", "h100,gb200-nvl72"],
+    ["sweep", "--model", "llama3-8b", "--devices", "16", "--global-batch", "64", "--vary", "scale-out-bandwidth=5,50"],
+])
+def test_schedule_compare_and_sweep_fit_80_columns(argv, capsys, monkeypatch):
+    code, out = run(argv, capsys, 80, monkeypatch)
+    assert code == 0 and "…" not in out
+    assert max(len(line) for line in out.splitlines()) <= 80
+    if argv[0] == "schedule":  # one line per rank: the timeline is drawn to the terminal's width, not wrapped
+        rows = [line for line in out.splitlines() if line.startswith("rank ") and "|" in line]
+        assert len(rows) == 4 and all(line.endswith("|") for line in rows)
+    else:
+        doc = json.loads(run([*argv, "--json"], capsys)[1])
+        points = doc.get("clusters") or doc["points"]
+        for p in points:
+            assert f"{p['mfu_best']:.1%}" in out
+            assert all(word in out for word in Strategy.from_dict(p["best"]["strategy"]).describe().split())

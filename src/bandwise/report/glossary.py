@@ -22,6 +22,11 @@ RECOMMENDED = (
     "The recommended layout is `best` in --json and what `bandwise train --strategy` runs: the fastest "
     "layout, or the fastest without PP when the verdict says PP is not needed (`--pick i` runs top[i])."
 )
+SCHEDULE = (
+    "stages: the pipeline stages a rank holds · busy: time it computes · idle: its share of the makespan "
+    "spent waiting (its bubble) · peak in-flight: most micro-batches whose activations it holds at once "
+    "(peak bytes: the same in bytes, with --activation-bytes)."
+)
 MODELS = (
     "params: all parameters · active: parameters one token uses (non-embedding, plus the output "
     "projection) · heads/kv: attention and key-value heads (MLA: multi-head latent attention) · "
