@@ -66,3 +66,15 @@ def test_a_near_miss_preset_name_suggests_the_preset(flag, typo, presets, capsys
     # following the suggestion gets past the name: the same command no longer names it unknown
     code, _, err = run(["plan", flag, suggestion, "--devices", "0"], capsys)
     assert "unknown" not in err and "devices=0" in err
+
+
+@pytest.mark.parametrize("fix", ["schedule=interleaved1f1b", "tpp=2"])
+def test_a_near_miss_in_fix_suggests_a_value_that_works(fix, capsys):
+    base = ["plan", "--model", "debug", "--cluster", "h100", "--devices", "8", "--global-batch", "16", "--json"]
+    code, _, err = run([*base, "--fix", fix], capsys)
+    assert code == 2 and "did you mean" in err
+    suggestion = err.split("did you mean ")[1].split("?")[0]
+    key, value = fix.split("=")
+    corrected = f"{key}={suggestion}" if key == "schedule" else f"{suggestion}={value}"
+    code, out, err = run([*base, "--fix", corrected], capsys)
+    assert code == 0, err

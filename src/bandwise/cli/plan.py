@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from typing import Any
 
 import typer
@@ -103,11 +104,11 @@ def _parse_fix(text: str | None) -> dict[str, Any]:
         key, sep, value = item.partition("=")
         key = key.strip().replace("-", "_")
         if not sep or key not in FIXABLE:
-            raise BandwiseError(f"--fix {item!r}: expected name=value with name one of {', '.join(FIXABLE)}")
+            raise BandwiseError(f"--fix {item!r}: expected name=value with name one of {', '.join(FIXABLE)}{_near(key, FIXABLE)}")
         choices = {"schedule": SCHEDULES, "recompute": RECOMPUTE, "precision": PRECISIONS}.get(key)
         if choices:
             if value not in choices:
-                raise BandwiseError(f"--fix {key}={value!r}: valid values are {', '.join(choices)}")
+                raise BandwiseError(f"--fix {key}={value!r}: valid values are {', '.join(choices)}{_near(value, choices)}")
             fixed[key] = value
         else:
             try:
@@ -117,6 +118,13 @@ def _parse_fix(text: str | None) -> dict[str, Any]:
             if fixed[key] < (0 if key == "zero_stage" else 1):
                 raise BandwiseError(f"--fix {key}={value}: must be >= {0 if key == 'zero_stage' else 1}")
     return fixed
+
+
+def _near(word: str, choices: tuple[str, ...]) -> str:
+    """'; did you mean Interleaved1F1B?' for a near miss (case-insensitive), else ''."""
+    lower = {c.lower(): c for c in choices}
+    close = difflib.get_close_matches(word.lower(), list(lower), n=1, cutoff=0.75)
+    return f"; did you mean {lower[close[0]]}?" if close else ""
 
 
 def plan(
@@ -177,7 +185,7 @@ def plan(
     else:
         out.print(
             f"[b]{spec.name}[/b] on [b]{devices} x {clus.name}[/b] ({clus.device.name}), seq {spec.seq_len}, "
-            f"global batch {gb} sequences = {gb * spec.seq_len / 1e6:.2f}M tokens"
+            f"global batch {gb} sequences = {_count(gb * spec.seq_len, tokens=True)} tokens"
         )
         out.print(f"searched {result.searched:,} valid layouts in {result.seconds:.2f} s; {result.fitting:,} fit in {result.capacity_gib:.1f} GiB per device")
     if chosen is None:
@@ -247,8 +255,10 @@ def estimate(
     out.print(breakdown(est, "estimate"))
 
 
-def _count(n: float) -> str:
-    return f"{n / 1e12:.2f}T" if n >= 1e12 else f"{n / 1e9:.1f}B" if n >= 1e9 else f"{n / 1e6:.1f}M"
+def _count(n: float, tokens: bool = False) -> str:
+    if tokens and n < 1e6:
+        return f"{n:,.0f}"
+    return f"{n / 1e12:.2f}T" if n >= 1e12 else f"{n / 1e9:.1f}B" if n >= 1e9 else f"{n / 1e6:.2f}M" if tokens else f"{n / 1e6:.1f}M"
 
 
 def register(app: typer.Typer) -> None:

@@ -35,7 +35,7 @@ from bandwise.cost.step import DEFAULT_PARAMS, CostParams
 from bandwise.errors import BandwiseError
 from bandwise.plan.advice import no_valid_layout, valid_count
 from bandwise.plan.search import NetworkSearch, Layout, SearchResult, search
-from bandwise.plan.verdict import THRESHOLD, TERM_WORDS, Verdict, decide, group_link
+from bandwise.plan.verdict import THRESHOLD, TERM_WORDS, Verdict, decide, group_link, ms
 from bandwise.specs.hardware import Cluster
 from bandwise.specs.model import ModelSpec
 
@@ -62,7 +62,7 @@ class ExposedCost:
     """Share of the step time."""
 
     def describe(self) -> str:
-        return f"{TERM_WORDS[self.dim]} over {self.link}: {self.seconds * 1e3:,.0f} ms/step ({self.share:.0%})"
+        return f"{TERM_WORDS[self.dim]} over {self.link}: {ms(self.seconds)}/step ({self.share:.0%})"
 
     def to_dict(self) -> dict[str, Any]:
         return {"dim": self.dim, "collective": TERM_WORDS[self.dim], "link": self.link, "ms_per_step": self.seconds * 1e3, "share_of_step": self.share}

@@ -152,6 +152,12 @@ def recommended(result: SearchResult, verdict: Verdict) -> Layout | None:
     return result.best
 
 
+def ms(seconds: float) -> str:
+    """'4,999 ms', '12.3 ms', '0.42 ms': whole milliseconds from 100 up, three significant figures below."""
+    v = seconds * 1e3
+    return f"{v:,.0f} ms" if v >= 100 else f"{v:.3g} ms"
+
+
 def _why_pp(best: Layout, nopp: Layout, cluster: Cluster, gain: float) -> str:
     """Name the no-PP costs that the PP layout avoids, largest first."""
     b, n = best.estimate.breakdown, nopp.estimate.breakdown
@@ -162,12 +168,12 @@ def _why_pp(best: Layout, nopp: Layout, cluster: Cluster, gain: float) -> str:
         if delta <= 0.01 * step:
             continue
         where = f" over {group_link(cluster, nopp.strategy, k)}" if k in ("tp", "cp", "ep", "fsdp", "dp") else ""
-        parts.append(f"{TERM_WORDS[k]}{where}: {n[k] * 1e3:.0f} ms of its {step * 1e3:.0f} ms step ({n[k] / step:.0%}), {b[k] * 1e3:.0f} ms with PP")
+        parts.append(f"{TERM_WORDS[k]}{where}: {ms(n[k])} of its {ms(step)} step ({n[k] / step:.0%}), {ms(b[k])} with PP")
     costs = "; ".join(parts) or "a smaller per-device share of the same work"
     return (
         f"PP pays off: {best.strategy.describe()} reaches {best.estimate.mfu:.1%} MFU, {gain:+.0%} tokens/s over the best layout "
         f"without PP ({nopp.strategy.describe()}, {nopp.estimate.mfu:.1%} MFU), whose step spends {costs}; "
-        f"the pipeline bubble costs {b['bubble'] * 1e3:.0f} ms"
+        f"the pipeline bubble costs {ms(b['bubble'])}"
     )
 
 
