@@ -115,7 +115,7 @@ def test_gamma_sweep_check_needs_slow_start_at_1e4_and_noisy_end_at_1e2():
 def test_bad_steps_is_one_line_and_exit_2(capsys):
     code, out, err = run(["experiment", "moe-balance", "--steps", "3"], capsys)
     assert code == 2 and out == ""
-    assert "--steps=3" in err and len(err.strip().splitlines()) == 2  # the error, then the --debug hint
+    assert "--steps=3" in err and len(err.strip().splitlines()) == 1  # one line: the error and its fix
 
 
 def test_quick_run_shows_the_papers_ordering(capsys, tmp_path):

@@ -1,8 +1,9 @@
 """The `bandwise` root command: registers the command modules and maps user errors to one line.
 
-Errors a user can cause (`BandwiseError`, `ValueError`, a missing file, bad YAML or JSON) print
-one line naming the value and the fix and exit with code 2; `--debug` (or BANDWISE_DEBUG=1)
-re-raises them with the traceback.
+Exit codes: 0 done; 1 internal error (a bug: one line, then the hint to run again with --debug);
+2 a user error (`BandwiseError`, `ValueError`, a missing file, bad YAML or JSON: one line naming
+the value and the fix); 3 the plan found no layout that fits in memory (`NothingFits`, which says
+what would fit); 130 interrupted. `--debug` (or BANDWISE_DEBUG=1) re-raises with the traceback.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from bandwise.cli import train as train_commands
 from bandwise.cli import doctor as doctor_commands
 from bandwise.cli import sweep as sweep_commands
 from bandwise.cli import experiment as experiment_commands
+from bandwise import __version__
+from bandwise.errors import INSTALL, NothingFits
 
 app = typer.Typer(
     name="bandwise",
@@ -35,6 +38,21 @@ app = typer.Typer(
     rich_markup_mode="rich",
 )
 
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"bandwise {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", help="Print the version and exit.", callback=_version, is_eager=True),
+) -> None:
+    """Root options; each command is registered below."""
+
+
 # Each command module exposes `register(app)`; the order here is the order in --help.
 for _module in (plan_commands, schedule_commands, validate_commands, train_commands, doctor_commands, sweep_commands, experiment_commands):
     _module.register(app)
@@ -46,14 +64,16 @@ def _click_class(name: str) -> type[BaseException]:
 
 ClickException = _click_class("ClickException")
 OPTIONAL_EXTRAS = {"torch": "train", "matplotlib": "plot"}
-"""Packages only some commands need, and the extra that installs each."""
+"""Packages only some commands need, and the extra that installs each (`errors.INSTALL`)."""
 USER_ERRORS = (ValueError, OSError, yaml.YAMLError, json.JSONDecodeError, KeyError)
 
 
-def _fail(message: str, code: int) -> None:
+def _fail(message: str, code: int, *, internal: bool = False) -> None:
+    """One line on stderr; only a bug (internal) asks for the traceback, a user error names its fix."""
     first_line = message.strip().splitlines()[0] if message.strip() else "unknown error"
     print(f"bandwise: error: {first_line}", file=sys.stderr)
-    print("  (run again with --debug for the traceback)", file=sys.stderr)
+    if internal:
+        print("  (run again with --debug for the traceback)", file=sys.stderr)
     sys.exit(code)
 
 
@@ -80,8 +100,12 @@ def main(argv: list[str] | None = None) -> None:
             raise
         package = (exc.name or "").split(".")[0]
         if package in OPTIONAL_EXTRAS:
-            _fail(f"this command needs {package}, which is not installed; install it with: pip install 'bandwise[{OPTIONAL_EXTRAS[package]}]'", 2)
-        _fail(f"internal error (ModuleNotFoundError: {exc}); please report it", 1)
+            _fail(f"this command needs {package}, which is not installed; from the bandwise checkout run: {INSTALL[OPTIONAL_EXTRAS[package]]}", 2)
+        _fail(f"internal error (ModuleNotFoundError: {exc}); please report it", 1, internal=True)
+    except NothingFits as exc:
+        if debug:
+            raise
+        _fail(str(exc), NothingFits.exit_code)
     except USER_ERRORS as exc:
         if debug:
             raise
@@ -92,7 +116,7 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:  # a bug, not the user's fault: still one line, code 1
         if debug:
             raise
-        _fail(f"internal error ({type(exc).__name__}: {exc}); please report it", 1)
+        _fail(f"internal error ({type(exc).__name__}: {exc}); please report it", 1, internal=True)
     sys.exit(rv if isinstance(rv, int) else 0)
 
 

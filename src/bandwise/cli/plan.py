@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import difflib
 from typing import Any
 
 import typer
 from rich.panel import Panel
+from rich.text import Text
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from bandwise.cli.options import (
     GLOBAL_BATCH,
@@ -24,11 +25,13 @@ from bandwise.cli.options import (
     precisions_of,
 )
 from bandwise.cost.step import CostParams, estimate as estimate_one
-from bandwise.errors import BandwiseError
-from bandwise.plan.search import FIXABLE, Layout, search
-from bandwise.plan.verdict import decide, suggest_fit
+from bandwise.errors import BandwiseError, NothingFits
+from bandwise.plan.advice import no_valid_layout
+from bandwise.plan.search import FIXABLE, Layout, distinct, search
+from bandwise.plan.verdict import decide, recommended, suggest_fit
+from bandwise.report import glossary
 from bandwise.report.output import Output
-from bandwise.report.tables import breakdown, layouts_table
+from bandwise.report.tables import breakdown, layouts_table, min_width, plain_table
 from bandwise.specs.registry import cluster_presets, get_cluster, model_presets
 from bandwise.specs.strategy import PRECISIONS, RECOMPUTE, SCHEDULES, Strategy
 
@@ -47,7 +50,10 @@ attention 12 x layers x heads x head_dim x seq (PaLM's convention). Recomputatio
 [b]Verdict[/b]: PP is [i]not needed[/i] when the best layout without PP is within --threshold (3%) of the
 best layout with it; otherwise the verdict names what PP buys, in milliseconds per step: the
 communication it avoids (and over which link), the recomputation it avoids, or the memory that
-does not fit without it.
+does not fit without it. There is no verdict when only one side was searched (--no-pp, --fix pp=...).
+
+[b]Exit codes[/b]: 0 a plan; 2 bad input (one line naming the value and the fix); 3 nothing fits in
+memory (the line says what would fit; --json still prints the document).
 """
 
 
@@ -58,22 +64,16 @@ def models(json_out: bool = typer.Option(False, "--json", help="Print JSON inste
     if json_out:
         out.emit_json({name: {**m.to_dict(), "total_params": m.total_params, "active_nonembedding_params": m.active_nonembedding_params} for name, m in presets.items()})
         return
-    table = Table(title="Model presets")
-    for col in ("name", "type", "params", "active", "layers", "hidden", "heads/kv", "experts", "seq"):
-        table.add_column(col, justify="left" if col in ("name", "type") else "right")
+    cols: dict[str, list[str]] = {k: [] for k in ("name", "params", "active", "layers", "hidden", "heads/kv", "experts", "seq")}
     for name, m in presets.items():
-        table.add_row(
-            name,
-            "MoE" if m.is_moe else "dense",
-            _count(m.total_params),
-            _count(m.active_nonembedding_params + m.output_params),
-            str(m.layers),
-            str(m.hidden),
-            "MLA" if m.is_mla else f"{m.heads}/{m.n_kv_heads}",
-            f"{m.experts} top-{m.top_k}" if m.is_moe else "-",
-            str(m.seq_len),
+        cells = (
+            name, _count(m.total_params), _count(m.active_nonembedding_params + m.output_params), str(m.layers), str(m.hidden),
+            "MLA" if m.is_mla else f"{m.heads}/{m.n_kv_heads}", f"{m.experts} top-{m.top_k}" if m.is_moe else "dense", str(m.seq_len),
         )
-    out.print(table)
+        for k, cell in zip(cols, cells):
+            cols[k].append(cell)
+    table = plain_table("Model presets", cols, ("name", "experts"), glossary.MODELS)
+    out.print(table, min_width=min_width(table))
 
 
 def clusters(json_out: bool = typer.Option(False, "--json", help="Print JSON instead of a table.")) -> None:
@@ -83,17 +83,18 @@ def clusters(json_out: bool = typer.Option(False, "--json", help="Print JSON ins
     if json_out:
         out.emit_json({name: c.to_dict() for name, c in presets.items()})
         return
-    table = Table(title="Cluster presets (dense peaks; bandwidth per device per direction)")
-    for col in ("name", "device", "bf16 TFLOP/s", "fp8 TFLOP/s", "HBM GB", "HBM TB/s", "topology"):
-        table.add_column(col, justify="left" if col in ("name", "device", "topology") else "right")
+    cols: dict[str, list[str]] = {k: [] for k in ("name", "device", "bf16 TFLOP/s", "fp8 TFLOP/s", "HBM GB", "HBM TB/s", "topology")}
     for name, c in presets.items():
         d = c.device
-        topo = " → ".join(
+        topo = ", ".join(
             f"{lv.name} {'x'.join(map(str, lv.torus_dims)) if lv.torus_dims else (lv.size or '∞')} @{lv.bandwidth / 1e9:g} GB/s" for lv in c.levels
         )
         fp8 = d.peak_flops.get("fp8")
-        table.add_row(name, d.name, f"{d.peak_flops['bf16'] / 1e12:g}", f"{fp8 / 1e12:g}" if fp8 else "-", f"{d.hbm_bytes / 1e9:g}", f"{d.hbm_bandwidth / 1e12:g}", topo)
-    out.print(table)
+        cells = (name, d.name, f"{d.peak_flops['bf16'] / 1e12:g}", f"{fp8 / 1e12:g}" if fp8 else "-", f"{d.hbm_bytes / 1e9:g}", f"{d.hbm_bandwidth / 1e12:g}", topo)
+        for k, cell in zip(cols, cells):
+            cols[k].append(cell)
+    table = plain_table("Cluster presets", cols, ("name", "device", "topology"), glossary.CLUSTERS)
+    out.print(table, min_width=min_width(table))
 
 
 def _parse_fix(text: str | None) -> dict[str, Any]:
@@ -103,11 +104,11 @@ def _parse_fix(text: str | None) -> dict[str, Any]:
         key, sep, value = item.partition("=")
         key = key.strip().replace("-", "_")
         if not sep or key not in FIXABLE:
-            raise BandwiseError(f"--fix {item!r}: expected name=value with name one of {', '.join(FIXABLE)}")
+            raise BandwiseError(f"--fix {item!r}: expected name=value with name one of {', '.join(FIXABLE)}{_near(key, FIXABLE)}")
         choices = {"schedule": SCHEDULES, "recompute": RECOMPUTE, "precision": PRECISIONS}.get(key)
         if choices:
             if value not in choices:
-                raise BandwiseError(f"--fix {key}={value!r}: valid values are {', '.join(choices)}")
+                raise BandwiseError(f"--fix {key}={value!r}: valid values are {', '.join(choices)}{_near(value, choices)}")
             fixed[key] = value
         else:
             try:
@@ -119,6 +120,13 @@ def _parse_fix(text: str | None) -> dict[str, Any]:
     return fixed
 
 
+def _near(word: str, choices: tuple[str, ...]) -> str:
+    """'; did you mean Interleaved1F1B?' for a near miss (case-insensitive), else ''."""
+    lower = {c.lower(): c for c in choices}
+    close = difflib.get_close_matches(word.lower(), list(lower), n=1, cutoff=0.75)
+    return f"; did you mean {lower[close[0]]}?" if close else ""
+
+
 def plan(
     model: str = typer.Option("llama3-70b", "--model", "-m", help="Model preset or path to a config.json."),
     cluster: str = typer.Option("h100", "--cluster", "-c", help="Cluster preset (bandwise clusters)."),
@@ -127,6 +135,8 @@ def plan(
     global_batch: int | None = GLOBAL_BATCH,
     global_batch_tokens: int | None = GLOBAL_BATCH_TOKENS,
     top: int = typer.Option(10, "--top", help="How many layouts to list."),
+    wide: bool = typer.Option(False, "--wide", help="More columns: step time, micro-batches, HFU, bubble, precision."),
+    all_layouts: bool = typer.Option(False, "--all", help="List near-duplicates too (same degrees, within 1% of a listed layout)."),
     no_pp: bool = typer.Option(False, "--no-pp", help="Search only layouts without pipeline parallelism."),
     fix: str | None = typer.Option(None, "--fix", help="Pin fields, e.g. tp=1,ep=64,schedule=1F1B."),
     precision: str = PRECISION,
@@ -144,47 +154,63 @@ def plan(
     gb = global_batch_of(spec, global_batch, global_batch_tokens, devices)
     precisions = precisions_of(precision)
     params = CostParams(headroom=fraction("--headroom", headroom))
-    kw = dict(fixed=_parse_fix(fix), precisions=precisions, overlap={"tp": overlap_tp}, params=params)
+    # a pool deep enough that collapsing near-duplicates still leaves `top` distinct layouts
+    pool = top if all_layouts else max(20 * top, 100)
+    kw = dict(top=pool, allow_pp=not no_pp, fixed=_parse_fix(fix), precisions=precisions, overlap={"tp": overlap_tp}, params=params)
     if json_out:
-        result = search(spec, clus, devices, gb, top=top, allow_pp=not no_pp, **kw)
+        result = search(spec, clus, devices, gb, **kw)
     else:
         with Progress(TextColumn("searching layouts"), BarColumn(), TextColumn("{task.completed:,} candidates"), TimeElapsedColumn(), transient=True, console=out.console) as bar:
             task = bar.add_task("search", total=None)
-            result = search(spec, clus, devices, gb, top=top, allow_pp=not no_pp, progress=lambda k: bar.advance(task, k), **kw)
+            result = search(spec, clus, devices, gb, progress=lambda k: bar.advance(task, k), **kw)
+    listed, hidden = _listed(result.top, top, all_layouts)
     if result.searched == 0:
-        raise BandwiseError(
-            f"no valid layout of {spec.name} on {devices} devices with a global batch of {gb} sequences: no split of "
-            f"{devices} into data x tensor x context x pipeline degrees divides the batch, the heads ({spec.heads}) and the layers "
-            f"({spec.layers}); use a device count such as {1 << (devices.bit_length() - 1)} or a global batch that is a multiple of {devices}"
-        )
+        raise BandwiseError(no_valid_layout(spec, devices, gb, kw["fixed"], allow_pp=not no_pp, precisions=precisions))
     verdict = decide(result, clus, fraction("--threshold", threshold))
-    if result.best is None:
-        verdict.reason += "; " + suggest_fit(spec, clus, devices, gb, allow_pp=not no_pp, fixed={"micro_batch": 1, "recompute": "full"}, precisions=precisions, params=params)
+    chosen = recommended(result, verdict)
+    if chosen is None:
+        verdict.reason += "; " + suggest_fit(spec, clus, devices, gb, allow_pp=not no_pp, fixed=kw["fixed"], precisions=precisions, overlap=kw["overlap"], params=params)
     if json_out:
         out.emit_json(
             {
                 "searched": result.searched,
                 "fitting": result.fitting,
                 "seconds": result.seconds,
-                "best": result.best,
+                "best": chosen,
                 "best_without_pp": result.best_without_pp,
                 "verdict": {"needs_pp": verdict.needs_pp, "reason": verdict.reason},
-                "top": result.top,
+                "top": listed,
             }
         )
+    else:
+        out.print(
+            f"[b]{spec.name}[/b] on [b]{devices} x {clus.name}[/b] ({clus.device.name}), seq {spec.seq_len}, "
+            f"global batch {gb} sequences = {_count(gb * spec.seq_len, tokens=True)} tokens"
+        )
+        out.print(f"searched {result.searched:,} valid layouts in {result.seconds:.2f} s; {result.fitting:,} fit in {result.capacity_gib:.1f} GiB per device")
+    if chosen is None:
+        raise NothingFits(verdict.reason)
+    if json_out:
         return
-    out.print(
-        f"[b]{spec.name}[/b] on [b]{devices} x {clus.name}[/b] ({clus.device.name}), seq {spec.seq_len}, "
-        f"global batch {gb} sequences = {gb * spec.seq_len / 1e6:.2f}M tokens"
-    )
-    out.print(f"searched {result.searched:,} valid layouts in {result.seconds:.2f} s; {result.fitting:,} fit in {result.capacity_gib:.1f} GiB per device")
-    if result.top:
-        out.print(layouts_table(result.top, f"Top {len(result.top)} layouts by tokens/s per device"))
-    style = "red" if verdict.needs_pp else "green"
-    head = "PP needed" if verdict.needs_pp else "PP not needed"
+    table = layouts_table(listed, f"Top {len(listed)} layouts by tokens/s per device", wide=wide, hidden=hidden)
+    out.print(table, min_width=min_width(table))
+    head = {True: "PP needed", False: "PP not needed", None: "no verdict on PP"}[verdict.needs_pp]
+    style = {True: "red", False: "green", None: "yellow"}[verdict.needs_pp]
     out.print(Panel(verdict.reason, title=f"verdict: {head}", title_align="left", border_style=style))
-    if result.best is not None:
-        out.print(breakdown(result.best.estimate, f"best layout: {result.best.strategy.describe()}"))
+    out.print(breakdown(chosen.estimate, f"recommended: {chosen.strategy.describe()}"))
+    out.print(Text(glossary.RECOMMENDED, style="dim"))
+
+
+def _listed(ranked: list[Layout], top: int, all_layouts: bool) -> tuple[list[Layout], int]:
+    """The first `top` layouts, near-duplicates collapsed unless --all; and how many were hidden among them."""
+    if all_layouts:
+        return ranked[:top], 0
+    kept = distinct(ranked)[0][:top]
+    last = next((i for i, lay in enumerate(ranked) if lay is kept[-1]), -1) if kept else -1
+    return kept, last + 1 - len(kept)
+
+
+ESTIMATE_HELP = "Estimate one layout: step time split into compute, exposed communication per dim, bubble and optimizer; memory; MFU."
 
 
 def estimate(
@@ -210,7 +236,6 @@ def estimate(
     headroom: float = typer.Option(0.1, "--headroom"),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON layout {strategy, estimate}."),
 ) -> None:
-    """Estimate one layout: step time split into compute, exposed communication per dim, bubble and optimizer; memory; MFU."""
     out = Output(json_mode=json_out)
     spec = model_spec(model, seq_len)
     clus = get_cluster(cluster)
@@ -230,12 +255,15 @@ def estimate(
     out.print(breakdown(est, "estimate"))
 
 
-def _count(n: float) -> str:
-    return f"{n / 1e12:.2f}T" if n >= 1e12 else f"{n / 1e9:.1f}B" if n >= 1e9 else f"{n / 1e6:.1f}M"
+def _count(n: float, tokens: bool = False) -> str:
+    if tokens and n < 1e6:
+        return f"{n:,.0f}"
+    return f"{n / 1e12:.2f}T" if n >= 1e12 else f"{n / 1e9:.1f}B" if n >= 1e9 else f"{n / 1e6:.2f}M" if tokens else f"{n / 1e6:.1f}M"
 
 
 def register(app: typer.Typer) -> None:
-    app.command("plan", help=PLAN_HELP)(plan)
-    app.command("estimate")(estimate)
-    app.command("models")(models)
-    app.command("clusters")(clusters)
+    words = f"\n\n{glossary.RECOMMENDED}\n\n[b]Words[/b]: {glossary.LAYOUT}\n\n{glossary.PLAN_COLUMNS} {glossary.PLAN_WIDE_COLUMNS}\n\n{glossary.BREAKDOWN}"
+    app.command("plan", help=PLAN_HELP + words)(plan)
+    app.command("estimate", help=f"{ESTIMATE_HELP}\n\n[b]Words[/b]: {glossary.LAYOUT}\n\n{glossary.BREAKDOWN}")(estimate)
+    app.command("models", help=f"List the model presets.\n\n{glossary.MODELS}")(models)
+    app.command("clusters", help=f"List the cluster presets: device peaks, memory and the interconnect levels.\n\n{glossary.CLUSTERS}")(clusters)

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import typer
-from rich.table import Table
 
 from bandwise.cost.pipeline import PipelineSpec, simulate
+from bandwise.report import glossary
 from bandwise.report.output import Output
+from bandwise.report.tables import min_width, plain_table
 from bandwise.report.timeline import gantt, text_rows
 from bandwise.specs.strategy import SCHEDULES, SINGLE_STAGE
 
@@ -24,10 +25,10 @@ def schedule(
     kept_for_w: float = typer.Option(1.0, "--kept-for-w", help="Share of activations held from I until W (split-backward schedules)."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON instead of the timeline."),
     png: str = typer.Option("", "--png", help="Also draw a Gantt chart to this PNG (needs matplotlib)."),
-    width: int = typer.Option(120, "--width", help="Characters for the text timeline."),
+    width: int = typer.Option(0, "--width", help="Characters for the text timeline (default: the terminal's width)."),
 ) -> None:
-    """Simulate a pipeline schedule: per-rank order, timeline, bubble and in-flight activations."""
     out = Output(json_mode=json_out)
+    width = width if width > 0 else max(20, out.console.width - len("rank  0 |") - 1)
     known = {s.lower(): s for s in SCHEDULES}
     name = known.get(name.lower(), name)
     v = virtual or (1 if name in SINGLE_STAGE else 2)
@@ -42,18 +43,17 @@ def schedule(
     out.print(title)
     for row in text_rows(t, width):
         out.print(row)
-    table = Table(title=f"makespan {t.makespan:g}, bubble {t.bubble_fraction:.1%}")
-    for col in ("rank", "stages", "busy", "idle %", "peak in-flight (micro-batches)") + (("peak activation bytes",) if t.peak_bytes else ()):
-        table.add_column(col, justify="right")
+    cols: dict[str, list[str]] = {k: [] for k in ("rank", "stages", "busy", "idle", "peak in-flight") + (("peak bytes",) if t.peak_bytes else ())}
     for r in range(stages):
-        row = [str(r), ",".join(map(str, t.stage_of_rank[r])), f"{t.busy[r]:g}", f"{t.rank_bubble[r]:.1%}", f"{t.peak_inflight[r]:.3g}"]
-        if t.peak_bytes:
-            row.append(f"{t.peak_bytes[r]:.4g}")
-        table.add_row(*row)
-    out.print(table)
+        cells = [str(r), ",".join(map(str, t.stage_of_rank[r])), f"{t.busy[r]:g}", f"{t.rank_bubble[r]:.1%}", f"{t.peak_inflight[r]:.3g}"]
+        cells += [f"{t.peak_bytes[r]:.4g}"] if t.peak_bytes else []
+        for k, cell in zip(cols, cells):
+            cols[k].append(cell)
+    table = plain_table(f"makespan {t.makespan:g}, bubble {t.bubble_fraction:.1%}", cols, (), glossary.SCHEDULE)
+    out.print(table, min_width=min_width(table))
     if png:
         out.print(f"Gantt chart written to {png}")
 
 
 def register(app: typer.Typer) -> None:
-    app.command("schedule")(schedule)
+    app.command("schedule", help=f"Simulate a pipeline schedule: per-rank order, timeline, bubble and in-flight activations.\n\n{glossary.SCHEDULE}")(schedule)

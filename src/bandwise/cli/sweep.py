@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
+from rich.console import Group
 
 from bandwise.cli.options import (
     GLOBAL_BATCH,
@@ -27,18 +27,21 @@ from bandwise.cost.step import CostParams
 from bandwise.errors import BandwiseError
 from bandwise.plan.search import Layout
 from bandwise.plan.sweep import VARY_KINDS, PlanInputs, Point, SweepResult, compare as compare_clusters, parse_vary, sweep as sweep_points, vary_cluster
+from bandwise.report import glossary
 from bandwise.report.output import Output
+from bandwise.report.tables import min_width, plain_table
 from bandwise.specs.registry import get_cluster
 
 DEFAULT_CLUSTERS = "h100,h800,gb200-nvl72,tpu-v5p"
 
 COMPARE_HELP = """Plan one model on several clusters: per cluster the best layout, the best layout without pipeline
-parallelism (PP), the MFU gap, the verdict with its reason, and the dominant exposed cost (the
+parallelism (PP), the verdict with its reason, and the dominant exposed cost (the
 largest communication term not hidden behind compute, with its link and ms per step) of the best
 layout without PP, which is what a pipeline would have to remove.
 
 The verdict is the one `bandwise plan` gives (see `bandwise plan --help`): PP is not needed when the
-best layout without PP is within --threshold of the best overall, in tokens/s per device.
+best layout without PP is within --threshold of the best overall, in tokens/s per device; a cluster
+where nothing fits has no verdict ("nothing fits").
 """
 
 SWEEP_HELP = """Re-plan one model while one interconnect quantity of a base cluster changes, and show where PP stops
@@ -101,24 +104,31 @@ def _layout(lay: Layout | None) -> tuple[str, str]:
     return lay.strategy.describe(), f"{lay.estimate.mfu:.1%}"
 
 
-def _table(points: list[Point], title: str, first: str) -> Table:
-    table = Table(title=title, title_justify="left")
-    for col in (first, "best layout", "MFU", "best without PP", "MFU ", "gap", "verdict", "dominant exposed cost without PP"):
-        table.add_column(col, justify="right" if col.startswith("MFU") or col == "gap" else "left", overflow="fold")
+VERDICT_CELL = {True: "PP needed", False: "PP not needed", None: "nothing fits"}
+
+
+def _table(points: list[Point], title: str, first: str) -> Group:
+    """One row per point, narrow enough for 80 columns; the dominant exposed cost goes in the lines below."""
+    cols: dict[str, list[str]] = {first: [], "best layout": [], "MFU": [], "best without PP": [], "MFU ": [], "verdict": []}
     for p in points:
-        gap = f"{p.mfu_gap * 100:+.1f} pt" if p.mfu_gap is not None else "-"
-        verdict = ("[red]PP needed[/red]" if p.verdict.needs_pp else "[green]PP not needed[/green]") + (f" ({p.verdict.gain:+.1%})" if p.verdict.gain is not None else "")
-        dom = p.dominant.describe() if p.dominant else "none exposed"
+        verdict = VERDICT_CELL[p.verdict.needs_pp] + (f" ({p.verdict.gain:+.1%})" if p.verdict.gain is not None else "")
         first_cell = p.label if p.value is None else f"{p.value:g}"
-        table.add_row(first_cell, *_layout(p.best), *_layout(p.best_without_pp), gap, verdict, dom)
-    return table
+        for k, cell in zip(cols, (first_cell, *_layout(p.best), *_layout(p.best_without_pp), verdict)):
+            cols[k].append(cell)
+    return plain_table(title, cols, (first, "best layout", "best without PP", "verdict"), f"{glossary.COMPARE} {glossary.LAYOUT}")
+
+
+def _point_line(p: Point) -> str:
+    dom = p.dominant.describe() if p.dominant else "none exposed"
+    return f"[b]{p.label}[/b]: {p.verdict.reason}; dominant exposed cost without PP: {dom}"
 
 
 def _header(out: Output, inputs: PlanInputs, where: str) -> None:
     m = inputs.model
     out.print(
         f"[b]{m.name}[/b] on [b]{inputs.devices}[/b] devices of {where}, seq {m.seq_len}, global batch {inputs.global_batch} "
-        f"sequences = {inputs.global_batch * m.seq_len / 1e6:.1f}M tokens; PP not needed within {inputs.threshold:.0%}"
+        f"sequences = {inputs.global_batch * m.seq_len / 1e6:.1f}M tokens; a point's verdict is 'PP not needed' when its best "
+        f"layout without PP is within {inputs.threshold:.0%} of its best"
     )
 
 
@@ -163,9 +173,10 @@ def compare(
         out.emit_json({**_common(inputs), "clusters": points, **({"png": str(png)} if png else {})})
         return
     _header(out, inputs, ", ".join(names))
-    out.print(_table(points, "Best layout with and without pipeline parallelism", "cluster"))
+    table = _table(points, "Best layout with and without pipeline parallelism", "cluster")
+    out.print(table, min_width=min_width(table))
     for p in points:
-        out.print(f"[b]{p.label}[/b]: {p.verdict.reason}")
+        out.print(_point_line(p))
     if png is not None:
         out.print(f"chart written to {png}")
 
@@ -202,7 +213,10 @@ def sweep(
         out.emit_json({**_common(inputs), **result.to_dict(), **({"png": str(png)} if png else {})})
         return
     _header(out, inputs, f"{base.name}, {spec.kind} varied")
-    out.print(_table(result.points, f"{spec.kind}: {VARY_KINDS[spec.kind]}", spec.kind))
+    table = _table(result.points, VARY_KINDS[spec.kind].capitalize(), spec.kind)
+    out.print(table, min_width=min_width(table))
+    for p in sorted(result.points, key=lambda p: p.value):
+        out.print(f"[b]{p.value:g}[/b]: dominant exposed cost without PP: {p.dominant.describe() if p.dominant else 'none exposed'}")
     out.print(_crossover_line(result))
     if png is not None:
         out.print(f"chart written to {png}")
@@ -213,17 +227,20 @@ def _crossover_line(result: SweepResult) -> str:
     kind = result.vary.kind
     if x is None:
         last = pts[-1]
-        return f"[b]no crossover[/b]: PP still pays off at {kind}={last.value:g}: {last.verdict.reason}"
+        state = "nothing fits" if last.verdict.needs_pp is None else "PP still pays off"
+        return f"[b]no crossover[/b]: {state} at {kind}={last.value:g}: {last.verdict.reason}"
     at = next(p for p in pts if p.value == x)
     if at is pts[0]:
         return f"[b]no crossover in range[/b]: PP is not needed from the smallest value, {kind}={x:g}: {at.verdict.reason}"
     below = pts[pts.index(at) - 1]
+    state = "nothing fits" if below.verdict.needs_pp is None else "PP still pays off"
     return (
         f"[b]crossover at {kind}={x:g}[/b]: PP stops paying off there ({at.verdict.reason}); "
-        f"at {below.value:g} it still does ({below.verdict.reason})"
+        f"at {below.value:g} {state} ({below.verdict.reason})"
     )
 
 
 def register(app: typer.Typer) -> None:
-    app.command("compare", help=COMPARE_HELP)(compare)
-    app.command("sweep", help=SWEEP_HELP)(sweep)
+    words = f"\n\n[b]Words[/b]: {glossary.COMPARE}\n\n{glossary.LAYOUT}"
+    app.command("compare", help=COMPARE_HELP + words)(compare)
+    app.command("sweep", help=SWEEP_HELP + words)(sweep)

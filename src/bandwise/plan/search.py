@@ -56,11 +56,40 @@ class SearchResult:
     """Least memory any valid candidate needs (explains a search where nothing fits)."""
     min_memory_gib_without_pp: float
     capacity_gib: float
+    min_memory_gib_with_pp: float = np.inf
+    pp_searched: bool = True
+    """Pipelined layouts were candidates (not --no-pp, not --fix pp=1): a verdict on PP needs both sides."""
+    nopp_searched: bool = True
+    """Layouts without PP were candidates (no --fix pp=N with N > 1)."""
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def best(self) -> Layout | None:
         return self.top[0] if self.top else None
+
+
+DEGREES = ("dp_replicate", "dp_shard", "tp", "cp", "pp", "ep")
+NEAR_DUPLICATE = 0.01
+"""A layout with the same degrees as a better-ranked one and within this share of its tokens/s
+differs only in micro-batch, schedule, ZeRO stage or recomputation: listed once unless asked."""
+
+
+def distinct(layouts: list[Layout], within: float = NEAR_DUPLICATE) -> tuple[list[Layout], int]:
+    """The ranked layouts without near-duplicates, and how many were dropped.
+
+    A layout is a near-duplicate when the last kept layout with the same parallel degrees (a
+    better-ranked one) is within `within` of it in tokens/s per device.
+    """
+    kept: list[Layout] = []
+    last: dict[tuple[int, ...], float] = {}
+    for lay in layouts:
+        key = tuple(getattr(lay.strategy, d) for d in DEGREES)
+        tps = lay.estimate.tokens_per_s_per_device
+        if key in last and tps >= (1.0 - within) * last[key]:
+            continue
+        last[key] = tps
+        kept.append(lay)
+    return kept, len(layouts) - len(kept)
 
 
 def _divisors(n: int) -> list[int]:
@@ -224,7 +253,7 @@ def search(
     offset = 0  # valid candidates seen before this chunk: a candidate's enumeration index
     best_nopp: tuple[float, SimpleNamespace] | None = None
     best_pp: tuple[float, SimpleNamespace] | None = None
-    min_mem, min_mem_nopp = np.inf, np.inf
+    min_mem, min_mem_nopp, min_mem_pp = np.inf, np.inf, np.inf
     for chunk in candidate_chunks(model, devices, global_batch, fixed=fixed, allow_pp=allow_pp, precisions=precisions):
         ok = valid_mask(chunk, devices, model)
         searched += int(ok.sum())
@@ -240,6 +269,8 @@ def search(
         nopp = c.pp == 1
         if nopp.any():
             min_mem_nopp = min(min_mem_nopp, float(mem[nopp].min()))
+        if not nopp.all():
+            min_mem_pp = min(min_mem_pp, float(mem[~nopp].min()))
         fits = mem <= cap
         fitting += int(fits.sum())
         if not fits.any():
@@ -272,8 +303,9 @@ def search(
     if pool_c:
         all_c = SimpleNamespace(**{k: np.concatenate([getattr(p, k) for p in pool_c]) for k in vars(pool_c[0])})
         all_tps, all_idx = np.concatenate(pool_tps), np.concatenate(pool_idx)
-        for i in np.lexsort((all_idx, -all_tps))[:top]:
-            layouts.append(layout(all_c, int(i)))
+        ranked = _take(all_c, np.lexsort((all_idx, -all_tps))[:top])
+        r = evaluate(model, cluster, ranked, order, params)  # the whole list in one call
+        layouts = [Layout(strategy=_row_strategy(ranked, i, order), estimate=estimate_from_row(r, i, cap)) for i in range(len(ranked.tp))]
     return SearchResult(
         searched=searched,
         fitting=fitting,
@@ -284,7 +316,14 @@ def search(
         min_memory_gib=min_mem / 2**30,
         min_memory_gib_without_pp=min_mem_nopp / 2**30,
         capacity_gib=cap / 2**30,
+        min_memory_gib_with_pp=min_mem_pp / 2**30,
+        **searched_sides(allow_pp, fixed),
     )
+
+
+def searched_sides(allow_pp: bool, fixed: dict[str, Any]) -> dict[str, bool]:
+    """Which sides of the PP question a search covered: a verdict needs both."""
+    return {"pp_searched": allow_pp and fixed.get("pp", 2) > 1, "nopp_searched": fixed.get("pp", 1) == 1}
 
 
 class NetworkSearch:
@@ -336,6 +375,8 @@ class NetworkSearch:
         self.searched, self.fitting = len(self.cols.tp), int(fits.sum())
         self.min_memory = float(self.memory.min())
         self.min_memory_nopp = float(self.memory[nopp].min()) if nopp.any() else np.inf
+        self.min_memory_pp = float(self.memory[~nopp].min()) if (~nopp).any() else np.inf
+        self.sides = searched_sides(allow_pp, dict(fixed or {}))
 
     def _best(self, cluster: Cluster, idx_sorted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(indices, step times) of the `top` fastest candidates of a subset sorted by lower bound."""
@@ -376,4 +417,6 @@ class NetworkSearch:
             min_memory_gib=self.min_memory / 2**30,
             min_memory_gib_without_pp=self.min_memory_nopp / 2**30,
             capacity_gib=self.capacity / 2**30,
+            min_memory_gib_with_pp=self.min_memory_pp / 2**30,
+            **self.sides,
         )

@@ -12,7 +12,7 @@ Definitions, shared by the table, the JSON and the plot:
   breakdown (tp, cp, ep, fsdp, dp or pp, the share not hidden behind compute), named with the
   outermost link its group crosses (`verdict.group_link`) and its milliseconds per step.
 - Crossover of a sweep: the smallest swept value from which on the verdict is "PP not needed"
-  at every larger swept value too, i.e. where the best layout without PP comes within the
+  at every larger swept value too (a point where nothing fits has no verdict and is not counted), i.e. where the best layout without PP comes within the
   threshold of the best overall and stays there. It is None when PP still pays off at the
   largest value; it is the first value when PP never pays off in the range. Taking the start of
   the last run (not the first "not needed" point) keeps the answer honest when a domain size
@@ -33,8 +33,9 @@ from typing import Any, Callable
 
 from bandwise.cost.step import DEFAULT_PARAMS, CostParams
 from bandwise.errors import BandwiseError
+from bandwise.plan.advice import no_valid_layout, valid_count
 from bandwise.plan.search import NetworkSearch, Layout, SearchResult, search
-from bandwise.plan.verdict import THRESHOLD, TERM_WORDS, Verdict, decide, group_link
+from bandwise.plan.verdict import THRESHOLD, TERM_WORDS, Verdict, decide, group_link, ms
 from bandwise.specs.hardware import Cluster
 from bandwise.specs.model import ModelSpec
 
@@ -61,7 +62,7 @@ class ExposedCost:
     """Share of the step time."""
 
     def describe(self) -> str:
-        return f"{TERM_WORDS[self.dim]} over {self.link}: {self.seconds * 1e3:,.0f} ms/step ({self.share:.0%})"
+        return f"{TERM_WORDS[self.dim]} over {self.link}: {ms(self.seconds)}/step ({self.share:.0%})"
 
     def to_dict(self) -> dict[str, Any]:
         return {"dim": self.dim, "collective": TERM_WORDS[self.dim], "link": self.link, "ms_per_step": self.seconds * 1e3, "share_of_step": self.share}
@@ -161,6 +162,8 @@ def plan_point(inputs: PlanInputs, cluster: Cluster, label: str, value: float | 
         inputs.model, cluster, inputs.devices, inputs.global_batch, top=1,
         precisions=inputs.precisions, overlap=inputs.overlap, params=inputs.params, progress=progress,
     )
+    if result.searched == 0:
+        raise BandwiseError(no_valid_layout(inputs.model, inputs.devices, inputs.global_batch, precisions=inputs.precisions))
     return Point(label=label, value=value, cluster=cluster, result=result, verdict=decide(result, cluster, inputs.threshold))
 
 
@@ -281,7 +284,7 @@ def crossover(points: list[Point]) -> float | None:
     ordered = sorted(points, key=lambda p: p.value)
     found: float | None = None
     for p in reversed(ordered):
-        if p.verdict.needs_pp:
+        if p.verdict.needs_pp is not False:  # PP needed, or no verdict (nothing fits)
             break
         found = p.value
     return found
@@ -297,6 +300,8 @@ def sweep(inputs: PlanInputs, base: Cluster, vary: Vary, *, on_point: Callable[[
     clusters = [vary_cluster(base, vary.kind, v) for v in vary.values]
     for cluster in clusters:
         cluster.check_devices(inputs.devices)
+    if not valid_count(inputs.model, inputs.devices, inputs.global_batch, {}, precisions=inputs.precisions):
+        raise BandwiseError(no_valid_layout(inputs.model, inputs.devices, inputs.global_batch, precisions=inputs.precisions))
     shared = NetworkSearch(
         inputs.model, base, inputs.devices, inputs.global_batch, top=1,
         precisions=inputs.precisions, overlap=inputs.overlap, params=inputs.params,

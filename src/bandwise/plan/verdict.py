@@ -4,6 +4,9 @@ PP is not needed when the best layout without PP comes within `threshold` (defau
 best layout overall. Otherwise the reason names what PP buys: the terms of the no-PP layout's
 step (exposed communication per dim, recomputation) that the PP layout avoids, with the link
 they cross and its bandwidth, or the memory that does not fit without PP.
+
+There is no verdict (`needs_pp` is None) when nothing fits, or when the search covered only one
+side of the question (--no-pp, --fix pp=...): a verdict is true or it is not given.
 """
 
 from __future__ import annotations
@@ -38,7 +41,8 @@ TERM_WORDS = {
 
 @dataclass(kw_only=True, slots=True)
 class Verdict:
-    needs_pp: bool
+    needs_pp: bool | None
+    """None: no verdict (nothing fits, or only one side of the question was searched)."""
     reason: str
     gain: float | None
     """Best tokens/s over best-without-PP tokens/s, minus 1 (None when one side does not fit)."""
@@ -71,21 +75,34 @@ def decide(result: SearchResult, cluster: Cluster, threshold: float = THRESHOLD)
     best, nopp = result.best, result.best_without_pp
     if best is None:
         return Verdict(
-            needs_pp=False,
+            needs_pp=None,
             gain=None,
             reason=(
-                f"no layout fits: the least memory any layout needs is {result.min_memory_gib:.1f} GiB per device, "
+                f"nothing fits: the least memory any layout needs is {result.min_memory_gib:.1f} GiB per device, "
                 f"{result.capacity_gib:.1f} GiB is usable"
+            ),
+        )
+    if not (result.pp_searched and result.nopp_searched):
+        searched, flag = ("without", "--no-pp or --fix pp=1") if result.nopp_searched else ("with", "--fix pp")
+        return Verdict(
+            needs_pp=None,
+            gain=None,
+            reason=(
+                f"no verdict on PP: only layouts {searched} PP were searched ({flag}); the best, {best.strategy.describe()}, "
+                f"reaches {best.estimate.mfu:.1%} MFU; search both to compare"
             ),
         )
     if best.strategy.pp == 1:
         piped = result.best_with_pp
-        versus = (
-            f"; the best pipelined layout ({piped.strategy.describe()}) reaches {piped.estimate.mfu:.1%}, "
-            f"{piped.estimate.tokens_per_s_per_device / best.estimate.tokens_per_s_per_device - 1:+.0%} tokens/s"
-            if piped is not None
-            else "; no pipelined layout fits"
-        )
+        if piped is not None:
+            versus = (
+                f"; the best pipelined layout ({piped.strategy.describe()}) reaches {piped.estimate.mfu:.1%}, "
+                f"{piped.estimate.tokens_per_s_per_device / best.estimate.tokens_per_s_per_device - 1:+.0%} tokens/s"
+            )
+        elif np.isfinite(result.min_memory_gib_with_pp):
+            versus = f"; no pipelined layout fits (the smallest needs {result.min_memory_gib_with_pp:.1f} GiB per device)"
+        else:
+            versus = "; no pipelined layout is valid here (the layers, batch or devices do not split into stages)"
         return Verdict(
             needs_pp=False,
             gain=0.0,
@@ -124,6 +141,23 @@ def decide(result: SearchResult, cluster: Cluster, threshold: float = THRESHOLD)
     return Verdict(needs_pp=True, gain=gain, reason=_why_pp(best, nopp, cluster, gain))
 
 
+def recommended(result: SearchResult, verdict: Verdict) -> Layout | None:
+    """The layout the plan hands on (`best` in `plan --json`, what `train --strategy` runs).
+
+    The fastest layout, except when the verdict says PP is not needed: then the fastest without
+    PP, which is within the threshold and simpler to run.
+    """
+    if verdict.needs_pp is False and result.best_without_pp is not None:
+        return result.best_without_pp
+    return result.best
+
+
+def ms(seconds: float) -> str:
+    """'4,999 ms', '12.3 ms', '0.42 ms': whole milliseconds from 100 up, three significant figures below."""
+    v = seconds * 1e3
+    return f"{v:,.0f} ms" if v >= 100 else f"{v:.3g} ms"
+
+
 def _why_pp(best: Layout, nopp: Layout, cluster: Cluster, gain: float) -> str:
     """Name the no-PP costs that the PP layout avoids, largest first."""
     b, n = best.estimate.breakdown, nopp.estimate.breakdown
@@ -134,31 +168,37 @@ def _why_pp(best: Layout, nopp: Layout, cluster: Cluster, gain: float) -> str:
         if delta <= 0.01 * step:
             continue
         where = f" over {group_link(cluster, nopp.strategy, k)}" if k in ("tp", "cp", "ep", "fsdp", "dp") else ""
-        parts.append(f"{TERM_WORDS[k]}{where}: {n[k] * 1e3:.0f} ms of its {step * 1e3:.0f} ms step ({n[k] / step:.0%}), {b[k] * 1e3:.0f} ms with PP")
+        parts.append(f"{TERM_WORDS[k]}{where}: {ms(n[k])} of its {ms(step)} step ({n[k] / step:.0%}), {ms(b[k])} with PP")
     costs = "; ".join(parts) or "a smaller per-device share of the same work"
     return (
         f"PP pays off: {best.strategy.describe()} reaches {best.estimate.mfu:.1%} MFU, {gain:+.0%} tokens/s over the best layout "
         f"without PP ({nopp.strategy.describe()}, {nopp.estimate.mfu:.1%} MFU), whose step spends {costs}; "
-        f"the pipeline bubble costs {b['bubble'] * 1e3:.0f} ms"
+        f"the pipeline bubble costs {ms(b['bubble'])}"
     )
 
 
-def suggest_fit(model: ModelSpec, cluster: Cluster, devices: int, global_batch: int, **search_kw: Any) -> str:
-    """When nothing fits: the smallest multiple of the device count that would, found by searching."""
+def suggest_fit(model: ModelSpec, cluster: Cluster, devices: int, global_batch: int, *, fixed: dict[str, Any] | None = None, **search_kw: Any) -> str:
+    """When nothing fits: the smallest multiple of the device count that would, found by searching.
+
+    Searched at micro-batch 1 and full recomputation (the least memory) unless `fixed` pins them,
+    and under the rest of `fixed`, so that following the advice with the same options works.
+    """
     from bandwise.plan.search import search
 
+    fixed = {"micro_batch": 1, "recompute": "full", **(fixed or {})}
     top = cluster.max_devices
     for factor in (2, 4, 8, 16):
         n = devices * factor
         if top is not None and n > top:
             break
         gb = max(global_batch, n)
-        r = search(model, cluster, n, gb, top=1, **search_kw)
+        r = search(model, cluster, n, gb, top=1, fixed=fixed, **search_kw)
         if r.best is not None:
             e = r.best.estimate
+            least = fixed["micro_batch"] == 1 and fixed["recompute"] == "full"
             return (
                 f"{n} devices would fit ({r.best.strategy.describe()}, {e.memory_gib_per_device:.1f} GiB per device"
-                + (f", global batch raised to {gb}" if gb != global_batch else "")
-                + "); full recomputation and micro-batch 1 were already searched"
+                + (f", with a global batch of {gb}" if gb != global_batch else "")
+                + ")" + (f"; on {devices} devices even micro-batch 1 with full recomputation does not fit" if least else "")
             )
-    return "no device count up to 16x fits: use a device with more memory, or a smaller model or sequence"
+    return f"no device count up to {16 * devices} fits: use a device with more memory, or a smaller model or sequence"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,9 +28,9 @@ def _jsonable(obj: Any) -> Any:
 
 
 def make_console() -> Console:
-    """Wide enough for the planner's tables when piped to a file (rich defaults to 80 columns)."""
+    """The terminal's width, or COLUMNS when set; 160 when piped to a file (rich would say 80)."""
     console = Console(highlight=False)
-    return console if console.is_terminal else Console(highlight=False, width=160)
+    return console if console.is_terminal or os.environ.get("COLUMNS", "").isdigit() else Console(highlight=False, width=160)
 
 
 @dataclass(slots=True)
@@ -40,9 +41,15 @@ class Output:
     quiet: bool = False
     console: Console = field(default_factory=lambda: make_console())
 
-    def print(self, *renderables: Any) -> None:
-        if not (self.json_mode or self.quiet):
-            self.console.print(*renderables)
+    def print(self, *renderables: Any, min_width: int = 0) -> None:
+        """`min_width`: render at least this wide (the terminal wraps the lines) rather than cut a number."""
+        if self.json_mode or self.quiet:
+            return
+        width = self.console.width
+        if min_width > width:
+            self.console.width = min_width
+        self.console.print(*renderables)
+        self.console.width = width
 
     def emit_json(self, obj: Any) -> None:
         json.dump(_jsonable(obj), sys.stdout, indent=2)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bandwise.errors import BandwiseError
+from bandwise.errors import INSTALL, BandwiseError
 from bandwise.plan.sweep import COMM_DIMS, PlanInputs, Point, SweepResult
 
 DIM_COLOURS = {"tp": "#4C72B0", "cp": "#8172B3", "ep": "#C44E52", "fsdp": "#DD8452", "dp": "#55A868", "pp": "#937860"}
@@ -23,7 +23,7 @@ def _pyplot() -> Any:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError as exc:
-        raise BandwiseError(f"--png needs matplotlib ({exc}); install it with: pip install 'bandwise[plot]'") from exc
+        raise BandwiseError(f"--png needs matplotlib ({exc}); from the bandwise checkout run: {INSTALL['plot']}") from exc
     return plt
 
 
@@ -63,8 +63,8 @@ def compare_chart(points: list[Point], inputs: PlanInputs, path: str) -> None:
     top.bar([x - w / 2 for x in xs], [_mfu(p, "best") for p in points], w, color=WITH_PP, label="best layout")
     top.bar([x + w / 2 for x in xs], [_mfu(p, "best_without_pp") for p in points], w, color=WITHOUT_PP, label="best without PP")
     for x, p in zip(xs, points):
-        top.text(x, max(_mfu(p, "best"), _mfu(p, "best_without_pp")) + 1, "PP needed" if p.verdict.needs_pp else "PP not needed",
-                 ha="center", fontsize=8, color="#C44E52" if p.verdict.needs_pp else "#2E7D32")
+        word, colour = {True: ("PP needed", "#C44E52"), False: ("PP not needed", "#2E7D32"), None: ("nothing fits", "#8C6D1F")}[p.verdict.needs_pp]
+        top.text(x, max(_mfu(p, "best"), _mfu(p, "best_without_pp")) + 1, word, ha="center", fontsize=8, color=colour)
         for shift, which in ((-w / 2, "best"), (w / 2, "best_without_pp")):
             v = _mfu(p, which)
             top.text(x + shift, v / 2, f"{v:.1f}", ha="center", va="center", fontsize=7, color="white")

@@ -2,48 +2,71 @@
 
 from __future__ import annotations
 
+from rich import box
+from rich.console import Group
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
 from bandwise.cost.step import BREAKDOWN_TERMS, MEMORY_TERMS, Estimate
 from bandwise.plan.search import Layout
+from bandwise.report import glossary
 
 BAR_COLOURS = {"compute": "green", "recompute": "yellow", "contention": "bright_green", "bubble": "magenta", "optimizer": "cyan"}
 
 
-def layouts_table(layouts: list[Layout], title: str) -> Table:
-    table = Table(title=title, title_justify="left")
-    for col in ("#", "layout", "ZeRO", "mb", "schedule", "recompute", "mem GiB", "step s", "tok/s/dev", "MFU", "exposed comm"):
-        table.add_column(col, justify="left" if col in ("layout", "schedule", "recompute") else "right")
+def _column(table: Table, header: str, cells: list[str], *, text: bool = False) -> None:
+    """A number column is never narrower than its widest cell, so rich can wrap text but never cut a number."""
+    if text:  # break only between words: as wide as the longest word
+        width = max([len(w) for c in cells for w in c.split()] + [len(w) for w in header.split()] + [1])
+        table.add_column(header, justify="left", min_width=width, overflow="fold")
+    else:  # the header may wrap between words
+        table.add_column(header, justify="right", min_width=max([len(c) for c in cells] + [len(w) for w in header.split()] + [1]))
+
+
+def plain_table(title: str, columns: dict[str, list[str]], text: tuple[str, ...], words: str = "") -> Group:
+    """A table of cells by column, the text columns wrapped between words, with its glossary under it."""
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True)
+    for header, cells in columns.items():
+        _column(table, header, cells, text=header in text)
+    for i in range(len(next(iter(columns.values()), []))):
+        table.add_row(*(cells[i] for cells in columns.values()))
+    return Group(table, Text(words, style="dim")) if words else Group(table)
+
+
+def min_width(group: Group) -> int:
+    """Columns a `plain_table` needs with its text columns at their narrowest: print at least this wide."""
+    table = group.renderables[0]
+    return sum(c.min_width or 0 for c in table.columns) + 2 * (len(table.columns) - 1)
+
+
+RECOMPUTE_SHORT = {"none": "none", "selective": "sel.", "full": "full"}
+
+
+def layouts_table(layouts: list[Layout], title: str, *, wide: bool = False, hidden: int = 0) -> Group:
+    """The ranked layouts and the words under them: a short column set that fits 80 columns; `wide` adds the rest."""
+    rows: dict[str, list[str]] = {"#": [], "layout": [], "mb": [], "recomp": [], "GiB": [], "tok/s": [], "MFU": [], "comm": []}
+    if wide:
+        rows.update({"step s": [], "mbs": [], "HFU": [], "bubble": [], "precision": []})
     for i, lay in enumerate(layouts, 1):
         s, e = lay.strategy, lay.estimate
-        sched = "-" if s.pp == 1 else s.schedule + (f" v{s.virtual_stages}" if s.virtual_stages > 1 else "")
-        table.add_row(
-            str(i),
-            _degrees(s),
-            str(s.zero),
-            str(s.micro_batch),
-            sched,
-            s.recompute,
-            f"{e.memory_gib_per_device:.1f}",
-            f"{e.step_time_s:.2f}",
-            f"{e.tokens_per_s_per_device:,.0f}",
-            f"{e.mfu:.1%}",
-            f"{e.exposed_comm_s / e.step_time_s:.1%}",
-        )
-    return table
-
-
-def _degrees(s) -> str:  # noqa: ANN001
-    names = {"dp_replicate": "rep", "dp_shard": "fsdp", "tp": "tp", "cp": "cp", "pp": "pp", "ep": "ep"}
-    parts = [f"{short}{getattr(s, k)}" for k, short in names.items() if getattr(s, k) > 1]
-    return " ".join(parts) or "1 device"
+        cells = {
+            "#": str(i), "layout": s.describe(), "mb": str(s.micro_batch), "recomp": RECOMPUTE_SHORT[s.recompute],
+            "GiB": f"{e.memory_gib_per_device:.1f}", "tok/s": f"{e.tokens_per_s_per_device:,.0f}", "MFU": f"{e.mfu:.1%}",
+            "comm": f"{e.exposed_comm_s / e.step_time_s:.1%}", "step s": f"{e.step_time_s:.2f}", "mbs": str(e.microbatches),
+            "HFU": f"{e.hfu:.1%}", "bubble": f"{e.breakdown.get('bubble', 0.0) / e.step_time_s:.1%}", "precision": s.precision,
+        }
+        for k in rows:
+            rows[k].append(cells[k])
+    words = glossary.LAYOUT + " " + glossary.PLAN_COLUMNS + (" " + glossary.PLAN_WIDE_COLUMNS if wide else "")
+    if hidden:
+        words += f" {hidden} near-duplicate(s) hidden: same degrees as the layout above them, within 1% of its tok/s (--all lists them)."
+    return plain_table(title, rows, ("layout",), words)
 
 
 def breakdown(est: Estimate, title: str) -> Panel:
     """Step time as a bar of its terms, then memory per device by part."""
-    width = 60
+    width = 40  # with the legend and memory beside it, the panel fits 80 columns
     step = est.step_time_s
     bar = Text()
     legend = Table.grid(padding=(0, 2))
@@ -56,16 +79,14 @@ def breakdown(est: Estimate, title: str) -> Panel:
             continue
         colour = BAR_COLOURS.get(term, "red")
         bar.append("█" * max(1, round(width * t / step)), style=colour)
-        label = term if term in BAR_COLOURS else f"{term} (exposed comm)"
-        legend.add_row(Text(label, style=colour), f"{t * 1e3:,.1f} ms", f"{t / step:.1%}")
+        legend.add_row(Text(glossary.breakdown_label(term), style=colour), f"{t * 1e3:,.1f} ms", f"{t / step:.1%}")
     mem = Table.grid(padding=(0, 2))
     mem.add_column()
     mem.add_column(justify="right")
     for term in MEMORY_TERMS:
-        mem.add_row(term.replace("_", " + "), f"{est.memory_gib.get(term, 0.0):.1f} GiB")
+        mem.add_row(glossary.MEMORY_LABELS.get(term, term), f"{est.memory_gib.get(term, 0.0):.1f} GiB")
     mem.add_row("total", f"{est.memory_gib_per_device:.1f} GiB" + ("" if est.fits else "  (does not fit)"))
-    grid = Table.grid(padding=(0, 4))
-    grid.add_row(Text(f"step {step:.3f} s · {est.microbatches} micro-batches · MFU {est.mfu:.1%} · HFU {est.hfu:.1%}"), "")
-    grid.add_row(bar, "")
+    grid = Table.grid(padding=(0, 3))
     grid.add_row(legend, mem)
-    return Panel(grid, title=title, title_align="left")
+    head = Text(f"step {step:.3f} s · {est.microbatches} micro-batches · MFU {est.mfu:.1%} · HFU {est.hfu:.1%}")
+    return Panel(Group(head, bar, grid, Text(glossary.BREAKDOWN, style="dim")), title=title, title_align="left")

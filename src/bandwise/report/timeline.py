@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from bandwise.cost.pipeline import Timeline
-from bandwise.errors import BandwiseError
+from bandwise.errors import INSTALL, BandwiseError
 
 COLORS = {"F": "#4C72B0", "B": "#C44E52", "I": "#DD8452", "W": "#55A868"}
 
@@ -42,7 +42,7 @@ def gantt(t: Timeline, path: str) -> None:
         import matplotlib.pyplot as plt
         from matplotlib.patches import Patch
     except ImportError as exc:
-        raise BandwiseError(f"--png needs matplotlib ({exc}); install it with: pip install 'bandwise[plot]'") from exc
+        raise BandwiseError(f"--png needs matplotlib ({exc}); from the bandwise checkout run: {INSTALL['plot']}") from exc
     s = t.spec
     p = len(t.actions)
     fig, ax = plt.subplots(figsize=(max(8.0, t.makespan * 0.22), 0.6 * p + 1.4))

@@ -1,11 +1,12 @@
 """Named presets: models and clusters, loaded from the YAML files in `presets/`.
 
-Names are case-insensitive. An unknown name lists the valid ones. A model may also be given as
+Names are case-insensitive. An unknown name suggests the closest preset and lists the valid ones. A model may also be given as
 a path to a Hugging Face `config.json` or to a YAML/JSON file of ModelSpec fields.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 from functools import cache
 from importlib import resources
@@ -52,15 +53,21 @@ def get_model(name_or_path: str) -> ModelSpec:
     path = Path(name_or_path)
     if path.suffix.lower() in (".json", ".yaml", ".yml") or path.exists():
         return load_model_file(path)
-    raise BandwiseError(f"unknown model {name_or_path!r}; presets: {', '.join(presets)} (or a path to a config.json)")
+    raise BandwiseError(f"unknown model {name_or_path!r}; {_did_you_mean(key, presets)}presets: {', '.join(presets)} (or a path to a config.json)")
 
 
 def get_cluster(name: str) -> Cluster:
     presets = cluster_presets()
     key = name.lower()
     if key not in presets:
-        raise BandwiseError(f"unknown cluster {name!r}; presets: {', '.join(presets)}")
+        raise BandwiseError(f"unknown cluster {name!r}; {_did_you_mean(key, presets)}presets: {', '.join(presets)}")
     return presets[key]
+
+
+def _did_you_mean(key: str, names: dict[str, Any]) -> str:
+    """'did you mean llama3-70b? ' for a near miss (difflib similarity >= 0.75), else ''."""
+    close = difflib.get_close_matches(key, list(names), n=1, cutoff=0.75)
+    return f"did you mean {close[0]}? " if close else ""
 
 
 def load_model_file(path: Path) -> ModelSpec:

@@ -113,10 +113,19 @@ class Strategy:
                 raise BandwiseError(message(self, world))
 
     def describe(self) -> str:
-        parts = [f"{k}{getattr(self, k)}" for k in ("dp_replicate", "dp_shard", "tp", "cp", "pp", "ep") if getattr(self, k) > 1]
-        text = " ".join(parts) or "single device"
+        """The layout as people write it, the one name every table and message uses.
+
+        'DP2·FSDP32·TP8·PP4 Interleaved1F1B×2': DP = dp_replicate (replicated data parallel; with
+        ZeRO-1/2 it reads 'DP8 ZeRO-1'), FSDP = dp_shard (ZeRO-3; DP·FSDP is HSDP), TP, CP, PP,
+        EP; then, with PP, the schedule by its torch.distributed.pipelining name and ×v for v
+        stages per rank.
+        """
+        names = {"dp_replicate": "DP", "dp_shard": "FSDP", "tp": "TP", "cp": "CP", "pp": "PP", "ep": "EP"}
+        text = "·".join(f"{short}{getattr(self, k)}" for k, short in names.items() if getattr(self, k) > 1) or "1 device"
         if self.pp > 1:
-            text += f" {self.schedule}" + (f" v{self.virtual_stages}" if self.virtual_stages > 1 else "")
+            text += f" {self.schedule}" + (f"×{self.virtual_stages}" if self.virtual_stages > 1 else "")
+        if self.dp_shard == 1 and self.zero_stage in (1, 2) and self.dp_replicate * self.cp > 1:
+            text += f" ZeRO-{self.zero_stage}"
         return text
 
     def to_dict(self) -> dict[str, Any]:
@@ -142,6 +151,19 @@ class Strategy:
 
     def replace(self, **changes: Any) -> Strategy:
         return replace(self, **changes)
+
+
+def _batch_advice(s: Strategy) -> str:
+    """The batch rule's message: the nearest global batches that divide, and a micro-batch only if one can."""
+    gb, dp, mb = s.effective_global_batch, max(s.dp, 1), s.micro_batch
+    step = dp * mb
+    near = " or ".join(str(g) for g in sorted({gb // step * step, -(-gb // step) * step}) if g > 0)
+    text = f"global_batch={gb} is not a multiple of dp·micro_batch = {dp}·{mb} = {step}; use a global batch of {near}"
+    if gb % dp == 0:  # a smaller micro-batch helps only when the data-parallel ranks split the batch evenly
+        per_rank = gb // dp
+        fit = max(m for m in range(1, mb + 1) if per_rank % m == 0)
+        text += f", or micro_batch={fit} (it divides the {per_rank} sequences per data-parallel rank)"
+    return text
 
 
 def _is_int(v: Any) -> bool:
@@ -230,8 +252,7 @@ def _rules(model: ModelSpec | None) -> list[Rule]:
         ),
         (
             lambda c, w: _gb(c) % np.maximum(c.dp_replicate * c.dp_shard * c.micro_batch, 1) == 0,
-            lambda s, w: f"global_batch={s.effective_global_batch} is not a multiple of dp·micro_batch = {s.dp}·{s.micro_batch} = {s.dp * s.micro_batch}; "
-            f"use a global batch of k·{s.dp * s.micro_batch} sequences or a micro_batch dividing {s.effective_global_batch // max(s.dp, 1)}",
+            lambda s, w: _batch_advice(s),
         ),
         (
             lambda c, w: (c.pp == 1) | np.where(np.isin(c.schedule, _code(SINGLE_STAGE)), c.virtual_stages == 1, np.where(np.isin(c.schedule, _code(V_SHAPED)), c.virtual_stages == 2, c.virtual_stages >= 2)),

@@ -1,0 +1,80 @@
+"""The root command's error lines, install hints, --version and near-miss preset names."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from bandwise import __version__
+from bandwise.cli.main import main
+from bandwise.specs.registry import cluster_presets, model_presets
+
+DEBUG_HINT = "run again with --debug"
+
+
+def run(argv: list[str], capsys) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    out, err = capsys.readouterr()
+    return exc.value.code, out, err
+
+
+@pytest.mark.parametrize("argv", [["plan", "--model", "gpt5"], ["plan", "--devices", "0"], ["estimate", "--model", "debug", "--tp", "3"]])
+def test_a_user_error_is_one_line_without_the_traceback_hint(argv, capsys):
+    code, _, err = run(argv, capsys)
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1 and DEBUG_HINT not in err
+
+
+def test_an_internal_error_keeps_the_traceback_hint(monkeypatch, capsys):
+    import bandwise.cli.plan as plan_cli
+
+    def broken(*args, **kwargs):
+        raise ZeroDivisionError("a bug")
+
+    monkeypatch.setattr(plan_cli, "search", broken)
+    code, _, err = run(["plan", "--model", "debug", "--devices", "2", "--json"], capsys)
+    assert code == 1 and "internal error" in err and DEBUG_HINT in err
+
+
+def test_version(capsys):
+    code, out, _ = run(["--version"], capsys)
+    assert code == 0 and out.strip() == f"bandwise {__version__}"
+
+
+@pytest.mark.parametrize("blocked, argv, commands", [
+    ("torch", ["train", "--model", "debug", "--steps", "1"], ["pip install torch==2.13.0", "pip install -e '.[train]'"]),
+    ("matplotlib", ["schedule", "--png", "x.png"], ["pip install -e '.[plot]'"]),
+])
+def test_a_missing_extra_names_a_command_that_works_from_a_checkout(blocked, argv, commands, tmp_path):
+    """bandwise is installed from a checkout, not by name; torch goes first and pinned (no CUDA wheels)."""
+    code = f"import sys; sys.modules[{blocked!r}] = None\nfrom bandwise.cli.main import main\nmain({argv!r})\n"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and "bandwise[" not in proc.stderr
+    where = [proc.stderr.index(c) for c in commands]  # each present, in this order
+    assert where == sorted(where)
+
+
+@pytest.mark.parametrize("flag, typo, presets", [("--model", "lama3-70b", model_presets), ("--cluster", "gb200-nvl27", cluster_presets), ("--model", "Llama3-8", model_presets)])
+def test_a_near_miss_preset_name_suggests_the_preset(flag, typo, presets, capsys):
+    code, _, err = run(["plan", flag, typo], capsys)
+    assert code == 2
+    suggestion = err.split("did you mean ")[1].split("?")[0]
+    assert suggestion in presets()
+    # following the suggestion gets past the name: the same command no longer names it unknown
+    code, _, err = run(["plan", flag, suggestion, "--devices", "0"], capsys)
+    assert "unknown" not in err and "devices=0" in err
+
+
+@pytest.mark.parametrize("fix", ["schedule=interleaved1f1b", "tpp=2"])
+def test_a_near_miss_in_fix_suggests_a_value_that_works(fix, capsys):
+    base = ["plan", "--model", "debug", "--cluster", "h100", "--devices", "8", "--global-batch", "16", "--json"]
+    code, _, err = run([*base, "--fix", fix], capsys)
+    assert code == 2 and "did you mean" in err
+    suggestion = err.split("did you mean ")[1].split("?")[0]
+    key, value = fix.split("=")
+    corrected = f"{key}={suggestion}" if key == "schedule" else f"{suggestion}={value}"
+    code, out, err = run([*base, "--fix", corrected], capsys)
+    assert code == 0, err

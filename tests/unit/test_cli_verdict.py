@@ -1,0 +1,98 @@
+"""A verdict is true or not given: --no-pp, nothing fits, compare/sweep headers, and the layout handed to train."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from bandwise.cli.main import main
+from bandwise.specs.strategy import Strategy
+
+PLAN = ["plan", "--model", "llama3-70b", "--cluster", "h100", "--devices", "64", "--global-batch", "512"]
+
+
+def run(argv: list[str], capsys) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    out, err = capsys.readouterr()
+    return exc.value.code, out, err
+
+
+def test_no_pp_gives_no_verdict_on_pp(capsys):
+    code, out, _ = run([*PLAN, "--json"], capsys)
+    full = json.loads(out)
+    assert code == 0 and any(lay["strategy"]["pp"] > 1 for lay in full["top"])  # pipelined layouts do fit
+    code, out, _ = run([*PLAN, "--no-pp", "--json"], capsys)
+    doc = json.loads(out)
+    assert code == 0 and doc["verdict"]["needs_pp"] is None
+    assert "no pipelined layout fits" not in doc["verdict"]["reason"] and "--no-pp" in doc["verdict"]["reason"]
+    code, out, _ = run([*PLAN, "--no-pp"], capsys)
+    assert code == 0 and "PP not needed" not in out and "PP needed" not in out and "no verdict on PP" in out
+
+
+@pytest.mark.parametrize("json_out", [False, True])
+def test_nothing_fits_exits_3_without_a_verdict_and_says_what_fits(json_out, capsys):
+    argv = ["plan", "--model", "llama3-70b", "--cluster", "h100", "--devices", "7"] + (["--json"] if json_out else [])
+    code, out, err = run(argv, capsys)
+    assert code == 3
+    assert len(err.strip().splitlines()) == 1 and "nothing fits" in err and "--debug" not in err
+    assert "PP not needed" not in out + err and "PP needed" not in out + err
+    if json_out:
+        doc = json.loads(out)
+        assert doc["best"] is None and doc["verdict"]["needs_pp"] is None
+    # following the advice works
+    n = int(re.search(r"(\d+) devices would fit", err).group(1))
+    code, out, _ = run(["plan", "--model", "llama3-70b", "--cluster", "h100", "--devices", str(n), "--json"], capsys)
+    assert code == 0 and json.loads(out)["best"] is not None
+
+
+def test_a_verdict_needs_a_fitting_layout_in_compare_and_sweep():
+    from bandwise.plan.sweep import crossover
+    from bandwise.plan.verdict import Verdict
+
+    class P:
+        def __init__(self, value, needs_pp):
+            self.value, self.verdict = value, Verdict(needs_pp=needs_pp, reason="", gain=None)
+
+    # a point where nothing fits is no "PP not needed" point: it ends the run of them
+    assert crossover([P(1, True), P(2, False), P(3, None)]) is None
+    assert crossover([P(1, None), P(2, False), P(3, False)]) == 2
+
+
+def test_compare_header_claims_no_verdict_and_rows_match_json(capsys):
+    argv = ["compare", "--model", "llama3-70b", "--devices", "64", "--global-batch", "512", "--clusters", "h100,gb200-nvl72"]
+    code, out, _ = run([*argv, "--json"], capsys)
+    assert code == 0
+    verdicts = {p["cluster"]: p["verdict"]["needs_pp"] for p in json.loads(out)["clusters"]}
+    assert True in verdicts.values()  # some row says PP needed: a header claiming otherwise would be false
+    code, out, _ = run(argv, capsys)
+    header = out.split("Best layout with and without")[0]
+    assert "PP not needed" not in header.replace("'PP not needed' when", "")
+    for cluster, needs in verdicts.items():
+        row = next(line for line in out.splitlines() if line.startswith(cluster))
+        assert ("PP needed" in row) == needs and ("PP not needed" in row) == (not needs)
+
+
+def test_best_is_the_layout_the_verdict_recommends(tmp_path, capsys):
+    """README's plan -> train example: when PP is not needed, `best` (what train runs) has no PP."""
+    from bandwise.cli.train import load_strategy
+
+    code, out, _ = run(["plan", "--model", "debug-moe", "--cluster", "h100", "--devices", "2", "--global-batch", "16", "--json", "--all"], capsys)
+    doc = json.loads(out)
+    assert code == 0 and doc["top"][0]["strategy"]["pp"] > 1  # the fastest layout is pipelined ...
+    assert doc["verdict"]["needs_pp"] is False  # ... but within the threshold of the best without PP
+    assert doc["best"] == doc["best_without_pp"] and doc["best"]["strategy"]["pp"] == 1
+    path = tmp_path / "plan.json"
+    path.write_text(out)
+    assert load_strategy(str(path), None).pp == 1
+    code, out, _ = run(["plan", "--model", "debug-moe", "--cluster", "h100", "--devices", "2", "--global-batch", "16"], capsys)
+    name = Strategy.from_dict(doc["best"]["strategy"]).describe()
+    assert "PP not needed" in out and f"recommended: {name}" in out
+
+
+def test_when_pp_is_needed_best_is_the_fastest(capsys):
+    code, out, _ = run([*PLAN, "--json"], capsys)
+    doc = json.loads(out)
+    assert doc["verdict"]["needs_pp"] is True and doc["best"] == doc["top"][0] and doc["best"]["strategy"]["pp"] > 1
