@@ -283,7 +283,7 @@ def _collect(path: Path, **limits: Any) -> tuple[_Collected, dict[str, Any]]:
                     iv.add(ts, dur, _cpu_class(name, args))
                     c.cpu_name[tid].append(c.name_id(name))
                     c.cpu_dtype[tid].append(_input_dtype(args))
-            elif cat in _UNREAD_DEVICE_CATS:
+            elif cat in _UNREAD_DEVICE_CATS or (isinstance(cat, str) and cat.endswith(("_runtime", "_driver"))):
                 c.unread_device[cat] = c.unread_device.get(cat, 0) + 1
         elif ph == "i" and ev.get("name") == "[memory]":
             args = ev.get("args")
