@@ -10,6 +10,14 @@ import os
 from typing import Any
 
 
+def _usable_cpus() -> int | None:
+    """Cores this process may run on (what torch's DataLoader checks its workers against)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count()
+
+
 def signals_from_live(summary: dict[str, Any], *, global_batch: int | None = None) -> dict[str, Any]:
     """Map `Monitor.summary()` onto the rules' vocabulary."""
     m, b, census = summary["medians"], summary["breakdown"], summary.get("census") or {}
@@ -37,7 +45,7 @@ def signals_from_live(summary: dict[str, Any], *, global_batch: int | None = Non
         "memory_capacity_bytes": summary.get("memory_capacity_bytes"),
         "micro_batch": int(m["samples"]) if m.get("samples") else None,
         "global_batch": global_batch,
-        "cpus": os.cpu_count(),
+        "cpus": _usable_cpus(),
         "samples_per_s": m.get("samples_per_s"),
         "tokens_per_s": m.get("tokens_per_s"),
         "mfu": m.get("mfu"),
