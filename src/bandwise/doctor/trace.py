@@ -70,6 +70,10 @@ _CPU_GEMMS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::mk
 _LOW_PRECISION = {"c10::BFloat16", "c10::Half", "c10::Float8_e4m3fn", "c10::Float8_e5m2", "c10::Float8_e4m3fnuz", "c10::Float8_e5m2fnuz"}
 _FLOAT_TYPES = _LOW_PRECISION | {"float", "double"}
 
+MAX_ATTRIBUTED_CALLS = 5000
+"""Blocking calls looked up in their thread's operator stack (a linear scan each); the rest
+still count towards the device idle share, under their runtime call's name."""
+
 KERNEL_WAIT_US = 30.0
 """HTA's idle-time breakdown: a gap between consecutive kernels shorter than
 `consecutive_kernel_delay` (default 30, in the trace's time unit, microseconds) is kernel wait,
@@ -188,7 +192,10 @@ class _Collected:
     gpu_corr: array = field(default_factory=lambda: array("q"))
     rt_corr: array = field(default_factory=lambda: array("q"))
     rt_ts: array = field(default_factory=lambda: array("d"))
-    rt_tid: list[str] = field(default_factory=list)
+    rt_tid: array = field(default_factory=lambda: array("i"))
+    """Per runtime call, an index into `tids` (not one string per event: memory per event)."""
+    tids: list[str] = field(default_factory=list)
+    tid_ids: dict[str, int] = field(default_factory=dict)
     blocking: list[tuple[float, float, str, str, int]] = field(default_factory=list)
     """(ts, end, tid, runtime call, correlation) of calls that may block the host on the device."""
     launch_us: array = field(default_factory=lambda: array("f"))
@@ -247,7 +254,12 @@ def _collect(path: Path, **limits: Any) -> tuple[_Collected, dict[str, Any]]:
                 if corr >= 0:
                     c.rt_corr.append(corr)
                     c.rt_ts.append(ts)
-                    c.rt_tid.append(str(ev.get("tid")))
+                    tid = str(ev.get("tid"))
+                    t_id = c.tid_ids.get(tid)
+                    if t_id is None:
+                        t_id = c.tid_ids[tid] = len(c.tids)
+                        c.tids.append(tid)
+                    c.rt_tid.append(t_id)
                 if "LaunchKernel" in name:
                     c.launch_us.append(dur)
                     c.hip = c.hip or name.startswith("hip")
@@ -380,7 +392,7 @@ def _resolve_gemm_dtypes(c: _Collected, code: np.ndarray) -> float:
     for k, ri, f in zip(unk, rt_idx.astype(np.int64), found):
         if not f:
             continue
-        tid = c.rt_tid[ri]
+        tid = c.tids[c.rt_tid[ri]]
         ops = by_tid.get(tid)
         if ops is None:
             iv = c.cpu.get(tid)
@@ -436,7 +448,9 @@ def _blocking_calls(c: _Collected, busy: tuple[np.ndarray, np.ndarray], windows:
     per_key: dict[tuple[str, str, str], list[float]] = {}
     step_idle = [0.0] * len(windows)
     wstart = np.array([w[0] for w in windows]) if windows else np.empty(0)
-    cache: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+    cache: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
+    aten: np.ndarray | None = None
+    attributed = 0
     for (t0, t1, tid, api, _), d_end, d_found in zip(c.blocking, dev_end, dev_found):
         if _ASYNC_COPY.match(api) and not (d_found and d_end <= t1):
             continue  # an async copy that returned before its device side ended did not block
@@ -448,18 +462,20 @@ def _blocking_calls(c: _Collected, busy: tuple[np.ndarray, np.ndarray], windows:
             continue
         step_idle[w] += idle
         op, ann = "", ""
-        if tid in c.cpu:
+        attributed += 1
+        if tid in c.cpu and attributed <= MAX_ATTRIBUTED_CALLS:
             if tid not in cache:
                 os_, oe = c.cpu[tid].np()
                 ids = np.frombuffer(c.cpu_name[tid], dtype=np.int32)
-                cache[tid] = (os_, oe, ids)
-            os_, oe, ids = cache[tid]
-            is_aten = np.array([c.names[i].startswith("aten::") for i in ids]) if ids.size < 200_000 else np.ones(ids.size, dtype=bool)
+                if aten is None:
+                    aten = np.array([n.startswith("aten::") for n in c.names], dtype=bool)
+                cache[tid] = (os_, oe, ids, aten[ids])
+            os_, oe, ids, is_aten = cache[tid]
             j = _enclosing(os_, oe, is_aten, t0, t1, innermost=False)
             if j is None:
                 j = _enclosing(os_, oe, np.ones(ids.size, dtype=bool), t0, t1, innermost=True)
             op = c.names[ids[j]] if j is not None else ""
-        if tid in c.annotations:
+        if tid in c.annotations and attributed <= MAX_ATTRIBUTED_CALLS:
             a_s, a_e = c.annotations[tid].np()
             ids = np.frombuffer(c.ann_name[tid], dtype=np.int32)
             j = _enclosing(a_s, a_e, np.ones(ids.size, dtype=bool), t0, t1, innermost=True)
@@ -505,6 +521,29 @@ def _host_wait_ops(c: _Collected, host: tuple[np.ndarray, np.ndarray], tids: set
     return [{"operator": n, "ms_per_step": v / max(1, n_steps) / 1e3} for n, v in ranked]
 
 
+def _span_breakdown(c: _Collected, code: np.ndarray, steps: list[tuple[float, float]]) -> dict[str, float] | None:
+    """Shares over HTA's temporal-breakdown denominator, kept beside the per-step breakdown so
+    the two tools can be compared term by term: device activity launched before the last
+    ProfilerStep began (HTA leaves the last iteration out), from its first start to its last end;
+    compute, non-compute (communication and memory not under compute) and idle."""
+    s, e = c.gpu.np()
+    keep = np.ones(s.size, dtype=bool)
+    if steps and len(c.rt_corr):
+        launch, found = _lookup(np.frombuffer(c.rt_corr, dtype=np.int64), np.frombuffer(c.rt_ts, dtype=np.float64), np.frombuffer(c.gpu_corr, dtype=np.int64))
+        if found.any():  # activity with no launch on record has no iteration either
+            keep = found & (launch < max(a for a, _ in steps))
+    if not keep.any():
+        return None
+    comp = keep & np.isin(code, COMPUTE_CODES)
+    K, A = union((s[comp], e[comp])), union((s[keep], e[keep]))
+    w0, w1 = float(A[0][0]), float(A[1][-1])
+    T = w1 - w0
+    if T <= 0:
+        return None
+    lk, la = covered(K, w0, w1), covered(A, w0, w1)
+    return {"compute": lk / T, "non_compute": (la - lk) / T, "idle": (T - la) / T}
+
+
 def analyze_trace(path: str | Path, **limits: Any) -> dict[str, Any]:
     """Per-step breakdown and rule signals for one trace file (one rank)."""
     path = Path(path)
@@ -519,7 +558,7 @@ def analyze_trace(path: str | Path, **limits: Any) -> dict[str, Any]:
     windows = sorted((a, b) for a, b, _ in c.steps)
     if not windows and c.gpu_steps:
         windows, step_source = sorted(c.gpu_steps), "gpu_user_annotation"
-        main_tids = set(c.rt_tid) & set(c.cpu) or set(c.cpu)
+        main_tids = set(c.tids) & set(c.cpu) or set(c.cpu)
     synthetic = False
     if not windows:
         # No ProfilerStep markers: treat the span of all operators as one window, flagged, so
@@ -609,6 +648,7 @@ def analyze_trace(path: str | Path, **limits: Any) -> dict[str, Any]:
     if has_gpu:
         signals.update(_gpu_signals(c, code, per_step, windows, med))
         signals["gemm_dtype_from_launcher_us"] = resolved_us
+        signals["kernel_span_breakdown"] = _span_breakdown(c, code, [(a, b) for a, b, _ in c.steps])
         signals.update(_blocking_calls(c, KCM, [] if synthetic else windows))
         signals["host_wait_ops"] = _host_wait_ops(c, idle_parts["host"], main_tids, len(per_step))
     signals.update(_cpu_signals(c, main_tids, windows))
