@@ -494,8 +494,8 @@ def _blocking_calls(c: _Collected, busy: tuple[np.ndarray, np.ndarray], windows:
 
 
 def _host_wait_ops(c: _Collected, host: tuple[np.ndarray, np.ndarray], tids: set[str], n_steps: int, top: int = 3) -> list[dict[str, Any]]:
-    """CPU operators running while the device waits on the host, by overlap (ms per step):
-    what the host was doing instead of launching work."""
+    """CPU operators running while the device waits on the host, by overlap (ms per step), each
+    instant counted at its outermost library call: what the host was doing instead of launching."""
     hs, he = host
     if hs.size == 0:
         return []
@@ -513,10 +513,20 @@ def _host_wait_ops(c: _Collected, host: tuple[np.ndarray, np.ndarray], tids: set
         os_, oe = c.cpu[tid].np()
         ov = before(oe) - before(os_)
         ids = np.frombuffer(c.cpu_name[tid], dtype=np.int32)
-        for i in np.flatnonzero(ov > 0):
+        # Each instant counts once, at the outermost library call (aten::, c10d::, ...) running
+        # then: the call the Python code made, not its nested dispatch (aten::to > aten::copy_).
+        hit = np.flatnonzero(ov > 0)
+        hit = hit[np.lexsort((-oe[hit], os_[hit]))]
+        stack: list[tuple[int, bool]] = []  # (op, has a library-call ancestor or is one)
+        for i in hit:
+            while stack and oe[stack[-1][0]] <= os_[i]:
+                stack.pop()
             name = c.names[ids[i]]
-            if "::" in name and not name.startswith(("autograd::", "ProfilerStep")):
+            lib = "::" in name and not name.startswith(("autograd::", "ProfilerStep"))
+            covered_above = bool(stack) and stack[-1][1]
+            if lib and not covered_above:
                 total[name] = total.get(name, 0.0) + float(ov[i])
+            stack.append((int(i), lib or covered_above))
     ranked = sorted(total.items(), key=lambda kv: -kv[1])[:top]
     return [{"operator": n, "ms_per_step": v / max(1, n_steps) / 1e3} for n, v in ranked]
 
