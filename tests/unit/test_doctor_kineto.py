@@ -314,3 +314,16 @@ def test_doctor_run_missing_script(cli, tmp_path):
     r = cli("doctor", "run", "--", "python", str(tmp_path / "nosuch.py"))
     assert r.returncode == 2 and "Traceback" not in r.stderr and "not found" in r.stderr.splitlines()[0]
     assert r.stdout == ""  # no empty report
+
+
+def test_rank_without_verdict_is_named_not_averaged_into_the_step_count(tmp_path, cli):
+    def busy(n: int, name: str) -> Path:
+        k = Kineto(device=H100)
+        for i in range(n):
+            k.step(i + 1, i * 1000, 1000)
+            k.kernel("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn", i * 1000 + 1, i * 1000, 1000)
+        return k.write(tmp_path / name)
+
+    doc = json.loads(cli("doctor", "trace", str(busy(1, "r0.json")), str(busy(4, "r1.json")), "--json").stdout)
+    assert doc["steps"] == 4 and doc["verdict"] is True
+    assert "steps (r0.json: have 1, need >= 3 for a verdict)" in doc["missing"]

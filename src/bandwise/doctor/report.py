@@ -35,6 +35,10 @@ def merge(diagnoses: list[Diagnosis], names: list[str]) -> Diagnosis:
         cpu = [n for n, dev in devices.items() if dev == "cpu"]
         raise BandwiseError(f"traces mix device and CPU-only ranks ({', '.join(cpu[:3])}{' ...' if len(cpu) > 3 else ''} have no device activity); "
                             "their breakdowns measure different things: pass them to separate `doctor trace` runs")
+    # Ranks with too few steps for a verdict add no findings; the step count shown is that of
+    # the ranks that were judged, and the others are named in `missing`.
+    judged = [d for d in diagnoses if d.verdict]
+    unjudged = [f"steps ({n}: have {d.steps}, need >= {MIN_STEPS} for a verdict)" for d, n in zip(diagnoses, names) if not d.verdict]
     keys = sorted({k for d in diagnoses for k in d.breakdown})
     mean = {k: sum(d.breakdown.get(k, 0.0) for d in diagnoses) / len(diagnoses) for k in keys}
     total = sum(mean.values()) or 1.0
@@ -53,10 +57,10 @@ def merge(diagnoses: list[Diagnosis], names: list[str]) -> Diagnosis:
         findings.append(f)
     findings.sort(key=lambda f: -(f.expected_speedup or 1.0))
     return Diagnosis(
-        steps=min(d.steps for d in diagnoses),
+        steps=min(d.steps for d in (judged or diagnoses)),
         breakdown={k: v / total for k, v in mean.items()},
         findings=findings,
-        missing=sorted({m for d in diagnoses for m in d.missing}),
+        missing=sorted({m for d in diagnoses for m in d.missing if not m.startswith("steps")} | set(unjudged)),
         signals={"ranks": {n: d.signals for d, n in zip(diagnoses, names)}},
     )
 
