@@ -94,13 +94,14 @@ def suggest_workers(data_share: float, cpus: int | None = None) -> int:
     """Workers so loading keeps ahead of compute: each worker makes one batch per `data` time while
     the model consumes one per `compute` time, so data/compute workers keep up; x2 for jitter,
     kept within the 4-8 per GPU that is the usual advice, and never above the cores this process
-    may use (torch's DataLoader warns above `len(os.sched_getaffinity(0))`, in
-    `_check_worker_number_rationality`), leaving one core to the training loop. `cpus` None: the
-    machine is not known (a trace read elsewhere); `doctor tune-loader` measures the real best."""
+    may use: torch's DataLoader warns above `len(os.sched_getaffinity(0))`
+    (`_check_worker_number_rationality`). A loader that waits on storage gains beyond that, which
+    `doctor tune-loader` measures; `cpus` None means the machine is not known (a trace read
+    elsewhere)."""
     ratio = data_share / max(1e-6, 1.0 - data_share)
     n = max(4, min(8, math.ceil(2 * ratio) + 1))
     if cpus is not None:
-        n = max(1, min(n, cpus - 1))
+        n = max(1, min(n, cpus))
     return n
 
 
