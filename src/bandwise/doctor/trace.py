@@ -368,6 +368,23 @@ def _lookup(keys: np.ndarray, values: np.ndarray, query: np.ndarray) -> tuple[np
     return values[order][pos], found
 
 
+def _launch_index(c: _Collected) -> np.ndarray:
+    """For each device event, the index of its runtime call (matched by correlation id), or -1."""
+    n = len(c.gpu)
+    if n == 0 or len(c.rt_corr) == 0:
+        return np.full(n, -1, dtype=np.int64)
+    idx, found = _lookup(np.frombuffer(c.rt_corr, dtype=np.int64), np.arange(len(c.rt_corr), dtype=np.int64), np.frombuffer(c.gpu_corr, dtype=np.int64))
+    return np.where(found, idx, -1)
+
+
+def _launch_ts(c: _Collected, launch_idx: np.ndarray) -> np.ndarray:
+    """Launch time of each device event (NaN where its runtime call is not in the trace)."""
+    ts = np.full(launch_idx.size, np.nan)
+    ok = launch_idx >= 0
+    ts[ok] = np.frombuffer(c.rt_ts, dtype=np.float64)[launch_idx[ok]]
+    return ts
+
+
 def _enclosing(starts: np.ndarray, ends: np.ndarray, ok: np.ndarray, t0: float, t1: float, innermost: bool) -> int | None:
     """Index of the innermost (or outermost) interval covering [t0, t1] among those with ok set."""
     hit = np.flatnonzero(ok & (starts <= t0) & (ends >= t1))
@@ -376,20 +393,20 @@ def _enclosing(starts: np.ndarray, ends: np.ndarray, ok: np.ndarray, t0: float, 
     return int(hit[np.argmax(starts[hit])] if innermost else hit[np.argmin(starts[hit])])
 
 
-def _resolve_gemm_dtypes(c: _Collected, code: np.ndarray) -> float:
+def _resolve_gemm_dtypes(c: _Collected, code: np.ndarray, launch_idx: np.ndarray) -> float:
     """Give matmul kernels whose name has no dtype the dtype of their launching CPU operator
     (kernel -> runtime call by correlation id -> innermost enclosing operator on that thread
     with a floating input). Returns the kernel time so resolved."""
     unk = np.flatnonzero(code == K_GEMM_UNKNOWN)
     if unk.size == 0 or len(c.rt_corr) == 0:
         return 0.0
-    corr = np.frombuffer(c.gpu_corr, dtype=np.int64)[unk]
-    rt_idx, found = _lookup(np.frombuffer(c.rt_corr, dtype=np.int64), np.arange(len(c.rt_corr)), corr)
+    rt_idx = launch_idx[unk]
+    found = rt_idx >= 0
     rt_ts = np.frombuffer(c.rt_ts, dtype=np.float64)
     s, e = c.gpu.np()
     resolved = 0.0
     by_tid: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
-    for k, ri, f in zip(unk, rt_idx.astype(np.int64), found):
+    for k, ri, f in zip(unk, rt_idx, found):
         if not f:
             continue
         tid = c.tids[c.rt_tid[ri]]
@@ -416,7 +433,7 @@ def _resolve_gemm_dtypes(c: _Collected, code: np.ndarray) -> float:
     return resolved
 
 
-def _idle_attribution(c: _Collected, code: np.ndarray) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+def _idle_attribution(c: _Collected, launch_ts: np.ndarray) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Device idle gaps split as HTA's idle-time breakdown does, applied to the whole device
     (HTA does it per stream): a gap is host wait when the kernel that ends it was launched after
     the device went idle (the CPU had not enqueued it yet); otherwise kernel wait when shorter
@@ -430,9 +447,8 @@ def _idle_attribution(c: _Collected, code: np.ndarray) -> dict[str, tuple[np.nda
     run_end = np.maximum.accumulate(e)
     g0, g1 = run_end[:-1], s[1:]
     gap = g1 > g0
-    corr = np.frombuffer(c.gpu_corr, dtype=np.int64)[order][1:]
-    launch, found = _lookup(np.frombuffer(c.rt_corr, dtype=np.int64), np.frombuffer(c.rt_ts, dtype=np.float64), corr)
-    host = gap & found & (launch > g0)
+    launch = launch_ts[order][1:]
+    host = gap & (launch > g0)  # NaN (launch not in the trace) compares False
     kern = gap & ~host & (g1 - g0 < KERNEL_WAIT_US)
     other = gap & ~host & ~kern
     return {k: (g0[m], g1[m]) for k, m in (("host", host), ("kernel", kern), ("other", other))}
@@ -531,17 +547,16 @@ def _host_wait_ops(c: _Collected, host: tuple[np.ndarray, np.ndarray], tids: set
     return [{"operator": n, "ms_per_step": v / max(1, n_steps) / 1e3} for n, v in ranked]
 
 
-def _span_breakdown(c: _Collected, code: np.ndarray, steps: list[tuple[float, float]]) -> dict[str, float] | None:
+def _span_breakdown(c: _Collected, code: np.ndarray, launch_ts: np.ndarray, steps: list[tuple[float, float]]) -> dict[str, float] | None:
     """Shares over HTA's temporal-breakdown denominator, kept beside the per-step breakdown so
     the two tools can be compared term by term: device activity launched before the last
     ProfilerStep began (HTA leaves the last iteration out), from its first start to its last end;
     compute, non-compute (communication and memory not under compute) and idle."""
     s, e = c.gpu.np()
     keep = np.ones(s.size, dtype=bool)
-    if steps and len(c.rt_corr):
-        launch, found = _lookup(np.frombuffer(c.rt_corr, dtype=np.int64), np.frombuffer(c.rt_ts, dtype=np.float64), np.frombuffer(c.gpu_corr, dtype=np.int64))
-        if found.any():  # activity with no launch on record has no iteration either
-            keep = found & (launch < max(a for a, _ in steps))
+    found = ~np.isnan(launch_ts)
+    if steps and found.any():  # activity with no launch on record has no iteration either
+        keep = found & (launch_ts < max(a for a, _ in steps))
     if not keep.any():
         return None
     comp = keep & np.isin(code, COMPUTE_CODES)
@@ -582,7 +597,10 @@ def analyze_trace(path: str | Path, **limits: Any) -> dict[str, Any]:
         main_tids = set(c.cpu)
 
     code = np.array(np.frombuffer(c.gpu.code, dtype=np.int8))
-    resolved_us = _resolve_gemm_dtypes(c, code) if has_gpu else 0.0
+    launch_idx = _launch_index(c)
+    resolved_us = _resolve_gemm_dtypes(c, code, launch_idx) if has_gpu else 0.0
+    launch_ts = _launch_ts(c, launch_idx)
+    del launch_idx
     c.gpu.code = array("b", code.tobytes())
     K = union(c.gpu.np(COMPUTE_CODES))
     C = union(c.gpu.np((K_COMM,)))
@@ -595,7 +613,7 @@ def analyze_trace(path: str | Path, **limits: Any) -> dict[str, Any]:
     KC, KCM = union(K, C), union(K, C, M)
     KCMD = union(KCM, D)
     D_O, ALL_CPU = union(D, O), union(OPS, D, O)
-    idle_parts = _idle_attribution(c, code) if has_gpu else {}
+    idle_parts = _idle_attribution(c, launch_ts) if has_gpu else {}
     if has_gpu:
         # Host wait inside a DataLoader span is the input pipeline's (input_bound), not launch work.
         HD = union(idle_parts["host"], D)
@@ -658,7 +676,7 @@ def analyze_trace(path: str | Path, **limits: Any) -> dict[str, Any]:
     if has_gpu:
         signals.update(_gpu_signals(c, code, per_step, windows, med))
         signals["gemm_dtype_from_launcher_us"] = resolved_us
-        signals["kernel_span_breakdown"] = _span_breakdown(c, code, [(a, b) for a, b, _ in c.steps])
+        signals["kernel_span_breakdown"] = _span_breakdown(c, code, launch_ts, [(a, b) for a, b, _ in c.steps])
         signals.update(_blocking_calls(c, KCM, [] if synthetic else windows))
         signals["host_wait_ops"] = _host_wait_ops(c, idle_parts["host"], main_tids, len(per_step))
     signals.update(_cpu_signals(c, main_tids, windows))
