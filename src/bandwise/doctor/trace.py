@@ -602,6 +602,10 @@ def analyze_trace(path: str | Path, **limits: Any) -> dict[str, Any]:
     launch_ts = _launch_ts(c, launch_idx)
     del launch_idx
     c.gpu.code = array("b", code.tobytes())
+    # Before the unions below exist: the sort's temporaries are the largest arrays of the pass.
+    idle_parts = _idle_attribution(c, launch_ts) if has_gpu else {}
+    span = _span_breakdown(c, code, launch_ts, [(a, b) for a, b, _ in c.steps]) if has_gpu else None
+    del launch_ts
     K = union(c.gpu.np(COMPUTE_CODES))
     C = union(c.gpu.np((K_COMM,)))
     M = union(c.gpu.np((M_H2D, M_COPY, M_SET)))
@@ -613,7 +617,6 @@ def analyze_trace(path: str | Path, **limits: Any) -> dict[str, Any]:
     KC, KCM = union(K, C), union(K, C, M)
     KCMD = union(KCM, D)
     D_O, ALL_CPU = union(D, O), union(OPS, D, O)
-    idle_parts = _idle_attribution(c, launch_ts) if has_gpu else {}
     if has_gpu:
         # Host wait inside a DataLoader span is the input pipeline's (input_bound), not launch work.
         HD = union(idle_parts["host"], D)
@@ -676,7 +679,7 @@ def analyze_trace(path: str | Path, **limits: Any) -> dict[str, Any]:
     if has_gpu:
         signals.update(_gpu_signals(c, code, per_step, windows, med))
         signals["gemm_dtype_from_launcher_us"] = resolved_us
-        signals["kernel_span_breakdown"] = _span_breakdown(c, code, launch_ts, [(a, b) for a, b, _ in c.steps])
+        signals["kernel_span_breakdown"] = span
         signals.update(_blocking_calls(c, KCM, [] if synthetic else windows))
         signals["host_wait_ops"] = _host_wait_ops(c, idle_parts["host"], main_tids, len(per_step))
     signals.update(_cpu_signals(c, main_tids, windows))
