@@ -205,7 +205,8 @@ def test_queued_kernels_are_not_host_wait(tmp_path):
 def test_blocking_copy_named_with_operator_and_annotation(tmp_path):
     """Per 1000 us step: kernels busy [0, 300); then `## sparse_data_dist ##` > aten::to >
     cudaMemcpyAsync blocks the host [300, 700) while its 10 us D2H copy waits and runs at 690:
-    390 us of device idle under the call. A non-blocking copy in the same place costs nothing."""
+    390 us of device idle under the call, then 200 us of drain until the next device work (an
+    H2D copy launched at 800, run at 900). That later copy returns before it runs: not blocking."""
     k = Kineto(device=A100)
     for n in range(4):
         t0 = n * 1000
@@ -217,11 +218,35 @@ def test_blocking_copy_named_with_operator_and_annotation(tmp_path):
         k.copy(t0 + 300, 400, t0 + 690, 10)
         k.copy(t0 + 800, 5, t0 + 900, 10, kind="HtoD (Pinned -> Device)")  # returns before its copy: not blocking
     a, d = _diag(k.write(tmp_path / "sync.json"))
-    assert a["signals"]["sync_idle_share"] == pytest.approx(0.39)
+    assert a["signals"]["sync_idle_share"] == pytest.approx(0.59)
     f = next(f for f in d.findings if f.id == "sync_on_critical_path")
     assert f.evidence["operator"] == "aten::to" and f.evidence["annotation"] == "## sparse_data_dist ##"
-    assert f.evidence["device_idle_ms_per_step"] == pytest.approx(0.39)
+    assert f.evidence["device_idle_ms_per_step"] == pytest.approx(0.59)
     assert f.severity == "critical" and "aten::to in ## sparse_data_dist ##" in f.title
+
+
+def test_item_sync_costs_the_drain_after_it(tmp_path):
+    """Per 1000 us step: kernel A [0, 600) is queued early; the host calls `.item()`
+    (aten::item > cudaStreamSynchronize [310, 600)) while A runs, so nothing idles under the
+    call, but the queue is then empty and the next kernel is launched at 900 and runs [905, 1000):
+    305 us of device idle the sync caused. Counted once, as sync, not again as host wait."""
+    k = Kineto(device=H100)
+    for n in range(4):
+        t0 = n * 1000
+        k.step(n + 1, t0, 1000)
+        k.kernel("ampere_bf16_s16816gemm_bf16_128x128_tn", t0 + 1, t0, 600)
+        k.cpu("aten::item", t0 + 300, 310)
+        k.cpu("aten::_local_scalar_dense", t0 + 302, 306)
+        k.events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaStreamSynchronize", "pid": 1, "tid": 100, "ts": t0 + 310, "dur": 290, "args": {"correlation": 10_000 + n}})
+        k.kernel("void at::native::vectorized_elementwise_kernel<4>", t0 + 900, t0 + 905, 95)
+    a, d = _diag(k.write(tmp_path / "item.json"))
+    s = a["signals"]
+    assert s["sync_idle_share"] == pytest.approx(0.305)
+    assert s["host_wait_share"] == pytest.approx(0.0)
+    f = next(f for f in d.findings if f.id == "sync_on_critical_path")
+    assert f.evidence["operator"] == "aten::item" and f.evidence["call"] == "cudaStreamSynchronize"
+    assert f.expected_speedup == pytest.approx(1 / (1 - 0.305))
+    assert "host_bound" not in {f.id for f in d.findings}
 
 
 def test_small_batch_needs_memory_data_on_gpu(tmp_path):

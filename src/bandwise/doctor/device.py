@@ -4,7 +4,6 @@ HTA's denominator. All functions take a `collect.Collected`."""
 
 from __future__ import annotations
 
-import statistics
 from typing import Any
 
 import numpy as np
@@ -120,28 +119,38 @@ def idle_attribution(c: Collected, launch_ts: np.ndarray) -> dict[str, tuple[np.
 
 
 def blocking_calls(c: Collected, busy: tuple[np.ndarray, np.ndarray], windows: list[tuple[float, float]]) -> dict[str, Any]:
-    """Host calls that waited for the device, with the device idle time under each: the cost
-    on the critical path, since the device idles while the host that feeds it is blocked."""
+    """Host calls that waited for the device, and what each cost the device: the idle time under
+    the call (the host that feeds the device is blocked) plus the drain after it, from the call's
+    return to the next device work (a synchronisation empties the queue, so the device waits
+    while the host launches again: what `.item()` costs a loop that keeps the device busy).
+
+    Returns `spans` (disjoint time segments the blocking calls cost, for per-step shares),
+    `drain` (the after-return part of them) and `top`, the operator, annotation and runtime call
+    that cost most, with device idle per step."""
+    empty = (np.empty(0), np.empty(0))
     if not c.blocking:
-        return {"sync_idle_share": None if not len(c.gpu) else 0.0, "sync_top": None}
+        return {"spans": empty, "drain": empty, "top": None}
     s, e = c.gpu.np()
     dev_end, dev_found = _lookup(np.frombuffer(c.gpu_corr, dtype=np.int64), e, np.array([b[4] for b in c.blocking], dtype=np.int64))
+    bs, be = busy
     per_key: dict[tuple[str, str, str], list[float]] = {}
-    step_idle = [0.0] * len(windows)
-    wstart = np.array([w[0] for w in windows]) if windows else np.empty(0)
+    spans: list[tuple[float, float]] = []
+    drains: list[tuple[float, float]] = []
     cache: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
     aten: np.ndarray | None = None
     attributed = 0
     for (t0, t1, tid, api, _), d_end, d_found in zip(c.blocking, dev_end, dev_found):
         if ASYNC_COPY.match(api) and not (d_found and d_end <= t1):
             continue  # an async copy that returned before its device side ended did not block
-        idle = (t1 - t0) - covered(busy, t0, t1)
+        k = int(np.searchsorted(bs, t1, side="right"))
+        running = k > 0 and be[k - 1] > t1
+        after = 0.0 if running or k >= bs.size else float(bs[k]) - t1
+        idle = (t1 - t0) - covered(busy, t0, t1) + after
         if idle <= 0:
             continue
-        w = int(np.searchsorted(wstart, t0, side="right")) - 1 if windows else -1
-        if w < 0 or t0 > windows[w][1]:
-            continue
-        step_idle[w] += idle
+        spans.append((t0, t1 + after))
+        if after > 0:
+            drains.append((t1, t1 + after))
         op, ann = "", ""
         attributed += 1
         if tid in c.cpu and attributed <= MAX_ATTRIBUTED_CALLS:
@@ -161,13 +170,15 @@ def blocking_calls(c: Collected, busy: tuple[np.ndarray, np.ndarray], windows: l
             ids = np.frombuffer(c.ann_name[tid], dtype=np.int32)
             j = _enclosing(a_s, a_e, np.ones(ids.size, dtype=bool), t0, t1, innermost=True)
             ann = c.names[ids[j]] if j is not None else ""
-        per_key.setdefault((op or api, ann, api), []).append(idle)
+        if windows and windows[0][0] <= t0 <= windows[-1][1]:
+            per_key.setdefault((op or api, ann, api), []).append(idle)
     n = max(1, len(windows))
     top = max(per_key.items(), key=lambda kv: sum(kv[1]), default=None)
-    shares = [x / (w1 - w0) for x, (w0, w1) in zip(step_idle, windows) if w1 > w0]
+    as_seg = lambda xs: union((np.array([x[0] for x in xs]), np.array([x[1] for x in xs]))) if xs else empty  # noqa: E731
     return {
-        "sync_idle_share": statistics.median(shares) if shares else 0.0,
-        "sync_top": None if top is None else {
+        "spans": as_seg(spans),
+        "drain": as_seg(drains),
+        "top": None if top is None else {
             "operator": top[0][0], "annotation": top[0][1] or None, "call": top[0][2],
             "calls_per_step": len(top[1]) / n, "device_idle_ms_per_step": sum(top[1]) / n / 1e3,
         },

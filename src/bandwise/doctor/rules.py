@@ -206,8 +206,9 @@ def host_bound(s: dict[str, Any], missing: list[str]) -> Finding | None:
 def sync_on_critical_path(s: dict[str, Any], missing: list[str]) -> Finding | None:
     """Host calls that block until the device catches up (cudaMemcpy, cuda/hipStreamSynchronize,
     a device-to-host copy into pageable memory, `.item()`) while the device sits idle, >= 10% of
-    the step (20%: critical). The device idle time under those calls is the cost: the host that
-    would launch the next work is waiting instead. PyTorch's tuning guide asks to avoid
+    the step (20%: critical). The cost is the device idle time under those calls (the host that
+    would launch the next work is waiting instead) and after them until the device has work again
+    (the synchronisation emptied its queue; the host's head start is lost). PyTorch's tuning guide asks to avoid
     unnecessary CPU-GPU synchronisation (`.item()`, `.cpu()`, `print(cuda_tensor)`) and to copy
     with `non_blocking=True` from pinned memory."""
     if s.get("device") not in ("gpu", "cuda"):

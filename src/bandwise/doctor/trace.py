@@ -90,9 +90,12 @@ def analyze_trace(path: str | Path, **limits: Any) -> dict[str, Any]:
     KC, KCM = union(K, C), union(K, C, M)
     KCMD = union(KCM, D)
     D_O, ALL_CPU = union(D, O), union(OPS, D, O)
+    sync = blocking_calls(c, KCM, [] if synthetic else windows) if has_gpu else None
     if has_gpu:
-        # Host wait inside a DataLoader span is the input pipeline's (input_bound), not launch work.
-        HD = union(idle_parts["host"], D)
+        # Host wait inside a DataLoader span is the input pipeline's (input_bound), and the drain
+        # after a blocking call is that call's (sync_on_critical_path): neither is launch work.
+        SPANS, DRAIN = sync["spans"], union(sync["drain"], D)
+        HD, SPANS_BUSY = union(idle_parts["host"], DRAIN), union(SPANS, KCM)
 
     per_step: list[dict[str, float]] = []
     for w0, w1 in windows:
@@ -113,7 +116,8 @@ def analyze_trace(path: str | Path, **limits: Any) -> dict[str, Any]:
                 comm_share=lc / T,
                 comm_overlap=(lk + lc - lkc) / lc if lc > 0 else float("nan"),
                 h2d_share=covered(H2D, w0, w1) / T,
-                host_wait_share=(covered(HD, w0, w1) - covered(D, w0, w1)) / T,
+                host_wait_share=(covered(HD, w0, w1) - covered(DRAIN, w0, w1)) / T,
+                sync_idle_share=(covered(SPANS_BUSY, w0, w1) - lkcm) / T,
                 kernel_wait_share=covered(idle_parts["kernel"], w0, w1) / T,
                 other_wait_share=covered(idle_parts["other"], w0, w1) / T,
             )
@@ -153,7 +157,8 @@ def analyze_trace(path: str | Path, **limits: Any) -> dict[str, Any]:
         signals.update(_gpu_signals(c, code, per_step, windows, med))
         signals["gemm_dtype_from_launcher_us"] = resolved_us
         signals["kernel_span_breakdown"] = span
-        signals.update(blocking_calls(c, KCM, [] if synthetic else windows))
+        signals["sync_idle_share"] = med("sync_idle_share") if len(c.blocking) else 0.0
+        signals["sync_top"] = sync["top"]
         signals["host_wait_ops"] = host_wait_ops(c, idle_parts["host"], main_tids, len(per_step))
     signals.update(_cpu_signals(c, main_tids, windows))
     signals.update(_memory_signals(c, meta))
