@@ -288,6 +288,14 @@ def test_mtia_events_are_device_activity(tmp_path):
     assert a["breakdown"]["compute"] == pytest.approx(0.6) and a["breakdown"]["memcpy"] == pytest.approx(0.1)
 
 
+def test_other_vendor_gets_no_precision_verdict(tmp_path):
+    """A device the rules know no peaks for: fp32 GEMMs, but no claim that bf16 is native there."""
+    path = _gemm_job(tmp_path, "volta_sgemm_128x64_nn", "float", device={"id": 0, "name": "Intel(R) Data Center GPU Max 1550", "totalGlobalMem": 64e9, "computeMajor": 12, "computeMinor": 60})
+    a, d = _diag(path)
+    assert a["signals"]["vendor"] is None and a["signals"]["gemm_fp32_fraction"] == pytest.approx(1.0)
+    assert "no_mixed_precision" not in {f.id for f in d.findings} and "bf16_available" in d.missing
+
+
 @pytest.mark.parametrize("events,needle", [
     ([{"ph": "X", "cat": "xpu_runtime", "name": "urEnqueueKernelLaunch", "pid": 1, "tid": 1, "ts": 0, "dur": 5}], "'xpu_runtime'"),
     ([{"ph": "X", "cat": "cuda_profiler_range", "name": "k", "pid": 1, "tid": 1, "ts": 0, "dur": 5}], "range-profiler"),

@@ -256,13 +256,17 @@ def device_check(c: Collected, path: Path) -> None:
 
 
 def vendor(c: Collected, meta: dict[str, Any]) -> str | None:
-    """mtia, amd or nvidia: from the device events, deviceProperties, and the runtime's API prefix."""
+    """mtia, amd or nvidia: from the device events, deviceProperties, and the runtime's API prefix;
+    None for a device named as another vendor's, whose peaks and dtypes the rules do not know."""
     if c.mtia:
         return "mtia"
     if not len(c.gpu):
         return None
     props = meta.get("deviceProperties")
     p0 = props[0] if isinstance(props, list) and props and isinstance(props[0], dict) else {}
-    if "gcnArchName" in p0 or re.search(r"\bAMD\b|Instinct|Radeon", str(p0.get("name", ""))) or c.hip:
+    name = str(p0.get("name", ""))
+    if "gcnArchName" in p0 or re.search(r"\bAMD\b|Instinct|Radeon", name) or c.hip:
         return "amd"
+    if re.search(r"Intel|Gaudi|\bHPU\b|\bXPU\b|Ascend", name, re.I):
+        return None
     return "nvidia"
