@@ -59,7 +59,7 @@ def test_findings_carry_evidence_fix_and_gain(diagnoses):
     assert f"num_workers={workers}" in f.fix
 
 
-@pytest.mark.filterwarnings("ignore:This DataLoader will create")  # I/O-bound workers beyond the core count are the point
+@pytest.mark.filterwarnings("error:This DataLoader will create")  # the advice stays within the cores (issue 17, item 9)
 def test_loader_fix_speeds_up_slow_getitem():
     """Apply the finding's DataLoader settings; median of paired throughput ratios >= 1.8x."""
     ratios = []

@@ -71,3 +71,42 @@ def test_diagnose_orders_by_gain_and_needs_steps():
     assert gains == sorted(gains, reverse=True)
     few = diagnose({**sig, "steps": MIN_STEPS - 1}, {})
     assert few.findings == [] and few.missing[0].startswith("steps")
+
+
+# -- advice that fits the device it ran on (issue 17, item 9) ------------------------------------
+def test_cpu_mixed_precision_advice_is_cpu_advice():
+    s = {"device": "cpu", "gemm_fp32_fraction": 1.0, "bf16_available": True, "gemm_share": None, "lowp_peak_ratio": None}
+    f = no_mixed_precision(s, [])
+    assert f is not None and f.expected_speedup is None
+    assert f.severity == "warning"  # no gain estimate: not critical
+    assert "allow_tf32" not in f.fix and "cuda" not in f.fix and "autocast('cpu'" in f.fix
+
+
+def test_cuda_mixed_precision_keeps_cuda_advice():
+    f = no_mixed_precision({"device": "gpu", "vendor": "nvidia", "gemm_fp32_fraction": 1.0, "bf16_available": True, "gemm_share": 0.6, "lowp_peak_ratio": 16.0}, [])
+    assert f.severity == "critical" and "autocast('cuda'" in f.fix and "allow_tf32" in f.fix
+
+
+@pytest.mark.parametrize("cpus", [1, 2, 3, 8, 64])
+def test_workers_fit_the_cores(cpus):
+    n = suggest_workers(0.6, cpus)
+    assert 1 <= n <= cpus
+    f = input_bound({"data_wait_share": 0.6, "device": "cpu", "cpus": cpus}, [])
+    assert f.apply["dataloader"]["num_workers"] == n
+    assert f"num_workers={n}," in f.fix
+
+
+def test_live_two_core_machine_gets_two_workers():
+    from bandwise.doctor.signals import signals_from_live
+
+    summary = {"steps": 10, "medians": {"samples": 8}, "breakdown": {"data_wait": 0.5, "compute": 0.5}, "census": None}
+    s = signals_from_live(summary)
+    s["cpus"] = 2
+    f = input_bound(s, [])
+    assert f.apply["dataloader"]["num_workers"] == 2  # not the 4 torch warns about on 2 cores
+
+
+def test_small_batch_on_cpu_without_memory_data():
+    assert small_batch({"device": "cpu", "optimizer_share": 0.3}, []) is not None
+    missing: list[str] = []
+    assert small_batch({"device": "gpu", "gpu_busy_share": 0.3}, missing) is None and missing == ["memory_fraction"]

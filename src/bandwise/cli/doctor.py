@@ -22,7 +22,7 @@ HTML_OPT = typer.Option(None, "--html", help="Also write a self-contained HTML r
 
 @doctor_app.command("trace")
 def trace(
-    paths: list[Path] = typer.Argument(..., help="Kineto chrome traces (.json or .json.gz), one per rank."),
+    paths: list[Path] = typer.Argument(..., help="Kineto chrome traces (.json or .json.gz), one per rank, or a directory holding them."),
     json_out: bool = JSON_OPT,
     html_out: Path = HTML_OPT,
     bf16: bool = typer.Option(None, "--bf16/--no-bf16", help="Declare whether the traced device runs bf16 natively (default: from the trace's GPU compute capability; unknown for CPU traces)."),
@@ -37,6 +37,7 @@ def trace(
     if max_mb < 1:
         raise BandwiseError(f"--max-mb={max_mb} must be >= 1")
     out = Output(json_mode=json_out)
+    paths = expand_trace_paths(paths)
     diagnoses, names = [], []
     for p in paths:
         a = analyze_trace(p, max_decompressed_bytes=max_mb << 20)
@@ -52,6 +53,24 @@ def trace(
         print_report(out, d, title)
         if html_out:
             out.print(f"HTML report: {html_out}")
+
+
+TRACE_SUFFIXES = (".json", ".json.gz")
+
+
+def expand_trace_paths(paths: list[Path]) -> list[Path]:
+    """A directory stands for the trace files directly inside it (one per rank, as
+    torch.profiler.tensorboard_trace_handler writes them)."""
+    out: list[Path] = []
+    for p in paths:
+        if p.is_dir():
+            found = sorted(f for f in p.iterdir() if f.is_file() and f.name.endswith(TRACE_SUFFIXES))
+            if not found:
+                raise BandwiseError(f"directory {p} holds no .json or .json.gz trace files; pass the folder torch.profiler wrote, or the files themselves")
+            out += found
+        else:
+            out.append(p)
+    return out
 
 
 @doctor_app.command("run", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -84,6 +103,8 @@ def run(
         raise BandwiseError(f"doctor run: {argv[0]!r} is not a python command; run the script as `python script.py ...` (torchrun: profile one rank with `doctor trace`)")
     if not argv:
         raise BandwiseError("doctor run: no script given after python")
+    if argv[0] != "-m" and not Path(argv[0]).is_file():
+        raise BandwiseError(f"doctor run: script {argv[0]!r} not found; give the path of the training script, e.g. bandwise doctor run -- python train.py")
     out = Output(json_mode=json_out)
     with tempfile.TemporaryDirectory(prefix="bandwise-doctor-") as tmp:
         records_path = Path(tmp) / "records.json"
@@ -101,6 +122,8 @@ def run(
             raise BandwiseError(f"doctor run: the script exited with code {proc.returncode} before any step was recorded")
         data = json.loads(records_path.read_text())
     summary = data["summary"]
+    if proc.returncode and not data["records"]:
+        raise BandwiseError(f"doctor run: the script exited with code {proc.returncode} before any step was recorded (its own error is above)")
     d = diagnose(signals_from_live(summary, global_batch=global_batch), summary["breakdown"])
     title = f"bandwise doctor: {' '.join(argv)}"
     if html_out:

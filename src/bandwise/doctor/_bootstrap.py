@@ -118,6 +118,9 @@ def main(argv: list[str]) -> int:
     if not argv:
         print("usage: python -m bandwise.doctor._bootstrap script.py [args...] | -m module [args...]", file=sys.stderr)
         return 2
+    if argv[0] != "-m" and not os.path.isfile(argv[0]):
+        print(f"bandwise doctor: script {argv[0]!r} not found", file=sys.stderr)
+        return 2
     out = os.environ.get("BANDWISE_DOCTOR_OUT")
     device = "cuda" if torch.cuda.is_available() else "cpu"
     env = {k: float(os.environ[k]) for k in ("BANDWISE_DOCTOR_FLOPS_PER_TOKEN", "BANDWISE_DOCTOR_PEAK_FLOPS") if os.environ.get(k)}

@@ -9,7 +9,8 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
-from bandwise.doctor.rules import Diagnosis, Finding
+from bandwise.doctor.rules import MIN_STEPS, Diagnosis, Finding
+from bandwise.errors import BandwiseError
 from bandwise.report.output import Output
 
 _COLORS = {
@@ -29,6 +30,15 @@ def merge(diagnoses: list[Diagnosis], names: list[str]) -> Diagnosis:
     """One diagnosis over several ranks: mean breakdown, each finding from the rank where it gains most."""
     if len(diagnoses) == 1:
         return diagnoses[0]
+    devices = {n: d.signals.get("device") for d, n in zip(diagnoses, names)}
+    if len(set(devices.values())) > 1:
+        cpu = [n for n, dev in devices.items() if dev == "cpu"]
+        raise BandwiseError(f"traces mix device and CPU-only ranks ({', '.join(cpu[:3])}{' ...' if len(cpu) > 3 else ''} have no device activity); "
+                            "their breakdowns measure different things: pass them to separate `doctor trace` runs")
+    # Ranks with too few steps for a verdict add no findings; the step count shown is that of
+    # the ranks that were judged, and the others are named in `missing`.
+    judged = [d for d in diagnoses if d.verdict]
+    unjudged = [f"steps ({n}: have {d.steps}, need >= {MIN_STEPS} for a verdict)" for d, n in zip(diagnoses, names) if not d.verdict]
     keys = sorted({k for d in diagnoses for k in d.breakdown})
     mean = {k: sum(d.breakdown.get(k, 0.0) for d in diagnoses) / len(diagnoses) for k in keys}
     total = sum(mean.values()) or 1.0
@@ -47,10 +57,10 @@ def merge(diagnoses: list[Diagnosis], names: list[str]) -> Diagnosis:
         findings.append(f)
     findings.sort(key=lambda f: -(f.expected_speedup or 1.0))
     return Diagnosis(
-        steps=min(d.steps for d in diagnoses),
+        steps=min(d.steps for d in (judged or diagnoses)),
         breakdown={k: v / total for k, v in mean.items()},
         findings=findings,
-        missing=sorted({m for d in diagnoses for m in d.missing}),
+        missing=sorted({m for d in diagnoses for m in d.missing if not m.startswith("steps")} | set(unjudged)),
         signals={"ranks": {n: d.signals for d, n in zip(diagnoses, names)}},
     )
 
@@ -74,8 +84,12 @@ def print_report(out: Output, d: Diagnosis, title: str) -> None:
         legend.append("■ ", style=_RICH.get(k, "white"))
         legend.append(f"{k} {v:.1%}   ")
     out.print(legend)
-    if d.healthy and not any(m.startswith("steps") for m in d.missing):
+    if d.healthy:
         out.print(Text("healthy: no bottleneck above its threshold", style="bold green"))
+    elif not d.verdict:
+        out.print(Text(f"no verdict: {d.steps} step(s) measured, {MIN_STEPS} needed", style="bold yellow"))
+    if d.signals.get("step_source") == "gpu_user_annotation":
+        out.print(Text("steps taken from the GPU-side ProfilerStep annotations: the trace has no CPU-side ones", style="dim"))
     if d.findings:
         table = Table(title="Findings, by expected gain", show_lines=True)
         for col in ("finding", "severity", "evidence", "expected"):
@@ -125,7 +139,7 @@ def write_html(path: str | Path, d: Diagnosis, title: str) -> None:
         f"<td>{f'{f.expected_speedup:.2f}x' if f.expected_speedup else 'n/a'}</td><td><code>{html.escape(f.fix)}</code></td></tr>"
         for f in d.findings
     )
-    verdict = "healthy: no bottleneck above its threshold" if d.healthy else f"{len(d.findings)} finding(s)"
+    verdict = "healthy: no bottleneck above its threshold" if d.healthy else f"{len(d.findings)} finding(s)" if d.verdict else f"no verdict ({MIN_STEPS} steps needed)"
     page = f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <style>body{{font-family:sans-serif;max-width:1000px;margin:2em auto}}td,th{{border:1px solid #ccc;padding:4px;vertical-align:top}}table{{border-collapse:collapse}}</style>

@@ -50,8 +50,14 @@ class Diagnosis:
     signals: dict[str, Any] = field(default_factory=dict)
 
     @property
-    def healthy(self) -> bool:
-        return not self.findings
+    def verdict(self) -> bool:
+        """Enough steps were measured to judge (see MIN_STEPS)."""
+        return self.steps >= MIN_STEPS
+
+    @property
+    def healthy(self) -> bool | None:
+        """True only with a verdict and no finding; None when there is no verdict."""
+        return (not self.findings) if self.verdict else None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -59,6 +65,7 @@ class Diagnosis:
             "breakdown": self.breakdown,
             "findings": [f.to_dict() for f in self.findings],
             "missing": self.missing,
+            "verdict": self.verdict,
             "healthy": self.healthy,
             "signals": self.signals,
         }
@@ -83,13 +90,19 @@ def _need(s: dict[str, Any], missing: list[str], *keys: str) -> bool:
     return not absent
 
 
-def suggest_workers(data_share: float) -> int:
+def suggest_workers(data_share: float, cpus: int | None = None) -> int:
     """Workers so loading keeps ahead of compute: each worker makes one batch per `data` time while
     the model consumes one per `compute` time, so data/compute workers keep up; x2 for jitter,
-    kept within the 4-8 per GPU that is the usual advice. Not capped by the core count: loaders
-    that wait on storage or network gain beyond it; `doctor tune-loader` measures the real best."""
+    kept within the 4-8 per GPU that is the usual advice, and never above the cores this process
+    may use: torch's DataLoader warns above `len(os.sched_getaffinity(0))`
+    (`_check_worker_number_rationality`). A loader that waits on storage gains beyond that, which
+    `doctor tune-loader` measures; `cpus` None means the machine is not known (a trace read
+    elsewhere)."""
     ratio = data_share / max(1e-6, 1.0 - data_share)
-    return max(4, min(8, math.ceil(2 * ratio) + 1))
+    n = max(4, min(8, math.ceil(2 * ratio) + 1))
+    if cpus is not None:
+        n = max(1, min(n, cpus))
+    return n
 
 
 def overlap_speedup(share: float, workers: int) -> float:
@@ -113,7 +126,7 @@ def input_bound(s: dict[str, Any], missing: list[str]) -> Finding | None:
     if sev is None:
         return None
     exposed = s.get("data_wait_share") if s.get("data_wait_share") is not None else share
-    workers = suggest_workers(share)
+    workers = suggest_workers(share, s.get("cpus"))
     gpu = s.get("device") in ("gpu", "cuda")
     kwargs = {"num_workers": workers, **({"pin_memory": True} if gpu else {}), "persistent_workers": True, "prefetch_factor": 4}
     return Finding(
@@ -140,39 +153,84 @@ def cpu_preprocessing(s: dict[str, Any], missing: list[str]) -> Finding | None:
     sev = _band(share)
     if sev is None:
         return None
+    workers = suggest_workers(share, s.get("cpus"))
     return Finding(
         id="cpu_preprocessing",
         severity=sev,
         title=f"CPU preprocessing in the training process takes {share:.0%} of each step",
         evidence={"preprocess_share": share},
-        fix="move the per-batch transform into Dataset.__getitem__ (or collate_fn) so DataLoader(num_workers=4, "
+        fix=f"move the per-batch transform into Dataset.__getitem__ (or collate_fn) so DataLoader(num_workers={workers}, "
         "persistent_workers=True) runs it in parallel with the step, or do it on the accelerator",
         expected_speedup=amdahl(share),
     )
 
 
 def host_bound(s: dict[str, Any], missing: list[str]) -> Finding | None:
-    """Launch-bound GPU: most kernels run shorter than their CPU launch and the GPU idles >= 10%.
+    """The device waits on the host: idle time that HTA's idle-time breakdown calls host wait
+    (the kernel that ends an idle gap was launched only after the device went idle) is >= 10% of
+    the step (20%: critical; TraceML's bands). Kernel wait (gaps < 30 us between kernels already
+    queued, HTA's `consecutive_kernel_delay`) is launch overhead and changes the fix.
 
-    HTA's kernel-launch analysis calls kernels shorter than their cudaLaunchKernel "short" and
-    puts launches at 5-20 us; idle share uses the 10%/20% bands.
+    HTA ("Idle Time Breakdown"): host wait is resolved by examining the CPU operators that
+    slow the host down, a larger batch and operator fusion; kernel wait by CUDA graphs.
     """
     if s.get("device") not in ("gpu", "cuda"):
         return None
-    if not _need(s, missing, "short_kernel_fraction", "idle_share"):
+    if not _need(s, missing, "host_wait_share"):
         return None
-    short, idle = s["short_kernel_fraction"], s["idle_share"]
-    sev = _band(idle)
-    if short < 0.5 or sev is None:
+    host, kern, idle = s["host_wait_share"], s.get("kernel_wait_share") or 0.0, s.get("idle_share")
+    sev = _band(host)
+    if sev is None:
         return None
+    short = s.get("short_kernel_fraction")
+    ops = s.get("host_wait_ops") or []
+    busy = ", ".join(f"{o['operator']} {o['ms_per_step']:.1f} ms" for o in ops)
+    fix = ("the host launches too slowly for the kernels it queues: "
+           + ("most kernels are shorter than their launch, so fuse them (torch.compile(model); mode='reduce-overhead' adds CUDA graphs), "
+              "use a fused optimizer (torch.optim.AdamW(..., fused=True)) and a larger micro-batch"
+              if short is not None and short >= 0.5 else
+              "move host work off the training thread or onto the device, and use a larger micro-batch so each launch does more work")
+           + (f"; per step the host was busy in {busy} while the device waited" if busy else ""))
     return Finding(
         id="host_bound",
         severity=sev,
-        title=f"launch-bound: {short:.0%} of kernels are shorter than their launch, GPU idle {idle:.0%}",
-        evidence={"short_kernel_fraction": short, "idle_share": idle, "kernel_median_us": s.get("kernel_median_us"), "launch_median_us": s.get("launch_median_us"), "kernels_per_step": s.get("kernels_per_step")},
-        fix="fuse small kernels: torch.compile(model) (or CUDA graphs via mode='reduce-overhead'), foreach/fused optimizer "
-        "(torch.optim.AdamW(..., fused=True)), and a larger micro-batch so each kernel does more work",
-        expected_speedup=amdahl(idle),
+        title=f"host-bound: the device waits {host:.0%} of each step for the host to launch work",
+        evidence={"host_wait_share": host, "kernel_wait_share": kern, "idle_share": idle, "short_kernel_fraction": short,
+                  "launch_median_us": s.get("launch_median_us"), "kernels_per_step": s.get("kernels_per_step"),
+                  "host_ops": busy or None},
+        fix=fix,
+        expected_speedup=amdahl(host),
+    )
+
+
+def sync_on_critical_path(s: dict[str, Any], missing: list[str]) -> Finding | None:
+    """Host calls that block until the device catches up (cudaMemcpy, cuda/hipStreamSynchronize,
+    a device-to-host copy into pageable memory, `.item()`) while the device sits idle, >= 10% of
+    the step (20%: critical). The cost is the device idle time under those calls (the host that
+    would launch the next work is waiting instead) and after them until the device has work again
+    (the synchronisation emptied its queue; the host's head start is lost). PyTorch's tuning guide asks to avoid
+    unnecessary CPU-GPU synchronisation (`.item()`, `.cpu()`, `print(cuda_tensor)`) and to copy
+    with `non_blocking=True` from pinned memory."""
+    if s.get("device") not in ("gpu", "cuda"):
+        return None
+    share = s.get("sync_idle_share")
+    if share is None:
+        missing.append("sync_idle_share")
+        return None
+    sev = _band(share)
+    top = s.get("sync_top")
+    if sev is None or not top:
+        return None
+    where = top["operator"] + (f" in {top['annotation']}" if top.get("annotation") else "")
+    return Finding(
+        id="sync_on_critical_path",
+        severity=sev,
+        title=f"synchronous host-device wait: {where} blocks the host ({top['call']}) while the device idles {top['device_idle_ms_per_step']:.1f} ms per step",
+        evidence={"sync_idle_share": share, "operator": top["operator"], "annotation": top.get("annotation"), "call": top["call"],
+                  "calls_per_step": top["calls_per_step"], "device_idle_ms_per_step": top["device_idle_ms_per_step"]},
+        fix=(f"make {top['operator']} asynchronous: copy into pinned host memory with .to(..., non_blocking=True) and wait on a CUDA event only where "
+             "the value is used, drop .item()/.cpu() inside the step, or move the transfer to a side stream overlapped with the previous step"),
+        expected_speedup=amdahl(share),
     )
 
 
@@ -206,6 +264,8 @@ def no_mixed_precision(s: dict[str, Any], missing: list[str]) -> Finding | None:
     tensor-core kernel is used. Gain: GEMM share sped up by the bf16/fp32 dense-peak ratio of the
     device where known (A100: 312/19.5 TFLOP/s, H100 SXM: 989/67, V100 fp16: 125/15.7, from
     NVIDIA's datasheets), capped at 4x because real GEMMs in a step rarely reach either peak.
+    Without a gain estimate the finding is at most a warning. On a CPU the fix is CPU autocast
+    only: `allow_tf32` is a CUDA switch.
     """
     frac = s.get("gemm_fp32_fraction")
     if frac is None:
@@ -223,20 +283,44 @@ def no_mixed_precision(s: dict[str, Any], missing: list[str]) -> Finding | None:
     ratio = s.get("lowp_peak_ratio")
     gain = amdahl(share * frac, min(4.0, ratio)) if share is not None and ratio else None
     dtype = s.get("lowp_dtype") or "bfloat16"
-    if dtype == "float16":
+    cpu = s.get("device") == "cpu"
+    if cpu:
+        fix = ("with torch.autocast('cpu', dtype=torch.bfloat16): around forward and loss; it pays only where the CPU "
+               "has native bf16 matmuls (AMX or AVX512-BF16), so time a step both ways")
+    elif dtype == "float16":
         fix = ("with torch.autocast('cuda', dtype=torch.float16): around forward and loss, with "
                "torch.amp.GradScaler('cuda') for the backward (fp16 tensor cores; this GPU has no bf16)")
     else:
-        fix = ("with torch.autocast(device_type, dtype=torch.bfloat16): around forward and loss (no GradScaler needed "
-               "for bf16); on Ampere+ also torch.backends.cuda.matmul.allow_tf32 = True for what stays fp32")
+        fix = ("with torch.autocast('cuda', dtype=torch.bfloat16): around forward and loss (no GradScaler needed "
+               "for bf16)" + ("; on Ampere+ also torch.backends.cuda.matmul.allow_tf32 = True for what stays fp32" if s.get("vendor") in (None, "nvidia") else ""))
     return Finding(
         id="no_mixed_precision",
-        severity="warning" if frac < 0.9 else "critical",
+        severity="critical" if frac >= 0.9 and gain is not None and gain >= 1.0 / (1 - CRIT) else "warning",
         title=f"{frac:.0%} of GEMM work runs in fp32 on a device with native {'fp16' if dtype == 'float16' else 'bf16'} matmuls",
         evidence={"gemm_fp32_fraction": frac, "gemm_share": share},
         fix=fix,
         expected_speedup=gain,
         note="" if gain else "gain not estimated: GEMM share or the device's bf16/fp32 peak ratio unknown",
+    )
+
+
+def tf32_matmuls(s: dict[str, Any], missing: list[str]) -> Finding | None:
+    """GEMMs in TF32 (>= 50% of GEMM time): fp32 tensors through the tensor cores, at half the
+    bf16 dense peak on A100 (156 vs 312 TFLOP/s) and H100 SXM (494.7 vs 989), NVIDIA datasheets.
+    bf16 autocast doubles the GEMM peak and halves the bytes moved."""
+    frac = s.get("gemm_tf32_fraction")
+    if frac is None or frac < 0.5 or (s.get("gemm_fp32_fraction") or 0.0) >= 0.5:
+        return None
+    share, ratio = s.get("gemm_share"), s.get("tf32_peak_ratio")
+    gain = amdahl(share * frac, ratio) if share is not None and ratio else None
+    return Finding(
+        id="tf32_matmuls",
+        severity="warning",
+        title=f"{frac:.0%} of GEMM work runs in TF32: bf16 would double its tensor-core peak",
+        evidence={"gemm_tf32_fraction": frac, "gemm_share": share},
+        fix="with torch.autocast('cuda', dtype=torch.bfloat16): around forward and loss (no GradScaler needed for bf16)",
+        expected_speedup=gain,
+        note="" if gain else "gain not estimated: GEMM share or the device's TF32/bf16 peaks unknown",
     )
 
 
@@ -247,7 +331,8 @@ def small_batch(s: dict[str, Any], missing: list[str]) -> Finding | None:
     or live, torch calls average under 10x the cost of a trivial op (dispatch-bound); or on a GPU
     trace the GPU is busy < 50% for reasons other than data or communication (torch_tb_profiler's
     low-utilisation rule recommends a larger batch below 50%). Headroom: peak memory < 50% of
-    capacity, or unknown on CPU (host memory is rarely the limit there).
+    capacity, or unknown on CPU (host memory is rarely the limit there); without memory data on
+    an accelerator, no verdict.
     """
     opt = s.get("optimizer_share")
     dispatch = s.get("dispatch_ratio")
@@ -266,6 +351,11 @@ def small_batch(s: dict[str, Any], missing: list[str]) -> Finding | None:
     if not reasons:
         return None
     mem = s.get("memory_fraction")
+    if mem is None and s.get("device") != "cpu":
+        # On an accelerator a larger batch is advice only with room to grow (host memory is
+        # rarely the limit on a CPU).
+        missing.append("memory_fraction")
+        return None
     if mem is not None and mem >= 0.5:
         return None
     k = 4 if mem is None else max(2, int(0.8 / max(mem, 1e-3)))
@@ -341,7 +431,7 @@ def unfused_attention(s: dict[str, Any], missing: list[str]) -> Finding | None:
     )
 
 
-RULES: tuple[Rule, ...] = (input_bound, cpu_preprocessing, host_bound, comm_bound, no_mixed_precision, small_batch, memory_pressure, unfused_attention)
+RULES: tuple[Rule, ...] = (input_bound, cpu_preprocessing, host_bound, sync_on_critical_path, comm_bound, no_mixed_precision, tf32_matmuls, small_batch, memory_pressure, unfused_attention)
 
 
 def diagnose(signals: dict[str, Any], breakdown: dict[str, float]) -> Diagnosis:

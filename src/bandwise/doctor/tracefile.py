@@ -93,6 +93,10 @@ class TraceReader:
             while True:
                 c = self._peek()
                 if c == "}":
+                    self._pos += 1
+                    extra = self._peek()
+                    if extra:
+                        raise BandwiseError(f"trace {self.path.name}: data after the end of the JSON object (found {extra!r}); the file is not one JSON trace")
                     break
                 if c == ",":
                     self._pos += 1

@@ -1,0 +1,272 @@
+"""One streamed pass over a Kineto trace (`tracefile.TraceReader`) into compact arrays.
+
+Kept per event: intervals (start, end, class code) for device kernels, copies and sets, CPU
+operators, DataLoader and optimizer spans and user annotations; correlation ids and launch times
+of runtime calls, so device work can be traced to the host call and operator that launched it;
+the runtime calls that can block the host. Everything else is dropped as it is read.
+"""
+
+from __future__ import annotations
+
+import re
+from array import array
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bandwise.doctor.intervals import Intervals
+from bandwise.doctor.kernels import ATTENTION, COMM, EMBEDDING, LOW_PRECISION, SOFTMAX, classify
+from bandwise.doctor.tracefile import TraceReader
+from bandwise.errors import BandwiseError
+
+MAX_ABS_TIME_US = 1e17
+"""Timestamps are microseconds since an epoch: 1e17 us is ~3000 years; larger is corrupt input."""
+
+# GPU interval classes. GEMM and convolution kernels are split by input dtype (TF32 is its own
+# class: fp32 tensors through the tensor cores at half the bf16 peak); K_GEMM_UNKNOWN is a
+# matmul whose name does not say, resolved from its launching CPU operator after the pass.
+(K_OTHER, K_GEMM_LOWP, K_GEMM_FP32, K_COMM, K_ATTN_FUSED, K_SOFTMAX, M_H2D, M_COPY, M_SET,
+ K_GEMM_TF32, K_GEMM_UNKNOWN, K_EMBEDDING) = range(12)
+COMPUTE_CODES = (K_OTHER, K_GEMM_LOWP, K_GEMM_FP32, K_ATTN_FUSED, K_SOFTMAX, K_GEMM_TF32, K_GEMM_UNKNOWN, K_EMBEDDING)
+# CPU operator classes
+C_OTHER, C_GEMM_FP32, C_GEMM_LOW, C_GEMM_UNKNOWN, C_SOFTMAX, C_SDPA = range(6)
+# dtype of a CPU operator's first floating input, for kernels whose name says nothing
+D_NONE, D_FP32, D_LOW = range(3)
+
+_CPU_CATS = {"cpu_op", "Operator", "user_annotation"}
+_GPU_ANNOTATION_CATS = {"gpu_user_annotation"}
+_KERNEL_CATS = {"kernel", "Kernel", "mtia_ccp_events"}
+_MEMCPY_CATS = {"gpu_memcpy", "Memcpy"}
+_MEMSET_CATS = {"gpu_memset", "Memset"}
+_RUNTIME_CATS = {"cuda_runtime", "Runtime", "cuda_driver", "mtia_runtime"}
+_UNREAD_DEVICE_CATS = {"cuda_profiler_range": "CUPTI range-profiler ranges instead of kernel activity; record with torch.profiler activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]"}
+"""Device activity recorded in a form bandwise does not read: refused rather than read as CPU."""
+
+_SYNC_CALLS = re.compile(r"^(?:cuda|hip)(?:DeviceSynchronize|StreamSynchronize|EventSynchronize|Memcpy|Memcpy2D|Memcpy3D|MemcpyPeer|MemcpyWithStream|MemcpyDtoH|MemcpyHtoD)$")
+"""Runtime calls that block the host until the device has caught up: the synchronize calls and
+the synchronous copies (hipMemcpyWithStream is ROCm's blocking copy)."""
+ASYNC_COPY = re.compile(r"^(?:cuda|hip)Memcpy\w*Async$")
+"""An async copy blocks too when the device side finished before the call returned (a D2H copy
+into pageable memory, CUDA runtime API docs, "API synchronization behavior")."""
+_CPU_GEMMS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::mkldnn_convolution", "aten::cudnn_convolution", "aten::_convolution", "aten::linear"}
+_LOW_PRECISION = {"c10::BFloat16", "c10::Half", "c10::Float8_e4m3fn", "c10::Float8_e5m2", "c10::Float8_e4m3fnuz", "c10::Float8_e5m2fnuz"}
+_FLOAT_TYPES = _LOW_PRECISION | {"float", "double"}
+
+def kernel_class(name: str) -> int:
+    """Interval class of one kernel: what `kernels.classify` says it is, by dtype for matmuls."""
+    k = classify(name)
+    if k.op == COMM:
+        return K_COMM
+    if k.op == ATTENTION:
+        return K_ATTN_FUSED
+    if k.op == SOFTMAX:
+        return K_SOFTMAX
+    if k.op == EMBEDDING:
+        return K_EMBEDDING
+    if k.is_matmul:
+        if k.dtype in LOW_PRECISION:
+            return K_GEMM_LOWP
+        if k.dtype == "tf32":
+            return K_GEMM_TF32
+        if k.dtype in ("fp32", "fp64"):
+            return K_GEMM_FP32
+        return K_GEMM_UNKNOWN
+    return K_OTHER
+
+
+def _number(event: dict[str, Any], key: str, index: int, path: Path) -> float:
+    v = event.get(key)
+    if type(v) not in (int, float) or not (-MAX_ABS_TIME_US < v < MAX_ABS_TIME_US):
+        raise BandwiseError(f"trace {path.name}: traceEvents[{index}] {key}={str(v)[:40]!r} is not a finite time in microseconds; the trace is corrupt")
+    if key == "dur" and v < 0:
+        raise BandwiseError(f"trace {path.name}: traceEvents[{index}] has a negative duration dur={v}; the trace is corrupt")
+    return float(v)
+
+
+@dataclass(slots=True)
+class Collected:
+    steps: list[tuple[float, float, str]] = field(default_factory=list)
+    gpu_steps: list[tuple[float, float]] = field(default_factory=list)
+    dataloader: Intervals = field(default_factory=Intervals)
+    optimizer: Intervals = field(default_factory=Intervals)
+    cpu: dict[str, Intervals] = field(default_factory=dict)
+    cpu_name: dict[str, array] = field(default_factory=dict)
+    """Per thread, parallel to `cpu`: index into `names` of each operator."""
+    cpu_dtype: dict[str, array] = field(default_factory=dict)
+    """Per thread, parallel to `cpu`: D_* dtype of the operator's first floating input."""
+    annotations: dict[str, Intervals] = field(default_factory=dict)
+    """Per thread, user annotations (record_function ranges such as TorchRec's `## name ##`)."""
+    ann_name: dict[str, array] = field(default_factory=dict)
+    names: list[str] = field(default_factory=list)
+    name_ids: dict[str, int] = field(default_factory=dict)
+    gpu: Intervals = field(default_factory=Intervals)
+    gpu_corr: array = field(default_factory=lambda: array("q"))
+    rt_corr: array = field(default_factory=lambda: array("q"))
+    rt_ts: array = field(default_factory=lambda: array("d"))
+    rt_tid: array = field(default_factory=lambda: array("i"))
+    """Per runtime call, an index into `tids` (not one string per event: memory per event)."""
+    tids: list[str] = field(default_factory=list)
+    tid_ids: dict[str, int] = field(default_factory=dict)
+    blocking: list[tuple[float, float, str, str, int]] = field(default_factory=list)
+    """(ts, end, tid, runtime call, correlation) of calls that may block the host on the device."""
+    launch_us: array = field(default_factory=lambda: array("f"))
+    mem_total: dict[str, float] = field(default_factory=dict)
+    mem_ts: array = field(default_factory=lambda: array("d"))
+    mem_bytes: array = field(default_factory=lambda: array("d"))
+    unread_device: dict[str, int] = field(default_factory=dict)
+    mtia: bool = False
+    hip: bool = False
+    events: int = 0
+
+    def name_id(self, name: str) -> int:
+        i = self.name_ids.get(name)
+        if i is None:
+            i = self.name_ids[name] = len(self.names)
+            self.names.append(name)
+        return i
+
+
+def _corr(ev: dict[str, Any]) -> int:
+    args = ev.get("args")
+    v = args.get("correlation") if isinstance(args, dict) else None
+    return v if type(v) is int else -1
+
+
+def collect(path: Path, **limits: Any) -> tuple[Collected, dict[str, Any]]:
+    reader = TraceReader(path, **limits)
+    c = Collected()
+    kclass: dict[str, int] = {}
+    for i, ev in enumerate(reader.events()):
+        c.events += 1
+        ph = ev.get("ph")
+        if ph == "X":
+            cat, name = ev.get("cat"), ev.get("name")
+            if not isinstance(name, str):
+                raise BandwiseError(f"trace {path.name}: traceEvents[{i}] name is {type(name).__name__}, expected a string; the trace is corrupt")
+            if cat in _KERNEL_CATS:
+                if cat == "mtia_ccp_events":
+                    c.mtia = True
+                    code = M_COPY if name.startswith("dma") else kclass.get(name)
+                else:
+                    code = kclass.get(name)
+                if code is None:
+                    code = kclass[name] = kernel_class(name)
+                c.gpu.add(_number(ev, "ts", i, path), _number(ev, "dur", i, path), code)
+                c.gpu_corr.append(_corr(ev))
+            elif cat in _MEMCPY_CATS:
+                c.gpu.add(_number(ev, "ts", i, path), _number(ev, "dur", i, path), M_H2D if "HtoD" in name else M_COPY)
+                c.gpu_corr.append(_corr(ev))
+            elif cat in _MEMSET_CATS:
+                c.gpu.add(_number(ev, "ts", i, path), _number(ev, "dur", i, path), M_SET)
+                c.gpu_corr.append(_corr(ev))
+            elif cat in _RUNTIME_CATS:
+                ts, dur = _number(ev, "ts", i, path), _number(ev, "dur", i, path)
+                corr = _corr(ev)
+                if corr >= 0:
+                    c.rt_corr.append(corr)
+                    c.rt_ts.append(ts)
+                    tid = str(ev.get("tid"))
+                    t_id = c.tid_ids.get(tid)
+                    if t_id is None:
+                        t_id = c.tid_ids[tid] = len(c.tids)
+                        c.tids.append(tid)
+                    c.rt_tid.append(t_id)
+                if "LaunchKernel" in name:
+                    c.launch_us.append(dur)
+                    c.hip = c.hip or name.startswith("hip")
+                elif _SYNC_CALLS.match(name) or ASYNC_COPY.match(name):
+                    c.blocking.append((ts, ts + dur, str(ev.get("tid")), name, corr))
+            elif cat in _GPU_ANNOTATION_CATS:
+                if name.startswith("ProfilerStep#"):
+                    ts = _number(ev, "ts", i, path)
+                    c.gpu_steps.append((ts, ts + _number(ev, "dur", i, path)))
+            elif cat in _CPU_CATS:
+                ts, dur = _number(ev, "ts", i, path), _number(ev, "dur", i, path)
+                tid = str(ev.get("tid"))
+                if name.startswith("ProfilerStep#"):
+                    c.steps.append((ts, ts + dur, tid))
+                elif "DataLoader" in name:
+                    c.dataloader.add(ts, dur)
+                elif name.startswith("Optimizer."):
+                    c.optimizer.add(ts, dur)
+                elif cat == "user_annotation":
+                    iv = c.annotations.get(tid)
+                    if iv is None:
+                        iv = c.annotations[tid] = Intervals()
+                        c.ann_name[tid] = array("i")
+                    iv.add(ts, dur, 0)
+                    c.ann_name[tid].append(c.name_id(name))
+                else:
+                    iv = c.cpu.get(tid)
+                    if iv is None:
+                        iv = c.cpu[tid] = Intervals()
+                        c.cpu_name[tid] = array("i")
+                        c.cpu_dtype[tid] = array("b")
+                    args = ev.get("args")
+                    iv.add(ts, dur, _cpu_class(name, args))
+                    c.cpu_name[tid].append(c.name_id(name))
+                    c.cpu_dtype[tid].append(_input_dtype(args))
+            elif cat in _UNREAD_DEVICE_CATS or (isinstance(cat, str) and cat.endswith(("_runtime", "_driver"))):
+                c.unread_device[cat] = c.unread_device.get(cat, 0) + 1
+        elif ph == "i" and ev.get("name") == "[memory]":
+            args = ev.get("args")
+            if isinstance(args, dict) and args.get("Device Type") == 1:
+                total = args.get("Total Allocated")
+                dev = str(args.get("Device Id"))
+                if type(total) in (int, float):
+                    c.mem_total[dev] = max(c.mem_total.get(dev, 0.0), float(total))
+                elif type(args.get("Bytes")) in (int, float):
+                    c.mem_ts.append(_number(ev, "ts", i, path))
+                    c.mem_bytes.append(float(args["Bytes"]))
+    return c, reader.meta
+
+
+def _input_dtype(args: Any) -> int:
+    types = args.get("Input type") if isinstance(args, dict) else None
+    if isinstance(types, list):
+        for t in types:
+            if isinstance(t, str) and t in _FLOAT_TYPES:
+                return D_LOW if t in _LOW_PRECISION else D_FP32
+    return D_NONE
+
+
+def _cpu_class(name: str, args: Any) -> int:
+    if name in _CPU_GEMMS:
+        types = args.get("Input type") if isinstance(args, dict) else None
+        if isinstance(types, list) and types and isinstance(types[0], str):
+            return C_GEMM_LOW if types[0] in _LOW_PRECISION else C_GEMM_FP32 if types[0] == "float" else C_GEMM_UNKNOWN
+        return C_GEMM_UNKNOWN
+    if "scaled_dot_product" in name or "flash_attention" in name:
+        return C_SDPA
+    if name in ("aten::softmax", "aten::_softmax", "aten::_safe_softmax"):
+        return C_SOFTMAX
+    return C_OTHER
+
+
+def device_check(c: Collected, path: Path) -> None:
+    """Refuse device traces this module would otherwise misread as CPU-only."""
+    if len(c.gpu):
+        return
+    if c.unread_device:
+        cat = max(c.unread_device, key=c.unread_device.__getitem__)
+        hint = _UNREAD_DEVICE_CATS.get(cat, "a device bandwise does not read (it reads CUDA, ROCm and MTIA activity)")
+        raise BandwiseError(f"trace {path.name}: device activity is recorded as '{cat}' events: {hint}")
+    if len(c.launch_us):
+        raise BandwiseError(f"trace {path.name}: {len(c.launch_us)} kernel launches but no kernel events: the device side was not recorded; profile with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]")
+
+
+def vendor(c: Collected, meta: dict[str, Any]) -> str | None:
+    """mtia, amd or nvidia: from the device events, deviceProperties, and the runtime's API prefix;
+    None for a device named as another vendor's, whose peaks and dtypes the rules do not know."""
+    if c.mtia:
+        return "mtia"
+    if not len(c.gpu):
+        return None
+    props = meta.get("deviceProperties")
+    p0 = props[0] if isinstance(props, list) and props and isinstance(props[0], dict) else {}
+    name = str(p0.get("name", ""))
+    if "gcnArchName" in p0 or re.search(r"\bAMD\b|Instinct|Radeon", name) or c.hip:
+        return "amd"
+    if re.search(r"Intel|Gaudi|\bHPU\b|\bXPU\b|Ascend", name, re.I):
+        return None
+    return "nvidia"
