@@ -19,7 +19,7 @@ experiment_app = typer.Typer(help="Reproduce published training results on a CPU
 
 MOE_BALANCE_HELP = """Auxiliary-loss-free balancing against an auxiliary loss (Wang et al. 2024, Table 2).
 
-Trains one miniature DeepSeekMoE on the built-in corpus with each router setting (aux_loss α=1e-3, aux_free γ=1e-3, aux_free+seq_aux α=1e-4, none, and aux_free with γ=1e-4 and 1e-2), with the same initial weights and data order per seed, and reports validation loss, perplexity, MaxVio_global over the validation split and the MaxVio_batch curve. Runs train two at a time, one thread each.
+Trains one miniature DeepSeekMoE on the built-in corpus with each router setting (aux_loss α=1e-3, aux_free with the trainer's γ = lr x 1e-3/2.2e-4, aux_free+seq_aux α=1e-4, none, and aux_free with the paper's γ=1e-4, 1e-3 and 1e-2), with the same initial weights and data order per seed, and reports validation loss, perplexity, MaxVio_global over the validation split and the MaxVio_batch curve. Runs train two at a time, one thread each.
 
 [b]--quick[/b] trains only aux_loss and aux_free, 500 steps of 8x64 tokens, 2 seeds (under a minute on 2 cores).
 """

@@ -3,8 +3,9 @@
 Reproduces the comparison of Wang et al. 2024, "Auxiliary-Loss-Free Load Balancing Strategy for
 Mixture-of-Experts" (arXiv:2408.15664): Table 2 (perplexity and MaxVio_global, aux-loss baseline
 α = 0.001 against loss-free balancing) and Sec. 4.3's update-rate sweep (u = 1e-4 balances too
-slowly early, 1e-2 oscillates late, 1e-3 is best). One process trains the same model with every
-router setting in `ROUTERS`; for a given seed the initial weights and the order of the training
+slowly early, 1e-2 oscillates late, 1e-3 is best). The loss-free rows without a stated γ use the
+trainer's rule, `gamma_for_lr` (DeepSeek-V3's γ/lr at this run's learning rate); the sweep rows
+keep the paper's u. One process trains the same model with every router setting in `ROUTERS`; for a given seed the initial weights and the order of the training
 windows are identical across routers, so a difference between two rows is the router's.
 
 Metrics (Wang et al. 2024, Sec. 4.1): MaxVio = (max_i Load_i − mean_i Load_i) / mean_i Load_i,
@@ -32,7 +33,7 @@ import torch.nn.functional as F
 from bandwise.errors import BandwiseError
 from bandwise.runtime.data import DataConfig, Splits, StepSampler, make_splits, val_batches
 from bandwise.runtime.model import ModelConfig, Transformer
-from bandwise.runtime.moe import MoE, MoEConfig, update_router_biases
+from bandwise.runtime.moe import MoE, MoEConfig, gamma_for_lr, update_router_biases
 from bandwise.specs.model import ModelSpec
 
 # Wang et al. 2024, Table 2: (perplexity, MaxVio_global), aux-loss baseline → loss-free.
@@ -48,25 +49,31 @@ class Router:
 
     name: str
     balance: str
-    gamma: float = 0.0
+    gamma: float | None = None
+    """aux_free bias speed; None: `gamma_for_lr` of the run's peak learning rate, following the
+    learning-rate schedule (`MoEConfig.gamma_follows_lr`); a number is held constant (the paper's u)."""
     aux_alpha: float = 0.0
     seq_alpha: float = 0.0
 
-    def moe_config(self) -> MoEConfig:
+    def moe_config(self, lr: float) -> MoEConfig:
         # Every weight is passed explicitly: MoEConfig's own defaults (aux_alpha 1e-2) are not the paper's.
-        return MoEConfig(router="sigmoid", balance=self.balance, gamma=self.gamma, aux_alpha=self.aux_alpha, seq_alpha=self.seq_alpha)
+        gamma = gamma_for_lr(lr) if self.gamma is None else self.gamma
+        return MoEConfig(
+            router="sigmoid", balance=self.balance, gamma=gamma, gamma_follows_lr=self.gamma is None,
+            aux_alpha=self.aux_alpha, seq_alpha=self.seq_alpha,
+        )
 
 
-# The γ sweep's middle point (1e-3) is the `aux_free` row itself, so it is trained once.
 ROUTERS: tuple[Router, ...] = (
     Router(name="aux_loss", balance="aux_loss", aux_alpha=1e-3),  # Wang et al. 2024 baseline, α = 0.001
-    Router(name="aux_free", balance="aux_free", gamma=1e-3),  # their u = 1e-3; DeepSeek-V3 Sec. 4.2
-    Router(name="aux_free+seq_aux", balance="aux_free+seq_aux", gamma=1e-3, seq_alpha=1e-4),  # DeepSeek-V3 Sec. 4.2
+    Router(name="aux_free", balance="aux_free"),  # γ = gamma_for_lr(lr), DeepSeek-V3 Sec. 4.2's γ/lr
+    Router(name="aux_free+seq_aux", balance="aux_free+seq_aux", seq_alpha=1e-4),  # DeepSeek-V3 Sec. 4.2
     Router(name="none", balance="none"),
-    Router(name="aux_free γ=1e-4", balance="aux_free", gamma=1e-4),
+    Router(name="aux_free γ=1e-4", balance="aux_free", gamma=1e-4),  # Wang et al. 2024 Sec. 4.3's u
+    Router(name="aux_free γ=1e-3", balance="aux_free", gamma=1e-3),
     Router(name="aux_free γ=1e-2", balance="aux_free", gamma=1e-2),
 )
-GAMMA_SWEEP = {1e-4: "aux_free γ=1e-4", 1e-3: "aux_free", 1e-2: "aux_free γ=1e-2"}
+GAMMA_SWEEP = {1e-4: "aux_free γ=1e-4", 1e-3: "aux_free γ=1e-3", 1e-2: "aux_free γ=1e-2"}
 
 
 def miniature_deepseekmoe(seq_len: int) -> ModelSpec:
@@ -117,11 +124,7 @@ class ExperimentConfig:
 
     @classmethod
     def quick(cls) -> ExperimentConfig:
-        """The CI-sized run: the baseline and loss-free rows only, on 4x fewer tokens per step.
-
-        γ = 1e-3 moves a bias by at most 1e-3 per step, so balance needs some hundreds of steps
-        whatever the batch; a smaller batch is what makes those steps cheap.
-        """
+        """The CI-sized run: the baseline and loss-free rows only, on 4x fewer tokens per step."""
         return cls(steps=500, seeds=2, batch=8, seq_len=64, warmup=25, routers=ROUTERS[:2])
 
 
@@ -211,7 +214,7 @@ def train_one(router: Router, seed: int, cfg: ExperimentConfig, splits: Splits, 
     initial weights (the router setting creates no parameters) and the same batches."""
     start = time.perf_counter()
     torch.manual_seed(seed)
-    model = Transformer(spec, ModelConfig(moe=router.moe_config()))
+    model = Transformer(spec, ModelConfig(moe=router.moe_config(cfg.lr)))
     moes = model.moe_modules()
     decay = [p for p in model.parameters() if p.ndim >= 2]
     no_decay = [p for p in model.parameters() if p.ndim < 2]
@@ -234,7 +237,7 @@ def train_one(router: Router, seed: int, cfg: ExperimentConfig, splits: Splits, 
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
         opt.step()
         # After the optimizer step, as DeepSeek-V3 Sec. 2.1.2 orders it; also resets the counts.
-        curve.append(statistics.fmean(update_router_biases(moes)))
+        curve.append(statistics.fmean(update_router_biases(moes, lr_scale=lr_at(step, cfg) / cfg.lr)))
         if not math.isfinite(loss.item()):
             raise BandwiseError(f"router {router.name!r} seed {seed}: loss became {float(loss)} at step {step}; lower --lr")
     windows = cfg.val_windows or len(splits.val)
@@ -266,7 +269,7 @@ class Summary:
         c = self.config
         return {
             "config": {"steps": c.steps, "seeds": c.seeds, "batch": c.batch, "seq_len": c.seq_len, "lr": c.lr,
-                       "routers": [{"name": r.name, "balance": r.balance, "gamma": r.gamma, "aux_alpha": r.aux_alpha, "seq_alpha": r.seq_alpha} for r in c.routers]},
+                       "routers": [{"name": r.name, "balance": r.balance, "gamma": r.moe_config(c.lr).gamma, "aux_alpha": r.aux_alpha, "seq_alpha": r.seq_alpha} for r in c.routers]},
             "seconds": self.seconds,
             "means": self.means,
             "per_seed": {name: [r.to_dict() for r in self.by_router(name)] for name in self.means},
