@@ -13,6 +13,10 @@ where Load_i counts the tokens sent to expert i. MaxVio_batch uses the loads of 
 batch (the counts `update_router_biases` consumes after each optimizer step); MaxVio_global
 uses the loads over the whole validation split. Both are averaged over the MoE layers here.
 
+Validation loss differs between seeds by more than between routers (the seed fixes the weights
+and the data order), so routers are compared per seed, paired, and a difference is claimed only
+when the 95% Student-t interval of the paired differences excludes zero.
+
 Shapes: B batch, T sequence, E routed experts, K top-k, L MoE layers.
 """
 
@@ -278,6 +282,37 @@ class Summary:
         }
 
 
+# Two-sided 95% quantiles of Student's t by degrees of freedom (NIST/SEMATECH e-Handbook of
+# Statistical Methods, Sec. 1.3.6.7.2, "Critical Values of the Student's t Distribution").
+T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228, 15: 2.131, 20: 2.086, 30: 2.042}
+
+
+def t_975(dof: int) -> float:
+    """The tabulated quantile at the largest tabulated dof <= `dof` (wider, so never overclaims)."""
+    return T_975[max(k for k in T_975 if k <= dof)]
+
+
+def paired_check(free: list[RunResult], base: list[RunResult]) -> dict[str, Any]:
+    """Validation loss of `free` against `base`, paired by seed (same weights, same batches).
+
+    A difference is claimed ("lower"/"higher") only when the 95% Student-t interval of the per-seed
+    differences excludes zero; one seed gives no interval. `seed_sd` is each router's standard
+    deviation over seeds, the spread a comparison of unpaired means would have to beat.
+    """
+    by_seed = {r.seed: r.val_loss for r in base}
+    diffs = [r.val_loss - by_seed[r.seed] for r in free if r.seed in by_seed]
+    mean = statistics.fmean(diffs)
+    half = t_975(len(diffs) - 1) * statistics.stdev(diffs) / math.sqrt(len(diffs)) if len(diffs) > 1 else math.inf
+    low, high = mean - half, mean + half
+    sd = lambda rs: statistics.stdev(r.val_loss for r in rs) if len(rs) > 1 else math.nan  # noqa: E731
+    return {
+        "aux_free": statistics.fmean(r.val_loss for r in free), "aux_loss": statistics.fmean(r.val_loss for r in base),
+        "seed_sd": {"aux_free": sd(free), "aux_loss": sd(base)},
+        "difference": mean, "per_seed": diffs, "interval95": [low, high], "seeds": len(diffs),
+        "verdict": "lower" if high < 0 else "higher" if low > 0 else "not resolved",
+    }
+
+
 def summarize(cfg: ExperimentConfig, runs: list[RunResult], seconds: float) -> Summary:
     s = Summary(config=cfg, runs=runs, seconds=seconds)
     for router in cfg.routers:
@@ -297,8 +332,7 @@ def summarize(cfg: ExperimentConfig, runs: list[RunResult], seconds: float) -> S
             "ratio": free["maxvio_global"] / base["maxvio_global"] if base["maxvio_global"] > 0 else math.inf,
             "pass": free["maxvio_global"] <= 0.5 * base["maxvio_global"],
         }
-        rel = free["val_loss"] / base["val_loss"] - 1
-        s.checks["val_loss"] = {"aux_free": free["val_loss"], "aux_loss": base["val_loss"], "relative": rel, "pass": rel <= 0.005}
+        s.checks["val_loss"] = paired_check(s.by_router("aux_free"), s.by_router("aux_loss"))
     if all(name in m for name in GAMMA_SWEEP.values()):
         early = {g: m[name]["early"] for g, name in GAMMA_SWEEP.items()}
         late = {g: m[name]["late"] for g, name in GAMMA_SWEEP.items()}
