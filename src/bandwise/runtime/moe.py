@@ -61,7 +61,7 @@ def gamma_for_lr(peak_lr: float) -> float:
     shift an expert's score for all tokens at once. Balance comes once the bias has caught up with
     the spread of the experts' scores, so what carries over from DeepSeek-V3 is γ / lr, not γ.
     Measured on debug-moe at lr 3e-3 (benchmarks/RESULTS.md, "Bias speed against learning rate"):
-    the experts' mean scores spread from 0.1 to 0.55-0.7 within 50 steps, which γ = 1e-3 (0.002
+    the experts' mean scores spread from 0.1 to 0.4-0.7 within 50 steps, which γ = 1e-3 (0.002
     per step between two experts) covers only after 300; at γ/lr = 4.5 the bias keeps up.
     """
     if not peak_lr > 0:
