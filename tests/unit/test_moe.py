@@ -10,8 +10,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from bandwise.errors import BandwiseError
 from bandwise.runtime.model import Attention, RMSNorm, Transformer, apply_rope, rope_tables
-from bandwise.runtime.moe import MoE, MoEConfig, balance_loss, update_router_biases
+from bandwise.runtime.moe import MoE, MoEConfig, balance_loss, gamma_for_lr, update_router_biases
 from bandwise.runtime.parallel.recompute import apply_recompute
 from bandwise.specs.registry import get_model
 
@@ -47,6 +48,22 @@ def test_bias_update_sign_and_reset():
     assert m.expert_bias[0] < 0 < m.expert_bias[1]
     assert vio == [pytest.approx(float((loads.max() - mean) / mean))]
     assert m.tokens_per_expert.sum() == 0
+
+
+def test_bias_step_follows_the_learning_rate_only_when_asked():
+    loads = torch.tensor([10.0, 2.0] + [6.0] * (SPEC.experts - 2))
+    for follows, expected in ((True, 0.25 * 4e-3), (False, 4e-3)):
+        m = _moe(gamma=4e-3, gamma_follows_lr=follows)
+        m.tokens_per_expert.copy_(loads)
+        update_router_biases([m], lr_scale=0.25)  # e.g. a quarter of the way through warm-up
+        torch.testing.assert_close(m.expert_bias[:2], torch.tensor([-expected, expected]))
+
+
+def test_gamma_for_lr_keeps_deepseek_v3s_ratio():
+    assert gamma_for_lr(2.2e-4) == pytest.approx(1e-3)  # DeepSeek-V3 Sec. 4.2: γ 1e-3 at peak lr 2.2e-4
+    assert gamma_for_lr(3e-3) == pytest.approx(3e-3 * 1e-3 / 2.2e-4)
+    with pytest.raises(BandwiseError, match="lr=0"):
+        gamma_for_lr(0)
 
 
 def test_counts_accumulate_over_micro_batches():

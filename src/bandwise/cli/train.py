@@ -98,7 +98,7 @@ def train(
     persistent_workers: bool = typer.Option(True, "--persistent-workers/--no-persistent-workers"),
     router: str = typer.Option("sigmoid", "--router", help="MoE score function: sigmoid or softmax."),
     balance: str = typer.Option("aux_free", "--balance", help="aux_free, aux_loss, seq_aux, aux_free+seq_aux or none."),
-    gamma: float = typer.Option(1e-3, "--gamma", help="aux_free bias update speed."),
+    gamma: Optional[float] = typer.Option(None, "--gamma", help="aux_free bias update speed (default: --lr x 1e-3/2.2e-4, DeepSeek-V3's ratio)."),
     aux_alpha: float = typer.Option(1e-2, "--aux-alpha"),
     seq_alpha: float = typer.Option(1e-4, "--seq-alpha"),
     json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
@@ -119,7 +119,7 @@ def train(
     out = Output(json_mode=json_out, quiet=quiet or rank != 0)
 
     from bandwise.runtime.data import DataConfig
-    from bandwise.runtime.moe import MoEConfig
+    from bandwise.runtime.moe import MoEConfig, gamma_for_lr
     from bandwise.runtime.train import TrainConfig, train as run
 
     cfg = TrainConfig(
@@ -127,7 +127,7 @@ def train(
         compile=compile_, seed=seed, on_nonfinite=on_nonfinite, log=log, eval_every=eval_every,
         checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every, resume=resume,
         data=DataConfig(path=data, token_dtype=token_dtype, num_workers=num_workers, prefetch_factor=prefetch_factor, pin_memory=pin_memory, persistent_workers=persistent_workers, seed=seed),
-        moe=MoEConfig(router=router, balance=balance, gamma=gamma, aux_alpha=aux_alpha, seq_alpha=seq_alpha),
+        moe=MoEConfig(router=router, balance=balance, gamma=gamma_for_lr(lr) if gamma is None else gamma, gamma_follows_lr=gamma is None, aux_alpha=aux_alpha, seq_alpha=seq_alpha),
     )
     result = run(spec, strat, cfg, out=out)
     if rank != 0:

@@ -8,7 +8,9 @@ gates are normalised over the selected experts. Balancing modes:
   Balancing Strategy for Mixture-of-Experts"; DeepSeek-V3 Sec. 2.1.2): top-k on score + bias,
   gates from the unbiased score; after each optimizer step `bias += γ · sign(mean_load − load_i)`
   with the loads summed over every micro-batch of the step and all ranks that saw different
-  data (`update_router_biases`). γ = 1e-3 (DeepSeek-V3 Sec. 4.2 uses 1e-3 for most of training).
+  data (`update_router_biases`). DeepSeek-V3 Sec. 4.2 uses γ = 1e-3 with a peak learning rate of
+  2.2e-4; at another learning rate `gamma_for_lr` keeps that ratio (why: see there), and with
+  `gamma_follows_lr` the step follows the learning-rate schedule as well.
 - `aux_loss`: Switch/GShard auxiliary loss α · E · Σ_i f_i · P_i over the batch (Fedus et al.
   2021, "Switch Transformers", eq. 4-6), α = 1e-2 by default (their value).
 - `seq_aux`: DeepSeek-V3's sequence-wise balance loss (eq. 17-20), α = 1e-4, per sequence and
@@ -44,6 +46,30 @@ BALANCE_MODES = ("aux_free", "aux_loss", "seq_aux", "aux_free+seq_aux", "none")
 ROUTERS = ("sigmoid", "softmax")
 
 
+# DeepSeek-V3 technical report (arXiv:2412.19437) Sec. 4.2: bias update speed γ = 0.001, with the
+# learning rate warmed up to 2.2e-4 and held there for the first 10T tokens.
+DEEPSEEK_V3_GAMMA = 1e-3
+DEEPSEEK_V3_PEAK_LR = 2.2e-4
+
+
+def gamma_for_lr(peak_lr: float) -> float:
+    """aux_free bias speed for a run whose peak learning rate is `peak_lr`: DeepSeek-V3's γ/lr.
+
+    The bias races the router: each step the bias moves an expert's selection score by ±γ, while
+    AdamW moves every router weight by up to the learning rate (Kingma & Ba 2015, Sec. 2.1: the
+    effective step is bounded by α when 1 - β1 < sqrt(1 - β2), as with betas 0.9/0.95), and early
+    in training the router's inputs are nearly the same vector for every token, so those steps
+    shift an expert's score for all tokens at once. Balance comes once the bias has caught up with
+    the spread of the experts' scores, so what carries over from DeepSeek-V3 is γ / lr, not γ.
+    Measured on debug-moe at lr 3e-3 (benchmarks/RESULTS.md, "Bias speed against learning rate"):
+    the experts' mean scores spread from 0.1 to 0.4-0.7 within 50 steps, which γ = 1e-3 (0.002
+    per step between two experts) covers only after 300; at γ/lr = 4.5 the bias keeps up.
+    """
+    if not peak_lr > 0:
+        raise BandwiseError(f"lr={peak_lr!r} must be > 0")
+    return peak_lr * DEEPSEEK_V3_GAMMA / DEEPSEEK_V3_PEAK_LR
+
+
 @dataclass(kw_only=True, slots=True)
 class MoEConfig:
     router: str = "sigmoid"
@@ -51,7 +77,13 @@ class MoEConfig:
     balance: str = "aux_free"
     """One of BALANCE_MODES."""
     gamma: float = 1e-3
-    """Bias update speed of aux_free (DeepSeek-V3 Sec. 4.2)."""
+    """Bias update speed of aux_free (at the peak learning rate if `gamma_follows_lr`): DeepSeek-V3's
+    value (Sec. 4.2), which goes with its peak learning rate of 2.2e-4; for another learning rate
+    use `gamma_for_lr` (the trainer's command line and `experiment moe-balance` do)."""
+    gamma_follows_lr: bool = False
+    """Scale γ by lr_t / peak lr at every update (`update_router_biases(lr_scale=...)`), so that the
+    bias keeps its ratio to the router's speed through warm-up and decay; a caller that passes no
+    lr_scale gets the constant γ."""
     aux_alpha: float = 1e-2
     """Weight of the Switch/GShard loss (Fedus et al. 2021, Sec. 2.2)."""
     seq_alpha: float = 1e-4
@@ -241,8 +273,11 @@ class MoE(nn.Module):
 
 
 @torch.no_grad()
-def update_router_biases(moes: list[MoE], group=None) -> list[float]:
+def update_router_biases(moes: list[MoE], group=None, *, lr_scale: float = 1.0) -> list[float]:
     """End of an optimizer step: sum loads over `group`, update aux-free biases, reset counts.
+
+    `lr_scale` is this step's learning rate over the peak; layers with `gamma_follows_lr` move their
+    biases by γ · lr_scale, the others by γ.
 
     Returns MaxVio per layer, (max_i load_i − mean)/mean (the MaxVio metric of Wang et al. 2024, arXiv:2408.15664).
     """
@@ -257,6 +292,7 @@ def update_router_biases(moes: list[MoE], group=None) -> list[float]:
     maxvio = ((loads_LE.max(-1, keepdim=True).values - mean_L1) / mean_L1.clamp_min(1e-12)).squeeze(-1)
     for m, load_E, mean in zip(moes, loads_LE, mean_L1):
         if m.cfg.aux_free and float(mean) > 0:
-            m.expert_bias += m.cfg.gamma * torch.sign(mean - load_E)
+            gamma = m.cfg.gamma * lr_scale if m.cfg.gamma_follows_lr else m.cfg.gamma
+            m.expert_bias += gamma * torch.sign(mean - load_E)
         m.tokens_per_expert.zero_()
     return maxvio.tolist()

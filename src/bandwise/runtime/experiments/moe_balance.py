@@ -3,14 +3,19 @@
 Reproduces the comparison of Wang et al. 2024, "Auxiliary-Loss-Free Load Balancing Strategy for
 Mixture-of-Experts" (arXiv:2408.15664): Table 2 (perplexity and MaxVio_global, aux-loss baseline
 α = 0.001 against loss-free balancing) and Sec. 4.3's update-rate sweep (u = 1e-4 balances too
-slowly early, 1e-2 oscillates late, 1e-3 is best). One process trains the same model with every
-router setting in `ROUTERS`; for a given seed the initial weights and the order of the training
+slowly early, 1e-2 oscillates late, 1e-3 is best). The loss-free rows without a stated γ use the
+trainer's rule, `gamma_for_lr` (DeepSeek-V3's γ/lr at this run's learning rate); the sweep rows
+keep the paper's u. One process trains the same model with every router setting in `ROUTERS`; for a given seed the initial weights and the order of the training
 windows are identical across routers, so a difference between two rows is the router's.
 
 Metrics (Wang et al. 2024, Sec. 4.1): MaxVio = (max_i Load_i − mean_i Load_i) / mean_i Load_i,
 where Load_i counts the tokens sent to expert i. MaxVio_batch uses the loads of one training
 batch (the counts `update_router_biases` consumes after each optimizer step); MaxVio_global
 uses the loads over the whole validation split. Both are averaged over the MoE layers here.
+
+Validation loss differs between seeds by more than between routers (the seed fixes the weights
+and the data order), so routers are compared per seed, paired, and a difference is claimed only
+when the 95% Student-t interval of the paired differences excludes zero.
 
 Shapes: B batch, T sequence, E routed experts, K top-k, L MoE layers.
 """
@@ -32,7 +37,7 @@ import torch.nn.functional as F
 from bandwise.errors import BandwiseError
 from bandwise.runtime.data import DataConfig, Splits, StepSampler, make_splits, val_batches
 from bandwise.runtime.model import ModelConfig, Transformer
-from bandwise.runtime.moe import MoE, MoEConfig, update_router_biases
+from bandwise.runtime.moe import MoE, MoEConfig, gamma_for_lr, update_router_biases
 from bandwise.specs.model import ModelSpec
 
 # Wang et al. 2024, Table 2: (perplexity, MaxVio_global), aux-loss baseline → loss-free.
@@ -48,25 +53,31 @@ class Router:
 
     name: str
     balance: str
-    gamma: float = 0.0
+    gamma: float | None = None
+    """aux_free bias speed; None: `gamma_for_lr` of the run's peak learning rate, following the
+    learning-rate schedule (`MoEConfig.gamma_follows_lr`); a number is held constant (the paper's u)."""
     aux_alpha: float = 0.0
     seq_alpha: float = 0.0
 
-    def moe_config(self) -> MoEConfig:
+    def moe_config(self, lr: float) -> MoEConfig:
         # Every weight is passed explicitly: MoEConfig's own defaults (aux_alpha 1e-2) are not the paper's.
-        return MoEConfig(router="sigmoid", balance=self.balance, gamma=self.gamma, aux_alpha=self.aux_alpha, seq_alpha=self.seq_alpha)
+        gamma = gamma_for_lr(lr) if self.gamma is None else self.gamma
+        return MoEConfig(
+            router="sigmoid", balance=self.balance, gamma=gamma, gamma_follows_lr=self.gamma is None,
+            aux_alpha=self.aux_alpha, seq_alpha=self.seq_alpha,
+        )
 
 
-# The γ sweep's middle point (1e-3) is the `aux_free` row itself, so it is trained once.
 ROUTERS: tuple[Router, ...] = (
     Router(name="aux_loss", balance="aux_loss", aux_alpha=1e-3),  # Wang et al. 2024 baseline, α = 0.001
-    Router(name="aux_free", balance="aux_free", gamma=1e-3),  # their u = 1e-3; DeepSeek-V3 Sec. 4.2
-    Router(name="aux_free+seq_aux", balance="aux_free+seq_aux", gamma=1e-3, seq_alpha=1e-4),  # DeepSeek-V3 Sec. 4.2
+    Router(name="aux_free", balance="aux_free"),  # γ = gamma_for_lr(lr), DeepSeek-V3 Sec. 4.2's γ/lr
+    Router(name="aux_free+seq_aux", balance="aux_free+seq_aux", seq_alpha=1e-4),  # DeepSeek-V3 Sec. 4.2
     Router(name="none", balance="none"),
-    Router(name="aux_free γ=1e-4", balance="aux_free", gamma=1e-4),
+    Router(name="aux_free γ=1e-4", balance="aux_free", gamma=1e-4),  # Wang et al. 2024 Sec. 4.3's u
+    Router(name="aux_free γ=1e-3", balance="aux_free", gamma=1e-3),
     Router(name="aux_free γ=1e-2", balance="aux_free", gamma=1e-2),
 )
-GAMMA_SWEEP = {1e-4: "aux_free γ=1e-4", 1e-3: "aux_free", 1e-2: "aux_free γ=1e-2"}
+GAMMA_SWEEP = {1e-4: "aux_free γ=1e-4", 1e-3: "aux_free γ=1e-3", 1e-2: "aux_free γ=1e-2"}
 
 
 def miniature_deepseekmoe(seq_len: int) -> ModelSpec:
@@ -117,11 +128,7 @@ class ExperimentConfig:
 
     @classmethod
     def quick(cls) -> ExperimentConfig:
-        """The CI-sized run: the baseline and loss-free rows only, on 4x fewer tokens per step.
-
-        γ = 1e-3 moves a bias by at most 1e-3 per step, so balance needs some hundreds of steps
-        whatever the batch; a smaller batch is what makes those steps cheap.
-        """
+        """The CI-sized run: the baseline and loss-free rows only, on 4x fewer tokens per step."""
         return cls(steps=500, seeds=2, batch=8, seq_len=64, warmup=25, routers=ROUTERS[:2])
 
 
@@ -211,7 +218,7 @@ def train_one(router: Router, seed: int, cfg: ExperimentConfig, splits: Splits, 
     initial weights (the router setting creates no parameters) and the same batches."""
     start = time.perf_counter()
     torch.manual_seed(seed)
-    model = Transformer(spec, ModelConfig(moe=router.moe_config()))
+    model = Transformer(spec, ModelConfig(moe=router.moe_config(cfg.lr)))
     moes = model.moe_modules()
     decay = [p for p in model.parameters() if p.ndim >= 2]
     no_decay = [p for p in model.parameters() if p.ndim < 2]
@@ -234,7 +241,7 @@ def train_one(router: Router, seed: int, cfg: ExperimentConfig, splits: Splits, 
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
         opt.step()
         # After the optimizer step, as DeepSeek-V3 Sec. 2.1.2 orders it; also resets the counts.
-        curve.append(statistics.fmean(update_router_biases(moes)))
+        curve.append(statistics.fmean(update_router_biases(moes, lr_scale=lr_at(step, cfg) / cfg.lr)))
         if not math.isfinite(loss.item()):
             raise BandwiseError(f"router {router.name!r} seed {seed}: loss became {float(loss)} at step {step}; lower --lr")
     windows = cfg.val_windows or len(splits.val)
@@ -266,13 +273,44 @@ class Summary:
         c = self.config
         return {
             "config": {"steps": c.steps, "seeds": c.seeds, "batch": c.batch, "seq_len": c.seq_len, "lr": c.lr,
-                       "routers": [{"name": r.name, "balance": r.balance, "gamma": r.gamma, "aux_alpha": r.aux_alpha, "seq_alpha": r.seq_alpha} for r in c.routers]},
+                       "routers": [{"name": r.name, "balance": r.balance, "gamma": r.moe_config(c.lr).gamma, "aux_alpha": r.aux_alpha, "seq_alpha": r.seq_alpha} for r in c.routers]},
             "seconds": self.seconds,
             "means": self.means,
             "per_seed": {name: [r.to_dict() for r in self.by_router(name)] for name in self.means},
             "checks": self.checks,
             "paper_table2": {size: {k: {"perplexity": v[0], "maxvio_global": v[1]} for k, v in rows.items()} for size, rows in PAPER_TABLE2.items()},
         }
+
+
+# Two-sided 95% quantiles of Student's t by degrees of freedom (NIST/SEMATECH e-Handbook of
+# Statistical Methods, Sec. 1.3.6.7.2, "Critical Values of the Student's t Distribution").
+T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228, 15: 2.131, 20: 2.086, 30: 2.042}
+
+
+def t_975(dof: int) -> float:
+    """The tabulated quantile at the largest tabulated dof <= `dof` (wider, so never overclaims)."""
+    return T_975[max(k for k in T_975 if k <= dof)]
+
+
+def paired_check(free: list[RunResult], base: list[RunResult]) -> dict[str, Any]:
+    """Validation loss of `free` against `base`, paired by seed (same weights, same batches).
+
+    A difference is claimed ("lower"/"higher") only when the 95% Student-t interval of the per-seed
+    differences excludes zero; one seed gives no interval. `seed_sd` is each router's standard
+    deviation over seeds, the spread a comparison of unpaired means would have to beat.
+    """
+    by_seed = {r.seed: r.val_loss for r in base}
+    diffs = [r.val_loss - by_seed[r.seed] for r in free if r.seed in by_seed]
+    mean = statistics.fmean(diffs)
+    half = t_975(len(diffs) - 1) * statistics.stdev(diffs) / math.sqrt(len(diffs)) if len(diffs) > 1 else math.inf
+    low, high = mean - half, mean + half
+    sd = lambda rs: statistics.stdev(r.val_loss for r in rs) if len(rs) > 1 else math.nan  # noqa: E731
+    return {
+        "aux_free": statistics.fmean(r.val_loss for r in free), "aux_loss": statistics.fmean(r.val_loss for r in base),
+        "seed_sd": {"aux_free": sd(free), "aux_loss": sd(base)},
+        "difference": mean, "per_seed": diffs, "interval95": [low, high], "seeds": len(diffs),
+        "verdict": "lower" if high < 0 else "higher" if low > 0 else "not resolved",
+    }
 
 
 def summarize(cfg: ExperimentConfig, runs: list[RunResult], seconds: float) -> Summary:
@@ -294,8 +332,7 @@ def summarize(cfg: ExperimentConfig, runs: list[RunResult], seconds: float) -> S
             "ratio": free["maxvio_global"] / base["maxvio_global"] if base["maxvio_global"] > 0 else math.inf,
             "pass": free["maxvio_global"] <= 0.5 * base["maxvio_global"],
         }
-        rel = free["val_loss"] / base["val_loss"] - 1
-        s.checks["val_loss"] = {"aux_free": free["val_loss"], "aux_loss": base["val_loss"], "relative": rel, "pass": rel <= 0.005}
+        s.checks["val_loss"] = paired_check(s.by_router("aux_free"), s.by_router("aux_loss"))
     if all(name in m for name in GAMMA_SWEEP.values()):
         early = {g: m[name]["early"] for g, name in GAMMA_SWEEP.items()}
         late = {g: m[name]["late"] for g, name in GAMMA_SWEEP.items()}
