@@ -59,3 +59,24 @@ def test_default_bias_speed_balances_a_short_run():
     capacity_factor = 2.0
     assert all(r.late() <= capacity_factor - 1 for r in runs), [r.late() for r in runs]
     assert all(r.maxvio_global <= capacity_factor - 1 for r in runs), [r.maxvio_global for r in runs]
+
+
+def test_trainer_passes_each_steps_lr_fraction_to_the_bias_update(monkeypatch):
+    """With `gamma_follows_lr` the bias moves by γ · lr_t / peak: the trainer must hand the update the
+    learning rate the optimizer just used (warm-up's (t+1)/(warmup+1), not 1 and not the next step's)."""
+    import bandwise.runtime.train as runtime_train
+    from bandwise.runtime.moe import MoEConfig
+    from bandwise.specs.registry import get_model
+    from bandwise.specs.strategy import Strategy
+
+    seen: list[float] = []
+    real = runtime_train.update_router_biases
+
+    def spy(moes, group=None, *, lr_scale=1.0):
+        seen.append(lr_scale)
+        return real(moes, group, lr_scale=lr_scale)
+
+    monkeypatch.setattr(runtime_train, "update_router_biases", spy)
+    cfg = TrainConfig(steps=3, warmup=4, seq_len=32, eval_batches=1, data=DataConfig(num_workers=0), moe=MoEConfig(gamma_follows_lr=True))
+    runtime_train.train(get_model("debug-moe"), Strategy(micro_batch=1, global_batch=1), cfg)
+    assert seen == pytest.approx([(t + 1) / (cfg.warmup + 1) for t in range(cfg.steps)])

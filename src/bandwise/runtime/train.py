@@ -323,11 +323,12 @@ def _run(spec, strategy, cfg, splits, device, rank, world, on_step, out) -> RunR
                 if finite:
                     for opt in optimizers:
                         opt.step()
+                lr_scale = schedulers[0].get_last_lr()[0] / cfg.lr  # this step's lr over the peak
                 for sch in schedulers:
                     sch.step()
                 for opt in optimizers:
                     opt.zero_grad(set_to_none=True)
-                maxvio = _router_update(moes, dp_group, meshes, strategy, spec, finite, device)
+                maxvio = _router_update(moes, dp_group, meshes, strategy, spec, finite, device, lr_scale)
             rec = _record(step, mon.records[-1], loss_value, norm, schedulers[0].get_last_lr()[0], maxvio, world, device, finite)
             losses[step] = loss_value
             history.append(rec)
@@ -355,15 +356,16 @@ def _run(spec, strategy, cfg, splits, device, rank, world, on_step, out) -> RunR
     return RunResult(losses=losses, val_loss=val_loss, median_step_s=median, records=history, comparison=comparison)
 
 
-def _router_update(moes, dp_group, meshes, strategy, spec, finite: bool, device) -> list[float | None]:
-    """Aux-free bias update; MaxVio per layer gathered over pipeline stages (None: dense layer)."""
+def _router_update(moes, dp_group, meshes, strategy, spec, finite: bool, device, lr_scale: float = 1.0) -> list[float | None]:
+    """Aux-free bias update (γ scaled by `lr_scale` where the layer follows the learning rate);
+    MaxVio per layer gathered over pipeline stages (None: dense layer)."""
     if not spec.is_moe:
         return []
     if not finite:
         for moe in moes:
             moe.tokens_per_expert.zero_()
         return []
-    vio = update_router_biases(moes, group=dp_group)
+    vio = update_router_biases(moes, group=dp_group, lr_scale=lr_scale)
     layer_ids = [moe.layer_id for moe in moes]
     per_layer = torch.full((spec.layers,), -1.0, dtype=torch.float64, device=device)
     for lid, v in zip(layer_ids, vio):
