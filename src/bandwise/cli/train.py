@@ -27,7 +27,16 @@ with --pick i) or `bandwise estimate --json`; degree flags (--dp-shard, --tp, ..
 or describe the layout on their own. The layout is checked against the launched world size and
 the model before anything starts. Each step logs loss, tokens/s, MFU, data-wait share, grad norm,
 router MaxVio and peak memory (--metrics FILE for JSONL); the end prints the measured median step
-next to the planner's estimate for the same layout on this device.
+next to the planner's estimate for the same layout on this device. Before anything is allocated,
+the planner's memory for the layout is checked against the memory free (--no-check-memory skips it).
+
+[b]--dry-run[/b] runs any layout at its true world size on this CPU, with no processes launched:
+
+  bandwise train --dry-run --model llama3-70b --dp-shard 16 --tp 8 --pp 4 --global-batch 512
+
+One process plays one rank of each distinct role (first, middle and last pipeline stage) under
+FakeTensorMode and torch's fake process group, runs two training steps of the real model at its
+real size, and prints torch's memory tracker per category beside the planner's figures.
 """
 
 
@@ -103,6 +112,11 @@ def train(
     seq_alpha: float = typer.Option(1e-4, "--seq-alpha"),
     json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Measure one rank of each role of the layout at its true world size on this CPU (fake tensors, fake process group), beside the planner's memory; no processes, no GPU."),
+    layers: Optional[int] = typer.Option(None, "--layers", help="--dry-run: build this many layers (faster); the full-depth figure is extrapolated and says how."),
+    pp_rank: Optional[list[int]] = typer.Option(None, "--pp-rank", help="--dry-run: play these pipeline ranks (repeatable) instead of the first, a middle and the last."),
+    cluster: str = typer.Option("h100", "--cluster", "-c", help="--dry-run: cluster preset of the planner's figures."),
+    check_memory: bool = typer.Option(True, "--check-memory/--no-check-memory", help="Refuse before allocating when the planner's memory for this layout exceeds what is free."),
 ) -> None:
     spec = get_model(model)
     base = load_strategy(strategy, pick) if strategy else Strategy()
@@ -115,6 +129,13 @@ def train(
         if v is not None
     }
     strat = base.replace(**overrides)
+    if dry_run:
+        from bandwise.cli import dry_run as dry
+
+        dry.run(spec, strat, layers=layers, pp_ranks=pp_rank or None, seq_len=seq_len, cluster=cluster, out=Output(json_mode=json_out, quiet=quiet))
+        return
+    if layers is not None or pp_rank:
+        raise BandwiseError("--layers and --pp-rank shape a dry run; add --dry-run")
     rank = int(os.environ.get("RANK", "0"))
     out = Output(json_mode=json_out, quiet=quiet or rank != 0)
 
@@ -124,7 +145,7 @@ def train(
 
     cfg = TrainConfig(
         steps=steps, seq_len=seq_len or spec.seq_len, lr=lr, warmup=warmup, grad_clip=grad_clip, dtype=dtype,
-        compile=compile_, seed=seed, on_nonfinite=on_nonfinite, log=log, eval_every=eval_every,
+        compile=compile_, seed=seed, on_nonfinite=on_nonfinite, log=log, eval_every=eval_every, check_memory=check_memory,
         checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every, resume=resume,
         data=DataConfig(path=data, token_dtype=token_dtype, num_workers=num_workers, prefetch_factor=prefetch_factor, pin_memory=pin_memory, persistent_workers=persistent_workers, seed=seed),
         moe=MoEConfig(router=router, balance=balance, gamma=gamma_for_lr(lr) if gamma is None else gamma, gamma_follows_lr=gamma is None, aux_alpha=aux_alpha, seq_alpha=seq_alpha),

@@ -25,8 +25,10 @@ and the second forward's activations meet, as in training.
 
 from __future__ import annotations
 
+import dataclasses
 import time
-from contextlib import nullcontext
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,6 +57,9 @@ class RoleResult:
     """Peak tracked bytes on the device over the measured steps."""
     by_category: dict[str, float]
     """Bytes per category at the moment of the peak."""
+    states: dict[str, float]
+    """Bytes per category just after the last optimizer step, before zero_grad: parameters,
+    gradients and optimizer state all alive (the planner's model states)."""
     raw: dict[str, float]
     """torch's own categories at the peak (MemTracker / FSDPMemTracker names)."""
     param_count: int
@@ -138,29 +143,125 @@ def _play(spec: ModelSpec, s: Strategy, role: str, pp_rank: int, *, steps: int, 
                         m.assume_balanced = True
             optimizers = [torch.optim.AdamW(p.parameters(), lr=1e-4, foreach=False) for p in parts]
             step = _step_fn(spec, s, par, meshes, device, dtype)
+            # FSDPMemTracker names FSDP's own buffers (unsharded weights and gradients, all-gather
+            # and reduce-scatter); it takes one root module, so interleaved stages use MemTracker
             if par.fsdp and len(parts) == 1:
                 tracker = FSDPMemTracker(parts[0], optimizers[0])
             else:
                 tracker = MemTracker()
                 tracker.track_external(*parts, *optimizers)
-            with tracker:
-                for i in range(steps):
-                    step(tracker.reset_mod_stats)  # module-wise stats only; the peak is kept
+            with _fresh_module_stats(tracker, parts), tracker:
+                if isinstance(tracker, FSDPMemTracker):
+                    _name_unmanaged_params(tracker, parts)
+                for _ in range(steps):
+                    step()
                     for opt in optimizers:
                         opt.step()
+                    # gradients and optimizer state are all alive here, between the update and
+                    # zero_grad: the model states the planner counts (at the peak, during the next
+                    # forward, set_to_none has freed the gradients)
+                    states = _device_snapshot(tracker.get_tracker_snapshot("current"))
+                    for opt in optimizers:
                         opt.zero_grad(set_to_none=True)
-            peak = tracker.get_tracker_snapshot("peak")
-        snap = next(iter(peak.values())) if peak else {}
-        raw = {str(getattr(k, "value", k)): float(v) for k, v in snap.items()}
+            raw = _device_snapshot(tracker.get_tracker_snapshot("peak"))
         total = raw.pop("Total", sum(raw.values()))
-        by_cat = {c: 0.0 for c in CATEGORIES}
-        for k, v in raw.items():
-            by_cat[_category(k)] += v
+        states.pop("Total", None)
         params = sum(p.to_local().numel() if hasattr(p, "to_local") else p.numel() for part in parts for p in part.parameters())
         return RoleResult(role=role, rank=rank, pp_rank=pp_rank, stage_ids=list(par.stage_ids), peak_bytes=float(total),
-                          by_category=by_cat, raw=raw, param_count=int(params), seconds=time.perf_counter() - start)
+                          by_category=_by_category(raw), states=_by_category(states), raw=raw, param_count=int(params),
+                          seconds=time.perf_counter() - start)
     finally:
         dist.destroy_process_group()
+
+
+def _name_unmanaged_params(tracker, parts) -> None:
+    """FSDPMemTracker follows only the parameters FSDP manages; experts that expert parallelism
+    alone shards (expert-FSDP degree 1) would count as activations. Name them and their gradients
+    (once accumulated) with FSDP's sharded categories; FSDP's own are unchanged."""
+    from torch.distributed._tools.fsdp2_mem_tracker import _FSDPRefType
+
+    def on_grad(p: torch.Tensor) -> None:
+        tracker._update_and_maybe_create_winfos(p.grad, _FSDPRefType.SHARDED_GRAD)
+
+    for part in parts:
+        for p in part.parameters():
+            tracker._update_and_maybe_create_winfos(p, _FSDPRefType.SHARDED_PARAM)
+            p.register_post_accumulate_grad_hook(on_grad)
+
+
+@contextmanager
+def _fresh_module_stats(tracker, roots) -> Iterator[None]:
+    """Let the tracker see a root module run forward again within a step.
+
+    torch's memory trackers keep per-module statistics and refuse a root module's second forward
+    ("multiple iterative calls"), but gradient accumulation and every pipeline schedule run each
+    root once per micro-batch. Only the per-module statistics are dropped here, just before the
+    root's next forward (a global hook runs before the tracker's and FSDP's own); the category
+    totals and the peak, which the dry run reads, are the tracker's global accounting.
+    """
+    ids = {id(m) for m in roots}
+
+    def hook(module, args) -> None:
+        if id(module) in ids:
+            tracker.memory_tracking.pop(module, None)
+
+    handle = torch.nn.modules.module.register_module_forward_pre_hook(hook)
+    try:
+        yield
+    finally:
+        handle.remove()
+
+
+def _device_snapshot(snapshot: dict) -> dict[str, float]:
+    """The tracker's {device: {reference type: bytes}} for the one device, keyed by the type's name."""
+    snap = next(iter(snapshot.values())) if snapshot else {}
+    return {str(getattr(k, "value", k)): float(v) for k, v in snap.items()}
+
+
+def _by_category(raw: dict[str, float]) -> dict[str, float]:
+    out = {c: 0.0 for c in CATEGORIES}
+    for k, v in raw.items():
+        if k != "Total":
+            out[_category(k)] += v
+    return out
+
+
+def _play_in_child(conn, *args, **kwargs) -> None:
+    """Run `_play` and send its result (or its error) back through `conn`."""
+    try:
+        conn.send(("ok", _play(*args, **kwargs)))
+    except BaseException as exc:  # noqa: BLE001 - everything goes back to the parent
+        import traceback
+
+        if isinstance(exc, BandwiseError):
+            conn.send(("error", exc))
+        else:  # the child's traceback travels in the message (its frames do not pickle)
+            conn.send(("error", RuntimeError(f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}")))
+    finally:
+        conn.close()
+
+
+def _play_isolated(*args, **kwargs) -> RoleResult:
+    """`_play` in a forked child: the fake process group cannot be created twice in one process
+    (torch keeps the name of the first group's backend registered), and a child hands its memory
+    back to the host when it ends. Fork, not spawn: the child inherits the imported torch."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork")
+    parent, child = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_play_in_child, args=(child, *args), kwargs=kwargs)
+    proc.start()
+    child.close()
+    try:
+        status, payload = parent.recv()
+    except EOFError:
+        proc.join()
+        raise BandwiseError(f"the dry-run process ended with exit code {proc.exitcode} before reporting "
+                            "(killed for memory? cut the depth with --layers)") from None
+    proc.join()
+    if status == "error":
+        raise payload
+    return payload
 
 
 def _step_fn(spec: ModelSpec, s: Strategy, par, meshes, device: torch.device, dtype: torch.dtype):
@@ -178,9 +279,9 @@ def _step_fn(spec: ModelSpec, s: Strategy, par, meshes, device: torch.device, dt
         x = torch.zeros(m * mb, T, dtype=torch.long, device=device)
         schedule = build_schedule(parts, par.stage_ids, s, device=device, group=meshes.pp_group(), loss_fn=loss_fn,
                                   example=_stage_examples(spec, s, mb, device, dtype))
+        _static_stage_shapes(schedule)
 
-        def step(before_forward) -> None:
-            before_forward()
+        def step() -> None:
             with autocast:
                 if first:
                     schedule.step(x, target=x if last else None, losses=[] if last else None)
@@ -193,12 +294,8 @@ def _step_fn(spec: ModelSpec, s: Strategy, par, meshes, device: torch.device, dt
 
     x = torch.zeros(mb, T, dtype=torch.long, device=device)
 
-    def step(before_forward) -> None:
-        for i in range(m):
-            before_forward()
-            if par.fsdp:
-                for part in parts:
-                    part.set_requires_gradient_sync(i == m - 1)
+    def step() -> None:
+        for _ in range(m):
             with autocast:
                 loss = loss_fn(parts[0](x), x) / m
             loss.backward()
@@ -206,12 +303,32 @@ def _step_fn(spec: ModelSpec, s: Strategy, par, meshes, device: torch.device, dt
     return step
 
 
+def _static_stage_shapes(schedule) -> None:
+    """Skip the schedule's first-step vote between stages (torch >= 2.13, `_warmup_p2p`).
+
+    Every stage already has its input and output shapes (`_stage_examples`); the vote only asks the
+    neighbours whether they all do, and reads the answer with `.item()`, which a fake tensor has no
+    value for. The answer is known here, STATIC (shapes from the examples), so each stage is told
+    it directly. Older torch has no vote and nothing is changed.
+    """
+    if not hasattr(schedule, "_warmup_p2p"):
+        return
+    from torch.distributed.pipelining._utils import InferenceMode
+
+    def vote(stages, has_backward, p2p_done) -> None:
+        for stage in stages:
+            stage._inference_mode = InferenceMode.STATIC
+
+    schedule._warmup_p2p = vote
+
+
 def _stage_examples(spec: ModelSpec, s: Strategy, mb: int, device: torch.device, dtype: torch.dtype):
     """(input, output) example tensors per stage id, so stages skip shape inference over the
     (fake) network: tokens into stage 0, hidden states between stages, logits out of the last."""
     n = s.pp * s.virtual_stages
     act_dtype = dtype if s.dp > 1 else torch.float32  # FSDP casts to bf16; autocast returns fp32 residuals
-    hidden = torch.empty(mb, spec.seq_len, spec.hidden, dtype=act_dtype, device=device)
+    # activations between stages carry gradients back (a stage derives its gradient buffers from this)
+    hidden = torch.empty(mb, spec.seq_len, spec.hidden, dtype=act_dtype, device=device, requires_grad=True)
     tokens = torch.empty(mb, spec.seq_len, dtype=torch.long, device=device)
     logits = torch.empty(mb, spec.seq_len, spec.vocab, dtype=act_dtype, device=device)
 
@@ -227,7 +344,7 @@ def dry_run(spec: ModelSpec, s: Strategy, *, seq_len: int | None = None, layers:
     if layers is not None:
         if not 1 <= layers <= spec.layers:
             raise BandwiseError(f"--layers {layers}: choose 1..{spec.layers} (the model's depth)")
-        spec = spec.replace(layers=layers, dense_layers=min(spec.dense_layers, layers))
+        spec = dataclasses.replace(spec, layers=layers, dense_layers=min(spec.dense_layers, layers))
     spec = spec.with_seq_len(seq_len or spec.seq_len)
     s.check(s.world_size, spec)
     check_runtime_support(s, spec)
@@ -240,5 +357,5 @@ def dry_run(spec: ModelSpec, s: Strategy, *, seq_len: int | None = None, layers:
             raise BandwiseError(f"pipeline rank {r} is outside 0..{s.pp - 1}")
     out = DryRun(model=spec.name, strategy=s.to_dict(), world_size=s.world_size, seq_len=spec.seq_len, layers=spec.layers)
     for role, r in played:
-        out.roles.append(_play(spec, s, role, r, steps=steps, dtype=torch_dtype))
+        out.roles.append(_play_isolated(spec, s, role, r, steps=steps, dtype=torch_dtype))
     return out

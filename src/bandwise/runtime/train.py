@@ -83,6 +83,9 @@ class TrainConfig:
     """Rich progress bar on rank 0."""
     compare: bool = True
     """Print the planner's estimate next to the measured step at the end."""
+    check_memory: bool = True
+    """Refuse, before allocating, a layout the planner says needs more memory than is free
+    (`runtime/preflight.py`)."""
     data: DataConfig = field(default_factory=DataConfig)
     moe: MoEConfig = field(default_factory=MoEConfig)
 
@@ -164,6 +167,10 @@ def build_parallel_model(
     return par
 
 
+def compute_dtype(cfg: TrainConfig, device: torch.device) -> torch.dtype:
+    return DTYPES["bf16" if device.type == "cuda" else "fp32"] if cfg.dtype == "auto" else DTYPES[cfg.dtype]
+
+
 def _init_process_group(cuda: bool) -> tuple[int, int, bool]:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     created = False
@@ -190,11 +197,15 @@ def train(spec: ModelSpec, strategy: Strategy, cfg: TrainConfig, *, on_step: Cal
     """Train `spec` with `strategy`. Call on every rank (torchrun sets the environment)."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     spec, strategy = prepare(spec, strategy, cfg, world)
-    splits = make_splits(cfg.data, spec.seq_len, spec.vocab)
-
     cuda = torch.cuda.is_available()
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
+    if cfg.check_memory:
+        from bandwise.runtime.preflight import check_fits, ranks_on_this_host
+
+        check_fits(spec, strategy, element_size=compute_dtype(cfg, device).itemsize, device_type=device.type,
+                   local_rank=local_rank, ranks_here=ranks_on_this_host())
+    splits = make_splits(cfg.data, spec.seq_len, spec.vocab)
     if cuda:
         torch.cuda.set_device(device)
     rank, world, created = _init_process_group(cuda)
@@ -206,7 +217,7 @@ def train(spec: ModelSpec, strategy: Strategy, cfg: TrainConfig, *, on_step: Cal
 
 
 def _run(spec, strategy, cfg, splits, device, rank, world, on_step, out) -> RunResult:  # noqa: C901 (one loop, read top to bottom)
-    dtype = DTYPES["bf16" if device.type == "cuda" else "fp32"] if cfg.dtype == "auto" else DTYPES[cfg.dtype]
+    dtype = compute_dtype(cfg, device)
     meshes: Meshes | None = build_meshes(strategy, device.type) if world > 1 else None
     torch.manual_seed(cfg.seed)
     par = build_parallel_model(spec, strategy, meshes, device, dtype=dtype, seed=cfg.seed, moe=cfg.moe, compile=cfg.compile)
@@ -297,10 +308,10 @@ def _run(spec, strategy, cfg, splits, device, rank, world, on_step, out) -> RunR
                         if last_stage:
                             local = torch.stack([l.detach().double() for l in mb_losses]).mean()
                     else:
-                        for i, (x, y) in enumerate(batch):
-                            if par.fsdp:
-                                for part in parts:
-                                    part.set_requires_gradient_sync(i == m - 1)
+                        # FSDP reduce-scatters every micro-batch's gradients (its default), as the
+                        # planner counts: a gradient sync deferred to the last micro-batch would keep
+                        # the whole model's unsharded gradients alive in between.
+                        for x, y in batch:
                             loss = loss_fn(parts[0](x), y) / m
                             loss.backward()
                             local += loss.detach().double()
