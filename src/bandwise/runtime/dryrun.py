@@ -64,6 +64,8 @@ class RoleResult:
     """torch's own categories at the peak (MemTracker / FSDPMemTracker names)."""
     param_count: int
     """Parameters this rank holds (its shards)."""
+    param_tensors: int
+    """Parameter tensors this rank holds (AdamW keeps a 4-byte step counter for each)."""
     seconds: float
 
 
@@ -110,7 +112,8 @@ def roles(s: Strategy) -> list[tuple[str, int]]:
     return out
 
 
-def _init_fake(rank: int, world: int) -> None:
+def init_fake(rank: int, world: int) -> None:
+    """Join a process group of `world` ranks as `rank` on torch's fake backend (no peers)."""
     from torch.testing._internal.distributed.fake_pg import FakeStore  # registers the "fake" backend
 
     if dist.is_initialized():
@@ -128,7 +131,7 @@ def _play(spec: ModelSpec, s: Strategy, role: str, pp_rank: int, *, steps: int, 
     world = s.world_size
     rank = pp_rank * (world // s.pp)  # the first data, tensor and expert rank of that stage
     start = time.perf_counter()
-    _init_fake(rank, world)
+    init_fake(rank, world)
     try:
         device = torch.device("cpu")
         meshes = build_meshes(s, device.type)
@@ -167,8 +170,9 @@ def _play(spec: ModelSpec, s: Strategy, role: str, pp_rank: int, *, steps: int, 
         total = raw.pop("Total", sum(raw.values()))
         states.pop("Total", None)
         params = sum(p.to_local().numel() if hasattr(p, "to_local") else p.numel() for part in parts for p in part.parameters())
+        tensors = sum(1 for part in parts for _ in part.parameters())
         return RoleResult(role=role, rank=rank, pp_rank=pp_rank, stage_ids=list(par.stage_ids), peak_bytes=float(total),
-                          by_category=_by_category(raw), states=_by_category(states), raw=raw, param_count=int(params),
+                          by_category=_by_category(raw), states=_by_category(states), raw=raw, param_count=int(params), param_tensors=tensors,
                           seconds=time.perf_counter() - start)
     finally:
         dist.destroy_process_group()
@@ -226,10 +230,10 @@ def _by_category(raw: dict[str, float]) -> dict[str, float]:
     return out
 
 
-def _play_in_child(conn, *args, **kwargs) -> None:
-    """Run `_play` and send its result (or its error) back through `conn`."""
+def _child(conn, fn, args, kwargs) -> None:
+    """Run `fn` and send its result (or its error) back through `conn`."""
     try:
-        conn.send(("ok", _play(*args, **kwargs)))
+        conn.send(("ok", fn(*args, **kwargs)))
     except BaseException as exc:  # noqa: BLE001 - everything goes back to the parent
         import traceback
 
@@ -241,15 +245,16 @@ def _play_in_child(conn, *args, **kwargs) -> None:
         conn.close()
 
 
-def _play_isolated(*args, **kwargs) -> RoleResult:
-    """`_play` in a forked child: the fake process group cannot be created twice in one process
-    (torch keeps the name of the first group's backend registered), and a child hands its memory
-    back to the host when it ends. Fork, not spawn: the child inherits the imported torch."""
+def in_child(fn, *args, **kwargs):
+    """`fn(*args, **kwargs)` in a forked child, its result returned here: the fake process group
+    cannot be created twice in one process (torch keeps the name of the first group's backend
+    registered), and a child hands its memory back to the host when it ends. Fork, not spawn:
+    the child inherits the imported torch."""
     import multiprocessing as mp
 
     ctx = mp.get_context("fork")
     parent, child = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_play_in_child, args=(child, *args), kwargs=kwargs)
+    proc = ctx.Process(target=_child, args=(child, fn, args, kwargs))
     proc.start()
     child.close()
     try:
@@ -328,7 +333,8 @@ def _stage_examples(spec: ModelSpec, s: Strategy, mb: int, device: torch.device,
     n = s.pp * s.virtual_stages
     act_dtype = dtype if s.dp > 1 else torch.float32  # FSDP casts to bf16; autocast returns fp32 residuals
     # activations between stages carry gradients back (a stage derives its gradient buffers from this)
-    hidden = torch.empty(mb, spec.seq_len, spec.hidden, dtype=act_dtype, device=device, requires_grad=True)
+    # under TP the blocks run sequence parallel: a stage boundary carries this rank's sequence shard
+    hidden = torch.empty(mb, spec.seq_len // s.tp, spec.hidden, dtype=act_dtype, device=device, requires_grad=True)
     tokens = torch.empty(mb, spec.seq_len, dtype=torch.long, device=device)
     logits = torch.empty(mb, spec.seq_len, spec.vocab, dtype=act_dtype, device=device)
 
@@ -357,5 +363,5 @@ def dry_run(spec: ModelSpec, s: Strategy, *, seq_len: int | None = None, layers:
             raise BandwiseError(f"pipeline rank {r} is outside 0..{s.pp - 1}")
     out = DryRun(model=spec.name, strategy=s.to_dict(), world_size=s.world_size, seq_len=spec.seq_len, layers=spec.layers)
     for role, r in played:
-        out.roles.append(_play_isolated(spec, s, role, r, steps=steps, dtype=torch_dtype))
+        out.roles.append(in_child(_play, spec, s, role, r, steps=steps, dtype=torch_dtype))
     return out

@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from bandwise.errors import BandwiseError
+from bandwise.errors import BandwiseError, NothingFits
 from bandwise.specs.model import ModelSpec
 from bandwise.specs.strategy import Strategy
 
@@ -107,7 +107,8 @@ def fitting_layout(spec: ModelSpec) -> tuple[int, Strategy] | None:
 
 
 def check_fits(spec: ModelSpec, s: Strategy, *, element_size: int, device_type: str, local_rank: int = 0, ranks_here: int = 1) -> Need:
-    """Refuse, in one line, a run whose planned memory exceeds what is free; return the need otherwise."""
+    """Refuse, in one line, a run whose planned memory exceeds what is free (`NothingFits`: exit
+    code 3, as `bandwise plan` when no layout fits); return the need otherwise."""
     cuda = device_type == "cuda"
     need = Need(per_rank=needed_bytes(spec, s, element_size=element_size, cuda=cuda), ranks_here=1 if cuda else ranks_here)
     free = free_bytes(device_type, local_rank)
@@ -122,7 +123,7 @@ def check_fits(spec: ModelSpec, s: Strategy, *, element_size: int, device_type: 
                 f"and `bandwise train --dry-run` measures one rank of a layout here without allocating it")
     else:
         msg += "; no layout of up to 16,384 GPUs fits either: shorten --seq-len or pick a smaller model"
-    raise BandwiseError(msg)
+    raise NothingFits(msg)
 
 
 def ranks_on_this_host() -> int:
