@@ -52,3 +52,20 @@ def test_fsdp_with_pipeline_keeps_the_stage_gathered_with_fp32_gradients():
     layer = (2 * 2 + 4) * m.non_expert_layer_params / m.layers / 8
     for params in (DEFAULT_PARAMS, replace(DEFAULT_PARAMS, fsdp_pp_unsharded=False)):
         assert estimate(m, c, flat, params).memory_gib["buffers"] * GIB - params.reserved_bytes == pytest.approx(layer, rel=1e-6)
+
+
+def test_torch_tp_keeps_the_gathered_gemm_inputs_whole_on_every_rank():
+    """torch's ColwiseParallel saves the all-gathered norm outputs (2 per layer, bf16, the whole
+    sequence); Megatron keeps the 1/t shard. The difference is closed-form: 2 · 2·h · (1 − 1/t)
+    bytes per token and layer."""
+    from bandwise.cost.step import CostParams, estimate
+    from bandwise.specs.registry import get_cluster, get_model
+    from bandwise.specs.strategy import Strategy
+
+    m = get_model("llama3-8b")
+    s = Strategy(dp_shard=8, tp=8, micro_batch=1, global_batch=8)
+    c = get_cluster("h100")
+    megatron = estimate(m, c, s, CostParams()).memory_gib["activations"]
+    torch_tp = estimate(m, c, s, CostParams(tp_gathered_inputs=True)).memory_gib["activations"]
+    expected = m.layers * m.seq_len * 2 * 2 * m.hidden * (1 - 1 / s.tp) / 2**30
+    assert abs((torch_tp - megatron) - expected) < 1e-9 * expected

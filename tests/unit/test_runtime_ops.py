@@ -62,3 +62,36 @@ def test_saved_tensors_are_only_the_inputs():
     assert [t.data_ptr() for t in apply_rope(q, rope).grad_fn.saved_tensors] == [rope.data_ptr()]
     a, b = torch.randn(3, 5, requires_grad=True), torch.randn(3, 5, requires_grad=True)
     assert [t.data_ptr() for t in swiglu(a, b).grad_fn.saved_tensors] == [a.data_ptr(), b.data_ptr()]
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+def test_cross_entropy_equals_torch_in_value_and_gradient_across_chunks(reduction, monkeypatch):
+    import bandwise.runtime.ops as ops
+    from bandwise.runtime.ops import cross_entropy
+
+    monkeypatch.setattr(ops, "CE_CHUNK_ELEMENTS", 3 * 11)  # 3 rows a chunk: 13 rows cross chunk edges
+    gen = torch.Generator().manual_seed(0)
+    z = torch.randn(13, 11, dtype=torch.float64, generator=gen) * 4
+    t = torch.randint(0, 11, (13,), generator=gen)
+    za, zb = z.clone().requires_grad_(True), z.clone().requires_grad_(True)
+    ours = cross_entropy(za, t, reduction)
+    ref = F.cross_entropy(zb, t, reduction=reduction)
+    (2.5 * ours).backward()
+    (2.5 * ref).backward()
+    torch.testing.assert_close(ours, ref, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(za.grad, zb.grad, rtol=1e-12, atol=1e-12)
+
+
+def test_cross_entropy_keeps_bf16_logits_and_a_few_bytes_a_row():
+    from bandwise.runtime.ops import cross_entropy
+
+    z = torch.randn(6, 50, dtype=torch.bfloat16, requires_grad=True)
+    t = torch.randint(0, 50, (6,))
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda x: (saved.append((x.shape, x.dtype)), x)[1], lambda x: x):
+        loss = cross_entropy(z, t)
+    assert loss.dtype == torch.float32
+    # the logits, and per row: the target's column, whether this rank holds it, the logsumexp
+    assert sorted(saved, key=str) == sorted([((6, 50), torch.bfloat16), ((6,), torch.int64), ((6,), torch.bool), ((6,), torch.float32)], key=str)
+    loss.backward()
+    assert z.grad.dtype == torch.bfloat16

@@ -35,7 +35,8 @@ def planner_memory(spec: ModelSpec, s: Strategy, cluster_name: str) -> dict[str,
         from bandwise.specs.registry import get_cluster
     except ImportError:  # the cost model is part of the core install; guard anyway
         return None
-    est = estimate(spec, get_cluster(cluster_name), s, CostParams(reserved_bytes=0.0))
+    # the trainer runs torch's tensor parallelism, which keeps the gathered GEMM inputs
+    est = estimate(spec, get_cluster(cluster_name), s, CostParams(reserved_bytes=0.0, tp_gathered_inputs=True))
     out = {label: sum(est.memory_gib[t] for t in terms) * GIB for label, terms in PLANNER_TERMS.items()}
     out["total"] = est.memory_gib_per_device * GIB
     return out

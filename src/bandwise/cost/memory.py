@@ -96,6 +96,7 @@ def activation_bytes_per_token(
     fp8: bool = False,
     sequence_parallel: bool = True,
     fp8_act_cache: bool = False,
+    gathered_gemm_inputs: bool = False,
 ) -> tuple[float, float]:
     """(bytes saved for backward per token of one layer, the part replicated across TP ranks).
 
@@ -106,7 +107,9 @@ def activation_bytes_per_token(
     inputs of the linear layers are kept in their 1-byte quantized form for the weight gradient
     (DeepSeek-V3 report, Sec. 3.3.3; Transformer Engine keeps the fp8 copy likewise);
     `fp8_act_cache` also keeps the activation function's input in fp8 (DeepSeek-V3 Sec. 3.3.3,
-    "Low-Precision Storage": the SwiGLU input of the MoE is cached in FP8).
+    "Low-Precision Storage": the SwiGLU input of the MoE is cached in FP8). `gathered_gemm_inputs`:
+    under sequence parallelism the two norm outputs are kept all-gathered, whole on every TP rank
+    (torch's ColwiseParallel; `CostParams.tp_gathered_inputs`).
     """
     unknown = sorted(set(modules) - set(RECOMPUTE_MODULES))
     if unknown:
@@ -142,6 +145,8 @@ def activation_bytes_per_token(
         b += per_f * m.ffn
     if not sequence_parallel:
         b, replicated = b - outside, replicated + outside
+    elif gathered_gemm_inputs:
+        b, replicated = b - 2 * norm_out, replicated + 2 * norm_out
     return b, replicated
 
 

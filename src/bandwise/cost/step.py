@@ -94,6 +94,12 @@ class CostParams:
     Sec. 4.2.2). Off, the 10·s·b·h bytes outside the TP regions stay whole on every TP rank (their
     Eq. 2). Memory only: an all-reduce moves what its reduce-scatter and all-gather move (Sec. 4.2.2),
     and the norms' element-wise time, t times larger without it, is not modelled."""
+    tp_gathered_inputs: bool = False
+    """Under sequence parallelism, the GEMMs after each norm keep their all-gathered input, whole on
+    every TP rank: torch's ColwiseParallel (DTensor; TorchTitan) gathers the sequence before the GEMM
+    and autograd saves what the GEMM read. Off (the default), Megatron-LM's way: only the sequence
+    shard is kept and gathered again in backward (Korthikanti et al. 2022, Sec. 4.2.2). bandwise's
+    own trainer runs torch TP, so its dry run and memory check turn this on."""
     fsdp_pp_unsharded: bool = True
     """Under FSDP with pipeline parallelism a stage keeps its parameters gathered (bf16) from its first
     forward to its last backward and accumulates unsharded gradients in fp32 until the last
@@ -592,7 +598,8 @@ def _combine(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, b: dict[str, n
         per_precision = []
         for fp8 in (False, True):
             kw = dict(selective=sel, modules=P.selective_modules, flash=P.flash_attention, dropout=m_.dropout, fp8=fp8,
-                      sequence_parallel=P.sequence_parallel, fp8_act_cache=P.fp8_activation_cache)
+                      sequence_parallel=P.sequence_parallel, fp8_act_cache=P.fp8_activation_cache,
+                      gathered_gemm_inputs=P.tp_gathered_inputs)
             a_d, r_d = activation_bytes_per_token(m_, moe_layer=False, **kw)
             a_m, r_m = activation_bytes_per_token(m_, moe_layer=True, **kw) if m_.is_moe else (0.0, 0.0)
             per_precision.append(((1 - frac_moe) * a_d + frac_moe * a_m) / tp + ((1 - frac_moe) * r_d + frac_moe * r_m))

@@ -19,8 +19,9 @@ tensor and expert ranks are symmetric). By default the dry run plays the first, 
 the last pipeline rank. Routing in MoE layers is taken as balanced (`MoE.assume_balanced`):
 fake tensors hold no router scores, and balance is what the auxiliary-loss-free bias steers to.
 
-Two steps are run; the peak is taken over both, so optimizer state (created in the first step)
-and the second forward's activations meet, as in training.
+One untracked step warms DTensor's sharding cache and creates the optimizer state; the peak is
+taken over the two tracked steps that follow, where optimizer state and a forward's activations
+meet, as in training.
 """
 
 from __future__ import annotations
@@ -34,12 +35,11 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 
 from bandwise.errors import BandwiseError
 from bandwise.runtime.moe import MoE, MoEConfig
 from bandwise.runtime.parallel.mesh import build_meshes, check_runtime_support
-from bandwise.runtime.parallel.pipeline import build_schedule
+from bandwise.runtime.parallel.pipeline import build_schedule, run_step
 from bandwise.specs.model import ModelSpec
 from bandwise.specs.strategy import V_SHAPED, Strategy
 
@@ -146,13 +146,26 @@ def _play(spec: ModelSpec, s: Strategy, role: str, pp_rank: int, *, steps: int, 
                         m.assume_balanced = True
             optimizers = [torch.optim.AdamW(p.parameters(), lr=1e-4, foreach=False) for p in parts]
             step = _step_fn(spec, s, par, meshes, device, dtype)
+            # one untracked step first: DTensor works out each operator's output sharding once, on
+            # tensors of the global shape, and caches it; under FakeTensorMode those tensors are
+            # allocations the tracker would count (12 GiB transient in AdamW's first step of a
+            # TP-sharded 128k-vocabulary embedding) where a GPU run uses meta tensors
+            step()
+            for opt in optimizers:
+                opt.step()
+                opt.zero_grad(set_to_none=True)
             # FSDPMemTracker names FSDP's own buffers (unsharded weights and gradients, all-gather
             # and reduce-scatter); it takes one root module, so interleaved stages use MemTracker
-            if par.fsdp and len(parts) == 1:
+            split_backward = s.pp > 1 and s.schedule in SPLIT_BACKWARD
+            if par.fsdp and len(parts) == 1 and not split_backward:
                 tracker = FSDPMemTracker(parts[0], optimizers[0])
             else:
                 tracker = MemTracker()
+                if split_backward:
+                    tracker._mod_tracker = _NoModuleHooks()
                 tracker.track_external(*parts, *optimizers)
+                for part in parts:  # gradients named as they are computed
+                    tracker._track_module_params_and_buffers(part, install_grad_hooks=True)
             with _fresh_module_stats(tracker, parts), tracker:
                 if isinstance(tracker, FSDPMemTracker):
                     _name_unmanaged_params(tracker, parts)
@@ -163,6 +176,9 @@ def _play(spec: ModelSpec, s: Strategy, role: str, pp_rank: int, *, steps: int, 
                     # gradients and optimizer state are all alive here, between the update and
                     # zero_grad: the model states the planner counts (at the peak, during the next
                     # forward, set_to_none has freed the gradients)
+                    if not isinstance(tracker, FSDPMemTracker):  # gradients a schedule set by hand
+                        for part in parts:
+                            tracker._track_module_params_and_buffers(part, install_grad_hooks=False)
                     states = _device_snapshot(tracker.get_tracker_snapshot("current"))
                     for opt in optimizers:
                         opt.zero_grad(set_to_none=True)
@@ -176,6 +192,36 @@ def _play(spec: ModelSpec, s: Strategy, role: str, pp_rank: int, *, steps: int, 
                           seconds=time.perf_counter() - start)
     finally:
         dist.destroy_process_group()
+
+
+SPLIT_BACKWARD = ("InterleavedZeroBubble", "ZBVZeroBubble", "DualPipeV")
+"""Schedules that split backward into input and weight gradients (`torch.autograd.grad` on the
+stage's inputs, then on its weights). torch's module tracker watches backward through
+multi-gradient hooks, which autograd.grad refuses on leaf tensors ("A leaf node was passed to
+_will_engine_execute_node"); for these schedules the tracker runs without module hooks, and
+whatever backward allocates is counted with the activations (the totals are unchanged)."""
+
+
+class _NoModuleHooks:
+    """Stands in for MemTracker's ModTracker: no module hooks, always "forward", no parents."""
+
+    parents = frozenset({"Global"})
+    is_bw = False
+
+    def get_known_fqn(self, module) -> None:
+        return None
+
+    def register_user_hooks(self, *args, **kwargs) -> None:
+        pass
+
+    def clear_user_hooks(self) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
 
 
 def _name_unmanaged_params(tracker, parts) -> None:
@@ -274,8 +320,9 @@ def _step_fn(spec: ModelSpec, s: Strategy, par, meshes, device: torch.device, dt
     parts = par.parts
     m, mb, T = s.microbatches, s.micro_batch, spec.seq_len
 
-    def loss_fn(logits_BTV: torch.Tensor, targets_BT: torch.Tensor) -> torch.Tensor:
-        return F.cross_entropy(logits_BTV.flatten(0, 1).float(), targets_BT.flatten())
+    from bandwise.runtime.train import make_loss_fn
+
+    loss_fn = make_loss_fn(meshes, s, spec)  # the trainer's loss
 
     autocast = torch.autocast(device.type, dtype=dtype) if dtype != torch.float32 and not par.fsdp else nullcontext()
     if s.pp > 1:
@@ -288,12 +335,7 @@ def _step_fn(spec: ModelSpec, s: Strategy, par, meshes, device: torch.device, dt
 
         def step() -> None:
             with autocast:
-                if first:
-                    schedule.step(x, target=x if last else None, losses=[] if last else None)
-                elif last:
-                    schedule.step(target=x, losses=[])
-                else:
-                    schedule.step()
+                run_step(schedule, x, x, first=first, last=last)  # as the trainer steps
 
         return step
 
@@ -336,7 +378,7 @@ def _stage_examples(spec: ModelSpec, s: Strategy, mb: int, device: torch.device,
     # under TP the blocks run sequence parallel: a stage boundary carries this rank's sequence shard
     hidden = torch.empty(mb, spec.seq_len // s.tp, spec.hidden, dtype=act_dtype, device=device, requires_grad=True)
     tokens = torch.empty(mb, spec.seq_len, dtype=torch.long, device=device)
-    logits = torch.empty(mb, spec.seq_len, spec.vocab, dtype=act_dtype, device=device)
+    logits = torch.empty(mb, spec.seq_len, -(-spec.vocab // s.tp), dtype=act_dtype, device=device)  # vocabulary-sharded under TP
 
     def example(stage: int) -> tuple[torch.Tensor, torch.Tensor]:
         return (tokens if stage == 0 else hidden, logits if stage == n - 1 else hidden)

@@ -46,7 +46,8 @@ def needed_bytes(spec: ModelSpec, s: Strategy, *, element_size: int, cuda: bool)
     from bandwise.cost.step import CostParams, estimate
     from bandwise.specs.registry import get_cluster
 
-    params = CostParams() if cuda else CostParams(reserved_bytes=0.0)
+    # the trainer runs torch's tensor parallelism, which keeps the gathered GEMM inputs
+    params = CostParams(tp_gathered_inputs=True) if cuda else CostParams(reserved_bytes=0.0, tp_gathered_inputs=True)
     est = estimate(spec, get_cluster(SUGGEST_CLUSTER), s, params)
     gib = 2**30
     states = (est.memory_gib["params"] + est.memory_gib["grads_optimizer"]) * gib

@@ -26,7 +26,6 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 
 from bandwise.doctor.monitor import Monitor
 from bandwise.errors import BandwiseError
@@ -35,10 +34,12 @@ from bandwise.runtime.data import DataConfig, make_splits, train_loader, val_bat
 from bandwise.runtime.metrics import JsonlLog, grad_norm_and_clip, measure_matmul_flops, peak_memory_bytes
 from bandwise.runtime.model import ModelConfig, Transformer
 from bandwise.runtime.moe import MoE, MoEConfig, update_router_biases
+from bandwise.runtime.ops import cross_entropy
 from bandwise.runtime.parallel.apply import Parallel, parallelize
 from bandwise.runtime.parallel.expert import expert_parameters
 from bandwise.runtime.parallel.mesh import Meshes, build_meshes, check_runtime_support
-from bandwise.runtime.parallel.pipeline import build_schedule, warm_up
+from bandwise.runtime.parallel.pipeline import build_schedule, run_step, warm_up
+from bandwise.runtime.parallel.tensor import vocab_shard
 from bandwise.specs.model import ModelSpec
 from bandwise.specs.strategy import V_SHAPED, Strategy
 
@@ -104,11 +105,6 @@ class TrainConfig:
             raise BandwiseError("--resume needs --checkpoint-dir, where the checkpoints are")
 
 
-def _loss_dtype(logits: torch.Tensor) -> torch.dtype:
-    """The loss in fp32 at least (bf16 logits lose the small probabilities), fp64 kept."""
-    return torch.promote_types(logits.dtype, torch.float32)
-
-
 def lr_lambda(cfg: TrainConfig) -> Callable[[int], float]:
     """Multiplier of the peak LR at step s: linear warm-up, then cosine to min_lr_ratio."""
 
@@ -165,6 +161,16 @@ def build_parallel_model(
             part.to_empty(device=device)
             part.init_weights(seed)
     return par
+
+
+def make_loss_fn(meshes: Meshes | None, strategy: Strategy, spec: ModelSpec, reduction: str = "mean") -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """The trainer's loss on the output head's logits: vocabulary-sharded under TP (`vocab_shard`)."""
+    group, offset = vocab_shard(meshes.tp_mesh() if meshes is not None and strategy.tp > 1 else None, spec.vocab)
+
+    def loss_fn(logits_BTV: torch.Tensor, targets_BT: torch.Tensor) -> torch.Tensor:
+        return cross_entropy(logits_BTV.flatten(0, 1), targets_BT.flatten(), reduction, group=group, vocab_offset=offset)
+
+    return loss_fn
 
 
 def compute_dtype(cfg: TrainConfig, device: torch.device) -> torch.dtype:
@@ -239,8 +245,7 @@ def _run(spec, strategy, cfg, splits, device, rank, world, on_step, out) -> RunR
     for moe in moes:  # pipeline schedules already divide gradients by the micro-batch count
         moe.aux_grad_scale = 1.0 if pp else 1.0 / m
 
-    def loss_fn(logits_BTV: torch.Tensor, targets_BT: torch.Tensor) -> torch.Tensor:
-        return F.cross_entropy(logits_BTV.flatten(0, 1).to(_loss_dtype(logits_BTV)), targets_BT.flatten())
+    loss_fn = make_loss_fn(meshes, strategy, spec)
 
     schedule = None
     if pp:
@@ -299,12 +304,7 @@ def _run(spec, strategy, cfg, splits, device, rank, world, on_step, out) -> RunR
                             warm_up(schedule, x, y, first=first_stage, last=last_stage, parts=parts)
                             warmed = True
                         mb_losses: list[torch.Tensor] = []
-                        if first_stage:
-                            schedule.step(x, target=y if last_stage else None, losses=mb_losses if last_stage else None)
-                        elif last_stage:
-                            schedule.step(target=y, losses=mb_losses)
-                        else:
-                            schedule.step()
+                        run_step(schedule, x, y, first=first_stage, last=last_stage, losses=mb_losses)
                         if last_stage:
                             local = torch.stack([l.detach().double() for l in mb_losses]).mean()
                     else:
@@ -392,6 +392,7 @@ def _router_update(moes, dp_group, meshes, strategy, spec, finite: bool, device,
 def evaluate(model, splits, cfg: TrainConfig, strategy: Strategy, meshes: Meshes | None, device, autocast) -> float:
     """Mean validation loss over the first `eval_batches` batches, averaged over data-parallel ranks."""
     model.eval()
+    loss_sum = make_loss_fn(meshes, strategy, model.spec, reduction="sum")
     total = torch.zeros((), dtype=torch.float64, device=device)
     count = torch.zeros((), dtype=torch.float64, device=device)
     dp_rank = meshes.dp_rank() if meshes is not None else 0
@@ -399,7 +400,7 @@ def evaluate(model, splits, cfg: TrainConfig, strategy: Strategy, meshes: Meshes
     for x, y in val_batches(splits, samples=samples, batch=strategy.micro_batch, dp_rank=dp_rank, dp=strategy.dp):
         with autocast:
             logits = model(x.to(device))
-        loss = F.cross_entropy(logits.flatten(0, 1).to(_loss_dtype(logits)), y.to(device).flatten(), reduction="sum")
+        loss = loss_sum(logits, y.to(device))
         total += loss.double()
         count += y.numel()
     if meshes is not None:

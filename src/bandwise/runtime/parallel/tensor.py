@@ -4,7 +4,9 @@ et al. 2022), expressed as `parallelize_module` plans as in torchtitan's Llama.
 Per block: q/k/v and w1/w3 column-wise, o and w2 row-wise, so each block needs one all-gather
 before and one reduce-scatter after each of attention and MLP; the norms run on sequence shards
 (`SequenceParallel`) between them. The embedding is row-wise with a sequence-sharded output, the
-output head column-wise with a replicated output (the vocabulary is small enough to gather).
+output head column-wise with vocabulary-sharded logits, which the loss reads where they are
+(`ops.cross_entropy` with `vocab_shard`; Megatron's vocab-parallel cross-entropy): gathering
+128k-entry logits would keep t times the memory the planner counts.
 
 Multi-head latent attention keeps its low-rank latent projections whole on every rank and
 splits its up-projections by heads (`LatentAttention`). MoE layers are kept whole on every tensor-parallel rank: their input is gathered to the full
@@ -30,6 +32,15 @@ from bandwise.runtime.model import LatentAttention
 from bandwise.runtime.moe import MoE
 
 
+def vocab_shard(tp_mesh: DeviceMesh | None, vocab: int) -> tuple[object | None, int]:
+    """(process group, first vocabulary column) of this rank's logits: the output head's weight is
+    split on its vocabulary dim as `Shard(0)` splits, torch.chunk's ceil(V / t) rows a rank."""
+    if tp_mesh is None or tp_mesh.size() == 1:
+        return None, 0
+    rows = -(-vocab // tp_mesh.size())
+    return tp_mesh.get_group(), min(tp_mesh.get_local_rank() * rows, vocab)
+
+
 def apply_tensor_parallel(model: nn.Module, tp_mesh: DeviceMesh) -> None:
     """Shard `model` (a Transformer or one pipeline stage of it) over `tp_mesh` in place."""
     top: dict[str, object] = {}
@@ -38,7 +49,7 @@ def apply_tensor_parallel(model: nn.Module, tp_mesh: DeviceMesh) -> None:
     if model.norm is not None:
         top["norm"] = SequenceParallel()
     if model.output is not None:
-        top["output"] = ColwiseParallel(input_layouts=Shard(1), output_layouts=Replicate(), use_local_output=True)
+        top["output"] = ColwiseParallel(input_layouts=Shard(1), output_layouts=Shard(-1), use_local_output=True)
     if top:
         parallelize_module(model, tp_mesh, top)
     for block in model.layers.values():
