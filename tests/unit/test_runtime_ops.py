@@ -95,3 +95,43 @@ def test_cross_entropy_keeps_bf16_logits_and_a_few_bytes_a_row():
     assert sorted(saved, key=str) == sorted([((6, 50), torch.bfloat16), ((6,), torch.int64), ((6,), torch.bool), ((6,), torch.float32)], key=str)
     loss.backward()
     assert z.grad.dtype == torch.bfloat16
+
+
+def test_latent_attention_with_narrower_values_equals_the_attention_formula():
+    """MLA's values are narrower than its queries and keys (DeepSeek-V3: 128 against 192); the
+    runtime pads them to keep SDPA's fused kernel. Checked against softmax(q·kᵀ/√d + causal)·v
+    written out, in fp64, values and input gradients."""
+    import math
+
+    from bandwise.runtime.model import LatentAttention
+    from bandwise.specs.model import ModelSpec
+
+    spec = ModelSpec(name="mla", layers=1, hidden=32, ffn=64, heads=2, kv_heads=2, vocab=64, seq_len=7,
+                     kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=4, v_head_dim=6, source="test")
+    torch.manual_seed(0)
+    att = LatentAttention(spec, 1e-6).double()
+    rope = rope_tables(7, 4, 10000.0).double()
+    x = torch.randn(2, 7, 32, dtype=torch.float64, requires_grad=True)
+    out = att(x, rope)
+
+    def reference(x):
+        B, T, _ = x.shape
+        q = att.wq(x).view(B, T, 2, 12)
+        q_nope, q_pe = q.split([8, 4], dim=-1)
+        c_kv, k_pe = att.wkv_a(x).split([16, 4], dim=-1)
+        k_pe = apply_rope(k_pe.unsqueeze(2), rope)
+        k_nope, v = att.wkv_b(att.kv_norm(c_kv)).view(B, T, 2, 14).split([8, 6], dim=-1)
+        q = torch.cat([q_nope, apply_rope(q_pe, rope)], dim=-1).transpose(1, 2)
+        k = torch.cat([k_nope, k_pe.expand(B, T, 2, 4)], dim=-1).transpose(1, 2)
+        scores = q @ k.transpose(-1, -2) / math.sqrt(12)
+        scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+        o = torch.softmax(scores, dim=-1) @ v.transpose(1, 2)
+        return att.wo(o.transpose(1, 2).reshape(B, T, -1))
+
+    x2 = x.detach().clone().requires_grad_(True)
+    ref = reference(x2)
+    torch.testing.assert_close(out, ref, rtol=1e-10, atol=1e-12)
+    g = torch.randn_like(out)
+    out.backward(g)
+    ref.backward(g)
+    torch.testing.assert_close(x.grad, x2.grad, rtol=1e-10, atol=1e-12)

@@ -151,10 +151,17 @@ class LatentAttention(nn.Module):
         q = torch.cat([q_nope, apply_rope(q_pe, rope)], dim=-1).transpose(1, 2)  # (B, H, T, nope+rope)
         k = torch.cat([k_nope, k_pe.expand(B, T, H, self.rope_dim)], dim=-1).transpose(1, 2)
         v = v.transpose(1, 2)
+        # SDPA's fused kernels take one head dim for q, k and v; with v narrower (128 against 192)
+        # it falls back to the math kernel, which keeps the T×T scores in fp32 for backward (17 GB
+        # a DeepSeek-V3 layer at 4k tokens, measured by the dry run). Zero-padding v keeps the
+        # flash kernel; the padded columns of the output are zero and are cut off.
+        pad = q.shape[-1] - v.shape[-1]
+        v = F.pad(v, (0, pad)) if pad > 0 else v
         if self.recompute_core and torch.is_grad_enabled():
             out = checkpoint(F.scaled_dot_product_attention, q, k, v, is_causal=True, use_reentrant=False)
         else:
-            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H, T, v)
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H, T, q's head dim)
+        out = out[..., : self.v_dim] if pad > 0 else out
         return self.wo(out.transpose(1, 2).reshape(B, T, -1))
 
 
