@@ -22,16 +22,16 @@ from bandwise.specs.strategy import Strategy
 
 GIB = 2**30
 
-# (preset, world, layout, layers or None for the full depth)
-LAYOUTS: list[tuple[str, Strategy, int | None]] = [
-    ("llama3-8b", Strategy(dp_shard=64, micro_batch=1, global_batch=64), None),
-    ("llama3-70b", Strategy(dp_shard=16, tp=8, pp=4, micro_batch=1, global_batch=64), None),
-    ("llama3-405b", Strategy(dp_shard=16, tp=8, pp=16, micro_batch=1, global_batch=256), None),
-    ("mixtral-8x7b", Strategy(dp_shard=64, ep=8, micro_batch=1, global_batch=64), None),
-    ("qwen3-235b-a22b", Strategy(dp_shard=64, pp=4, ep=16, micro_batch=1, global_batch=256), None),
-    ("deepseek-v3", Strategy(dp_shard=128, pp=16, ep=64, micro_batch=1, global_batch=2048), None),
-    ("kimi-k2", Strategy(dp_shard=128, pp=16, ep=64, micro_batch=1, global_batch=2048), None),
-    ("gpt3-175b", Strategy(dp_shard=16, tp=8, pp=8, micro_batch=1, global_batch=128), None),
+# (preset, layout, layers or None for the full depth, sequence length or None for the preset's)
+LAYOUTS: list[tuple[str, Strategy, int | None, int | None]] = [
+    ("llama3-8b", Strategy(dp_shard=64, micro_batch=1, global_batch=64), None, None),
+    ("llama3-70b", Strategy(dp_shard=16, tp=8, pp=4, micro_batch=1, global_batch=64), None, None),
+    ("llama3-405b", Strategy(dp_shard=16, tp=8, pp=16, micro_batch=1, global_batch=256), None, None),
+    ("mixtral-8x7b", Strategy(dp_shard=64, ep=8, micro_batch=1, global_batch=64), None, 4096),
+    ("qwen3-235b-a22b", Strategy(dp_shard=64, pp=4, ep=16, micro_batch=1, global_batch=256), None, None),
+    ("deepseek-v3", Strategy(dp_shard=128, pp=16, ep=64, micro_batch=1, global_batch=2048), None, None),
+    ("kimi-k2", Strategy(dp_shard=128, pp=16, ep=64, micro_batch=1, global_batch=2048), None, None),
+    ("gpt3-175b", Strategy(dp_shard=16, tp=8, pp=8, micro_batch=1, global_batch=128), None, None),
 ]
 
 
@@ -43,10 +43,10 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     only = {m for m in args.only.split(",") if m}
     rows = []
-    for name, s, layers in LAYOUTS:
+    for name, s, layers, seq in LAYOUTS:
         if only and name not in only:
             continue
-        spec = get_model(name)
+        spec = get_model(name).with_seq_len(seq or get_model(name).seq_len)
         t0 = time.perf_counter()
         run = dry_run(spec, s, layers=layers)
         wall = time.perf_counter() - t0
@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(out)
         worst = max(out["roles"], key=lambda r: r["bytes"]["total"])
         print(
-            f"{name:16s} {s.world_size:>5,} {s.describe():28s} roles {len(out['roles'])}  "
+            f"{name:16s} {s.world_size:>5,} seq {spec.seq_len:>6,} {s.describe():28s} roles {len(out['roles'])}  "
             + "  ".join(f"{r['role']}: {r['bytes']['total'] / GIB:6.2f}" for r in out["roles"])
             + f"  | states {worst['bytes']['params'] / GIB + worst['bytes']['grads + optimizer'] / GIB:6.2f}"
             f" vs {(out['planner']['params'] + out['planner']['grads + optimizer']) / GIB:6.2f}"

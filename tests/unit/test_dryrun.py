@@ -84,3 +84,29 @@ def test_dry_run_model_states_equal_the_planners(model, s):
     measured = worst.states["params"] + worst.states["grads"] + worst.states["optimizer"]
     expected = planner["params"] + planner["grads + optimizer"]
     assert math.isclose(measured, expected, rel_tol=REL_TOL), (measured, expected)
+
+
+def _local_expert_bytes(world: int, ep: int) -> tuple[int, int]:
+    """(bytes of routed-expert weights on rank 0, bytes of all routed-expert weights) under FSDP x EP."""
+    import torch.distributed as dist
+
+    from bandwise.runtime.moe import GroupedExperts
+    from bandwise.runtime.parallel.mesh import build_meshes
+    from bandwise.runtime.train import build_parallel_model
+
+    init_fake(0, world)
+    try:
+        s = Strategy(dp_shard=world, ep=ep, micro_batch=1, global_batch=world)
+        spec = get_model("debug-moe")
+        par = build_parallel_model(spec, s, build_meshes(s, "cpu"), torch.device("cpu"), dtype=torch.float32, seed=0, moe=MoEConfig())
+        local = sum(p.to_local().numel() * 4 for part in par.parts for m in part.modules() if isinstance(m, GroupedExperts) for p in m.parameters())
+        return local, spec.routed_expert_params_total * 4
+    finally:
+        dist.destroy_process_group()
+
+
+def test_one_local_expert_is_still_sharded_over_its_fsdp_ranks():
+    """debug-moe's 16 experts at EP 16 over 32 ranks: one expert a rank, sharded over 2 FSDP ranks.
+    Sharding dimension 0 (the expert index, length 1) would leave it whole on one of them."""
+    local, total = in_child(_local_expert_bytes, 32, 16)
+    assert local == total // 32

@@ -27,6 +27,7 @@ meet, as in training.
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
@@ -291,18 +292,26 @@ def _child(conn, fn, args, kwargs) -> None:
         conn.close()
 
 
-def in_child(fn, *args, **kwargs):
-    """`fn(*args, **kwargs)` in a forked child, its result returned here: the fake process group
-    cannot be created twice in one process (torch keeps the name of the first group's backend
-    registered), and a child hands its memory back to the host when it ends. Fork, not spawn:
-    the child inherits the imported torch."""
-    import multiprocessing as mp
-
-    ctx = mp.get_context("fork")
+def _start(ctx, fn, args, kwargs, threads: int | None):
     parent, child = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_child, args=(child, fn, args, kwargs))
+    proc = ctx.Process(target=_child, args=(child, _with_threads(fn, threads), args, kwargs))
     proc.start()
     child.close()
+    return proc, parent
+
+
+def _with_threads(fn, threads: int | None):
+    if threads is None:
+        return fn
+
+    def run(*args, **kwargs):
+        torch.set_num_threads(threads)
+        return fn(*args, **kwargs)
+
+    return run
+
+
+def _collect(proc, parent):
     try:
         status, payload = parent.recv()
     except EOFError:
@@ -313,6 +322,36 @@ def in_child(fn, *args, **kwargs):
     if status == "error":
         raise payload
     return payload
+
+
+def in_child(fn, *args, **kwargs):
+    """`fn(*args, **kwargs)` in a forked child, its result returned here: the fake process group
+    cannot be created twice in one process (torch keeps the name of the first group's backend
+    registered), and a child hands its memory back to the host when it ends. Fork, not spawn:
+    the child inherits the imported torch."""
+    import multiprocessing as mp
+
+    return _collect(*_start(mp.get_context("fork"), fn, args, kwargs, None))
+
+
+def in_children(calls: list[tuple], workers: int) -> list:
+    """Each (fn, args, kwargs) of `calls` in its own forked child, `workers` at a time, one thread
+    each when more than one runs; results in the order of `calls`."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork")
+    workers = max(1, workers)
+    threads = 1 if workers > 1 and len(calls) > 1 else None
+    results: list = [None] * len(calls)
+    running: list[tuple[int, Any, Any]] = []
+    pending = list(enumerate(calls))
+    while pending or running:
+        while pending and len(running) < workers:
+            i, (fn, args, kwargs) = pending.pop(0)
+            running.append((i, *_start(ctx, fn, args, kwargs, threads)))
+        i, proc, parent = running.pop(0)
+        results[i] = _collect(proc, parent)
+    return results
 
 
 def _step_fn(spec: ModelSpec, s: Strategy, par, meshes, device: torch.device, dtype: torch.dtype):
@@ -404,6 +443,6 @@ def dry_run(spec: ModelSpec, s: Strategy, *, seq_len: int | None = None, layers:
         if not 0 <= r < s.pp:
             raise BandwiseError(f"pipeline rank {r} is outside 0..{s.pp - 1}")
     out = DryRun(model=spec.name, strategy=s.to_dict(), world_size=s.world_size, seq_len=spec.seq_len, layers=spec.layers)
-    for role, r in played:
-        out.roles.append(in_child(_play, spec, s, role, r, steps=steps, dtype=torch_dtype))
+    calls = [(_play, (spec, s, role, r), {"steps": steps, "dtype": torch_dtype}) for role, r in played]
+    out.roles.extend(in_children(calls, workers=min(len(calls), len(os.sched_getaffinity(0)))))  # the cores this job may use
     return out

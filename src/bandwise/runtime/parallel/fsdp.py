@@ -12,6 +12,7 @@ import torch
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.tensor import Shard
 
 from bandwise.runtime.moe import GroupedExperts
 
@@ -38,7 +39,20 @@ def apply_fsdp(
             if experts_are_local:
                 ignored.update(experts.parameters())
             elif expert_mesh is not None:
-                fully_shard(experts, mesh=expert_mesh, mp_policy=mp, reshard_after_forward=reshard_after_forward)
+                fully_shard(experts, mesh=expert_mesh, mp_policy=mp, reshard_after_forward=reshard_after_forward,
+                            shard_placement_fn=_expert_placement(expert_mesh.size()))
         fully_shard(block, mesh=dp_mesh, mp_policy=mp, reshard_after_forward=reshard_after_forward, ignored_params=ignored or None)
     fully_shard(model, mesh=dp_mesh, mp_policy=mp, reshard_after_forward=reshard_after_forward, ignored_params=ignored or None)
 
+
+def _expert_placement(fsdp_size: int):
+    """FSDP2 shards dimension 0 by default, which for grouped expert weights (E_local, ·, ·) is the
+    expert index: with fewer local experts than FSDP ranks, torch.chunk's split leaves the first
+    ranks whole experts and the others nothing (Mixtral at EP 8 over 64 ranks: one expert a rank,
+    every rank of an FSDP group of 8 holding it whole, 8x the planned shard). There the weights
+    are sharded along dimension 1 instead (`fully_shard(shard_placement_fn=...)`, torch >= 2.6)."""
+
+    def placement(p: nn.Parameter) -> Shard | None:
+        return Shard(1) if p.ndim >= 2 and p.shape[0] < fsdp_size else None
+
+    return placement
