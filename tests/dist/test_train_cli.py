@@ -96,7 +96,7 @@ def test_bad_input_is_one_line(capsys, monkeypatch, args, env_world, needle):
     code, out, err = _cli(capsys, "train", *args, "--steps", "1", "-q")
     assert code == 2
     assert needle in err
-    assert len(err.strip().splitlines()) == 2 and err.startswith("bandwise: error: ")  # the line + the --debug hint
+    assert len(err.strip().splitlines()) == 1 and err.startswith("bandwise: error: ")  # a user error: no --debug hint
 
 
 def test_valid_strategy_the_trainer_cannot_run(tmp_path, capsys, monkeypatch):

@@ -1,7 +1,7 @@
 """The trainer builds only its shards, the dry run measures what torch allocates, and the planner's
 model states agree with that measurement to the byte (issue 16).
 
-Every job runs in a forked child on torch's fake process group (`runtime.dryrun.in_child`), so
+Every job runs in a child process on torch's fake process group (`runtime.dryrun.in_child`), so
 world sizes above what this machine could launch cost one process each.
 """
 
@@ -42,6 +42,19 @@ def _local_parameter_bytes(model: str, dp_shard: int) -> tuple[int, int, int, bo
         return local, whole, padding, on_meta
     finally:
         dist.destroy_process_group()
+
+
+def _matmul_sum(n: int) -> float:
+    a = torch.ones(n, n)
+    return float((a @ a).sum())
+
+
+def test_a_child_starts_after_the_caller_used_its_thread_pool():
+    # A plain fork of a process whose OpenMP pool has run hangs at the child's first parallel
+    # region (seen: the suite stopped here on CI). The caller here has multiplied, as every test
+    # before this one in the suite has.
+    assert _matmul_sum(512) == 512.0**3
+    assert in_child(_matmul_sum, 512, timeout=120) == 512.0**3
 
 
 def test_a_rank_allocates_its_share_of_the_parameters_under_fsdp():

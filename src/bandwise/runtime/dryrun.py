@@ -277,9 +277,11 @@ def _by_category(raw: dict[str, float]) -> dict[str, float]:
     return out
 
 
-def _child(conn, fn, args, kwargs) -> None:
+def _child(conn, fn, args, kwargs, threads: int | None) -> None:
     """Run `fn` and send its result (or its error) back through `conn`."""
     try:
+        if threads is not None:
+            torch.set_num_threads(threads)
         conn.send(("ok", fn(*args, **kwargs)))
     except BaseException as exc:  # noqa: BLE001 - everything goes back to the parent
         import traceback
@@ -292,26 +294,32 @@ def _child(conn, fn, args, kwargs) -> None:
         conn.close()
 
 
+def _context():
+    """Children come from a fork server: a clean process that imported torch and this module once
+    and has started no thread. A plain fork of the caller inherits whatever it holds (OpenMP's
+    thread pool, a gloo group's threads, their locks) and can hang on a lock no thread will
+    release (Python docs, multiprocessing, "Contexts and start methods": forking a multithreaded
+    process is unsafe); the fork server costs one import of torch per process."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload([__name__])
+    return ctx
+
+
 def _start(ctx, fn, args, kwargs, threads: int | None):
     parent, child = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_child, args=(child, _with_threads(fn, threads), args, kwargs))
+    proc = ctx.Process(target=_child, args=(child, fn, args, kwargs, threads))
     proc.start()
     child.close()
     return proc, parent
 
 
-def _with_threads(fn, threads: int | None):
-    if threads is None:
-        return fn
-
-    def run(*args, **kwargs):
-        torch.set_num_threads(threads)
-        return fn(*args, **kwargs)
-
-    return run
-
-
-def _collect(proc, parent):
+def _collect(proc, parent, timeout: float | None = None):
+    if timeout is not None and not parent.poll(timeout):
+        proc.kill()
+        proc.join()
+        raise BandwiseError(f"the dry-run process did not report within {timeout:.0f} s")
     try:
         status, payload = parent.recv()
     except EOFError:
@@ -324,22 +332,18 @@ def _collect(proc, parent):
     return payload
 
 
-def in_child(fn, *args, **kwargs):
-    """`fn(*args, **kwargs)` in a forked child, its result returned here: the fake process group
+def in_child(fn, *args, timeout: float | None = None, **kwargs):
+    """`fn(*args, **kwargs)` in a child process, its result returned here: the fake process group
     cannot be created twice in one process (torch keeps the name of the first group's backend
-    registered), and a child hands its memory back to the host when it ends. Fork, not spawn:
-    the child inherits the imported torch."""
-    import multiprocessing as mp
-
-    return _collect(*_start(mp.get_context("fork"), fn, args, kwargs, None))
+    registered), and a child hands its memory back to the host when it ends. `fn` must be a
+    module-level function (it is pickled to the child)."""
+    return _collect(*_start(_context(), fn, args, kwargs, None), timeout=timeout)
 
 
 def in_children(calls: list[tuple], workers: int) -> list:
-    """Each (fn, args, kwargs) of `calls` in its own forked child, `workers` at a time, one thread
+    """Each (fn, args, kwargs) of `calls` in its own child, `workers` at a time, one thread
     each when more than one runs; results in the order of `calls`."""
-    import multiprocessing as mp
-
-    ctx = mp.get_context("fork")
+    ctx = _context()
     workers = max(1, workers)
     threads = 1 if workers > 1 and len(calls) > 1 else None
     results: list = [None] * len(calls)
