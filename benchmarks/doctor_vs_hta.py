@@ -29,6 +29,9 @@ CORPUS = [
     DATA / "hta" / "dlrm_sampled_rank-0.json.gz",
     DATA / "hta" / "mi250_minitoy_train_ROCm6_2_kineto.json.gz",
     *sorted((DATA / "resnet50-dataloader").glob("*.json.gz")),
+    DATA / "tracelens" / "mi300_resnet_act_checkpoint.json.gz",
+    DATA / "tracelens" / "b200_eager_trace.json.gz",
+    DATA / "tracelens" / "h100_bert_small.json.gz",
 ]
 
 DOCTOR = """
@@ -70,10 +73,11 @@ def _run(cmd: list[str]) -> dict | str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--hta-python", required=True, help="python of an environment with holistictraceanalysis installed")
+    ap.add_argument("traces", nargs="*", type=Path, help="these traces instead of the stored corpus")
     args = ap.parse_args()
     print("| trace | steps | doctor per step: compute / non-compute / idle | doctor over the kernel span | HTA temporal breakdown | gap per step / span (points) | doctor s / MB | HTA s / MB | doctor findings |")
     print("|---|---|---|---|---|---|---|---|---|")
-    for path in CORPUS:
+    for path in args.traces or CORPUS:
         ours = _run([sys.executable, "-c", DOCTOR, str(path)])
         with tempfile.TemporaryDirectory() as tmp:
             (Path(tmp) / path.name).symlink_to(path.resolve())  # HTA reads a directory of rank traces
