@@ -1,5 +1,11 @@
 """FSDP2 (`fully_shard`, Zhao et al. 2023 "PyTorch FSDP"; ZeRO-3 of Rajbhandari et al. 2020)
-per transformer block, then the root; HSDP (replicate × shard) when dp_replicate > 1.
+per transformer block, the token embedding and the final norm with the output head as units of
+their own (TorchTitan's grouping), then the root; HSDP (replicate × shard) when dp_replicate > 1.
+
+The embedding and the head are units of their own because the root unit's parameters are
+gathered by the root's pre-forward and resharded only after the whole forward: left in the root,
+both vocabulary-sized matrices stay gathered through every layer's forward and backward (Llama 3
+8B: 2 GiB in bf16 beside the two layers the planner counts).
 
 Under expert parallelism, routed experts get their own FSDP unit over the data-parallel ranks
 outside their EP group (each EP rank holds different experts); where no such rank is left
@@ -42,6 +48,11 @@ def apply_fsdp(
                 fully_shard(experts, mesh=expert_mesh, mp_policy=mp, reshard_after_forward=reshard_after_forward,
                             shard_placement_fn=_expert_placement(expert_mesh.size()))
         fully_shard(block, mesh=dp_mesh, mp_policy=mp, reshard_after_forward=reshard_after_forward, ignored_params=ignored or None)
+    if getattr(model, "tok_embeddings", None) is not None:
+        fully_shard(model.tok_embeddings, mesh=dp_mesh, mp_policy=mp, reshard_after_forward=reshard_after_forward)
+    last = [m for m in (getattr(model, "norm", None), getattr(model, "output", None)) if m is not None]
+    if last:  # the backward starts here: resharding after the forward would gather it again at once
+        fully_shard(last, mesh=dp_mesh, mp_policy=mp, reshard_after_forward=False)
     fully_shard(model, mesh=dp_mesh, mp_policy=mp, reshard_after_forward=reshard_after_forward, ignored_params=ignored or None)
 
 
