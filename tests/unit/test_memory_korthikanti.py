@@ -101,3 +101,23 @@ def test_full_recomputation_keeps_layer_inputs_and_one_layer_being_recomputed():
     kept = p * layers_rank * tokens * 2 * m.hidden / f["tp"]  # 1F1B: p micro-batches on the first stage
     one_layer = none.memory_gib["activations"] * GIB / (p * layers_rank)
     assert full.memory_gib["activations"] * GIB == pytest.approx(kept + one_layer, rel=1e-6)
+
+
+def test_recomputed_layer_and_logits_are_not_alive_together():
+    """Without pipeline stages the rank also computes the loss. Its logits (4 bytes each: bf16 values and
+    gradient) are freed in the head's backward before the last block is recomputed, so the peak holds
+    the kept layer inputs plus the larger of one layer's full activations and the logits, not both
+    (the dry run of Llama 3 8B under full recomputation peaks in the loss: benchmarks/RESULTS.md)."""
+    from bandwise.cli.dry_run import planner_memory
+    from bandwise.specs.registry import get_model
+    from bandwise.specs.strategy import Strategy
+
+    for vocab in (128_256, 8_192):  # logits above, then below, one layer's activations
+        m = replace(get_model("llama3-8b"), layers=2, vocab=vocab)
+        tokens, logits = m.seq_len, 4 * m.seq_len * vocab
+        none = planner_memory(m, Strategy(dp_shard=8, micro_batch=1, global_batch=8), "h100")["activations"]
+        full = planner_memory(m, Strategy(dp_shard=8, micro_batch=1, global_batch=8, recompute="full"), "h100")["activations"]
+        one_layer = (none - logits) / m.layers
+        kept = m.layers * tokens * 2 * m.hidden
+        assert full == pytest.approx(kept + max(one_layer, logits), rel=1e-9)
+        assert full < kept + one_layer + logits
