@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"{name:16s} {s.world_size:>5,} seq {spec.seq_len:>6,} {s.describe():28s} roles {len(out['roles'])}  "
             + "  ".join(f"{r['role']}: {r['bytes']['total'] / GIB:6.2f}" for r in out["roles"])
-            + f"  | states {worst['bytes']['params'] / GIB + worst['bytes']['grads + optimizer'] / GIB:6.2f}"
+            + f"  | states {max(r['bytes']['params'] + r['bytes']['grads + optimizer'] for r in out['roles']) / GIB:6.2f}"
             f" vs {(out['planner']['params'] + out['planner']['grads + optimizer']) / GIB:6.2f}"
             f"  | peak {worst['bytes']['total'] / GIB:6.2f} vs planner {out['planner']['total'] / GIB:6.2f} GiB"
             f" ({100 * out['difference']['total']:+.1f}%)  {wall:5.0f} s",

@@ -27,11 +27,15 @@ GOAL = 0.10
 """Issue 16: every layout's analytical peak within 10% of the measured one."""
 
 CI_SUBSET = [
-    ("llama3-8b", 2, 8192, "FSDP8", 1, "none"),
+    # each row misses the goal with the runtime as it was before one of its fixes (RESULTS.md):
     ("llama3-8b", 2, 8192, "FSDP8", 2, "none"),
+    ("llama3-8b", 2, 8192, "FSDP64", 1, "none"),  # root FSDP unit kept the embedding and head gathered: +18.1%
     ("llama3-8b", 2, 8192, "FSDP8·TP2", 1, "none"),
-    ("llama3-8b", 2, 8192, "FSDP8·TP4", 2, "selective"),
+    ("llama3-70b", 2, 8192, "FSDP16·TP8", 1, "none"),  # torch's TP embedding gradient, whole V x h a rank: +21.2%
+    ("llama3-8b", 4, 8192, "FSDP4·PP2 1F1B", 1, "none"),  # last stage kept a global batch of logits
+    ("gpt3-175b", 8, 2048, "FSDP8·TP8·PP4 1F1B", 2, "selective"),
     ("mixtral-8x7b", 4, 4096, "FSDP8·PP2·EP4 1F1B", 1, "none"),
+    ("deepseek-v3", 4, 4096, "FSDP64·EP64", 1, "full"),  # MLA fell back to math attention, T x T fp32 scores a head
 ]
 
 
