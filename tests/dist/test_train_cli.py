@@ -44,6 +44,25 @@ def test_one_process_loss_falls_on_default_corpus(tmp_path, capsys):
     rec = json.loads(log.read_text().splitlines()[-2])
     assert {"loss", "tokens_per_s", "mfu", "data_wait_share", "grad_norm", "maxvio", "peak_mem_bytes"} <= set(rec)
     assert rec["maxvio"][0] is None and all(v >= 0 for v in rec["maxvio"][1:])  # layer 0 is dense
+    # the planner's comparison says what the MFU is measured against (issue 17, item 7)
+    p = summary["planner"]
+    assert p["peak_flops"] > 0 and 0 < p["attention_efficiency"] <= 1
+
+
+def test_summary_names_the_per_device_rate_and_the_peak(capsys):
+    from bandwise.cli.train import _table
+    from rich.console import Console
+
+    summary = {"model": "debug", "layout": "1 device", "strategy": {}, "steps": 3, "first_loss": 5.5, "last_loss": 4.0,
+               "val_loss": 4.1, "median_step_s": 0.03, "median_tokens_per_s_per_device": 8000.0, "median_mfu": 0.3,
+               "median_data_wait_share": 0.05,
+               "planner": {"peak_flops": 1.9e11, "device": "cpu (measured)", "dtype": "float32", "predicted_step_s": 0.03,
+                           "ratio": 1.0, "predicted_mfu": 0.3}}
+    console = Console(width=100, record=True)
+    console.print(_table(summary))
+    text = console.export_text()
+    assert "tokens/s per device" in text and "0.19 TFLOP/s" in text
+    assert "float32 matmul timed on this cpu" in " ".join(text.split())
 
 
 def test_plan_json_to_torchrun_two_processes(tmp_path, capsys):

@@ -488,3 +488,22 @@ def test_loss_moves_eager_bytes_on_gpus_and_fused_bytes_under_xla(cluster_name, 
         loss = per_logit * tokens * m.vocab / 2 / (dev.hbm_bandwidth * params.hbm_efficiency)
         assert out == pytest.approx(gemms + loss, rel=1e-9)
     assert CROSS_ENTROPY_BYTES_EAGER > 5 * CROSS_ENTROPY_BYTES_FUSED
+
+
+def test_hfu_counts_what_selective_recomputation_runs_again():
+    """Selective recomputation re-runs the attention core's forward: HFU exceeds MFU by its FLOPs,
+    2·s·H·(d_qk + d_v) a token a layer (the forward third of PaLM's attention term), over the
+    model FLOPs; full recomputation adds the whole forward, a third."""
+    from bandwise.cost.step import estimate
+    from bandwise.specs.registry import get_cluster, get_model
+    from bandwise.specs.strategy import Strategy
+
+    m, c = get_model("llama3-8b"), get_cluster("h100")
+    base = dict(dp_shard=8, micro_batch=1, global_batch=8)
+    sel = estimate(m, c, Strategy(**base, recompute="selective"))
+    full = estimate(m, c, Strategy(**base, recompute="full"))
+    none = estimate(m, c, Strategy(**base))
+    attention_forward = m.layers * 2 * m.seq_len * m.heads * (m.d_head + m.d_value)
+    assert sel.hfu / sel.mfu == pytest.approx(1 + attention_forward / m.model_flops_per_token(), rel=1e-9)
+    assert full.hfu / full.mfu == pytest.approx(4 / 3, rel=1e-9)
+    assert none.hfu == none.mfu

@@ -194,14 +194,21 @@ def _table(s: dict[str, Any]) -> Table:
     t.add_row("median step", fmt(s["median_step_s"], "{:.4f} s"))
     t.add_row("tokens/s per device", fmt(s["median_tokens_per_s_per_device"], "{:,.0f}"))
     t.add_row("MFU", fmt(s["median_mfu"] and 100 * s["median_mfu"], "{:.2f}%"))
-    t.add_row("data-wait share", fmt(s["median_data_wait_share"] and 100 * s["median_data_wait_share"], "{:.1f}%"))
     p = s.get("planner") or {}
+    if p.get("peak_flops"):
+        t.add_row("  of a peak of", f"{p['peak_flops'] / 1e12:.3g} TFLOP/s")
+    t.add_row("data-wait share", fmt(s["median_data_wait_share"] and 100 * s["median_data_wait_share"], "{:.1f}%"))
     if p.get("predicted_step_s") is not None:
-        t.add_row(f"planner step ({p['device']})", f"{p['predicted_step_s']:.4f} s")
-        t.add_row("measured / predicted", f"{p['ratio']:.2f}×")
+        t.add_row("planner's step, same layout", f"{p['predicted_step_s']:.4f} s")
+        t.add_row("measured / planner", f"{p['ratio']:.2f}×")
         t.add_row("planner MFU", f"{100 * p['predicted_mfu']:.2f}%")
     elif p:
-        t.add_row("planner step", "cost model not installed")
+        t.add_row("planner's step", "cost model not installed")
+    if p.get("peak_flops"):
+        t.caption = (f"MFU: model FLOPs per second over the peak, an n×n {p.get('dtype', '')} matmul timed on this "
+                     f"{p['device'].removesuffix(' (measured)')} when training starts (no datasheet peak is assumed). "
+                     "The planner's step is its cost model on a device built from that peak, a timed copy "
+                     "bandwidth and, with several processes, their timed all-reduce.")
     return t
 
 

@@ -638,7 +638,14 @@ def _combine(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, b: dict[str, n
     bf16_peak = dev.peak("bf16")
     peak_train = np.where(b["fp8"], dev.peak_flops.get("fp8", bf16_peak), bf16_peak)
     mfu = mflops * tokens_per_s_per_device / peak_train
-    hfu = (mflops + np.where(rec == _FULL, mflops / 3.0, 0.0)) * tokens_per_s_per_device / peak_train
+    # HFU adds what recomputation runs again: under full, the whole forward (a third of the model's
+    # forward+backward FLOPs); under selective, the re-run modules' forward FLOPs: the attention core
+    # (Korthikanti et al. 2022, Sec. 5: scores and values, 4·s·h a token a layer before masking) and the
+    # share of the other forward GEMMs the policy re-runs (`selective_forward_share`); the activation
+    # function and the norms are elementwise and add no FLOPs.
+    core = m_.layers * attention_core_flops_per_token(m_, causal=P.causal_mfu) if "core_attn" in P.selective_modules else 0.0
+    selective_flops = core + P.selective_forward_share * 2.0 * m_.active_nonembedding_params
+    hfu = (mflops + np.select([rec == _FULL, rec == _SELECTIVE], [mflops / 3.0, selective_flops], 0.0)) * tokens_per_s_per_device / peak_train
 
     return {
         "step_time_s": step,

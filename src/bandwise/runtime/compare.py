@@ -8,6 +8,13 @@ in the training dtype (stored under the planner's "bf16" key, the Strategy's pre
 measured large copy, and the one topology level's bandwidth and latency come from a timed
 all-reduce over the job's own process group (bus bandwidth 2(n−1)/n · bytes / time, the
 ring all-reduce volume of Patarasuk & Yuan 2009).
+
+The cost model is told how this job runs, not how a tuned GPU job would: element-wise ops as
+separate eager kernels (the trainer compiles nothing unless asked), tensors of the training
+dtype's width (its byte counts are bf16's 2 bytes an element; an fp32 job moves twice as many,
+so the timed bandwidth is scaled by 2 / element size), and the attention core at the efficiency
+timed for this model's shape (PyTorch's CPU attention runs at about 0.3 of the matmul peak
+there). benchmarks/RESULTS.md, "The trainer against the planner", has the ratios before and after.
 """
 
 from __future__ import annotations
@@ -51,16 +58,44 @@ def _link(device: torch.device, world: int) -> tuple[float, float]:
     return 2 * (world - 1) / world * big.numel() * 4 / max(dt - latency, 1e-9), latency
 
 
-def runtime_cluster(device: torch.device, world: int, peak_flops: float) -> Cluster:
+def attention_efficiency(spec: ModelSpec, micro_batch: int, device: torch.device, dtype: torch.dtype, peak_flops: float) -> float:
+    """FLOP/s of a causal scaled-dot-product attention forward at this model's shape (one micro-
+    batch, all heads, the whole sequence) over the matmul peak; FLOPs as the cost model counts
+    them (`cost.flops.attention_core_flops_per_token`, causal)."""
+    import torch.nn.functional as F
+
+    from bandwise.cost.flops import attention_core_flops_per_token
+
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    shape = (micro_batch, spec.heads, spec.seq_len)
+    q = torch.randn(*shape, spec.d_head, device=device, dtype=dtype)
+    k = torch.randn(*shape, spec.d_head, device=device, dtype=dtype)
+    v = torch.randn(*shape, spec.d_value, device=device, dtype=dtype)
+    F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    sync()
+    best = float("inf")
+    for _ in range(3):
+        t0 = time.perf_counter()
+        F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        sync()
+        best = min(best, time.perf_counter() - t0)
+    flops = attention_core_flops_per_token(spec, causal=True) * micro_batch * spec.seq_len
+    return min(1.0, flops / best / peak_flops)
+
+
+def runtime_cluster(device: torch.device, world: int, peak_flops: float, *, dtype: torch.dtype = torch.bfloat16,
+                    attention: float | None = None) -> Cluster:
     bandwidth, latency = _link(device, world)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    width = torch.empty((), dtype=dtype).element_size()
     dev = Device(
         name=f"{name} (measured)",
         peak_flops={"bf16": peak_flops},
         hbm_bytes=_memory_bytes(device),
-        hbm_bandwidth=measure_copy_bandwidth(device),
+        hbm_bandwidth=measure_copy_bandwidth(device) * 2 / width,  # the cost model counts 2-byte elements
         gemm_efficiency=1.0,
-        source="measured at run time by bandwise.runtime (matmul FLOP/s, copy bandwidth)",
+        attention_efficiency=attention if attention is not None else Device.attention_efficiency,
+        source="measured at run time by bandwise.runtime (matmul FLOP/s, copy bandwidth, attention at the model's shape)",
     )
     level = Level(name="job", size=world, bandwidth=bandwidth, latency=latency, source="timed all-reduce over the job's process group")
     return Cluster(name=f"{name}-x{world}", device=dev, levels=(level,), source=dev.source)
@@ -68,14 +103,18 @@ def runtime_cluster(device: torch.device, world: int, peak_flops: float) -> Clus
 
 def compare_with_plan(spec: ModelSpec, strategy: Strategy, device: torch.device, world: int, dtype: torch.dtype, measured_step_s: float, peak_flops: float) -> dict[str, Any]:
     """Call on every rank (the link measurement is collective)."""
-    cluster = runtime_cluster(device, world, peak_flops)
+    attention = attention_efficiency(spec, strategy.micro_batch, device, dtype, peak_flops) if spec.heads else None
+    cluster = runtime_cluster(device, world, peak_flops, dtype=dtype, attention=attention)
     result: dict[str, Any] = {"measured_step_s": measured_step_s, "device": cluster.device.name, "peak_flops": peak_flops, "dtype": str(dtype).removeprefix("torch.")}
     try:
         from bandwise.cost.step import estimate
     except ImportError:  # the planner's cost model is optional for training
         result["predicted_step_s"] = None
         return result
-    est = estimate(spec, cluster, strategy)
+    from bandwise.cost.step import CostParams
+
+    est = estimate(spec, cluster, strategy, CostParams(eager_elementwise=True))
+    result["attention_efficiency"] = attention
     result.update(
         predicted_step_s=est.step_time_s,
         ratio=measured_step_s / est.step_time_s if est.step_time_s > 0 else None,

@@ -466,7 +466,8 @@ def _record(step, mon_rec, loss, norm, lr, maxvio, world, device, finite) -> dic
 
 
 class _Progress:
-    """A rich progress bar with the latest loss, tokens/s and MFU in its description."""
+    """A rich progress bar with the latest loss, tokens/s per device (as the summary gives it) and
+    MFU in its description."""
 
     def __init__(self, *, enabled: bool, total: int, done: int) -> None:
         self.bar = None
@@ -482,7 +483,7 @@ class _Progress:
             mfu = rec["mfu"]
             wait = rec["data_wait_share"]
             desc = (
-                f"loss {rec['loss']:.4f}  {rec['tokens_per_s']:,.0f} tok/s  MFU {'-' if mfu is None else f'{100 * mfu:.1f}%'}"
+                f"loss {rec['loss']:.4f}  {rec['tokens_per_s_per_device'] or 0.0:,.0f} tok/s per device  MFU {'-' if mfu is None else f'{100 * mfu:.1f}%'}"
                 f"  data wait {'-' if wait is None else f'{100 * wait:.0f}%'}"
             )
             self.bar.update(self.task, advance=1, description=desc)
