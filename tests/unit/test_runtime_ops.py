@@ -135,3 +135,17 @@ def test_latent_attention_with_narrower_values_equals_the_attention_formula():
     out.backward(g)
     ref.backward(g)
     torch.testing.assert_close(x.grad, x2.grad, rtol=1e-10, atol=1e-12)
+
+
+def test_swiglu_backward_in_chunks_equals_autograd(monkeypatch):
+    """The backward's row chunks (here 7 rows of 16, the last one short) give torch's own gradient."""
+    import bandwise.runtime.ops as ops
+
+    monkeypatch.setattr(ops, "SWIGLU_CHUNK_ELEMENTS", 7 * 16)
+    a = torch.randn(3, 11, 16, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(3, 11, 16, dtype=torch.float64, requires_grad=True)
+    g = torch.randn(3, 11, 16, dtype=torch.float64)
+    da, db = torch.autograd.grad(swiglu(a, b), (a, b), g)
+    ra, rb = torch.autograd.grad(F.silu(a) * b, (a, b), g)
+    torch.testing.assert_close(da, ra, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(db, rb, rtol=1e-12, atol=1e-12)
