@@ -51,8 +51,9 @@ def apply_fsdp(
     if getattr(model, "tok_embeddings", None) is not None:
         fully_shard(model.tok_embeddings, mesh=dp_mesh, mp_policy=mp, reshard_after_forward=reshard_after_forward)
         # an embedding's backward reads only the token ids: no need to gather its weight again
-        # (`FSDPModule.set_unshard_in_backward`, torch >= 2.6, for this case in its docstring)
-        model.tok_embeddings.set_unshard_in_backward(False)
+        # (`FSDPModule.set_unshard_in_backward`, whose docstring names this case)
+        if hasattr(model.tok_embeddings, "set_unshard_in_backward"):
+            model.tok_embeddings.set_unshard_in_backward(False)
     last = [m for m in (getattr(model, "norm", None), getattr(model, "output", None)) if m is not None]
     if last:  # the backward starts here: resharding after the forward would gather it again at once
         fully_shard(last, mesh=dp_mesh, mp_policy=mp, reshard_after_forward=False)
