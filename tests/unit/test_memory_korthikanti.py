@@ -121,3 +121,21 @@ def test_recomputed_layer_and_logits_are_not_alive_together():
         kept = m.layers * tokens * 2 * m.hidden
         assert full == pytest.approx(kept + max(one_layer, logits), rel=1e-9)
         assert full < kept + one_layer + logits
+
+
+def test_fsdp_head_backward_holds_a_layers_buffers_per_head_parameter():
+    """Under FSDP the output head is its own unit: in its backward, its gathered bf16 weight, the
+    all-gather buffer and the fp32 gradient before the reduce-scatter (8 bytes a head parameter) stand
+    where the logits and their gradient (4 bytes a logit) stood. With a large vocabulary, short
+    sequences and thin layers that moment is the peak; with Llama 3 8B's own shape it is not."""
+    from bandwise.cli.dry_run import planner_memory
+    from bandwise.specs.registry import get_model
+    from bandwise.specs.strategy import Strategy
+
+    s = Strategy(dp_shard=8, micro_batch=1, global_batch=8)
+    thin = replace(get_model("llama3-8b"), layers=2, ffn=1024, vocab=262_144, seq_len=1024)
+    head, logits = thin.vocab * thin.hidden, thin.seq_len * thin.vocab
+    assert planner_memory(thin, s, "h100")["buffers"] == pytest.approx(8 * head - 4 * logits, rel=1e-9)
+    own = replace(get_model("llama3-8b"), layers=2)
+    layer_buffers = 8 * own.non_expert_layer_params / own.layers
+    assert planner_memory(own, s, "h100")["buffers"] == pytest.approx(layer_buffers, rel=1e-9)

@@ -628,7 +628,15 @@ def _combine(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, b: dict[str, n
     layer_buffers = (2 * BF16 + P.grad_reduce_bytes) * (el + xl)
     stage_unsharded = (BF16 + P.grad_reduce_bytes) * (params_dense_rank + params_expert_rank)
     whole_stage = P.fsdp_pp_unsharded & (pp > 1) & (n_mb > 1)
-    fsdp_buffers = np.where(zero == 3, np.where(whole_stage, np.maximum(stage_unsharded, layer_buffers), layer_buffers), 0.0)
+    # The output head is an FSDP unit of its own (TorchTitan's grouping, runtime/parallel/fsdp.py). In
+    # its backward it holds the same per-parameter buffers as a layer (gathered bf16 weight, the
+    # all-gather buffer, the fp32 gradient before its reduce-scatter) once the logits and their
+    # gradient have been consumed: that moment's peak is the rest plus these buffers less the logits.
+    # With a vocabulary of 150k and small MoE layer units it sets the peak (dry run: Qwen3, Kimi K2 and
+    # DeepSeek-V3 measure exactly 8 bytes a head parameter of buffers there, benchmarks/RESULTS.md)
+    head_phase = (2 * BF16 + P.grad_reduce_bytes) * b["out_local"] - head_logits
+    fsdp_buffers = np.where(zero == 3, np.where(whole_stage, np.maximum(stage_unsharded, layer_buffers),
+                                                np.maximum(layer_buffers, head_phase)), 0.0)
     buffers = fsdp_buffers + b["a2a_buffers"] + P.reserved_bytes
     memory = states + activations + buffers
 
