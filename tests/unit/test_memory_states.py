@@ -69,3 +69,37 @@ def test_torch_tp_keeps_the_gathered_gemm_inputs_whole_on_every_rank():
     torch_tp = estimate(m, c, s, CostParams(tp_gathered_inputs=True)).memory_gib["activations"]
     expected = m.layers * m.seq_len * 2 * 2 * m.hidden * (1 - 1 / s.tp) / 2**30
     assert abs((torch_tp - megatron) - expected) < 1e-9 * expected
+
+
+def test_recomputed_layer_and_logits_are_not_alive_together():
+    """Without pipeline stages the rank also computes the loss. Its logits (4 bytes each: bf16 values and
+    gradient) are freed in the head's backward before the last block is recomputed, so the peak holds
+    the kept layer inputs plus the larger of one layer's full activations and the logits, not both
+    (the dry run of Llama 3 8B under full recomputation peaks in the loss: benchmarks/RESULTS.md)."""
+    from bandwise.cli.dry_run import planner_memory
+
+    for vocab in (128_256, 8_192):  # logits above, then below, one layer's activations
+        m = replace(get_model("llama3-8b"), layers=2, vocab=vocab)
+        tokens, logits = m.seq_len, 4 * m.seq_len * vocab
+        none = planner_memory(m, Strategy(dp_shard=8, micro_batch=1, global_batch=8), "h100")["activations"]
+        full = planner_memory(m, Strategy(dp_shard=8, micro_batch=1, global_batch=8, recompute="full"), "h100")["activations"]
+        one_layer = (none - logits) / m.layers
+        kept = m.layers * tokens * 2 * m.hidden
+        assert full == pytest.approx(kept + max(one_layer, logits), rel=1e-9)
+        assert full < kept + one_layer + logits
+
+
+def test_fsdp_head_backward_holds_a_layers_buffers_per_head_parameter():
+    """Under FSDP the output head is its own unit: in its backward, its gathered bf16 weight, the
+    all-gather buffer and the fp32 gradient before the reduce-scatter (8 bytes a head parameter) stand
+    where the logits and their gradient (4 bytes a logit) stood. With a large vocabulary, short
+    sequences and thin layers that moment is the peak; with Llama 3 8B's own shape it is not."""
+    from bandwise.cli.dry_run import planner_memory
+
+    s = Strategy(dp_shard=8, micro_batch=1, global_batch=8)
+    thin = replace(get_model("llama3-8b"), layers=2, ffn=1024, vocab=262_144, seq_len=1024)
+    head, logits = thin.vocab * thin.hidden, thin.seq_len * thin.vocab
+    assert planner_memory(thin, s, "h100")["buffers"] == pytest.approx(8 * head - 4 * logits, rel=1e-9)
+    own = replace(get_model("llama3-8b"), layers=2)
+    layer_buffers = 8 * own.non_expert_layer_params / own.layers
+    assert planner_memory(own, s, "h100")["buffers"] == pytest.approx(layer_buffers, rel=1e-9)

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from bandwise.runtime.metrics import measure_copy_bandwidth
+from bandwise.runtime.metrics import measure_attention_seconds, measure_copy_bandwidth
 from bandwise.specs.hardware import Cluster, Device, Level
 from bandwise.specs.model import ModelSpec
 from bandwise.specs.strategy import Strategy
@@ -59,40 +59,25 @@ def _link(device: torch.device, world: int) -> tuple[float, float]:
 
 
 def attention_efficiency(spec: ModelSpec, micro_batch: int, device: torch.device, dtype: torch.dtype, peak_flops: float) -> float:
-    """FLOP/s of a causal scaled-dot-product attention forward at this model's shape (one micro-
-    batch, all heads, the whole sequence) over the matmul peak; FLOPs as the cost model counts
-    them (`cost.flops.attention_core_flops_per_token`, causal)."""
-    import torch.nn.functional as F
-
+    """FLOP/s of a causal attention forward at this model's shape (one micro-batch, all heads, the
+    whole sequence) over the matmul peak, FLOPs as the cost model counts them
+    (`cost.flops.attention_core_flops_per_token`, causal)."""
     from bandwise.cost.flops import attention_core_flops_per_token
 
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    shape = (micro_batch, spec.heads, spec.seq_len)
-    q = torch.randn(*shape, spec.d_head, device=device, dtype=dtype)
-    k = torch.randn(*shape, spec.d_head, device=device, dtype=dtype)
-    v = torch.randn(*shape, spec.d_value, device=device, dtype=dtype)
-    F.scaled_dot_product_attention(q, k, v, is_causal=True)
-    sync()
-    best = float("inf")
-    for _ in range(3):
-        t0 = time.perf_counter()
-        F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        sync()
-        best = min(best, time.perf_counter() - t0)
+    seconds = measure_attention_seconds((micro_batch, spec.heads, spec.seq_len), spec.d_head, spec.d_value, device, dtype)
     flops = attention_core_flops_per_token(spec, causal=True) * micro_batch * spec.seq_len
-    return min(1.0, flops / best / peak_flops)
+    return min(1.0, flops / seconds / peak_flops)
 
 
 def runtime_cluster(device: torch.device, world: int, peak_flops: float, *, dtype: torch.dtype = torch.bfloat16,
                     attention: float | None = None) -> Cluster:
     bandwidth, latency = _link(device, world)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-    width = torch.empty((), dtype=dtype).element_size()
     dev = Device(
         name=f"{name} (measured)",
         peak_flops={"bf16": peak_flops},
         hbm_bytes=_memory_bytes(device),
-        hbm_bandwidth=measure_copy_bandwidth(device) * 2 / width,  # the cost model counts 2-byte elements
+        hbm_bandwidth=measure_copy_bandwidth(device) * 2 / dtype.itemsize,  # the cost model counts 2-byte elements
         gemm_efficiency=1.0,
         attention_efficiency=attention if attention is not None else Device.attention_efficiency,
         source="measured at run time by bandwise.runtime (matmul FLOP/s, copy bandwidth, attention at the model's shape)",

@@ -1,5 +1,6 @@
 """Per-step measurements the trainer adds to the doctor's `Monitor`: gradient norm over
-sharded parameters, router MaxVio, peak memory, the device's measured peak, and the JSONL log.
+sharded parameters, router MaxVio, peak memory, the device's measured peak (matmul FLOP/s, copy bandwidth,
+attention time), and the JSONL log.
 
 MFU follows DESIGN.md: model FLOPs per token (PaLM, Chowdhery et al. 2022, Appendix B, via
 `ModelSpec.model_flops_per_token`) × tokens/s ÷ (devices × dense peak FLOP/s of the training
@@ -40,6 +41,26 @@ def measure_matmul_flops(device: torch.device, dtype: torch.dtype, *, n: int = 1
         dt = time.perf_counter() - t0
         best = max(best, 2.0 * n**3 * reps / dt)
         reps = min(reps * 2, 64) if dt < 0.02 else reps
+    return best
+
+
+def measure_attention_seconds(shape: tuple[int, int, int], d_qk: int, d_v: int, device: torch.device, dtype: torch.dtype) -> float:
+    """Seconds of one causal scaled-dot-product attention forward over (batch, heads, sequence),
+    best of three after a warm-up."""
+    import torch.nn.functional as F
+
+    q = torch.randn(*shape, d_qk, device=device, dtype=dtype)
+    k = torch.randn(*shape, d_qk, device=device, dtype=dtype)
+    v = torch.randn(*shape, d_v, device=device, dtype=dtype)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    sync()
+    best = float("inf")
+    for _ in range(3):
+        t0 = time.perf_counter()
+        F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        sync()
+        best = min(best, time.perf_counter() - t0)
     return best
 
 

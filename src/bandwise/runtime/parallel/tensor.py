@@ -57,11 +57,10 @@ class VocabParallelEmbedding(nn.Embedding):
             return super().forward(tokens)
         ids = tokens.to_local() if isinstance(tokens, DTensor) else tokens
         rows = weight.to_local()
-        mesh = weight.device_mesh
-        start = mesh.get_local_rank() * -(-self.num_embeddings // mesh.size())  # torch.chunk's split, as vocab_shard
+        _, start = vocab_shard(weight.device_mesh, self.num_embeddings)
         outside = (ids < start) | (ids >= start + rows.shape[0])
         out = F.embedding((ids - start).masked_fill(outside, 0), rows).masked_fill(outside.unsqueeze(-1), 0)
-        return DTensor.from_local(out, mesh, [Partial()], run_check=False)
+        return DTensor.from_local(out, weight.device_mesh, [Partial()], run_check=False)
 
 
 def apply_tensor_parallel(model: nn.Module, tp_mesh: DeviceMesh) -> None:
