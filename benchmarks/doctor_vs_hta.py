@@ -5,15 +5,21 @@ breakdown, wall time and peak memory of each tool.
 
 HTA is not a dependency of bandwise: give the interpreter of an environment where
 `holistictraceanalysis` is installed. Each run is a fresh child process, so its peak RSS
-(VmHWM, ru_maxrss) is its own. The breakdowns map as: HTA compute = doctor compute; HTA
+(VmHWM, which exec resets; ru_maxrss would carry the parent's) is its own. The breakdowns map as: HTA compute = doctor compute; HTA
 non-compute (communication and memory kernels not under compute) = doctor comm + memcpy; HTA
 idle = doctor idle + data_wait. Denominators differ: HTA divides by the span from the first to
 the last kernel of the trace, the doctor takes the median over ProfilerStep windows.
+
+HTA holds times as whole microseconds, which takes up to a microsecond off each kernel: a
+visible share of a trace of 2-15 us kernels (the MI300 one). `--time-scale K` (default 1000)
+also runs HTA on a copy of each trace with every `ts` and `dur` multiplied by K, which its
+integers then hold exactly; the doctor's shares do not change under that scaling.
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import subprocess
 import sys
@@ -35,7 +41,7 @@ CORPUS = [
 ]
 
 DOCTOR = """
-import json, resource, sys, time
+import json, sys, time
 t0 = time.perf_counter()
 from bandwise.doctor.trace import analyze_trace
 from bandwise.doctor.rules import diagnose
@@ -43,21 +49,21 @@ from bandwise.doctor.signals import signals_from_trace
 a = analyze_trace(sys.argv[1])
 d = diagnose(signals_from_trace(a["signals"]), a["breakdown"])
 b = a["breakdown"]
-print(json.dumps({"seconds": time.perf_counter() - t0, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+print(json.dumps({"seconds": time.perf_counter() - t0, "peak_mb": int(next(l for l in open("/proc/self/status") if l.startswith("VmHWM")).split()[1]) / 1024,
                   "steps": a["steps"], "compute": b.get("compute", 0.0), "non_compute": b.get("comm", 0.0) + b.get("memcpy", 0.0),
                   "idle": b.get("idle", 0.0) + b.get("data_wait", 0.0), "findings": [f.id for f in d.findings],
                   "span": a["signals"].get("kernel_span_breakdown")}))
 """
 
 HTA = """
-import json, logging, resource, sys, time
+import json, logging, sys, time
 logging.disable(logging.WARNING)
 t0 = time.perf_counter()
 from hta.trace_analysis import TraceAnalysis
 ta = TraceAnalysis(trace_dir=sys.argv[1])
 df = ta.get_temporal_breakdown(visualize=False)
 row = df.iloc[0]
-print(json.dumps({"seconds": time.perf_counter() - t0, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+print(json.dumps({"seconds": time.perf_counter() - t0, "peak_mb": int(next(l for l in open("/proc/self/status") if l.startswith("VmHWM")).split()[1]) / 1024,
                   "compute": row["compute_time_pctg"] / 100, "non_compute": row["non_compute_time_pctg"] / 100, "idle": row["idle_time_pctg"] / 100}))
 """
 
@@ -70,21 +76,44 @@ def _run(cmd: list[str]) -> dict | str:
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
+def _scaled_copy(src: Path, dst: Path, k: float) -> None:
+    """`src` with every event's `ts` and `dur` multiplied by `k` (shares and order unchanged)."""
+    opener = gzip.open if src.suffix == ".gz" else open
+    with opener(src, "rt") as f:
+        trace = json.load(f)
+    for e in trace.get("traceEvents", []):
+        for key in ("ts", "dur"):
+            if isinstance(e.get(key), (int, float)):
+                e[key] = e[key] * k
+    with gzip.open(dst, "wt") as f:
+        json.dump(trace, f)
+
+
+def _hta(hta_python: str, path: Path, scale: float | None = None) -> dict | str:
+    with tempfile.TemporaryDirectory() as tmp:
+        if scale is None:
+            (Path(tmp) / path.name).symlink_to(path.resolve())  # HTA reads a directory of rank traces
+        else:
+            _scaled_copy(path, Path(tmp) / "trace.json.gz", scale)
+        return _run([hta_python, "-c", HTA, tmp])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--hta-python", required=True, help="python of an environment with holistictraceanalysis installed")
+    ap.add_argument("--time-scale", type=float, default=1000.0, help="also run HTA with times multiplied by this (default 1000; 0: skip)")
     ap.add_argument("traces", nargs="*", type=Path, help="these traces instead of the stored corpus")
     args = ap.parse_args()
-    print("| trace | steps | doctor per step: compute / non-compute / idle | doctor over the kernel span | HTA temporal breakdown | gap per step / span (points) | doctor s / MB | HTA s / MB | doctor findings |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| trace | steps | doctor per step: compute / non-compute / idle | doctor over the kernel span | HTA temporal breakdown | gap per step / span (points) "
+          f"| HTA, times x{args.time_scale:g} | gap to the span (points) | doctor s / MB | HTA s / MB | doctor findings |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for path in args.traces or CORPUS:
         ours = _run([sys.executable, "-c", DOCTOR, str(path)])
-        with tempfile.TemporaryDirectory() as tmp:
-            (Path(tmp) / path.name).symlink_to(path.resolve())  # HTA reads a directory of rank traces
-            theirs = _run([args.hta_python, "-c", HTA, tmp])
+        theirs = _hta(args.hta_python, path)
+        exact = _hta(args.hta_python, path, args.time_scale) if args.time_scale else "skipped"
         fmt = lambda r: f"{r['compute']:.1%} / {r['non_compute']:.1%} / {r['idle']:.1%}"  # noqa: E731
         if isinstance(ours, str):
-            print(f"| {path.name} | - | error: {ours} | | | | | | |")
+            print(f"| {path.name} | - | error: {ours} | | | | | | | | |")
             continue
         span = ours["span"]
 
@@ -97,7 +126,8 @@ def main() -> None:
             hta_cols = fmt(theirs)
             gaps = f"{gap(ours, theirs)} / {gap(span, theirs)}"
             hta_cost = f"{theirs['seconds']:.2f} / {theirs['peak_mb']:.0f}"
-        print(f"| {path.name} | {ours['steps']} | {fmt(ours)} | {fmt(span) if span else '-'} | {hta_cols} | {gaps} | {ours['seconds']:.2f} / {ours['peak_mb']:.0f} | {hta_cost} | {', '.join(ours['findings']) or '-'} |")
+        exact_cols = (fmt(exact), gap(span, exact)) if isinstance(exact, dict) else (exact, "-")
+        print(f"| {path.name} | {ours['steps']} | {fmt(ours)} | {fmt(span) if span else '-'} | {hta_cols} | {gaps} | {exact_cols[0]} | {exact_cols[1]} | {ours['seconds']:.2f} / {ours['peak_mb']:.0f} | {hta_cost} | {', '.join(ours['findings']) or '-'} |")
 
 
 if __name__ == "__main__":

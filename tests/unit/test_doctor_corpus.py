@@ -4,6 +4,7 @@ findings, and the breakdown over HTA's denominator against HTA 0.5.0's temporal 
 from __future__ import annotations
 
 import functools
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -32,6 +33,10 @@ HTA_TEMPORAL = {
     RESNET / "num_workers_4-worker0.1623212756351.pt.trace.json.gz": (73.2, 2.5, 24.3),
     RESNET / "num_workers_4-worker0.1623213129365.pt.trace.json.gz": (81.7, 2.4, 15.9),
     TRACELENS / "b200_eager_trace.json.gz": (12.0, 0.8, 87.2),
+    # HTA on a copy with every ts and dur multiplied by 1000 (`doctor_vs_hta.py --time-scale`): HTA
+    # holds times as whole microseconds and takes ~1 us off each of this trace's 2-15 us kernels, so on
+    # the file as published it reads 30.1 / 67.2 / 2.7. The shares of the scaled copy are the trace's own.
+    TRACELENS / "mi300_resnet_act_checkpoint.json.gz": (34.0, 65.5, 0.5),
 }
 
 
@@ -162,3 +167,19 @@ def test_against_hta_itself():
     span = _analyse(path)[0]["signals"]["kernel_span_breakdown"]
     assert 100 * span["compute"] == pytest.approx(row["compute_time_pctg"], abs=2.0)
     assert 100 * span["idle"] == pytest.approx(row["idle_time_pctg"], abs=2.0)
+
+
+def test_time_scaled_copy_keeps_the_shares(tmp_path):
+    """The MI300 figure above is HTA on a copy with times x1000; the doctor's shares must not move."""
+    spec = importlib.util.spec_from_file_location("doctor_vs_hta", Path(__file__).resolve().parents[2] / "benchmarks" / "doctor_vs_hta.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    path = TRACELENS / "mi300_resnet_act_checkpoint.json.gz"
+    bench._scaled_copy(path, tmp_path / "x1000.json.gz", 1000.0)
+    a, _ = _analyse(path)
+    b = analyze_trace(tmp_path / "x1000.json.gz")
+    assert b["steps"] == a["steps"]
+    for key, share in a["signals"]["kernel_span_breakdown"].items():
+        assert b["signals"]["kernel_span_breakdown"][key] == pytest.approx(share, abs=1e-5)
+    for key, share in a["breakdown"].items():
+        assert b["breakdown"][key] == pytest.approx(share, abs=1e-5)
