@@ -133,15 +133,17 @@ class GroupedExperts(nn.Module):
         self.grad_scale = 1.0
         """Factor on the weights' gradients; expert parallelism sets 1/ep (see parallel/expert.py)."""
 
-    def forward(self, x_ND: torch.Tensor, counts: list[int]) -> torch.Tensor:
-        """x_ND rows are grouped by local expert, `counts[e]` rows for expert e."""
+    def forward(self, x_ND: torch.Tensor, counts: list[int], gates_N: torch.Tensor | None = None) -> torch.Tensor:
+        """x_ND rows are grouped by local expert, `counts[e]` rows for expert e; each row's output is
+        scaled by its gate in gates_N, applied before the down-projection (`ops._SwiGLU`)."""
         weights = (self.w1, self.w2, self.w3)
         if self.grad_scale != 1.0:
             weights = tuple(_ScaleGrad.apply(w, self.grad_scale) for w in weights)
         # Experts left out of FSDP (expert parallel, no data-parallel peer) miss its bf16 cast.
         w1, w2, w3 = (w.to(x_ND.dtype) for w in weights)
+        gates = torch.split(gates_N, counts) if gates_N is not None else [None] * len(counts)
         outs = [
-            swiglu(x @ w1[e], x @ w3[e]) @ w2[e]  # (n_e, D); saves the two GEMM outputs only
+            swiglu(x @ w1[e], x @ w3[e], gates[e]) @ w2[e]  # (n_e, D); saves the two GEMM outputs only
             for e, x in enumerate(torch.split(x_ND, counts))
         ]
         return torch.cat(outs) if outs else x_ND
@@ -160,12 +162,13 @@ class _ScaleGrad(torch.autograd.Function):
         return grad * ctx.scale, None
 
 
-Dispatch = Callable[[torch.Tensor, torch.Tensor, GroupedExperts], torch.Tensor]
+Dispatch = Callable[[torch.Tensor, torch.Tensor, torch.Tensor | list[int], GroupedExperts], torch.Tensor]
+"""(token copies sorted by expert, their gates, tokens per expert, the experts) -> gated expert outputs."""
 
 
-def local_dispatch(x_ND: torch.Tensor, counts_E: torch.Tensor | list[int], experts: GroupedExperts) -> torch.Tensor:
+def local_dispatch(x_ND: torch.Tensor, gates_N: torch.Tensor, counts_E: torch.Tensor | list[int], experts: GroupedExperts) -> torch.Tensor:
     """All experts are on this rank: run them in place. Expert parallelism swaps this out."""
-    return experts(x_ND, counts_E if isinstance(counts_E, list) else counts_E.tolist())
+    return experts(x_ND, counts_E if isinstance(counts_E, list) else counts_E.tolist(), gates_N)
 
 
 def balanced_counts(pairs: int, experts: int) -> list[int]:
@@ -252,9 +255,13 @@ class MoE(nn.Module):
 
         order_N = torch.argsort(idx_TK.flatten(), stable=True)
         token_N = order_N // self.top_k
-        y_ND = self.dispatch(x_TD[token_N], counts_E, self.experts)
-        y_ND = y_ND * gates_TK.flatten()[order_N, None].to(y_ND.dtype)
-        out_TD = torch.zeros_like(x_TD).index_add_(0, token_N, y_ND.to(x_TD.dtype))
+        # the gates scale each copy inside its expert, before the down-projection (`ops._SwiGLU`)
+        y_ND = self.dispatch(x_TD[token_N], gates_TK.flatten()[order_N], counts_E, self.experts)
+        # Sum each token's K weighted expert outputs. Not `index_add_`: its autograd formula keeps the
+        # whole source (2·D bytes a token-expert pair, torch 2.11-2.13 derivatives.yaml uses
+        # `source.dim()`/`expand_as(source)`) though its gradient is only grad[token_N]; `index_put_`
+        # with accumulate keeps the indices alone.
+        out_TD = torch.zeros_like(x_TD).index_put_((token_N,), y_ND.to(x_TD.dtype), accumulate=True)
         if self.shared is not None:
             out_TD = out_TD + self.shared(x_TD)
         out_TD = self._attach_aux(out_TD, scores_TE.view(B, T, -1), idx_TK.view(B, T, -1))

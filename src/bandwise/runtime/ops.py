@@ -87,45 +87,60 @@ def apply_rope(x_BTHD: torch.Tensor, rope_TD2: torch.Tensor) -> torch.Tensor:
 
 
 SWIGLU_CHUNK_ELEMENTS = 2**24
-"""Elements per chunk of the SwiGLU backward (its fp32 temporaries: 64 MiB each)."""
+"""Elements per chunk of the SwiGLU backward (its temporaries: 32 MiB each in bf16)."""
 
 
 class _SwiGLU(torch.autograd.Function):
-    """silu(a) · b (Shazeer 2020). With s = sigmoid(a): da = g · b · s · (1 + a · (1 − s)), db = g · a · s.
-    Saved: a and b; silu(a) is recomputed in backward.
+    """silu(a) · b (Shazeer 2020), times w row by row where a weight is given: the router's gates of
+    an MoE layer, applied before the down-projection (W2 is linear, so w·W2(h) = W2(w·h)), as
+    Megatron-Core's experts do (`activation_func_with_probs`). Then no expert output has to be kept
+    for the gates' gradient: dw = Σ_f (dout · silu(a) · b), from what this op saves anyway.
 
-    The backward runs in fp32, row chunk by row chunk, into gradients of the inputs' dtype: done
-    whole, its half-dozen fp32 temporaries of the MLP's width (0.44 GiB each for Llama 3 8B at 8,192
-    tokens) stood beside every other tensor of the step, 7 GiB of a pipeline stage's peak."""
+    Saved: a, b (and w); silu(a) is recomputed in backward. With h = silu(a)·b and gh = g·w:
+    db = gh · silu(a), da = silu'(a) · (gh · b); without w these are the kernels autograd runs for
+    `F.silu(a) * b` (`silu`, `mul`, `silu_backward`, each computing in fp32 and rounding to the
+    inputs' dtype), run row chunk by row chunk straight into the gradients. Whole, the temporaries
+    of the MLP's width stood beside every other tensor of the step; computed in fp32 they were half
+    a dozen of 0.44 GiB each for Llama 3 8B at 8,192 tokens, 7 GiB of a pipeline stage's peak."""
 
     @staticmethod
-    def forward(ctx, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
-        ctx.save_for_backward(a, b)
-        return F.silu(a) * b
+    def forward(ctx, a: torch.Tensor, b: torch.Tensor, w: torch.Tensor | None) -> torch.Tensor:  # type: ignore[override]
+        ctx.save_for_backward(a, b, *(() if w is None else (w,)))
+        out = F.silu(a) * b
+        if w is not None:
+            out.mul_(w[..., None])  # computed in the wider dtype, rounded once to out's
+        return out
 
     @staticmethod
     def backward(ctx, g: torch.Tensor):  # type: ignore[override]
-        a, b = ctx.saved_tensors
-        dt = _compute_dtype(a)
+        a, b, *rest = ctx.saved_tensors
+        w = rest[0] if rest else None
         width = a.shape[-1]
         a2, b2, g2 = a.reshape(-1, width), b.reshape(-1, width), g.reshape(-1, width)
+        w1 = None if w is None else w.reshape(-1)
         da, db = torch.empty_like(a2), torch.empty_like(b2)
+        dw = None if w1 is None else torch.empty_like(w1)
         rows = max(1, SWIGLU_CHUNK_ELEMENTS // width)
         for i in range(0, a2.shape[0], rows):
-            a32, b32 = a2[i : i + rows].to(dt), b2[i : i + rows].to(dt)
-            s = torch.sigmoid(a32)
-            gs = g2[i : i + rows].to(dt) * s
-            db[i : i + rows] = gs * a32
-            da[i : i + rows] = gs * b32 * (1 + a32 * (1 - s))
-        return da.view(a.shape), db.view(b.shape)
+            ac, bc, gc = a2[i : i + rows], b2[i : i + rows], g2[i : i + rows]
+            s = F.silu(ac)
+            if w1 is not None:
+                wc = w1[i : i + rows, None]
+                dw[i : i + rows] = torch.sum(gc.to(wc.dtype) * (s * bc).to(wc.dtype), -1)
+                gc = (gc * wc).to(g.dtype)
+            torch.mul(gc, s, out=db[i : i + rows])
+            del s
+            da[i : i + rows] = torch.ops.aten.silu_backward(gc * bc, ac)
+        return da.view(a.shape), db.view(b.shape), None if dw is None else dw.view(w.shape)
 
 
-def swiglu(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    return _SwiGLU.apply(a, b)
+def swiglu(a: torch.Tensor, b: torch.Tensor, w: torch.Tensor | None = None) -> torch.Tensor:
+    """silu(a) · b, each row scaled by w where given (see `_SwiGLU`)."""
+    return _SwiGLU.apply(a, b, w)
 
 
-CE_CHUNK_ELEMENTS = 2**25
-"""Logits per chunk of the cross-entropy (its fp32 temporaries: 128 MiB each)."""
+CE_CHUNK_ELEMENTS = 2**24
+"""Logits per chunk of the cross-entropy (its one fp32 temporary: 64 MiB)."""
 
 
 class _CrossEntropy(torch.autograd.Function):
@@ -157,7 +172,8 @@ class _CrossEntropy(torch.autograd.Function):
             dist.all_reduce(max_N, op=dist.ReduceOp.MAX, group=group)
         sum_N = torch.empty(n_rows, dtype=dt, device=z_NV.device)
         for i in range(0, n_rows, step):
-            sum_N[i : i + step] = torch.exp(z_NV[i : i + step].to(dt) - max_N[i : i + step, None]).sum(-1)
+            # one temporary a chunk: the subtraction promotes to `dt`, the exponential runs in place
+            torch.sum(torch.sub(z_NV[i : i + step], max_N[i : i + step, None]).exp_(), -1, out=sum_N[i : i + step])
         if group is not None:
             dist.all_reduce(sum_N, group=group)
         lse_N = max_N + torch.log(sum_N)
@@ -177,9 +193,10 @@ class _CrossEntropy(torch.autograd.Function):
         dz_NV = torch.empty_like(z_NV)
         coef = g.to(lse_N.dtype) * ctx.scale
         for i in range(0, z_NV.shape[0], ctx.step):
-            p = torch.exp(z_NV[i : i + ctx.step].to(lse_N.dtype) - lse_N[i : i + ctx.step, None])
+            p = torch.sub(z_NV[i : i + ctx.step], lse_N[i : i + ctx.step, None]).exp_()  # the chunk's one temporary
             p.scatter_add_(1, local_N[i : i + ctx.step, None], -mine_N[i : i + ctx.step, None].to(p.dtype))
-            dz_NV[i : i + ctx.step] = (p * coef).to(z_NV.dtype)
+            dz_NV[i : i + ctx.step] = p.mul_(coef)
+            del p  # else the next chunk's temporary is allocated while this one is still bound
         return dz_NV, None, None, None, None
 
 

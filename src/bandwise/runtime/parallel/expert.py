@@ -51,7 +51,7 @@ class AllToAllDispatch:
     def __init__(self, group, ep: int, num_experts: int) -> None:
         self.group, self.ep, self.local = group, ep, num_experts // ep
 
-    def __call__(self, x_ND: torch.Tensor, counts_E: torch.Tensor | list[int], experts: GroupedExperts) -> torch.Tensor:
+    def __call__(self, x_ND: torch.Tensor, gates_N: torch.Tensor, counts_E: torch.Tensor | list[int], experts: GroupedExperts) -> torch.Tensor:
         if isinstance(counts_E, list):  # balanced loads (the dry run): every peer sends what this rank sends
             recv = [counts_E[p * self.local : (p + 1) * self.local] for p in range(self.ep)]
             in_splits = out_splits = [sum(row) for row in recv]
@@ -63,6 +63,7 @@ class AllToAllDispatch:
             out_splits = recv_PL.sum(1).tolist()
             recv = recv_PL.tolist()
         x_recv = _AllToAll.apply(x_ND, out_splits, in_splits, self.group)
+        g_recv = _AllToAll.apply(gates_N[:, None], out_splits, in_splits, self.group)[:, 0]  # 4 bytes a row beside 2·D
 
         # Regroup the received rows, ordered (source, expert), into (expert, source) order.
         starts, offset = [], 0
@@ -74,7 +75,7 @@ class AllToAllDispatch:
         perm = [i for e in range(self.local) for p in range(self.ep) for i in range(starts[p][e], starts[p][e] + recv[p][e])]
         perm_t = torch.tensor(perm, dtype=torch.int64, device=x_ND.device)
         per_expert = [sum(recv[p][e] for p in range(self.ep)) for e in range(self.local)]
-        y_sorted = experts(x_recv[perm_t], per_expert)
+        y_sorted = experts(x_recv[perm_t], per_expert, g_recv[perm_t])
         y_recv = torch.empty_like(y_sorted).index_copy(0, perm_t, y_sorted)  # back to arrival order
         return _AllToAll.apply(y_recv, in_splits, out_splits, self.group)
 
