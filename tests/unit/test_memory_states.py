@@ -103,3 +103,22 @@ def test_fsdp_head_backward_holds_a_layers_buffers_per_head_parameter():
     own = replace(get_model("llama3-8b"), layers=2)
     layer_buffers = 8 * own.non_expert_layer_params / own.layers
     assert planner_memory(own, s, "h100")["buffers"] == pytest.approx(layer_buffers, rel=1e-9)
+
+
+def test_one_micro_batch_under_fsdp_holds_no_gradient_at_its_activation_peak():
+    """FSDP2, one micro-batch: `zero_grad(set_to_none=True)` leaves no gradient at the loss, where the
+    kept activations and the logits peak (the dry run measures only the head's shard there). Llama 3 8B
+    on 8 ranks: that peak is above the head's backward and the end of the backward, so the whole
+    sharded fp32 gradient, 4 bytes x parameters / 8, is absent from it. With a second micro-batch,
+    ZeRO-1, or the switch off, the first micro-batch's (or the persistent) gradients stand there."""
+    m, c = get_model("llama3-8b"), get_cluster("h100")
+    one_mb = Strategy(dp_shard=8, micro_batch=1, global_batch=8)
+    est = estimate(m, c, one_mb)
+    assert est.memory_gib["grads_not_at_peak"] * GIB == pytest.approx(-4 * m.total_params / 8, rel=1e-6)
+    assert est.memory_gib_per_device == pytest.approx(sum(est.memory_gib.values()), rel=1e-9)
+    for other, params in ((replace(one_mb, global_batch=16), DEFAULT_PARAMS),
+                          (Strategy(dp_replicate=8, zero_stage=1, micro_batch=1, global_batch=8), DEFAULT_PARAMS),
+                          (one_mb, replace(DEFAULT_PARAMS, fsdp_grads_freed=False))):
+        assert estimate(m, c, other, params).memory_gib["grads_not_at_peak"] == 0.0
+    off = estimate(m, c, one_mb, replace(DEFAULT_PARAMS, fsdp_grads_freed=False))
+    assert off.memory_gib_per_device - est.memory_gib_per_device == pytest.approx(4 * m.total_params / 8 / GIB, rel=1e-6)

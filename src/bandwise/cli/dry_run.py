@@ -22,10 +22,11 @@ from bandwise.specs.strategy import Strategy
 ROWS = (
     ("params", ("params",), "weights this rank holds (fp32 shards; bf16 copies where kept)"),
     ("grads + optimizer", ("grads", "optimizer"), "gradients and AdamW moments, just after the step"),
+    ("grads not yet made", ("grads",), "gradients at the peak less those just after the step"),
     ("activations", ("activations",), "saved for backward and temporaries, at the peak"),
     ("buffers", ("buffers",), "FSDP's gathered weights and reduce buffers, module buffers, at the peak"),
 )
-PLANNER_TERMS = {"params": ("params",), "grads + optimizer": ("grads_optimizer",), "activations": ("activations",), "buffers": ("buffers",)}
+PLANNER_TERMS = {"params": ("params",), "grads + optimizer": ("grads_optimizer",), "grads not yet made": ("grads_not_at_peak",), "activations": ("activations",), "buffers": ("buffers",)}
 
 
 def planner_memory(spec: ModelSpec, s: Strategy, cluster_name: str) -> dict[str, float] | None:
@@ -48,6 +49,8 @@ def measured_rows(role: Any) -> dict[str, float]:
     for label, cats, _ in ROWS:
         src = role.states if label in ("params", "grads + optimizer") else role.by_category
         rows[label] = sum(src[c] for c in cats)
+        if label == "grads not yet made":
+            rows[label] -= role.states["grads"]
     rows["total"] = role.peak_bytes
     return rows
 

@@ -139,7 +139,12 @@ def activation_bytes_per_token(
     per_f = act_in + (0.0 if "mlp_act" in re_run else g)  # the down-projection's input, quantized under fp8
     if moe_layer:
         b += per_f * m.shared_experts * m.shared_ffn
-        b += m.top_k * (g * h + per_f * m.expert_ffn)  # permuted token copies + expert intermediates
+        # a token's K routed copies: the expert input and the intermediates. The gate's gradient needs
+        # each expert's output (out = sum_k g_k·E_k(x), dL/dg_k = E_k(x)·dL/dout; Shazeer et al. 2017,
+        # Eq. 1) unless the gate scales the activation before the down-projection, which is linear:
+        # then dL/dg_k comes from the kept intermediates (Megatron-Core's `activation_func_with_probs`;
+        # bandwise's `ops._SwiGLU`). Scaled after, the output is kept too: 2·h bytes a copy (measured)
+        b += m.top_k * (g * h + per_f * m.expert_ffn)
         b += 4 * m.experts  # fp32 router scores
     else:
         b += per_f * m.ffn

@@ -108,6 +108,15 @@ class CostParams:
     `set_requires_gradient_sync(last_backward)` (stage.py, backward_maybe_with_nosync), and FSDP2
     accumulates the unsynced gradients in reduce_dtype (FSDPParam.to_accumulated_grad_if_needed).
     FSDP x PP is a PyTorch-only combination (DeepSpeed refuses ZeRO-2/3 with its pipeline engine)."""
+    fsdp_grads_freed: bool = True
+    """Under FSDP2 a step of one micro-batch holds no gradients at its activation peak: the optimizer
+    frees them (`Optimizer.zero_grad(set_to_none=True)`, torch's default since 2.0; TorchTitan calls it
+    every step), and each unit's sharded gradient is created by its reduce-scatter in the backward
+    (FSDP2's post-backward), as that unit's activations are freed. The peak is then the larger of the
+    activations with the output head's gradient only (its backward runs first) and the gradients at
+    the end of the backward. With gradient accumulation the first micro-batch's gradients stand through
+    the next one's forward; Megatron-LM's DDP keeps a persistent gradient buffer (its `grad_data`);
+    neither frees anything here."""
     fp8_activation_cache: bool = False
     """Under fp8 the activation function's input is kept in fp8, its output recomputed (DeepSeek-V3
     report, Sec. 3.3.3, "Low-Precision Storage and Communication")."""
@@ -158,7 +167,8 @@ class CostParams:
 DEFAULT_PARAMS = CostParams()
 
 BREAKDOWN_TERMS = ("compute", "recompute", "contention", "bubble", "tp", "cp", "ep", "fsdp", "dp", "pp", "optimizer")
-MEMORY_TERMS = ("params", "grads_optimizer", "activations", "buffers")
+MEMORY_TERMS = ("params", "grads_optimizer", "grads_not_at_peak", "activations", "buffers")
+"""The per-rank peak, term by term; `grads_not_at_peak` is zero or negative (`CostParams.fsdp_grads_freed`)."""
 
 
 def rank_strides(order: tuple[str, ...], c: SimpleNamespace) -> dict[str, np.ndarray]:
@@ -638,7 +648,20 @@ def _combine(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, b: dict[str, n
     fsdp_buffers = np.where(zero == 3, np.where(whole_stage, np.maximum(stage_unsharded, layer_buffers),
                                                 np.maximum(layer_buffers, head_phase)), 0.0)
     buffers = fsdp_buffers + b["a2a_buffers"] + P.reserved_bytes
-    memory = states + activations + buffers
+    # One micro-batch under FSDP2 (`fsdp_grads_freed`): no gradient exists until the backward starts,
+    # and they grow as the kept activations shrink, linearly in the layers done, so the peak is at one
+    # of three moments: the loss (kept activations and logits, no gradient), the first layer's
+    # backward (the head's gradient, the kept activations, a recomputed layer's working set) and the
+    # last one's (every gradient and the working set). `freed` is what the gradients' absence saves
+    # against counting them beside the whole of `activations`.
+    holds_head = together | head_is_fullest
+    grads_rank = P.grad_reduce_bytes * (params_dense_rank / shard_dense + params_expert_rank / shard_expert)
+    head_grads = P.grad_reduce_bytes * np.where(holds_head, b["out_local"], 0.0) / shard_dense
+    stored = np.maximum(activations - np.maximum(working, head_logits), 0.0)
+    peak = np.maximum.reduce([stored + head_logits, head_grads + stored + working, grads_rank + working])
+    # (one stage: a pipeline runs several micro-batches, and with one its stages' moments differ)
+    freed = np.where(P.fsdp_grads_freed & (zero == 3) & (n_mb == 1) & (pp == 1), np.maximum(activations + grads_rank - peak, 0.0), 0.0)
+    memory = states - freed + activations + buffers
 
     # ---- throughput and utilisation ----
     tokens_per_s_per_device = gb * m_.seq_len / step / world
@@ -677,6 +700,7 @@ def _combine(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, b: dict[str, n
         # memory (bytes)
         "params": weights_only,
         "grads_optimizer": states - weights_only,
+        "grads_not_at_peak": -freed,
         "activations": activations,
         "buffers": buffers,
         # communication before overlap (seconds per step), for explanations

@@ -194,7 +194,7 @@ def comparable_memory_gib(est: Estimate, basis: str, params: CostParams) -> floa
     """The predicted per-device GiB that a published figure of this basis measures (`MEMORY_BASES`)."""
     g = est.memory_gib
     if basis == "states_and_activations":
-        return g["params"] + g["grads_optimizer"] + g["activations"]
+        return g["params"] + g["grads_optimizer"] + g["grads_not_at_peak"] + g["activations"]
     if basis == "reserved_peak":
         return est.memory_gib_per_device - params.reserved_bytes / GIB
     raise ValueError(f"memory basis {basis!r}: not known; use one of {', '.join(MEMORY_BASES)}")

@@ -51,7 +51,7 @@ BREAKDOWN_LABELS = {
 }
 """Human labels of the step terms; the communication dims read 'TP comm exposed' and so on."""
 
-MEMORY_LABELS = {"params": "parameters", "grads_optimizer": "grads + optimizer", "activations": "activations", "buffers": "buffers"}
+MEMORY_LABELS = {"params": "parameters", "grads_optimizer": "grads + optimizer", "grads_not_at_peak": "grads not yet made at the peak", "activations": "activations", "buffers": "buffers"}
 DIM_LABELS = {"tp": "TP", "cp": "CP", "ep": "EP", "fsdp": "FSDP", "dp": "DP", "pp": "PP"}
 
 

@@ -84,6 +84,8 @@ def breakdown(est: Estimate, title: str) -> Panel:
     mem.add_column()
     mem.add_column(justify="right")
     for term in MEMORY_TERMS:
+        if term == "grads_not_at_peak" and not est.memory_gib.get(term):
+            continue
         mem.add_row(glossary.MEMORY_LABELS.get(term, term), f"{est.memory_gib.get(term, 0.0):.1f} GiB")
     mem.add_row("total", f"{est.memory_gib_per_device:.1f} GiB" + ("" if est.fits else "  (does not fit)"))
     grid = Table.grid(padding=(0, 3))

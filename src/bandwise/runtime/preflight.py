@@ -50,7 +50,7 @@ def needed_bytes(spec: ModelSpec, s: Strategy, *, element_size: int, cuda: bool)
     params = CostParams(tp_gathered_inputs=True) if cuda else CostParams(reserved_bytes=0.0, tp_gathered_inputs=True)
     est = estimate(spec, get_cluster(SUGGEST_CLUSTER), s, params)
     gib = 2**30
-    states = (est.memory_gib["params"] + est.memory_gib["grads_optimizer"]) * gib
+    states = (est.memory_gib["params"] + est.memory_gib["grads_optimizer"] + est.memory_gib["grads_not_at_peak"]) * gib
     act = est.memory_gib["activations"] * gib
     buffers = est.memory_gib["buffers"] * gib
     return states * max(1.0, element_size / 4) + act * max(1.0, element_size / 2) + buffers
