@@ -78,3 +78,20 @@ def test_a_near_miss_in_fix_suggests_a_value_that_works(fix, capsys):
     corrected = f"{key}={suggestion}" if key == "schedule" else f"{suggestion}={value}"
     code, out, err = run([*base, "--fix", corrected], capsys)
     assert code == 0, err
+
+
+@pytest.mark.parametrize("argv", [
+    ["plan", "--devices", "999999999999"],
+    ["compare", "--devices", "999999999999"],
+    ["sweep", "--vary", "scale-up-size=8,72", "--devices", "999999999999"],
+    ["estimate", "--dp-shard", "8", "--devices", "999999999999"],
+    ["schedule", "--stages", "4", "--microbatches", "100000000"],
+])
+def test_absurd_sizes_are_refused_at_once(argv, capsys):
+    """A mistyped size is one line naming the bound, not a search or a simulation that never ends."""
+    import time
+
+    t0 = time.perf_counter()
+    code, _, err = run(argv, capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and ("1,048,576" in err or "65,536" in err)
+    assert time.perf_counter() - t0 < 5.0

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from bandwise.errors import BandwiseError
 from bandwise.specs.model import ModelSpec
 from bandwise.specs.registry import get_model
-from bandwise.specs.strategy import DIMS, RECOMPUTE, SCHEDULES, Strategy, strategy_columns, valid_mask
+from bandwise.specs.strategy import DIMS, RECOMPUTE, SCHEDULES, Strategy, divisors, strategy_columns, valid_mask
 
 DEBUG = get_model("debug")  # 4 layers, 4 heads / 2 KV heads, ffn 352, seq 256
 DEBUG_MOE = get_model("debug-moe")  # + 16 experts of width 64
@@ -242,3 +242,13 @@ def test_trainer_refuses_ep_over_replicas_in_one_line():
     s.check(2, DEBUG_MOE)
     with pytest.raises(BandwiseError, match=r"ep=2 must divide dp_shard=1: .*planned but not executed"):
         check_runtime_support(s, DEBUG_MOE)
+
+
+@pytest.mark.parametrize("n", [1, 2, 12, 36, 97, 4096, 720720, 999_983])
+def test_divisors_are_the_brute_force_ones(n):
+    assert divisors(n) == [d for d in range(1, n + 1) if n % d == 0]
+
+
+def test_divisors_of_a_mistyped_device_count_come_at_once():
+    """10^12 and 10^12 - 1: trial division up to sqrt(n), a million steps each, not 10^12."""
+    assert len(divisors(10**12)) == 169 and divisors(999_999_999_999)[-1] == 999_999_999_999

@@ -245,6 +245,7 @@ def estimate(
         precision=precision, overlap_tp=overlap_tp, overlap_ep=overlap_ep,
     )
     n = strategy.world_size if devices is None else devices
+    clus.check_devices(n)
     strategy.check(n, spec)
     est = estimate_one(spec, clus, strategy, CostParams(headroom=fraction("--headroom", headroom)))
     layout = Layout(strategy=strategy, estimate=est)

@@ -14,6 +14,7 @@ uses (`specs.strategy.valid_mask`), then evaluated at once by `cost.step.evaluat
 
 from __future__ import annotations
 
+
 import itertools
 import time
 from dataclasses import dataclass, field
@@ -26,7 +27,7 @@ from bandwise.cost.step import DEFAULT_PARAMS, CostParams, Estimate, capacity_by
 from bandwise.errors import BandwiseError
 from bandwise.specs.hardware import Cluster
 from bandwise.specs.model import ModelSpec
-from bandwise.specs.strategy import DIMS, INT_FIELDS, LOOPED, PRECISIONS, RECOMPUTE, SCHEDULES, SINGLE_STAGE, V_SHAPED, Strategy, valid_ep, valid_mask
+from bandwise.specs.strategy import DIMS, INT_FIELDS, LOOPED, PRECISIONS, RECOMPUTE, SCHEDULES, SINGLE_STAGE, V_SHAPED, Strategy, divisors, valid_ep, valid_mask
 
 VIRTUAL_CHOICES = (2, 3, 4, 6, 8)
 MAX_CP = 16
@@ -92,24 +93,20 @@ def distinct(layouts: list[Layout], within: float = NEAR_DUPLICATE) -> tuple[lis
     return kept, len(layouts) - len(kept)
 
 
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
-
-
 def _degree_tuples(model: ModelSpec, n: int, fixed: dict[str, Any], allow_pp: bool) -> np.ndarray:
     """(dp_replicate, dp_shard, tp, cp, pp, ep, zero_stage) rows with tp·cp·pp·dp = n."""
     rows = []
-    for tp in _divisors(n):
+    for tp in divisors(n):
         if tp > model.heads:
             break
-        for cp in _divisors(n // tp):
+        for cp in divisors(n // tp):
             if cp > MAX_CP:
                 break
-            for pp in _divisors(n // (tp * cp)):
+            for pp in divisors(n // (tp * cp)):
                 if pp > model.layers or (pp > 1 and not allow_pp):
                     break
                 dp = n // (tp * cp * pp)
-                for dp_shard in _divisors(dp):
+                for dp_shard in divisors(dp):
                     region = dp_shard * cp * tp
                     eps = [e for e in valid_ep(region, dp // dp_shard, dp_shard) if model.experts % e == 0] if model.is_moe else [1]
                     # ZeRO-1/2 shard over the replicated data-parallel group (x cp); with a group of

@@ -21,6 +21,11 @@ from typing import Any
 
 from bandwise.errors import BandwiseError
 
+MAX_DEVICES = 1 << 20
+"""The most accelerators a plan may have: 1,048,576, 64 times the largest run in the validation data
+(Llama 3 405B on 16,384 H100s; Dubey et al. 2024, Sec. 3.3.1). Past it a mistyped count would
+only keep the search busy."""
+
 
 @dataclass(kw_only=True, slots=True, frozen=True)
 class Device:
@@ -133,6 +138,8 @@ class Cluster:
     def check_devices(self, n: int) -> None:
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             raise BandwiseError(f"devices={n!r} must be a positive integer")
+        if n > MAX_DEVICES:
+            raise BandwiseError(f"devices={n} is past the planner's bound of {MAX_DEVICES:,} (64 x the largest published run, 16,384 GPUs); use at most {MAX_DEVICES}")
         top = self.max_devices
         if top is not None and n > top:
             raise BandwiseError(f"{n} devices exceed the {top} that cluster {self.name} holds; use at most {top}")

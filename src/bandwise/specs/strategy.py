@@ -12,6 +12,8 @@ data parallelism, and of DeepSeek-V3 (EP64 under ZeRO-1 data parallelism, report
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import asdict, dataclass, fields, replace
 from types import SimpleNamespace
 from typing import Any, Callable
@@ -297,7 +299,7 @@ def _model_rules(m: ModelSpec) -> list[Rule]:
         (
             lambda c, w: (m.heads % c.tp == 0) & ((kv % c.tp == 0) | (c.tp % kv == 0) | np.full_like(c.tp, m.is_mla, dtype=bool)),
             lambda s, w: f"tp={s.tp} must divide heads={m.heads}" + ("" if m.is_mla else f" and divide or be a multiple of kv_heads={kv}")
-            + f" of {m.name}; valid tp: {', '.join(str(t) for t in _divisors(m.heads) if m.is_mla or kv % t == 0 or t % kv == 0)}",
+            + f" of {m.name}; valid tp: {', '.join(str(t) for t in divisors(m.heads) if m.is_mla or kv % t == 0 or t % kv == 0)}",
         ),
         (
             lambda c, w: (m.ffn % c.tp == 0) & ((m.expert_ffn or m.ffn) % c.tp == 0),
@@ -306,7 +308,7 @@ def _model_rules(m: ModelSpec) -> list[Rule]:
         (
             lambda c, w: (c.ep == 1) | np.full_like(c.ep, m.is_moe, dtype=bool) & (max(m.experts, 1) % np.maximum(c.ep, 1) == 0),
             lambda s, w: f"ep={s.ep} needs an MoE model whose experts it divides; {m.name} has "
-            + (f"{m.experts} experts (valid ep: {', '.join(map(str, _divisors(m.experts)))})" if m.is_moe else "no experts (use ep=1)"),
+            + (f"{m.experts} experts (valid ep: {', '.join(map(str, divisors(m.experts)))})" if m.is_moe else "no experts (use ep=1)"),
         ),
         (
             lambda c, w: (m.seq_len % (2 * c.cp) == 0) | (c.cp == 1),
@@ -338,12 +340,22 @@ def ep_fits(ep: np.ndarray, region: np.ndarray, dp_replicate: np.ndarray, dp_sha
 
 def valid_ep(region: int, dp_replicate: int, dp_shard: int) -> list[int]:
     """The ep degrees `ep_fits` accepts, smallest first (for error messages and the search)."""
-    spans = [region * r for r in _divisors(dp_replicate) if r > 1] if dp_shard == 1 else []
-    return _divisors(region) + spans
+    spans = [region * r for r in divisors(dp_replicate) if r > 1] if dp_shard == 1 else []
+    return divisors(region) + spans
 
 
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0] if n > 0 else [1]
+def divisors(n: int) -> list[int]:
+    """The divisors of n in increasing order ([1] for n < 1), pairing d with n // d up to sqrt(n):
+    a device count of 10^12 has 169 of them, found in a million steps rather than 10^12."""
+    if n < 1:
+        return [1]
+    small, large = [], []
+    for d in range(1, math.isqrt(n) + 1):
+        if n % d == 0:
+            small.append(d)
+            if d != n // d:
+                large.append(n // d)
+    return small + large[::-1]
 
 
 def valid_mask(cols: SimpleNamespace, world_size: int, model: ModelSpec | None) -> np.ndarray:
