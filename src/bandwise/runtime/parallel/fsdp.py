@@ -14,6 +14,8 @@ outside their EP group (each EP rank holds different experts); where no such ran
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
@@ -21,6 +23,11 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import Shard
 
 from bandwise.runtime.moe import GroupedExperts
+
+# Newer torch warns once a step that a unit "returned a view tensor" (an in-place op on it would skip
+# the unit's pre-backward hook). The head's unit returns the logits as a view of its matmul; nothing
+# here writes to them in place (the loss reads them, `ops._CrossEntropy`), so the warning is noise.
+warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module .* returned a view tensor", category=UserWarning)
 
 
 def mixed_precision(dtype: torch.dtype) -> MixedPrecisionPolicy:
