@@ -183,3 +183,20 @@ def test_swiglu_with_gates_equals_autograd_and_keeps_no_output(monkeypatch):
     torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
     for ours, theirs in zip(torch.autograd.grad(out, (a, b, w), g), torch.autograd.grad(ref, (a, b, w), g)):
         torch.testing.assert_close(ours, theirs, rtol=1e-12, atol=1e-12)
+
+
+def test_cast_matmul_keeps_the_weight_not_its_copy_and_matches_autograd():
+    """Experts outside FSDP: x @ w.to(bf16) with w in fp32. The same value and gradients as autograd's
+    to the bit, with the fp32 weight saved instead of a bf16 copy of it."""
+    from bandwise.runtime.moe import cast_matmul
+
+    gen = torch.Generator().manual_seed(2)
+    x = torch.randn(7, 16, generator=gen).to(torch.bfloat16).requires_grad_()
+    w = torch.randn(16, 24, generator=gen, requires_grad=True)
+    g = torch.randn(7, 24, generator=gen).to(torch.bfloat16)
+    out = cast_matmul(x, w)
+    assert [t.data_ptr() for t in out.grad_fn.saved_tensors] == [x.data_ptr(), w.data_ptr()]
+    ref = x @ w.to(torch.bfloat16)
+    assert torch.equal(out, ref)
+    for ours, theirs in zip(torch.autograd.grad(out, (x, w), g), torch.autograd.grad(ref, (x, w), g)):
+        assert ours.dtype == theirs.dtype and torch.equal(ours, theirs)
