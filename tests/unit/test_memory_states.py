@@ -89,20 +89,27 @@ def test_recomputed_layer_and_logits_are_not_alive_together():
         assert full < kept + one_layer + logits
 
 
-def test_fsdp_head_backward_holds_a_layers_buffers_per_head_parameter():
-    """Under FSDP the output head is its own unit: in its backward, its gathered bf16 weight, the
-    all-gather buffer and the fp32 gradient before the reduce-scatter (8 bytes a head parameter) stand
-    where the logits and their gradient (4 bytes a logit) stood. With a large vocabulary, short
-    sequences and thin layers that moment is the peak; with Llama 3 8B's own shape it is not."""
+def test_fsdp_buffers_are_those_of_the_peak_moment():
+    """Under FSDP the output head is its own unit, kept gathered from its forward to its backward. One
+    micro-batch, no pipeline: the peak is one moment, with that moment's FSDP buffers.
+    - Llama 3 8B's shape peaks at the loss, where the head's bf16 weight stands gathered (2 bytes a
+      head parameter; the dry run measures 0.98 GiB there, RESULTS.md).
+    - A large vocabulary over short sequences and thin layers peaks in the head's backward: its
+      gathered weight, all-gather buffer and fp32 gradient (8 bytes a head parameter) with the logits
+      consumed.
+    - With gradient accumulation every moment is counted at once: a layer's 8 bytes a parameter."""
     from bandwise.cli.dry_run import planner_memory
 
     s = Strategy(dp_shard=8, micro_batch=1, global_batch=8)
     thin = replace(get_model("llama3-8b"), layers=2, ffn=1024, vocab=262_144, seq_len=1024)
-    head, logits = thin.vocab * thin.hidden, thin.seq_len * thin.vocab
-    assert planner_memory(thin, s, "h100")["buffers"] == pytest.approx(8 * head - 4 * logits, rel=1e-9)
+    head = thin.vocab * thin.hidden
+    thin_mem = planner_memory(thin, s, "h100")
+    assert thin_mem["buffers"] == pytest.approx(8 * head, rel=1e-9)
+    assert thin_mem["activations"] < 4 * thin.seq_len * thin.vocab  # the logits are gone by then
     own = replace(get_model("llama3-8b"), layers=2)
+    assert planner_memory(own, s, "h100")["buffers"] == pytest.approx(2 * own.vocab * own.hidden, rel=1e-9)
     layer_buffers = 8 * own.non_expert_layer_params / own.layers
-    assert planner_memory(own, s, "h100")["buffers"] == pytest.approx(layer_buffers, rel=1e-9)
+    assert planner_memory(own, replace(s, global_batch=16), "h100")["buffers"] == pytest.approx(layer_buffers, rel=1e-9)
 
 
 def test_one_micro_batch_under_fsdp_holds_no_gradient_at_its_activation_peak():
@@ -121,4 +128,4 @@ def test_one_micro_batch_under_fsdp_holds_no_gradient_at_its_activation_peak():
                           (one_mb, replace(DEFAULT_PARAMS, fsdp_grads_freed=False))):
         assert estimate(m, c, other, params).memory_gib["grads_not_at_peak"] == 0.0
     off = estimate(m, c, one_mb, replace(DEFAULT_PARAMS, fsdp_grads_freed=False))
-    assert off.memory_gib_per_device - est.memory_gib_per_device == pytest.approx(4 * m.total_params / 8 / GIB, rel=1e-6)
+    assert off.memory_gib_per_device - est.memory_gib_per_device >= 4 * m.total_params / 8 / GIB

@@ -635,7 +635,10 @@ def _combine(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, b: dict[str, n
     # FSDP keeps two layers gathered (the one computing and the one prefetched) and one layer's
     # unsharded gradient before its reduce-scatter. Under pipeline parallelism the whole stage stays
     # gathered and its gradients accumulate unsharded across the micro-batches (`fsdp_pp_unsharded`)
-    layer_buffers = (2 * BF16 + P.grad_reduce_bytes) * (el + xl)
+    # experts with no data-parallel peer (shard degree 1) stay outside FSDP (runtime/parallel/fsdp.py):
+    # nothing of theirs is gathered, nor reduced from an unsharded copy
+    fsdp_xl = np.where(shard_expert > 1, xl, 0.0)
+    layer_buffers = (2 * BF16 + P.grad_reduce_bytes) * (el + fsdp_xl)
     stage_unsharded = (BF16 + P.grad_reduce_bytes) * (params_dense_rank + params_expert_rank)
     whole_stage = P.fsdp_pp_unsharded & (pp > 1) & (n_mb > 1)
     # The output head is an FSDP unit of its own (TorchTitan's grouping, runtime/parallel/fsdp.py). In
@@ -648,19 +651,38 @@ def _combine(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, b: dict[str, n
     fsdp_buffers = np.where(zero == 3, np.where(whole_stage, np.maximum(stage_unsharded, layer_buffers),
                                                 np.maximum(layer_buffers, head_phase)), 0.0)
     buffers = fsdp_buffers + b["a2a_buffers"] + P.reserved_bytes
-    # One micro-batch under FSDP2 (`fsdp_grads_freed`): no gradient exists until the backward starts,
-    # and they grow as the kept activations shrink, linearly in the layers done, so the peak is at one
-    # of three moments: the loss (kept activations and logits, no gradient), the first layer's
-    # backward (the head's gradient, the kept activations, a recomputed layer's working set) and the
-    # last one's (every gradient and the working set). `freed` is what the gradients' absence saves
-    # against counting them beside the whole of `activations`.
+    # One micro-batch under FSDP2 and no pipeline (`fsdp_grads_freed`): no gradient exists until the
+    # backward starts, and they grow as the kept activations shrink, linearly in the layers done, so
+    # the peak is at one of four moments, each with what FSDP holds then:
+    #   the loss: kept activations and logits, the head's unit gathered (it is not resharded after its
+    #     forward, runtime/parallel/fsdp.py, as TorchTitan leaves its last unit; the dry run measures
+    #     exactly its bf16 weight there, Llama 3 8B: 0.98 GiB);
+    #   the head's backward: the logits consumed, the head's unit buffers (`head_phase`);
+    #   the first layer's backward: the head's gradient, a layer's buffers, a recomputed layer's working set;
+    #   the end of the backward: every gradient, a layer's buffers, the working set.
+    # Elsewhere every moment is counted at once (the gradients of an earlier micro-batch stand
+    # through the next one's forward; a stage runs several micro-batches).
+    moment_rows = P.fsdp_grads_freed & (zero == 3) & (n_mb == 1) & (pp == 1)
     holds_head = together | head_is_fullest
     grads_rank = P.grad_reduce_bytes * (params_dense_rank / shard_dense + params_expert_rank / shard_expert)
-    head_grads = P.grad_reduce_bytes * np.where(holds_head, b["out_local"], 0.0) / shard_dense
+    head_out = np.where(holds_head, b["out_local"], 0.0)
+    head_grads = P.grad_reduce_bytes * head_out / shard_dense
     stored = np.maximum(activations - np.maximum(working, head_logits), 0.0)
-    peak = np.maximum.reduce([stored + head_logits, head_grads + stored + working, grads_rank + working])
-    # (one stage: a pipeline runs several micro-batches, and with one its stages' moments differ)
-    freed = np.where(P.fsdp_grads_freed & (zero == 3) & (n_mb == 1) & (pp == 1), np.maximum(activations + grads_rank - peak, 0.0), 0.0)
+    unit = 2 * BF16 + P.grad_reduce_bytes
+    # (activations, gradients present, FSDP buffers) at each moment
+    moments = [
+        (stored + head_logits, 0.0 * grads_rank, BF16 * head_out),
+        (stored, 0.0 * grads_rank, unit * head_out),
+        (stored + working, head_grads, layer_buffers),
+        (working + 0.0 * stored, grads_rank, layer_buffers),
+    ]
+    totals = np.stack([act + g + buf for act, g, buf in moments])
+    at = np.argmax(totals, axis=0)
+    pick = lambda k: np.choose(at, [np.broadcast_to(mo[k], at.shape) for mo in moments])  # noqa: E731
+    activations = np.where(moment_rows, pick(0), activations)
+    freed = np.where(moment_rows, grads_rank - pick(1), 0.0)
+    fsdp_buffers = np.where(moment_rows, pick(2), fsdp_buffers)
+    buffers = fsdp_buffers + b["a2a_buffers"] + P.reserved_bytes
     memory = states - freed + activations + buffers
 
     # ---- throughput and utilisation ----
