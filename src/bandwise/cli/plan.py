@@ -130,7 +130,7 @@ def _near(word: str, choices: tuple[str, ...]) -> str:
 def plan(
     model: str = typer.Option("llama3-70b", "--model", "-m", help="Model preset or path to a config.json."),
     cluster: str = typer.Option("h100", "--cluster", "-c", help="Cluster preset (bandwise clusters)."),
-    devices: int = typer.Option(64, "--devices", "-n", help="Number of accelerators."),
+    devices: int = typer.Option(64, "--devices", "-n", help="Number of accelerators (at most 1,048,576)."),
     seq_len: int | None = SEQ_LEN,
     global_batch: int | None = GLOBAL_BATCH,
     global_batch_tokens: int | None = GLOBAL_BATCH_TOKENS,
@@ -216,7 +216,7 @@ ESTIMATE_HELP = "Estimate one layout: step time split into compute, exposed comm
 def estimate(
     model: str = typer.Option("llama3-70b", "--model", "-m", help="Model preset or path to a config.json."),
     cluster: str = typer.Option("h100", "--cluster", "-c", help="Cluster preset."),
-    devices: int | None = typer.Option(None, "--devices", "-n", help="Accelerators (default: the product of the degrees)."),
+    devices: int | None = typer.Option(None, "--devices", "-n", help="Accelerators (default: the product of the degrees; at most 1,048,576)."),
     seq_len: int | None = typer.Option(None, "--seq-len"),
     dp_replicate: int = typer.Option(1, "--dp-replicate"),
     dp_shard: int = typer.Option(1, "--dp-shard"),
