@@ -13,8 +13,8 @@ from bandwise.report.timeline import gantt, text_rows
 from bandwise.specs.strategy import SCHEDULES, SINGLE_STAGE
 
 MAX_PASSES = 1 << 16
-"""Most stage passes (p·v·m) one timeline may hold: this command records and draws every action, about
-4 s for 65,536 on two cores. The planner simulates larger m without a timeline and extrapolates
+"""Most stage passes (p·v·m) one timeline may hold: this command records and draws every action,
+2.6-2.9 s for 65,536 on two cores (`bandwise schedule --stages 8 --microbatches 8192 --json`, three runs). The planner simulates larger m without a timeline and extrapolates
 (`cost.pipeline.pipeline_summary`)."""
 
 

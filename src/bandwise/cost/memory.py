@@ -143,7 +143,8 @@ def activation_bytes_per_token(
         # each expert's output (out = sum_k g_k·E_k(x), dL/dg_k = E_k(x)·dL/dout; Shazeer et al. 2017,
         # Eq. 1) unless the gate scales the activation before the down-projection, which is linear:
         # then dL/dg_k comes from the kept intermediates (Megatron-Core's `activation_func_with_probs`;
-        # bandwise's `ops._SwiGLU`). Scaled after, the output is kept too: 2·h bytes a copy (measured)
+        # bandwise's `ops._SwiGLU`). Scaled after, the output is kept too: 2·h bytes a copy (measured on one
+        # Qwen3 block, benchmarks/RESULTS.md, "The MoE combine kept every expert output twice")
         b += m.top_k * (g * h + per_f * m.expert_ffn)
         b += 4 * m.experts  # fp32 router scores
     else:

@@ -109,14 +109,14 @@ class CostParams:
     accumulates the unsynced gradients in reduce_dtype (FSDPParam.to_accumulated_grad_if_needed).
     FSDP x PP is a PyTorch-only combination (DeepSpeed refuses ZeRO-2/3 with its pipeline engine)."""
     fsdp_grads_freed: bool = True
-    """Under FSDP2 a step of one micro-batch holds no gradients at its activation peak: the optimizer
-    frees them (`Optimizer.zero_grad(set_to_none=True)`, torch's default since 2.0; TorchTitan calls it
-    every step), and each unit's sharded gradient is created by its reduce-scatter in the backward
-    (FSDP2's post-backward), as that unit's activations are freed. The peak is then the larger of the
-    activations with the output head's gradient only (its backward runs first) and the gradients at
-    the end of the backward. With gradient accumulation the first micro-batch's gradients stand through
-    the next one's forward; Megatron-LM's DDP keeps a persistent gradient buffer (its `grad_data`);
-    neither frees anything here."""
+    """Under FSDP2, a step of one micro-batch without a pipeline is counted at the moment of its peak
+    rather than as the sum of every term's own maximum. No gradient exists at the loss: the optimizer
+    frees them (`Optimizer.zero_grad(set_to_none=True)`, torch's default since 2.0; TorchTitan calls
+    it every step), and each unit's sharded gradient is created by its reduce-scatter in the backward
+    (FSDP2's post-backward), as that unit's activations are freed. `_combine` lists the four moments
+    and what FSDP holds at each. With gradient accumulation the first micro-batch's gradients stand
+    through the next one's forward; Megatron-LM's DDP keeps a persistent gradient buffer (its
+    `grad_data`); neither is counted by moment."""
     fp8_activation_cache: bool = False
     """Under fp8 the activation function's input is kept in fp8, its output recomputed (DeepSeek-V3
     report, Sec. 3.3.3, "Low-Precision Storage and Communication")."""
@@ -638,7 +638,8 @@ def _combine(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, b: dict[str, n
     # experts with no data-parallel peer (shard degree 1) stay outside FSDP (runtime/parallel/fsdp.py):
     # nothing of theirs is gathered, nor reduced from an unsharded copy
     fsdp_xl = np.where(shard_expert > 1, xl, 0.0)
-    layer_buffers = (2 * BF16 + P.grad_reduce_bytes) * (el + fsdp_xl)
+    unit = 2 * BF16 + P.grad_reduce_bytes  # a gathered bf16 weight, its all-gather buffer, its fp32 gradient
+    layer_buffers = unit * (el + fsdp_xl)
     stage_unsharded = (BF16 + P.grad_reduce_bytes) * (params_dense_rank + params_expert_rank)
     whole_stage = P.fsdp_pp_unsharded & (pp > 1) & (n_mb > 1)
     # The output head is an FSDP unit of its own (TorchTitan's grouping, runtime/parallel/fsdp.py). In
@@ -647,10 +648,9 @@ def _combine(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, b: dict[str, n
     # gradient have been consumed: that moment's peak is the rest plus these buffers less the logits.
     # With a vocabulary of 150k and small MoE layer units it sets the peak (dry run: Qwen3, Kimi K2 and
     # DeepSeek-V3 measure exactly 8 bytes a head parameter of buffers there, benchmarks/RESULTS.md)
-    head_phase = (2 * BF16 + P.grad_reduce_bytes) * b["out_local"] - head_logits
+    head_phase = unit * b["out_local"] - head_logits
     fsdp_buffers = np.where(zero == 3, np.where(whole_stage, np.maximum(stage_unsharded, layer_buffers),
                                                 np.maximum(layer_buffers, head_phase)), 0.0)
-    buffers = fsdp_buffers + b["a2a_buffers"] + P.reserved_bytes
     # One micro-batch under FSDP2 and no pipeline (`fsdp_grads_freed`): no gradient exists until the
     # backward starts, and they grow as the kept activations shrink, linearly in the layers done, so
     # the peak is at one of four moments, each with what FSDP holds then:
@@ -668,15 +668,14 @@ def _combine(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, b: dict[str, n
     head_out = np.where(holds_head, b["out_local"], 0.0)
     head_grads = P.grad_reduce_bytes * head_out / shard_dense
     stored = np.maximum(activations - np.maximum(working, head_logits), 0.0)
-    unit = 2 * BF16 + P.grad_reduce_bytes
     # (activations, gradients present, FSDP buffers) at each moment
     moments = [
-        (stored + head_logits, 0.0 * grads_rank, BF16 * head_out),
-        (stored, 0.0 * grads_rank, unit * head_out),
+        (stored + head_logits, 0.0, BF16 * head_out),
+        (stored, 0.0, unit * head_out),
         (stored + working, head_grads, layer_buffers),
-        (working + 0.0 * stored, grads_rank, layer_buffers),
+        (working, grads_rank, layer_buffers),
     ]
-    totals = np.stack([act + g + buf for act, g, buf in moments])
+    totals = np.stack(np.broadcast_arrays(*(act + g + buf for act, g, buf in moments)))
     at = np.argmax(totals, axis=0)
     pick = lambda k: np.choose(at, [np.broadcast_to(mo[k], at.shape) for mo in moments])  # noqa: E731
     activations = np.where(moment_rows, pick(0), activations)

@@ -14,7 +14,6 @@ uses (`specs.strategy.valid_mask`), then evaluated at once by `cost.step.evaluat
 
 from __future__ import annotations
 
-
 import itertools
 import time
 from dataclasses import dataclass, field

@@ -284,7 +284,7 @@ class MoE(nn.Module):
         # the gates scale each copy inside its expert, before the down-projection (`ops._SwiGLU`)
         y_ND = self.dispatch(x_TD[token_N], gates_TK.flatten()[order_N], counts_E, self.experts)
         # Sum each token's K weighted expert outputs. Not `index_add_`: its autograd formula keeps the
-        # whole source (2·D bytes a token-expert pair, torch 2.11-2.13 derivatives.yaml uses
+        # whole source (2·D bytes a token-expert pair, seen in torch 2.13: its derivatives.yaml formula reads
         # `source.dim()`/`expand_as(source)`) though its gradient is only grad[token_N]; `index_put_`
         # with accumulate keeps the indices alone.
         out_TD = torch.zeros_like(x_TD).index_put_((token_N,), y_ND.to(x_TD.dtype), accumulate=True)

@@ -101,7 +101,9 @@ class _SwiGLU(torch.autograd.Function):
     `F.silu(a) * b` (`silu`, `mul`, `silu_backward`, each computing in fp32 and rounding to the
     inputs' dtype), run row chunk by row chunk straight into the gradients. Whole, the temporaries
     of the MLP's width stood beside every other tensor of the step; computed in fp32 they were half
-    a dozen of 0.44 GiB each for Llama 3 8B at 8,192 tokens, 7 GiB of a pipeline stage's peak."""
+    a dozen of 0.44 GiB each for Llama 3 8B at 8,192 tokens, 7 GiB of a pipeline stage's peak.
+    Chunked, two bf16 temporaries of a chunk remain; with gates, the gates' gradient adds three fp32
+    ones (it is summed in fp32)."""
 
     @staticmethod
     def forward(ctx, a: torch.Tensor, b: torch.Tensor, w: torch.Tensor | None) -> torch.Tensor:  # type: ignore[override]

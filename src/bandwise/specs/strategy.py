@@ -13,7 +13,6 @@ data parallelism, and of DeepSeek-V3 (EP64 under ZeRO-1 data parallelism, report
 from __future__ import annotations
 
 import math
-
 from dataclasses import asdict, dataclass, fields, replace
 from types import SimpleNamespace
 from typing import Any, Callable
