@@ -141,7 +141,7 @@ def test_sweep_json_keys_and_crossover_match(capsys):
     doc = json.loads(out)
     assert set(doc) == {"model", "devices", "global_batch", "threshold", "base_cluster", "vary", "unit", "values", "crossover", "points"}
     assert doc["values"] == [3, 10, 25] and [p["value"] for p in doc["points"]] == [3, 10, 25]
-    point_keys = {"cluster", "value", "searched", "fitting", "seconds", "best", "best_without_pp", "mfu_best", "mfu_without_pp",
+    point_keys = {"cluster", "value", "searched", "fitting", "seconds", "narrowed", "best", "best_without_pp", "mfu_best", "mfu_without_pp",
                   "mfu_gap", "verdict", "dominant_exposed", "dominant_exposed_best"}
     for p in doc["points"]:
         assert set(p) == point_keys

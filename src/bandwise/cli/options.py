@@ -14,10 +14,24 @@ from bandwise.specs.strategy import PRECISIONS
 
 DEFAULT_BATCH_TOKENS = 1 << 22
 """4M tokens per step, the scale of published runs (GPT-3 3.2M, Llama 3 405B 4M at first)."""
+MAX_BATCH_TOKENS = 1 << 34
+"""Tokens per step the planner accepts: 17.2 billion, 273 x DeepSeek-V3's 63M (15,360 sequences of
+4,096 tokens, report Sec. 4.2) and 4 x the default batch of 1,048,576 devices (one sequence each)."""
+MAX_SEQ_LEN = 1 << 24
+"""Longest training sequence the planner accepts: 16.8M tokens, 16 x the million-token contexts
+that published long-context training reaches."""
 
-SEQ_LEN = typer.Option(None, "--seq-len", help="Training sequence length (default: the model's).")
-GLOBAL_BATCH = typer.Option(None, "--global-batch", help="Sequences per optimizer step.")
-GLOBAL_BATCH_TOKENS = typer.Option(None, "--global-batch-tokens", help="Tokens per optimizer step (alternative to --global-batch; default 4M, at least one sequence per device).")
+SEQ_LEN = typer.Option(None, "--seq-len", help="Training sequence length (default: the model's; at most 16,777,216).")
+GLOBAL_BATCH = typer.Option(None, "--global-batch", help="Sequences per optimizer step (at most 2^34 tokens in all).")
+GLOBAL_BATCH_TOKENS = typer.Option(
+    None, "--global-batch-tokens",
+    help="Tokens per optimizer step (alternative to --global-batch; default 4M, at least one sequence per device; at most 2^34).",
+)
+EXHAUSTIVE = typer.Option(
+    False, "--exhaustive",
+    help="Search every candidate layout even past the 5,000,000 that keep an answer within seconds "
+    "(past them the search takes a coarse grid, then refines the best degrees).",
+)
 PRECISION = typer.Option("bf16", "--precision", help="bf16, fp8, or bf16,fp8 to search both.")
 THRESHOLD_OPT = typer.Option(THRESHOLD, "--threshold", help="PP is 'not needed' if the best no-PP layout is within this share.")
 HEADROOM = typer.Option(0.1, "--headroom", help="Share of device memory kept free.")
@@ -27,6 +41,8 @@ JSON_OUT = typer.Option(False, "--json", help="Print one JSON document.")
 
 
 def model_spec(name: str, seq_len: int | None) -> ModelSpec:
+    if seq_len is not None and seq_len > MAX_SEQ_LEN:
+        raise BandwiseError(f"--seq-len={seq_len} is past the planner's bound of {MAX_SEQ_LEN:,} tokens; use at most {MAX_SEQ_LEN}")
     model = get_model(name)
     return model.with_seq_len(seq_len) if seq_len is not None else model
 
@@ -37,11 +53,16 @@ def global_batch_of(model: ModelSpec, seqs: int | None, tokens: int | None, devi
     if tokens is not None:
         if tokens <= 0 or tokens % model.seq_len:
             raise BandwiseError(f"--global-batch-tokens={tokens} must be a positive multiple of seq_len={model.seq_len}")
-        return tokens // model.seq_len
-    if seqs is None:
+        seqs = tokens // model.seq_len
+    elif seqs is None:
         return max(DEFAULT_BATCH_TOKENS // model.seq_len, devices)
     if seqs <= 0:
         raise BandwiseError(f"--global-batch={seqs} must be a positive number of sequences")
+    if seqs * model.seq_len > MAX_BATCH_TOKENS:
+        raise BandwiseError(
+            f"a global batch of {seqs:,} sequences of {model.seq_len:,} tokens is past the planner's bound of 2^34 "
+            f"({MAX_BATCH_TOKENS:,}) tokens per step; use at most --global-batch {MAX_BATCH_TOKENS // model.seq_len}"
+        )
     return seqs
 
 

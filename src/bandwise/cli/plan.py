@@ -11,6 +11,7 @@ from rich.text import Text
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from bandwise.cli.options import (
+    EXHAUSTIVE,
     GLOBAL_BATCH,
     GLOBAL_BATCH_TOKENS,
     HEADROOM,
@@ -27,7 +28,7 @@ from bandwise.cli.options import (
 from bandwise.cost.step import CostParams, estimate as estimate_one
 from bandwise.errors import BandwiseError, NothingFits
 from bandwise.plan.advice import no_valid_layout
-from bandwise.plan.search import FIXABLE, Layout, distinct, search
+from bandwise.plan.search import FIXABLE, SEARCH_ROWS, Layout, distinct, narrowed_note, search
 from bandwise.plan.verdict import decide, recommended, suggest_fit
 from bandwise.report import glossary
 from bandwise.report.output import Output
@@ -143,6 +144,7 @@ def plan(
     threshold: float = THRESHOLD_OPT,
     headroom: float = HEADROOM,
     overlap_tp: bool = OVERLAP_TP,
+    exhaustive: bool = EXHAUSTIVE,
     json_out: bool = JSON_OUT,
 ) -> None:
     out = Output(json_mode=json_out)
@@ -156,7 +158,8 @@ def plan(
     params = CostParams(headroom=fraction("--headroom", headroom))
     # a pool deep enough that collapsing near-duplicates still leaves `top` distinct layouts
     pool = top if all_layouts else max(20 * top, 100)
-    kw = dict(top=pool, allow_pp=not no_pp, fixed=_parse_fix(fix), precisions=precisions, overlap={"tp": overlap_tp}, params=params)
+    kw = dict(top=pool, allow_pp=not no_pp, fixed=_parse_fix(fix), precisions=precisions, overlap={"tp": overlap_tp}, params=params,
+              max_rows=None if exhaustive else SEARCH_ROWS)
     if json_out:
         result = search(spec, clus, devices, gb, **kw)
     else:
@@ -176,6 +179,7 @@ def plan(
                 "searched": result.searched,
                 "fitting": result.fitting,
                 "seconds": result.seconds,
+                "narrowed": result.extra.get("narrowed"),
                 "best": chosen,
                 "best_without_pp": result.best_without_pp,
                 "verdict": {"needs_pp": verdict.needs_pp, "reason": verdict.reason},
@@ -188,6 +192,8 @@ def plan(
             f"global batch {gb} sequences = {_count(gb * spec.seq_len, tokens=True)} tokens"
         )
         out.print(f"searched {result.searched:,} valid layouts in {result.seconds:.2f} s; {result.fitting:,} fit in {result.capacity_gib:.1f} GiB per device")
+        if "narrowed" in result.extra:
+            out.print(narrowed_note(result.extra["narrowed"]))
     if chosen is None:
         raise NothingFits(verdict.reason)
     if json_out:

@@ -9,6 +9,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.console import Group
 
 from bandwise.cli.options import (
+    EXHAUSTIVE,
     GLOBAL_BATCH,
     GLOBAL_BATCH_TOKENS,
     HEADROOM,
@@ -25,7 +26,7 @@ from bandwise.cli.options import (
 )
 from bandwise.cost.step import CostParams
 from bandwise.errors import BandwiseError
-from bandwise.plan.search import Layout
+from bandwise.plan.search import SEARCH_ROWS, Layout, narrowed_note
 from bandwise.plan.sweep import VARY_KINDS, PlanInputs, Point, SweepResult, compare as compare_clusters, parse_vary, sweep as sweep_points, vary_cluster
 from bandwise.report import glossary
 from bandwise.report.output import Output
@@ -59,7 +60,8 @@ is within --threshold of the best overall there, exactly as `bandwise plan` deci
 
 
 def _inputs(model: str, devices: int, seq_len: int | None, global_batch: int | None, global_batch_tokens: int | None,
-            precision: str, threshold: float, headroom: float, overlap_tp: bool, overlap_ep: bool) -> PlanInputs:
+            precision: str, threshold: float, headroom: float, overlap_tp: bool, overlap_ep: bool,
+            max_rows: int | None = SEARCH_ROWS) -> PlanInputs:
     spec = model_spec(model, seq_len)
     if not isinstance(devices, int) or devices < 1:
         raise BandwiseError(f"devices={devices!r} must be a positive integer")
@@ -72,6 +74,7 @@ def _inputs(model: str, devices: int, seq_len: int | None, global_batch: int | N
         precisions=precisions,
         overlap={"tp": overlap_tp, "ep": overlap_ep},
         params=CostParams(headroom=fraction("--headroom", headroom)),
+        max_rows=max_rows,
     )
 
 
@@ -123,6 +126,16 @@ def _point_line(p: Point) -> str:
     return f"[b]{p.label}[/b]: {p.verdict.reason}; dominant exposed cost without PP: {dom}"
 
 
+def _narrowed_lines(out: Output, points: list[Point]) -> None:
+    """How narrowed searches were done, once per distinct way (clusters of one device count share it)."""
+    notes: dict[str, list[str]] = {}
+    for p in points:
+        if "narrowed" in p.result.extra:
+            notes.setdefault(narrowed_note(p.result.extra["narrowed"]), []).append(p.label)
+    for note, labels in notes.items():
+        out.print(f"[b]{', '.join(labels)}[/b]: {note}" if len(points) > 1 else note)
+
+
 def _header(out: Output, inputs: PlanInputs, where: str) -> None:
     m = inputs.model
     out.print(
@@ -150,12 +163,15 @@ def compare(
     overlap_ep: bool = OVERLAP_EP,
     jobs: int = typer.Option(1, "--jobs", "-j", help="Plan this many points at once in worker processes."),
     png: Path | None = typer.Option(None, "--png", help="Also draw the grouped bar chart to this PNG file."),
+    exhaustive: bool = EXHAUSTIVE,
     json_out: bool = JSON_OUT,
 ) -> None:
     out = Output(json_mode=json_out)
-    inputs = _inputs(model, devices, seq_len, global_batch, global_batch_tokens, precision, threshold, headroom, overlap_tp, overlap_ep)
-    _check_jobs(jobs)
     names = [c.strip() for c in clusters.split(",") if c.strip()]
+    # the clusters share one command's bound on candidates
+    per_search = None if exhaustive else SEARCH_ROWS // max(1, len(names))
+    inputs = _inputs(model, devices, seq_len, global_batch, global_batch_tokens, precision, threshold, headroom, overlap_tp, overlap_ep, per_search)
+    _check_jobs(jobs)
     if len(set(names)) != len(names):
         raise BandwiseError(f"--clusters {clusters!r}: a cluster repeats; give each once")
     if not names:
@@ -177,6 +193,7 @@ def compare(
     out.print(table, min_width=min_width(table))
     for p in points:
         out.print(_point_line(p))
+    _narrowed_lines(out, points)
     if png is not None:
         out.print(f"chart written to {png}")
 
@@ -195,12 +212,14 @@ def sweep(
     overlap_tp: bool = OVERLAP_TP,
     overlap_ep: bool = OVERLAP_EP,
     png: Path | None = typer.Option(None, "--png", help="Also draw MFU against the varied quantity, and the exposed communication by dim, to this PNG file."),
+    exhaustive: bool = EXHAUSTIVE,
     json_out: bool = JSON_OUT,
 ) -> None:
     out = Output(json_mode=json_out)
     spec = parse_vary(vary)
     base = get_cluster(base_cluster)
-    inputs = _inputs(model, devices, seq_len, global_batch, global_batch_tokens, precision, threshold, headroom, overlap_tp, overlap_ep)
+    inputs = _inputs(model, devices, seq_len, global_batch, global_batch_tokens, precision, threshold, headroom, overlap_tp, overlap_ep,
+                     None if exhaustive else SEARCH_ROWS)
     labels = [vary_cluster(base, spec.kind, v).name for v in spec.values]
     base.check_devices(inputs.devices)
     points = _run_with_bar(out, labels, f"{len(labels)} points", lambda done: sweep_points(inputs, base, spec, on_point=done).points)
@@ -218,6 +237,7 @@ def sweep(
     for p in sorted(result.points, key=lambda p: p.value):
         out.print(f"[b]{p.value:g}[/b]: dominant exposed cost without PP: {p.dominant.describe() if p.dominant else 'none exposed'}")
     out.print(_crossover_line(result))
+    _narrowed_lines(out, result.points[:1])
     if png is not None:
         out.print(f"chart written to {png}")
 

@@ -31,6 +31,13 @@ from bandwise.specs.strategy import DIMS, INT_FIELDS, LOOPED, PRECISIONS, RECOMP
 VIRTUAL_CHOICES = (2, 3, 4, 6, 8)
 MAX_CP = 16
 CHUNK = 1 << 18
+SEARCH_ROWS = 5_000_000
+"""Candidate rows one command evaluates before it narrows its search (`search`): about 5 s on one
+core of this project's 2-core CI machine, so that an answer comes within 10 s
+(benchmarks/RESULTS.md, "Bounded time")."""
+REFINE_DEGREES = 32
+"""Parallel-degree rows per side (with and without PP) that a narrowed search's second pass
+searches in full."""
 FIXABLE = ("dp_replicate", "dp_shard", "tp", "cp", "pp", "ep", "zero_stage", "micro_batch", "virtual_stages", "schedule", "recompute", "precision")
 
 
@@ -132,43 +139,97 @@ def _schedule_choices(fixed: dict[str, Any]) -> list[tuple[int, int]]:
     return combos
 
 
-def _micro_batches(global_batch: int, n: int, fixed: dict[str, Any]) -> list[int]:
+COARSE_GRIDS = (
+    (2, SCHEDULES),
+    (4, ("1F1B", "InterleavedZeroBubble", "DualPipeV")),
+)
+"""The grids a narrowed search starts from, finest first: (the step between micro-batch exponents,
+the schedules kept, each at its fewest virtual stages). Level k of `coarse` is COARSE_GRIDS[k - 1]."""
+
+
+def _micro_batches(global_batch: int, n: int, fixed: dict[str, Any], coarse: int = 0) -> list[int]:
     if "micro_batch" in fixed:
         return [fixed["micro_batch"]]
     top = max(1, global_batch)
-    return [1 << i for i in range(0, 16) if (1 << i) <= top]
+    step = COARSE_GRIDS[coarse - 1][0] if coarse else 1
+    return [1 << i for i in range(0, 16, step) if (1 << i) <= top]
+
+
+def _coarse_schedules(combos: list[tuple[int, int]], coarse: int) -> list[tuple[int, int]]:
+    """The coarse grid's schedules: those of its level, each at its fewest virtual stages."""
+    if not coarse:
+        return combos
+    kept = {SCHEDULES.index(name) for name in COARSE_GRIDS[coarse - 1][1]}
+    first: dict[int, tuple[int, int]] = {}
+    for s, v in combos:
+        if s in kept and (s not in first or v < first[s][1]):
+            first[s] = (s, v)
+    return sorted(first.values())
+
+
+def space_rows(
+    model: ModelSpec, devices: int, global_batch: int, *, fixed: dict[str, Any] | None = None, allow_pp: bool = True,
+    precisions: tuple[str, ...] = ("bf16",), coarse: int = 0, degrees: np.ndarray | None = None,
+) -> int:
+    """How many rows `candidate_chunks` builds (before the validity rules), counted without building them."""
+    fixed = fixed or {}
+    deg = _degree_tuples(model, devices, fixed, allow_pp) if degrees is None else degrees
+    scheds = _coarse_schedules(_schedule_choices(fixed), coarse)
+    with_pp = deg[:, 4] > 1
+    n_rec = 1 if fixed.get("recompute") else len(RECOMPUTE)
+    n_prec = 1 if fixed.get("precision") else len(precisions)
+    dp = deg[:, 0] * deg[:, 1]
+    in_grid = set(_micro_batches(global_batch, devices, fixed, coarse))
+    per_tuple = np.zeros(len(deg), dtype=np.int64)
+    for mb in _micro_batches(global_batch, devices, fixed):  # layouts without PP keep every micro-batch
+        per_tuple += (global_batch % (dp * mb) == 0) & (~with_pp | (mb in in_grid))
+    per_sched = np.where(with_pp, len(scheds), 1)
+    return int((per_tuple * per_sched).sum()) * n_rec * n_prec
 
 
 def candidate_chunks(
     model: ModelSpec, devices: int, global_batch: int, *, fixed: dict[str, Any] | None = None, allow_pp: bool = True,
-    precisions: tuple[str, ...] = ("bf16",), recompute: tuple[str, ...] = RECOMPUTE,
+    precisions: tuple[str, ...] = ("bf16",), recompute: tuple[str, ...] = RECOMPUTE, coarse: int = 0,
+    degrees: np.ndarray | None = None,
 ) -> Iterator[SimpleNamespace]:
-    """Yield column chunks covering the whole candidate space (before the validity filter)."""
+    """Yield column chunks covering the whole candidate space (before the validity filter).
+
+    `coarse`: the level of `COARSE_GRIDS` (0: the full space), the first pass of a narrowed search
+    (`search`). `degrees`: only these
+    (dp_replicate, dp_shard, tp, cp, pp, ep, zero_stage) rows, its second pass. Each row's
+    `degree_row` is its index in the degree rows, so that a pass can name the rows it wants again.
+    """
     fixed = fixed or {}
-    degrees = _degree_tuples(model, devices, fixed, allow_pp)
-    scheds = _schedule_choices(fixed)
-    mbs = _micro_batches(global_batch, devices, fixed)
+    if degrees is None:
+        degrees = _degree_tuples(model, devices, fixed, allow_pp)
+    scheds = _coarse_schedules(_schedule_choices(fixed), coarse)
+    mbs = _micro_batches(global_batch, devices, fixed, coarse)
     recs = [RECOMPUTE.index(r) for r in (fixed.get("recompute"),) if r] or [RECOMPUTE.index(r) for r in recompute]
     precs = [PRECISIONS.index(p) for p in (fixed.get("precision"),) if p] or [PRECISIONS.index(p) for p in precisions]
     for has_pp in (False, True):
-        deg = degrees[(degrees[:, 4] > 1) == has_pp]
+        deg_index = np.flatnonzero((degrees[:, 4] > 1) == has_pp)
+        deg = degrees[deg_index]
         if not len(deg):
             continue
         sv = np.array(scheds if has_pp else [(SCHEDULES.index("1F1B"), 1)], dtype=np.int64)
         if not len(sv):
             continue
-        other = np.array(list(itertools.product(range(len(sv)), mbs, recs, precs)), dtype=np.int64)
+        # layouts without PP have no schedule to choose: a coarse grid keeps all their micro-batches
+        side_mbs = mbs if has_pp else _micro_batches(global_batch, devices, fixed)
+        other = np.array(list(itertools.product(range(len(sv)), side_mbs, recs, precs)), dtype=np.int64)
         per_deg = len(other)
         step = max(1, CHUNK // per_deg)
         for start in range(0, len(deg), step):
             d = np.repeat(deg[start : start + step], per_deg, axis=0)
             o = np.tile(other, (len(d) // per_deg, 1))
-            row = np.repeat(np.arange(start, start + len(d) // per_deg, dtype=np.int64), per_deg) + (has_pp << 40)
+            local = np.repeat(np.arange(start, start + len(d) // per_deg, dtype=np.int64), per_deg)
+            row = local + (has_pp << 40)
             # Drop rows whose batch cannot divide before building columns: most micro-batch choices
             # fail this one rule (valid_mask checks it again with all the others).
             keep = np.flatnonzero(global_batch % (d[:, 0] * d[:, 1] * o[:, 1]) == 0)
-            d, o, row = d[keep], o[keep], row[keep]
+            d, o, row, local = d[keep], o[keep], row[keep], local[keep]
             c = SimpleNamespace()
+            c.degree_row = deg_index[local]
             for i, name in enumerate(("dp_replicate", "dp_shard", "tp", "cp", "pp", "ep", "zero_stage")):
                 setattr(c, name, d[:, i])
             c.schedule = sv[o[:, 0], 0]
@@ -213,6 +274,67 @@ def _take(c: SimpleNamespace, idx: np.ndarray) -> SimpleNamespace:
     return SimpleNamespace(**{k: v[idx] for k, v in vars(c).items()})
 
 
+class _Scan:
+    """What one pass over candidate chunks keeps: counts, the best rows, the least memory, and
+    each degree row's best fitting tokens/s (to pick the rows a second pass refines)."""
+
+    def __init__(self, n_degrees: int, top: int) -> None:
+        self.top = top
+        self.searched = self.fitting = self.offset = 0
+        self.pool_c: list[SimpleNamespace] = []
+        self.pool_tps: list[np.ndarray] = []
+        self.pool_idx: list[np.ndarray] = []
+        self.best: dict[bool, tuple[float, SimpleNamespace] | None] = {False: None, True: None}
+        self.min_mem = {None: np.inf, False: np.inf, True: np.inf}
+        self.by_degree = np.full(n_degrees, -np.inf)
+
+    def add(self, c: SimpleNamespace, r: dict[str, np.ndarray], cap: float) -> None:
+        first, self.offset = self.offset, self.offset + len(c.tp)
+        mem = r["memory_bytes"]
+        with_pp = c.pp > 1
+        self.min_mem[None] = min(self.min_mem[None], float(mem.min()))
+        for side in (False, True):
+            if (with_pp == side).any():
+                self.min_mem[side] = min(self.min_mem[side], float(mem[with_pp == side].min()))
+        fits = mem <= cap
+        self.fitting += int(fits.sum())
+        if not fits.any():
+            return
+        tps = np.where(fits, r["tokens_per_s_per_device"], -np.inf)
+        np.maximum.at(self.by_degree, c.degree_row, tps)
+        k = min(self.top, int(fits.sum()))
+        # the k best, ties broken by enumeration order so that every search path agrees
+        kth = -np.partition(-tps, k - 1)[k - 1]
+        sel = np.flatnonzero(tps >= kth)
+        idx = sel[np.lexsort((sel, -tps[sel]))[:k]]
+        self.pool_c.append(_take(c, idx))
+        self.pool_tps.append(tps[idx])
+        self.pool_idx.append(first + idx)
+        for side in (False, True):
+            cand = np.where(with_pp == side, tps, -np.inf)
+            j = int(np.argmax(cand))
+            held = self.best[side]
+            if np.isfinite(cand[j]) and (held is None or cand[j] > held[0]):
+                self.best[side] = (float(cand[j]), _take(c, np.array([j])))
+
+
+def _scan(
+    scan: _Scan, chunks: Iterator[SimpleNamespace], model: ModelSpec, cluster: Cluster, devices: int, cap: float,
+    overlap: dict[str, bool], order: tuple[str, ...], params: CostParams, progress: Callable[[int], None] | None,
+    skip: Callable[[SimpleNamespace], np.ndarray] | None = None,
+) -> None:
+    for chunk in chunks:
+        ok = valid_mask(chunk, devices, model)
+        if skip is not None:
+            ok &= ~skip(chunk)
+        scan.searched += int(ok.sum())
+        if progress:
+            progress(len(chunk.tp))
+        if ok.any():
+            c = _with_overlap(_take(chunk, np.flatnonzero(ok)), overlap)
+            scan.add(c, evaluate(model, cluster, c, order, params), cap)
+
+
 def search(
     model: ModelSpec,
     cluster: Cluster,
@@ -227,8 +349,19 @@ def search(
     params: CostParams = DEFAULT_PARAMS,
     order: tuple[str, ...] = DIMS,
     progress: Callable[[int], None] | None = None,
+    max_rows: int | None = SEARCH_ROWS,
+    degrees: np.ndarray | None = None,
 ) -> SearchResult:
-    """Rank every valid, fitting Strategy by tokens/s per device; keep the best with and without PP."""
+    """Rank every valid, fitting Strategy by tokens/s per device; keep the best with and without PP.
+
+    A candidate space of more than `max_rows` rows (None: no bound) is searched in two passes, so
+    that the answer's time stays bounded: the finest coarse grid within the bound (`COARSE_GRIDS`:
+    sparser micro-batches, fewer schedules), then every micro-batch, schedule and virtual-stage
+    count of the `REFINE_DEGREES` best parallel degrees of each side (with and without PP). The
+    result's `extra["narrowed"]` says so and gives the counts; `benchmarks/search_budget.py`
+    measures how often the two passes find the exhaustive search's best layout. `degrees`: search
+    only these (dp_replicate, dp_shard, tp, cp, pp, ep, zero_stage) rows, in full.
+    """
     cluster.check_devices(devices)
     cluster = cluster.placed(devices)
     if not isinstance(global_batch, int) or global_batch < 1:
@@ -242,78 +375,98 @@ def search(
     t0 = time.perf_counter()
     cap = capacity_bytes(cluster, params)
     overlap = overlap or {}
-    searched = fitting = 0
-    pool_c: list[SimpleNamespace] = []
-    pool_tps: list[np.ndarray] = []
-    pool_idx: list[np.ndarray] = []
-    offset = 0  # valid candidates seen before this chunk: a candidate's enumeration index
-    best_nopp: tuple[float, SimpleNamespace] | None = None
-    best_pp: tuple[float, SimpleNamespace] | None = None
-    min_mem, min_mem_nopp, min_mem_pp = np.inf, np.inf, np.inf
-    for chunk in candidate_chunks(model, devices, global_batch, fixed=fixed, allow_pp=allow_pp, precisions=precisions):
-        ok = valid_mask(chunk, devices, model)
-        searched += int(ok.sum())
-        if progress:
-            progress(len(chunk.tp))
-        if not ok.any():
-            continue
-        c = _with_overlap(_take(chunk, np.flatnonzero(ok)), overlap)
-        first, offset = offset, offset + len(c.tp)
-        r = evaluate(model, cluster, c, order, params)
-        mem = r["memory_bytes"]
-        min_mem = min(min_mem, float(mem.min()))
-        nopp = c.pp == 1
-        if nopp.any():
-            min_mem_nopp = min(min_mem_nopp, float(mem[nopp].min()))
-        if not nopp.all():
-            min_mem_pp = min(min_mem_pp, float(mem[~nopp].min()))
-        fits = mem <= cap
-        fitting += int(fits.sum())
-        if not fits.any():
-            continue
-        tps = np.where(fits, r["tokens_per_s_per_device"], -np.inf)
-        k = min(top, int(fits.sum()))
-        # the k best, ties broken by enumeration order so that every search path agrees
-        kth = -np.partition(-tps, k - 1)[k - 1]
-        sel = np.flatnonzero(tps >= kth)
-        idx = sel[np.lexsort((sel, -tps[sel]))[:k]]
-        pool_c.append(_take(c, idx))
-        pool_tps.append(tps[idx])
-        pool_idx.append(first + idx)
-        for with_pp in (False, True):
-            cand = np.where(nopp != with_pp, tps, -np.inf)
-            j = int(np.argmax(cand))
-            held = best_pp if with_pp else best_nopp
-            if np.isfinite(cand[j]) and (held is None or cand[j] > held[0]):
-                held = (float(cand[j]), _take(c, np.array([j])))
-                if with_pp:
-                    best_pp = held
-                else:
-                    best_nopp = held
+    if degrees is None:
+        degrees = _degree_tuples(model, devices, fixed, allow_pp)
+    space = dict(fixed=fixed, allow_pp=allow_pp, precisions=precisions)
+    rows = space_rows(model, devices, global_batch, degrees=degrees, **space)
+    level = _coarse_level(model, devices, global_batch, degrees, rows, max_rows, space)
+    scan = _Scan(len(degrees), top)
+    run = dict(model=model, cluster=cluster, devices=devices, cap=cap, overlap=overlap, order=order, params=params, progress=progress)
+    _scan(scan, candidate_chunks(model, devices, global_batch, degrees=degrees, coarse=level, **space), **run)
+    extra: dict[str, Any] = {}
+    if level:
+        coarse_rows, coarse_valid = space_rows(model, devices, global_batch, degrees=degrees, coarse=level, **space), scan.searched
+        again = degrees[_best_degrees(degrees, scan.by_degree)]
+        coarse_mbs = np.array(_micro_batches(global_batch, devices, fixed, level))
+        in_grid = np.zeros((len(SCHEDULES), max(VIRTUAL_CHOICES) + 1), dtype=bool)
+        for s, v in _coarse_schedules(_schedule_choices(fixed), level):
+            in_grid[s, v] = True
+
+        def seen(c: SimpleNamespace) -> np.ndarray:  # rows the coarse pass evaluated already
+            return (c.pp == 1) | (np.isin(c.micro_batch, coarse_mbs) & in_grid[c.schedule, c.virtual_stages])
+
+        _scan(scan, candidate_chunks(model, devices, global_batch, degrees=again, **space), skip=seen, **run)
+        extra["narrowed"] = {
+            "rows": rows, "max_rows": max_rows, "level": level, "coarse_rows": coarse_rows, "coarse_searched": coarse_valid,
+            "refined_degrees": len(again), "refined_searched": scan.searched - coarse_valid,
+        }
 
     def layout(c: SimpleNamespace, i: int) -> Layout:
         r = evaluate(model, cluster, _take(c, np.array([i])), order, params)
         return Layout(strategy=_row_strategy(c, i, order), estimate=estimate_from_row(r, 0, cap))
 
     layouts: list[Layout] = []
-    if pool_c:
-        all_c = SimpleNamespace(**{k: np.concatenate([getattr(p, k) for p in pool_c]) for k in vars(pool_c[0])})
-        all_tps, all_idx = np.concatenate(pool_tps), np.concatenate(pool_idx)
+    if scan.pool_c:
+        all_c = SimpleNamespace(**{k: np.concatenate([getattr(p, k) for p in scan.pool_c]) for k in vars(scan.pool_c[0])})
+        all_tps, all_idx = np.concatenate(scan.pool_tps), np.concatenate(scan.pool_idx)
         ranked = _take(all_c, np.lexsort((all_idx, -all_tps))[:top])
         r = evaluate(model, cluster, ranked, order, params)  # the whole list in one call
         layouts = [Layout(strategy=_row_strategy(ranked, i, order), estimate=estimate_from_row(r, i, cap)) for i in range(len(ranked.tp))]
+    best_nopp, best_pp = scan.best[False], scan.best[True]
     return SearchResult(
-        searched=searched,
-        fitting=fitting,
+        searched=scan.searched,
+        fitting=scan.fitting,
         seconds=time.perf_counter() - t0,
         top=layouts,
         best_without_pp=layout(best_nopp[1], 0) if best_nopp else None,
         best_with_pp=layout(best_pp[1], 0) if best_pp else None,
-        min_memory_gib=min_mem / 2**30,
-        min_memory_gib_without_pp=min_mem_nopp / 2**30,
+        min_memory_gib=scan.min_mem[None] / 2**30,
+        min_memory_gib_without_pp=scan.min_mem[False] / 2**30,
         capacity_gib=cap / 2**30,
-        min_memory_gib_with_pp=min_mem_pp / 2**30,
+        min_memory_gib_with_pp=scan.min_mem[True] / 2**30,
+        extra=extra,
         **searched_sides(allow_pp, fixed),
+    )
+
+
+def narrowed_note(info: dict[str, int]) -> str:
+    """One line on how a narrowed search was done (`SearchResult.extra["narrowed"]`)."""
+    step, names = COARSE_GRIDS[info["level"] - 1]
+    mbs = ", ".join(str(1 << (step * i)) for i in range(3))
+    scheds = "each schedule" if len(names) == len(SCHEDULES) else ", ".join(names)
+    return (
+        f"narrowed: the {info['rows']:,} candidates are past the {info['max_rows']:,} searched within seconds, so the "
+        f"search took a coarse grid ({info['coarse_rows']:,}: micro-batches {mbs}, ...; {scheds} at its fewest "
+        f"virtual stages), then every choice of the {info['refined_degrees']} best parallel degrees with and without PP; "
+        f"--exhaustive searches all"
+    )
+
+
+def _best_degrees(degrees: np.ndarray, score: np.ndarray) -> np.ndarray:
+    """Indices of the `REFINE_DEGREES` degree rows of highest score on each side (with and without
+    PP), in enumeration order; rows scored -inf (nothing of theirs fits) are left out."""
+    with_pp = degrees[:, 4] > 1
+    chosen = []
+    for side in (False, True):
+        idx = np.flatnonzero((with_pp == side) & np.isfinite(score))
+        chosen.append(idx[np.lexsort((idx, -score[idx]))[:REFINE_DEGREES]])
+    return np.sort(np.concatenate(chosen))
+
+
+def _coarse_level(
+    model: ModelSpec, devices: int, global_batch: int, degrees: np.ndarray, rows: int, max_rows: int | None, space: dict[str, Any]
+) -> int:
+    """0 when the space is within `max_rows`, else the finest `COARSE_GRIDS` level within it. A space
+    that even the coarsest grid leaves past the bound is refused: its answer would not be quick."""
+    if max_rows is None or rows <= max_rows:
+        return 0
+    for level in range(1, len(COARSE_GRIDS) + 1):
+        coarse = space_rows(model, devices, global_batch, degrees=degrees, coarse=level, **space)
+        if coarse <= max_rows:
+            return level
+    raise BandwiseError(
+        f"{rows:,} candidate layouts ({coarse:,} even on the coarsest grid) are past the {max_rows:,} searched within "
+        f"the time bound; pin some degrees with --fix (e.g. tp=8,pp=1), or pass --exhaustive to search them all"
     )
 
 
@@ -333,6 +486,10 @@ class NetworkSearch:
     tests check). For each cluster, fitting candidates are then evaluated in order of that bound,
     and the search stops once the next bound cannot beat the k-th best step found: the result is
     the exhaustive search's, evaluated on a fraction of the candidates.
+
+    A space of more than `max_rows` rows is narrowed as `search` narrows it: the candidates are the
+    coarse grid, and each cluster's answer comes from a full search of the `REFINE_DEGREES` degree
+    rows per side that do best on it there.
     """
 
     BLOCK = 1 << 14
@@ -340,15 +497,22 @@ class NetworkSearch:
     def __init__(
         self, model: ModelSpec, cluster: Cluster, devices: int, global_batch: int, *, top: int = 10, allow_pp: bool = True,
         fixed: dict[str, Any] | None = None, precisions: tuple[str, ...] = ("bf16",), overlap: dict[str, bool] | None = None,
-        params: CostParams = DEFAULT_PARAMS, order: tuple[str, ...] = DIMS,
+        params: CostParams = DEFAULT_PARAMS, order: tuple[str, ...] = DIMS, max_rows: int | None = SEARCH_ROWS,
     ) -> None:
         cluster.check_devices(devices)
         for p in precisions:
             cluster.device.peak(p)
         self.model, self.device, self.devices, self.top = model, cluster.device, devices, top
         self.params, self.order = params, order
+        fixed = dict(fixed or {})
+        self.space = dict(fixed=fixed, allow_pp=allow_pp, precisions=precisions)
+        self.global_batch, self.overlap = global_batch, overlap or {}
+        self.degrees = _degree_tuples(model, devices, fixed, allow_pp)
+        rows = space_rows(model, devices, global_batch, degrees=self.degrees, **self.space)
+        level = _coarse_level(model, devices, global_batch, self.degrees, rows, max_rows, self.space)
+        self.narrowed = {"rows": rows, "max_rows": max_rows, "level": level} if level else None
         chunks = []
-        for chunk in candidate_chunks(model, devices, global_batch, fixed=dict(fixed or {}), allow_pp=allow_pp, precisions=precisions):
+        for chunk in candidate_chunks(model, devices, global_batch, degrees=self.degrees, coarse=level, **self.space):
             ok = valid_mask(chunk, devices, model)
             if ok.any():
                 chunks.append(_with_overlap(_take(chunk, np.flatnonzero(ok)), overlap or {}))
@@ -372,7 +536,37 @@ class NetworkSearch:
         self.min_memory = float(self.memory.min())
         self.min_memory_nopp = float(self.memory[nopp].min()) if nopp.any() else np.inf
         self.min_memory_pp = float(self.memory[~nopp].min()) if (~nopp).any() else np.inf
-        self.sides = searched_sides(allow_pp, dict(fixed or {}))
+        self.sides = searched_sides(allow_pp, fixed)
+        if self.narrowed:
+            self.narrowed.update(coarse_rows=space_rows(model, devices, global_batch, degrees=self.degrees, coarse=level, **self.space),
+                                 coarse_searched=self.searched)
+
+    def _best_degree_rows(self, cluster: Cluster, idx_sorted: np.ndarray) -> np.ndarray:
+        """The degree rows of the `REFINE_DEGREES` fastest distinct degrees in a subset sorted by lower bound."""
+        best: dict[int, float] = {}
+        for start in range(0, len(idx_sorted), self.BLOCK):
+            block = idx_sorted[start : start + self.BLOCK]
+            if len(best) >= REFINE_DEGREES and self.lower[block[0]] > sorted(best.values())[REFINE_DEGREES - 1]:
+                break  # no remaining candidate can enter the best degrees
+            steps = evaluate(self.model, cluster, _take(self.cols, block), self.order, self.params)["step_time_s"]
+            for d, t in zip(self.cols.degree_row[block].tolist(), steps.tolist()):
+                if t < best.get(d, np.inf):
+                    best[d] = t
+        return np.array(sorted(best, key=lambda d: (best[d], d))[:REFINE_DEGREES], dtype=np.int64)
+
+    def _narrowed_search(self, cluster: Cluster) -> SearchResult:
+        t0 = time.perf_counter()
+        placed = cluster.placed(self.devices)
+        rows = np.sort(np.concatenate([self._best_degree_rows(placed, idx) for idx in self.subsets]))
+        r = search(self.model, cluster, self.devices, self.global_batch, top=self.top, overlap=self.overlap, params=self.params,
+                   order=self.order, max_rows=None, degrees=self.degrees[rows], **self.space)
+        r.searched, r.fitting = self.searched + r.searched, self.fitting + r.fitting
+        r.min_memory_gib = min(r.min_memory_gib, self.min_memory / 2**30)
+        r.min_memory_gib_without_pp = min(r.min_memory_gib_without_pp, self.min_memory_nopp / 2**30)
+        r.min_memory_gib_with_pp = min(r.min_memory_gib_with_pp, self.min_memory_pp / 2**30)
+        r.extra["narrowed"] = {**self.narrowed, "refined_degrees": len(rows), "refined_searched": r.searched - self.searched}
+        r.seconds = time.perf_counter() - t0
+        return r
 
     def _best(self, cluster: Cluster, idx_sorted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(indices, step times) of the `top` fastest candidates of a subset sorted by lower bound."""
@@ -390,6 +584,8 @@ class NetworkSearch:
     def search(self, cluster: Cluster) -> SearchResult:
         if cluster.device != self.device:
             raise BandwiseError(f"cluster {cluster.name} has device {cluster.device.name}; this search was built for {self.device.name}")
+        if self.narrowed:
+            return self._narrowed_search(cluster)
         cluster = cluster.placed(self.devices)  # as `search` and `estimate` place the job
         t0 = time.perf_counter()
         found = [self._best(cluster, idx) for idx in self.subsets]

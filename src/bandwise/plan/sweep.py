@@ -34,13 +34,17 @@ from typing import Any, Callable
 from bandwise.cost.step import DEFAULT_PARAMS, CostParams
 from bandwise.errors import BandwiseError
 from bandwise.plan.advice import no_valid_layout, valid_count
-from bandwise.plan.search import NetworkSearch, Layout, SearchResult, search
+from bandwise.plan.search import SEARCH_ROWS, NetworkSearch, Layout, SearchResult, search
 from bandwise.plan.verdict import THRESHOLD, TERM_WORDS, Verdict, decide, group_link, ms
 from bandwise.specs.hardware import Cluster
 from bandwise.specs.model import ModelSpec
 
 COMM_DIMS = ("tp", "cp", "ep", "fsdp", "dp", "pp")
 """Breakdown terms that are exposed communication (`Estimate.exposed_comm_s` sums the same)."""
+
+MAX_SWEEP_VALUES = 32
+"""Values one sweep takes: each costs a fraction of a second after the shared enumeration, so 32
+keep the answer within seconds."""
 
 VARY_KINDS = {
     "scale-up-size": "devices in the scale-up domain (level 0)",
@@ -128,6 +132,7 @@ class Point:
             "searched": self.result.searched,
             "fitting": self.result.fitting,
             "seconds": self.result.seconds,
+            "narrowed": self.result.extra.get("narrowed"),
             "best": self.best,
             "best_without_pp": self.best_without_pp,
             "mfu_best": self.best.estimate.mfu if self.best else None,
@@ -150,6 +155,8 @@ class PlanInputs:
     precisions: tuple[str, ...] = ("bf16",)
     overlap: dict[str, bool] = field(default_factory=dict)
     params: CostParams = DEFAULT_PARAMS
+    max_rows: int | None = SEARCH_ROWS
+    """Candidate rows past which a point's search is narrowed (`search.search`); None: exhaustive."""
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.threshold) and 0 <= self.threshold < 1):
@@ -160,7 +167,7 @@ def plan_point(inputs: PlanInputs, cluster: Cluster, label: str, value: float | 
     """One exhaustive search with PP allowed (it also keeps the best without PP) and its verdict."""
     result = search(
         inputs.model, cluster, inputs.devices, inputs.global_batch, top=1,
-        precisions=inputs.precisions, overlap=inputs.overlap, params=inputs.params, progress=progress,
+        precisions=inputs.precisions, overlap=inputs.overlap, params=inputs.params, progress=progress, max_rows=inputs.max_rows,
     )
     if result.searched == 0:
         raise BandwiseError(no_valid_layout(inputs.model, inputs.devices, inputs.global_batch, precisions=inputs.precisions))
@@ -233,6 +240,8 @@ def parse_vary(text: str) -> Vary:
         values.append(v)
     if len(set(values)) != len(values):
         raise BandwiseError(f"--vary {kind}: values repeat ({rest}); give each value once")
+    if len(values) > MAX_SWEEP_VALUES:
+        raise BandwiseError(f"--vary {kind}: {len(values)} values are past the bound of {MAX_SWEEP_VALUES}; sweep at most {MAX_SWEEP_VALUES} at once")
     return Vary(kind=kind, values=tuple(sorted(values)))
 
 
@@ -304,7 +313,7 @@ def sweep(inputs: PlanInputs, base: Cluster, vary: Vary, *, on_point: Callable[[
         raise BandwiseError(no_valid_layout(inputs.model, inputs.devices, inputs.global_batch, precisions=inputs.precisions))
     shared = NetworkSearch(
         inputs.model, base, inputs.devices, inputs.global_batch, top=1,
-        precisions=inputs.precisions, overlap=inputs.overlap, params=inputs.params,
+        precisions=inputs.precisions, overlap=inputs.overlap, params=inputs.params, max_rows=inputs.max_rows,
     )
     points = []
     for cluster, value in zip(clusters, vary.values):

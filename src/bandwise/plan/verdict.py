@@ -19,7 +19,7 @@ import numpy as np
 from bandwise.cost.comm import level_spans
 from bandwise.cost.step import rank_strides
 from bandwise.plan.search import Layout, SearchResult
-from bandwise.specs.hardware import Cluster
+from bandwise.specs.hardware import MAX_DEVICES, Cluster
 from bandwise.specs.model import ModelSpec
 from bandwise.specs.strategy import Strategy, strategy_columns
 
@@ -186,10 +186,10 @@ def suggest_fit(model: ModelSpec, cluster: Cluster, devices: int, global_batch: 
     from bandwise.plan.search import search
 
     fixed = {"micro_batch": 1, "recompute": "full", **(fixed or {})}
-    top = cluster.max_devices
+    top = min(cluster.max_devices or MAX_DEVICES, MAX_DEVICES)
     for factor in (2, 4, 8, 16):
         n = devices * factor
-        if top is not None and n > top:
+        if n > top:
             break
         gb = max(global_batch, n)
         r = search(model, cluster, n, gb, top=1, fixed=fixed, **search_kw)
@@ -201,4 +201,4 @@ def suggest_fit(model: ModelSpec, cluster: Cluster, devices: int, global_batch: 
                 + (f", with a global batch of {gb}" if gb != global_batch else "")
                 + ")" + (f"; on {devices} devices even micro-batch 1 with full recomputation does not fit" if least else "")
             )
-    return f"no device count up to {16 * devices} fits: use a device with more memory, or a smaller model or sequence"
+    return f"no device count up to {min(16 * devices, top):,} fits: use a device with more memory, or a smaller model or sequence"

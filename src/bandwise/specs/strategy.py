@@ -107,6 +107,10 @@ class Strategy:
 
     def check(self, world_size: int | None = None, model: ModelSpec | None = None) -> None:
         """Raise BandwiseError naming the first broken rule; the runtime calls this unchanged."""
+        for name in INT_FIELDS:  # before numpy's int64 columns: a degree past the bound is refused
+            value = getattr(self, name)
+            if abs(value) > MAX_FIELD:
+                raise BandwiseError(f"{name}={value} is past any layout's bound of {MAX_FIELD:,}; use a value the cluster and batch can hold")
         cols = strategy_columns([self])
         world = self.world_size if world_size is None else world_size
         for ok, message in _rules(model):
@@ -174,6 +178,9 @@ def _is_int(v: Any) -> bool:
 # --------------------------------------------------------------------------------------------
 # Columns: the planner's struct-of-arrays view of many strategies. Strings become small codes.
 # --------------------------------------------------------------------------------------------
+MAX_FIELD = 1 << 40
+"""Largest value of a Strategy's integer field: past every device count (`hardware.MAX_DEVICES`)
+and every global batch the planner takes, and far inside int64."""
 INT_FIELDS = ("dp_replicate", "dp_shard", "tp", "cp", "pp", "ep", "zero_stage", "micro_batch", "global_batch", "virtual_stages")
 
 
