@@ -218,8 +218,9 @@ def sweep(
     out = Output(json_mode=json_out)
     spec = parse_vary(vary)
     base = get_cluster(base_cluster)
+    # the shared enumeration holds its candidates in memory and each value searches them again: half the bound
     inputs = _inputs(model, devices, seq_len, global_batch, global_batch_tokens, precision, threshold, headroom, overlap_tp, overlap_ep,
-                     None if exhaustive else SEARCH_ROWS)
+                     None if exhaustive else SEARCH_ROWS // 2)
     labels = [vary_cluster(base, spec.kind, v).name for v in spec.values]
     base.check_devices(inputs.devices)
     points = _run_with_bar(out, labels, f"{len(labels)} points", lambda done: sweep_points(inputs, base, spec, on_point=done).points)

@@ -31,8 +31,8 @@ from bandwise.specs.strategy import DIMS, INT_FIELDS, LOOPED, PRECISIONS, RECOMP
 VIRTUAL_CHOICES = (2, 3, 4, 6, 8)
 MAX_CP = 16
 CHUNK = 1 << 18
-SEARCH_ROWS = 5_000_000
-"""Candidate rows one command evaluates before it narrows its search (`search`): about 5 s on one
+SEARCH_ROWS = 4_000_000
+"""Candidate rows one command evaluates before it narrows its search (`search`): about 4 s on one
 core of this project's 2-core CI machine, so that an answer comes within 10 s
 (benchmarks/RESULTS.md, "Bounded time")."""
 REFINE_DEGREES = 32
