@@ -7,7 +7,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from bandwise.cost.memory import GIB, activation_bytes_per_token, model_state_bytes
+from bandwise.cost.memory import GIB, RECOMPUTE_MODULES, activation_bytes_per_token, model_state_bytes
 from bandwise.cost.step import DEFAULT_PARAMS, estimate
 from bandwise.specs.registry import get_cluster, get_model
 from bandwise.specs.strategy import Strategy
@@ -129,3 +129,21 @@ def test_one_micro_batch_under_fsdp_holds_no_gradient_at_its_activation_peak():
         assert estimate(m, c, other, params).memory_gib["grads_not_at_peak"] == 0.0
     off = estimate(m, c, one_mb, replace(DEFAULT_PARAMS, fsdp_grads_freed=False))
     assert off.memory_gib_per_device - est.memory_gib_per_device >= 4 * m.total_params / 8 / GIB
+
+
+def test_deepseek_v3_low_precision_storage_by_hand():
+    """DeepSeek-V3's MoE layer under its own recomputation and storage (report Sec. 3.2.3, 3.3.3): the
+    norms and MLA up-projections re-run, so the layer keeps the two residual-stream inputs (2·2h),
+    the attention output in E5M6 (1.5 bytes a value), each routed copy's fp8 GEMM input (h) and fp8
+    SwiGLU input (2 per expert-FFN element, its output re-run), the shared expert's SwiGLU input,
+    fp32 router scores; and, on every TP rank, MLA's bf16 latents."""
+    m = get_model("deepseek-v3")
+    h, H = m.hidden, m.heads
+    by_hand = (4 * h + 1.5 * H * m.d_value + 2 * m.shared_experts * m.shared_ffn
+               + m.top_k * (h + 2 * m.expert_ffn) + 4 * m.experts)
+    latents = 2 * (m.q_lora_rank + m.kv_lora_rank + m.qk_rope_head_dim)
+    kw = dict(moe_layer=True, selective=True, modules=RECOMPUTE_MODULES, fp8=True)
+    assert activation_bytes_per_token(m, fp8_act_cache=True, **kw) == (by_hand, latents)
+    # without the low-precision cache the SwiGLU inputs and the attention output are bf16
+    plain, _ = activation_bytes_per_token(m, **kw)
+    assert plain - by_hand == 0.5 * H * m.d_value + 2 * m.shared_experts * m.shared_ffn + m.top_k * 2 * m.expert_ffn

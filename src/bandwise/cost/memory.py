@@ -38,6 +38,7 @@ from bandwise.specs.model import ModelSpec
 MASTER_WEIGHT_BYTES = 4  # fp32 master copy of the weights (ZeRO Sec. 3.1)
 ADAM_MOMENT_BYTES = 4  # each of momentum and variance in fp32 (ZeRO's K = 4 + 4 + 4 = 12)
 GIB = 2**30
+E5M6 = 1.5  # bytes of DeepSeek-V3's 12-bit activation format: 1 sign, 5 exponent, 6 mantissa bits
 RECOMPUTE_MODULES = ("core_attn", "mlp_act", "layernorm", "mla_up_proj")
 """What selective recomputation may re-run, named as Megatron-Core's `--recompute-modules`
 ("core_attn", "moe_act", "layernorm", "mla_up_proj"; `mlp_act` stands for the activation function of
@@ -106,8 +107,9 @@ def activation_bytes_per_token(
     Eq. 2). `selective` re-runs `modules` in the backward (`RECOMPUTE_MODULES`). With fp8 GEMMs the
     inputs of the linear layers are kept in their 1-byte quantized form for the weight gradient
     (DeepSeek-V3 report, Sec. 3.3.3; Transformer Engine keeps the fp8 copy likewise);
-    `fp8_act_cache` also keeps the activation function's input in fp8 (DeepSeek-V3 Sec. 3.3.3,
-    "Low-Precision Storage": the SwiGLU input of the MoE is cached in FP8). `gathered_gemm_inputs`:
+    `fp8_act_cache` also keeps the activation function's input in fp8 and the attention output in
+    E5M6 (DeepSeek-V3 Sec. 3.3.3, "Low-Precision Storage": the SwiGLU input of the MoE is cached in
+    FP8, the input of the linear after attention in E5M6). `gathered_gemm_inputs`:
     under sequence parallelism the two norm outputs are kept all-gathered, whole on every TP rank
     (torch's ColwiseParallel; `CostParams.tp_gathered_inputs`).
     """
@@ -129,7 +131,10 @@ def activation_bytes_per_token(
         replicated = BF16 * ((m.q_lora_rank or 0) + m.kv_lora_rank + m.qk_rope_head_dim)
     else:
         b += BF16 * (H * m.d_head + m.n_kv_heads * (m.d_head + m.d_value))
-    b += BF16 * H * m.d_value
+    # DeepSeek-V3 keeps the attention output, which the attention backward and the o-projection's
+    # weight gradient both read, in a 12-bit E5M6 format (report Sec. 3.3.3, "Low-Precision Storage":
+    # "Inputs of the Linear after the attention operator"): 1.5 bytes
+    b += (E5M6 if fp8 and fp8_act_cache else BF16) * H * m.d_value
     if not flash and "core_attn" not in re_run:
         # softmax output (2 bytes) + dropout mask (1) + dropout output (2) per score: 5·a·s per token
         b += (5 if dropout else 2) * H * s
