@@ -147,3 +147,21 @@ def test_deepseek_v3_low_precision_storage_by_hand():
     # without the low-precision cache the SwiGLU inputs and the attention output are bf16
     plain, _ = activation_bytes_per_token(m, **kw)
     assert plain - by_hand == 0.5 * H * m.d_value + 2 * m.shared_experts * m.shared_ffn + m.top_k * 2 * m.expert_ffn
+
+
+@pytest.mark.parametrize("vocab, fullest", [(1_000_000, "first"), (129280, "inner"), (1024, "inner")])
+def test_v_shaped_peak_is_one_ranks_states_and_activations(vocab, fullest):
+    """DualPipeV over 16 ranks cuts DeepSeek-V3's 61 layers into 32 stages of 2 (the last three of 1):
+    rank 0 holds stage 0 and stage 31, 3 layers with the embedding, head and any MTP module; rank 3 holds
+    stages 3 and 28, 4 layers and neither edge. The peak is one of these ranks, states and activations
+    together: with a vocabulary of a million rank 0 (its embedding and head outweigh a layer's
+    activations), with the real one (129,280) or a tiny one rank 3. The bf16 weights of the fullest
+    rank, counted here from the spec, name which it is."""
+    m = replace(get_model("deepseek-v3"), vocab=vocab)
+    s = Strategy(dp_replicate=128, pp=16, ep=64, zero_stage=1, schedule="DualPipeV", virtual_stages=2,
+                 micro_batch=1, global_batch=15360, recompute="selective")
+    e = estimate(m, get_cluster("h800"), s)
+    per_layer = m.non_expert_layer_params / m.layers + m.routed_expert_params_total / m.layers / 64
+    edges = m.embedding_params + m.output_params + m.mtp_depth * (m.mtp_module_params - m.mtp_expert_params + m.mtp_expert_params / 64)
+    by_hand = {"first": 3 * per_layer + edges, "inner": 4 * per_layer}[fullest]
+    assert e.memory_gib["params"] * GIB == pytest.approx(2 * by_hand, rel=1e-9)

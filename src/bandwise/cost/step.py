@@ -550,15 +550,24 @@ def _combine(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, b: dict[str, n
     busy = n_mb * (compute_mb_total + contention_mb + exposed_mb + fsdp_exposed)
     bubble = busy * bubble_overhead * chunk_ratio
 
-    # ---- parameters on the fullest rank: the first holds the embedding, the last the output layer and
-    # any MTP modules; a V-shaped schedule puts the first and the last stage on one rank ----
+    # ---- parameters by pipeline rank, in three roles: the first rank holds the embedding, the head's
+    # rank the output layer and any MTP modules, an inner rank neither. A V-shaped schedule puts the
+    # first and the last stage on rank 0, which then holds the head's layers (`head_layers`), and
+    # leaves the most layers to an inner rank (with the balanced split, to every other rank) ----
     el, xl = b["dense_layer_local"], b["expert_layer_local"]
+    emb = b["emb_local"]
     head_dense = b["out_local"] + m_.mtp_depth * (m_.mtp_module_params - m_.mtp_expert_params) / tp
-    first_dense = layers_rank * el + b["emb_local"] + np.where(together, head_dense, 0.0)
-    last_dense = head_layers * el + np.where(together, b["emb_local"], 0.0) + head_dense
-    params_dense_rank = np.maximum(first_dense, last_dense)
-    head_is_fullest = last_dense >= first_dense
-    params_expert_rank = np.where(head_is_fullest, head_layers * xl + m_.mtp_depth * m_.mtp_expert_params / b["expert_split"], layers_rank * xl)
+    head_expert = m_.mtp_depth * m_.mtp_expert_params / b["expert_split"]
+    first_layers = np.where(together & (pp > 1), head_layers, layers_rank)
+    roles = (  # (dense, expert parameters, holds the head) of: the first rank, the head's rank, an inner rank
+        (first_layers * el + emb + np.where(together, head_dense, 0.0), first_layers * xl + np.where(together, head_expert, 0.0), together),
+        (head_layers * el + np.where(together, emb, 0.0) + head_dense, head_layers * xl + head_expert, np.ones_like(together)),
+        (layers_rank * el, layers_rank * xl, np.zeros_like(together)),
+    )
+    # communication and the optimizer step run at the pace of the rank with the most dense parameters
+    by_dense = np.argmax(np.stack(np.broadcast_arrays(*(r[0] for r in roles))), axis=0)
+    params_dense_rank = np.choose(by_dense, np.broadcast_arrays(*(r[0] for r in roles)))
+    params_expert_rank = np.choose(by_dense, np.broadcast_arrays(*(r[1] for r in roles)))
     shard_dense, shard_expert = b["shard_dense"], b["shard_expert"]
 
     # ---- data-parallel gradient synchronisation, once per step after the last backward:
@@ -598,11 +607,11 @@ def _combine(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, b: dict[str, n
 
     step = busy + bubble + dp_contention + dp_exposed + pp_exposed + optimizer
 
-    # ---- memory on the fullest rank ----
+    # ---- memory on the fullest rank: each role's states, activations and FSDP buffers together ----
     state_kw = dict(grad_bytes=P.grad_reduce_bytes, moment_bytes=P.adam_moment_bytes)
-    states = model_state_bytes(params_dense_rank, shard_dense, zero, **state_kw) + model_state_bytes(params_expert_rank, shard_expert, zero, **state_kw)
     g_kw = dict(grad_bytes=P.grad_reduce_bytes)
-    weights_only = weight_bytes(params_dense_rank, shard_dense, zero, **g_kw) + weight_bytes(params_expert_rank, shard_expert, zero, **g_kw)
+    states_of = [model_state_bytes(d, shard_dense, zero, **state_kw) + model_state_bytes(x, shard_expert, zero, **state_kw) for d, x, _ in roles]
+    weights_of = [weight_bytes(d, shard_dense, zero, **g_kw) + weight_bytes(x, shard_expert, zero, **g_kw) for d, x, _ in roles]
     act = {}
     for sel in (False, True):
         per_precision = []
@@ -617,7 +626,7 @@ def _combine(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, b: dict[str, n
     # full recomputation keeps each layer's input: split over TP only with sequence parallelism
     kept_input = layer_input_bytes_per_token(m_) / np.where(P.sequence_parallel, tp, 1.0)
     per_token_layer = np.select([rec == _FULL, rec == _SELECTIVE], [kept_input, act[True]], act[False])
-    act_mb_rank = tokens * layers_rank * per_token_layer
+    stage_mb = tokens * per_token_layer  # one micro-batch through one layer
     working = np.where(rec == _FULL, tokens * act[False], 0.0)  # one layer re-materialised during backward
     logits = tokens * logits_bytes_per_token(m_) / tp
     holds_all = np.isin(c.schedule, (SCHEDULES.index("GPipe"), SCHEDULES.index("LoopedBFS"))) & (pp > 1)
@@ -629,9 +638,9 @@ def _combine(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, b: dict[str, n
     # frees the logits and their gradient in the head before it reaches the last block, whose
     # forward torch.utils.checkpoint re-runs only then (measured: Llama 3 8B under full
     # recomputation peaks in the loss with 0.07 GiB of kept activations, benchmarks/RESULTS.md)
-    act_first = inflight * act_mb_rank + np.where(together, m_.mtp_depth * tokens * per_token_layer + np.maximum(working, head_logits), working)
-    act_last = last_inflight * tokens * (head_layers + m_.mtp_depth) * per_token_layer + np.maximum(working, head_logits)
-    activations = np.maximum(act_first, act_last)
+    act_first = inflight * first_layers * stage_mb + np.where(together, m_.mtp_depth * stage_mb + np.maximum(working, head_logits), working)
+    act_last = last_inflight * (head_layers + m_.mtp_depth) * stage_mb + np.maximum(working, head_logits)
+    act_inner = inflight * layers_rank * stage_mb + working
     # FSDP keeps two layers gathered (the one computing and the one prefetched) and one layer's
     # unsharded gradient before its reduce-scatter. Under pipeline parallelism the whole stage stays
     # gathered and its gradients accumulate unsharded across the micro-batches (`fsdp_pp_unsharded`)
@@ -640,7 +649,6 @@ def _combine(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, b: dict[str, n
     fsdp_xl = np.where(shard_expert > 1, xl, 0.0)
     unit = 2 * BF16 + P.grad_reduce_bytes  # a gathered bf16 weight, its all-gather buffer, its fp32 gradient
     layer_buffers = unit * (el + fsdp_xl)
-    stage_unsharded = (BF16 + P.grad_reduce_bytes) * (params_dense_rank + params_expert_rank)
     whole_stage = P.fsdp_pp_unsharded & (pp > 1) & (n_mb > 1)
     # The output head is an FSDP unit of its own (TorchTitan's grouping, runtime/parallel/fsdp.py). In
     # its backward it holds the same per-parameter buffers as a layer (gathered bf16 weight, the
@@ -649,8 +657,24 @@ def _combine(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, b: dict[str, n
     # With a vocabulary of 150k and small MoE layer units it sets the peak (dry run: Qwen3, Kimi K2 and
     # DeepSeek-V3 measure exactly 8 bytes a head parameter of buffers there, benchmarks/RESULTS.md)
     head_phase = unit * b["out_local"] - head_logits
-    fsdp_buffers = np.where(zero == 3, np.where(whole_stage, np.maximum(stage_unsharded, layer_buffers),
-                                                np.maximum(layer_buffers, head_phase)), 0.0)
+
+    def fsdp_of(dense: np.ndarray, expert: np.ndarray, has_head: np.ndarray) -> np.ndarray:
+        stage_unsharded = (BF16 + P.grad_reduce_bytes) * (dense + expert)
+        per_unit = np.maximum(layer_buffers, np.where(has_head, head_phase, layer_buffers))
+        return np.where(zero == 3, np.where(whole_stage, np.maximum(stage_unsharded, layer_buffers), per_unit), 0.0)
+
+    # the fullest rank is the role whose states, activations and buffers sum highest (not the largest
+    # of each from different ranks: under a V-shaped schedule with its layers balanced, DeepSeek-V3's
+    # rank 0 holds the embedding, head and MTP module, an inner rank the most layers)
+    fsdp_of_role = [fsdp_of(d, x, h) for d, x, h in roles]
+    acts_of = [act_first, act_last, act_inner]
+    role_totals = np.stack(np.broadcast_arrays(*(st + a + f for st, a, f in zip(states_of, acts_of, fsdp_of_role))))
+    fullest = np.argmax(role_totals, axis=0)
+    of_fullest = lambda xs: np.choose(fullest, np.broadcast_arrays(*xs))  # noqa: E731
+    states, weights_only, activations = of_fullest(states_of), of_fullest(weights_of), of_fullest(acts_of)
+    fsdp_buffers = of_fullest(fsdp_of_role)
+    holds_head = of_fullest([r[2] for r in roles])
+    role_dense, role_expert = of_fullest([r[0] for r in roles]), of_fullest([r[1] for r in roles])
     # One micro-batch under FSDP2 and no pipeline (`fsdp_grads_freed`): no gradient exists until the
     # backward starts, and they grow as the kept activations shrink, linearly in the layers done, so
     # the peak is at one of four moments, each with what FSDP holds then:
@@ -663,8 +687,7 @@ def _combine(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, b: dict[str, n
     # Elsewhere every moment is counted at once (the gradients of an earlier micro-batch stand
     # through the next one's forward; a stage runs several micro-batches).
     moment_rows = P.fsdp_grads_freed & (zero == 3) & (n_mb == 1) & (pp == 1)
-    holds_head = together | head_is_fullest
-    grads_rank = P.grad_reduce_bytes * (params_dense_rank / shard_dense + params_expert_rank / shard_expert)
+    grads_rank = P.grad_reduce_bytes * (role_dense / shard_dense + role_expert / shard_expert)
     head_out = np.where(holds_head, b["out_local"], 0.0)
     head_grads = P.grad_reduce_bytes * head_out / shard_dense
     stored = np.maximum(activations - np.maximum(working, head_logits), 0.0)
