@@ -42,9 +42,9 @@ from bandwise.specs.model import ModelSpec
 COMM_DIMS = ("tp", "cp", "ep", "fsdp", "dp", "pp")
 """Breakdown terms that are exposed communication (`Estimate.exposed_comm_s` sums the same)."""
 
-MAX_SWEEP_VALUES = 32
-"""Values one sweep takes: each costs a fraction of a second after the shared enumeration, so 32
-keep the answer within seconds."""
+MAX_SWEEP_VALUES = 16
+"""Values one sweep takes: each costs up to 0.16 s after the shared enumeration (cold schedule cache,
+a narrowed search: benchmarks/RESULTS.md, "Bounded time"), so 16 keep the answer within 10 s."""
 
 VARY_KINDS = {
     "scale-up-size": "devices in the scale-up domain (level 0)",
