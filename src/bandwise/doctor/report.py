@@ -11,6 +11,7 @@ from rich.text import Text
 
 from bandwise.doctor.rules import MIN_STEPS, Diagnosis, Finding
 from bandwise.errors import BandwiseError
+from bandwise.report.files import write_text_atomic
 from bandwise.report.output import Output
 
 _COLORS = {
@@ -154,4 +155,4 @@ def write_html(path: str | Path, d: Diagnosis, title: str) -> None:
 <p>Not measured: {html.escape(', '.join(d.missing) or 'nothing')}</p>
 </body></html>
 """
-    Path(path).write_text(page, encoding="utf-8")
+    write_text_atomic(path, page, what="the HTML report")

@@ -11,6 +11,7 @@ from typing import Any
 
 from bandwise.errors import INSTALL, BandwiseError
 from bandwise.plan.sweep import COMM_DIMS, PlanInputs, Point, SweepResult
+from bandwise.report.files import save_figure
 
 DIM_COLOURS = {"tp": "#4C72B0", "cp": "#8172B3", "ep": "#C44E52", "fsdp": "#DD8452", "dp": "#55A868", "pp": "#937860"}
 WITH_PP, WITHOUT_PP = "#4C72B0", "#DD8452"
@@ -75,8 +76,10 @@ def compare_chart(points: list[Point], inputs: PlanInputs, path: str) -> None:
     _exposed_bars(bottom, xs, points, w)
     bottom.set_xticks(xs, [p.label for p in points])
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    try:
+        save_figure(fig, path, what="the chart", dpi=120)
+    finally:
+        plt.close(fig)
 
 
 def sweep_chart(result: SweepResult, inputs: PlanInputs, path: str) -> None:
@@ -106,5 +109,7 @@ def sweep_chart(result: SweepResult, inputs: PlanInputs, path: str) -> None:
     bottom.set_xticks(xs, [f"{p.value:g}" for p in pts])
     bottom.set_xlabel(result.vary.kind.replace("-", " ") + (" (devices)" if result.vary.kind == "scale-up-size" else " (GB/s per device)"))
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    try:
+        save_figure(fig, path, what="the chart", dpi=120)
+    finally:
+        plt.close(fig)

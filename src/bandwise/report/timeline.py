@@ -6,6 +6,7 @@ import math
 
 from bandwise.cost.pipeline import Timeline
 from bandwise.errors import INSTALL, BandwiseError
+from bandwise.report.files import save_figure
 
 COLORS = {"F": "#4C72B0", "B": "#C44E52", "I": "#DD8452", "W": "#55A868"}
 
@@ -64,5 +65,7 @@ def gantt(t: Timeline, path: str) -> None:
         fontsize=8,
     )
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    try:
+        save_figure(fig, path, what="the Gantt chart", dpi=120)
+    finally:
+        plt.close(fig)

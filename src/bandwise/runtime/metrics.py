@@ -16,12 +16,13 @@ import os
 import resource
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor
+
+from bandwise.report.files import append_line, open_append
 
 
 def measure_matmul_flops(device: torch.device, dtype: torch.dtype, *, n: int = 1024, seconds: float = 0.15) -> float:
@@ -125,19 +126,22 @@ def grad_norm_and_clip(params: list[torch.nn.Parameter], max_norm: float, *, ep_
 
 
 class JsonlLog:
-    """One JSON object per line; appended to, so a resumed run continues the same file."""
+    """One JSON object per line; appended to, so a resumed run continues the same file.
+
+    The file is opened when the log is made, so an unwritable path fails before training starts. A
+    line that cannot be written whole (disk full, file-size limit) is cut back off before the error
+    is raised: the file keeps every earlier line, whole.
+    """
 
     def __init__(self, path: str | os.PathLike | None) -> None:
-        self.file = None
-        if path:
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-            self.file = open(path, "a", encoding="utf-8")
+        self.path = path
+        self.fd = open_append(path, what="the metrics file") if path else None
 
     def write(self, record: dict[str, Any]) -> None:
-        if self.file is not None:
-            self.file.write(json.dumps(record) + "\n")
-            self.file.flush()
+        if self.fd is not None:
+            append_line(self.fd, (json.dumps(record) + "\n").encode("utf-8"), what="the metrics file", path=self.path)
 
     def close(self) -> None:
-        if self.file is not None:
-            self.file.close()
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import os
 import statistics
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -203,6 +204,11 @@ def train(spec: ModelSpec, strategy: Strategy, cfg: TrainConfig, *, on_step: Cal
     """Train `spec` with `strategy`. Call on every rank (torchrun sets the environment)."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     spec, strategy = prepare(spec, strategy, cfg, world)
+    # Output paths are checked before anything is built: a bad one fails in one line, not after the first steps.
+    if cfg.checkpoint_dir:
+        ckpt.prepare_root(Path(cfg.checkpoint_dir), refuse_existing=cfg.checkpoint_every > 0 and not cfg.resume)
+    if cfg.log and int(os.environ.get("RANK", "0")) == 0:
+        JsonlLog(cfg.log).close()
     cuda = torch.cuda.is_available()
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
@@ -256,10 +262,13 @@ def _run(spec, strategy, cfg, splits, device, rank, world, on_step, out) -> RunR
     ckpt_root = Path(cfg.checkpoint_dir) if cfg.checkpoint_dir else None
     ep_rank = meshes.ep_rank() if meshes is not None and strategy.ep > 1 else None
     if cfg.resume and ckpt_root is not None:
-        found = ckpt.latest(ckpt_root)
-        if found is not None:
-            ckpt.check_layout(found, strategy)
-            state = ckpt.load(found, parts, optimizers, ep_rank=ep_rank)
+        def warn(message: str) -> None:
+            if rank == 0:
+                print(f"bandwise: warning: {message}", file=sys.stderr, flush=True)
+
+        restored = ckpt.resume(ckpt_root, parts, optimizers, ep_rank=ep_rank, strategy=strategy, warn=warn)
+        if restored is not None:
+            _, state = restored
             start = int(state["step"])
             for sch, sd in zip(schedulers, state["schedulers"]):
                 sch.load_state_dict(sd)

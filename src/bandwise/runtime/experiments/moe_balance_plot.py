@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from bandwise.errors import BandwiseError
+from bandwise.report.files import save_figure
 from bandwise.runtime.experiments.moe_balance import Summary, miniature_deepseekmoe
 
 
@@ -59,5 +60,7 @@ def plot(summary: Summary, path: str) -> None:
     ax_bar.grid(alpha=0.3, axis="y")
     fig.suptitle(f"Loss-free balancing vs auxiliary loss (Wang et al. 2024) — {summary.config.steps} steps, sigmoid top-{spec.top_k} of {spec.experts} routed + {spec.shared_experts} shared experts", fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    try:
+        save_figure(fig, path, what="the plot", dpi=120)
+    finally:
+        plt.close(fig)
