@@ -40,21 +40,35 @@ real size, and prints torch's memory tracker per category beside the planner's f
 """
 
 
+MAX_STRATEGY_BYTES = 64 << 20
+"""Largest strategy file read: `plan --json` writes about 3 KB a layout, so 20,000 layouts."""
+
+
 def load_strategy(path: str, pick: int | None) -> Strategy:
     """A Strategy from `plan --json` (best or top[pick]), `estimate --json`, or a bare mapping."""
     p = Path(path)
     if not p.is_file():
         raise BandwiseError(f"strategy file {path!r} does not exist; write one with `bandwise plan ... --json > plan.json`")
+    size = p.stat().st_size
+    if size > MAX_STRATEGY_BYTES:
+        raise BandwiseError(f"{path}: {size / 2**20:.1f} MB is past the {MAX_STRATEGY_BYTES >> 20} MB a strategy file may hold; pass the output of `bandwise plan --json`")
     try:
-        data = json.loads(p.read_text(encoding="utf-8"))
+        data = json.loads(p.read_bytes().decode("utf-8"))
     except json.JSONDecodeError as exc:
         raise BandwiseError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno}); pass the output of `bandwise plan --json`") from None
+    except UnicodeDecodeError as exc:
+        raise BandwiseError(f"{path}: invalid UTF-8 at byte {exc.start}; pass the output of `bandwise plan --json`") from None
+    except (RecursionError, ValueError) as exc:  # nesting deeper than the parser's stack; a number too long to convert
+        reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc).split(":")[0]
+        raise BandwiseError(f"{path}: not a strategy file ({reason}); pass the output of `bandwise plan --json`") from None
     if not isinstance(data, dict):
         raise BandwiseError(f"{path}: expected a JSON object from `bandwise plan --json` or `estimate --json`")
     where = path
     if "top" in data or "best" in data:
         if pick is not None:
             top = data.get("top") or []
+            if not isinstance(top, list):
+                raise BandwiseError(f"{path}: 'top' is a {type(top).__name__}, expected the list of layouts `bandwise plan --json` prints")
             if not 0 <= pick < len(top):
                 raise BandwiseError(f"--pick {pick}: {path} lists {len(top)} layouts in 'top'; pick 0..{len(top) - 1}")
             layout, where = top[pick], f"{path} top[{pick}]"

@@ -21,6 +21,8 @@ from bandwise.errors import BandwiseError
 
 MAX_ABS_TIME_US = 1e17
 """Timestamps are microseconds since an epoch: 1e17 us is ~3000 years; larger is corrupt input."""
+MAX_BYTES = 2**63
+"""Byte counts are int64 in Kineto's memory events."""
 
 # GPU interval classes. GEMM and convolution kernels are split by input dtype (TF32 is its own
 # class: fp32 tensors through the tensor cores at half the bf16 peak); K_GEMM_UNKNOWN is a
@@ -80,6 +82,17 @@ def _number(event: dict[str, Any], key: str, index: int, path: Path) -> float:
         raise BandwiseError(f"trace {path.name}: traceEvents[{index}] {key}={str(v)[:40]!r} is not a finite time in microseconds; the trace is corrupt")
     if key == "dur" and v < 0:
         raise BandwiseError(f"trace {path.name}: traceEvents[{index}] has a negative duration dur={v}; the trace is corrupt")
+    return float(v)
+
+
+def _bytes(args: dict[str, Any], key: str, index: int, path: Path) -> float | None:
+    """args[key] of a [memory] event as a float (None when absent or not a number); a count past
+    int64, infinite or NaN is corrupt input."""
+    v = args.get(key)
+    if type(v) not in (int, float):
+        return None
+    if not -MAX_BYTES < v < MAX_BYTES:
+        raise BandwiseError(f"trace {path.name}: traceEvents[{index}] args[{key!r}]={str(v)[:40]} is not a byte count; the trace is corrupt")
     return float(v)
 
 
@@ -143,6 +156,8 @@ def collect(path: Path, **limits: Any) -> tuple[Collected, dict[str, Any]]:
             cat, name = ev.get("cat"), ev.get("name")
             if not isinstance(name, str):
                 raise BandwiseError(f"trace {path.name}: traceEvents[{i}] name is {type(name).__name__}, expected a string; the trace is corrupt")
+            if cat is not None and not isinstance(cat, str):
+                raise BandwiseError(f"trace {path.name}: traceEvents[{i}] cat is {type(cat).__name__}, expected a string; the trace is corrupt")
             if cat in _KERNEL_CATS:
                 if cat == "mtia_ccp_events":
                     c.mtia = True
@@ -211,13 +226,13 @@ def collect(path: Path, **limits: Any) -> tuple[Collected, dict[str, Any]]:
         elif ph == "i" and ev.get("name") == "[memory]":
             args = ev.get("args")
             if isinstance(args, dict) and args.get("Device Type") == 1:
-                total = args.get("Total Allocated")
+                total = _bytes(args, "Total Allocated", i, path)
                 dev = str(args.get("Device Id"))
-                if type(total) in (int, float):
-                    c.mem_total[dev] = max(c.mem_total.get(dev, 0.0), float(total))
-                elif type(args.get("Bytes")) in (int, float):
+                if total is not None:
+                    c.mem_total[dev] = max(c.mem_total.get(dev, 0.0), total)
+                elif (allocated := _bytes(args, "Bytes", i, path)) is not None:
                     c.mem_ts.append(_number(ev, "ts", i, path))
-                    c.mem_bytes.append(float(args["Bytes"]))
+                    c.mem_bytes.append(allocated)
     return c, reader.meta
 
 

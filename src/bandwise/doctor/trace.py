@@ -30,7 +30,8 @@ import numpy as np
 
 from bandwise.doctor.collect import (
     C_GEMM_FP32, C_GEMM_LOW, C_GEMM_UNKNOWN, C_SDPA, C_SOFTMAX, COMPUTE_CODES, K_ATTN_FUSED, K_COMM, K_EMBEDDING,
-    K_GEMM_FP32, K_GEMM_LOWP, K_GEMM_TF32, K_GEMM_UNKNOWN, K_SOFTMAX, M_COPY, M_H2D, M_SET, Collected, collect, device_check, vendor,
+    K_GEMM_FP32, K_GEMM_LOWP, K_GEMM_TF32, K_GEMM_UNKNOWN, K_SOFTMAX, M_COPY, M_H2D, M_SET, MAX_BYTES, Collected, collect, device_check,
+    vendor,
 )
 from bandwise.doctor.device import blocking_calls, host_wait_ops, idle_attribution, launch_index, launch_ts_of, resolve_gemm_dtypes, span_breakdown
 from bandwise.doctor.intervals import covered, long_gaps, union
@@ -234,8 +235,9 @@ def _memory_signals(c: Collected, meta: dict[str, Any]) -> dict[str, Any]:
         peak, lower_bound = float(running.max()), True  # allocations made before profiling are not seen
     capacity = None
     props = meta.get("deviceProperties")
-    if isinstance(props, list) and props and isinstance(props[0], dict) and type(props[0].get("totalGlobalMem")) in (int, float):
-        capacity = float(props[0]["totalGlobalMem"])
+    total = props[0].get("totalGlobalMem") if isinstance(props, list) and props and isinstance(props[0], dict) else None
+    if type(total) in (int, float) and 0 < total < MAX_BYTES:  # not NaN, infinite or past int64
+        capacity = float(total)
     return {
         "peak_mem_bytes": peak,
         "peak_mem_lower_bound": lower_bound,

@@ -53,12 +53,12 @@ class TraceReader:
 
     # -- byte source with bomb guards ---------------------------------------------------------
     def _open(self) -> BinaryIO:
-        raw = self.path.open("rb")
-        magic = raw.read(2)
-        raw.seek(0)
+        with self.path.open("rb") as f:
+            magic = f.read(2)
         self._compressed = self.path.stat().st_size
         self._gzip = magic == b"\x1f\x8b"
-        return gzip.GzipFile(fileobj=raw, mode="rb") if self._gzip else raw  # type: ignore[return-value]
+        # gzip.open on the path owns its file and closes it (GzipFile(fileobj=...) leaves it open)
+        return gzip.open(self.path, "rb") if self._gzip else self.path.open("rb")  # type: ignore[return-value]
 
     def _read(self) -> tuple[str, int]:
         try:

@@ -23,8 +23,8 @@ import yaml
 
 from bandwise.errors import BandwiseError
 from bandwise.plan.search import FIXABLE
-from bandwise.specs.hardware import Cluster
-from bandwise.specs.model import ModelSpec
+from bandwise.specs.hardware import MAX_DEVICES, Cluster
+from bandwise.specs.model import MAX_DIMENSION, ModelSpec, brief
 from bandwise.specs.registry import get_cluster
 from bandwise.specs.strategy import ep_fits
 
@@ -169,12 +169,32 @@ class PublishedMemory:
 def published_memory(run: dict[str, Any]) -> PublishedMemory | None:
     """The per-device memory a run's source publishes beside its throughput, or None."""
     rep = run.get("reported") or {}
-    if isinstance(rep.get("peak_memory_gib"), (int, float)):
-        return PublishedMemory(gib=float(rep["peak_memory_gib"]), basis="reserved_peak")
+    if "peak_memory_gib" in rep and rep["peak_memory_gib"] is not None:
+        return PublishedMemory(gib=_gib(rep["peak_memory_gib"], "reported.peak_memory_gib"), basis="reserved_peak")
     fig = rep.get("memory_gib")
     if isinstance(fig, dict) and {"params_and_optimizer_state", "activations_selective_sp"} <= set(fig):
-        return PublishedMemory(gib=float(fig["params_and_optimizer_state"]) + float(fig["activations_selective_sp"]), basis="states_and_activations")
+        states = _gib(fig["params_and_optimizer_state"], "reported.memory_gib.params_and_optimizer_state")
+        return PublishedMemory(gib=states + _gib(fig["activations_selective_sp"], "reported.memory_gib.activations_selective_sp"),
+                               basis="states_and_activations")
     return None
+
+
+def _gib(value: Any, name: str) -> float:
+    gib = finite(value)
+    if gib is None or gib <= 0:
+        raise BandwiseError(f"{name}={brief(value)} is not a positive number of GiB; write the published figure or null")
+    return gib
+
+
+def finite(value: Any) -> float | None:
+    """A number as a finite float; None for anything else (text, a bool, NaN, infinity, an int past float range)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
 
 
 @dataclass(kw_only=True, slots=True)
@@ -211,15 +231,76 @@ def default_runs_path() -> Path:
     return Path(str(resources.files("bandwise") / "data" / "published_runs.yaml"))
 
 
+MAX_RUNS_BYTES = 4 << 20
+"""Largest runs file read: 16x the shipped data set. YAML costs up to ~350 bytes of memory per
+byte of text (a flow list of zeros), so this bounds a hostile file to about 1.4 GB."""
+MAX_VALUES = 1_000_000
+"""Largest number of values a runs file may reach through YAML aliases (the billion-laughs bomb
+reaches 10^9 from a few lines); the shipped data set holds about 20,000."""
+SECTIONS = ("hardware", "model", "parallelism", "target", "reported")
+"""The parts of a run that are mappings of fields."""
+
+
 def load_runs(path: str | Path | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """(runs, sources) from a file in the published_runs schema (the shipped data set by default)."""
+    """(runs, sources) from a file in the published_runs schema (the shipped data set by default).
+
+    The file is parsed with YAML's safe loader (no Python tags), refused past MAX_RUNS_BYTES, and
+    checked for shape here, so that the fields `convert` reads are mappings or null."""
     p = Path(path) if path is not None else default_runs_path()
+    where = f"--runs {str(p)!r}"
     if not p.is_file():
-        raise BandwiseError(f"--runs {str(p)!r}: no such file; give a YAML file in the published_runs schema")
-    data = yaml.safe_load(p.read_text())
+        raise BandwiseError(f"{where}: no such file; give a YAML file in the published_runs schema")
+    size = p.stat().st_size
+    if size > MAX_RUNS_BYTES:
+        raise BandwiseError(f"{where}: {size / 2**20:.1f} MB is past the {MAX_RUNS_BYTES >> 20} MB a runs file may hold; split it into several files")
+    try:
+        data = yaml.safe_load(p.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise BandwiseError(f"{where}: invalid UTF-8 at byte {exc.start}; save the file as UTF-8 text") from None
+    except RecursionError:
+        raise BandwiseError(f"{where}: the YAML is nested too deeply to read; a runs file nests a few levels") from None
+    _check_aliases(data, where)
     if not isinstance(data, dict) or not isinstance(data.get("runs"), list):
-        raise BandwiseError(f"--runs {str(p)!r}: expected a mapping with a 'runs' list (published_runs schema)")
-    return data["runs"], data.get("sources") or {}
+        raise BandwiseError(f"{where}: expected a mapping with a 'runs' list (published_runs schema)")
+    sources = data.get("sources") or {}
+    if not isinstance(sources, dict) or not all(v is None or isinstance(v, dict) for v in sources.values()):
+        raise BandwiseError(f"{where}: 'sources' must map each source name to a mapping of its fields (published_runs schema)")
+    for i, run in enumerate(data["runs"]):
+        if not isinstance(run, dict):
+            raise BandwiseError(f"{where}: runs[{i}] is a {type(run).__name__}, expected a mapping of the run's fields")
+        for key in SECTIONS:
+            if run.get(key) is not None and not isinstance(run[key], dict):
+                raise BandwiseError(f"{where}: runs[{i}].{key} is a {type(run[key]).__name__}, expected a mapping of fields or null")
+        moe = (run.get("model") or {}).get("moe")
+        if moe is not None and not isinstance(moe, dict):
+            raise BandwiseError(f"{where}: runs[{i}].model.moe is a {type(moe).__name__}, expected a mapping of fields or null")
+    return data["runs"], sources
+
+
+def _check_aliases(data: Any, where: str) -> None:
+    """Refuse a document whose YAML aliases make it contain itself or expand past MAX_VALUES.
+
+    Each list and mapping is counted once with its expanded size, so the walk takes time in
+    the size of the text, not of the expansion."""
+    sizes: dict[int, int] = {}
+    open_ids: set[int] = set()
+    stack: list[tuple[Any, bool]] = [(data, False)]
+    while stack:
+        value, done = stack.pop()
+        if not isinstance(value, (dict, list)) or (not done and id(value) in sizes):
+            continue
+        children = list(value.values()) if isinstance(value, dict) else value
+        if done:
+            open_ids.discard(id(value))
+            sizes[id(value)] = 1 + sum(sizes.get(id(c), 1) for c in children)
+            if sizes[id(value)] > MAX_VALUES:
+                raise BandwiseError(f"{where}: YAML aliases (*name) expand the file past {MAX_VALUES:,} values; write the repeated values out")
+            continue
+        if id(value) in open_ids:
+            raise BandwiseError(f"{where}: a YAML alias (*name) refers to a value that contains it; write the value out")
+        open_ids.add(id(value))
+        stack.append((value, True))
+        stack.extend((c, False) for c in children)
 
 
 # ------------------------------------------------------------------------------------------
@@ -260,21 +341,44 @@ def parse_recompute(text: Any) -> str | None:
     raise BandwiseError(f"recompute {text!r}: not recognised; write none, selective or full")
 
 
-def _int(value: Any) -> int | None:
+def _int(value: Any, name: str = "value", least: int = 0) -> int | None:
+    """A stated count: an int, an integral float or a string of digits; None when unstated or not
+    a number. A count outside least..MAX_DIMENSION is an error that names it."""
     if value is None or isinstance(value, bool):
         return None
-    if isinstance(value, (int, np.integer)):
-        return int(value)
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    m = re.fullmatch(r"\s*(\d+)\s*", str(value))
-    return int(m.group(1)) if m else None
+    if isinstance(value, (float, np.floating)):
+        if not value.is_integer():  # NaN and infinity too
+            return None
+        value = int(value)
+    elif not isinstance(value, (int, np.integer)):
+        m = re.fullmatch(r"\s*(\d+)\s*", str(value))
+        if not m:
+            return None
+        value = _digits(m.group(1), name)
+    if not least <= value <= MAX_DIMENSION:
+        raise BandwiseError(f"{name}={brief(value)} is not a count from {least} to {MAX_DIMENSION:,}")
+    return int(value)
 
 
-def _last_int(value: Any) -> int | None:
+def _need(section: dict[str, Any], key: str, name: str) -> int:
+    """section[key] as a count >= 1; missing or not a number is an error that names it."""
+    value = _int(section.get(key), name, least=1)
+    if value is None:
+        raise BandwiseError(f"{name}={brief(section.get(key))} is not a count; the run cannot be modelled without it")
+    return value
+
+
+def _digits(text: str, name: str) -> int:
+    """A run of digits from the sources' wording as an int; more digits than any count has is an error."""
+    if len(text) > len(str(MAX_DIMENSION)):
+        raise BandwiseError(f"{name}: {brief(text)} is past any count; write at most {MAX_DIMENSION:,}")
+    return int(text)
+
+
+def _last_int(value: Any, name: str = "value") -> int | None:
     """'512 -> 1024 -> 2048 (ramp)' -> 2048: the batch the quoted throughput was measured at."""
     nums = re.findall(r"\d+", str(value).split("(")[0]) if value is not None else []
-    return int(nums[-1]) if nums else None
+    return _int(nums[-1], name, least=1) if nums else None
 
 
 def parse_schedule(text: Any, pp: int, vpp: int | None, layers: int) -> tuple[str | None, int | None]:
@@ -286,12 +390,12 @@ def parse_schedule(text: Any, pp: int, vpp: int | None, layers: int) -> tuple[st
         return "DualPipeV", 2
     m = re.search(r"virtual-pipeline-stage (\d+)", t)
     if m:
-        per_chunk = int(m.group(1))
+        per_chunk = _int(m.group(1), "pp_schedule virtual-pipeline-stage", least=1)
         v = layers // (pp * per_chunk)
         return ("Interleaved1F1B", v) if v >= 2 else ("1F1B", 1)
     if "interleaved" in t:
         m = re.search(r"(\d+) stages", t)
-        v = int(m.group(1)) if m else (vpp if vpp and vpp > 1 else None)
+        v = _int(m.group(1), "pp_schedule stages", least=1) if m else (vpp if vpp and vpp > 1 else None)
         return "Interleaved1F1B", v
     if vpp is not None:
         return ("Interleaved1F1B", vpp) if vpp > 1 else ("1F1B", 1)
@@ -303,7 +407,7 @@ def parse_schedule(text: Any, pp: int, vpp: int | None, layers: int) -> tuple[st
 def maxtext_dims(scale: int) -> dict[str, int]:
     """MaxText pyconfig `get_individual_scales`: k = log2(scale), b, r = divmod(k, 3); heads and mlp
     x 2^(b + (r > 0)), emb x 2^(b + (r > 1)), layers x 2^b (sources.maxtext_tpu_tables)."""
-    k = int(round(math.log2(scale)))
+    k = int(round(math.log2(scale))) if 1 <= scale <= MAX_DIMENSION else -1
     if 2**k != scale:
         raise BandwiseError(f"global_parameter_scale={scale} must be a power of two")
     b, r = divmod(k, 3)
@@ -318,10 +422,10 @@ def maxtext_dims(scale: int) -> dict[str, int]:
     }
 
 
-def _leading_int(value: Any) -> int | None:
+def _leading_int(value: Any, name: str = "value") -> int | None:
     """'256-way fully sharded ...' -> 256."""
     m = re.match(r"\s*(\d+)", str(value)) if value is not None else None
-    return int(m.group(1)) if m else None
+    return _int(m.group(1), name) if m else None
 
 
 def _per_gpu_network(text: str, gpus_per_node: int) -> float | None:
@@ -356,62 +460,61 @@ def _model(run: dict[str, Any], case_notes: list[str], switches: list[str]) -> M
     if run.get("source") == "maxtext_tpu_tables":
         scale = re.search(r"global_parameter_scale=(\d+)", str(m.get("name", "")))
         if scale:
-            dims = maxtext_dims(int(scale.group(1)))
+            dims = maxtext_dims(_digits(scale.group(1), "global_parameter_scale"))
             stated = {k: m.get(k) for k in dims}
             if any(v is not None and v != dims[k] for k, v in stated.items()):
-                raise BandwiseError(f"run {rid}: model dims {stated} disagree with MaxText's scale rule {dims}")
+                raise BandwiseError(f"run {brief(rid)}: model dims {brief(stated, 200)} disagree with MaxText's scale rule {dims}")
             m = {**m, **dims}
-    for key in ("layers", "hidden", "heads"):
-        if _int(m.get(key)) is None:
-            raise BandwiseError(f"run {rid}: model.{key} is missing; the run cannot be modelled without it")
-    hidden, heads = int(m["hidden"]), int(m["heads"])
+    hidden, heads = _need(m, "hidden", "model.hidden"), _need(m, "heads", "model.heads")
     ffn_type = str(m.get("ffn_type") or "").lower()
     # SwiGLU/GeGLU have three matrices; GELU, ReLU, squared-ReLU two. Unstated: GPT's GELU for dense
     # models, SwiGLU experts for MoE (the data set's own FLOP count assumes 3·h·expert_ffn).
     gated = "glu" in ffn_type or (not ffn_type and bool(m.get("moe")))
     kw: dict[str, Any] = dict(
-        name=str(m.get("name") or rid), layers=int(m["layers"]), hidden=hidden, heads=heads,
-        kv_heads=_int(m.get("kv_heads")) or 0, head_dim=_int(m.get("head_dim")) or 0, gated_mlp=gated,
+        name=str(m.get("name") or rid), layers=_need(m, "layers", "model.layers"), hidden=hidden, heads=heads,
+        kv_heads=_int(m.get("kv_heads"), "model.kv_heads") or 0, head_dim=_int(m.get("head_dim"), "model.head_dim") or 0, gated_mlp=gated,
         tied_embeddings=bool(m.get("tied_embeddings")) or run.get("source") == "maxtext_tpu_tables",
         dropout=bool(m.get("dropout")),
     )
     if not m.get("ffn_type"):
         case_notes.append("MLP type not stated: " + ("SwiGLU experts" if gated else "GELU 2-matrix (GPT default)"))
-    ffn = _int(m.get("ffn"))
+    ffn = _int(m.get("ffn"), "model.ffn", least=1)
     moe = m.get("moe") or {}
     if ffn is None and not moe:
         ffn = 4 * hidden
         case_notes.append("ffn not stated: 4h (Megatron GPT default)")
     if _int(m.get("kv_heads")) is None:
         case_notes.append("kv_heads not stated: MHA")
-    vocab = _int(m.get("vocab"))
+    vocab = _int(m.get("vocab"), "model.vocab", least=1)
     if vocab is None:
         vocab = GPT2_VOCAB
         case_notes.append(f"vocab not stated: GPT-2 BPE {GPT2_VOCAB}")
     kw["vocab"] = vocab
-    seq = _int(m.get("seq_len"))
+    seq = _int(m.get("seq_len"), "model.seq_len", least=1)
     if seq is None:
         seq = 8192
         case_notes.append("seq_len not stated: 8192 (TorchTitan's Llama 3 default)")
-    if run.get("source") == "maxtext_tpu_tables" and "v4" in str(run.get("hardware", {}).get("accelerator", "")).lower():
+    if run.get("source") == "maxtext_tpu_tables" and "v4" in str((run.get("hardware") or {}).get("accelerator", "")).lower():
         seq = 1024
         switches.append("maxtext_v4_seq1024")
     kw["seq_len"] = seq
     if moe:
         kw.update(
-            experts=int(moe["num_experts"]), top_k=int(moe["top_k"]), expert_ffn=int(moe["expert_ffn"]),
-            shared_experts=int(moe.get("shared_experts") or 0), shared_expert_ffn=int(moe.get("shared_expert_ffn") or 0),
-            dense_layers=int(moe.get("dense_layers") or 0),
+            experts=_need(moe, "num_experts", "model.moe.num_experts"), top_k=_need(moe, "top_k", "model.moe.top_k"),
+            expert_ffn=_need(moe, "expert_ffn", "model.moe.expert_ffn"),
+            shared_experts=_int(moe.get("shared_experts"), "model.moe.shared_experts") or 0,
+            shared_expert_ffn=_int(moe.get("shared_expert_ffn"), "model.moe.shared_expert_ffn") or 0,
+            dense_layers=_int(moe.get("dense_layers"), "model.moe.dense_layers") or 0,
         )
         grouped = re.search(r"group-limited \((\d+) groups, top-(\d+)\)", str(moe.get("router") or ""))
         if grouped:  # DeepSeek-V3 Sec. 3.2.2: each token's experts on at most top-g of the node groups
-            kw.update(expert_groups=int(grouped.group(1)), groups_per_token=int(grouped.group(2)))
-        ffn = ffn or int(moe["expert_ffn"])  # no dense layer uses it when dense_layers == 0
+            kw.update(expert_groups=_digits(grouped.group(1), "model.moe.router"), groups_per_token=_digits(grouped.group(2), "model.moe.router"))
+        ffn = ffn or kw["expert_ffn"]  # no dense layer uses it when dense_layers == 0
     kw["ffn"] = ffn
-    kw["mtp_depth"] = _int(m.get("mtp_depth")) or 0
+    kw["mtp_depth"] = _int(m.get("mtp_depth"), "model.mtp_depth") or 0
     mla = re.search(r"MLA \(q_lora (\d+), kv_lora (\d+), qk_nope (\d+), qk_rope (\d+), v (\d+)\)", str(m.get("attention") or ""))
     if mla:
-        q, kv, nope, rope, v = map(int, mla.groups())
+        q, kv, nope, rope, v = (_digits(g, "model.attention") for g in mla.groups())
         kw.update(q_lora_rank=q, kv_lora_rank=kv, qk_nope_head_dim=nope, qk_rope_head_dim=rope, v_head_dim=v, head_dim=0)
     return ModelSpec(**kw, source=f"published run {rid}")
 
@@ -425,7 +528,7 @@ def _cluster(run: dict[str, Any], devices: int, notes: list[str], completed: lis
         if gen is None:
             raise BandwiseError(f"accelerator {acc!r}: no TPU preset; known: TPU v4, v5e, v5p")
         cluster = get_cluster(f"tpu-{gen}")
-        chips = _int(hw.get("chips_per_slice")) or devices
+        chips = _int(hw.get("chips_per_slice"), "hardware.chips_per_slice") or devices
         shapes = TORUS_2D if gen == "v5e" else TORUS_3D
         if chips not in shapes:
             raise BandwiseError(f"run {run.get('id')}: no known {gen} slice shape for {chips} chips")
@@ -452,8 +555,8 @@ def _cluster(run: dict[str, Any], devices: int, notes: list[str], completed: lis
                          f"HBM {H100_HBM2E_BANDWIDTH / 1e12:.1f} TB/s, as TorchTitan states")
     else:
         raise BandwiseError(f"accelerator {acc!r}: no preset; known: A100, H100, H800, B200, GB200, TPU v4/v5e/v5p")
-    gpn = _int(hw.get("gpus_per_node")) or cluster.levels[0].size
-    domain = _int(hw.get("nvlink_domain"))
+    gpn = _int(hw.get("gpus_per_node"), "hardware.gpus_per_node") or cluster.levels[0].size
+    domain = _int(hw.get("nvlink_domain"), "hardware.nvlink_domain")
     if domain and domain != cluster.levels[0].size:
         cluster = cluster.with_level(0, size=domain)
     intra = str(hw.get("intra_node") or "")
@@ -476,34 +579,35 @@ def convert(run: dict[str, Any], sources: dict[str, Any] | None = None) -> Case:
     source (e.g. Narayanan et al. 2021: full activation checkpointing) fills the run's null field.
     """
     rid = str(run.get("id") or "?")
-    target = (run.get("target") or {}).get("tokens_per_sec_per_device")
-    if not isinstance(target, (int, float)) or target <= 0:
-        raise BandwiseError(f"run {rid}: target.tokens_per_sec_per_device={target!r} is not a positive number")
+    stated = (run.get("target") or {}).get("tokens_per_sec_per_device")
+    target = finite(stated)
+    if target is None or target <= 0:
+        raise BandwiseError(f"run {rid}: target.tokens_per_sec_per_device={brief(stated)} is not a positive number")
     notes: list[str] = []
     switches: list[str] = []
     completed: list[str] = []
     model = _model(run, notes, switches)
     hw, p = run.get("hardware") or {}, run.get("parallelism") or {}
-    devices = _int(hw.get("count"))
-    if not devices:
-        raise BandwiseError(f"run {rid}: hardware.count={hw.get('count')!r} is not a device count")
+    devices = _int(hw.get("count"), "hardware.count")
+    if not devices or devices > MAX_DEVICES:
+        raise BandwiseError(f"run {brief(rid)}: hardware.count={brief(hw.get('count'))} is not a device count from 1 to {MAX_DEVICES:,}")
     cluster = _cluster(run, devices, notes, completed)
     src = str(run.get("source") or "")
     fixed: dict[str, Any] = {}
     overlap: dict[str, bool] = {}
 
-    tp = _int(p.get("tp")) or _last_int(p.get("tp"))
-    pp = _int(p.get("pp"))
-    cp = _int(p.get("cp"))
-    ep = _int(p.get("ep"))
+    tp = _int(p.get("tp"), "parallelism.tp", least=1) or _last_int(p.get("tp"), "parallelism.tp")
+    pp = _int(p.get("pp"), "parallelism.pp", least=1)
+    cp = _int(p.get("cp"), "parallelism.cp", least=1)
+    ep = _int(p.get("ep"), "parallelism.ep", least=1)
     for name, v in (("tp", tp), ("pp", pp), ("cp", cp), ("ep", ep)):
         if v is not None:
             fixed[name] = v
     if not model.is_moe:
         fixed["ep"] = 1
-    dp_stated = _int(p.get("dp"))
-    fsdp_n = _int(p.get("fsdp")) or _leading_int(p.get("fsdp"))
-    dcn = _int(p.get("dp_over_dcn"))
+    dp_stated = _int(p.get("dp"), "parallelism.dp", least=1)
+    fsdp_n = _int(p.get("fsdp"), "parallelism.fsdp") or _leading_int(p.get("fsdp"), "parallelism.fsdp")
+    dcn = _int(p.get("dp_over_dcn"), "parallelism.dp_over_dcn", least=1)
     if dp_stated is None and fsdp_n and fsdp_n > 1:
         dp_stated = fsdp_n * (dcn or 1)
     if cp is None and "cp" not in p:
@@ -560,26 +664,27 @@ def convert(run: dict[str, Any], sources: dict[str, Any] | None = None) -> Case:
 
     # ---- batch ----
     seq = model.seq_len
-    gb = _int(p.get("global_batch_seqs"))
+    gb = _int(p.get("global_batch_seqs"), "parallelism.global_batch_seqs", least=1)
     if gb is None and p.get("global_batch_seqs") is not None:
-        gb = _last_int(p.get("global_batch_seqs"))
+        gb = _last_int(p.get("global_batch_seqs"), "parallelism.global_batch_seqs")
         notes.append(f"global batch ramp {p.get('global_batch_seqs')!r}: the final {gb} sequences")
-    local = _int(p.get("batch_size_per_dp")) or _int(p.get("micro_batch_or_local_batch"))
+    local = _int(p.get("batch_size_per_dp"), "parallelism.batch_size_per_dp", least=1) or _int(p.get("micro_batch_or_local_batch"), "parallelism.micro_batch_or_local_batch", least=1)
     if gb is None and local and dp:
         gb = local * dp
-    if gb is None and _int(p.get("global_batch_tokens")):
-        gb = int(p["global_batch_tokens"]) // seq
+    tokens = _int(p.get("global_batch_tokens"), "parallelism.global_batch_tokens", least=1)
+    if gb is None and tokens:
+        gb = tokens // seq
     if gb is None:
         raise BandwiseError(f"run {rid}: no global batch (global_batch_seqs, global_batch_tokens or a per-rank batch)")
     if dp and gb % dp:
         rounded = max(dp, round(gb / dp) * dp)
         notes.append(f"global batch {gb} is not a multiple of dp={dp}: {rounded} sequences")
         gb = rounded
-    mb = _int(p.get("micro_batch"))
-    ga = _int(p.get("grad_accum"))
-    if mb is None and dp and _int(p.get("per_device_batch_seqs")) is not None:
+    mb = _int(p.get("micro_batch"), "parallelism.micro_batch", least=1)
+    ga = _int(p.get("grad_accum"), "parallelism.grad_accum", least=1)
+    if mb is None and dp and _int(p.get("per_device_batch_seqs"), "parallelism.per_device_batch_seqs") is not None:
         mb = gb // (dp * (ga or 1))  # MaxText: per-chip batch x TP chips per data-parallel rank
-    if mb is None and dp and _int(p.get("micro_batch_or_local_batch")) and not (pp and pp > 1):
+    if mb is None and dp and _int(p.get("micro_batch_or_local_batch"), "parallelism.micro_batch_or_local_batch") and not (pp and pp > 1):
         mb = gb // dp  # TorchTitan without PP: the local batch is one micro-batch
     titan_pp = src == "torchtitan" and pp is not None and pp > 1
     if mb is None and dp and titan_pp and (gb // dp) % pp == 0:
@@ -591,7 +696,7 @@ def convert(run: dict[str, Any], sources: dict[str, Any] | None = None) -> Case:
     # ---- schedule, recompute, precision ----
     schedules: tuple[str, ...] = ("1F1B",)
     if pp and pp > 1:
-        sched, v = parse_schedule(p.get("pp_schedule"), pp, _int(p.get("vpp")), model.layers)
+        sched, v = parse_schedule(p.get("pp_schedule"), pp, _int(p.get("vpp"), "parallelism.vpp", least=1), model.layers)
         if sched:
             fixed["schedule"] = sched
             schedules = (sched,)

@@ -25,6 +25,7 @@ from bandwise.plan.runs import (  # noqa: F401  (re-exported: the validation API
     Case,
     convert,
     default_runs_path,
+    finite,
     load_runs,
     maxtext_dims,
     parse_precision,
@@ -32,6 +33,8 @@ from bandwise.plan.runs import (  # noqa: F401  (re-exported: the validation API
     parse_schedule,
 )
 from bandwise.plan.search import search
+from bandwise.specs.model import clip
+from bandwise.report.files import save_figure
 from bandwise.specs.strategy import Strategy
 
 
@@ -206,17 +209,17 @@ def run_all(runs: list[dict[str, Any]], source: str | None = None, params: CostP
     if source is not None:
         known = sorted({str(r.get("source")) for r in runs})
         if source not in known:
-            raise BandwiseError(f"--source {source!r}: no run has this source; known: {', '.join(known)}")
+            raise BandwiseError(f"--source {source!r}: no run has this source; known: {clip(', '.join(known), 400)}")
         runs = [r for r in runs if r.get("source") == source]
     results = []
     for run in runs:
         try:
             case = convert(run, sources)
         except BandwiseError as exc:
-            tgt = (run.get("target") or {}).get("tokens_per_sec_per_device")
+            tgt = finite((run.get("target") or {}).get("tokens_per_sec_per_device"))
             results.append(RunResult(id=str(run.get("id")), source=str(run.get("source")),
                                      quality=str((run.get("target") or {}).get("quality")),
-                                     target=float(tgt) if isinstance(tgt, (int, float)) else math.nan, reason=str(exc)))
+                                     target=math.nan if tgt is None else tgt, reason=str(exc)))
             continue
         results.append(predict(case, params))
     return results
@@ -301,5 +304,7 @@ def parity_plot(results: list[RunResult], path: str | Path) -> None:
     ax.grid(True, which="both", lw=0.3, alpha=0.5)
     ax.legend(fontsize=7, loc="upper left")
     fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    try:
+        save_figure(fig, path, what="the parity plot")
+    finally:
+        plt.close(fig)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from bandwise.errors import BandwiseError
-from bandwise.specs.model import ModelSpec
+from bandwise.specs.model import MAX_DIMENSION, ModelSpec, brief
 
 DENSE = {"llama", "mistral", "qwen2", "qwen3"}
 SUPPORTED = sorted(DENSE | {"mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "kimi_k2", "gpt_oss"})
@@ -25,11 +25,11 @@ SUPPORTED = sorted(DENSE | {"mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", 
 def from_hf_config(cfg: dict[str, Any], *, name: str = "hf-model", seq_len: int = 4096) -> ModelSpec:
     kind = cfg.get("model_type")
     if kind not in SUPPORTED:
-        raise BandwiseError(f"config.json: model_type={kind!r} is not supported; supported: {', '.join(SUPPORTED)}")
+        raise BandwiseError(f"config.json: model_type={brief(kind)} is not supported; supported: {', '.join(SUPPORTED)}")
 
     def integer(key: str, value: Any, least: int = 0) -> int:
-        if not isinstance(value, int) or isinstance(value, bool) or value < least:
-            raise BandwiseError(f"config.json ({kind}): {key}={value!r} must be an integer >= {least}")
+        if not isinstance(value, int) or isinstance(value, bool) or not least <= value <= MAX_DIMENSION:
+            raise BandwiseError(f"config.json ({kind}): {key}={brief(value)} must be an integer from {least} to {MAX_DIMENSION:,}")
         return value
 
     def need(key: str, *alternatives: str) -> int:
@@ -49,7 +49,7 @@ def from_hf_config(cfg: dict[str, Any], *, name: str = "hf-model", seq_len: int 
         if value is None:
             return False
         if not isinstance(value, bool):
-            raise BandwiseError(f"config.json ({kind}): {key}={value!r} must be true or false")
+            raise BandwiseError(f"config.json ({kind}): {key}={brief(value)} must be true or false")
         return value
 
     heads = need("num_attention_heads")

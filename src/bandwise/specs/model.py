@@ -8,10 +8,36 @@ against a model card (e.g. Llama 3 8B = 8.03e9, DeepSeek-V3 = 671e9 without the 
 
 from __future__ import annotations
 
+import reprlib
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from bandwise.errors import BandwiseError
+
+MAX_DIMENSION = 2**31 - 1
+"""The largest value any integer field may take: orders of magnitude past every real model (the
+largest vocabularies hold ~10^6 tokens, the longest training sequences ~10^7), and small enough
+that parameter and FLOP counts stay finite floats."""
+
+
+_SHORT = reprlib.Repr()
+_SHORT.maxlevel, _SHORT.maxlist, _SHORT.maxtuple, _SHORT.maxdict, _SHORT.maxstring, _SHORT.maxlong = 3, 4, 4, 4, 60, 40
+
+
+def brief(value: Any, width: int = 60) -> str:
+    """repr(value) cut to `width` characters, for a one-line error that names a user's value.
+
+    reprlib reads only the first items of the first levels, so a value that YAML aliases expand
+    to billions of items costs no more than a small one."""
+    try:
+        return clip(_SHORT.repr(value), width)
+    except ValueError:  # an int with more digits than Python converts
+        return f"<{type(value).__name__} too long to print>"
+
+
+def clip(text: str, width: int) -> str:
+    """`text` cut to `width` characters, ending in '...' when cut."""
+    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -79,44 +105,46 @@ class ModelSpec:
 
     def __post_init__(self) -> None:
         positive = ("layers", "hidden", "ffn", "heads", "vocab", "seq_len")
-        for name in positive:
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise BandwiseError(f"model {self.name!r}: {name}={value!r} must be a positive integer")
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.type == "int" and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
-                raise BandwiseError(f"model {self.name!r}: {f.name}={value!r} must be an integer >= 0")
+            if f.type == "int":
+                least = 1 if f.name in positive else 0
+                if not isinstance(value, int) or isinstance(value, bool) or not least <= value <= MAX_DIMENSION:
+                    raise BandwiseError(f"model {brief(self.name)}: {f.name}={brief(value)} must be an integer from {least} to {MAX_DIMENSION:,}")
+            elif f.type == "bool" and not isinstance(value, bool):
+                raise BandwiseError(f"model {brief(self.name)}: {f.name}={brief(value)} must be true or false")
+            elif f.type == "str" and not isinstance(value, str):
+                raise BandwiseError(f"model {brief(self.name)}: {f.name}={brief(value)} must be a string")
         if self.kv_heads and self.heads % self.kv_heads:
             raise BandwiseError(
-                f"model {self.name!r}: heads={self.heads} is not a multiple of kv_heads={self.kv_heads}; "
+                f"model {brief(self.name)}: heads={self.heads} is not a multiple of kv_heads={self.kv_heads}; "
                 "grouped-query attention needs heads = k * kv_heads"
             )
         if not self.head_dim and not self.is_mla and self.hidden % self.heads:
             raise BandwiseError(
-                f"model {self.name!r}: hidden={self.hidden} is not divisible by heads={self.heads}; set head_dim"
+                f"model {brief(self.name)}: hidden={self.hidden} is not divisible by heads={self.heads}; set head_dim"
             )
         if self.experts:
             if not 0 < self.top_k <= self.experts:
                 raise BandwiseError(
-                    f"model {self.name!r}: top_k={self.top_k} must be between 1 and experts={self.experts}"
+                    f"model {brief(self.name)}: top_k={self.top_k} must be between 1 and experts={self.experts}"
                 )
             if self.expert_ffn <= 0:
-                raise BandwiseError(f"model {self.name!r}: an MoE model needs expert_ffn > 0")
+                raise BandwiseError(f"model {brief(self.name)}: an MoE model needs expert_ffn > 0")
             if self.dense_layers >= self.layers:
                 raise BandwiseError(
-                    f"model {self.name!r}: dense_layers={self.dense_layers} leaves no MoE layer of {self.layers}"
+                    f"model {brief(self.name)}: dense_layers={self.dense_layers} leaves no MoE layer of {self.layers}"
                 )
             if self.groups_per_token and not (self.expert_groups and self.experts % self.expert_groups == 0 and self.groups_per_token <= self.expert_groups):
                 raise BandwiseError(
-                    f"model {self.name!r}: groups_per_token={self.groups_per_token} needs expert_groups dividing "
+                    f"model {brief(self.name)}: groups_per_token={self.groups_per_token} needs expert_groups dividing "
                     f"experts={self.experts} and >= groups_per_token (got expert_groups={self.expert_groups})"
                 )
         elif self.top_k or self.shared_experts or self.dense_layers:
-            raise BandwiseError(f"model {self.name!r}: top_k/shared_experts/dense_layers need experts > 0")
+            raise BandwiseError(f"model {brief(self.name)}: top_k/shared_experts/dense_layers need experts > 0")
         if self.is_mla and not (self.qk_nope_head_dim and self.qk_rope_head_dim and self.v_head_dim):
             raise BandwiseError(
-                f"model {self.name!r}: MLA (kv_lora_rank={self.kv_lora_rank}) needs qk_nope_head_dim, "
+                f"model {brief(self.name)}: MLA (kv_lora_rank={self.kv_lora_rank}) needs qk_nope_head_dim, "
                 "qk_rope_head_dim and v_head_dim"
             )
 
@@ -277,9 +305,9 @@ class ModelSpec:
         if not isinstance(data, dict):
             raise BandwiseError(f"{where}: expected a mapping of model fields, got {type(data).__name__}")
         known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
+        unknown = sorted(map(str, set(data) - known))
         if unknown:
-            raise BandwiseError(f"{where}: unknown field(s) {', '.join(unknown)}; valid fields: {', '.join(sorted(known))}")
+            raise BandwiseError(f"{where}: unknown field(s) {clip(', '.join(unknown), 200)}; valid fields: {', '.join(sorted(known))}")
         missing = [n for n in ("name", "layers", "hidden", "ffn", "heads", "vocab") if n not in data]
         if missing:
             raise BandwiseError(f"{where}: missing field(s) {', '.join(missing)}")

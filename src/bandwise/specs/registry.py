@@ -70,16 +70,26 @@ def _did_you_mean(key: str, names: dict[str, Any]) -> str:
     return f"did you mean {close[0]}? " if close else ""
 
 
+MAX_MODEL_FILE_BYTES = 16 << 20
+"""Largest model file read: a Hugging Face config.json is a few KB (DeepSeek-V3's: 1.7 KB)."""
+
+
 def load_model_file(path: Path) -> ModelSpec:
     from bandwise.specs.hf import from_hf_config
 
     if not path.is_file():
         raise BandwiseError(f"model file {str(path)!r} does not exist; give a preset name or a path to a config.json")
+    size = path.stat().st_size
+    if size > MAX_MODEL_FILE_BYTES:
+        # json holds a list of small numbers at about 5 bytes a byte of text: 450 MB peaked at 2.3 GB
+        raise BandwiseError(f"{path}: {size / 2**20:.1f} MB is past the {MAX_MODEL_FILE_BYTES >> 20} MB a model file may hold; pass a model's config.json")
     text = path.read_text(encoding="utf-8")
     try:
         data = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
         raise BandwiseError(f"{path}: not valid JSON/YAML ({str(exc).splitlines()[0]})") from None
+    except RecursionError:
+        raise BandwiseError(f"{path}: nested too deeply to be a model config; pass a model's config.json") from None
     if not isinstance(data, dict):
         raise BandwiseError(f"{path}: expected a mapping of fields at the top level")
     if "model_type" in data or "architectures" in data:

@@ -20,7 +20,8 @@ from typing import Any, Callable
 import numpy as np
 
 from bandwise.errors import BandwiseError
-from bandwise.specs.model import ModelSpec
+from bandwise.specs.hardware import MAX_DEVICES
+from bandwise.specs.model import ModelSpec, brief, clip
 
 # torch.distributed.pipelining names. Stages per rank: 1 for the single-stage schedules,
 # `virtual_stages` (>= 2) for the looped ones, exactly 2 for the V-shaped ones.
@@ -111,6 +112,11 @@ class Strategy:
             value = getattr(self, name)
             if abs(value) > MAX_FIELD:
                 raise BandwiseError(f"{name}={value} is past any layout's bound of {MAX_FIELD:,}; use a value the cluster and batch can hold")
+        if self.world_size > MAX_DEVICES:
+            raise BandwiseError(
+                f"dp_replicate·dp_shard·cp·tp·pp = {self.dp_replicate}·{self.dp_shard}·{self.cp}·{self.tp}·{self.pp} = {self.world_size:,} "
+                f"ranks, past the bound of {MAX_DEVICES:,} devices; use degrees whose product is at most {MAX_DEVICES:,}"
+            )
         cols = strategy_columns([self])
         world = self.world_size if world_size is None else world_size
         for ok, message in _rules(model):
@@ -143,15 +149,25 @@ class Strategy:
         if not isinstance(data, dict):
             raise BandwiseError(f"{where}: expected a mapping of strategy fields, got {type(data).__name__}")
         known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
+        unknown = sorted(map(str, set(data) - known))
         if unknown:
-            raise BandwiseError(f"{where}: unknown field(s) {', '.join(unknown)}; valid: {', '.join(sorted(known))}")
+            raise BandwiseError(f"{where}: unknown field(s) {clip(', '.join(unknown), 200)}; valid: {', '.join(sorted(known))}")
         data = dict(data)
         if "order" in data:
-            data["order"] = tuple(data["order"])
+            order = data["order"]
+            if not isinstance(order, (list, tuple)) or not all(isinstance(d, str) for d in order):
+                raise BandwiseError(f"{where}: order={brief(order)} must be a list of the dims {', '.join(DIMS)}")
+            data["order"] = tuple(order)
         for f in fields(cls):
-            if f.name in data and f.type == "int" and not _is_int(data[f.name]):
-                raise BandwiseError(f"{where}: {f.name}={data[f.name]!r} must be an integer")
+            if f.name not in data:
+                continue
+            value = data[f.name]
+            if f.type == "int" and not (_is_int(value) and abs(value) <= MAX_FIELD):
+                raise BandwiseError(f"{where}: {f.name}={brief(value)} must be an integer of at most {MAX_FIELD:,}")
+            if f.type == "bool" and not isinstance(value, (bool, np.bool_)):
+                raise BandwiseError(f"{where}: {f.name}={brief(value)} must be true or false")
+            if f.type == "str" and not isinstance(value, str):
+                raise BandwiseError(f"{where}: {f.name}={brief(value)} must be a string")
         return cls(**data)
 
     def replace(self, **changes: Any) -> Strategy:
@@ -166,7 +182,7 @@ def _batch_advice(s: Strategy) -> str:
     text = f"global_batch={gb} is not a multiple of dp·micro_batch = {dp}·{mb} = {step}; use a global batch of {near}"
     if gb % dp == 0:  # a smaller micro-batch helps only when the data-parallel ranks split the batch evenly
         per_rank = gb // dp
-        fit = max(m for m in range(1, mb + 1) if per_rank % m == 0)
+        fit = max(m for m in divisors(per_rank) if m <= mb)  # divisors: sqrt(per_rank) steps, not mb
         text += f", or micro_batch={fit} (it divides the {per_rank} sequences per data-parallel rank)"
     return text
 
@@ -327,12 +343,12 @@ def _model_rules(m: ModelSpec) -> list[Rule]:
 
 def _enum_message(s: Strategy) -> str:
     if s.schedule not in SCHEDULES:
-        return f"unknown schedule {s.schedule!r}; valid: {', '.join(SCHEDULES)}"
+        return f"unknown schedule {brief(s.schedule)}; valid: {', '.join(SCHEDULES)}"
     if s.recompute not in RECOMPUTE:
-        return f"unknown recompute {s.recompute!r}; valid: {', '.join(RECOMPUTE)}"
+        return f"unknown recompute {brief(s.recompute)}; valid: {', '.join(RECOMPUTE)}"
     if s.precision not in PRECISIONS:
-        return f"unknown precision {s.precision!r}; valid: {', '.join(PRECISIONS)}"
-    return f"order {list(s.order)} must be a permutation of {list(DIMS)}"
+        return f"unknown precision {brief(s.precision)}; valid: {', '.join(PRECISIONS)}"
+    return f"order {brief(list(s.order))} must be a permutation of {list(DIMS)}"
 
 
 def ep_fits(ep: np.ndarray, region: np.ndarray, dp_replicate: np.ndarray, dp_shard: np.ndarray) -> np.ndarray:
