@@ -81,6 +81,7 @@ def test_narrowed_network_search_agrees_with_the_exhaustive_one():
         (["plan", "--seq-len", str(2**25)], "16,777,216"),
         (["sweep", "--vary", "scale-up-size=" + ",".join(str(8 * i) for i in range(1, 18))], "at most 16"),
         (["estimate", "--tp", str(2**63), "--devices", "8"], "tp="),
+        (["plan", "--top", "1048576"], "between 1 and 1000"),
     ],
 )
 def test_past_the_bounds_is_one_line(argv, words, capsys):

@@ -128,6 +128,11 @@ def _near(word: str, choices: tuple[str, ...]) -> str:
     return f"; did you mean {lower[close[0]]}?" if close else ""
 
 
+MAX_TOP = 1000
+"""Layouts `plan` lists at most: the search keeps 20 x --top candidates to collapse near-duplicates,
+and each listed layout is a table row (`--top 1048576` took 13.7 s at a million devices)."""
+
+
 def plan(
     model: str = typer.Option("llama3-70b", "--model", "-m", help="Model preset or path to a config.json."),
     cluster: str = typer.Option("h100", "--cluster", "-c", help="Cluster preset (bandwise clusters)."),
@@ -135,7 +140,7 @@ def plan(
     seq_len: int | None = SEQ_LEN,
     global_batch: int | None = GLOBAL_BATCH,
     global_batch_tokens: int | None = GLOBAL_BATCH_TOKENS,
-    top: int = typer.Option(10, "--top", help="How many layouts to list."),
+    top: int = typer.Option(10, "--top", help="How many layouts to list (at most 1000)."),
     wide: bool = typer.Option(False, "--wide", help="More columns: step time, micro-batches, HFU, bubble, precision."),
     all_layouts: bool = typer.Option(False, "--all", help="List near-duplicates too (same degrees, within 1% of a listed layout)."),
     no_pp: bool = typer.Option(False, "--no-pp", help="Search only layouts without pipeline parallelism."),
@@ -151,8 +156,8 @@ def plan(
     spec = model_spec(model, seq_len)
     clus = get_cluster(cluster)
     clus.check_devices(devices)
-    if top < 1:
-        raise BandwiseError(f"--top={top} must be >= 1")
+    if not 1 <= top <= MAX_TOP:
+        raise BandwiseError(f"--top={top} must be between 1 and {MAX_TOP}")
     gb = global_batch_of(spec, global_batch, global_batch_tokens, devices)
     precisions = precisions_of(precision)
     params = CostParams(headroom=fraction("--headroom", headroom))

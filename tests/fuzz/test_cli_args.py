@@ -1,0 +1,158 @@
+"""Any argument values, any planning command: an answer or one line, within the time bound.
+
+Hypothesis draws the options of `plan`, `estimate`, `schedule`, `compare` and `sweep` from values
+a user could type: presets and near-misses, zero, negatives, NaN, inf, 10^12, 2^63, unicode
+digits, malformed `--fix` and `--vary`. Device counts and batches lean to the large end, where
+the search space and the time are largest. Each command must keep the contract of
+`cli_contract.check` and answer within TIME_BOUND seconds, measured in this process (the
+interpreter's start, about half a second, comes on top).
+"""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from bandwise.specs.registry import cluster_presets, model_presets
+from bandwise.specs.strategy import SCHEDULES
+from cli_contract import Result, run_cli
+from conftest import fuzz_settings
+
+TIME_BOUND = 10.0
+"""Seconds any planning command may take, for any argument values (issue 21)."""
+
+LARGE = [1048576, 1048577, 131072, 16384, 2048, 10**12, 2**63, 10**30]
+SMALL = [0, 1, 2, 3, 7, 8, 61, 64, 96, 128, -1, -8]
+INTS = st.one_of(st.sampled_from(LARGE + SMALL), st.integers(-10, 5000))
+JUNK = st.sampled_from(["nan", "inf", "-inf", "1e18", "0.5", "", "abc", "1,2", "0x10", " 8", "٣", "８", "1_000", "-0", "9" * 40])
+NUMBER = st.one_of(INTS.map(str), JUNK, st.floats(allow_nan=True, allow_infinity=True).map(repr))
+DEVICES = st.one_of(st.sampled_from(LARGE).map(str), NUMBER)
+MODELS = st.one_of(st.sampled_from(sorted(model_presets())), st.sampled_from(["llama3", "LLAMA3-70B", "./nosuch.json", "", "/"]))
+CLUSTERS = st.one_of(st.sampled_from(sorted(cluster_presets())), st.sampled_from(["h1000", "H100", "", "tpu"]))
+FRACTION = st.one_of(st.sampled_from(["0", "0.05", "0.1", "0.5", "0.99", "1", "-0.1", "nan", "inf"]), NUMBER)
+FIX_FIELDS = ["tp", "pp", "ep", "cp", "dp_shard", "dp_replicate", "zero_stage", "micro_batch", "virtual_stages",
+              "schedule", "recompute", "precision", "bogus", ""]
+FIX_VALUES = st.one_of(INTS.map(str), st.sampled_from([*SCHEDULES, "none", "selective", "full", "bf16", "fp8", "", "x"]))
+FIX = st.lists(st.tuples(st.sampled_from(FIX_FIELDS), FIX_VALUES), max_size=3).map(lambda kv: ",".join(f"{k}={v}" for k, v in kv))
+PRECISION = st.sampled_from(["bf16", "fp8", "bf16,fp8", "fp4", "", ",", "BF16"])
+VARY = st.one_of(
+    st.tuples(st.sampled_from(["scale-up-size", "scale-out-bandwidth", "bogus", ""]),
+              st.lists(st.one_of(INTS.map(str), JUNK), min_size=0, max_size=40)).map(lambda kv: f"{kv[0]}={','.join(kv[1])}"),
+    JUNK,
+)
+
+
+def _argv(command: str, options: dict[str, st.SearchStrategy], flags: tuple[str, ...] = ()) -> st.SearchStrategy:
+    """argv for `command` with some of `options` (each drawn from its strategy) and some `flags`."""
+    chosen = st.lists(st.sampled_from(sorted(options)), unique=True, max_size=len(options))
+    picked_flags = st.lists(st.sampled_from(flags), unique=True, max_size=len(flags)) if flags else st.just([])
+
+    @st.composite
+    def build(draw: st.DrawFn) -> list[str]:
+        argv = [command]
+        for name in draw(chosen):
+            argv += [name, draw(options[name])]
+        return argv + draw(picked_flags)
+
+    return build()
+
+
+PLANNING = {
+    "--model": MODELS, "--devices": DEVICES, "--seq-len": NUMBER, "--global-batch": DEVICES,
+    "--global-batch-tokens": DEVICES, "--precision": PRECISION, "--threshold": FRACTION, "--headroom": FRACTION,
+}
+PLAN = _argv("plan", {**PLANNING, "--cluster": CLUSTERS, "--top": NUMBER, "--fix": FIX}, ("--no-pp", "--json", "--wide", "--all", "--overlap-tp"))
+COMPARE = _argv(
+    "compare",
+    {**PLANNING, "--clusters": st.lists(CLUSTERS, max_size=5).map(",".join), "--jobs": st.sampled_from(["1", "2", "0", "-1", "x"])},
+    ("--json", "--overlap-tp", "--overlap-ep"),
+)
+SWEEP = st.tuples(
+    st.one_of(VARY, st.lists(st.sampled_from([2, 4, 8, 16, 36, 72, 144, 256, 576, 1024, 4096]), min_size=1, max_size=16, unique=True)
+              .map(lambda v: "scale-up-size=" + ",".join(map(str, v)))),
+    _argv("sweep", {**PLANNING, "--base-cluster": CLUSTERS}, ("--json", "--overlap-ep")),
+).map(lambda va: [va[1][0], "--vary", va[0], *va[1][1:]])
+ESTIMATE = _argv(
+    "estimate",
+    {
+        "--model": MODELS, "--cluster": CLUSTERS, "--devices": DEVICES, "--seq-len": NUMBER,
+        **{f"--{d}": INTS.map(str) for d in ("dp-replicate", "dp-shard", "tp", "cp", "pp", "ep", "zero", "virtual-stages", "micro-batch")},
+        "--global-batch": DEVICES, "--schedule": st.sampled_from([*SCHEDULES, "1f1b", "x"]),
+        "--recompute": st.sampled_from(["none", "selective", "full", "some"]), "--precision": PRECISION, "--headroom": FRACTION,
+    },
+    ("--json", "--overlap-tp", "--overlap-ep"),
+)
+SCHEDULE = _argv(
+    "schedule",
+    {
+        "--schedule": st.sampled_from([*SCHEDULES, "zb", ""]), "--stages": INTS.map(str), "--microbatches": INTS.map(str),
+        "--virtual": INTS.map(str), "--f": NUMBER, "--b": NUMBER, "--w": NUMBER, "--latency": NUMBER,
+        "--activation-bytes": NUMBER, "--kept-for-w": FRACTION, "--width": NUMBER,
+    },
+    ("--json",),
+)
+
+
+# valid values only, at the large end: the searches that take longest
+BIG_DEVICES = st.sampled_from([2**k for k in range(10, 21)] + [3 * 2**k for k in range(10, 19)] + [1000, 100000, 999999])
+BIG_BATCH = st.sampled_from([2**k for k in (22, 26, 30, 34)]).map(str)
+VALID_PLAN = st.fixed_dictionaries({
+    "--model": st.sampled_from(sorted(model_presets())), "--cluster": st.sampled_from(sorted(cluster_presets())),
+    "--devices": BIG_DEVICES.map(str), "--precision": st.sampled_from(["bf16", "bf16,fp8"]),
+})
+
+
+def _answers_in_time(kind: str, argv: list[str]) -> Result:
+    result = run_cli(kind, argv)
+    assert result.seconds < TIME_BOUND, f"{result.seconds:.1f} s > {TIME_BOUND} s: bandwise {' '.join(argv)}"
+    return result
+
+
+@fuzz_settings(12, weight=0.2)
+@given(PLAN)
+def test_plan_arguments(argv: list[str]) -> None:
+    _answers_in_time("args:plan", argv)
+
+
+@fuzz_settings(12, weight=0.2)
+@given(ESTIMATE)
+def test_estimate_arguments(argv: list[str]) -> None:
+    _answers_in_time("args:estimate", argv)
+
+
+@fuzz_settings(12, weight=0.2)
+@given(SCHEDULE)
+def test_schedule_arguments(argv: list[str]) -> None:
+    _answers_in_time("args:schedule", argv)
+
+
+@fuzz_settings(6, weight=0.05)
+@given(COMPARE)
+def test_compare_arguments(argv: list[str]) -> None:
+    _answers_in_time("args:compare", argv)
+
+
+@fuzz_settings(6, weight=0.05)
+@given(SWEEP)
+def test_sweep_arguments(argv: list[str]) -> None:
+    _answers_in_time("args:sweep", argv)
+
+
+def test_absurd_device_count_answers_at_once() -> None:
+    """The case that ran for minutes: now a one-line refusal that names the bound."""
+    result = _answers_in_time("args:compare", ["compare", "--devices", "999999999999"])
+    assert result.code == 2 and "1048576" in result.stderr
+
+
+@fuzz_settings(3, weight=0.01)
+@given(VALID_PLAN, st.one_of(st.none(), BIG_BATCH), st.booleans())
+def test_largest_searches_answer_in_time(options: dict[str, str], batch_tokens: str | None, compare: bool) -> None:
+    """Valid device counts up to the bound, batches up to 2^34 tokens: a search, narrowed past
+    `search.SEARCH_ROWS` candidates, or a one-line refusal, never a wait."""
+    argv = ["plan", *(x for kv in options.items() for x in kv)]
+    if batch_tokens:
+        argv += ["--global-batch-tokens", batch_tokens]
+    if compare:
+        argv = ["compare", "--clusters", "h100,gb200-nvl72,tpu-v5p", *argv[1:]]
+        argv = [a for a, b in zip(argv, [None, *argv]) if a != "--cluster" and b != "--cluster"]
+    _answers_in_time("args:largest", argv + ["--json"])
