@@ -132,3 +132,12 @@ def damaged(draw, raw: bytes) -> tuple[bytes, str]:
         return raw[:at] + bytes([raw[at] ^ (1 << bit)]) + raw[at + 1 :], f"bit {bit} of byte {at} flipped"
     junk = draw(st.binary(min_size=1, max_size=8))
     return raw[:at] + junk + raw[at:], f"{junk!r} inserted at byte {at}"
+
+
+def write_long_string(f: Any, head: bytes, tail: bytes, mb: int = 200) -> None:
+    """Write `head`, `mb` MiB of 'a' (one string value, streamed), then `tail` to the open file `f`."""
+    f.write(head)
+    chunk = b"a" * (1 << 20)
+    for _ in range(mb):
+        f.write(chunk)
+    f.write(tail)

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from cli_contract import run_cli, run_cli_child
 from conftest import ENV_EXAMPLES, fuzz_settings
-from mutations import damaged, mutated, nested
+from mutations import damaged, mutated, nested, write_long_string
 
 CONFIGS = {p.parent.name: json.loads(p.read_text()) for p in sorted((Path(__file__).parents[1] / "data" / "hf").glob("*/config.json"))}
 READ_KEYS = (
@@ -122,11 +122,7 @@ def test_large_file_memory(folder):
     doc = json.dumps({**CONFIGS["Meta-Llama-3.1-8B"], "comment": ""})
     head, tail = doc.split('"comment": ""')
     with path.open("wb") as f:
-        f.write(head.encode() + b'"comment": "')
-        chunk = b"a" * (1 << 20)
-        for _ in range(200):
-            f.write(chunk)
-        f.write(b'"' + tail.encode())
+        write_long_string(f, head.encode() + b'"comment": "', b'"' + tail.encode())
     run_cli_child("hf-config", ["estimate", "--model", str(path), "--json"], "200 MB string value")
 
 

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from bandwise.plan.runs import default_runs_path
 from cli_contract import run_cli, run_cli_child
 from conftest import ENV_EXAMPLES, fuzz_settings
-from mutations import HOSTILE, damaged, mutated
+from mutations import HOSTILE, damaged, mutated, write_long_string
 
 SHIPPED = yaml.safe_load(default_runs_path().read_text())
 SEED_IDS = (
@@ -213,11 +213,7 @@ def test_large_file_memory(folder):
     """A ~200 MB runs file (one long string) is refused by its size, in bounded memory."""
     path = folder / "big.yaml"
     with path.open("wb") as f:
-        f.write(b"runs:\n- id: '")
-        chunk = b"a" * (1 << 20)
-        for _ in range(200):
-            f.write(chunk)
-        f.write(b"'\n")
+        write_long_string(f, b"runs:\n- id: '", b"'\n")
     result = run_cli_child("runs-yaml", ["validate", "--runs", str(path), "--json"], "200 MB string value")
     assert result.code == 2 and "MB" in result.stderr
 

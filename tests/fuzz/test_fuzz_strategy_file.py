@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from bandwise.cli.main import main
 from cli_contract import run_cli, run_cli_child
 from conftest import fuzz_settings
-from mutations import damaged, mutated, nested
+from mutations import damaged, mutated, nested, write_long_string
 
 FIELDS = (
     "dp_replicate", "dp_shard", "tp", "cp", "pp", "ep", "zero_stage", "micro_batch", "global_batch", "schedule",
@@ -134,10 +134,6 @@ def test_large_file_memory(folder):
     """A ~200 MB strategy file (one long string) is refused by its size, in bounded memory."""
     path = folder / "big.json"
     with path.open("wb") as f:
-        f.write(b'{"note": "')
-        chunk = b"a" * (1 << 20)
-        for _ in range(200):
-            f.write(chunk)
-        f.write(b'"}')
+        write_long_string(f, b'{"note": "', b'"}')
     result = run_cli_child("strategy-json", command(str(path)), "200 MB string value")
     assert result.code == 2 and "MB" in result.stderr

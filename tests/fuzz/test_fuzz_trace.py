@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from cli_contract import run_cli, run_cli_child
 from conftest import ENV_EXAMPLES, fuzz_settings
-from mutations import HOSTILE, damaged, mutated
+from mutations import HOSTILE, damaged, mutated, write_long_string
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "unit"))
 from kineto_gen import H100, Kineto  # noqa: E402
@@ -217,11 +217,7 @@ def big_string_trace(path: Path, where: str, mb: int = 200) -> None:
     tail = {"event name": b'"}]}', "event args": b'"}}]}', "top-level key": b'", "traceEvents": []}'}[where]
     opener = gzip.open if path.name.endswith(".gz") else open
     with opener(path, "wb") as f:
-        f.write(head)
-        chunk = b"a" * (1 << 20)
-        for _ in range(mb):
-            f.write(chunk)
-        f.write(tail)
+        write_long_string(f, head, tail, mb)
 
 
 @pytest.mark.parametrize("where, suffix", [("event name", ".json"), ("event args", ".json.gz"), ("top-level key", ".json")])

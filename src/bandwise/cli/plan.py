@@ -140,7 +140,7 @@ def plan(
     seq_len: int | None = SEQ_LEN,
     global_batch: int | None = GLOBAL_BATCH,
     global_batch_tokens: int | None = GLOBAL_BATCH_TOKENS,
-    top: int = typer.Option(10, "--top", help="How many layouts to list (at most 1000)."),
+    top: int = typer.Option(10, "--top", help=f"How many layouts to list (at most {MAX_TOP})."),
     wide: bool = typer.Option(False, "--wide", help="More columns: step time, micro-batches, HFU, bubble, precision."),
     all_layouts: bool = typer.Option(False, "--all", help="List near-duplicates too (same degrees, within 1% of a listed layout)."),
     no_pp: bool = typer.Option(False, "--no-pp", help="Search only layouts without pipeline parallelism."),

@@ -14,6 +14,7 @@ import typer
 from rich.table import Table
 
 from bandwise.errors import BandwiseError
+from bandwise.inputs import read_text
 from bandwise.report.output import Output
 from bandwise.specs.registry import get_model
 from bandwise.specs.strategy import Strategy
@@ -49,15 +50,11 @@ def load_strategy(path: str, pick: int | None) -> Strategy:
     p = Path(path)
     if not p.is_file():
         raise BandwiseError(f"strategy file {path!r} does not exist; write one with `bandwise plan ... --json > plan.json`")
-    size = p.stat().st_size
-    if size > MAX_STRATEGY_BYTES:
-        raise BandwiseError(f"{path}: {size / 2**20:.1f} MB is past the {MAX_STRATEGY_BYTES >> 20} MB a strategy file may hold; pass the output of `bandwise plan --json`")
+    text = read_text(p, limit=MAX_STRATEGY_BYTES, where=path, what="a strategy file", fix="pass the output of `bandwise plan --json`")
     try:
-        data = json.loads(p.read_bytes().decode("utf-8"))
+        data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise BandwiseError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno}); pass the output of `bandwise plan --json`") from None
-    except UnicodeDecodeError as exc:
-        raise BandwiseError(f"{path}: invalid UTF-8 at byte {exc.start}; pass the output of `bandwise plan --json`") from None
     except (RecursionError, ValueError) as exc:  # nesting deeper than the parser's stack; a number too long to convert
         reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc).split(":")[0]
         raise BandwiseError(f"{path}: not a strategy file ({reason}); pass the output of `bandwise plan --json`") from None

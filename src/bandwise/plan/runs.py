@@ -22,6 +22,7 @@ import numpy as np
 import yaml
 
 from bandwise.errors import BandwiseError
+from bandwise.inputs import read_text
 from bandwise.plan.search import FIXABLE
 from bandwise.specs.hardware import MAX_DEVICES, Cluster
 from bandwise.specs.model import MAX_DIMENSION, ModelSpec, brief
@@ -250,13 +251,9 @@ def load_runs(path: str | Path | None = None) -> tuple[list[dict[str, Any]], dic
     where = f"--runs {str(p)!r}"
     if not p.is_file():
         raise BandwiseError(f"{where}: no such file; give a YAML file in the published_runs schema")
-    size = p.stat().st_size
-    if size > MAX_RUNS_BYTES:
-        raise BandwiseError(f"{where}: {size / 2**20:.1f} MB is past the {MAX_RUNS_BYTES >> 20} MB a runs file may hold; split it into several files")
+    text = read_text(p, limit=MAX_RUNS_BYTES, where=where, what="a runs file", fix="split it into several files")
     try:
-        data = yaml.safe_load(p.read_bytes().decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        raise BandwiseError(f"{where}: invalid UTF-8 at byte {exc.start}; save the file as UTF-8 text") from None
+        data = yaml.safe_load(text)
     except RecursionError:
         raise BandwiseError(f"{where}: the YAML is nested too deeply to read; a runs file nests a few levels") from None
     _check_aliases(data, where)

@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from bandwise.errors import BandwiseError
+from bandwise.inputs import read_text
 from bandwise.specs.hardware import Cluster, Device, cluster_from_dict, device_from_dict
 from bandwise.specs.model import ModelSpec
 
@@ -79,11 +80,8 @@ def load_model_file(path: Path) -> ModelSpec:
 
     if not path.is_file():
         raise BandwiseError(f"model file {str(path)!r} does not exist; give a preset name or a path to a config.json")
-    size = path.stat().st_size
-    if size > MAX_MODEL_FILE_BYTES:
-        # json holds a list of small numbers at about 5 bytes a byte of text: 450 MB peaked at 2.3 GB
-        raise BandwiseError(f"{path}: {size / 2**20:.1f} MB is past the {MAX_MODEL_FILE_BYTES >> 20} MB a model file may hold; pass a model's config.json")
-    text = path.read_text(encoding="utf-8")
+    # a 450 MB config.json of small numbers peaked at 2.3 GB before this bound (tests/fuzz)
+    text = read_text(path, limit=MAX_MODEL_FILE_BYTES, where=str(path), what="a model file", fix="pass a model's config.json")
     try:
         data = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
