@@ -245,3 +245,13 @@ def test_many_events_memory(folder):
             step += 1
         f.write(b"]}")
     run_cli_child("kineto-trace", ["doctor", "trace", str(path), "--json"], f"{step * len(one):,} events, 200 MB", timeout=600)
+
+
+@pytest.mark.parametrize("correlation", [1 << 63, -(1 << 63) - 1, 1 << 200])
+def test_correlation_outside_int64(folder, correlation):
+    """A kernel's correlation id past int64 filled a numpy-backed id array (exit 1); it is now no id."""
+    doc = gpu_trace()
+    kernel = next(ev for ev in doc["traceEvents"] if ev.get("cat") == "kernel")
+    kernel.setdefault("args", {})["correlation"] = correlation
+    result = run_cli("kineto-trace", ["doctor", "trace", write(folder, json.dumps(doc).encode()), "--json"], f"correlation {correlation}")
+    assert result.code == 0

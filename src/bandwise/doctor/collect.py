@@ -140,9 +140,11 @@ class Collected:
 
 
 def _corr(ev: dict[str, Any]) -> int:
+    """The event's correlation id, or -1 (none) for a missing one, a non-integer, or one outside
+    int64, which no launch can carry (CUPTI's ids are 32-bit) and the id arrays cannot hold."""
     args = ev.get("args")
     v = args.get("correlation") if isinstance(args, dict) else None
-    return v if type(v) is int else -1
+    return v if type(v) is int and 0 <= v < 1 << 63 else -1
 
 
 def collect(path: Path, **limits: Any) -> tuple[Collected, dict[str, Any]]:
