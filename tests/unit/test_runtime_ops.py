@@ -200,3 +200,68 @@ def test_cast_matmul_keeps_the_weight_not_its_copy_and_matches_autograd():
     assert torch.equal(out, ref)
     for ours, theirs in zip(torch.autograd.grad(out, (x, w), g), torch.autograd.grad(ref, (x, w), g)):
         assert ours.dtype == theirs.dtype and torch.equal(ours, theirs)
+
+
+@pytest.mark.parametrize("gated", [True, False])
+def test_recomputed_product_is_released_until_backward_and_changes_no_bit(gated):
+    """Selective recomputation of the MLP activation (`ops.recomputed_between`): the product the
+    down-projection would keep has an empty storage between forward and backward, and the
+    output and every gradient equal those of the plain MLP bit for bit in bf16."""
+    from bandwise.runtime.model import FeedForward
+
+    torch.manual_seed(3)
+    plain = FeedForward(16, 40, gated=gated).to(torch.bfloat16)
+    lean = FeedForward(16, 40, gated=gated).to(torch.bfloat16)
+    lean.load_state_dict(plain.state_dict())
+    lean.recompute_core = True
+    x = torch.randn(2, 9, 16, dtype=torch.bfloat16)
+    g = torch.randn(2, 9, 16, dtype=torch.bfloat16)
+    results = []
+    for ff in (plain, lean):
+        xi = x.clone().requires_grad_()
+        out = ff(xi)
+        # what the down-projection saved for its weight gradient: its input, the product
+        held = [t for t in _saved_by(out.grad_fn) if tuple(t.shape) == (18, 40)]
+        results.append((out, [t.untyped_storage().nbytes() for t in held]))
+        out.backward(g)
+        results[-1] += (xi.grad, *(p.grad for p in ff.parameters()))
+    (out_p, held_p, *grads_p), (out_l, held_l, *grads_l) = results
+    assert held_p and all(n > 0 for n in held_p)
+    assert held_l and all(n == 0 for n in held_l)  # released: no bytes until the backward
+    assert torch.equal(out_p, out_l)
+    for a, b in zip(grads_p, grads_l, strict=True):
+        assert torch.equal(a, b)
+
+
+def _saved_by(node, seen=None):
+    """Every tensor saved by the autograd graph under `node` (the `_saved_*` attributes)."""
+    seen = set() if seen is None else seen
+    if node is None or id(node) in seen:
+        return []
+    seen.add(id(node))
+    out = [getattr(node, a) for a in dir(node) if a.startswith("_saved_") and isinstance(getattr(node, a, None), torch.Tensor)]
+    for nxt, _ in node.next_functions:
+        out += _saved_by(nxt, seen)
+    return out
+
+
+def test_recomputed_experts_equal_the_plain_experts():
+    """The same for grouped experts with gates (Megatron-Core's `moe_act`): bit for bit."""
+    from bandwise.runtime.moe import GroupedExperts
+
+    torch.manual_seed(4)
+    experts = GroupedExperts(3, 8, 12).to(torch.bfloat16)
+    for p in experts.parameters():
+        torch.nn.init.normal_(p, std=0.3)
+    x = torch.randn(10, 8, dtype=torch.bfloat16)
+    gates = torch.rand(10, dtype=torch.bfloat16)
+    g = torch.randn(10, 8, dtype=torch.bfloat16)
+    runs = []
+    for recompute in (False, True):
+        experts.recompute_core = recompute
+        experts.zero_grad(set_to_none=True)
+        xi, gi = x.clone().requires_grad_(), gates.clone().requires_grad_()
+        experts(xi, [4, 0, 6], gi).backward(g)
+        runs.append((xi.grad, gi.grad, *(p.grad.clone() for p in experts.parameters())))
+    for a, b in zip(*runs, strict=True):
+        assert torch.equal(a, b)

@@ -32,7 +32,7 @@ from torch.utils.checkpoint import checkpoint
 from bandwise.errors import BandwiseError
 from bandwise.runtime.init import init_parameters
 from bandwise.runtime.moe import MoE, MoEConfig, recompute_guard
-from bandwise.runtime.ops import apply_rope, rms_norm, swiglu
+from bandwise.runtime.ops import apply_rope, recomputed_between, rms_norm, swiglu
 from bandwise.specs.model import ModelSpec
 
 
@@ -192,13 +192,14 @@ class FeedForward(nn.Module):
         self.w2 = nn.Linear(hidden, dim, bias=False)
         self.w3: nn.Module | None = nn.Linear(dim, hidden, bias=False) if gated else None
         self.recompute_core = False
-        """Selective recomputation: re-run silu(a)·b (or gelu(a)) in backward instead of storing it."""
+        """Selective recomputation: re-run silu(a)·b (or gelu(a)) in backward instead of keeping it
+        for w2's weight gradient (`ops.recomputed_between`)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         args = (self.w1(x), self.w3(x)) if self.w3 is not None else (self.w1(x),)
         fn = swiglu if self.w3 is not None else F.gelu
-        if self.recompute_core and torch.is_grad_enabled():
-            return self.w2(checkpoint(fn, *args, use_reentrant=False))
+        if self.recompute_core:
+            return recomputed_between(fn, args, self.w2)
         return self.w2(fn(*args))
 
 

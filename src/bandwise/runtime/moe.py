@@ -39,7 +39,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from bandwise.errors import BandwiseError
-from bandwise.runtime.ops import swiglu
+from bandwise.runtime.ops import recomputed_between, swiglu
 from bandwise.specs.model import ModelSpec
 
 BALANCE_MODES = ("aux_free", "aux_loss", "seq_aux", "aux_free+seq_aux", "none")
@@ -157,6 +157,9 @@ class GroupedExperts(nn.Module):
         self.w3 = nn.Parameter(torch.empty(num_experts, dim, hidden))
         self.grad_scale = 1.0
         """Factor on the weights' gradients; expert parallelism sets 1/ep (see parallel/expert.py)."""
+        self.recompute_core = False
+        """Selective recomputation: re-run each expert's gated SwiGLU in backward instead of keeping it
+        for the down-projection's weight gradient (`ops.recomputed_between`; Megatron-Core's `moe_act`)."""
 
     def forward(self, x_ND: torch.Tensor, counts: list[int], gates_N: torch.Tensor | None = None) -> torch.Tensor:
         """x_ND rows are grouped by local expert, `counts[e]` rows for expert e; each row's output is
@@ -168,11 +171,15 @@ class GroupedExperts(nn.Module):
         # `cast_matmul` casts them per use and keeps the fp32 weight, not the copy.
         w1, w2, w3 = weights
         gates = torch.split(gates_N, counts) if gates_N is not None else [None] * len(counts)
-        outs = [
-            cast_matmul(swiglu(cast_matmul(x, w1[e]), cast_matmul(x, w3[e]), gates[e]), w2[e])  # (n_e, D)
-            for e, x in enumerate(torch.split(x_ND, counts))
-        ]
+        outs = [self._expert(x, w1[e], w2[e], w3[e], gates[e]) for e, x in enumerate(torch.split(x_ND, counts))]
         return torch.cat(outs) if outs else x_ND
+
+    def _expert(self, x, w1, w2, w3, gate) -> torch.Tensor:
+        """w2(silu(x w1) · (x w3) · gate) for one expert's rows: (n_e, D)."""
+        args = (cast_matmul(x, w1), cast_matmul(x, w3), gate)
+        if self.recompute_core:
+            return recomputed_between(swiglu, args, lambda h: cast_matmul(h, w2))
+        return cast_matmul(swiglu(*args), w2)
 
 
 class _ScaleGrad(torch.autograd.Function):

@@ -141,6 +141,55 @@ def swiglu(a: torch.Tensor, b: torch.Tensor, w: torch.Tensor | None = None) -> t
     return _SwiGLU.apply(a, b, w)
 
 
+def recomputed_between(fn, args: tuple, consume):
+    """consume(fn(*args)), with fn's output released once consume has read it and re-run in backward.
+
+    Selective recomputation of an activation function (Megatron-Core's `recompute_modules` "mlp" /
+    "moe_act" through its `CheckpointWithoutOutput`, tensor_parallel/random.py): checkpointing fn
+    alone saves nothing, because the consumer (the down-projection) keeps fn's output for its
+    weight gradient. So the output's storage is emptied after the forward of `consume`, and the
+    gradient of consume's result first runs fn again (no grad) into that same storage, before
+    consume's backward reads it. fn's own backward needs only its inputs (`_SwiGLU` saves a and b),
+    which stay alive either way: what is saved per token falls from a, b and silu(a)·b to a and b
+    (`cost.memory.activation_bytes_per_token`, `mlp_act`). Values and gradients are those of
+    consume(fn(*args)) bit for bit (tests/unit/test_runtime_ops.py).
+
+    Under a split backward (zero-bubble schedules) the input-gradient pass refills the output and
+    it stays until the weight-gradient pass: correct, without the saving in between."""
+    out = fn(*args)
+    y = consume(out)
+    if not (torch.is_grad_enabled() and isinstance(y, torch.Tensor) and y.requires_grad):
+        return y
+    storage = out.untyped_storage()
+    nbytes = storage.nbytes()
+
+    def refill() -> None:
+        if storage.nbytes() != nbytes:
+            with torch.no_grad():
+                again = fn(*args)
+                storage.resize_(nbytes)
+                out.data.copy_(again)  # through `.data`: out's version counter, which autograd checks, stays
+
+    storage.resize_(0)
+    return _Refill.apply(y, refill)
+
+
+class _Refill(torch.autograd.Function):
+    """Identity forward; backward first refills a released tensor (`recomputed_between`)."""
+
+    @staticmethod
+    def forward(ctx, y: torch.Tensor, refill) -> torch.Tensor:  # type: ignore[override]
+        ctx.refill = refill
+        return y.view_as(y)
+
+    @staticmethod
+    def backward(ctx, g: torch.Tensor):  # type: ignore[override]
+        refill, ctx.refill = ctx.refill, None  # drop fn's inputs with the closure once used
+        if refill is not None:
+            refill()
+        return g, None
+
+
 CE_CHUNK_ELEMENTS = 2**24
 """Logits per chunk of the cross-entropy (its one fp32 temporary: 64 MiB)."""
 

@@ -1,8 +1,10 @@
 """Activation recomputation (Chen et al. 2016; selective recomputation of Korthikanti et al. 2022).
 
 - full: each block's forward is re-run in backward; only its input is kept.
-- selective: only the attention core (SDPA) and the SwiGLU activation product are re-run: cheap
-  to recompute, large to store.
+- selective: only the attention core (SDPA) and the SwiGLU activation product (of the dense MLP
+  and of every expert) are re-run: cheap to recompute, large to store. The product is released
+  after the down-projection has read it (`ops.recomputed_between`), since the down-projection
+  would keep it for its weight gradient whatever a checkpoint around the activation did.
 
 Both use non-reentrant `torch.utils.checkpoint`. Its `context_fn` marks the re-run, so MoE
 layers do not count router loads a second time.
@@ -14,6 +16,7 @@ from torch import nn
 
 from bandwise.errors import BandwiseError
 from bandwise.runtime.model import Attention, Block, FeedForward, LatentAttention
+from bandwise.runtime.moe import GroupedExperts
 
 MODES = ("none", "selective", "full")
 
@@ -24,5 +27,5 @@ def apply_recompute(model: nn.Module, mode: str) -> None:
     for m in model.modules():
         if isinstance(m, Block):
             m.recompute_full = mode == "full"
-        elif isinstance(m, (Attention, LatentAttention, FeedForward)):
+        elif isinstance(m, (Attention, LatentAttention, FeedForward, GroupedExperts)):
             m.recompute_core = mode == "selective"
