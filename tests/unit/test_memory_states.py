@@ -55,9 +55,9 @@ def test_fsdp_with_pipeline_keeps_the_stage_gathered_with_fp32_gradients():
 
 
 def test_torch_tp_keeps_the_gathered_gemm_inputs_whole_on_every_rank():
-    """torch's ColwiseParallel saves the all-gathered norm outputs (2 per layer, bf16, the whole
-    sequence); Megatron keeps the 1/t shard. The difference is closed-form: 2 · 2·h · (1 − 1/t)
-    bytes per token and layer."""
+    """torch's ColwiseParallel saves the all-gathered norm outputs (2 per layer and the final norm's,
+    which the output projection reads; bf16, the whole sequence); Megatron keeps the 1/t shard. The
+    difference is closed-form: (2·L + 1) · 2·h · (1 − 1/t) bytes per token."""
     from bandwise.cost.step import CostParams, estimate
     from bandwise.specs.registry import get_cluster, get_model
     from bandwise.specs.strategy import Strategy
@@ -67,26 +67,28 @@ def test_torch_tp_keeps_the_gathered_gemm_inputs_whole_on_every_rank():
     c = get_cluster("h100")
     megatron = estimate(m, c, s, CostParams()).memory_gib["activations"]
     torch_tp = estimate(m, c, s, CostParams(tp_gathered_inputs=True)).memory_gib["activations"]
-    expected = m.layers * m.seq_len * 2 * 2 * m.hidden * (1 - 1 / s.tp) / 2**30
+    expected = (2 * m.layers + 1) * m.seq_len * 2 * m.hidden * (1 - 1 / s.tp) / 2**30
     assert abs((torch_tp - megatron) - expected) < 1e-9 * expected
 
 
 def test_recomputed_layer_and_logits_are_not_alive_together():
     """Without pipeline stages the rank also computes the loss. Its logits (4 bytes each: bf16 values and
-    gradient) are freed in the head's backward before the last block is recomputed, so the peak holds
-    the kept layer inputs plus the larger of one layer's full activations and the logits, not both
-    (the dry run of Llama 3 8B under full recomputation peaks in the loss: benchmarks/RESULTS.md)."""
+    gradient) and the head's two inputs (the final norm's and the projection's, 2·h bytes each a token)
+    are freed in the head's backward before the last block is recomputed, so the peak holds the kept
+    layer inputs plus the larger of one layer's full activations and the head's part, not both (the
+    dry run of Llama 3 8B under full recomputation peaks in the loss: benchmarks/RESULTS.md)."""
     from bandwise.cli.dry_run import planner_memory
 
     for vocab in (128_256, 8_192):  # logits above, then below, one layer's activations
         m = replace(get_model("llama3-8b"), layers=2, vocab=vocab)
-        tokens, logits = m.seq_len, 4 * m.seq_len * vocab
-        none = planner_memory(m, Strategy(dp_shard=8, micro_batch=1, global_batch=8), "h100")["activations"]
-        full = planner_memory(m, Strategy(dp_shard=8, micro_batch=1, global_batch=8, recompute="full"), "h100")["activations"]
-        one_layer = (none - logits) / m.layers
+        tokens = m.seq_len
+        head = 4 * tokens * vocab + 2 * tokens * 2 * m.hidden
+        # two micro-batches: no moment accounting, the activations are the kept sum itself
+        full = planner_memory(m, Strategy(dp_shard=8, micro_batch=1, global_batch=16, recompute="full"), "h100")["activations"]
+        one_layer = tokens * activation_bytes_per_token(m, moe_layer=False)[0]
         kept = m.layers * tokens * 2 * m.hidden
-        assert full == pytest.approx(kept + max(one_layer, logits), rel=1e-9)
-        assert full < kept + one_layer + logits
+        assert full == pytest.approx(kept + max(one_layer, head), rel=1e-9)
+        assert full < kept + one_layer + head
 
 
 def test_fsdp_buffers_are_those_of_the_peak_moment():

@@ -166,6 +166,18 @@ def layer_input_bytes_per_token(m: ModelSpec) -> float:
     return BF16 * m.hidden
 
 
+def head_input_bytes_per_token(m: ModelSpec, tp, *, sequence_parallel: bool = True, gathered_gemm_inputs: bool = False):
+    """What the output layer keeps besides the logits: the final norm's input and the output
+    projection's input (the norm's output), 2·s·b·h each, split over TP under sequence
+    parallelism (Korthikanti et al. 2022, Sec. 4.3: 4·s·b·h/t for these two with the 4·s·b·v/t of
+    the logits). Under torch's tensor parallelism the projection reads its input all-gathered and
+    keeps it so, whole on every TP rank (`gathered_gemm_inputs`, as for the layers' GEMMs); the
+    dry run finds both tensors at the loss (Llama 3 8B at TP 8, 8,192 tokens: 64 MiB gathered, 8 MiB
+    sharded; benchmarks/RESULTS.md)."""
+    split = np.where(sequence_parallel, tp, 1.0)
+    return BF16 * m.hidden * (1.0 / split + (1.0 if gathered_gemm_inputs and sequence_parallel else 1.0 / split))
+
+
 def logits_bytes_per_token(m: ModelSpec) -> float:
     """The output layer's fp32 logits kept for the cross-entropy backward (Korthikanti Sec. 4.3: 4·s·b·v)."""
     return 4.0 * m.vocab

@@ -44,6 +44,7 @@ from bandwise.cost.flops import (
 from bandwise.cost.memory import (
     GIB,
     activation_bytes_per_token,
+    head_input_bytes_per_token,
     layer_input_bytes_per_token,
     logits_bytes_per_token,
     model_state_bytes,
@@ -632,14 +633,18 @@ def _combine(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, b: dict[str, n
     holds_all = np.isin(c.schedule, (SCHEDULES.index("GPipe"), SCHEDULES.index("LoopedBFS"))) & (pp > 1)
     last_inflight = np.where(holds_all, inflight, 1.0)
     head_logits = (1 + m_.mtp_depth) * logits  # the MTP module's pass through the head keeps its own logits
+    # the final norm's and the output projection's inputs: alive with the logits, until the head's
+    # weight gradient (after the loss's backward has freed the logits)
+    head_in = (1 + m_.mtp_depth) * tokens * head_input_bytes_per_token(
+        m_, tp, sequence_parallel=P.sequence_parallel, gathered_gemm_inputs=P.tp_gathered_inputs)
     # the head and the MTP block belong to the last stage, whose micro-batches leave soonest (one at a
     # time but under GPipe-like schedules); a V-shaped schedule runs it on the first rank
     # The recomputed layer's working set and the logits are never alive together: the backward
     # frees the logits and their gradient in the head before it reaches the last block, whose
     # forward torch.utils.checkpoint re-runs only then (measured: Llama 3 8B under full
     # recomputation peaks in the loss with 0.07 GiB of kept activations, benchmarks/RESULTS.md)
-    act_first = inflight * first_layers * stage_mb + np.where(together, m_.mtp_depth * stage_mb + np.maximum(working, head_logits), working)
-    act_last = last_inflight * (head_layers + m_.mtp_depth) * stage_mb + np.maximum(working, head_logits)
+    act_first = inflight * first_layers * stage_mb + np.where(together, m_.mtp_depth * stage_mb + np.maximum(working, head_logits + head_in), working)
+    act_last = last_inflight * (head_layers + m_.mtp_depth) * stage_mb + np.maximum(working, head_logits + head_in)
     act_inner = inflight * layers_rank * stage_mb + working
     # FSDP keeps two layers gathered (the one computing and the one prefetched) and one layer's
     # unsharded gradient before its reduce-scatter. Under pipeline parallelism the whole stage stays
@@ -678,10 +683,10 @@ def _combine(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, b: dict[str, n
     # One micro-batch under FSDP2 and no pipeline (`fsdp_grads_freed`): no gradient exists until the
     # backward starts, and they grow as the kept activations shrink, linearly in the layers done, so
     # the peak is at one of four moments, each with what FSDP holds then:
-    #   the loss: kept activations and logits, the head's unit gathered (it is not resharded after its
+    #   the loss: kept activations, the logits and the head's inputs, the head's unit gathered (it is not resharded after its
     #     forward, runtime/parallel/fsdp.py, as TorchTitan leaves its last unit; the dry run measures
     #     exactly its bf16 weight there, Llama 3 8B: 0.98 GiB);
-    #   the head's backward: the logits consumed, the head's unit buffers (`head_phase`);
+    #   the head's backward: the logits consumed, the head's inputs and unit buffers (`head_phase`);
     #   the first layer's backward: the head's gradient, a layer's buffers, a recomputed layer's working set;
     #   the end of the backward: every gradient, a layer's buffers, the working set.
     # Elsewhere every moment is counted at once (the gradients of an earlier micro-batch stand
@@ -690,11 +695,11 @@ def _combine(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, b: dict[str, n
     grads_rank = P.grad_reduce_bytes * (role_dense / shard_dense + role_expert / shard_expert)
     head_out = np.where(holds_head, b["out_local"], 0.0)
     head_grads = P.grad_reduce_bytes * head_out / shard_dense
-    stored = np.maximum(activations - np.maximum(working, head_logits), 0.0)
+    stored = np.maximum(activations - np.maximum(working, head_logits + head_in), 0.0)
     # (activations, gradients present, FSDP buffers) at each moment
     moments = [
-        (stored + head_logits, 0.0, BF16 * head_out),
-        (stored, 0.0, unit * head_out),
+        (stored + head_logits + head_in, 0.0, BF16 * head_out),
+        (stored + head_in, 0.0, unit * head_out),
         (stored + working, head_grads, layer_buffers),
         (working, grads_rank, layer_buffers),
     ]
