@@ -68,5 +68,10 @@ def parallelize(model: nn.Module, s: Strategy, meshes: Meshes | None, *, param_d
                 expert_mesh=expert_mesh,
                 param_dtype=param_dtype,
                 experts_are_local=s.ep > 1 and expert_mesh is None,
+                # a stage runs several micro-batches: resharding after each forward would gather
+                # its weights again for every one (TorchTitan: reshard_after_forward = not
+                # pp_enabled, parallelize.py "to avoid per-microbatch all-gathers"); the planner
+                # counts the stage gathered (`CostParams.fsdp_pp_unsharded`)
+                reshard_after_forward=s.pp == 1,
             )
     return Parallel(parts=parts, stage_ids=ids, fsdp=use_fsdp)
