@@ -167,3 +167,21 @@ def test_v_shaped_peak_is_one_ranks_states_and_activations(vocab, fullest):
     edges = m.embedding_params + m.output_params + m.mtp_depth * (m.mtp_module_params - m.mtp_expert_params + m.mtp_expert_params / 64)
     by_hand = {"first": 3 * per_layer + edges, "inner": 4 * per_layer}[fullest]
     assert e.memory_gib["params"] * GIB == pytest.approx(2 * by_hand, rel=1e-9)
+
+
+def test_fsdp_pp_gradients_stand_beside_the_micro_batches_after_the_first_backward():
+    """FSDP × PP: the stage's unsharded fp32 gradients appear with its first backward. Under 1F1B with
+    m = p micro-batches rank 0 holds p of them before that backward and p - 1 after it, so the peak
+    is lower than with m = 2p (where p are in flight again beside the gradients) by one micro-batch
+    of the stage's activations, or by the gradients where they are smaller (the dry run of Llama 3
+    70B at PP 4 measures no gradient at its peak: benchmarks/RESULTS.md)."""
+    from bandwise.cli.dry_run import planner_memory
+
+    m = replace(get_model("llama3-70b"), layers=8)
+    kw = dict(dp_shard=8, tp=8, pp=4, schedule="1F1B", micro_batch=1)
+    short = planner_memory(m, Strategy(**kw, global_batch=32), "h100")  # m = 4 = p
+    long = planner_memory(m, Strategy(**kw, global_batch=64), "h100")  # m = 8
+    assert short["activations"] == pytest.approx(long["activations"], rel=1e-12)  # p in flight either way
+    grads_unsharded = short["params"] * 8  # the fp32 shard of the stage's weights, gathered
+    one_micro_batch = short["activations"] / 4
+    assert long["total"] - short["total"] == pytest.approx(min(grads_unsharded, one_micro_batch), rel=1e-9)

@@ -260,3 +260,17 @@ def test_dualpipe_v_runs_3p_minus_1_forwards_and_backwards_alone_on_rank_0(p):
             assert all(b.kind == "B" and b.stage != a.stage for a, b in pairs)
             assert alone["F"] == alone["BI"] == dualpipe_v_alone(p) - r
             assert len(pairs) == 2 * m - (3 * p - 1 - r)
+
+
+@pytest.mark.parametrize("p", [2, 4, 8])
+@pytest.mark.parametrize("m", [1, 2, 3, 4, 5, 8, 9, 64, 257])
+def test_inflight_after_the_first_backward_of_1f1b_and_gpipe(p, m):
+    """1F1B, rank r: p - r micro-batches in flight at the first steady forward; its first backward
+    frees one, and a forward is left to bring it back only if m > p - r. GPipe: all m, then m - 1."""
+    from bandwise.cost.pipeline import inflight_after_backward
+
+    if m >= p:
+        after = inflight_after_backward("1F1B", p, m, 1)
+        assert after == tuple(float(p - r if m > p - r else p - r - 1) for r in range(p))
+    gpipe = inflight_after_backward("GPipe", p, m, 1)
+    assert gpipe == tuple(float(m - 1) for _ in range(p))

@@ -350,38 +350,58 @@ def _simulate_summary(schedule: str, p: int, m: int, v: int, f: float, b: float,
                 progressed = True
         if not progressed:
             raise RuntimeError(f"{schedule} p={p} m={m} v={v} deadlocks")
-    inflight = []
+    inflight, after = [], []
     for seq in orders:
         units = peak = 0
+        peak_after = -1  # the most in flight once the rank's first backward is done (-1: never)
         for kind, _, _ in seq:
             units += 1 if kind == "F" else -1 if kind in "BW" else 0  # I keeps the inputs W needs (kept_for_w = 1)
             peak = max(peak, units)
+            if kind != "F" or peak_after >= 0:
+                peak_after = max(peak_after, units)
         inflight.append(peak / v)
+        after.append(max(peak_after, 0) / v)
     busy = max(sum(dur[a.kind] for a in seq) for seq in orders)
-    return np.array([max(clock), busy, *inflight])
+    return np.array([max(clock), busy, *inflight, *after])
 
 
 @lru_cache(maxsize=None)
 def pipeline_summary(schedule: str, p: int, m: int, v: int, f: float = 1.0, b: float = 1.0, w: float = 1.0) -> tuple[float, float, tuple[float, ...]]:
-    """(makespan, worst-rank busy time, peak in-flight per rank), exact and cached.
+    """(makespan, worst-rank busy time, peak in-flight per rank), exact and cached (`_summary_at`)."""
+    y = _summary_at(schedule, p, m, v, f, b, w)
+    return float(y[0]), float(y[1]), tuple(float(x) for x in y[2 : 2 + p])
 
-    Past the warm-up every schedule repeats one pattern per period of micro-batches, so each
-    output is affine in m on m = m0 + j·period. For large m we simulate three points of that
-    progression, check that their second difference is zero (else fall back to the full
-    simulation) and extrapolate; tests compare this with full simulations.
-    """
+
+@lru_cache(maxsize=None)
+def _summary_at(schedule: str, p: int, m: int, v: int, f: float, b: float, w: float) -> np.ndarray:
+    """`_summary` at any m. Past the warm-up every schedule repeats one pattern per period of
+    micro-batches, so each output is affine in m on m = m0 + j·period. For large m we simulate three
+    points of that progression, check that their second difference is zero (else fall back to the
+    full simulation) and extrapolate; tests compare this with full simulations."""
     period = _period(schedule, p)
     m0 = (2 * p + 2) // period * period + period  # past warm-up and cool-down, on the progression
     on_progression = schedule not in ("Interleaved1F1B", "InterleavedZeroBubble") or m % p == 0
     if m <= m0 + _DIRECT_LIMIT * period or not on_progression:
-        y = _summary(schedule, p, m, v, f, b, w)
-    else:
-        y0, y1, y2 = (_summary(schedule, p, m0 + j * period, v, f, b, w) for j in range(3))
-        if np.allclose(y2 - y1, y1 - y0, rtol=1e-9, atol=1e-9):
-            y = y0 + (y1 - y0) * ((m - m0) // period)
-        else:
-            y = _summary(schedule, p, m, v, f, b, w)
-    return float(y[0]), float(y[1]), tuple(float(x) for x in y[2:])
+        return _summary(schedule, p, m, v, f, b, w)
+    y0, y1, y2 = (_summary(schedule, p, m0 + j * period, v, f, b, w) for j in range(3))
+    if np.allclose(y2 - y1, y1 - y0, rtol=1e-9, atol=1e-9):
+        return y0 + (y1 - y0) * ((m - m0) // period)
+    return _summary(schedule, p, m, v, f, b, w)
+
+
+@lru_cache(maxsize=None)
+def inflight_after_backward(schedule: str, p: int, m: int, v: int, f: float = 1.0, b: float = 1.0, w: float = 1.0) -> tuple[float, ...]:
+    """Peak in-flight micro-batches per rank once that rank's first backward has run.
+
+    From then on its gradients exist: under FSDP with pipeline parallelism the stage accumulates
+    unsharded fp32 gradients across micro-batches (torch.distributed.pipelining's stage turns
+    gradient sync off until the last backward, `backward_maybe_with_nosync`), so they stand beside
+    these activations, not beside the warm-up's. Under 1F1B with m = p, rank 0 peaks at p micro-
+    batches before its first backward and at p - 1 after it (the dry run measures exactly that:
+    Llama 3 70B PP 4, benchmarks/RESULTS.md)."""
+    if p <= 1:
+        return (1.0,)
+    return tuple(float(x) for x in _summary_at(schedule, p, m, v, f, b, w)[2 + p :])
 
 
 def schedule_factors(
@@ -414,6 +434,28 @@ def schedule_factors(
     return overhead_u[inverse].reshape(sched.shape), inflight_u[inverse].reshape(sched.shape)
 
 
+def schedule_inflight_after_backward(schedule: np.ndarray, p: np.ndarray, m: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """`inflight_after_backward` on the worst rank, for arrays of candidates (NaN where torch refuses
+    the combination, 1 without a pipeline)."""
+    sched, p, m, v = np.broadcast_arrays(*(np.asarray(x, dtype=np.int64) for x in (schedule, p, m, v)))
+    unique, inverse = np.unique(np.stack([c.ravel() for c in (sched, p, m, v)], axis=1), axis=0, return_inverse=True)
+    after_u = np.array([_after(*(int(x) for x in row)) for row in unique.tolist()])
+    return after_u[inverse.reshape(-1)].reshape(sched.shape)
+
+
+@lru_cache(maxsize=None)
+def _after(s: int, p: int, m: int, v: int) -> float:
+    if p <= 1:
+        return 1.0
+    if not 0 <= s < len(SCHEDULES):
+        return float("nan")
+    try:
+        check(SCHEDULES[s], p, m, v)
+    except BandwiseError:
+        return float("nan")
+    return max(inflight_after_backward(SCHEDULES[s], p, m, v))
+
+
 @lru_cache(maxsize=None)
 def _factors(s: int, p: int, m: int, v: int, f: float, b: float, w: float) -> tuple[float, float]:
     if p <= 1:
@@ -428,4 +470,4 @@ def _factors(s: int, p: int, m: int, v: int, f: float, b: float, w: float) -> tu
     return makespan / busy - 1.0, max(inflight)
 
 
-__all__ = ["PipelineSpec", "Timeline", "simulate", "schedule_factors", "pipeline_summary", "rounds", "SPLIT_BACKWARD"]
+__all__ = ["PipelineSpec", "Timeline", "simulate", "schedule_factors", "schedule_inflight_after_backward", "pipeline_summary", "inflight_after_backward", "rounds", "SPLIT_BACKWARD"]

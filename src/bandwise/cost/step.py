@@ -50,7 +50,7 @@ from bandwise.cost.memory import (
     model_state_bytes,
     weight_bytes,
 )
-from bandwise.cost.pipeline import schedule_factors
+from bandwise.cost.pipeline import schedule_factors, schedule_inflight_after_backward
 from bandwise.cost.schedules import dualpipe_v_alone
 from bandwise.specs.hardware import Cluster
 from bandwise.specs.model import ModelSpec
@@ -548,6 +548,7 @@ def _combine(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, b: dict[str, n
     hidden_mb = hidden_mb + np.where(zero == 3, layers_rank * (2 * ag + rs), 0.0) - fsdp_exposed
     contention_mb = dev.comm_sm_share * np.maximum(hidden_mb, 0.0)
     bubble_overhead, inflight = schedule_factors(c.schedule, pp, n_mb, v)
+    inflight_graded = schedule_inflight_after_backward(c.schedule, pp, n_mb, v)  # once gradients exist
     busy = n_mb * (compute_mb_total + contention_mb + exposed_mb + fsdp_exposed)
     bubble = busy * bubble_overhead * chunk_ratio
 
@@ -663,15 +664,24 @@ def _combine(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, b: dict[str, n
     # DeepSeek-V3 measure exactly 8 bytes a head parameter of buffers there, benchmarks/RESULTS.md)
     head_phase = unit * b["out_local"] - head_logits
 
-    def fsdp_of(dense: np.ndarray, expert: np.ndarray, has_head: np.ndarray) -> np.ndarray:
-        stage_unsharded = (BF16 + P.grad_reduce_bytes) * (dense + expert)
+    # The stage's unsharded gradients appear with its first backward, so they stand beside the
+    # micro-batches in flight from then on (`pipeline.inflight_after_backward`), not beside the
+    # warm-up's peak: under 1F1B with as many micro-batches as stages rank 0 holds p before its
+    # first backward and p - 1 after it. `relief` is what the role's activations have fallen by.
+    graded_drop = np.maximum(inflight - inflight_graded, 0.0)
+    reliefs = [graded_drop * first_layers * stage_mb, np.where(holds_all, graded_drop, 0.0) * head_layers * stage_mb,
+               graded_drop * layers_rank * stage_mb]
+
+    def fsdp_of(dense: np.ndarray, expert: np.ndarray, has_head: np.ndarray, relief: np.ndarray) -> np.ndarray:
+        gathered, grads = BF16 * (dense + expert), P.grad_reduce_bytes * (dense + expert)
+        stage_unsharded = gathered + np.maximum(grads - relief, 0.0)
         per_unit = np.maximum(layer_buffers, np.where(has_head, head_phase, layer_buffers))
         return np.where(zero == 3, np.where(whole_stage, np.maximum(stage_unsharded, layer_buffers), per_unit), 0.0)
 
     # the fullest rank is the role whose states, activations and buffers sum highest (not the largest
     # of each from different ranks: under a V-shaped schedule with its layers balanced, DeepSeek-V3's
     # rank 0 holds the embedding, head and MTP module, an inner rank the most layers)
-    fsdp_of_role = [fsdp_of(d, x, h) for d, x, h in roles]
+    fsdp_of_role = [fsdp_of(d, x, h, r) for (d, x, h), r in zip(roles, reliefs)]
     acts_of = [act_first, act_last, act_inner]
     role_totals = np.stack(np.broadcast_arrays(*(st + a + f for st, a, f in zip(states_of, acts_of, fsdp_of_role))))
     fullest = np.argmax(role_totals, axis=0)
