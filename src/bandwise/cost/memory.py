@@ -174,8 +174,8 @@ def head_input_bytes_per_token(m: ModelSpec, tp, *, sequence_parallel: bool = Tr
     keeps it so, whole on every TP rank (`gathered_gemm_inputs`, as for the layers' GEMMs); the
     dry run finds both tensors at the loss (Llama 3 8B at TP 8, 8,192 tokens: 64 MiB gathered, 8 MiB
     sharded; benchmarks/RESULTS.md)."""
-    split = np.where(sequence_parallel, tp, 1.0)
-    return BF16 * m.hidden * (1.0 / split + (1.0 if gathered_gemm_inputs and sequence_parallel else 1.0 / split))
+    split = np.where(sequence_parallel, tp, 1.0)  # without sequence parallelism both are whole anyway
+    return BF16 * m.hidden * (1.0 / split + (1.0 if gathered_gemm_inputs else 1.0 / split))
 
 
 def logits_bytes_per_token(m: ModelSpec) -> float:

@@ -407,15 +407,25 @@ def inflight_after_backward(schedule: str, p: int, m: int, v: int, f: float = 1.
 def schedule_factors(
     schedule: np.ndarray, p: np.ndarray, m: np.ndarray, v: np.ndarray, *, f: float = 1.0, b: float = 1.0, w: float = 1.0
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(bubble overhead, in-flight micro-batches) for arrays of candidates, from the simulator.
+    """(bubble overhead, in-flight micro-batches) of `pipeline_factors`."""
+    overhead, inflight, _ = pipeline_factors(schedule, p, m, v, f=f, b=b, w=w)
+    return overhead, inflight
+
+
+def pipeline_factors(
+    schedule: np.ndarray, p: np.ndarray, m: np.ndarray, v: np.ndarray, *, f: float = 1.0, b: float = 1.0, w: float = 1.0
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(bubble overhead, in-flight micro-batches, in-flight once gradients exist) for arrays of
+    candidates, from the simulator.
 
     bubble overhead = idle / useful time on the busiest rank, so step = compute · (1 + overhead),
     i.e. makespan / busy - 1. in-flight = peak micro-batch activations on the worst rank, in
-    units of one micro-batch through all of that rank's layers. schedule holds indices into
+    units of one micro-batch through all of that rank's layers; the third is the same peak after
+    that rank's first backward (`inflight_after_backward`). schedule holds indices into
     SCHEDULES; p, m, v are stage ranks, micro-batches, stages per rank. The planner's default
     times are backward = 2 x forward, split evenly (b = w = f). Each distinct (schedule, p, m, v)
     is simulated once per process. Combinations torch refuses (see `schedules.check`) give NaN:
-    the planner's `valid_mask` drops them with the same rule. p <= 1 is no pipeline: (0, 1).
+    the planner's `valid_mask` drops them with the same rule. p <= 1 is no pipeline: (0, 1, 1).
     """
     sched, p, m, v = np.broadcast_arrays(*(np.asarray(x, dtype=np.int64) for x in (schedule, p, m, v)))
     cols = [sched.ravel(), p.ravel(), m.ravel(), v.ravel()]
@@ -426,48 +436,24 @@ def schedule_factors(
         unique = np.stack([keys_u >> 42, keys_u >> 26 & 0xFFFF, keys_u >> 6 & 0xFFFFF, keys_u & 0x3F], axis=1)
     else:
         unique, inverse = np.unique(np.stack(cols, axis=1), axis=0, return_inverse=True)
-    overhead_u = np.empty(len(unique))
-    inflight_u = np.empty(len(unique))
-    for i, (s, pp, mm, vv) in enumerate(unique.tolist()):
-        overhead_u[i], inflight_u[i] = _factors(int(s), int(pp), int(mm), int(vv), float(f), float(b), float(w))
+    values = np.array([_factors(int(s), int(pp), int(mm), int(vv), float(f), float(b), float(w)) for s, pp, mm, vv in unique.tolist()]).reshape(-1, 3)
     inverse = inverse.reshape(-1)
-    return overhead_u[inverse].reshape(sched.shape), inflight_u[inverse].reshape(sched.shape)
-
-
-def schedule_inflight_after_backward(schedule: np.ndarray, p: np.ndarray, m: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """`inflight_after_backward` on the worst rank, for arrays of candidates (NaN where torch refuses
-    the combination, 1 without a pipeline)."""
-    sched, p, m, v = np.broadcast_arrays(*(np.asarray(x, dtype=np.int64) for x in (schedule, p, m, v)))
-    unique, inverse = np.unique(np.stack([c.ravel() for c in (sched, p, m, v)], axis=1), axis=0, return_inverse=True)
-    after_u = np.array([_after(*(int(x) for x in row)) for row in unique.tolist()])
-    return after_u[inverse.reshape(-1)].reshape(sched.shape)
+    return tuple(values[inverse, k].reshape(sched.shape) for k in range(3))  # type: ignore[return-value]
 
 
 @lru_cache(maxsize=None)
-def _after(s: int, p: int, m: int, v: int) -> float:
+def _factors(s: int, p: int, m: int, v: int, f: float, b: float, w: float) -> tuple[float, float, float]:
     if p <= 1:
-        return 1.0
+        return 0.0, 1.0, 1.0
+    nan = float("nan")
     if not 0 <= s < len(SCHEDULES):
-        return float("nan")
+        return nan, nan, nan
     try:
         check(SCHEDULES[s], p, m, v)
     except BandwiseError:
-        return float("nan")
-    return max(inflight_after_backward(SCHEDULES[s], p, m, v))
-
-
-@lru_cache(maxsize=None)
-def _factors(s: int, p: int, m: int, v: int, f: float, b: float, w: float) -> tuple[float, float]:
-    if p <= 1:
-        return 0.0, 1.0
-    if not 0 <= s < len(SCHEDULES):
-        return float("nan"), float("nan")
-    try:
-        check(SCHEDULES[s], p, m, v)
-    except BandwiseError:
-        return float("nan"), float("nan")
+        return nan, nan, nan
     makespan, busy, inflight = pipeline_summary(SCHEDULES[s], p, m, v, f, b, w)
-    return makespan / busy - 1.0, max(inflight)
+    return makespan / busy - 1.0, max(inflight), max(inflight_after_backward(SCHEDULES[s], p, m, v, f, b, w))
 
 
-__all__ = ["PipelineSpec", "Timeline", "simulate", "schedule_factors", "schedule_inflight_after_backward", "pipeline_summary", "inflight_after_backward", "rounds", "SPLIT_BACKWARD"]
+__all__ = ["PipelineSpec", "Timeline", "simulate", "schedule_factors", "pipeline_factors", "pipeline_summary", "inflight_after_backward", "rounds", "SPLIT_BACKWARD"]

@@ -50,7 +50,7 @@ from bandwise.cost.memory import (
     model_state_bytes,
     weight_bytes,
 )
-from bandwise.cost.pipeline import schedule_factors, schedule_inflight_after_backward
+from bandwise.cost.pipeline import pipeline_factors
 from bandwise.cost.schedules import dualpipe_v_alone
 from bandwise.specs.hardware import Cluster
 from bandwise.specs.model import ModelSpec
@@ -547,8 +547,7 @@ def _combine(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, b: dict[str, n
     hidden_mb = layers_rank * (tp_layer - tp_exposed + b["cp_layer"] - b["cp_exposed"] + ep_occupied)
     hidden_mb = hidden_mb + np.where(zero == 3, layers_rank * (2 * ag + rs), 0.0) - fsdp_exposed
     contention_mb = dev.comm_sm_share * np.maximum(hidden_mb, 0.0)
-    bubble_overhead, inflight = schedule_factors(c.schedule, pp, n_mb, v)
-    inflight_graded = schedule_inflight_after_backward(c.schedule, pp, n_mb, v)  # once gradients exist
+    bubble_overhead, inflight, inflight_graded = pipeline_factors(c.schedule, pp, n_mb, v)  # graded: once gradients exist
     busy = n_mb * (compute_mb_total + contention_mb + exposed_mb + fsdp_exposed)
     bubble = busy * bubble_overhead * chunk_ratio
 
