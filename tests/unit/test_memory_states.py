@@ -37,15 +37,20 @@ def test_unknown_recompute_module_is_refused():
 def test_fsdp_with_pipeline_keeps_the_stage_gathered_with_fp32_gradients():
     """FSDP x PP (TorchTitan's reshard_after_forward = not pp_enabled; torch pipelining's no-sync until
     the last backward): the stage's bf16 parameters and fp32 accumulated gradients, 6 bytes per
-    parameter of the stage on top of its sharded states; without PP, two layers' buffers."""
+    parameter of the stage on top of its sharded states, and the bf16 weight gradient of its largest
+    unit before its accumulation; without PP, two layers' buffers. The sharded
+    fp32 gradients appear only with the last micro-batch's reduce-scatter, after the peak."""
     m, c = get_model("llama3-70b"), get_cluster("h100")
     s = Strategy(dp_shard=8, tp=8, pp=4, micro_batch=1, global_batch=64, recompute="full")
     on = estimate(m, c, s)
     off = estimate(m, c, s, replace(DEFAULT_PARAMS, fsdp_pp_unsharded=False))
-    # the fullest rank: 20 of 80 layers and the output layer, split over TP 8
+    # the fullest rank: the first, with 20 of 80 layers and the embedding (as large as the output
+    # layer) and the most micro-batches in flight, split over TP 8; its largest FSDP unit is a layer
     stage_params = (m.non_expert_layer_params / 4 + m.output_params) / 8
     assert on.memory_gib["params"] * GIB == pytest.approx(4 * stage_params / 8, rel=1e-3)  # fp32 shard over dp_shard 8
-    assert on.memory_gib["buffers"] * GIB - DEFAULT_PARAMS.reserved_bytes == pytest.approx(6 * stage_params, rel=1e-3)
+    largest_unit = m.non_expert_layer_params / m.layers / 8
+    assert on.memory_gib["buffers"] * GIB - DEFAULT_PARAMS.reserved_bytes == pytest.approx(6 * stage_params + 2 * largest_unit, rel=1e-3)
+    assert on.memory_gib["grads_not_at_peak"] * GIB == pytest.approx(-4 * stage_params / 8, rel=1e-3)
     assert on.memory_gib["buffers"] > off.memory_gib["buffers"] + 10
     # without PP the switch changes nothing: two layers gathered, one layer's gradient
     flat = Strategy(dp_shard=32, tp=8, micro_batch=1, global_batch=64, recompute="full")
@@ -185,3 +190,15 @@ def test_fsdp_pp_gradients_stand_beside_the_micro_batches_after_the_first_backwa
     grads_unsharded = short["params"] * 8  # the fp32 shard of the stage's weights, gathered
     one_micro_batch = short["activations"] / 4
     assert long["total"] - short["total"] == pytest.approx(min(grads_unsharded, one_micro_batch), rel=1e-9)
+
+
+@pytest.mark.parametrize("schedule,held", [("GPipe", 3), ("1F1B", 0)])
+def test_all_forward_schedules_keep_every_micro_batchs_loss_on_the_last_stage(schedule, held):
+    """torch's pipeline schedules run the loss in the last stage's forward. Under GPipe the last stage
+    keeps what the loss keeps of the logits for all m micro-batches before its first backward; 1F1B
+    runs each one's backward next. With 4 micro-batches, what 2 more kept bytes a logit add is
+    closed-form: (m - 1) · s · 2 · V, and nothing under 1F1B."""
+    m, c = get_model("llama3-8b"), get_cluster("h100")
+    s = Strategy(dp_shard=4, pp=2, micro_batch=1, global_batch=16, schedule=schedule)
+    two, four = (estimate(m, c, s, replace(DEFAULT_PARAMS, loss_kept_bytes_per_logit=k)) for k in (2.0, 4.0))
+    assert (four.memory_gib["activations"] - two.memory_gib["activations"]) * GIB == pytest.approx(held * m.seq_len * 2 * m.vocab, abs=1.0)

@@ -136,11 +136,11 @@ def test_compare_plans_each_cluster_like_plan_does(inputs):
 
 def test_sweep_json_keys_and_crossover_match(capsys):
     code, out, err = run(["sweep", "--model", "llama3-8b", "--devices", "64", "--global-batch", "256",
-                          "--vary", "scale-out-bandwidth=10,25,3", "--json"], capsys)
+                          "--vary", "scale-out-bandwidth=10,25,1", "--json"], capsys)
     assert code == 0, err
     doc = json.loads(out)
     assert set(doc) == {"model", "devices", "global_batch", "threshold", "base_cluster", "vary", "unit", "values", "crossover", "points"}
-    assert doc["values"] == [3, 10, 25] and [p["value"] for p in doc["points"]] == [3, 10, 25]
+    assert doc["values"] == [1, 10, 25] and [p["value"] for p in doc["points"]] == [1, 10, 25]
     point_keys = {"cluster", "value", "searched", "fitting", "seconds", "narrowed", "best", "best_without_pp", "mfu_best", "mfu_without_pp",
                   "mfu_gap", "verdict", "dominant_exposed", "dominant_exposed_best"}
     for p in doc["points"]:

@@ -178,6 +178,31 @@ def head_input_bytes_per_token(m: ModelSpec, tp, *, sequence_parallel: bool = Tr
     return BF16 * m.hidden * (1.0 / split + (1.0 if gathered_gemm_inputs else 1.0 / split))
 
 
+def weight_output_grad_bytes_per_token(m: ModelSpec, *, moe_layer: bool) -> tuple[float, float]:
+    """(bytes per token of one layer, the part replicated across TP ranks) of the gradients at the
+    outputs of its weight-bearing GEMMs, in bf16: what a split backward keeps for each micro-batch
+    between its input-gradient pass and its weight-gradient pass, since dW = dY^T X needs dY (Qi et
+    al. 2023, "Zero Bubble Pipeline Parallelism", Sec. 2). One element per output feature of each
+    GEMM: the query, key, value and output projections (MLA: the two down-projections, whole on
+    every TP rank, and the two up-projections), the MLP's two or three; in an MoE layer the top-k
+    routed experts' and the shared experts', and the router's scores.""" 
+    h, H = m.hidden, m.heads
+    replicated = 0.0
+    if m.is_mla:
+        split = H * m.d_head + H * (m.qk_nope_head_dim + m.d_value) + h
+        replicated = (m.q_lora_rank or 0) + m.kv_lora_rank + m.qk_rope_head_dim
+    else:
+        split = H * m.d_head + m.n_kv_heads * (m.d_head + m.d_value) + h
+    mlp = lambda ffn: (2 if m.gated_mlp else 1) * ffn + h  # noqa: E731
+    if moe_layer:
+        # n shared experts of width f run as one MLP of width n·f (Megatron-Core's shared_experts, this runtime's MoE)
+        split += m.top_k * mlp(m.expert_ffn) + (mlp(m.shared_experts * m.shared_ffn) if m.shared_experts else 0)
+        replicated += m.experts
+    else:
+        split += mlp(m.ffn)
+    return BF16 * split, BF16 * replicated
+
+
 def logits_bytes_per_token(m: ModelSpec) -> float:
     """The output layer's fp32 logits kept for the cross-entropy backward (Korthikanti Sec. 4.3: 4·s·b·v)."""
     return 4.0 * m.vocab

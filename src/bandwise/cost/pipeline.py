@@ -350,19 +350,28 @@ def _simulate_summary(schedule: str, p: int, m: int, v: int, f: float, b: float,
                 progressed = True
         if not progressed:
             raise RuntimeError(f"{schedule} p={p} m={m} v={v} deadlocks")
-    inflight, after = [], []
+    inflight, after, waiting, head_waiting = [], [], [], []
     for seq in orders:
         units = peak = 0
         peak_after = -1  # the most in flight once the rank's first backward is done (-1: never)
-        for kind, _, _ in seq:
+        wait = head = wait_at_peak = head_at_peak = 0  # between I and W: all stages', the last stage's
+        for kind, st, _ in seq:
             units += 1 if kind == "F" else -1 if kind in "BW" else 0  # I keeps the inputs W needs (kept_for_w = 1)
-            peak = max(peak, units)
+            step = 1 if kind == "I" else -1 if kind == "W" else 0
+            wait += step
+            head += step if st == n_last else 0
+            if units > peak:
+                peak, wait_at_peak, head_at_peak = units, wait, head
+            elif units == peak:
+                wait_at_peak, head_at_peak = max(wait_at_peak, wait), max(head_at_peak, head)
             if kind != "F" or peak_after >= 0:
                 peak_after = max(peak_after, units)
         inflight.append(peak / v)
         after.append(max(peak_after, 0) / v)
+        waiting.append(wait_at_peak / v)
+        head_waiting.append(float(head_at_peak))
     busy = max(sum(dur[a.kind] for a in seq) for seq in orders)
-    return np.array([max(clock), busy, *inflight, *after])
+    return np.array([max(clock), busy, *inflight, *after, *waiting, *head_waiting])
 
 
 @lru_cache(maxsize=None)
@@ -401,27 +410,45 @@ def inflight_after_backward(schedule: str, p: int, m: int, v: int, f: float = 1.
     Llama 3 70B PP 4, benchmarks/RESULTS.md)."""
     if p <= 1:
         return (1.0,)
-    return tuple(float(x) for x in _summary_at(schedule, p, m, v, f, b, w)[2 + p :])
+    return tuple(float(x) for x in _summary_at(schedule, p, m, v, f, b, w)[2 + p : 2 + 2 * p])
+
+
+@lru_cache(maxsize=None)
+def waiting_for_weights(schedule: str, p: int, m: int, v: int, f: float = 1.0, b: float = 1.0, w: float = 1.0) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Per rank, at its in-flight peak: the micro-batches between their input-gradient pass (I) and
+    their weight-gradient pass (W), in units of the rank's layers, and how many of them are the last
+    stage's (the output layer's).
+
+    A split backward keeps, for each such micro-batch, the gradient at every weight's output: W
+    computes dW = dY^T X from the layer's input X and that output gradient dY (Qi et al. 2023, "Zero
+    Bubble Pipeline Parallelism", Sec. 2). For the output layer dY is the logits' gradient. Zero
+    for schedules that do not split the backward. Where several moments share the in-flight peak,
+    the most waiting among them."""
+    if p <= 1:
+        return (0.0,), (0.0,)
+    y = _summary_at(schedule, p, m, v, f, b, w)
+    return tuple(float(x) for x in y[2 + 2 * p : 2 + 3 * p]), tuple(float(x) for x in y[2 + 3 * p : 2 + 4 * p])
 
 
 def schedule_factors(
     schedule: np.ndarray, p: np.ndarray, m: np.ndarray, v: np.ndarray, *, f: float = 1.0, b: float = 1.0, w: float = 1.0
 ) -> tuple[np.ndarray, np.ndarray]:
     """(bubble overhead, in-flight micro-batches) of `pipeline_factors`."""
-    overhead, inflight, _ = pipeline_factors(schedule, p, m, v, f=f, b=b, w=w)
+    overhead, inflight, *_ = pipeline_factors(schedule, p, m, v, f=f, b=b, w=w)
     return overhead, inflight
 
 
 def pipeline_factors(
     schedule: np.ndarray, p: np.ndarray, m: np.ndarray, v: np.ndarray, *, f: float = 1.0, b: float = 1.0, w: float = 1.0
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(bubble overhead, in-flight micro-batches, in-flight once gradients exist) for arrays of
-    candidates, from the simulator.
+    """(bubble overhead, in-flight micro-batches, in-flight once gradients exist, waiting for their
+    weight pass, of them the output layer's) for arrays of candidates, from the simulator.
 
     bubble overhead = idle / useful time on the busiest rank, so step = compute · (1 + overhead),
     i.e. makespan / busy - 1. in-flight = peak micro-batch activations on the worst rank, in
     units of one micro-batch through all of that rank's layers; the third is the same peak after
-    that rank's first backward (`inflight_after_backward`). schedule holds indices into
+    that rank's first backward (`inflight_after_backward`); the last two are `waiting_for_weights`
+    at the in-flight peak, zero unless the schedule splits the backward. schedule holds indices into
     SCHEDULES; p, m, v are stage ranks, micro-batches, stages per rank. The planner's default
     times are backward = 2 x forward, split evenly (b = w = f). Each distinct (schedule, p, m, v)
     is simulated once per process. Combinations torch refuses (see `schedules.check`) give NaN:
@@ -436,24 +463,26 @@ def pipeline_factors(
         unique = np.stack([keys_u >> 42, keys_u >> 26 & 0xFFFF, keys_u >> 6 & 0xFFFFF, keys_u & 0x3F], axis=1)
     else:
         unique, inverse = np.unique(np.stack(cols, axis=1), axis=0, return_inverse=True)
-    values = np.array([_factors(int(s), int(pp), int(mm), int(vv), float(f), float(b), float(w)) for s, pp, mm, vv in unique.tolist()]).reshape(-1, 3)
+    values = np.array([_factors(int(s), int(pp), int(mm), int(vv), float(f), float(b), float(w)) for s, pp, mm, vv in unique.tolist()]).reshape(-1, 5)
     inverse = inverse.reshape(-1)
-    return tuple(values[inverse, k].reshape(sched.shape) for k in range(3))  # type: ignore[return-value]
+    return tuple(values[inverse, k].reshape(sched.shape) for k in range(5))  # type: ignore[return-value]
 
 
 @lru_cache(maxsize=None)
-def _factors(s: int, p: int, m: int, v: int, f: float, b: float, w: float) -> tuple[float, float, float]:
+def _factors(s: int, p: int, m: int, v: int, f: float, b: float, w: float) -> tuple[float, float, float, float, float]:
     if p <= 1:
-        return 0.0, 1.0, 1.0
+        return 0.0, 1.0, 1.0, 0.0, 0.0
     nan = float("nan")
     if not 0 <= s < len(SCHEDULES):
-        return nan, nan, nan
+        return nan, nan, nan, nan, nan
     try:
         check(SCHEDULES[s], p, m, v)
     except BandwiseError:
-        return nan, nan, nan
+        return nan, nan, nan, nan, nan
     makespan, busy, inflight = pipeline_summary(SCHEDULES[s], p, m, v, f, b, w)
-    return makespan / busy - 1.0, max(inflight), max(inflight_after_backward(SCHEDULES[s], p, m, v, f, b, w))
+    waiting, head_waiting = waiting_for_weights(SCHEDULES[s], p, m, v, f, b, w)
+    return (makespan / busy - 1.0, max(inflight), max(inflight_after_backward(SCHEDULES[s], p, m, v, f, b, w)),
+            max(waiting), max(head_waiting))
 
 
-__all__ = ["PipelineSpec", "Timeline", "simulate", "schedule_factors", "pipeline_factors", "pipeline_summary", "inflight_after_backward", "rounds", "SPLIT_BACKWARD"]
+__all__ = ["PipelineSpec", "Timeline", "simulate", "schedule_factors", "pipeline_factors", "pipeline_summary", "inflight_after_backward", "waiting_for_weights", "rounds", "SPLIT_BACKWARD"]

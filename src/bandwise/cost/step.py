@@ -47,6 +47,7 @@ from bandwise.cost.memory import (
     head_input_bytes_per_token,
     layer_input_bytes_per_token,
     logits_bytes_per_token,
+    weight_output_grad_bytes_per_token,
     model_state_bytes,
     weight_bytes,
 )
@@ -163,6 +164,14 @@ class CostParams:
     DeepSpeed and TorchTitan run it op by op unless a fused loss is switched on."""
     flash_attention: bool = True
     """Attention saves no score matrix (FlashAttention); off reproduces Korthikanti's 5as/h term."""
+    loss_kept_bytes_per_logit: float = 4.0
+    """Bytes a logit that the loss keeps from its forward to its backward. Megatron-LM's vocab-parallel
+    cross-entropy keeps the fp32 softmax and writes the gradient into it (4; Korthikanti et al. 2022,
+    Sec. 4.3, 4·s·b·v), so what it keeps is also its peak (`memory.logits_bytes_per_token`).
+    bandwise's trainer keeps the bf16 logits and makes a bf16 gradient beside them only in the
+    backward (2; `runtime.ops.cross_entropy`). It matters where a stage keeps several micro-batches'
+    losses at once: all-forward-then-all-backward schedules (GPipe, looped BFS) run each micro-batch's
+    loss right after its forward (torch.distributed.pipelining computes it in the last stage's forward)."""
 
 
 DEFAULT_PARAMS = CostParams()
@@ -547,7 +556,8 @@ def _combine(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, b: dict[str, n
     hidden_mb = layers_rank * (tp_layer - tp_exposed + b["cp_layer"] - b["cp_exposed"] + ep_occupied)
     hidden_mb = hidden_mb + np.where(zero == 3, layers_rank * (2 * ag + rs), 0.0) - fsdp_exposed
     contention_mb = dev.comm_sm_share * np.maximum(hidden_mb, 0.0)
-    bubble_overhead, inflight, inflight_graded = pipeline_factors(c.schedule, pp, n_mb, v)  # graded: once gradients exist
+    # graded: once gradients exist; waiting: between a split backward's input and weight passes
+    bubble_overhead, inflight, inflight_graded, waiting, head_waiting = pipeline_factors(c.schedule, pp, n_mb, v)
     busy = n_mb * (compute_mb_total + contention_mb + exposed_mb + fsdp_exposed)
     bubble = busy * bubble_overhead * chunk_ratio
 
@@ -637,15 +647,28 @@ def _combine(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, b: dict[str, n
     # weight gradient (after the loss's backward has freed the logits)
     head_in = (1 + m_.mtp_depth) * tokens * head_input_bytes_per_token(
         m_, tp, sequence_parallel=P.sequence_parallel, gathered_gemm_inputs=P.tp_gathered_inputs)
+    # Under GPipe-like schedules the last stage keeps every earlier micro-batch's loss (what it keeps of
+    # the logits) and head inputs while the first backward runs: `last_inflight - 1` of them
+    kept_loss = (1 + m_.mtp_depth) * tokens * P.loss_kept_bytes_per_logit * m_.vocab / tp
+    held_heads = (last_inflight - 1.0) * (kept_loss + head_in)
     # the head and the MTP block belong to the last stage, whose micro-batches leave soonest (one at a
     # time but under GPipe-like schedules); a V-shaped schedule runs it on the first rank
     # The recomputed layer's working set and the logits are never alive together: the backward
     # frees the logits and their gradient in the head before it reaches the last block, whose
     # forward torch.utils.checkpoint re-runs only then (measured: Llama 3 8B under full
     # recomputation peaks in the loss with 0.07 GiB of kept activations, benchmarks/RESULTS.md)
-    act_first = inflight * first_layers * stage_mb + np.where(together, m_.mtp_depth * stage_mb + np.maximum(working, head_logits + head_in), working)
-    act_last = last_inflight * (head_layers + m_.mtp_depth) * stage_mb + np.maximum(working, head_logits + head_in)
-    act_inner = inflight * layers_rank * stage_mb + working
+    # A split backward (zero-bubble schedules) keeps each waiting micro-batch's gradients at its GEMMs'
+    # outputs for the weight pass (`pipeline.waiting_for_weights`); the output layer's is the logits'
+    # gradient, bf16 as the logits are, beside the head's inputs that its weight gradient reads
+    og_d, og_dr = weight_output_grad_bytes_per_token(m_, moe_layer=False)
+    og_m, og_mr = weight_output_grad_bytes_per_token(m_, moe_layer=True) if m_.is_moe else (0.0, 0.0)
+    out_grads = tokens * (((1 - frac_moe) * og_d + frac_moe * og_m) / tp + (1 - frac_moe) * og_dr + frac_moe * og_mr)
+    head_waits = head_waiting * ((1 + m_.mtp_depth) * tokens * BF16 * m_.vocab / tp + head_in)
+    act_first = (inflight * first_layers * stage_mb + waiting * first_layers * out_grads
+                 + np.where(together, m_.mtp_depth * stage_mb + head_waits + np.maximum(working, head_logits + head_in), working))
+    act_last = (last_inflight * (head_layers + m_.mtp_depth) * stage_mb + waiting * head_layers * out_grads + held_heads + head_waits
+                + np.maximum(working, head_logits + head_in))
+    act_inner = inflight * layers_rank * stage_mb + waiting * layers_rank * out_grads + working
     # FSDP keeps two layers gathered (the one computing and the one prefetched) and one layer's
     # unsharded gradient before its reduce-scatter. Under pipeline parallelism the whole stage stays
     # gathered and its gradients accumulate unsharded across the micro-batches (`fsdp_pp_unsharded`)
@@ -668,12 +691,20 @@ def _combine(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, b: dict[str, n
     # warm-up's peak: under 1F1B with as many micro-batches as stages rank 0 holds p before its
     # first backward and p - 1 after it. `relief` is what the role's activations have fallen by.
     graded_drop = np.maximum(inflight - inflight_graded, 0.0)
-    reliefs = [graded_drop * first_layers * stage_mb, np.where(holds_all, graded_drop, 0.0) * head_layers * stage_mb,
+    reliefs = [graded_drop * first_layers * stage_mb, np.where(holds_all, graded_drop, 0.0) * ((head_layers + m_.mtp_depth) * stage_mb + kept_loss + head_in),
                graded_drop * layers_rank * stage_mb]
+
+    # A unit's weight gradients leave their matmuls in bf16 and are added into the stage's fp32
+    # accumulator only in the unit's post-backward (FSDP2 casts a no-sync gradient to reduce_dtype
+    # there): one unit's worth stands beside the activations during its backward. The output layer's,
+    # with the vocabulary's rows, is often the largest (dry runs, benchmarks/peak_tensors.py: Llama 3
+    # 8B PP 2's last stage peaks in the head's matmul beside its 0.98 GiB; GPT-3 175B PP 4's first
+    # stage in a layer's backward beside the layer's 0.14 GiB a FFN matrix)
+    unit_wgrad = lambda has_head: BF16 * np.maximum(el + fsdp_xl, np.where(has_head, b["out_local"], 0.0))  # noqa: E731
 
     def fsdp_of(dense: np.ndarray, expert: np.ndarray, has_head: np.ndarray, relief: np.ndarray) -> np.ndarray:
         gathered, grads = BF16 * (dense + expert), P.grad_reduce_bytes * (dense + expert)
-        stage_unsharded = gathered + np.maximum(grads - relief, 0.0)
+        stage_unsharded = gathered + np.maximum(grads - relief, 0.0) + unit_wgrad(has_head)
         per_unit = np.maximum(layer_buffers, np.where(has_head, head_phase, layer_buffers))
         return np.where(zero == 3, np.where(whole_stage, np.maximum(stage_unsharded, layer_buffers), per_unit), 0.0)
 
@@ -716,7 +747,13 @@ def _combine(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, b: dict[str, n
     at = np.argmax(totals, axis=0)
     pick = lambda k: np.choose(at, [np.broadcast_to(mo[k], at.shape) for mo in moments])  # noqa: E731
     activations = np.where(moment_rows, pick(0), activations)
-    freed = np.where(moment_rows, grads_rank - pick(1), 0.0)
+    # Under FSDP with pipeline parallelism a stage accumulates unsharded gradients (`fsdp_pp_unsharded`)
+    # and makes its sharded ones only in the last micro-batch's reduce-scatter, after every peak
+    # counted above; the optimizer freed the last step's (set_to_none). Experts outside FSDP (shard
+    # degree 1) keep ordinary gradients from their first backward.
+    sharded_late = P.fsdp_grads_freed & whole_stage & (zero == 3)
+    grads_sharded = P.grad_reduce_bytes * (role_dense / shard_dense + np.where(shard_expert > 1, role_expert / shard_expert, 0.0))
+    freed = np.where(moment_rows, grads_rank - pick(1), np.where(sharded_late, grads_sharded, 0.0))
     fsdp_buffers = np.where(moment_rows, pick(2), fsdp_buffers)
     buffers = fsdp_buffers + b["a2a_buffers"] + P.reserved_bytes
     memory = states - freed + activations + buffers

@@ -1,0 +1,55 @@
+"""What a split backward keeps between its input and weight passes (zero-bubble schedules)."""
+
+from __future__ import annotations
+
+import pytest
+
+from bandwise.cost.memory import BF16, weight_output_grad_bytes_per_token
+from bandwise.cost.pipeline import waiting_for_weights
+from bandwise.specs.registry import get_model
+
+
+@pytest.mark.parametrize("schedule,v", [("GPipe", 1), ("1F1B", 1), ("Interleaved1F1B", 2), ("LoopedBFS", 2)])
+def test_schedules_that_do_not_split_the_backward_keep_nothing_waiting(schedule, v):
+    waiting, head = waiting_for_weights(schedule, 4, 8, v)
+    assert waiting == (0.0,) * 4 and head == (0.0,) * 4
+
+
+def test_interleaved_zero_bubble_waiting_micro_batches_by_hand():
+    """torch's InterleavedZeroBubble for 2 ranks, 4 micro-batches, 2 stages a rank; rank 1 holds
+    stages 1 and 3 (the last):
+        F1.0 F1.1 F3.0 I3.0 F3.1 I3.1 W3.0 ...
+    Its in-flight peak (four stage-micro-batches, F3.1 onwards) is held after I3.1 with 3.0 and 3.1
+    both waiting for W: 2 stage-micro-batches = 1.0 of the rank's layers, both of the last stage.
+    Rank 0 (F0.0 F0.1 F2.0 F2.1 I2.0 W2.0 ...) peaks at four with 2.0 waiting: 0.5, none the last's."""
+    waiting, head = waiting_for_weights("InterleavedZeroBubble", 2, 4, 2)
+    assert waiting == (0.5, 1.0)
+    assert head == (0.0, 2.0)
+
+
+def _linear_outputs(module) -> int:
+    import torch
+
+    return sum(mod.out_features for mod in module.modules() if isinstance(mod, torch.nn.Linear))
+
+
+@pytest.mark.parametrize("name", ["llama3-8b", "gpt3-175b", "deepseek-v3", "qwen3-235b-a22b"])
+def test_output_gradients_are_the_runtime_layers_gemm_outputs(name):
+    """Against torch: the output features of every GEMM in one of the runtime's blocks (the routed
+    experts' once for each of the top-k, the gate's scores), built on the meta device."""
+    torch = pytest.importorskip("torch")
+    from bandwise.runtime.model import Block, ModelConfig
+
+    spec = get_model(name)
+    layers = [0] if not spec.is_moe else [spec.dense_layers]
+    if spec.is_moe and spec.dense_layers:
+        layers.insert(0, 0)
+    with torch.device("meta"):
+        for layer in layers:
+            block = Block(spec, ModelConfig(), layer)
+            outputs = _linear_outputs(block)
+            if block.moe_layer:
+                experts = block.feed_forward.experts
+                outputs += spec.top_k * (experts.w1.shape[-1] + experts.w3.shape[-1] + experts.w2.shape[-1])
+            split, replicated = weight_output_grad_bytes_per_token(spec, moe_layer=block.moe_layer)
+            assert (split + replicated) / BF16 == outputs, (name, layer)
