@@ -53,3 +53,23 @@ def test_output_gradients_are_the_runtime_layers_gemm_outputs(name):
                 outputs += spec.top_k * (experts.w1.shape[-1] + experts.w3.shape[-1] + experts.w2.shape[-1])
             split, replicated = weight_output_grad_bytes_per_token(spec, moe_layer=block.moe_layer)
             assert (split + replicated) / BF16 == outputs, (name, layer)
+
+
+def test_interleaved_stages_hold_gradients_in_spans_of_their_own_by_hand():
+    """torch's Interleaved1F1B for 2 ranks and 2 micro-batches, 2 stages a rank; rank 1 runs
+        F1.0 F1.1 F3.0 B3.0 F3.1 B3.1 B1.0 B1.1
+    Stage 3 holds gradients from B3.0 to its last backward B3.1 (the reduce-scatter ends them),
+    stage 1 from B1.0: never both. While one does, the most in flight is at F3.1: 1.0, 1.1 and 3.1,
+    three stage-micro-batches = 1.5 of the rank's layers. With 4 micro-batches the spans overlap."""
+    from bandwise.cost.pipeline import stages_with_gradients
+
+    assert stages_with_gradients("Interleaved1F1B", 2, 2, 2) == ((1.0, 1.0), (1.5, 1.5))
+    assert stages_with_gradients("Interleaved1F1B", 2, 4, 2)[0] == (2.0, 2.0)
+
+
+@pytest.mark.parametrize("schedule,p,m", [("1F1B", 4, 4), ("1F1B", 4, 9), ("GPipe", 3, 5), ("1F1B", 8, 32)])
+def test_one_stage_a_rank_holds_its_gradients_from_the_first_backward(schedule, p, m):
+    from bandwise.cost.pipeline import inflight_after_backward, stages_with_gradients
+
+    most, inflight = stages_with_gradients(schedule, p, m, 1)
+    assert most == (1.0,) * p and inflight == inflight_after_backward(schedule, p, m, 1)

@@ -35,14 +35,14 @@ import os
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
 from bandwise.cost import schedules as schedules_module
 from bandwise.cost.schedules import Action, action_orders, check, rounds, stage_rank
 from bandwise.errors import BandwiseError
-from bandwise.specs.strategy import SCHEDULES
+from bandwise.specs.strategy import SCHEDULES, V_SHAPED
 
 SPLIT_BACKWARD = ("InterleavedZeroBubble", "ZBVZeroBubble", "DualPipeV")
 
@@ -350,28 +350,57 @@ def _simulate_summary(schedule: str, p: int, m: int, v: int, f: float, b: float,
                 progressed = True
         if not progressed:
             raise RuntimeError(f"{schedule} p={p} m={m} v={v} deadlocks")
-    inflight, after, waiting, head_waiting = [], [], [], []
+    inflight, after, after_most, most_graded, waiting, head_waiting = [], [], [], [], [], []
     for seq in orders:
         units = peak = 0
-        peak_after = -1  # the most in flight once the rank's first backward is done (-1: never)
+        # Gradients: a stage's unsharded ones exist from its first gradient pass (B, or W under a split
+        # backward: I makes none) to its last, whose reduce-scatter ends them (torch.distributed.pipelining
+        # syncs a stage's gradients on its last backward). peak_after: the most in flight while any
+        # stage holds them; most: the most stages holding them at once, peak_most the most in flight then
+        peak_after = peak_most = -1
+        passes = [0] * (p * v)
+        held = most = 0
         wait = head = wait_at_peak = head_at_peak = 0  # between I and W: all stages', the last stage's
+        # one pass over the rank's order; plain comparisons, as this loop runs for every simulation
         for kind, st, _ in seq:
-            units += 1 if kind == "F" else -1 if kind in "BW" else 0  # I keeps the inputs W needs (kept_for_w = 1)
-            step = 1 if kind == "I" else -1 if kind == "W" else 0
-            wait += step
-            head += step if st == n_last else 0
+            grad_pass = kind == "B" or kind == "W"
+            if kind == "F":
+                units += 1
+            elif grad_pass:
+                units -= 1  # I keeps the inputs W needs (kept_for_w = 1)
+            if kind == "I":
+                wait += 1
+                head += st == n_last
+            elif kind == "W":
+                wait -= 1
+                head -= st == n_last
             if units > peak:
                 peak, wait_at_peak, head_at_peak = units, wait, head
             elif units == peak:
-                wait_at_peak, head_at_peak = max(wait_at_peak, wait), max(head_at_peak, head)
-            if kind != "F" or peak_after >= 0:
-                peak_after = max(peak_after, units)
+                if wait > wait_at_peak:
+                    wait_at_peak = wait
+                if head > head_at_peak:
+                    head_at_peak = head
+            if grad_pass:
+                passes[st] += 1
+                held += passes[st] == 1
+            if held:
+                if units > peak_after:
+                    peak_after = units
+                if held > most:
+                    most, peak_most = held, units
+                elif held == most and units > peak_most:
+                    peak_most = units
+            if grad_pass and passes[st] == m:
+                held -= 1
         inflight.append(peak / v)
         after.append(max(peak_after, 0) / v)
+        after_most.append(max(peak_most, 0) / v)
+        most_graded.append(float(most))
         waiting.append(wait_at_peak / v)
         head_waiting.append(float(head_at_peak))
     busy = max(sum(dur[a.kind] for a in seq) for seq in orders)
-    return np.array([max(clock), busy, *inflight, *after, *waiting, *head_waiting])
+    return np.array([max(clock), busy, *inflight, *after, *waiting, *head_waiting, *after_most, *most_graded])
 
 
 @lru_cache(maxsize=None)
@@ -400,7 +429,8 @@ def _summary_at(schedule: str, p: int, m: int, v: int, f: float, b: float, w: fl
 
 @lru_cache(maxsize=None)
 def inflight_after_backward(schedule: str, p: int, m: int, v: int, f: float = 1.0, b: float = 1.0, w: float = 1.0) -> tuple[float, ...]:
-    """Peak in-flight micro-batches per rank once that rank's first backward has run.
+    """Peak in-flight micro-batches per rank once that rank's first backward has run (its first B,
+    or under a split backward its first W: an input-gradient pass makes no weight gradient).
 
     From then on its gradients exist: under FSDP with pipeline parallelism the stage accumulates
     unsharded fp32 gradients across micro-batches (torch.distributed.pipelining's stage turns
@@ -430,29 +460,68 @@ def waiting_for_weights(schedule: str, p: int, m: int, v: int, f: float = 1.0, b
     return tuple(float(x) for x in y[2 + 2 * p : 2 + 3 * p]), tuple(float(x) for x in y[2 + 3 * p : 2 + 4 * p])
 
 
+@lru_cache(maxsize=None)
+def stages_with_gradients(schedule: str, p: int, m: int, v: int, f: float = 1.0, b: float = 1.0, w: float = 1.0) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Per rank: the most of its v stages that hold unsharded gradients at once, and the peak in-flight
+    micro-batches while that many do.
+
+    A stage's gradients accumulate unsharded from its first gradient pass (B, or W under a split
+    backward) to its last, whose reduce-scatter ends them (torch.distributed.pipelining turns the
+    gradient sync on for a stage's last backward, `backward_maybe_with_nosync`). Under interleaving
+    a rank's stages therefore hold theirs in overlapping spans, not all from the rank's first
+    backward: with 2 micro-batches on 2 ranks each stage's span ends before the next begins, and the
+    dry run of Llama 3 70B TP 8 x PP 2 interleaved (benchmarks/RESULTS.md) peaks with the
+    accumulators of the last stage's layers and none of the first's. v = 1: one stage, in flight as
+    `inflight_after_backward`."""
+    if p <= 1:
+        return (1.0,), (1.0,)
+    y = _summary_at(schedule, p, m, v, f, b, w)
+    return tuple(float(x) for x in y[2 + 5 * p : 2 + 6 * p]), tuple(float(x) for x in y[2 + 4 * p : 2 + 5 * p])
+
+
 def schedule_factors(
     schedule: np.ndarray, p: np.ndarray, m: np.ndarray, v: np.ndarray, *, f: float = 1.0, b: float = 1.0, w: float = 1.0
 ) -> tuple[np.ndarray, np.ndarray]:
     """(bubble overhead, in-flight micro-batches) of `pipeline_factors`."""
-    overhead, inflight, *_ = pipeline_factors(schedule, p, m, v, f=f, b=b, w=w)
-    return overhead, inflight
+    factors = pipeline_factors(schedule, p, m, v, f=f, b=b, w=w)
+    return factors.overhead, factors.inflight
+
+
+class PipelineFactors(NamedTuple):
+    """What the planner takes from the simulator, one array per field over the candidates.
+
+    In-flight figures are peak micro-batch activations in units of one micro-batch through all of a
+    rank's layers: on the worst rank, and on the rank that holds the output layer (`head_*`: the
+    last rank, or rank 0 under a V-shaped schedule). `*_graded` are the same peaks once the rank's
+    first stage has gradients (`inflight_after_backward`); `graded_stages` is the most of a rank's
+    stages holding gradients at once and `*_graded_most` the peak while they do
+    (`stages_with_gradients`); `waiting`, `head_waiting` come from `waiting_for_weights`.
+    """
+
+    overhead: np.ndarray
+    """Bubble overhead = idle / useful time on the busiest rank: step = compute · (1 + overhead)."""
+    inflight: np.ndarray
+    inflight_graded: np.ndarray
+    inflight_graded_most: np.ndarray
+    graded_stages: np.ndarray
+    waiting: np.ndarray
+    head_waiting: np.ndarray
+    head_inflight: np.ndarray
+    head_graded: np.ndarray
+    head_graded_most: np.ndarray
+    head_graded_stages: np.ndarray
 
 
 def pipeline_factors(
     schedule: np.ndarray, p: np.ndarray, m: np.ndarray, v: np.ndarray, *, f: float = 1.0, b: float = 1.0, w: float = 1.0
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(bubble overhead, in-flight micro-batches, in-flight once gradients exist, waiting for their
-    weight pass, of them the output layer's) for arrays of candidates, from the simulator.
+) -> PipelineFactors:
+    """`PipelineFactors` for arrays of candidates, from the simulator.
 
-    bubble overhead = idle / useful time on the busiest rank, so step = compute · (1 + overhead),
-    i.e. makespan / busy - 1. in-flight = peak micro-batch activations on the worst rank, in
-    units of one micro-batch through all of that rank's layers; the third is the same peak after
-    that rank's first backward (`inflight_after_backward`); the last two are `waiting_for_weights`
-    at the in-flight peak, zero unless the schedule splits the backward. schedule holds indices into
-    SCHEDULES; p, m, v are stage ranks, micro-batches, stages per rank. The planner's default
-    times are backward = 2 x forward, split evenly (b = w = f). Each distinct (schedule, p, m, v)
-    is simulated once per process. Combinations torch refuses (see `schedules.check`) give NaN:
-    the planner's `valid_mask` drops them with the same rule. p <= 1 is no pipeline: (0, 1, 1).
+    schedule holds indices into SCHEDULES; p, m, v are stage ranks, micro-batches, stages per rank.
+    The planner's default times are backward = 2 x forward, split evenly (b = w = f). Each distinct
+    (schedule, p, m, v) is simulated once per process. Combinations torch refuses (see
+    `schedules.check`) give NaN: the planner's `valid_mask` drops them with the same rule. p <= 1 is
+    no pipeline: no bubble, one micro-batch in flight, nothing waiting.
     """
     sched, p, m, v = np.broadcast_arrays(*(np.asarray(x, dtype=np.int64) for x in (schedule, p, m, v)))
     cols = [sched.ravel(), p.ravel(), m.ravel(), v.ravel()]
@@ -463,26 +532,31 @@ def pipeline_factors(
         unique = np.stack([keys_u >> 42, keys_u >> 26 & 0xFFFF, keys_u >> 6 & 0xFFFFF, keys_u & 0x3F], axis=1)
     else:
         unique, inverse = np.unique(np.stack(cols, axis=1), axis=0, return_inverse=True)
-    values = np.array([_factors(int(s), int(pp), int(mm), int(vv), float(f), float(b), float(w)) for s, pp, mm, vv in unique.tolist()]).reshape(-1, 5)
+    n = len(PipelineFactors._fields)
+    values = np.array([_factors(int(s), int(pp), int(mm), int(vv), float(f), float(b), float(w)) for s, pp, mm, vv in unique.tolist()]).reshape(-1, n)
     inverse = inverse.reshape(-1)
-    return tuple(values[inverse, k].reshape(sched.shape) for k in range(5))  # type: ignore[return-value]
+    return PipelineFactors(*(values[inverse, k].reshape(sched.shape) for k in range(n)))
 
 
 @lru_cache(maxsize=None)
-def _factors(s: int, p: int, m: int, v: int, f: float, b: float, w: float) -> tuple[float, float, float, float, float]:
+def _factors(s: int, p: int, m: int, v: int, f: float, b: float, w: float) -> tuple[float, ...]:
     if p <= 1:
-        return 0.0, 1.0, 1.0, 0.0, 0.0
+        return 0.0, 1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0
     nan = float("nan")
     if not 0 <= s < len(SCHEDULES):
-        return nan, nan, nan, nan, nan
+        return (nan,) * len(PipelineFactors._fields)
     try:
         check(SCHEDULES[s], p, m, v)
     except BandwiseError:
-        return nan, nan, nan, nan, nan
-    makespan, busy, inflight = pipeline_summary(SCHEDULES[s], p, m, v, f, b, w)
-    waiting, head_waiting = waiting_for_weights(SCHEDULES[s], p, m, v, f, b, w)
-    return (makespan / busy - 1.0, max(inflight), max(inflight_after_backward(SCHEDULES[s], p, m, v, f, b, w)),
-            max(waiting), max(head_waiting))
+        return (nan,) * len(PipelineFactors._fields)
+    name = SCHEDULES[s]
+    makespan, busy, inflight = pipeline_summary(name, p, m, v, f, b, w)
+    graded = inflight_after_backward(name, p, m, v, f, b, w)
+    stages, graded_most = stages_with_gradients(name, p, m, v, f, b, w)
+    waiting, head_waiting = waiting_for_weights(name, p, m, v, f, b, w)
+    head = 0 if name in V_SHAPED else p - 1  # the rank holding the last stage
+    return (makespan / busy - 1.0, max(inflight), max(graded), max(graded_most), max(stages), max(waiting), max(head_waiting),
+            inflight[head], graded[head], graded_most[head], stages[head])
 
 
-__all__ = ["PipelineSpec", "Timeline", "simulate", "schedule_factors", "pipeline_factors", "pipeline_summary", "inflight_after_backward", "waiting_for_weights", "rounds", "SPLIT_BACKWARD"]
+__all__ = ["PipelineSpec", "PipelineFactors", "Timeline", "simulate", "schedule_factors", "pipeline_factors", "pipeline_summary", "inflight_after_backward", "waiting_for_weights", "stages_with_gradients", "rounds", "SPLIT_BACKWARD"]

@@ -556,8 +556,11 @@ def _combine(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, b: dict[str, n
     hidden_mb = layers_rank * (tp_layer - tp_exposed + b["cp_layer"] - b["cp_exposed"] + ep_occupied)
     hidden_mb = hidden_mb + np.where(zero == 3, layers_rank * (2 * ag + rs), 0.0) - fsdp_exposed
     contention_mb = dev.comm_sm_share * np.maximum(hidden_mb, 0.0)
-    # graded: once gradients exist; waiting: between a split backward's input and weight passes
-    bubble_overhead, inflight, inflight_graded, waiting, head_waiting = pipeline_factors(c.schedule, pp, n_mb, v)
+    # graded: once the rank's first stage has gradients, graded_most while the most of its stages hold
+    # them at once (stage by stage under interleaving); waiting: between a split backward's passes
+    pf = pipeline_factors(c.schedule, pp, n_mb, v)
+    bubble_overhead, inflight, inflight_graded = pf.overhead, pf.inflight, pf.inflight_graded
+    waiting, head_waiting = pf.waiting, pf.head_waiting
     busy = n_mb * (compute_mb_total + contention_mb + exposed_mb + fsdp_exposed)
     bubble = busy * bubble_overhead * chunk_ratio
 
@@ -641,7 +644,7 @@ def _combine(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, b: dict[str, n
     working = np.where(rec == _FULL, tokens * act[False], 0.0)  # one layer re-materialised during backward
     logits = tokens * logits_bytes_per_token(m_) / tp
     holds_all = np.isin(c.schedule, (SCHEDULES.index("GPipe"), SCHEDULES.index("LoopedBFS"))) & (pp > 1)
-    last_inflight = np.where(holds_all, inflight, 1.0)
+    last_inflight = pf.head_inflight  # the head's rank: 1 under 1F1B, all m under GPipe, its own under interleaving
     head_logits = (1 + m_.mtp_depth) * logits  # the MTP module's pass through the head keeps its own logits
     # the final norm's and the output projection's inputs: alive with the logits, until the head's
     # weight gradient (after the loss's backward has freed the logits)
@@ -650,7 +653,7 @@ def _combine(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, b: dict[str, n
     # Under GPipe-like schedules the last stage keeps every earlier micro-batch's loss (what it keeps of
     # the logits) and head inputs while the first backward runs: `last_inflight - 1` of them
     kept_loss = (1 + m_.mtp_depth) * tokens * P.loss_kept_bytes_per_logit * m_.vocab / tp
-    held_heads = (last_inflight - 1.0) * (kept_loss + head_in)
+    held_heads = np.where(holds_all, last_inflight - 1.0, 0.0) * (kept_loss + head_in)
     # the head and the MTP block belong to the last stage, whose micro-batches leave soonest (one at a
     # time but under GPipe-like schedules); a V-shaped schedule runs it on the first rank
     # The recomputed layer's working set and the logits are never alive together: the backward
@@ -690,9 +693,21 @@ def _combine(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, b: dict[str, n
     # micro-batches in flight from then on (`pipeline.inflight_after_backward`), not beside the
     # warm-up's peak: under 1F1B with as many micro-batches as stages rank 0 holds p before its
     # first backward and p - 1 after it. `relief` is what the role's activations have fallen by.
-    graded_drop = np.maximum(inflight - inflight_graded, 0.0)
-    reliefs = [graded_drop * first_layers * stage_mb, np.where(holds_all, graded_drop, 0.0) * ((head_layers + m_.mtp_depth) * stage_mb + kept_loss + head_in),
-               graded_drop * layers_rank * stage_mb]
+    # Under interleaving (v > 1) a rank's stages hold their unsharded gradients in spans of their own,
+    # from each one's first backward to its last (`pipeline.stages_with_gradients`): first the stage
+    # whose backward comes first (on the head's rank the one with the output layer), at most
+    # `graded_stages` of them at once. The peak is the larger of the two moments.
+    def reliefs_at(inflight_then: np.ndarray, head_then: np.ndarray) -> list[np.ndarray]:
+        drop, head_drop = np.maximum(inflight - inflight_then, 0.0), np.maximum(last_inflight - head_then, 0.0)
+        # under GPipe-like schedules each backward of the last stage also frees one micro-batch's loss
+        losses_freed = np.where(holds_all, np.minimum(head_drop * v, last_inflight - 1.0), 0.0)
+        return [drop * first_layers * stage_mb, head_drop * (head_layers + m_.mtp_depth) * stage_mb + losses_freed * (kept_loss + head_in),
+                drop * layers_rank * stage_mb]
+
+    reliefs = reliefs_at(inflight_graded, pf.head_graded)
+    reliefs_most = reliefs_at(pf.inflight_graded_most, pf.head_graded_most)
+    role_layers = (first_layers, head_layers, layers_rank)
+    role_stages = (pf.graded_stages, pf.head_graded_stages, pf.graded_stages)
 
     # A unit's weight gradients leave their matmuls in bf16 and are added into the stage's fp32
     # accumulator only in the unit's post-backward (FSDP2 casts a no-sync gradient to reduce_dtype
@@ -702,16 +717,22 @@ def _combine(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, b: dict[str, n
     # stage in a layer's backward beside the layer's 0.14 GiB a FFN matrix)
     unit_wgrad = lambda has_head: BF16 * np.maximum(el + fsdp_xl, np.where(has_head, b["out_local"], 0.0))  # noqa: E731
 
-    def fsdp_of(dense: np.ndarray, expert: np.ndarray, has_head: np.ndarray, relief: np.ndarray) -> np.ndarray:
+    def fsdp_of(dense: np.ndarray, expert: np.ndarray, has_head: np.ndarray, n_layers: np.ndarray, n_stages: np.ndarray,
+                relief: np.ndarray, relief_most: np.ndarray) -> np.ndarray:
         gathered, grads = BF16 * (dense + expert), P.grad_reduce_bytes * (dense + expert)
-        stage_unsharded = gathered + np.maximum(grads - relief, 0.0) + unit_wgrad(has_head)
+        head_grads = np.where(has_head, head_dense + head_expert, 0.0)
+        stage_grads = lambda k: P.grad_reduce_bytes * (n_layers * (el + xl) * k / v + head_grads)  # noqa: E731
+        first_grads = np.where(v > 1, stage_grads(1.0), grads)
+        most_grads = np.where(n_stages < v, stage_grads(n_stages), grads)
+        held = np.maximum(np.maximum(first_grads - relief, most_grads - relief_most), 0.0)
+        stage_unsharded = gathered + held + unit_wgrad(has_head)
         per_unit = np.maximum(layer_buffers, np.where(has_head, head_phase, layer_buffers))
         return np.where(zero == 3, np.where(whole_stage, np.maximum(stage_unsharded, layer_buffers), per_unit), 0.0)
 
     # the fullest rank is the role whose states, activations and buffers sum highest (not the largest
     # of each from different ranks: under a V-shaped schedule with its layers balanced, DeepSeek-V3's
     # rank 0 holds the embedding, head and MTP module, an inner rank the most layers)
-    fsdp_of_role = [fsdp_of(d, x, h, r) for (d, x, h), r in zip(roles, reliefs)]
+    fsdp_of_role = [fsdp_of(d, x, h, n, k, r, rm) for (d, x, h), n, k, r, rm in zip(roles, role_layers, role_stages, reliefs, reliefs_most)]
     acts_of = [act_first, act_last, act_inner]
     role_totals = np.stack(np.broadcast_arrays(*(st + a + f for st, a, f in zip(states_of, acts_of, fsdp_of_role))))
     fullest = np.argmax(role_totals, axis=0)
