@@ -354,8 +354,8 @@ def _simulate_summary(schedule: str, p: int, m: int, v: int, f: float, b: float,
     for seq in orders:
         units = peak = 0
         # Gradients: a stage's unsharded ones exist from its first gradient pass (B, or W under a split
-        # backward: I makes none) to its last, whose reduce-scatter ends them (torch.distributed.pipelining
-        # syncs a stage's gradients on its last backward). peak_after: the most in flight while any
+        # backward: I makes none) to its last, after which the stage's REDUCE_GRAD reduce-scatters them
+        # (`stages_with_gradients`). peak_after: the most in flight while any
         # stage holds them; most: the most stages holding them at once, peak_most the most in flight then
         peak_after = peak_most = -1
         passes = [0] * (p * v)
@@ -466,8 +466,10 @@ def stages_with_gradients(schedule: str, p: int, m: int, v: int, f: float = 1.0,
     micro-batches while that many do.
 
     A stage's gradients accumulate unsharded from its first gradient pass (B, or W under a split
-    backward) to its last, whose reduce-scatter ends them (torch.distributed.pipelining turns the
-    gradient sync on for a stage's last backward, `backward_maybe_with_nosync`). Under interleaving
+    backward) to its last, right after which torch.distributed.pipelining runs the stage's
+    REDUCE_GRAD, FSDP's post-backward: reduce-scatter and reshard (schedules.py `_add_reduce_grad`,
+    "reduce_grad frees memory and we want to schedule it just after the last 'backward'-like stage";
+    stage.py `perform_reduce_grad`; torch 2.13). Under interleaving
     a rank's stages therefore hold theirs in overlapping spans, not all from the rank's first
     backward: with 2 micro-batches on 2 ranks each stage's span ends before the next begins, and the
     dry run of Llama 3 70B TP 8 x PP 2 interleaved (benchmarks/RESULTS.md) peaks with the
