@@ -76,8 +76,12 @@ class AllToAllDispatch:
         perm_t = torch.tensor(perm, dtype=torch.int64, device=x_ND.device)
         per_expert = [sum(recv[p][e] for p in range(self.ep)) for e in range(self.local)]
         y_sorted = experts(x_recv[perm_t], per_expert, g_recv[perm_t])
-        y_recv = torch.empty_like(y_sorted).index_copy(0, perm_t, y_sorted)  # back to arrival order
-        return _AllToAll.apply(y_recv, in_splits, out_splits, self.group)
+        # Back to arrival order by gathering with the inverse permutation: indexing keeps only the
+        # indices for its backward, where `index_copy`'s autograd formula keeps its whole source
+        # (torch's derivatives.yaml: `expand_as(source)`), one expert output a routed token a layer
+        back = torch.empty_like(perm_t)
+        back[perm_t] = torch.arange(len(perm), device=x_ND.device)
+        return _AllToAll.apply(y_sorted[back], in_splits, out_splits, self.group)
 
 
 def apply_expert_parallel(model: nn.Module, group, ep_rank: int, ep: int) -> None:
