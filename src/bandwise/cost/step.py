@@ -719,9 +719,14 @@ def _combine(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, b: dict[str, n
 
     def fsdp_of(dense: np.ndarray, expert: np.ndarray, has_head: np.ndarray, n_layers: np.ndarray, n_stages: np.ndarray,
                 relief: np.ndarray, relief_most: np.ndarray) -> np.ndarray:
-        gathered, grads = BF16 * (dense + expert), P.grad_reduce_bytes * (dense + expert)
-        head_grads = np.where(has_head, head_dense + head_expert, 0.0)
-        stage_grads = lambda k: P.grad_reduce_bytes * (n_layers * (el + xl) * k / v + head_grads)  # noqa: E731
+        # only what FSDP manages is gathered and accumulated unsharded: experts with no data-parallel
+        # peer stay outside it, their fp32 weights used in place and their gradients ordinary ones,
+        # counted with the model states (dry run, DeepSeek-V3 DualPipeV at EP = the data-parallel size:
+        # no gathered expert, 1.31 GiB of expert gradients in `grads`)
+        managed = dense + np.where(shard_expert > 1, expert, 0.0)
+        gathered, grads = BF16 * managed, P.grad_reduce_bytes * managed
+        head_grads = np.where(has_head, head_dense + np.where(shard_expert > 1, head_expert, 0.0), 0.0)
+        stage_grads = lambda k: P.grad_reduce_bytes * (n_layers * (el + fsdp_xl) * k / v + head_grads)  # noqa: E731
         first_grads = np.where(v > 1, stage_grads(1.0), grads)
         most_grads = np.where(n_stages < v, stage_grads(n_stages), grads)
         held = np.maximum(np.maximum(first_grads - relief, most_grads - relief_most), 0.0)
