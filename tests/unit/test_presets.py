@@ -272,7 +272,7 @@ def broken_preset(monkeypatch):
     def load(name):
         data = real(name)
         if name == "clusters.yaml":
-            data["clusters"]["h100"]["levels"][0] = {**data["clusters"]["h100"]["levels"][0], "bandwidth": -450.0e9}
+            data["clusters"]["h100"]["levels"][0] = {**data["clusters"]["h100"]["levels"][0], "bandwidth_bytes_per_s": -450.0e9}
         return data
 
     monkeypatch.setattr(registry, "_load_yaml", load)

@@ -80,7 +80,7 @@ def run(
     html_out: Path = HTML_OPT,
     global_batch: int = typer.Option(None, "--global-batch", help="Global batch to keep when suggesting a larger micro-batch."),
     model: str = typer.Option(None, "--model", help="Model preset or config file: FLOPs per token for MFU (else counted with FlopCounterMode)."),
-    cluster: str = typer.Option(None, "--cluster", help="Cluster preset whose device's dense peak is the MFU denominator."),
+    cluster: str = typer.Option(None, "--cluster", help="Cluster preset or file whose device's dense peak is the MFU denominator."),
     precision: str = typer.Option("bf16", "--precision", help="Which peak of the device to use for MFU."),
 ) -> None:
     """Run an unmodified `python` training script with the monitor hooked in, then report.

@@ -33,7 +33,7 @@ from bandwise.plan.verdict import decide, recommended, suggest_fit
 from bandwise.report import glossary
 from bandwise.report.output import Output
 from bandwise.report.tables import breakdown, layouts_table, min_width, plain_table
-from bandwise.specs.registry import cluster_presets, get_cluster, model_presets
+from bandwise.specs.registry import cluster_file_text, cluster_presets, get_cluster, model_presets
 from bandwise.specs.strategy import PRECISIONS, RECOMPUTE, SCHEDULES, Strategy
 
 PLAN_HELP = """Find the parallel layout with the most tokens/s per device that fits in memory, and say whether
@@ -77,10 +77,25 @@ def models(json_out: bool = typer.Option(False, "--json", help="Print JSON inste
     out.print(table, min_width=min_width(table))
 
 
-def clusters(json_out: bool = typer.Option(False, "--json", help="Print JSON instead of a table.")) -> None:
-    """List the cluster presets: device peaks, memory and the interconnect levels."""
+def clusters(
+    json_out: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+    show: str = typer.Option("", "--show", help="Only this cluster: a preset name or a cluster file."),
+    yaml_out: bool = typer.Option(False, "--yaml", help="With --show: print it as a cluster file to edit and pass to --cluster."),
+) -> None:
+    """List the cluster presets: device peaks, memory and the interconnect levels.
+
+    A cluster of your own is a YAML file with the presets' keys: `bandwise clusters --show h100
+    --yaml > my-cluster.yaml`, edit it, then `--cluster my-cluster.yaml` wherever a preset goes.
+    """
+    if yaml_out and not show:
+        raise BandwiseError("--yaml prints one cluster; name it with --show, e.g. --show h100 --yaml")
+    if yaml_out and json_out:
+        raise BandwiseError("--yaml and --json: choose one")
+    if yaml_out:
+        typer.echo(cluster_file_text(get_cluster(show)), nl=False)
+        return
     out = Output(json_mode=json_out)
-    presets = cluster_presets()
+    presets = {show: get_cluster(show)} if show else cluster_presets()
     if json_out:
         out.emit_json({name: c.to_dict() for name, c in presets.items()})
         return
@@ -135,7 +150,7 @@ and each listed layout is a table row (`--top 1048576` took 13.7 s at a million 
 
 def plan(
     model: str = typer.Option("llama3-70b", "--model", "-m", help="Model preset or path to a config.json."),
-    cluster: str = typer.Option("h100", "--cluster", "-c", help="Cluster preset (bandwise clusters)."),
+    cluster: str = typer.Option("h100", "--cluster", "-c", help="Cluster preset (bandwise clusters) or a cluster file."),
     devices: int = typer.Option(64, "--devices", "-n", help="Number of accelerators (at most 1,048,576)."),
     seq_len: int | None = SEQ_LEN,
     global_batch: int | None = GLOBAL_BATCH,
@@ -226,7 +241,7 @@ ESTIMATE_HELP = "Estimate one layout: step time split into compute, exposed comm
 
 def estimate(
     model: str = typer.Option("llama3-70b", "--model", "-m", help="Model preset or path to a config.json."),
-    cluster: str = typer.Option("h100", "--cluster", "-c", help="Cluster preset."),
+    cluster: str = typer.Option("h100", "--cluster", "-c", help="Cluster preset or a cluster file."),
     devices: int | None = typer.Option(None, "--devices", "-n", help="Accelerators (default: the product of the degrees; at most 1,048,576)."),
     seq_len: int | None = typer.Option(None, "--seq-len"),
     dp_replicate: int = typer.Option(1, "--dp-replicate"),

@@ -152,7 +152,7 @@ def _common(inputs: PlanInputs) -> dict[str, object]:
 def compare(
     model: str = typer.Option("deepseek-v3", "--model", "-m", help="Model preset or path to a config.json."),
     devices: int = typer.Option(2048, "--devices", "-n", help="Number of accelerators (at most 1,048,576)."),
-    clusters: str = typer.Option(DEFAULT_CLUSTERS, "--clusters", "-c", help="Cluster presets, comma-separated."),
+    clusters: str = typer.Option(DEFAULT_CLUSTERS, "--clusters", "-c", help="Cluster presets or cluster files, comma-separated."),
     seq_len: int | None = SEQ_LEN,
     global_batch: int | None = GLOBAL_BATCH,
     global_batch_tokens: int | None = GLOBAL_BATCH_TOKENS,
@@ -202,7 +202,7 @@ def sweep(
     vary: str = typer.Option(..., "--vary", help="scale-up-size=8,16,36,72,144 or scale-out-bandwidth=25,50,100,200,400 (GB/s per device)."),
     model: str = typer.Option("deepseek-v3", "--model", "-m", help="Model preset or path to a config.json."),
     devices: int = typer.Option(2048, "--devices", "-n", help="Number of accelerators (at most 1,048,576)."),
-    base_cluster: str = typer.Option("h100", "--base-cluster", "-c", help="Cluster preset whose level is varied."),
+    base_cluster: str = typer.Option("h100", "--base-cluster", "-c", help="Cluster preset or file whose level is varied."),
     seq_len: int | None = SEQ_LEN,
     global_batch: int | None = GLOBAL_BATCH,
     global_batch_tokens: int | None = GLOBAL_BATCH_TOKENS,

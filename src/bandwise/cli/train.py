@@ -126,7 +126,7 @@ def train(
     dry_run: bool = typer.Option(False, "--dry-run", help="Measure one rank of each role of the layout at its true world size on this CPU (fake tensors, fake process group), beside the planner's memory; no processes, no GPU."),
     layers: Optional[int] = typer.Option(None, "--layers", help="--dry-run: build this many layers (faster); the full-depth figure is extrapolated and says how."),
     pp_rank: Optional[list[int]] = typer.Option(None, "--pp-rank", help="--dry-run: play these pipeline ranks (repeatable) instead of the first, a middle and the last."),
-    cluster: str = typer.Option("h100", "--cluster", "-c", help="--dry-run: cluster preset of the planner's figures."),
+    cluster: str = typer.Option("h100", "--cluster", "-c", help="--dry-run: cluster preset or file of the planner's figures."),
     check_memory: bool = typer.Option(True, "--check-memory/--no-check-memory", help="Refuse before allocating when the planner's memory for this layout exceeds what is free."),
 ) -> None:
     spec = get_model(model)

@@ -26,7 +26,7 @@ from bandwise.inputs import read_text
 from bandwise.plan.search import FIXABLE
 from bandwise.specs.hardware import MAX_DEVICES, Cluster
 from bandwise.specs.model import MAX_DIMENSION, ModelSpec, brief
-from bandwise.specs.registry import get_cluster
+from bandwise.specs.registry import cluster_for_accelerator
 from bandwise.specs.strategy import ep_fits
 
 SWITCHES: dict[str, str] = {
@@ -520,38 +520,24 @@ def _cluster(run: dict[str, Any], devices: int, notes: list[str], completed: lis
     hw = run.get("hardware") or {}
     acc = str(hw.get("accelerator") or "")
     a = acc.lower()
-    if "tpu" in a:
-        gen = "v5p" if "v5p" in a else "v5e" if "v5e" in a else "v4" if "v4" in a else None
-        if gen is None:
-            raise BandwiseError(f"accelerator {acc!r}: no TPU preset; known: TPU v4, v5e, v5p")
-        cluster = get_cluster(f"tpu-{gen}")
+    cluster = cluster_for_accelerator(acc)
+    if cluster.levels[0].is_torus:
+        # a TPU slice: its torus is the job's own, of the shape its chip count takes
         chips = _int(hw.get("chips_per_slice"), "hardware.chips_per_slice") or devices
-        shapes = TORUS_2D if gen == "v5e" else TORUS_3D
+        shapes = TORUS_2D if len(cluster.levels[0].torus_dims) == 2 else TORUS_3D
         if chips not in shapes:
-            raise BandwiseError(f"run {run.get('id')}: no known {gen} slice shape for {chips} chips")
+            raise BandwiseError(f"run {run.get('id')}: no known {cluster.device.name} slice shape for {chips} chips; known: {', '.join(map(str, shapes))}")
         return cluster.with_level(0, size=chips, torus_dims=shapes[chips])
-    if "a100" in a:
-        cluster = get_cluster("a100-80g")
-    elif "gb200" in a:
-        cluster = get_cluster("gb200-nvl72")
-    elif "b200" in a:
-        cluster = get_cluster("b200")
-    elif "h800" in a:
-        cluster = get_cluster("h800")
-    elif "h100" in a:
-        cluster = get_cluster("h100")
-        if "96gb" in a.replace(" ", ""):
-            # TorchTitan's H100 SXM with 96 GB HBM2e at 500 W (benchmarks/llama3_h100_202412_torchtitan.md,
-            # "Hardware": 96GB HBM2e with 2.4 TB/sec peak memory bandwidth, 500 W power limit). The
-            # doc places its peak "between SXM and NVL": the midpoint of the SXM (989 TFLOPS) and
-            # the H100 NVL datasheet (1,671 sparse = 835 dense) figures.
-            dev = cluster.device
-            peak = {k: v * H100_500W_PEAK_RATIO for k, v in dev.peak_flops.items()}
-            cluster = cluster.with_device(name="h100-sxm-96g-500w", hbm_bytes=H100_HBM2E_BYTES, hbm_bandwidth=H100_HBM2E_BANDWIDTH, peak_flops=peak)
-            notes.append(f"H100 96GB HBM2e @500W: peak {peak['bf16'] / 1e12:.0f} TFLOPS (between SXM and NVL), "
-                         f"HBM {H100_HBM2E_BANDWIDTH / 1e12:.1f} TB/s, as TorchTitan states")
-    else:
-        raise BandwiseError(f"accelerator {acc!r}: no preset; known: A100, H100, H800, B200, GB200, TPU v4/v5e/v5p")
+    if cluster.device.name == "h100-sxm" and "96gb" in a.replace(" ", ""):
+        # TorchTitan's H100 SXM with 96 GB HBM2e at 500 W (benchmarks/llama3_h100_202412_torchtitan.md,
+        # "Hardware": 96GB HBM2e with 2.4 TB/sec peak memory bandwidth, 500 W power limit). The
+        # doc places its peak "between SXM and NVL": the midpoint of the SXM (989 TFLOPS) and
+        # the H100 NVL datasheet (1,671 sparse = 835 dense) figures.
+        dev = cluster.device
+        peak = {k: v * H100_500W_PEAK_RATIO for k, v in dev.peak_flops.items()}
+        cluster = cluster.with_device(name="h100-sxm-96g-500w", hbm_bytes=H100_HBM2E_BYTES, hbm_bandwidth=H100_HBM2E_BANDWIDTH, peak_flops=peak)
+        notes.append(f"H100 96GB HBM2e @500W: peak {peak['bf16'] / 1e12:.0f} TFLOPS (between SXM and NVL), "
+                     f"HBM {H100_HBM2E_BANDWIDTH / 1e12:.1f} TB/s, as TorchTitan states")
     gpn = _int(hw.get("gpus_per_node"), "hardware.gpus_per_node") or cluster.levels[0].size
     domain = _int(hw.get("nvlink_domain"), "hardware.nvlink_domain")
     if domain and domain != cluster.levels[0].size:

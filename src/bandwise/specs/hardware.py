@@ -16,7 +16,7 @@ think about TPUs", ICI section).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import Any
 
 from bandwise.errors import BandwiseError
@@ -50,6 +50,8 @@ class Device:
     comm_sm_share: float = 0.0
     """Share of the compute units a running collective occupies (NCCL runs its channels as thread
     blocks on the SMs); 0 where collectives run on dedicated engines (TPU ICI DMA)."""
+    aliases: tuple[str, ...] = ()
+    """Names a published run may give the accelerator ("H100", "TPU v5p"), matched by `registry.cluster_for_accelerator`."""
     source: str = ""
 
     def __post_init__(self) -> None:
@@ -187,22 +189,84 @@ class Cluster:
         }
 
 
+FILE_KEYS: dict[type, dict[str, str]] = {
+    Device: {"peak_flops_per_s": "peak_flops", "hbm_bandwidth_bytes_per_s": "hbm_bandwidth"},
+    Level: {"bandwidth_bytes_per_s": "bandwidth", "latency_s": "latency"},
+}
+"""Per dataclass, the keys of the preset and cluster files whose name carries a unit, and the field
+each fills; every other key is the field's own name (ratios, counts, names, sources)."""
+
+
+def _file_keys(cls: type) -> dict[str, str]:
+    """{file key: field} of `cls`: a unit suffix where the field has a unit."""
+    renamed = FILE_KEYS.get(cls, {})
+    plain = {f.name: f.name for f in fields(cls) if f.name not in renamed.values()}
+    return {**renamed, **plain}
+
+
+def _from_file(data: Any, cls: type, where: str) -> dict[str, Any]:
+    """The fields of `cls` from a file mapping: unknown and missing keys are one-line errors that name them."""
+    if not isinstance(data, dict):
+        raise BandwiseError(f"{where}: expected a mapping, got {type(data).__name__}")
+    keys = _file_keys(cls)
+    unknown = sorted(str(k) for k in data if k not in keys)
+    if unknown:
+        raise BandwiseError(f"{where}: unknown field(s) {', '.join(unknown)}; valid: {', '.join(sorted(keys))}")
+    defaults = {f.name: f.default for f in fields(cls)}
+    required = [k for k, f in keys.items() if defaults[f] is MISSING]
+    missing = [k for k in required if k not in data]
+    if missing:
+        raise BandwiseError(f"{where}: missing field(s) {', '.join(missing)}")
+    return {keys[k]: v for k, v in data.items()}
+
+
+def to_file_dict(obj: Device | Level) -> dict[str, Any]:
+    """A device or a level as a preset file writes it (unit-suffixed keys; defaults left out)."""
+    names = {f: k for k, f in _file_keys(type(obj)).items()}
+    out: dict[str, Any] = {}
+    for f in fields(obj):
+        value = getattr(obj, f.name)
+        if f.name == "name" or (f.default is not MISSING and value == f.default):
+            continue
+        out[names[f.name]] = list(value) if isinstance(value, tuple) else dict(value) if isinstance(value, dict) else value
+    return out
+
+
+def cluster_to_file_dict(cluster: Cluster) -> dict[str, Any]:
+    """A cluster as a file that `--cluster PATH` reads back to the same cluster, its device written out."""
+    return {
+        "name": cluster.name,
+        "description": cluster.description,
+        "source": cluster.source,
+        "device": {"name": cluster.device.name, **to_file_dict(cluster.device)},
+        "levels": [{"name": lv.name, **to_file_dict(lv)} for lv in cluster.levels],
+    }
+
+
 def _positive(what: str, value: Any) -> None:
     if not (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0):
-        raise BandwiseError(f"{what}={value!r} must be a positive finite number")
+        hint = ""
+        if isinstance(value, str) and "e" in value.lower():
+            hint = " (YAML reads 989.4e12 as text: write the exponent with its sign, 989.4e+12)"
+        raise BandwiseError(f"{what}={value!r} must be a positive finite number{hint}")
 
 
 def device_from_dict(data: dict[str, Any], where: str) -> Device:
-    _reject_unknown(data, Device, where)
-    return Device(**data)
+    """A device from its file form (`FILE_KEYS`); `name` may come from the enclosing key."""
+    values = _from_file(data, Device, where)
+    if "aliases" in values:
+        aliases = values["aliases"]
+        if not (isinstance(aliases, list) and all(isinstance(a, str) and a.strip() for a in aliases)):
+            raise BandwiseError(f"{where}: aliases={aliases!r} must be a list of names")
+        values["aliases"] = tuple(aliases)
+    return Device(**values)
 
 
 def level_from_dict(data: dict[str, Any], where: str) -> Level:
-    _reject_unknown(data, Level, where)
-    data = dict(data)
-    if "torus_dims" in data:
-        data["torus_dims"] = tuple(data["torus_dims"])
-    return Level(**data)
+    values = _from_file(data, Level, where)
+    if "torus_dims" in values:
+        values["torus_dims"] = tuple(values["torus_dims"])
+    return Level(**values)
 
 
 def cluster_from_dict(name: str, data: dict[str, Any], devices: dict[str, Device]) -> Cluster:
@@ -213,21 +277,19 @@ def cluster_from_dict(name: str, data: dict[str, Any], devices: dict[str, Device
     unknown = sorted(set(data) - allowed)
     if unknown:
         raise BandwiseError(f"{where}: unknown field(s) {', '.join(unknown)}; valid: {', '.join(sorted(allowed))}")
-    dev = data.get("device")
+    missing = [k for k in ("device", "levels") if k not in data]
+    if missing:
+        raise BandwiseError(f"{where}: missing field(s) {', '.join(missing)}")
+    dev = data["device"]
     if isinstance(dev, str):
         if dev not in devices:
-            raise BandwiseError(f"{where}: unknown device {dev!r}; known: {', '.join(sorted(devices))}")
+            raise BandwiseError(f"{where}: unknown device {dev!r}; give a preset ({', '.join(sorted(devices))}) or the device's fields")
         device = devices[dev]
     else:
-        device = device_from_dict(dev or {}, f"{where} device")
-    levels = tuple(level_from_dict(lv, f"{where} level {i}") for i, lv in enumerate(data.get("levels") or []))
+        # a device written out in the file (`bandwise clusters --show NAME --yaml`); its name is optional
+        dev = {"name": f"{name} device", **dev} if isinstance(dev, dict) else dev
+        device = device_from_dict(dev, f"{where} device")
+    if not isinstance(data["levels"], list):
+        raise BandwiseError(f"{where}: levels must be a list of levels, innermost first")
+    levels = tuple(level_from_dict(lv, f"{where} level {i}") for i, lv in enumerate(data["levels"]))
     return Cluster(name=name, device=device, levels=levels, description=data.get("description", ""), source=data.get("source", ""))
-
-
-def _reject_unknown(data: Any, cls: type, where: str) -> None:
-    if not isinstance(data, dict):
-        raise BandwiseError(f"{where}: expected a mapping, got {type(data).__name__}")
-    known = {f.name for f in fields(cls)}
-    unknown = sorted(set(data) - known)
-    if unknown:
-        raise BandwiseError(f"{where}: unknown field(s) {', '.join(unknown)}; valid: {', '.join(sorted(known))}")

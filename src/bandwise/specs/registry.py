@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
+from dataclasses import replace
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -17,7 +19,7 @@ import yaml
 
 from bandwise.errors import BandwiseError
 from bandwise.inputs import read_text
-from bandwise.specs.hardware import Cluster, Device, cluster_from_dict, device_from_dict
+from bandwise.specs.hardware import Cluster, Device, cluster_from_dict, cluster_to_file_dict, device_from_dict
 from bandwise.specs.model import ModelSpec
 
 
@@ -57,12 +59,100 @@ def get_model(name_or_path: str) -> ModelSpec:
     raise BandwiseError(f"unknown model {name_or_path!r}; {_did_you_mean(key, presets)}presets: {', '.join(presets)} (or a path to a config.json)")
 
 
-def get_cluster(name: str) -> Cluster:
+def get_cluster(name_or_path: str) -> Cluster:
+    """A preset by name, or a cluster file (YAML or JSON, the presets' keys; `load_cluster_file`)."""
     presets = cluster_presets()
-    key = name.lower()
-    if key not in presets:
-        raise BandwiseError(f"unknown cluster {name!r}; {_did_you_mean(key, presets)}presets: {', '.join(presets)}")
-    return presets[key]
+    key = name_or_path.lower()
+    if key in presets:
+        return presets[key]
+    path = Path(name_or_path)
+    if path.suffix.lower() in (".json", ".yaml", ".yml") or path.exists():
+        return load_cluster_file(path)
+    raise BandwiseError(
+        f"unknown cluster {name_or_path!r}; {_did_you_mean(key, presets)}presets: {', '.join(presets)} "
+        "(or a path to a cluster file: `bandwise clusters --show h100 --yaml > my-cluster.yaml`)"
+    )
+
+
+def _plain(name: str) -> str:
+    return "".join(ch for ch in name.lower() if ch.isalnum())
+
+
+def cluster_for_accelerator(accelerator: str) -> Cluster:
+    """The preset cluster of the device that a run's accelerator names: its device name or one of its
+    `aliases` appears in it (case, spaces and hyphens aside); the longest such name wins, so "GB200"
+    is not read as "B200". Derived from the presets, so each preset device is reachable."""
+    text = _plain(accelerator)
+    best: tuple[int, Cluster] | None = None
+    for cluster in cluster_presets().values():
+        for alias in (cluster.device.name, *cluster.device.aliases):
+            if _plain(alias) and _plain(alias) in text and (best is None or len(_plain(alias)) > best[0]):
+                best = (len(_plain(alias)), cluster)
+    if best is None:
+        known = sorted({a for c in cluster_presets().values() for a in c.device.aliases[:1] or (c.device.name,)})
+        raise BandwiseError(
+            f"accelerator {accelerator!r}: no preset device; known: {', '.join(known)}; for another device write a cluster "
+            "file (`bandwise clusters --show h100 --yaml`) and plan with --cluster PATH"
+        )
+    return best[1]
+
+
+MAX_CLUSTER_FILE_BYTES = 1 << 20
+"""Largest cluster file read: a preset written out is about 3 KB."""
+
+
+def cluster_file_text(cluster: Cluster) -> str:
+    """`cluster` as a file that `load_cluster_file` reads back to an equal cluster."""
+    header = (
+        "# A bandwise cluster file: edit it and pass it as --cluster PATH. Units are in the keys;\n"
+        "# bandwidths are per device per direction (a torus level's: one link's), innermost level first.\n"
+    )
+    return header + yaml.dump(cluster_to_file_dict(cluster), Dumper=_FileDumper, sort_keys=False, allow_unicode=True, width=100)
+
+
+class _FileDumper(yaml.SafeDumper):
+    """Writes floats as the presets do: 989.4e+12, not 989400000000000.0."""
+
+
+def _represent_float(dumper: yaml.SafeDumper, value: float) -> yaml.Node:
+    if not math.isfinite(value) or 1e-3 <= abs(value) < 1e5 or value == 0:
+        return dumper.represent_float(value)
+    # the shortest mantissa that reads back to the same float, with a dot: YAML 1.1 reads 2e+15 as
+    # a string and 2.0e+15 as a float
+    digits = next(d for d in range(1, 18) if float(f"{value:.{d}e}") == value)
+    mantissa, _, exponent = f"{value:.{digits}e}".partition("e")
+    mantissa = mantissa.rstrip("0")
+    mantissa += "0" if mantissa.endswith(".") else ""
+    return dumper.represent_scalar("tag:yaml.org,2002:float", f"{mantissa}e{exponent}")
+
+
+_FileDumper.add_representer(float, _represent_float)
+
+
+def load_cluster_file(path: Path) -> Cluster:
+    """One cluster: `device` (a preset name or its fields), `levels` innermost first, and optionally
+    `name`, `description`, `source`; keys and units as in presets/clusters.yaml."""
+    if not path.is_file():
+        raise BandwiseError(f"cluster file {str(path)!r} does not exist; give a preset name or a path to a cluster file")
+    text = read_text(path, limit=MAX_CLUSTER_FILE_BYTES, where=str(path), what="a cluster file", fix="write one cluster as `bandwise clusters --show h100 --yaml` does")
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}" if mark is not None else ""
+        raise BandwiseError(f"cluster file {str(path)!r}: not valid YAML{at}; write it as `bandwise clusters --show h100 --yaml` does") from None
+    if not isinstance(data, dict):
+        raise BandwiseError(f"cluster file {str(path)!r}: expected a mapping of a cluster's fields, got {type(data).__name__}")
+    data = dict(data)
+    name = data.pop("name", path.stem)
+    if not isinstance(name, str) or not name:
+        raise BandwiseError(f"cluster file {str(path)!r}: name={name!r} must be a non-empty string")
+    cluster = cluster_from_dict(name, data, device_presets())
+    preset = cluster_presets().get(name.lower())
+    if preset is not None and cluster != preset:
+        # an edited copy of a preset keeps its name in the file; the outputs tell the two apart
+        cluster = replace(cluster, name=f"{name} ({path.name})")
+    return cluster
 
 
 def _did_you_mean(key: str, names: dict[str, Any]) -> str:
