@@ -155,7 +155,8 @@ def test_compare_json_and_table(capsys):
     code, out, err = run(["compare", "--model", "debug-moe", "--devices", "16", "--global-batch", "32", "--clusters", "h100,tpu-v5p", "--json"], capsys)
     assert code == 0, err
     doc = json.loads(out)
-    assert set(doc) == {"model", "devices", "global_batch", "threshold", "clusters"}
+    assert set(doc) == {"model", "devices", "global_batch", "threshold", "clusters", "validation"}
+    assert set(doc["validation"]) == {"h100", "tpu-v5p"}
     assert [c["cluster"] for c in doc["clusters"]] == ["h100", "tpu-v5p"]
     dom = doc["clusters"][0]["dominant_exposed"]
     assert dom is None or set(dom) == {"dim", "collective", "link", "ms_per_step", "share_of_step"}

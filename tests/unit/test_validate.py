@@ -330,3 +330,35 @@ def test_cli_runs_file_and_bad_source(tmp_path, capsys):
     assert _cli(["validate", "--source", "nope"]) == 2
     err = capsys.readouterr().err
     assert "nope" in err and len(err.strip().splitlines()) <= 2
+
+
+def test_the_shipped_error_bands_are_what_validate_measures_now(guarded_results):
+    """plan, estimate and compare print data/error_bands.json; it must be what the shipped runs and
+    today's cost model give (regenerate: bandwise validate --write-bands src/bandwise/data/error_bands.json)."""
+    from bandwise.plan.bands import compute_bands, shipped_bands
+
+    assert compute_bands(guarded_results) == shipped_bands()
+
+
+def test_a_band_line_says_how_many_runs_which_side_and_where_it_stops(monkeypatch):
+    from bandwise.plan import bands
+
+    monkeypatch.setattr(bands, "shipped_bands", lambda: {
+        "h100/dense": {"runs": 41, "median_signed_error": 0.0947, "p90_abs_error": 0.2159, "largest_run_devices": 16384},
+        "h800/moe": {"runs": 1, "median_signed_error": 0.0193, "p90_abs_error": 0.0193, "largest_run_devices": 2048},
+        "tpu-v5p/dense": {"runs": 16, "median_signed_error": -0.0057, "p90_abs_error": 0.21, "largest_run_devices": 6144},
+    })
+    assert bands.band_line("h100-sxm", False, 64) == "validated against 41 published dense runs on h100: over-predicted by 9% median, 90% within ±22%"
+    assert "under-predicted by 1% median" in bands.band_line("tpu-v5p", False, 256)
+    assert "none of them ran on as many devices (6,144 at most, this is 8,960)" in bands.band_line("tpu-v5p", False, 8960)
+    assert "too few runs for a spread" in bands.band_line("h800-sxm", True, 2048)
+    assert bands.band_line("h100-sxm-96g-500w", False, 8).startswith("validated against 41")  # TorchTitan's variant is an h100
+    assert bands.band_line("gb300", True, 64).startswith("not validated: no published moe run on gb300")
+
+
+def test_plan_and_estimate_print_the_band(capsys):
+    assert _cli(["plan", "--model", "llama3-8b", "--devices", "64", "--global-batch", "256"]) == 0
+    out = capsys.readouterr().out
+    assert "tokens/s and MFU validated against" in out and "published dense runs on h100" in out
+    assert _cli(["estimate", "--model", "llama3-8b", "--dp-shard", "8", "--global-batch", "8", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["validation"]["family"] == "h100"

@@ -28,6 +28,7 @@ from bandwise.cli.options import (
 from bandwise.cost.step import CostParams, estimate as estimate_one
 from bandwise.errors import BandwiseError, NothingFits
 from bandwise.plan.advice import no_valid_layout
+from bandwise.plan.bands import band_dict, band_line
 from bandwise.plan.search import FIXABLE, SEARCH_ROWS, Layout, distinct, narrowed_note, search
 from bandwise.plan.verdict import decide, recommended, suggest_fit
 from bandwise.report import glossary
@@ -203,6 +204,7 @@ def plan(
                 "best": chosen,
                 "best_without_pp": result.best_without_pp,
                 "verdict": {"needs_pp": verdict.needs_pp, "reason": verdict.reason},
+                "validation": band_dict(clus.device.name, spec.is_moe, devices),
                 "top": listed,
             }
         )
@@ -224,6 +226,7 @@ def plan(
     style = {True: "red", False: "green", None: "yellow"}[verdict.needs_pp]
     out.print(Panel(verdict.reason, title=f"verdict: {head}", title_align="left", border_style=style))
     out.print(breakdown(chosen.estimate, f"recommended: {chosen.strategy.describe()}"))
+    out.print(f"tokens/s and MFU {band_line(clus.device.name, spec.is_moe, devices)}")
     out.print(Text(glossary.RECOMMENDED, style="dim"))
 
 
@@ -276,10 +279,11 @@ def estimate(
     est = estimate_one(spec, clus, strategy, CostParams(headroom=fraction("--headroom", headroom)))
     layout = Layout(strategy=strategy, estimate=est)
     if json_out:
-        out.emit_json(layout)
+        out.emit_json({**layout.to_dict(), "validation": band_dict(clus.device.name, spec.is_moe, n)})
         return
     out.print(f"[b]{spec.name}[/b] on [b]{n} x {clus.name}[/b]: {strategy.describe()}, micro-batch {micro_batch}, {strategy.effective_global_batch} sequences per step")
     out.print(breakdown(est, "estimate"))
+    out.print(f"tokens/s and MFU {band_line(clus.device.name, spec.is_moe, n)}")
 
 
 def _count(n: float, tokens: bool = False) -> str:

@@ -26,6 +26,7 @@ from bandwise.cli.options import (
 )
 from bandwise.cost.step import CostParams
 from bandwise.errors import BandwiseError
+from bandwise.plan.bands import band_dict
 from bandwise.plan.search import SEARCH_ROWS, Layout, narrowed_note
 from bandwise.plan.sweep import VARY_KINDS, PlanInputs, Point, SweepResult, compare as compare_clusters, parse_vary, sweep as sweep_points, vary_cluster
 from bandwise.report import glossary
@@ -185,14 +186,17 @@ def compare(
         from bandwise.report.plots import compare_chart
 
         compare_chart(points, inputs, str(png))
+    validation = {c.name: band_dict(c.device.name, inputs.model.is_moe, inputs.devices) for c in cl}
     if json_out:
-        out.emit_json({**_common(inputs), "clusters": points, **({"png": str(png)} if png else {})})
+        out.emit_json({**_common(inputs), "clusters": points, "validation": validation, **({"png": str(png)} if png else {})})
         return
     _header(out, inputs, ", ".join(names))
     table = _table(points, "Best layout with and without pipeline parallelism", "cluster")
     out.print(table, min_width=min_width(table))
     for p in points:
         out.print(_point_line(p))
+    for name, v in validation.items():
+        out.print(f"{name}: tokens/s and MFU {v['line']}")
     _narrowed_lines(out, points)
     if png is not None:
         out.print(f"chart written to {png}")

@@ -69,12 +69,17 @@ def validate(
     json_out: bool = typer.Option(False, "--json", help="Print one JSON document: runs, by_source, median_abs_error, p90_abs_error."),
     plot: Path | None = typer.Option(None, "--plot", help="Write a parity plot (predicted vs target, log axes, ±10% bands) to this PNG."),
     memory: bool = typer.Option(False, "--memory", help="Also print predicted against published memory per device, where the source gives it."),
+    write_bands: Path | None = typer.Option(None, "--write-bands", help="Write the error per device family and model kind, which plan, estimate and compare print, to this JSON file (the package ships src/bandwise/data/error_bands.json)."),
 ) -> None:
     out = Output(json_mode=json_out)
     data, sources = load_runs(runs)
     results = run_all(data, source, sources=sources)
     if plot is not None:
         parity_plot(results, plot)
+    if write_bands is not None:
+        from bandwise.plan.bands import write_bands as write
+
+        write(results, write_bands)
     if json_out:
         out.emit_json(report_dict(results))
         return
@@ -93,6 +98,8 @@ def validate(
         out.print("source-specific switches: " + "; ".join(f"{k} ({SWITCHES[k]})" for k in used))
     if plot is not None:
         out.print(f"parity plot written to {plot}")
+    if write_bands is not None:
+        out.print(f"error bands written to {write_bands}")
 
 
 def register(app: typer.Typer) -> None:

@@ -56,6 +56,10 @@ class RunResult:
     memory_predicted_gib: float | None = None
     """The predicted terms that the published figure measures (`MEMORY_BASES`)."""
     memory_basis: str | None = None
+    device: str | None = None
+    """The device the run was predicted on (its preset's, or the run's stated variant)."""
+    moe: bool | None = None
+    devices: int | None = None
 
     @property
     def error(self) -> float | None:
@@ -160,7 +164,8 @@ def predict(case: Case, params: CostParams = DEFAULT_PARAMS) -> RunResult:
     for switch in case.switches:
         params = replace(params, **PARAM_SWITCHES.get(switch, {}))
     res = RunResult(id=case.id, source=case.source, quality=case.quality, target=case.target,
-                    completed_fields=list(case.completed), notes=case.assumptions + [f"switch: {s}" for s in case.switches])
+                    completed_fields=list(case.completed), notes=case.assumptions + [f"switch: {s}" for s in case.switches],
+                    device=case.cluster.device.name, moe=case.model.is_moe, devices=case.devices)
     try:
         if all(k in case.fixed for k in DEGREES):
             found = _complete(case, params, res)

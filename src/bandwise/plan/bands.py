@@ -1,0 +1,89 @@
+"""What the validation says about a prediction like this one.
+
+A prediction is printed with the error that `bandwise validate` measured on published runs of the same
+device family and model kind (dense or MoE): how many runs, the median signed error (predicted /
+published - 1: positive is over-predicted) and the 90th percentile of the absolute error. The figures
+come from `bandwise validate --write-bands`, shipped in `data/error_bands.json`; a test recomputes
+them from the shipped runs and the cost model and fails when the file is stale.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+BANDS_FILE = "error_bands.json"
+MIN_RUNS_FOR_SPREAD = 5
+"""Below this many runs no 90th percentile is quoted: it would be one run's error."""
+
+
+def family(device: str) -> str:
+    """The device family a run is grouped by: 'h100' for h100-sxm (and TorchTitan's 96 GB variant),
+    'tpu-v5p' for tpu-v5p: the chip, not its memory size or board."""
+    parts = device.lower().split("-")
+    return "-".join(parts[:2]) if parts[0] == "tpu" else parts[0]
+
+
+def kind(is_moe: bool) -> str:
+    return "moe" if is_moe else "dense"
+
+
+def compute_bands(results: list[Any]) -> dict[str, dict[str, Any]]:
+    """{family/kind: {runs, median_signed_error, p90_abs_error}} over the predicted runs of `results`
+    (`validate.RunResult` with `device` and `moe` set)."""
+    groups: dict[str, list[float]] = {}
+    largest: dict[str, int] = {}
+    for r in results:
+        if r.error is None or r.device is None or r.moe is None:
+            continue
+        key = f"{family(r.device)}/{kind(r.moe)}"
+        groups.setdefault(key, []).append(r.error)
+        largest[key] = max(largest.get(key, 0), r.devices or 0)
+    return {
+        key: {"runs": len(errs), "median_signed_error": round(float(np.median(errs)), 4),
+              "p90_abs_error": round(float(np.percentile(np.abs(errs), 90)), 4), "largest_run_devices": largest[key]}
+        for key, errs in sorted(groups.items())
+    }
+
+
+def write_bands(results: list[Any], path: Path) -> dict[str, dict[str, Any]]:
+    bands = compute_bands(results)
+    path.write_text(json.dumps({"bands": bands, "written_by": "bandwise validate --write-bands"}, indent=1) + "\n")
+    return bands
+
+
+@cache
+def shipped_bands() -> dict[str, dict[str, Any]]:
+    text = resources.files("bandwise").joinpath("data", BANDS_FILE).read_text(encoding="utf-8")
+    return json.loads(text)["bands"]
+
+
+def band_line(device: str, is_moe: bool, devices: int) -> str:
+    """One line for a prediction on `devices` of `device` for a dense or MoE model."""
+    fam, k = family(device), kind(is_moe)
+    band = shipped_bands().get(f"{fam}/{k}")
+    if band is None:
+        return f"not validated: no published {k} run on {fam} in bandwise validate; read them as a model, not a measurement"
+    med = band["median_signed_error"]
+    side = "over" if med > 0 else "under"
+    n = band["runs"]
+    if n >= MIN_RUNS_FOR_SPREAD:
+        line = (f"validated against {n} published {k} runs on {fam}: "
+                f"{side}-predicted by {abs(med):.0%} median, 90% within ±{band['p90_abs_error']:.0%}")
+    else:
+        line = (f"validated against only {n} published {k} run{'s' if n != 1 else ''} on {fam}: "
+                f"{side}-predicted by {abs(med):.0%}{' median' if n > 1 else ''}, too few runs for a spread")
+    if devices > band["largest_run_devices"]:
+        line += f"; none of them ran on as many devices ({band['largest_run_devices']:,} at most, this is {devices:,})"
+    return line
+
+
+def band_dict(device: str, is_moe: bool, devices: int) -> dict[str, Any]:
+    """The same for --json: the band (null where none) and its line."""
+    return {"family": family(device), "kind": kind(is_moe), "band": shipped_bands().get(f"{family(device)}/{kind(is_moe)}"),
+            "line": band_line(device, is_moe, devices)}
