@@ -286,14 +286,14 @@ def test_bad_preset_is_one_line_and_exit_2(capsys, broken_preset):
     code, out, err = run_cli(capsys, "clusters", "--json")
     assert code == 2 and not out
     lines = err.strip().splitlines()
-    assert lines[0].startswith("bandwise: error: level 'nvlink': bandwidth=-450000000000.0 must be")
+    assert lines[0].startswith("bandwise: error: level 'nvlink': bandwidth_bytes_per_s=-450000000000.0 must be")
     assert len(lines) == 1 and "Traceback" not in err  # a user error names its fix; no --debug hint
 
 
 def test_debug_shows_the_exception(capsys, broken_preset):
     from bandwise.cli.main import main
 
-    with pytest.raises(BandwiseError, match="bandwidth=-450000000000.0"):
+    with pytest.raises(BandwiseError, match="bandwidth_bytes_per_s=-450000000000.0"):
         main(["--debug", "clusters"])
 
 

@@ -120,11 +120,11 @@ def device(**changes) -> Device:
     "changes, names",
     [
         (dict(peak_flops={"fp8": 2e15}), "'bf16'"),
-        (dict(peak_flops={"bf16": -1.0}), "peak_flops[bf16]=-1.0"),
-        (dict(peak_flops={"bf16": math.nan}), "peak_flops[bf16]=nan"),
+        (dict(peak_flops={"bf16": -1.0}), "peak_flops_per_s[bf16]=-1.0"),
+        (dict(peak_flops={"bf16": math.nan}), "peak_flops_per_s[bf16]=nan"),
         (dict(hbm_bytes=0), "hbm_bytes=0"),
-        (dict(hbm_bandwidth=True), "hbm_bandwidth=True"),
-        (dict(hbm_bandwidth=math.inf), "hbm_bandwidth=inf"),
+        (dict(hbm_bandwidth=True), "hbm_bandwidth_bytes_per_s=True"),
+        (dict(hbm_bandwidth=math.inf), "hbm_bandwidth_bytes_per_s=inf"),
         (dict(gemm_efficiency=1.5), "gemm_efficiency=1.5"),
         (dict(gemm_efficiency=0.0), "gemm_efficiency=0.0"),
     ],
@@ -149,10 +149,10 @@ def level(**changes) -> Level:
     [
         (dict(size=-1), "size=-1"),
         (dict(size=8.0), "size=8.0"),
-        (dict(bandwidth=0), "bandwidth=0"),
-        (dict(bandwidth=math.nan), "bandwidth=nan"),
-        (dict(latency=-1e-6), "latency=-1e-06"),
-        (dict(latency=math.nan), "latency=nan"),
+        (dict(bandwidth=0), "bandwidth_bytes_per_s=0"),
+        (dict(bandwidth=math.nan), "bandwidth_bytes_per_s=nan"),
+        (dict(latency=-1e-6), "latency_s=-1e-06"),
+        (dict(latency=math.nan), "latency_s=nan"),
         (dict(torus_dims=(4, 4)), "torus_dims (4, 4) multiply to 16, not size=8"),
     ],
 )
@@ -190,7 +190,7 @@ def test_with_level_and_with_device_change_one_thing():
     assert fast.levels[1].bandwidth == 100e9 and fast.levels[0] == h100.levels[0]
     assert h100.levels[1].bandwidth == 50e9  # the preset is untouched
     assert h100.with_device(hbm_bytes=141e9).device.hbm_bytes == 141e9
-    with pytest.raises(BandwiseError, match="bandwidth=-1"):
+    with pytest.raises(BandwiseError, match="bandwidth_bytes_per_s=-1"):
         h100.with_level(0, bandwidth=-1)
 
 

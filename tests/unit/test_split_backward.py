@@ -73,3 +73,17 @@ def test_one_stage_a_rank_holds_its_gradients_from_the_first_backward(schedule, 
 
     most, inflight = stages_with_gradients(schedule, p, m, 1)
     assert most == (1.0,) * p and inflight == inflight_after_backward(schedule, p, m, 1)
+
+
+@pytest.mark.parametrize("schedule,p,m,v,held", [
+    ("GPipe", 2, 4, 1, 4.0),  # all forwards first: every loss runs before the first backward
+    ("LoopedBFS", 2, 4, 2, 4.0),
+    ("1F1B", 4, 8, 1, 1.0),  # the last stage runs each micro-batch's backward right after its forward
+    # rank 1 of Interleaved1F1B: F1.0 F1.1 F3.0 B3.0 F3.1 B3.1 ...: one loss at a time
+    ("Interleaved1F1B", 2, 4, 2, 1.0),
+])
+def test_losses_held_on_the_head_rank_by_hand(schedule, p, m, v, held):
+    from bandwise.cost.pipeline import losses_held
+
+    per_rank = losses_held(schedule, p, m, v)
+    assert per_rank[-1] == held and all(x == 0.0 for x in per_rank[:-1])

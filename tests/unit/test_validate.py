@@ -362,3 +362,14 @@ def test_plan_and_estimate_print_the_band(capsys):
     assert "tokens/s and MFU validated against" in out and "published dense runs on h100" in out
     assert _cli(["estimate", "--model", "llama3-8b", "--dp-shard", "8", "--global-batch", "8", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["validation"]["family"] == "h100"
+
+
+def test_write_bands_writes_the_runs_it_was_given_or_says_why_not(tmp_path, capsys):
+    path = tmp_path / "bands.json"
+    assert _cli(["validate", "--source", "palm2022", "--write-bands", str(path)]) == 0
+    assert json.loads(path.read_text())["bands"].keys() == {"tpu-v4/dense"}
+    assert json.loads(path.read_text())["bands"]["tpu-v4/dense"]["runs"] == 1
+    capsys.readouterr()
+    assert _cli(["validate", "--source", "palm2022", "--write-bands", str(tmp_path / "no" / "bands.json")]) == 2
+    err = capsys.readouterr().err
+    assert "cannot write the error bands" in err and len(err.strip().splitlines()) == 1

@@ -350,7 +350,7 @@ def _simulate_summary(schedule: str, p: int, m: int, v: int, f: float, b: float,
                 progressed = True
         if not progressed:
             raise RuntimeError(f"{schedule} p={p} m={m} v={v} deadlocks")
-    inflight, after, after_most, most_graded, waiting, head_waiting = [], [], [], [], [], []
+    inflight, after, after_most, most_graded, waiting, head_waiting, head_losses = [], [], [], [], [], [], []
     for seq in orders:
         units = peak = 0
         # Gradients: a stage's unsharded ones exist from its first gradient pass (B, or W under a split
@@ -361,6 +361,7 @@ def _simulate_summary(schedule: str, p: int, m: int, v: int, f: float, b: float,
         passes = [0] * (p * v)
         held = most = 0
         wait = head = wait_at_peak = head_at_peak = 0  # between I and W: all stages', the last stage's
+        losses = losses_at_peak = 0  # the last stage's micro-batches between F (which runs the loss) and B or I
         # one pass over the rank's order; plain comparisons, as this loop runs for every simulation
         for kind, st, _ in seq:
             grad_pass = kind == "B" or kind == "W"
@@ -374,13 +375,17 @@ def _simulate_summary(schedule: str, p: int, m: int, v: int, f: float, b: float,
             elif kind == "W":
                 wait -= 1
                 head -= st == n_last
+            if st == n_last:
+                losses += 1 if kind == "F" else -1 if kind == "B" or kind == "I" else 0
             if units > peak:
-                peak, wait_at_peak, head_at_peak = units, wait, head
+                peak, wait_at_peak, head_at_peak, losses_at_peak = units, wait, head, losses
             elif units == peak:
                 if wait > wait_at_peak:
                     wait_at_peak = wait
                 if head > head_at_peak:
                     head_at_peak = head
+                if losses > losses_at_peak:
+                    losses_at_peak = losses
             if grad_pass:
                 passes[st] += 1
                 held += passes[st] == 1
@@ -399,15 +404,28 @@ def _simulate_summary(schedule: str, p: int, m: int, v: int, f: float, b: float,
         most_graded.append(float(most))
         waiting.append(wait_at_peak / v)
         head_waiting.append(float(head_at_peak))
+        head_losses.append(float(losses_at_peak))
     busy = max(sum(dur[a.kind] for a in seq) for seq in orders)
-    return np.array([max(clock), busy, *inflight, *after, *waiting, *head_waiting, *after_most, *most_graded])
+    blocks = {"inflight": inflight, "after": after, "waiting": waiting, "head_waiting": head_waiting, "after_most": after_most,
+              "most_graded": most_graded, "head_losses": head_losses}
+    return np.array([max(clock), busy, *(x for name in _PER_RANK for x in blocks[name])])
+
+
+_PER_RANK = ("inflight", "after", "waiting", "head_waiting", "after_most", "most_graded", "head_losses")
+"""The per-rank blocks of a simulation summary, in order, after [makespan, busy of the worst rank]."""
+
+
+def _per_rank(y: np.ndarray, p: int, block: str) -> tuple[float, ...]:
+    """One per-rank block of a summary `y` of p ranks."""
+    k = _PER_RANK.index(block)
+    return tuple(float(x) for x in y[2 + k * p : 2 + (k + 1) * p])
 
 
 @lru_cache(maxsize=None)
 def pipeline_summary(schedule: str, p: int, m: int, v: int, f: float = 1.0, b: float = 1.0, w: float = 1.0) -> tuple[float, float, tuple[float, ...]]:
     """(makespan, worst-rank busy time, peak in-flight per rank), exact and cached (`_summary_at`)."""
     y = _summary_at(schedule, p, m, v, f, b, w)
-    return float(y[0]), float(y[1]), tuple(float(x) for x in y[2 : 2 + p])
+    return float(y[0]), float(y[1]), _per_rank(y, p, "inflight")
 
 
 @lru_cache(maxsize=None)
@@ -440,7 +458,7 @@ def inflight_after_backward(schedule: str, p: int, m: int, v: int, f: float = 1.
     Llama 3 70B PP 4, benchmarks/RESULTS.md)."""
     if p <= 1:
         return (1.0,)
-    return tuple(float(x) for x in _summary_at(schedule, p, m, v, f, b, w)[2 + p : 2 + 2 * p])
+    return _per_rank(_summary_at(schedule, p, m, v, f, b, w), p, "after")
 
 
 @lru_cache(maxsize=None)
@@ -457,7 +475,18 @@ def waiting_for_weights(schedule: str, p: int, m: int, v: int, f: float = 1.0, b
     if p <= 1:
         return (0.0,), (0.0,)
     y = _summary_at(schedule, p, m, v, f, b, w)
-    return tuple(float(x) for x in y[2 + 2 * p : 2 + 3 * p]), tuple(float(x) for x in y[2 + 3 * p : 2 + 4 * p])
+    return _per_rank(y, p, "waiting"), _per_rank(y, p, "head_waiting")
+
+
+@lru_cache(maxsize=None)
+def losses_held(schedule: str, p: int, m: int, v: int, f: float = 1.0, b: float = 1.0, w: float = 1.0) -> tuple[float, ...]:
+    """Per rank, at its in-flight peak: the last stage's micro-batches whose loss has run and whose
+    backward has not (the most among moments that share the peak). torch.distributed.pipelining runs
+    the loss in the last stage's forward, so each keeps what the loss keeps of its logits: all m
+    under GPipe and looped BFS (all forwards, then all backwards), one under 1F1B."""
+    if p <= 1:
+        return (1.0,)
+    return _per_rank(_summary_at(schedule, p, m, v, f, b, w), p, "head_losses")
 
 
 @lru_cache(maxsize=None)
@@ -478,7 +507,7 @@ def stages_with_gradients(schedule: str, p: int, m: int, v: int, f: float = 1.0,
     if p <= 1:
         return (1.0,), (1.0,)
     y = _summary_at(schedule, p, m, v, f, b, w)
-    return tuple(float(x) for x in y[2 + 5 * p : 2 + 6 * p]), tuple(float(x) for x in y[2 + 4 * p : 2 + 5 * p])
+    return _per_rank(y, p, "most_graded"), _per_rank(y, p, "after_most")
 
 
 def schedule_factors(
@@ -512,6 +541,8 @@ class PipelineFactors(NamedTuple):
     head_graded: np.ndarray
     head_graded_most: np.ndarray
     head_graded_stages: np.ndarray
+    head_losses: np.ndarray
+    """Losses the head's rank keeps at its peak (`losses_held`)."""
 
 
 def pipeline_factors(
@@ -541,24 +572,28 @@ def pipeline_factors(
 
 
 @lru_cache(maxsize=None)
-def _factors(s: int, p: int, m: int, v: int, f: float, b: float, w: float) -> tuple[float, ...]:
-    if p <= 1:
-        return 0.0, 1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0
-    nan = float("nan")
+def _factors(s: int, p: int, m: int, v: int, f: float, b: float, w: float) -> PipelineFactors:
+    if p <= 1:  # no pipeline: no bubble, one micro-batch and one stage with gradients, nothing waiting
+        return PipelineFactors(0.0, 1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    invalid = PipelineFactors(*(float("nan"),) * len(PipelineFactors._fields))
     if not 0 <= s < len(SCHEDULES):
-        return (nan,) * len(PipelineFactors._fields)
+        return invalid
     try:
         check(SCHEDULES[s], p, m, v)
     except BandwiseError:
-        return (nan,) * len(PipelineFactors._fields)
+        return invalid
     name = SCHEDULES[s]
     makespan, busy, inflight = pipeline_summary(name, p, m, v, f, b, w)
     graded = inflight_after_backward(name, p, m, v, f, b, w)
     stages, graded_most = stages_with_gradients(name, p, m, v, f, b, w)
     waiting, head_waiting = waiting_for_weights(name, p, m, v, f, b, w)
     head = 0 if name in V_SHAPED else p - 1  # the rank holding the last stage
-    return (makespan / busy - 1.0, max(inflight), max(graded), max(graded_most), max(stages), max(waiting), max(head_waiting),
-            inflight[head], graded[head], graded_most[head], stages[head])
+    return PipelineFactors(
+        overhead=makespan / busy - 1.0, inflight=max(inflight), inflight_graded=max(graded), inflight_graded_most=max(graded_most),
+        graded_stages=max(stages), waiting=max(waiting), head_waiting=max(head_waiting), head_inflight=inflight[head],
+        head_graded=graded[head], head_graded_most=graded_most[head], head_graded_stages=stages[head],
+        head_losses=losses_held(name, p, m, v, f, b, w)[head],
+    )
 
 
-__all__ = ["PipelineSpec", "PipelineFactors", "Timeline", "simulate", "schedule_factors", "pipeline_factors", "pipeline_summary", "inflight_after_backward", "waiting_for_weights", "stages_with_gradients", "rounds", "SPLIT_BACKWARD"]
+__all__ = ["PipelineSpec", "PipelineFactors", "Timeline", "simulate", "schedule_factors", "pipeline_factors", "pipeline_summary", "inflight_after_backward", "waiting_for_weights", "losses_held", "stages_with_gradients", "rounds", "SPLIT_BACKWARD"]

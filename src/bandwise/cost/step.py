@@ -643,19 +643,20 @@ def _combine(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, b: dict[str, n
     stage_mb = tokens * per_token_layer  # one micro-batch through one layer
     working = np.where(rec == _FULL, tokens * act[False], 0.0)  # one layer re-materialised during backward
     logits = tokens * logits_bytes_per_token(m_) / tp
-    holds_all = np.isin(c.schedule, (SCHEDULES.index("GPipe"), SCHEDULES.index("LoopedBFS"))) & (pp > 1)
     last_inflight = pf.head_inflight  # the head's rank: 1 under 1F1B, all m under GPipe, its own under interleaving
     head_logits = (1 + m_.mtp_depth) * logits  # the MTP module's pass through the head keeps its own logits
     # the final norm's and the output projection's inputs: alive with the logits, until the head's
     # weight gradient (after the loss's backward has freed the logits)
     head_in = (1 + m_.mtp_depth) * tokens * head_input_bytes_per_token(
         m_, tp, sequence_parallel=P.sequence_parallel, gathered_gemm_inputs=P.tp_gathered_inputs)
-    # Under GPipe-like schedules the last stage keeps every earlier micro-batch's loss (what it keeps of
-    # the logits) and head inputs while the first backward runs: `last_inflight - 1` of them
+    # Beside the loss in its backward (`head_logits`), the head's rank keeps what the loss keeps of the
+    # logits, and the head's inputs, for every other micro-batch whose loss has run and whose backward
+    # has not (`pipeline.losses_held`: all m - 1 under GPipe and looped BFS, none under 1F1B)
     kept_loss = (1 + m_.mtp_depth) * tokens * P.loss_kept_bytes_per_logit * m_.vocab / tp
-    held_heads = np.where(holds_all, last_inflight - 1.0, 0.0) * (kept_loss + head_in)
-    # the head and the MTP block belong to the last stage, whose micro-batches leave soonest (one at a
-    # time but under GPipe-like schedules); a V-shaped schedule runs it on the first rank
+    other_losses = np.maximum(pf.head_losses - 1.0, 0.0)
+    held_heads = other_losses * (kept_loss + head_in)
+    # the head and the MTP block belong to the last stage, on the last rank (a V-shaped schedule runs
+    # it on the first), which holds the micro-batches in flight that the simulator counts there
     # The recomputed layer's working set and the logits are never alive together: the backward
     # frees the logits and their gradient in the head before it reaches the last block, whose
     # forward torch.utils.checkpoint re-runs only then (measured: Llama 3 8B under full
@@ -677,7 +678,8 @@ def _combine(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, b: dict[str, n
     # gathered and its gradients accumulate unsharded across the micro-batches (`fsdp_pp_unsharded`)
     # experts with no data-parallel peer (shard degree 1) stay outside FSDP (runtime/parallel/fsdp.py):
     # nothing of theirs is gathered, nor reduced from an unsharded copy
-    fsdp_xl = np.where(shard_expert > 1, xl, 0.0)
+    in_fsdp = lambda expert: np.where(shard_expert > 1, expert, 0.0)  # noqa: E731  (expert bytes FSDP manages)
+    fsdp_xl = in_fsdp(xl)
     unit = 2 * BF16 + P.grad_reduce_bytes  # a gathered bf16 weight, its all-gather buffer, its fp32 gradient
     layer_buffers = unit * (el + fsdp_xl)
     whole_stage = P.fsdp_pp_unsharded & (pp > 1) & (n_mb > 1)
@@ -699,8 +701,8 @@ def _combine(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, b: dict[str, n
     # `graded_stages` of them at once. The peak is the larger of the two moments.
     def reliefs_at(inflight_then: np.ndarray, head_then: np.ndarray) -> list[np.ndarray]:
         drop, head_drop = np.maximum(inflight - inflight_then, 0.0), np.maximum(last_inflight - head_then, 0.0)
-        # under GPipe-like schedules each backward of the last stage also frees one micro-batch's loss
-        losses_freed = np.where(holds_all, np.minimum(head_drop * v, last_inflight - 1.0), 0.0)
+        # a backward of the last stage also frees one micro-batch's loss, of those held
+        losses_freed = np.minimum(head_drop * v, other_losses)
         return [drop * first_layers * stage_mb, head_drop * (head_layers + m_.mtp_depth) * stage_mb + losses_freed * (kept_loss + head_in),
                 drop * layers_rank * stage_mb]
 
@@ -719,13 +721,13 @@ def _combine(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, b: dict[str, n
 
     def fsdp_of(dense: np.ndarray, expert: np.ndarray, has_head: np.ndarray, n_layers: np.ndarray, n_stages: np.ndarray,
                 relief: np.ndarray, relief_most: np.ndarray) -> np.ndarray:
-        # only what FSDP manages is gathered and accumulated unsharded: experts with no data-parallel
-        # peer stay outside it, their fp32 weights used in place and their gradients ordinary ones,
-        # counted with the model states (dry run, DeepSeek-V3 DualPipeV at EP = the data-parallel size:
-        # no gathered expert, 1.31 GiB of expert gradients in `grads`)
-        managed = dense + np.where(shard_expert > 1, expert, 0.0)
+        # only what FSDP manages is gathered and accumulated unsharded: experts outside it keep their
+        # fp32 weights in place and ordinary gradients, counted with the model states (dry run,
+        # DeepSeek-V3 DualPipeV at EP = the data-parallel size: no gathered expert, 1.31 GiB of expert
+        # gradients in `grads`)
+        managed = dense + in_fsdp(expert)
         gathered, grads = BF16 * managed, P.grad_reduce_bytes * managed
-        head_grads = np.where(has_head, head_dense + np.where(shard_expert > 1, head_expert, 0.0), 0.0)
+        head_grads = np.where(has_head, head_dense + in_fsdp(head_expert), 0.0)
         stage_grads = lambda k: P.grad_reduce_bytes * (n_layers * (el + fsdp_xl) * k / v + head_grads)  # noqa: E731
         first_grads = np.where(v > 1, stage_grads(1.0), grads)
         most_grads = np.where(n_stages < v, stage_grads(n_stages), grads)
@@ -778,7 +780,7 @@ def _combine(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, b: dict[str, n
     # counted above; the optimizer freed the last step's (set_to_none). Experts outside FSDP (shard
     # degree 1) keep ordinary gradients from their first backward.
     sharded_late = P.fsdp_grads_freed & whole_stage & (zero == 3)
-    grads_sharded = P.grad_reduce_bytes * (role_dense / shard_dense + np.where(shard_expert > 1, role_expert / shard_expert, 0.0))
+    grads_sharded = P.grad_reduce_bytes * (role_dense / shard_dense + in_fsdp(role_expert / shard_expert))
     freed = np.where(moment_rows, grads_rank - pick(1), np.where(sharded_late, grads_sharded, 0.0))
     fsdp_buffers = np.where(moment_rows, pick(2), fsdp_buffers)
     buffers = fsdp_buffers + b["a2a_buffers"] + P.reserved_bytes

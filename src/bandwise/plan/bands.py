@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from bandwise.report.files import write_text_atomic
+
 BANDS_FILE = "error_bands.json"
 MIN_RUNS_FOR_SPREAD = 5
 """Below this many runs no 90th percentile is quoted: it would be one run's error."""
@@ -53,7 +55,8 @@ def compute_bands(results: list[Any]) -> dict[str, dict[str, Any]]:
 
 def write_bands(results: list[Any], path: Path) -> dict[str, dict[str, Any]]:
     bands = compute_bands(results)
-    path.write_text(json.dumps({"bands": bands, "written_by": "bandwise validate --write-bands"}, indent=1) + "\n")
+    text = json.dumps({"bands": bands, "written_by": "bandwise validate --write-bands"}, indent=1) + "\n"
+    write_text_atomic(path, text, what="the error bands")
     return bands
 
 

@@ -55,12 +55,15 @@ class Device:
     source: str = ""
 
     def __post_init__(self) -> None:
+        # errors name the keys of the preset and cluster files (`FILE_KEYS`), which is where users write them
+        if not isinstance(self.peak_flops, dict):
+            raise BandwiseError(f"device {self.name!r}: peak_flops_per_s={self.peak_flops!r} must map a dtype to its dense peak, e.g. {{bf16: 989.4e+12}}")
         if "bf16" not in self.peak_flops:
-            raise BandwiseError(f"device {self.name!r}: peak_flops needs a 'bf16' entry")
+            raise BandwiseError(f"device {self.name!r}: peak_flops_per_s needs a 'bf16' entry")
         for dtype, value in self.peak_flops.items():
-            _positive(f"device {self.name!r}: peak_flops[{dtype}]", value)
+            _positive(f"device {self.name!r}: peak_flops_per_s[{dtype}]", value)
         _positive(f"device {self.name!r}: hbm_bytes", self.hbm_bytes)
-        _positive(f"device {self.name!r}: hbm_bandwidth", self.hbm_bandwidth)
+        _positive(f"device {self.name!r}: hbm_bandwidth_bytes_per_s", self.hbm_bandwidth)
         for name in ("gemm_efficiency", "fp8_gemm_efficiency", "attention_efficiency", "sustained_clock_ratio"):
             value = getattr(self, name)
             if value is None and name == "fp8_gemm_efficiency":
@@ -96,11 +99,15 @@ class Level:
     source: str = ""
 
     def __post_init__(self) -> None:
-        if not isinstance(self.size, int) or self.size < 0:
+        if not isinstance(self.size, int) or isinstance(self.size, bool) or self.size < 0:
             raise BandwiseError(f"level {self.name!r}: size={self.size!r} must be an integer >= 0")
-        _positive(f"level {self.name!r}: bandwidth", self.bandwidth)
-        if not (isinstance(self.latency, (int, float)) and math.isfinite(self.latency) and self.latency >= 0):
-            raise BandwiseError(f"level {self.name!r}: latency={self.latency!r} must be a number >= 0")
+        _positive(f"level {self.name!r}: bandwidth_bytes_per_s", self.bandwidth)
+        if not (isinstance(self.latency, (int, float)) and not isinstance(self.latency, bool) and math.isfinite(self.latency) and self.latency >= 0):
+            raise BandwiseError(f"level {self.name!r}: latency_s={self.latency!r} must be a number >= 0")
+        if not (isinstance(self.torus_dims, tuple) and all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in self.torus_dims)):
+            raise BandwiseError(f"level {self.name!r}: torus_dims={self.torus_dims!r} must be a list of positive integers, e.g. [4, 4, 4]")
+        if not isinstance(self.wraparound, bool):
+            raise BandwiseError(f"level {self.name!r}: wraparound={self.wraparound!r} must be true or false")
         if self.torus_dims and math.prod(self.torus_dims) != self.size:
             raise BandwiseError(f"level {self.name!r}: torus_dims {self.torus_dims} multiply to {math.prod(self.torus_dims)}, not size={self.size}")
 
@@ -264,7 +271,7 @@ def device_from_dict(data: dict[str, Any], where: str) -> Device:
 
 def level_from_dict(data: dict[str, Any], where: str) -> Level:
     values = _from_file(data, Level, where)
-    if "torus_dims" in values:
+    if isinstance(values.get("torus_dims"), list):
         values["torus_dims"] = tuple(values["torus_dims"])
     return Level(**values)
 
@@ -274,7 +281,7 @@ def cluster_from_dict(name: str, data: dict[str, Any], devices: dict[str, Device
     allowed = {"device", "levels", "description", "source"}
     if not isinstance(data, dict):
         raise BandwiseError(f"{where}: expected a mapping")
-    unknown = sorted(set(data) - allowed)
+    unknown = sorted(str(k) for k in set(data) - allowed)
     if unknown:
         raise BandwiseError(f"{where}: unknown field(s) {', '.join(unknown)}; valid: {', '.join(sorted(allowed))}")
     missing = [k for k in ("device", "levels") if k not in data]

@@ -85,9 +85,9 @@ def cluster_for_accelerator(accelerator: str) -> Cluster:
     text = _plain(accelerator)
     best: tuple[int, Cluster] | None = None
     for cluster in cluster_presets().values():
-        for alias in (cluster.device.name, *cluster.device.aliases):
-            if _plain(alias) and _plain(alias) in text and (best is None or len(_plain(alias)) > best[0]):
-                best = (len(_plain(alias)), cluster)
+        for alias in map(_plain, (cluster.device.name, *cluster.device.aliases)):
+            if alias and alias in text and (best is None or len(alias) > best[0]):
+                best = (len(alias), cluster)
     if best is None:
         known = sorted({a for c in cluster_presets().values() for a in c.device.aliases[:1] or (c.device.name,)})
         raise BandwiseError(
@@ -141,6 +141,8 @@ def load_cluster_file(path: Path) -> Cluster:
         mark = getattr(exc, "problem_mark", None)
         at = f" at line {mark.line + 1}" if mark is not None else ""
         raise BandwiseError(f"cluster file {str(path)!r}: not valid YAML{at}; write it as `bandwise clusters --show h100 --yaml` does") from None
+    except RecursionError:
+        raise BandwiseError(f"cluster file {str(path)!r}: nested too deeply to be a cluster; write it as `bandwise clusters --show h100 --yaml` does") from None
     if not isinstance(data, dict):
         raise BandwiseError(f"cluster file {str(path)!r}: expected a mapping of a cluster's fields, got {type(data).__name__}")
     data = dict(data)
