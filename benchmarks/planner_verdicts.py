@@ -11,21 +11,13 @@ from __future__ import annotations
 import time
 
 from bandwise.plan.search import search
-from bandwise.plan.verdict import decide
+from bandwise.plan.verdict import REFERENCE_CASES as CASES, decide
 from bandwise.specs.registry import get_cluster, get_model
-
-CASES = [
-    # model, cluster, devices, seq_len, global batch (sequences)
-    ("deepseek-v3", "h800", 2048, 4096, 15360),  # DeepSeek-V3 report: 15360 x 4096 tokens per step
-    ("deepseek-v3", "gb200-nvl72", 2048, 4096, 15360),
-    ("llama3-405b", "h100", 16384, 8192, 2048),  # Llama 3 report, Table 4: 16M tokens per step at 8K
-    ("palm-540b", "tpu-v4", 6144, 2048, 2048),  # PaLM: batch 2048 x 2048 tokens at the end of training
-]
 
 
 def layout(lay) -> str:  # noqa: ANN001
     s, e = lay.strategy, lay.estimate
-    extra = f", mb {s.micro_batch}, {s.recompute} recompute, ZeRO-{s.zero}"
+    extra = f", mb {s.micro_batch}, {s.recompute} recompute" + ("" if "ZeRO" in s.describe() else f", ZeRO-{s.zero}")
     return f"{s.describe()}{extra}: {e.tokens_per_s_per_device:,.0f} tok/s/dev, MFU {e.mfu:.1%}, {e.memory_gib_per_device:.0f} GiB"
 
 

@@ -38,6 +38,7 @@ HEADROOM = typer.Option(0.1, "--headroom", help="Share of device memory kept fre
 OVERLAP_TP = typer.Option(False, "--overlap-tp", help="Assume TP communication overlapped with GEMMs (async TP; inside one NVLink domain only).")
 OVERLAP_EP = typer.Option(False, "--overlap-ep", help="Assume the expert all-to-all hidden behind compute in every layout, not only under DualPipeV.")
 JSON_OUT = typer.Option(False, "--json", help="Print one JSON document.")
+EMIT = typer.Option(None, "--emit", help="Print the layout as a job for torchtitan, megatron or maxtext instead of the report.")
 
 
 def model_spec(name: str, seq_len: int | None) -> ModelSpec:

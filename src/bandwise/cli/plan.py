@@ -11,6 +11,7 @@ from rich.text import Text
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from bandwise.cli.options import (
+    EMIT,
     EXHAUSTIVE,
     GLOBAL_BATCH,
     GLOBAL_BATCH_TOKENS,
@@ -27,6 +28,7 @@ from bandwise.cli.options import (
 )
 from bandwise.cost.step import CostParams, estimate as estimate_one
 from bandwise.errors import BandwiseError, NothingFits
+from bandwise.export import EMIT_POOL, ENGINES, export, researcher
 from bandwise.plan.advice import no_valid_layout
 from bandwise.plan.bands import band_dict, band_line
 from bandwise.plan.search import FIXABLE, SEARCH_ROWS, Layout, distinct, narrowed_note, search
@@ -167,21 +169,30 @@ def plan(
     overlap_tp: bool = OVERLAP_TP,
     exhaustive: bool = EXHAUSTIVE,
     json_out: bool = JSON_OUT,
+    emit: str | None = EMIT,
+    pick: int | None = typer.Option(None, "--pick", help="With --emit: the layout in row PICK of the table (default: the recommended one)."),
 ) -> None:
     out = Output(json_mode=json_out)
+    _check_emit(emit, json_out)
+    if pick is not None and emit is None:
+        raise BandwiseError("--pick chooses the layout --emit exports; add --emit torchtitan, megatron or maxtext")
     spec = model_spec(model, seq_len)
     clus = get_cluster(cluster)
     clus.check_devices(devices)
     if not 1 <= top <= MAX_TOP:
         raise BandwiseError(f"--top={top} must be between 1 and {MAX_TOP}")
+    if pick is not None and not 1 <= pick <= top:
+        raise BandwiseError(f"--pick {pick}: the table lists rows 1 to {top}; use one of them (or a larger --top)")
     gb = global_batch_of(spec, global_batch, global_batch_tokens, devices)
     precisions = precisions_of(precision)
     params = CostParams(headroom=fraction("--headroom", headroom))
     # a pool deep enough that collapsing near-duplicates still leaves `top` distinct layouts
     pool = top if all_layouts else max(20 * top, 100)
+    if emit:  # deep enough to find the best layout the engine can express when it cannot express the plan
+        pool = max(pool, EMIT_POOL)
     kw = dict(top=pool, allow_pp=not no_pp, fixed=_parse_fix(fix), precisions=precisions, overlap={"tp": overlap_tp}, params=params,
               max_rows=None if exhaustive else SEARCH_ROWS)
-    if json_out:
+    if json_out or emit:
         result = search(spec, clus, devices, gb, **kw)
     else:
         with Progress(TextColumn("searching layouts"), BarColumn(), TextColumn("{task.completed:,} candidates"), TimeElapsedColumn(), transient=True, console=out.console) as bar:
@@ -194,7 +205,7 @@ def plan(
     chosen = recommended(result, verdict)
     if chosen is None:
         verdict.reason += "; " + suggest_fit(spec, clus, devices, gb, allow_pp=not no_pp, fixed=kw["fixed"], precisions=precisions, overlap=kw["overlap"], params=params)
-    if json_out:
+    if json_out and not emit:
         out.emit_json(
             {
                 "searched": result.searched,
@@ -208,7 +219,7 @@ def plan(
                 "top": listed,
             }
         )
-    else:
+    elif not emit:
         out.print(
             f"[b]{spec.name}[/b] on [b]{devices} x {clus.name}[/b] ({clus.device.name}), seq {spec.seq_len}, "
             f"global batch {gb} sequences = {_count(gb * spec.seq_len, tokens=True)} tokens"
@@ -218,6 +229,14 @@ def plan(
             out.print(narrowed_note(result.extra["narrowed"]))
     if chosen is None:
         raise NothingFits(verdict.reason)
+    if emit:
+        if pick is not None and pick > len(listed):
+            raise BandwiseError(f"--pick {pick}: only {len(listed)} layouts are listed; use 1 to {len(listed)}")
+        picked = listed[pick - 1] if pick else chosen
+        ranked = [lay for lay in result.top if lay.estimate.fits]
+        research = researcher(spec, clus, devices, gb, **kw)
+        typer.echo(export(emit, spec, clus, picked.strategy, devices, picked.estimate, params, ranked, research).text, nl=False)
+        return
     if json_out:
         return
     table = layouts_table(listed, f"Top {len(listed)} layouts by tokens/s per device", wide=wide, hidden=hidden)
@@ -264,8 +283,10 @@ def estimate(
     overlap_ep: bool = typer.Option(False, "--overlap-ep"),
     headroom: float = typer.Option(0.1, "--headroom"),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON layout {strategy, estimate}."),
+    emit: str | None = EMIT,
 ) -> None:
     out = Output(json_mode=json_out)
+    _check_emit(emit, json_out)
     spec = model_spec(model, seq_len)
     clus = get_cluster(cluster)
     strategy = Strategy(
@@ -278,12 +299,24 @@ def estimate(
     strategy.check(n, spec)
     est = estimate_one(spec, clus, strategy, CostParams(headroom=fraction("--headroom", headroom)))
     layout = Layout(strategy=strategy, estimate=est)
+    if emit:
+        typer.echo(export(emit, spec, clus, strategy, n, est, CostParams(headroom=fraction("--headroom", headroom))).text, nl=False)
+        return
     if json_out:
         out.emit_json({**layout.to_dict(), "validation": band_dict(clus.device.name, spec.is_moe, n)})
         return
     out.print(f"[b]{spec.name}[/b] on [b]{n} x {clus.name}[/b]: {strategy.describe()}, micro-batch {micro_batch}, {strategy.effective_global_batch} sequences per step")
     out.print(breakdown(est, "estimate"))
     out.print(f"tokens/s and MFU {band_line(clus.device.name, spec.is_moe, n)}")
+
+
+def _check_emit(emit: str | None, json_out: bool) -> None:
+    if emit is None:
+        return
+    if emit not in ENGINES:
+        raise BandwiseError(f"--emit {emit!r}: expected one of {', '.join(ENGINES)}{_near(emit, ENGINES)}")
+    if json_out:
+        raise BandwiseError("--emit prints a job file and --json a report: choose one")
 
 
 def _count(n: float, tokens: bool = False) -> str:

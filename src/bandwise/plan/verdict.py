@@ -24,6 +24,14 @@ from bandwise.specs.model import ModelSpec
 from bandwise.specs.strategy import Strategy, strategy_columns
 
 THRESHOLD = 0.03
+REFERENCE_CASES: tuple[tuple[str, str, int, int, int], ...] = (
+    # The planner's reference verdicts (benchmarks/planner_verdicts.py; the export tests run them
+    # through the engines): model, cluster, devices, sequence length, global batch in sequences.
+    ("deepseek-v3", "h800", 2048, 4096, 15360),  # DeepSeek-V3 report: 15360 x 4096 tokens per step
+    ("deepseek-v3", "gb200-nvl72", 2048, 4096, 15360),
+    ("llama3-405b", "h100", 16384, 8192, 2048),  # Llama 3 report, Table 4: 16M tokens per step at 8K
+    ("palm-540b", "tpu-v4", 6144, 2048, 2048),  # PaLM: batch 2048 x 2048 tokens at the end of training
+)
 TERM_WORDS = {
     "tp": "tensor-parallel collectives",
     "cp": "context-parallel ring exchange",

@@ -1,0 +1,231 @@
+"""A plan as the job files of the engines people train with: TorchTitan, Megatron-LM, MaxText.
+
+Each engine module has one job: say which part of a layout the engine can express (`adapt`), and
+write the layout it can express in the engine's own words (`render`). This module joins them:
+where an engine cannot express the plan, the export names what it changed, in one line each, and
+the cost model prices the layout it can express beside the plan, so the user sees what the
+translation costs before running it.
+
+The option names are the engines' own, checked against the engines' code in
+tests/interop/ (the `interop` extra installs them): TorchTitan's ConfigManager parses the emitted
+command line, Megatron-Core builds its TransformerConfig and DistributedDataParallelConfig from
+the emitted flags, and MaxText's base.yml holds every emitted key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, NamedTuple, Sequence
+
+from bandwise.cost.step import DEFAULT_PARAMS, CostParams, Estimate, estimate
+from bandwise.errors import BandwiseError
+from bandwise.plan.bands import band_line
+from bandwise.specs.hardware import Cluster
+from bandwise.specs.model import ModelSpec
+from bandwise.specs.strategy import Strategy
+
+
+class Adapted(NamedTuple):
+    """The layout an engine runs for a plan, and one line per thing it had to change."""
+
+    strategy: Strategy
+    changes: list[str]
+    """Parts of this layout the engine cannot express."""
+    forced: list[str] = []
+    """Changes the engine's own config makes to every layout (TorchTitan's float8 405B config)."""
+
+    @property
+    def all_changes(self) -> list[str]:
+        return self.forced + self.changes
+
+
+@dataclass
+class Export:
+    engine: str
+    text: str
+    """The job: a command line, a YAML file; comments name the plan and each change."""
+    strategy: Strategy
+    """The layout the text expresses (the plan's, or the nearest one the engine can express)."""
+    changes: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    """What the engine does differently without changing the layout (e.g. its recomputation policy)."""
+    estimate: Estimate | None = None
+    """The cost model's figures for `strategy` when it differs from the plan."""
+
+
+class Engine(NamedTuple):
+    adapt: Callable[[ModelSpec, Cluster, Strategy, int], Adapted]
+    render: Callable[[ModelSpec, Cluster, Strategy, int], tuple[str, list[str]]]
+    """(text without the header, notes)"""
+    searches: tuple[dict[str, object], ...]
+    """Fields to pin in searches for the best layout the engine expresses, when the ranking has none."""
+    comment: str = "#"
+    """The line-comment marker of the emitted format."""
+
+
+Research = Callable[[dict[str, object]], Sequence[Any]]
+"""A search with some fields pinned, returning fitting layouts best first (or nothing)."""
+
+
+def _engines() -> dict[str, Engine]:
+    from bandwise.export import maxtext, megatron, torchtitan
+
+    return {
+        "torchtitan": Engine(torchtitan.adapt, torchtitan.render, torchtitan.SEARCHES),
+        "megatron": Engine(megatron.adapt, megatron.render, megatron.SEARCHES),
+        "maxtext": Engine(maxtext.adapt, maxtext.render, maxtext.SEARCHES),
+    }
+
+
+ENGINES: tuple[str, ...] = ("torchtitan", "megatron", "maxtext")
+
+
+def export(engine: str, model: ModelSpec, cluster: Cluster, strategy: Strategy, devices: int,
+           planned: Estimate | None = None, params: CostParams = DEFAULT_PARAMS, ranked: Sequence[Any] = (),
+           research: Research | None = None) -> Export:
+    """The job file for `engine` that runs `strategy`, or the nearest layout the engine can express.
+
+    The nearest layout is the faster of two: the plan with each inexpressible part replaced
+    (`adapt`), and the best layout the engine expresses as it is (but for a precision its config
+    forces): the first such layout of the search's ranking (`ranked`, objects with .strategy and
+    .estimate, best first), or, when the ranking holds none, of searches with the engine's
+    limits pinned (`research`). Either is priced by the cost model."""
+    engines = _engines()
+    if engine not in engines:
+        raise BandwiseError(f"--emit {engine!r}: expected one of {', '.join(ENGINES)}")
+    eng = engines[engine]
+    planned = planned or estimate(model, cluster, strategy, params)
+    adapted = eng.adapt(model, cluster, strategy, devices)
+    ran, est, searched, broken = strategy, None, False, None
+    if adapted.all_changes:
+        candidates = []
+        broken = _broken_rule(adapted.strategy, devices, model)
+        if broken is None:
+            candidates.append((adapted.strategy, estimate(model, cluster, adapted.strategy, params), False))
+        if adapted.changes:
+            alt = _best_expressible(eng, model, cluster, devices, ranked, params)
+            if alt is None and research is not None:
+                found = [a for fixed in eng.searches if (a := _best_expressible(eng, model, cluster, devices, research(fixed), params))]
+                alt = max(found, key=lambda a: (a[1].fits, a[1].tokens_per_s_per_device), default=None)
+            if alt is not None:
+                candidates.append((*alt, True))
+        if not candidates:
+            raise BandwiseError(f"{engine} cannot express {strategy.describe()} ({'; '.join(adapted.all_changes)}) and no layout "
+                                f"searched is one it can; export another layout with --pick, or --fix fields the engine can hold")
+        # the fastest that fits; if none fits, the plan as changed
+        ran, est, searched = max(candidates, key=lambda c: (c[1].fits, c[1].tokens_per_s_per_device))
+    text, notes = eng.render(model, cluster, ran, devices)
+    header = _header(engine, model, cluster, strategy, devices, planned, adapted, ran, searched, broken, est, notes)
+    c = eng.comment
+    body = "\n".join(f"{c} {line}" if line else c for line in header) + "\n" + text
+    return Export(engine=engine, text=body, strategy=ran, changes=adapted.all_changes, notes=notes, estimate=est)
+
+
+def researcher(model: ModelSpec, cluster: Cluster, devices: int, global_batch: int, **search_kw: Any) -> Research:
+    """`research` for `export`: the planner's search with the caller's settings and the engine's
+    pinned fields; nothing where the caller pinned one of them otherwise."""
+    from bandwise.plan.search import search
+
+    fixed = dict(search_kw.pop("fixed", None) or {})
+    search_kw.pop("top", None)
+
+    def research(pinned: dict[str, object]) -> list[Any]:
+        if any(fixed.get(k, v) != v for k, v in pinned.items()):
+            return []
+        found = search(model, cluster, devices, global_batch, top=RESEARCH_TOP, fixed={**fixed, **pinned}, **search_kw)
+        return [lay for lay in found.top if lay.estimate.fits]
+
+    return research
+
+
+def plan_and_export(model: ModelSpec, cluster: Cluster, devices: int, global_batch: int,
+                    engines: Sequence[str] = ENGINES, **search_kw: Any) -> tuple[Any, dict[str, Export]]:
+    """`bandwise plan --emit` for each engine: the recommended layout, and its export to each."""
+    from bandwise.plan.search import search
+    from bandwise.plan.verdict import decide, recommended
+
+    kw = {"top": EMIT_POOL, **search_kw}
+    result = search(model, cluster, devices, global_batch, **kw)
+    chosen = recommended(result, decide(result, cluster))
+    if chosen is None:
+        raise BandwiseError(f"no layout of {model.name} fits on {devices} x {cluster.name}")
+    ranked = [lay for lay in result.top if lay.estimate.fits]
+    research = researcher(model, cluster, devices, global_batch, **kw)
+    return chosen, {e: export(e, model, cluster, chosen.strategy, devices, chosen.estimate, ranked=ranked, research=research)
+                    for e in engines}
+
+
+EMIT_POOL = 2000
+"""Layouts `plan --emit` ranks: deep enough that the best layout an engine expresses is usually among them."""
+RESEARCH_TOP = 200
+"""Layouts each engine-limited search ranks; the first the engine expresses is taken."""
+
+
+def _broken_rule(s: Strategy, devices: int, model: ModelSpec) -> str | None:
+    """The first layout rule `s` breaks, or None."""
+    try:
+        s.check(devices, model)
+    except BandwiseError as e:
+        return str(e)
+    return None
+
+
+def _best_expressible(eng: Engine, model: ModelSpec, cluster: Cluster, devices: int, ranked: Sequence[Any],
+                      params: CostParams) -> tuple[Strategy, Estimate] | None:
+    """The first of the ranked layouts the engine expresses as it is (but for a precision its config
+    forces), with its estimate."""
+    for lay in ranked:
+        a = eng.adapt(model, cluster, lay.strategy, devices)
+        if a.changes or _broken_rule(a.strategy, devices, model):
+            continue
+        return a.strategy, (lay.estimate if a.strategy == lay.strategy else estimate(model, cluster, a.strategy, params))
+    return None
+
+
+def _figures(e: Estimate) -> str:
+    fits = "fits" if e.fits else "does NOT fit"
+    return f"{e.tokens_per_s_per_device:,.0f} tokens/s per device, MFU {e.mfu:.1%}, {e.memory_gib_per_device:.1f} GiB per device ({fits})"
+
+
+def _header(engine: str, model: ModelSpec, cluster: Cluster, plan: Strategy, devices: int, planned: Estimate,
+            adapted: Adapted, ran: Strategy, searched: bool, broken: str | None, est: Estimate | None, notes: list[str]) -> list[str]:
+    lines = [
+        f"bandwise plan for {engine}: {model.name} on {devices} x {cluster.name} ({cluster.device.name}), seq {model.seq_len}, "
+        f"global batch {plan.effective_global_batch} sequences",
+        f"plan: {_layout(plan)}",
+        f"predicted: {_figures(planned)}",
+        f"tokens/s and MFU {band_line(cluster.device.name, model.is_moe, devices)}",
+    ]
+    if adapted.all_changes:
+        lines.append(f"{engine} cannot express all of the plan:")
+        lines += [f"  - {c}" for c in adapted.all_changes]
+        if searched and broken:
+            lines.append(f"the plan so changed ({_layout(adapted.strategy)}) breaks a rule: {broken}")
+            lines.append(f"this file runs the best layout {engine} can express:")
+        elif searched:
+            lines.append(f"the plan so changed ({_layout(adapted.strategy)}) is slower than the best layout {engine} can express, which this file runs:")
+        else:
+            lines.append(f"this file runs the plan so changed, the nearest layout {engine} can express:")
+        assert est is not None
+        lines.append(f"runs: {_layout(ran)}")
+        lines.append(f"predicted for it: {_figures(est)}")
+    for n in notes:
+        lines.append(f"note: {n}")
+    lines.append("")
+    return lines
+
+
+def _layout(s: Strategy) -> str:
+    return f"{s.describe()}, micro-batch {s.micro_batch}, {s.recompute} recompute, {s.precision}"
+
+
+def stage_layers(layers: int, stages: int) -> list[int]:
+    """Layers per pipeline stage, in stage order, as the cost model splits them: ceil(L / stages)
+    or one fewer each. The shorter stages are the last and the first, alternating inward: the
+    stages that also hold the output head and loss, and the embedding."""
+    per = -(-layers // stages)
+    counts = [per] * stages
+    ends = dict.fromkeys(i for pair in zip(range(stages - 1, -1, -1), range(stages)) for i in pair)
+    for i in list(ends)[: stages * per - layers]:
+        counts[i] -= 1
+    return counts

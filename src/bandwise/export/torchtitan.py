@@ -1,0 +1,177 @@
+"""A plan as a TorchTitan job: the `torchrun -m torchtitan.train` command line.
+
+TorchTitan 0.3 replaced its TOML job files with Python config functions (`--module llama3
+--config llama3_405b`) that command-line flags override, `--section.key value`, parsed by tyro
+(torchtitan/config/manager.py, ConfigManager.parse_args). The export is that command: the
+model's config function and the overrides that set the layout.
+
+What TorchTitan's layout can hold (torchtitan/config/configs.py, ParallelismConfig, and
+torchtitan/distributed/parallel_dims.py):
+- dp_replicate · dp_shard · cp · tp · pp = world size; FSDP2 shards over dp_shard · cp, so with
+  context parallelism the parameters are always sharded over the CP ranks;
+- expert parallelism borrows from dp_shard · cp · tp (ep divides it); no ZeRO-1/2: a replicated
+  group (DDP) keeps whole optimizer states, a sharded one is FSDP (ZeRO-3);
+- every torch.distributed.pipelining schedule by name, DualPipeV included; equal stages are
+  `pipeline_parallel_layers_per_stage` layers each, with the embedding and the output head
+  weighted as `first/last_stage_less_layers` layers, and any other split is a list of each
+  stage's modules, `module_fqns_per_model_part` (torchtitan/distributed/pipeline_parallel.py);
+- float8 only through a config's model converters (Float8LinearConverter), not a flag;
+- async TP behind `compile.enable_async_tensor_parallel`; no flag overlaps an MoE all-to-all with
+  another micro-batch's compute.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from bandwise.export import Adapted, stage_layers
+from bandwise.specs.hardware import Cluster
+from bandwise.specs.model import ModelSpec
+from bandwise.specs.strategy import Strategy
+
+CONFIGS: dict[str, dict[str, tuple[str, str]]] = {
+    # preset: {precision: (module, config function)}, the functions of torchtitan 0.3's config registries
+    "llama3-8b": {"bf16": ("llama3", "llama3_8b")},
+    "llama3-70b": {"bf16": ("llama3", "llama3_70b")},
+    # llama3_405b applies Float8LinearConverter (all Linear layers but the output head) and async TP
+    "llama3-405b": {"fp8": ("llama3", "llama3_405b")},
+    "deepseek-v3": {"bf16": ("deepseek_v3", "deepseek_v3_671b"), "fp8": ("deepseek_v3", "deepseek_v3_671b_float8")},
+}
+
+RECOMPUTE = {"none": "activation-checkpoint:none", "selective": "activation-checkpoint:selective", "full": "activation-checkpoint:full"}
+
+
+SEARCHES: tuple[dict[str, object], ...] = ({"zero_stage": 0, "dp_replicate": 1}, {"zero_stage": 0})
+"""Searches for the best layout TorchTitan expresses when the plan's is not one: FSDP, then HSDP
+or DDP; no ZeRO-1/2."""
+
+
+def adapt(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int) -> Adapted:
+    changes: list[str] = []
+    reasons = [why for cond, why in (
+        (s.zero_stage in (1, 2), f"ZeRO-{s.zero_stage} over DP{s.dp_replicate}: TorchTitan has no ZeRO-1/2"),
+        (s.cp > 1, f"CP{s.cp} under DDP: TorchTitan shards the parameters over the CP ranks whenever CP is on"),
+        (_ep_spans_replicas(s), f"EP{s.ep} across DDP replicas: TorchTitan carves EP from the sharded ranks"),
+    ) if cond]
+    if s.dp_shard == 1 and s.dp_replicate > 1 and reasons:
+        changes.append("; ".join(reasons) + f"; sharded data parallelism instead (FSDP{s.dp_replicate}, ZeRO-3)")
+        order = tuple("dp_shard" if d == "dp_replicate" else "dp_replicate" if d == "dp_shard" else d for d in s.order)
+        s = s.replace(dp_shard=s.dp_replicate, dp_replicate=1, zero_stage=0, order=order)
+    elif s.dp_shard == 1 and s.cp > 1:
+        changes.append(f"CP{s.cp} without data parallelism: TorchTitan shards the parameters over the CP ranks (ZeRO-3 over CP), "
+                       f"which the prediction below does not model")
+    if s.overlap_ep:
+        changes.append("expert all-to-all overlapped with another micro-batch's compute: no TorchTitan flag does this; not overlapped")
+        s = s.replace(overlap_ep=False)
+    forced: list[str] = []
+    configs = CONFIGS.get(model.name, {})
+    if configs and s.precision not in configs:
+        other = next(iter(configs))
+        module, fn = configs[other]
+        forced.append(f"{s.precision}: TorchTitan's configs for {model.name} train in {other} ({fn}); float8 is a config's model "
+                       f"converter, not a flag")
+        s = s.replace(precision=other)
+    if s.precision == "fp8" and not configs:
+        changes.append("fp8: TorchTitan turns float8 on in a config's model converters (Float8LinearConverter), not by a flag; "
+                       "this command trains in bf16 unless your config adds the converter")
+        s = s.replace(precision="bf16")
+    return Adapted(s, changes, forced)
+
+
+def _ep_spans_replicas(s: Strategy) -> bool:
+    return s.ep > 1 and (s.dp_shard * s.cp * s.tp) % s.ep != 0
+
+
+def stage_modules(layers: int, stages: int) -> list[list[str]]:
+    """The modules of each stage, in stage order, for `parallelism.module_fqns_per_model_part`: the
+    cost model's even split (`stage_layers`), the embedding on the first stage, the final norm and
+    output head on the last (the module names of pipeline_parallel.py's
+    _generate_llm_fqn_per_model_part)."""
+    parts, first = [], 0
+    for count in stage_layers(layers, stages):
+        parts.append([f"layers.{i}" for i in range(first, first + count)])
+        first += count
+    parts[0].insert(0, "tok_embeddings")
+    parts[-1] += ["norm", "lm_head"]
+    return parts
+
+
+def render(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int) -> tuple[str, list[str]]:
+    notes: list[str] = []
+    module, fn = CONFIGS.get(model.name, {}).get(s.precision, ("$MODULE", "$CONFIG"))
+    if module == "$MODULE":
+        notes.append(f"TorchTitan ships no config for {model.name}: set MODULE and CONFIG to a config function of yours "
+                     f"(a module with a function returning Trainer.Config); the flags below set only the layout")
+    if s.recompute == "selective":
+        notes.append("TorchTitan's selective recomputation is per-op (it keeps every other matmul output), not the "
+                     "attention-core recomputation the plan costs: memory and step time differ from the prediction")
+    if "cpu" in cluster.device.name.lower() or cluster.levels[0].torus_dims:
+        notes.append(f"TorchTitan runs on GPUs; {cluster.device.name} is not one: the layout is exported as planned")
+    dp = s.dp
+    flags: list[tuple[str, object]] = [
+        ("parallelism.data-parallel-replicate-degree", s.dp_replicate),
+        ("parallelism.data-parallel-shard-degree", s.dp_shard),
+        ("parallelism.tensor-parallel-degree", s.tp),
+        ("parallelism.context-parallel-degree", s.cp),
+        ("parallelism.pipeline-parallel-degree", s.pp),
+        ("parallelism.expert-parallel-degree", s.ep),
+    ]
+    if s.tp > 1:
+        flags.append(("parallelism.enable-sequence-parallel", None))
+    if s.pp > 1:
+        stages = s.pp * s.virtual_stages
+        flags += [("parallelism.pipeline-parallel-schedule", s.schedule), ("parallelism.pipeline-parallel-microbatch-size", s.micro_batch)]
+        if model.layers % stages == 0:  # equal stages; the embedding and the head weigh nothing, as in the cost model
+            flags += [
+                ("parallelism.pipeline-parallel-layers-per-stage", model.layers // stages),
+                ("parallelism.pipeline-parallel-first-stage-less-layers", 0),
+                ("parallelism.pipeline-parallel-last-stage-less-layers", 0),
+            ]
+        else:  # no layers-per-stage count makes these stages: name each stage's modules
+            flags.append(("parallelism.module-fqns-per-model-part", [",".join(p) for p in stage_modules(model.layers, stages)]))
+        # one accumulation step: the pipeline runs all of a data-parallel rank's micro-batches
+        local = s.effective_global_batch // dp
+    else:
+        local = s.micro_batch  # gradient accumulation over global / (local · dp) steps
+    flags += [
+        ("training.local-batch-size", local),
+        ("training.global-batch-size", s.effective_global_batch),
+        ("training.seq-len", model.seq_len),
+        ("training.mixed-precision-param", "bfloat16"),
+    ]
+    if s.overlap_tp and s.tp > 1:
+        flags += [("compile.enable", None), ("compile.enable-async-tensor-parallel", None)]
+    else:
+        flags.append(("compile.no-enable-async-tensor-parallel", None))
+    lines = [
+        "set -euo pipefail",
+        f"# {devices} GPUs in all: NNODES x GPUs per node must equal {devices}",
+        'NNODES="${NNODES:?set NNODES, the number of nodes}"',
+    ]
+    if module == "$MODULE":
+        lines += ['MODULE="${MODULE:?set MODULE, the module holding your config function}"',
+                  'CONFIG="${CONFIG:?set CONFIG, your config function}"']
+    lines += [
+        'torchrun --nnodes "$NNODES" --nproc-per-node gpu --rdzv-backend c10d --rdzv-endpoint "${MASTER_ADDR:?}:${MASTER_PORT:-29500}" \\',
+        "  -m torchtitan.train \\",
+        f"  --module {_word(module)} --config {_word(fn)} \\",
+    ]
+    lines += [f"  --{k} \\" if v is None else f"  --{k} {_words(v)} \\" for k, v in flags]
+    lines.append(f"  {RECOMPUTE[s.recompute]}")
+    return "\n".join(lines) + "\n", notes
+
+
+def _words(v: object) -> str:
+    return " ".join(shlex.quote(x) for x in v) if isinstance(v, list) else shlex.quote(str(v))
+
+
+def _word(text: str) -> str:
+    return f'"{text}"' if text.startswith("$") else shlex.quote(text)
+
+
+def arguments(text: str) -> list[str]:
+    """The arguments after `-m torchtitan.train` in an emitted command, for ConfigManager.parse_args."""
+    command = text.replace("\\\n", " ")
+    line = next(ln for ln in command.splitlines() if "-m torchtitan.train" in ln)
+    words = shlex.split(line.split("-m torchtitan.train", 1)[1])
+    return words

@@ -1,0 +1,151 @@
+"""`plan --emit` and `estimate --emit` without the engines: the arithmetic each export rests on,
+the changes it reports, and the command line. The engines' own code checks the exports in
+tests/interop/."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from bandwise.cli.main import app, main
+from bandwise.export import ENGINES, export, maxtext, megatron, stage_layers, torchtitan
+from bandwise.specs.registry import get_cluster, get_model
+from bandwise.specs.strategy import Strategy
+
+runner = CliRunner()
+
+
+@pytest.mark.parametrize("layers", [1, 7, 32, 61, 80, 118, 126])
+@pytest.mark.parametrize("stages", [1, 2, 6, 8, 16, 32, 64])
+def test_stage_layers_is_the_cost_models_even_split(layers: int, stages: int) -> None:
+    """ceil(L / stages) layers or one fewer on every stage, all layers placed, the short stages at
+    the ends (cost/step.py: 'every stage holds ceil(L / (pp·v)) layers or fewer')."""
+    if layers < stages:
+        pytest.skip("fewer layers than stages")
+    counts = stage_layers(layers, stages)
+    per = math.ceil(layers / stages)
+    assert len(counts) == stages and sum(counts) == layers and set(counts) <= {per, per - 1}
+    short = [i for i, c in enumerate(counts) if c < per]
+    ends = sorted(range(stages), key=lambda i: min(i, stages - 1 - i) * 2 + (i < stages - 1 - i))
+    assert short == sorted(ends[: len(short)])
+
+
+def test_torchtitan_names_each_stage_when_the_layers_do_not_divide() -> None:
+    parts = torchtitan.stage_modules(61, 32)
+    assert parts[0][0] == "tok_embeddings" and parts[-1][-2:] == ["norm", "lm_head"] and len(parts) == 32
+    assert sum(len([m for m in p if m.startswith("layers.")]) for p in parts) == 61
+
+
+@pytest.mark.parametrize("layers, pp, v", [(61, 16, 2), (126, 32, 2), (61, 8, 1), (80, 16, 2), (95, 4, 3)])
+def test_megatron_layout_holds_every_layer_once_and_evenly(layers: int, pp: int, v: int) -> None:
+    import dataclasses
+
+    m = dataclasses.replace(get_model("llama3-8b"), layers=layers)
+    layout = megatron.stage_layout(m, pp, v)
+    if layers % (pp * v) == 0:
+        assert layout is None
+        return
+    stages = layout.split("|")
+    counts = [st.count("t") for st in stages]
+    assert len(stages) == pp * v and sum(counts) == layers
+    assert max(counts) - min(counts) == 1 and max(counts) == math.ceil(layers / (pp * v))
+    assert stages[0].startswith("E") and stages[-1].endswith("L") and "".join(stages).count("E") == 1
+
+
+def test_megatron_layout_carries_the_mtp_modules() -> None:
+    m = get_model("deepseek-v3")
+    layout = megatron.stage_layout(m.__class__(**{**m.to_dict(), "mtp_depth": 1}), 16, 1)
+    assert layout is not None and layout.endswith("mL") and layout.count("t") == m.layers
+
+
+def _plan(model: str, cluster: str, devices: int, **fields) -> tuple:  # noqa: ANN003
+    m, c = get_model(model), get_cluster(cluster)
+    return m, c, Strategy(**fields)
+
+
+def test_an_expressible_layout_is_exported_unchanged() -> None:
+    m, c, s = _plan("llama3-70b", "h100", 64, dp_shard=8, tp=8, micro_batch=1, global_batch=64, recompute="selective")
+    for engine in ENGINES:
+        ex = export(engine, m, c, s, 64)
+        changes = [ch for ch in ex.changes if "remat" not in ch]
+        assert not changes, (engine, ex.changes)
+        assert ex.strategy == s or engine == "maxtext"
+        assert "cannot express" not in ex.text
+
+
+def test_zero2_is_named_and_priced_where_the_engine_lacks_it() -> None:
+    """ZeRO-2 over DDP: TorchTitan runs FSDP instead, Megatron its distributed optimizer (ZeRO-1),
+    MaxText ZeRO-1; each says so and prices the layout it runs with the cost model."""
+    m, c, s = _plan("llama3-8b", "h100", 64, dp_replicate=64, zero_stage=2, micro_batch=1, global_batch=512, recompute="full")
+    want = {"torchtitan": Strategy(dp_shard=64, micro_batch=1, global_batch=512, recompute="full",
+                                   order=("tp", "cp", "dp_replicate", "dp_shard", "pp")),
+            "megatron": s.replace(zero_stage=1), "maxtext": s.replace(zero_stage=1)}
+    for engine, ran in want.items():
+        ex = export(engine, m, c, s, 64)
+        assert any("ZeRO-2" in ch for ch in ex.changes), engine
+        assert ex.strategy == ran, engine
+        assert ex.estimate is not None and f"MFU {ex.estimate.mfu:.1%}" in ex.text
+
+
+def test_megatron_has_no_zero_bubble_schedule() -> None:
+    m, c, s = _plan("llama3-70b", "h100", 64, dp_replicate=2, tp=8, pp=4, schedule="ZBVZeroBubble", virtual_stages=2,
+                    micro_batch=1, global_batch=64, zero_stage=1)
+    ex = export("megatron", m, c, s, 64)
+    assert ex.strategy.schedule == "Interleaved1F1B" and ex.strategy.virtual_stages == 2
+    assert "--num-virtual-stages-per-pipeline-rank 2" in ex.text
+
+
+def test_maxtext_mesh_fills_each_slice_and_counts_the_slices() -> None:
+    c = get_cluster("h100")
+    s = Strategy(dp_replicate=4, dp_shard=16, tp=8, global_batch=512, micro_batch=1)
+    ici, dcn, k = maxtext.mesh(c, s, 512)
+    assert k == 64 and math.prod(ici.values()) == 8 and math.prod(dcn.values()) == 64
+    assert (ici["tensor"], dcn["fsdp"], dcn["data"]) == (8, 16, 4)
+    # EP carved from FSDP: expert x fsdp = dp_shard
+    s = Strategy(dp_shard=64, ep=8, global_batch=64, micro_batch=1)
+    ici, dcn, k = maxtext.mesh(c, s, 64)
+    assert ici["expert"] * dcn["expert"] == 8 and ici["fsdp"] * dcn["fsdp"] == 8
+
+
+def test_maxtext_batch_is_the_planned_batch() -> None:
+    m, c, s = _plan("llama3-8b", "h100", 96, dp_shard=96, micro_batch=1, global_batch=288, recompute="selective")
+    cfg = yaml.safe_load(export("maxtext", m, c, s, 96).text)
+    assert int(96 * cfg["per_device_batch_size"]) * cfg["gradient_accumulation_steps"] == 288
+    assert cfg["gradient_accumulation_steps"] == 3
+
+
+def test_cli_emit_prints_only_the_job(tmp_path) -> None:  # noqa: ANN001
+    args = ["plan", "--model", "llama3-8b", "--cluster", "h100", "--devices", "16", "--global-batch", "64"]
+    r = runner.invoke(app, args + ["--emit", "maxtext"])
+    assert r.exit_code == 0, r.output
+    cfg = yaml.safe_load(r.stdout)  # the whole of stdout is the file
+    assert cfg["base_config"] == "base.yml" and r.stdout.startswith("# bandwise plan for maxtext")
+    r2 = runner.invoke(app, args + ["--emit", "maxtext", "--pick", "2"])
+    assert r2.exit_code == 0 and r2.stdout != r.stdout
+
+
+@pytest.mark.parametrize("extra, says", [
+    (["--emit", "deepspeed"], "--emit 'deepspeed': expected one of torchtitan, megatron, maxtext"),
+    (["--emit", "torchtitn"], "did you mean torchtitan?"),
+    (["--pick", "2"], "--pick chooses the layout --emit exports"),
+    (["--emit", "megatron", "--json"], "choose one"),
+    (["--emit", "megatron", "--pick", "11"], "--pick 11: the table lists rows 1 to 10"),
+])
+def test_cli_emit_bad_input_is_one_line(extra: list[str], says: str, capsys) -> None:  # noqa: ANN001
+    with pytest.raises(SystemExit) as exc:
+        main(["plan", "--model", "llama3-8b", "--devices", "16"] + extra)
+    out, err = capsys.readouterr()
+    assert exc.value.code == 2 and not out
+    assert says in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_estimate_emits_its_layout() -> None:
+    r = runner.invoke(app, ["estimate", "--model", "llama3-70b", "--dp-shard", "8", "--tp", "8", "--global-batch", "64",
+                            "--recompute", "full", "--emit", "megatron"])
+    assert r.exit_code == 0, r.output
+    argv = megatron.arguments(r.stdout)
+    assert argv[argv.index("--tensor-model-parallel-size") + 1] == "8"
+    assert "--use-megatron-fsdp" in argv and argv[argv.index("--recompute-granularity") + 1] == "full"
