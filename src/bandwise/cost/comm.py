@@ -109,9 +109,9 @@ def all_gather_time(cluster: Cluster, nbytes: np.ndarray, stride: np.ndarray, si
     for lv, d, below in level_spans(cluster, stride, size):
         if lv.is_torus:
             axes = _torus_axes(lv, np.asarray(stride, float) * below, d)
-            t = nbytes * (d - 1) / np.maximum(d, 1) / (below * 2 * axes * lv.bandwidth)
+            t = nbytes * (d - 1) / np.maximum(d, 1) / (below * _ring_links(lv) * axes * lv.bandwidth)
         else:
-            t = nbytes * (d - 1) / np.maximum(d, 1) / (below * lv.bandwidth)
+            t = nbytes * (d - 1) / np.maximum(d, 1) / (below * _switched_bandwidth(lv, d))
         bw_time = bw_time + t
         latency = latency + (d - 1) * lv.latency
     return np.where(np.asarray(size) > 1, bw_time + latency, 0.0)
@@ -146,9 +146,9 @@ def all_to_all_time(cluster: Cluster, nbytes: np.ndarray, stride: np.ndarray, si
         scale = outer_scale if lv is not cluster.levels[0] else 1.0
         if lv.is_torus:
             ring = _torus_axis_lengths(lv, np.asarray(stride, float) * below, d)
-            t = np.where(d > 1, scale * nbytes / below * ring / (8 * lv.bandwidth), 0.0)
+            t = np.where(d > 1, scale * nbytes / below * ring / (4 * _ring_links(lv) * lv.bandwidth), 0.0)
         else:
-            t = scale * nbytes * (1 - below / size_f) / lv.bandwidth * (d > 1)
+            t = scale * nbytes * (1 - below / size_f) / _switched_bandwidth(lv, d) * (d > 1)
         bw_time = np.maximum(bw_time, t)
         latency = latency + (d > 1) * lv.latency * np.minimum(d - 1, 8)
     return np.where(size_f > 1, bw_time + latency, 0.0)
@@ -163,7 +163,7 @@ def p2p_time(cluster: Cluster, nbytes: np.ndarray, stride: np.ndarray) -> np.nda
     for i in range(len(cluster.levels) - 1, -1, -1):
         lv = cluster.levels[i]
         inside = stride < cum[i + 1]
-        link = lv.bandwidth * (2 if lv.is_torus else 1)  # a torus neighbour is reached both ways
+        link = lv.bandwidth * (_ring_links(lv) if lv.is_torus else 1)  # a torus neighbour is reached both ways
         bandwidth = np.where(inside, link, bandwidth)
         latency = np.where(inside, lv.latency, latency)
     return np.asarray(nbytes, dtype=float) / bandwidth + latency
@@ -176,10 +176,28 @@ def ring_p2p_time(cluster: Cluster, nbytes: np.ndarray, stride: np.ndarray, size
     bandwidth = np.full(np.broadcast(nbytes, np.asarray(size)).shape, np.inf)
     latency = np.zeros_like(bandwidth)
     for lv, d, _ in level_spans(cluster, stride, size):
-        link = lv.bandwidth * (2 if lv.is_torus else 1)
+        link = lv.bandwidth * (_ring_links(lv) if lv.is_torus else 1)
         bandwidth = np.where(d > 1, link, bandwidth)
         latency = np.where(d > 1, lv.latency, latency)
     return np.where(np.asarray(size) > 1, nbytes / bandwidth + latency, 0.0)
+
+
+def _ring_links(lv: Level) -> int:
+    """Links a torus axis gives each chip for a ring: 2 with wrap-around (both neighbours on a
+    ring), 1 on a line without it, which doubles a collective's time (the scaling book)."""
+    return 2 if lv.wraparound else 1
+
+
+def _switched_bandwidth(lv: Level, members: np.ndarray) -> np.ndarray | float:
+    """A device's bandwidth into a group spanning `members` blocks of a switched level: its one
+    port (`bandwidth`, NVLink or a NIC), or, on a fully connected level, one link to each of the
+    other members at once: `bandwidth` x (members - 1). An 8-GPU MI300X node moves 7 x 64 GB/s
+    in an 8-way collective and 64 GB/s in a 2-way one (AMD ROCm docs, MI300X system
+    optimization: "you can only use a fraction of the potential bandwidth" in 2- or 4-GPU
+    collectives)."""
+    if not lv.fully_connected:
+        return lv.bandwidth
+    return lv.bandwidth * np.maximum(np.asarray(members, dtype=float) - 1, 1)
 
 
 def inside_first_level(cluster: Cluster, stride: np.ndarray, size: np.ndarray) -> np.ndarray:

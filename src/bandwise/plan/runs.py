@@ -24,7 +24,7 @@ import yaml
 from bandwise.errors import BandwiseError
 from bandwise.inputs import read_text
 from bandwise.plan.search import FIXABLE
-from bandwise.specs.hardware import MAX_DEVICES, Cluster
+from bandwise.specs.hardware import MAX_DEVICES, SLICE_SHAPES, Cluster, torus_slice
 from bandwise.specs.model import MAX_DIMENSION, ModelSpec, brief
 from bandwise.specs.registry import cluster_for_accelerator
 from bandwise.specs.strategy import ep_fits
@@ -136,10 +136,6 @@ SCHEDULE_CHOICES = ("1F1B", "Interleaved1F1B")
 GPT2_VOCAB = 50272
 """GPT-2 BPE vocabulary as padded in the OPT configs (Zhang et al. 2022; noted in the data's flops_note)."""
 
-# Slice shapes of Cloud TPU topologies by chip count (Google Cloud TPU docs, "TPU v4" and
-# "TPU v5p" topology tables; v5e-256 is 16x16). PaLM's 3072-chip pods are 3/4 of a 16^3 pod.
-TORUS_3D = {64: (4, 4, 4), 128: (4, 4, 8), 192: (4, 4, 12), 256: (4, 8, 8), 512: (8, 8, 8), 1024: (8, 8, 16), 2048: (8, 16, 16), 3072: (12, 16, 16), 4096: (16, 16, 16)}
-TORUS_2D = {256: (16, 16), 128: (8, 16), 64: (8, 8)}
 
 # MaxText base.yml at 76bd53b0f (sources.maxtext_tpu_tables): dims for global_parameter_scale=1.
 MAXTEXT_BASE = {"emb": 2560, "heads": 8, "mlp": 8192, "layers": 16, "head_dim": 256, "vocab": 32768}
@@ -524,10 +520,12 @@ def _cluster(run: dict[str, Any], devices: int, notes: list[str], completed: lis
     if cluster.levels[0].is_torus:
         # a TPU slice: its torus is the job's own, of the shape its chip count takes
         chips = _int(hw.get("chips_per_slice"), "hardware.chips_per_slice") or devices
-        shapes = TORUS_2D if len(cluster.levels[0].torus_dims) == 2 else TORUS_3D
-        if chips not in shapes:
-            raise BandwiseError(f"run {run.get('id')}: no known {cluster.device.name} slice shape for {chips} chips; known: {', '.join(map(str, shapes))}")
-        return cluster.with_level(0, size=chips, torus_dims=shapes[chips])
+        pod = cluster.levels[0]
+        sliced = pod if chips == pod.size else torus_slice(pod, chips)
+        if sliced is None:
+            known = [n for n in SLICE_SHAPES.get(len(pod.torus_dims), {}) if n <= pod.size]
+            raise BandwiseError(f"run {run.get('id')}: no known {cluster.device.name} slice shape for {chips} chips; known: {', '.join(map(str, known))}")
+        return replace(cluster, levels=(sliced, *cluster.levels[1:]))
     if cluster.device.name == "h100-sxm" and "96gb" in a.replace(" ", ""):
         # TorchTitan's H100 SXM with 96 GB HBM2e at 500 W (benchmarks/llama3_h100_202412_torchtitan.md,
         # "Hardware": 96GB HBM2e with 2.4 TB/sec peak memory bandwidth, 500 W power limit). The

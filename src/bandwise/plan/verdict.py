@@ -75,7 +75,7 @@ def group_link(cluster: Cluster, strategy: Strategy, dim: str) -> str:
     for lv, d, _ in level_spans(placed, np.array([s]), np.array([n])):
         if d[0] > 1:
             level = lv
-    unit = "per link" if level.is_torus else "per device"
+    unit = "per link" if level.is_torus or level.fully_connected else "per device"
     return f"{level.name} ({level.bandwidth / 1e9:g} GB/s {unit})"
 
 

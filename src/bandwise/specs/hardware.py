@@ -96,6 +96,13 @@ class Level:
     torus_dims: tuple[int, ...] = ()
     """Shape of a torus level (product = size); empty for switched levels."""
     wraparound: bool = True
+    """A torus level's axes close into rings; without, each axis is a line, whose collectives take
+    twice as long (the scaling book, "How to Think About TPUs": slices smaller than a 4x4x4 cube
+    have no wrap-around, which "typically doubles the time of most communication")."""
+    fully_connected: bool = False
+    """Every device of a block has its own link to every other (AMD Infinity Fabric: seven links
+    per MI300X in an 8-GPU node): `bandwidth` is one link's, and a group of d devices in a block
+    moves data over its d - 1 links at once."""
     source: str = ""
 
     def __post_init__(self) -> None:
@@ -110,6 +117,11 @@ class Level:
             raise BandwiseError(f"level {self.name!r}: wraparound={self.wraparound!r} must be true or false")
         if self.torus_dims and math.prod(self.torus_dims) != self.size:
             raise BandwiseError(f"level {self.name!r}: torus_dims {self.torus_dims} multiply to {math.prod(self.torus_dims)}, not size={self.size}")
+        if not isinstance(self.fully_connected, bool):
+            raise BandwiseError(f"level {self.name!r}: fully_connected={self.fully_connected!r} must be true or false")
+        if self.fully_connected and (self.torus_dims or self.size == 0):
+            raise BandwiseError(f"level {self.name!r}: fully_connected needs a bounded, switchless block: drop torus_dims, "
+                                f"or set size to the devices that link to each other directly")
 
     @property
     def is_torus(self) -> bool:
@@ -163,9 +175,12 @@ class Cluster:
         Training Llama 3.1 405B runs on NVL72 racks used 2,496 GPUs in v5.0 and 2,560 and 5,120 in
         v5.1: 39, 40 and 80 racks of 64; NVIDIA, MLPerf Training v5.1 results, November 2025). Where no such share fills at least half a
         block (13 GPUs on 8-GPU nodes), the job fills whole blocks and leaves the last one partial.
-        Torus levels keep their shape: a TPU slice is the job's own."""
+        A torus is cut to the job's slice where the job is smaller than the pod and its chip count
+        has a slice shape (`SLICE_SHAPES`): 512 chips of a TPU v5p pod run as an 8x8x8 slice."""
         levels, below = [], 1
         for lv in self.levels:
+            if lv.is_torus and devices < lv.size and below == 1:
+                lv = torus_slice(lv, devices) or lv
             if lv.size == 0 or lv.is_torus:
                 levels.append(lv)
                 below *= max(lv.size, 1)
@@ -194,6 +209,29 @@ class Cluster:
             "levels": [{f.name: getattr(lv, f.name) for f in fields(lv)} for lv in self.levels],
             "source": self.source,
         }
+
+
+SLICE_SHAPES: dict[int, dict[int, tuple[int, ...]]] = {
+    # torus rank: {chips: slice shape}. Google Cloud TPU docs: v4 slices are AxBxC with A <= B <= C,
+    # all <= 4 or all multiples of 4 ("TPU types and topologies"); the v5p configurations table
+    # (2x2x1 ... 16x16x24, its largest single slice); PaLM's 3,072-chip pods are 12x16x16.
+    3: {4: (2, 2, 1), 8: (2, 2, 2), 16: (2, 2, 4), 32: (2, 4, 4), 64: (4, 4, 4), 128: (4, 4, 8), 192: (4, 4, 12), 256: (4, 8, 8),
+        512: (8, 8, 8), 1024: (8, 8, 16), 2048: (8, 16, 16), 3072: (12, 16, 16), 4096: (16, 16, 16), 6144: (16, 16, 24)},
+    # v5e/v6e: 2D slices (Google Cloud TPU v5e docs: 8x8 = v5litepod-64, 8x16, 16x16)
+    2: {64: (8, 8), 128: (8, 16), 256: (16, 16)},
+}
+
+
+def torus_slice(level: Level, chips: int) -> Level | None:
+    """`level` cut to the slice a job of `chips` gets, or None when no slice of that size fits the
+    pod. Slices of whole 4x4x4 cubes keep the wrap-around the optical switches give; smaller 3D
+    slices have none (the scaling book, "How to Think About TPUs", TPU Networking). A 2D slice keeps
+    the pod's wrap-around setting."""
+    shape = SLICE_SHAPES.get(len(level.torus_dims), {}).get(chips)
+    if shape is None or any(a > b for a, b in zip(sorted(shape), sorted(level.torus_dims))):
+        return None
+    wrap = level.wraparound and (len(shape) != 3 or all(a % 4 == 0 for a in shape))
+    return replace(level, size=chips, torus_dims=shape, wraparound=wrap)
 
 
 FILE_KEYS: dict[type, dict[str, str]] = {
