@@ -155,5 +155,6 @@ def test_an_unknown_accelerator_names_the_known_ones_and_the_cluster_file():
 
     assert cluster_for_accelerator("NVIDIA GB200 NVL72").name == "gb200-nvl72"  # not read as B200
     assert cluster_for_accelerator("8x A100-SXM4-80GB").name == "a100-80g"
-    with pytest.raises(BandwiseError, match=r"no preset device; known: .*H100.*TPU v5p.*--cluster PATH"):
-        cluster_for_accelerator("MI300X")
+    assert cluster_for_accelerator("AMD Instinct MI300X").name == "mi300x"
+    with pytest.raises(BandwiseError, match=r"no preset device; known: .*H100.*MI300X.*TPU v5p.*--cluster PATH"):
+        cluster_for_accelerator("Gaudi 3")

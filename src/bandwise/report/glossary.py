@@ -34,8 +34,9 @@ MODELS = (
 )
 CLUSTERS = (
     "Dense peaks (not the 2:4-sparse figures) · topology: the interconnect levels, innermost first, "
-    "each with its size (∞: as many as the job needs; AxB: a torus) and bandwidth per device per "
-    "direction (per link on a torus)."
+    "each with its size (∞: as many as the job needs; AxB: a torus; 8 mesh: every device linked to every "
+    "other) and bandwidth per device per direction (per link on a torus or a mesh). A TPU job smaller "
+    "than the pod runs on a slice of its own shape."
 )
 COMPARE = (
     "verdict: PP is not needed when the best layout without PP is within the threshold of the best, in "

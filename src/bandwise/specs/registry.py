@@ -105,7 +105,8 @@ def cluster_file_text(cluster: Cluster) -> str:
     """`cluster` as a file that `load_cluster_file` reads back to an equal cluster."""
     header = (
         "# A bandwise cluster file: edit it and pass it as --cluster PATH. Units are in the keys;\n"
-        "# bandwidths are per device per direction (a torus level's: one link's), innermost level first.\n"
+        "# bandwidths are per device per direction (a torus or fully connected level's: one link's), innermost\n"
+        "# level first.\n"
     )
     return header + yaml.dump(cluster_to_file_dict(cluster), Dumper=_FileDumper, sort_keys=False, allow_unicode=True, width=100)
 
