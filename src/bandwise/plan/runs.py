@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import yaml
@@ -117,6 +117,9 @@ PARAM_SWITCHES: dict[str, dict[str, Any]] = {
     "bf16_adam_moments": {"adam_moment_bytes": 2},
 }
 """The CostParams fields a switch changes (the others change the Strategy or the model)."""
+PLAIN_KEEPS = ("maxtext_v4_seq1024",)
+"""Switches the plain path keeps: they fix the job (MaxText's v4 tables ran 1,024-token sequences),
+not how the cost model prices it; without them the run would be another job."""
 MEGATRON_SOURCES = ("megatron_h100_2024", "narayanan2021_sc21", "korthikanti2022", "nemo_2407")
 """Sources trained with Megatron-LM / Megatron-Core without a pipeline layout (the `megatron_equal_stages` switch)."""
 MATERIALIZED_ATTENTION_SOURCES = ("narayanan2021_sc21", "korthikanti2022", "bloom176b", "opt175b")
@@ -447,7 +450,7 @@ def _per_gpu_network(text: str, gpus_per_node: int) -> float | None:
 # ------------------------------------------------------------------------------------------
 # run -> Case
 # ------------------------------------------------------------------------------------------
-def _model(run: dict[str, Any], case_notes: list[str], switches: list[str]) -> ModelSpec:
+def _model(run: dict[str, Any], case_notes: list[str], switch: Callable[[str], bool]) -> ModelSpec:
     m = run.get("model") or {}
     rid = run.get("id", "?")
     if run.get("source") == "maxtext_tpu_tables":
@@ -487,9 +490,8 @@ def _model(run: dict[str, Any], case_notes: list[str], switches: list[str]) -> M
     if seq is None:
         seq = 8192
         case_notes.append("seq_len not stated: 8192 (TorchTitan's Llama 3 default)")
-    if run.get("source") == "maxtext_tpu_tables" and "v4" in str((run.get("hardware") or {}).get("accelerator", "")).lower():
+    if run.get("source") == "maxtext_tpu_tables" and "v4" in str((run.get("hardware") or {}).get("accelerator", "")).lower() and switch("maxtext_v4_seq1024"):
         seq = 1024
-        switches.append("maxtext_v4_seq1024")
     kw["seq_len"] = seq
     if moe:
         kw.update(
@@ -553,11 +555,15 @@ def _cluster(run: dict[str, Any], devices: int, notes: list[str], completed: lis
     return cluster
 
 
-def convert(run: dict[str, Any], sources: dict[str, Any] | None = None) -> Case:
+def convert(run: dict[str, Any], sources: dict[str, Any] | None = None, plain: bool = False) -> Case:
     """Build the planner's inputs from one run; raises BandwiseError when a needed fact is missing.
 
     `sources` is the file's sources section: a fact its conventions state for every run of the
     source (e.g. Narayanan et al. 2021: full activation checkpointing) fills the run's null field.
+
+    `plain` applies no source-specific switch but those that fix the job itself (`PLAIN_KEEPS`):
+    the run is predicted as `bandwise plan` and `estimate` would predict it, from its stated
+    layout, its unstated fields completed by the search.
     """
     rid = str(run.get("id") or "?")
     stated = (run.get("target") or {}).get("tokens_per_sec_per_device")
@@ -567,7 +573,16 @@ def convert(run: dict[str, Any], sources: dict[str, Any] | None = None) -> Case:
     notes: list[str] = []
     switches: list[str] = []
     completed: list[str] = []
-    model = _model(run, notes, switches)
+
+    def switch(name: str) -> bool:
+        """Record and apply a source-specific switch, or, on the plain path, leave it out."""
+        if plain and name not in PLAIN_KEEPS:
+            return False
+        if name not in switches:
+            switches.append(name)
+        return True
+
+    model = _model(run, notes, switch)
     hw, p = run.get("hardware") or {}, run.get("parallelism") or {}
     devices = _int(hw.get("count"), "hardware.count")
     if not devices or devices > MAX_DEVICES:
@@ -625,17 +640,14 @@ def convert(run: dict[str, Any], sources: dict[str, Any] | None = None) -> Case:
                 fixed["zero_stage"] = 0
         elif not zf:  # nothing said about sharding: plain data parallelism, ZeRO stage left open
             fixed.update(dp_shard=1, dp_replicate=dp)
-        if "ddp-impl local" in zf:
+        if "ddp-impl local" in zf and switch("ddp_local_no_overlap"):
             overlap["dp"] = False
-            switches.append("ddp_local_no_overlap")
-        if src == "narayanan2021_sc21" and "zero-3" in zf and "deepspeed" in zf:
+        if src == "narayanan2021_sc21" and "zero-3" in zf and "deepspeed" in zf and switch("zero3_flat_ring"):
             # one level: every GPU reaches the others through its own NIC, as a flat ring does
             nic = cluster.levels[-1]
             cluster = replace(cluster, levels=(replace(nic, size=0),))
-            switches.append("zero3_flat_ring")
-        if "no grad all-reduce overlap" in zf:
+        if "no grad all-reduce overlap" in zf and switch("no_grad_overlap"):
             overlap["dp"] = False
-            switches.append("no_grad_overlap")
     # Expert parallelism borrows ranks from dp_shard·cp·tp, or spans it and some replicas
     # (specs/strategy.py): Megatron and DeepSeek-V3 carve EP out of replicated data parallelism.
     if ep and ep > 1 and "dp_shard" in fixed:
@@ -668,9 +680,8 @@ def convert(run: dict[str, Any], sources: dict[str, Any] | None = None) -> Case:
     if mb is None and dp and _int(p.get("micro_batch_or_local_batch"), "parallelism.micro_batch_or_local_batch") and not (pp and pp > 1):
         mb = gb // dp  # TorchTitan without PP: the local batch is one micro-batch
     titan_pp = src == "torchtitan" and pp is not None and pp > 1
-    if mb is None and dp and titan_pp and (gb // dp) % pp == 0:
+    if mb is None and dp and titan_pp and (gb // dp) % pp == 0 and switch("torchtitan_pp_defaults"):
         mb = gb // dp // pp  # TorchTitan's default: as many micro-batches as pipeline stages
-        switches.append("torchtitan_pp_defaults")
     if mb is not None:
         fixed["micro_batch"] = mb
 
@@ -683,7 +694,7 @@ def convert(run: dict[str, Any], sources: dict[str, Any] | None = None) -> Case:
             schedules = (sched,)
             if v:
                 fixed["virtual_stages"] = v
-            elif titan_pp:
+            elif titan_pp and switch("torchtitan_pp_defaults"):
                 fixed["virtual_stages"] = 2  # TorchTitan's default split: 2 stages per rank for looped schedules
             else:
                 completed.append("virtual_stages")
@@ -691,7 +702,7 @@ def convert(run: dict[str, Any], sources: dict[str, Any] | None = None) -> Case:
             schedules = SCHEDULE_CHOICES
             completed.append("schedule")
         if src in MEGATRON_SOURCES and "virtual_stages" not in fixed:
-            switches.append("megatron_equal_stages")
+            switch("megatron_equal_stages")
     elif pp == 1:
         fixed.update(schedule="1F1B", virtual_stages=1)
     split = (tp or 1) * (cp or 1)
@@ -709,9 +720,8 @@ def convert(run: dict[str, Any], sources: dict[str, Any] | None = None) -> Case:
     if rec is None and re.search(r"\bfull\b[^.;,]*activation checkpointing", conventions):
         rec = "full"
         notes.append("recompute from the source's conventions: full")
-    if rec is None and src == "opt175b":
+    if rec is None and src == "opt175b" and switch("metaseq_opt"):
         rec = "full"
-        switches.append("metaseq_opt")
     if rec:
         fixed["recompute"] = rec
     prec = parse_precision(run.get("precision"))
@@ -720,35 +730,33 @@ def convert(run: dict[str, Any], sources: dict[str, Any] | None = None) -> Case:
         notes.append("precision not stated: bf16")
     fixed["precision"] = prec
 
-    if src == "megatron_h100_2024":
+    if src == "megatron_h100_2024" and switch("megatron_tp_overlap"):
         overlap["tp"] = True
-        switches.append("megatron_tp_overlap")
-    if p.get("async_tp"):
+    if p.get("async_tp") and switch("async_tp"):
         overlap["tp"] = True
-        switches.append("async_tp")
     if src == "llama3_2024" and pp and pp > 1:
-        switches.append("llama3_balanced_stages")
+        switch("llama3_balanced_stages")
     if src == "deepseek_v3" and pp and pp > 1:
-        switches.append("deepseek_balanced_stages")
+        switch("deepseek_balanced_stages")
     if src == "megatron_bridge_perf":
-        switches.append("mbridge_fused_loss")
+        switch("mbridge_fused_loss")
     if src == "megatron_bridge_perf" and model.mtp_depth and pp and pp > 1:
-        switches.append("mbridge_deepseek_layout")
+        switch("mbridge_deepseek_layout")
     if src in MATERIALIZED_ATTENTION_SOURCES:
-        switches.append("materialized_attention")
+        switch("materialized_attention")
     rec_text = str(p.get("recompute") or "").lower()
     if src in MEGATRON_SOURCES and fixed.get("recompute", "selective") == "selective":
-        switches.append("megatron_selective")
+        switch("megatron_selective")
     if "rmsnorm" in rec_text and "mla up-projection" in rec_text and "swiglu input cached in fp8" in rec_text:
-        switches.append("deepseek_recompute")
+        switch("deepseek_recompute")
     if "bf16 optimizer moments" in str(run.get("precision") or "").lower():
-        switches.append("bf16_adam_moments")
+        switch("bf16_adam_moments")
     if src == "torchtitan" and "H100" in str((run.get("hardware") or {}).get("accelerator")):
-        switches.append("fa2_on_hopper")
+        switch("fa2_on_hopper")
     if src == "torchtitan" and fixed.get("recompute") == "selective":
-        switches.append("torchtitan_sac")
+        switch("torchtitan_sac")
     if src == "torchtitan" and "compile" not in str(run.get("precision") or "").lower():
-        switches.append("eager_torchtitan")
+        switch("eager_torchtitan")
 
     for name in FIXABLE:
         if name not in fixed and name not in ("schedule", "virtual_stages") and not (name == "ep" and not model.is_moe):

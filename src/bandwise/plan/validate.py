@@ -209,8 +209,9 @@ def comparable_memory_gib(est: Estimate, basis: str, params: CostParams) -> floa
 
 
 def run_all(runs: list[dict[str, Any]], source: str | None = None, params: CostParams = DEFAULT_PARAMS,
-            sources: dict[str, Any] | None = None) -> list[RunResult]:
-    """Convert and predict every run (of one source if given); conversion failures carry the reason."""
+            sources: dict[str, Any] | None = None, plain: bool = False) -> list[RunResult]:
+    """Convert and predict every run (of one source if given); conversion failures carry the reason.
+    `plain`: without source-specific switches, as `plan` and `estimate` predict (`runs.convert`)."""
     if source is not None:
         known = sorted({str(r.get("source")) for r in runs})
         if source not in known:
@@ -219,7 +220,7 @@ def run_all(runs: list[dict[str, Any]], source: str | None = None, params: CostP
     results = []
     for run in runs:
         try:
-            case = convert(run, sources)
+            case = convert(run, sources, plain=plain)
         except BandwiseError as exc:
             tgt = finite((run.get("target") or {}).get("tokens_per_sec_per_device"))
             results.append(RunResult(id=str(run.get("id")), source=str(run.get("source")),
