@@ -1,9 +1,10 @@
 """What the validation says about a prediction like this one.
 
-A prediction is printed with the error that `bandwise validate` measured on published runs of the same
-device family and model kind (dense or MoE): how many runs, the median signed error (predicted /
+A prediction is printed with the error that `bandwise validate --plain` measured on published runs of the
+same device family and model kind (dense or MoE): the plain path, the one `plan` and `estimate` take, with
+no source-specific switch; how many runs, the median signed error (predicted /
 published - 1: positive is over-predicted) and the 90th percentile of the absolute error. The figures
-come from `bandwise validate --write-bands`, shipped in `data/error_bands.json`; a test recomputes
+come from `bandwise validate --write-bands` (always on the plain path), shipped in `data/error_bands.json`; a test recomputes
 them from the shipped runs and the cost model and fails when the file is stale.
 """
 
