@@ -33,6 +33,7 @@ CORPUS = [
     DATA / "hta" / "nccl_data.json.gz",
     DATA / "hta" / "mtia_inference_rank_0.json.gz",
     DATA / "hta" / "dlrm_sampled_rank-0.json.gz",
+    DATA / "hta" / "dlrm_sampled_rank-1.json.gz",
     DATA / "hta" / "mi250_minitoy_train_ROCm6_2_kineto.json.gz",
     *sorted((DATA / "resnet50-dataloader").glob("*.json.gz")),
     DATA / "tracelens" / "mi300_resnet_act_checkpoint.json.gz",

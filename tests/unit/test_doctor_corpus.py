@@ -27,6 +27,7 @@ HTA_TEMPORAL = {
     HTA / "nccl_data.json.gz": (17.3, 5.0, 77.8),
     HTA / "mtia_inference_rank_0.json.gz": (94.7, 1.0, 4.3),
     HTA / "dlrm_sampled_rank-0.json.gz": (17.7, 28.7, 53.6),
+    HTA / "dlrm_sampled_rank-1.json.gz": (22.6, 22.7, 54.7),
     HTA / "mi250_minitoy_train_ROCm6_2_kineto.json.gz": (1.1, 0.4, 98.5),
     RESNET / "num_workers_0-worker0.1623143089861.pt.trace.json.gz": (59.4, 1.2, 39.4),
     RESNET / "num_workers_0-worker0.1623143566756.pt.trace.json.gz": (68.3, 1.2, 30.5),

@@ -38,12 +38,14 @@ def trace(
         raise BandwiseError(f"--max-mb={max_mb} must be >= 1")
     out = Output(json_mode=json_out)
     paths = expand_trace_paths(paths)
-    diagnoses, names = [], []
+    diagnoses, names, analyses = [], [], []
     for p in paths:
         a = analyze_trace(p, max_decompressed_bytes=max_mb << 20)
         diagnoses.append(diagnose(signals_from_trace(a["signals"], bf16_available=bf16), a["breakdown"]))
         names.append(p.name)
+        analyses.append({k: a[k] for k in ("signals", "breakdown", "per_step")})
     d = merge(diagnoses, names)
+    add_ranks(d, analyses, names)
     title = f"bandwise doctor: {len(paths)} trace(s)" if len(paths) > 1 else f"bandwise doctor: {paths[0].name}"
     if html_out:
         write_html(html_out, d, title)
@@ -53,6 +55,24 @@ def trace(
         print_report(out, d, title)
         if html_out:
             out.print(f"HTML report: {html_out}")
+
+
+def add_ranks(d, analyses: list[dict], names: list[str]) -> None:  # noqa: ANN001
+    """Several ranks: the per-rank table, and the straggler finding where one rank holds the others back."""
+    from bandwise.doctor.ranks import rank_rows, straggler
+    from bandwise.doctor.rules import MIN_STEPS
+
+    rows = rank_rows(analyses, names)
+    if len(rows) < 2:
+        return
+    d.signals["per_rank"] = [r.to_dict() for r in rows]
+    if min(r.steps for r in rows) < MIN_STEPS:  # as for every other finding: too few steps, no verdict
+        d.missing.append(f"straggler (every rank needs >= {MIN_STEPS} steps)")
+        return
+    found = straggler(rows)
+    if found is not None:
+        d.findings.append(found)
+        d.findings.sort(key=lambda f: -(f.expected_speedup or 1.0))
 
 
 TRACE_SUFFIXES = (".json", ".json.gz")

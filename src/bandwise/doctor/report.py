@@ -89,6 +89,16 @@ def print_report(out: Output, d: Diagnosis, title: str) -> None:
         out.print(Text("healthy: no bottleneck above its threshold", style="bold green"))
     elif not d.verdict:
         out.print(Text(f"no verdict: {d.steps} step(s) measured, {MIN_STEPS} needed", style="bold yellow"))
+    per_rank = d.signals.get("per_rank") or []
+    if len(per_rank) > 1:
+        table = Table(title="Per rank (median per step, ms)")
+        for col in ("rank", "steps", "step", "busy", "exposed comm", "idle", "trace"):
+            table.add_column(col, justify="left" if col == "trace" else "right")
+        for r in per_rank:
+            table.add_row("-" if r["rank"] is None else str(r["rank"]), str(r["steps"]), f"{r['step_ms']:.1f}", f"{r['busy_ms']:.1f}",
+                          f"{r['exposed_comm_ms']:.1f}", f"{r['idle_ms']:.1f}", r["name"])
+        out.print(table)
+        out.print(Text("busy: compute + memcpy · exposed comm: communication not hidden behind compute (HTA's temporal breakdown)", style="dim"))
     if d.signals.get("step_source") == "gpu_user_annotation":
         out.print(Text("steps taken from the GPU-side ProfilerStep annotations: the trace has no CPU-side ones", style="dim"))
     if d.findings:

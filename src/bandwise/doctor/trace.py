@@ -143,8 +143,10 @@ def analyze_trace(path: str | Path, **limits: Any) -> dict[str, Any]:
     total = sum(raw.values())
     breakdown = {k: v / total for k, v in raw.items()} if total > 0 else {}
 
+    dist = meta.get("distributedInfo") if isinstance(meta.get("distributedInfo"), dict) else {}
     signals: dict[str, Any] = {
         "device": "gpu" if has_gpu else "cpu",
+        "rank": dist.get("rank") if isinstance(dist.get("rank"), int) else None,
         "vendor": vendor(c, meta),
         "steps": 0 if synthetic else len(per_step),
         "step_source": step_source,

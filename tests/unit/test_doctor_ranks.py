@@ -1,0 +1,126 @@
+"""Several ranks of one job: the per-rank table and the straggler, on synthetic traces whose
+numbers are known, and on the two public ranks of HTA's sampled DLRM trace."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from bandwise.cli.main import main
+from bandwise.doctor.ranks import STRAGGLER_SHARE, rank_of
+sys.path.insert(0, str(Path(__file__).parent))
+from kineto_gen import H100, Kineto  # noqa: E402
+
+STEP_US = 10_000.0
+COMM_US = 1_000.0
+
+
+def write_rank(path: Path, rank: int | None, compute_us: float, steps: int = 4, step_us: float = STEP_US) -> Path:
+    """One rank of a data-parallel job: per 10 ms step, its GEMMs, then an all-reduce that ends when
+    the slowest rank's has run (`end`): a faster rank waits inside it."""
+    k = Kineto(device=H100)
+    for n in range(steps):
+        t0 = 1_000.0 + n * step_us
+        k.step(n, t0, step_us)
+        k.kernel("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", t0 + 10, t0 + 100, compute_us)
+        end = t0 + 100 + SLOWEST[0] + COMM_US
+        start = t0 + 100 + compute_us
+        k.kernel("ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevComm*, unsigned long, ncclWork*)", t0 + 20, start, end - start)
+    meta = {"distributedInfo": {"rank": rank, "world_size": 4, "backend": "nccl"}} if rank is not None else {}
+    return k.write(path, **meta)
+
+
+SLOWEST = [0.0]
+
+
+def job(tmp_path: Path, computes: list[float], ranked: bool = True, steps: int = 4, step_us: float = STEP_US) -> Path:
+    SLOWEST[0] = max(computes)
+    d = tmp_path / "trace"
+    d.mkdir()
+    for r, c in enumerate(computes):
+        name = f"host{7 - r}_worker.pt.trace.json.gz" if ranked else f"rank-{r}.pt.trace.json.gz"
+        write_rank(d / name, r if ranked else None, c, steps, step_us)
+    return d
+
+
+def doctor(path: Path, capsys) -> dict:  # noqa: ANN001
+    with pytest.raises(SystemExit) as exc:
+        main(["doctor", "trace", str(path), "--json"])
+    out, err = capsys.readouterr()
+    assert exc.value.code in (0, None), err
+    return json.loads(out)
+
+
+def test_a_slow_rank_is_named_with_its_share_of_the_step(tmp_path, capsys):  # noqa: ANN001
+    doc = doctor(job(tmp_path, [4000, 4000, 6000, 4000]), capsys)
+    rows = doc["signals"]["per_rank"]
+    assert [r["rank"] for r in rows] == [0, 1, 2, 3]  # from distributedInfo, not the file names
+    assert rows[2]["busy_ms"] == pytest.approx(6.0) and rows[0]["busy_ms"] == pytest.approx(4.0)
+    # the fast ranks wait the 2 ms inside their all-reduce
+    assert rows[0]["exposed_comm_ms"] - rows[2]["exposed_comm_ms"] == pytest.approx(2.0)
+    f = next(f for f in doc["findings"] if f["id"] == "straggler")
+    assert f["evidence"]["rank"] == "rank 2"
+    assert f["evidence"]["extra_ms_per_step"] == pytest.approx(2.0)
+    assert f["evidence"]["share"] == pytest.approx(0.2)
+    assert f["expected_speedup"] == pytest.approx(1 / (1 - 0.2))
+
+
+def test_balanced_ranks_have_no_straggler(tmp_path, capsys):  # noqa: ANN001
+    doc = doctor(job(tmp_path, [4000, 4010, 3990, 4000]), capsys)
+    assert len(doc["signals"]["per_rank"]) == 4
+    assert all(f["id"] != "straggler" for f in doc["findings"])
+
+
+def test_a_gap_under_the_threshold_is_not_named(tmp_path, capsys):  # noqa: ANN001
+    """2.4 ms more per 60 ms step is 4%: under the 5% a straggler needs, over its 1 ms floor."""
+    step = 60_000.0
+    small = 4000 + step * STRAGGLER_SHARE * 0.8
+    doc = doctor(job(tmp_path, [4000, 4000, small, 4000], step_us=step), capsys)
+    assert all(f["id"] != "straggler" for f in doc["findings"])
+    assert doc["signals"]["per_rank"][2]["busy_ms"] - doc["signals"]["per_rank"][0]["busy_ms"] == pytest.approx(2.4)
+
+
+def test_ranks_come_from_the_file_names_without_distributed_info(tmp_path, capsys):  # noqa: ANN001
+    doc = doctor(job(tmp_path, [4000, 6000], ranked=False), capsys)
+    assert [r["rank"] for r in doc["signals"]["per_rank"]] == [0, 1]
+    assert next(f for f in doc["findings"] if f["id"] == "straggler")["evidence"]["rank"] == "rank 1"
+    assert rank_of("rank_12.json", {}) == 12 and rank_of("worker.json", {}) is None and rank_of("x", {"rank": 3}) == 3
+
+
+def test_too_few_steps_give_no_straggler_verdict(tmp_path, capsys):  # noqa: ANN001
+    doc = doctor(job(tmp_path, [4000, 6000], steps=2), capsys)
+    assert all(f["id"] != "straggler" for f in doc["findings"])
+    assert any(m.startswith("straggler") for m in doc["missing"])
+
+
+def test_the_two_public_ranks_of_htas_sampled_trace(tmp_path, capsys):  # noqa: ANN001
+    """HTA's trace_filter/sampled_rank-0 and -1 (MIT): two ranks, two steps each: a per-rank table,
+    no straggler verdict on two steps."""
+    data = Path(__file__).parent.parent / "data" / "traces" / "hta"
+    d = tmp_path / "dlrm"
+    d.mkdir()
+    for r in (0, 1):
+        (d / f"dlrm_sampled_rank-{r}.json.gz").write_bytes((data / f"dlrm_sampled_rank-{r}.json.gz").read_bytes())
+    doc = doctor(d, capsys)
+    rows = doc["signals"]["per_rank"]
+    assert [r["rank"] for r in rows] == [0, 1] and all(r["steps"] == 2 for r in rows)
+    assert all(f["id"] != "straggler" for f in doc["findings"])
+
+
+# HTA 0.5.0 on the directory holding both ranks (`TraceAnalysis(trace_dir).get_temporal_breakdown()`,
+# one row per rank, read from each trace's distributedInfo): compute, non-compute, idle (%).
+HTA_PAIR = {0: (17.71, 28.74, 53.56), 1: (22.57, 22.72, 54.72)}
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_each_rank_agrees_with_hta_within_a_point(rank: int) -> None:
+    from bandwise.doctor.trace import analyze_trace
+
+    data = Path(__file__).parent.parent / "data" / "traces" / "hta"
+    a = analyze_trace(data / f"dlrm_sampled_rank-{rank}.json.gz")
+    span = a["signals"]["kernel_span_breakdown"]
+    assert a["signals"]["rank"] == rank
+    assert (100 * span["compute"], 100 * span["non_compute"], 100 * span["idle"]) == pytest.approx(HTA_PAIR[rank], abs=1.0)
