@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from bandwise.doctor.intervals import Intervals
-from bandwise.doctor.kernels import ATTENTION, COMM, EMBEDDING, LOW_PRECISION, SOFTMAX, classify
+from bandwise.doctor.kernels import ATTENTION, COMM, EMBEDDING, LOW_PRECISION, SOFTMAX, classify, collective
 from bandwise.doctor.tracefile import TraceReader
 from bandwise.errors import BandwiseError
 
@@ -28,8 +28,13 @@ MAX_BYTES = 2**63
 # class: fp32 tensors through the tensor cores at half the bf16 peak); K_GEMM_UNKNOWN is a
 # matmul whose name does not say, resolved from its launching CPU operator after the pass.
 (K_OTHER, K_GEMM_LOWP, K_GEMM_FP32, K_COMM, K_ATTN_FUSED, K_SOFTMAX, M_H2D, M_COPY, M_SET,
- K_GEMM_TF32, K_GEMM_UNKNOWN, K_EMBEDDING) = range(12)
+ K_GEMM_TF32, K_GEMM_UNKNOWN, K_EMBEDDING, K_ALL_GATHER, K_REDUCE_SCATTER, K_ALL_REDUCE, K_ALL_TO_ALL, K_SEND_RECV) = range(17)
 COMPUTE_CODES = (K_OTHER, K_GEMM_LOWP, K_GEMM_FP32, K_ATTN_FUSED, K_SOFTMAX, K_GEMM_TF32, K_GEMM_UNKNOWN, K_EMBEDDING)
+COLLECTIVES = {K_ALL_GATHER: "all_gather", K_REDUCE_SCATTER: "reduce_scatter", K_ALL_REDUCE: "all_reduce",
+               K_ALL_TO_ALL: "all_to_all", K_SEND_RECV: "send_recv", K_COMM: "other_collective"}
+"""Collective kernels by what they do, read from the NCCL/RCCL kernel name (`kernels.collective`);
+K_COMM is a collective the name does not place (broadcast, reduce, a vendor's own)."""
+COMM_CODES = tuple(COLLECTIVES)
 # CPU operator classes
 C_OTHER, C_GEMM_FP32, C_GEMM_LOW, C_GEMM_UNKNOWN, C_SOFTMAX, C_SDPA = range(6)
 # dtype of a CPU operator's first floating input, for kernels whose name says nothing
@@ -54,11 +59,14 @@ _CPU_GEMMS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::mk
 _LOW_PRECISION = {"c10::BFloat16", "c10::Half", "c10::Float8_e4m3fn", "c10::Float8_e5m2", "c10::Float8_e4m3fnuz", "c10::Float8_e5m2fnuz"}
 _FLOAT_TYPES = _LOW_PRECISION | {"float", "double"}
 
+_COLLECTIVE_CODE = {v: k for k, v in COLLECTIVES.items()}
+
+
 def kernel_class(name: str) -> int:
     """Interval class of one kernel: what `kernels.classify` says it is, by dtype for matmuls."""
     k = classify(name)
     if k.op == COMM:
-        return K_COMM
+        return _COLLECTIVE_CODE.get(collective(name), K_COMM)
     if k.op == ATTENTION:
         return K_ATTN_FUSED
     if k.op == SOFTMAX:

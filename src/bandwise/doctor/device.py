@@ -4,11 +4,16 @@ HTA's denominator. All functions take a `collect.Collected`."""
 
 from __future__ import annotations
 
+import re
+
 from typing import Any
 
 import numpy as np
 
-from bandwise.doctor.collect import ASYNC_COPY, COMPUTE_CODES, D_LOW, D_NONE, K_GEMM_FP32, K_GEMM_LOWP, K_GEMM_UNKNOWN, Collected
+from bandwise.doctor.collect import (
+    ASYNC_COPY, COMPUTE_CODES, D_LOW, D_NONE, K_ALL_GATHER, K_ALL_REDUCE, K_ALL_TO_ALL, K_COMM, K_GEMM_FP32, K_GEMM_LOWP, K_GEMM_UNKNOWN,
+    K_REDUCE_SCATTER, K_SEND_RECV, Collected,
+)
 from bandwise.doctor.intervals import covered, union
 
 MAX_ATTRIBUTED_CALLS = 5000
@@ -95,6 +100,52 @@ def resolve_gemm_dtypes(c: Collected, code: np.ndarray, launch_idx: np.ndarray) 
             code[k] = K_GEMM_LOWP if dts[j] == D_LOW else K_GEMM_FP32
             resolved += float(e[k] - s[k])
     return resolved
+
+
+_COLLECTIVE_OP = (
+    # the operator torch.distributed records around a collective's launch: `nccl:all_to_all`,
+    # `nccl:_reduce_scatter_base`, `c10d::allgather_` (ProcessGroupNCCL; RCCL keeps the names)
+    (re.compile(r"^(?:nccl|c10d|gloo):+_*(?:all_?gather|_allgather)", re.I), K_ALL_GATHER),
+    (re.compile(r"^(?:nccl|c10d|gloo):+_*reduce_?scatter", re.I), K_REDUCE_SCATTER),
+    (re.compile(r"^(?:nccl|c10d|gloo):+_*all_?reduce", re.I), K_ALL_REDUCE),
+    (re.compile(r"^(?:nccl|c10d|gloo):+_*all_?to_?all", re.I), K_ALL_TO_ALL),
+    (re.compile(r"^(?:nccl|c10d|gloo):+_*(?:send|recv|batch_isend_irecv)", re.I), K_SEND_RECV),
+)
+
+
+def resolve_collectives(c: Collected, code: np.ndarray, launch_idx: np.ndarray) -> None:
+    """Give a collective kernel the kind its launching operator names, where the kernel's name does
+    not say (RCCL's `ncclDevKernel_Generic`) or says only how it runs (NCCL runs an all-to-all as
+    `ncclKernel_SendRecv`): kernel -> runtime call -> the innermost enclosing `nccl:<collective>`
+    operator or annotation on that thread."""
+    todo = np.flatnonzero(np.isin(code, (K_COMM, K_SEND_RECV)) & (launch_idx >= 0))
+    if todo.size == 0:
+        return
+    rt_ts = np.frombuffer(c.rt_ts, dtype=np.float64)
+    kinds = {i: next((k for pat, k in _COLLECTIVE_OP if pat.search(name)), None) for i, name in enumerate(c.names)}
+    by_tid: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+    for k in todo:
+        ri = launch_idx[k]
+        tid = c.tids[c.rt_tid[ri]]
+        ops = by_tid.get(tid)
+        if ops is None:  # operators and user annotations (newer torch records `nccl:*` as one) of the thread
+            parts = [(iv.np(), ids) for iv, ids in ((c.cpu.get(tid), c.cpu_name.get(tid)), (c.annotations.get(tid), c.ann_name.get(tid)))
+                     if iv is not None and ids is not None and len(ids)]
+            os_ = np.concatenate([p[0][0] for p in parts]) if parts else np.empty(0)
+            oe = np.concatenate([p[0][1] for p in parts]) if parts else np.empty(0)
+            kind = np.array([kinds[i] if kinds[i] is not None else -1 for p in parts for i in np.frombuffer(p[1], dtype=np.int32)], dtype=np.int64)
+            keep = kind >= 0
+            order = np.argsort(os_[keep], kind="stable")
+            ops = by_tid[tid] = (os_[keep][order], oe[keep][order], kind[keep][order])
+        starts, ends, ks = ops
+        t = rt_ts[ri]
+        j = int(np.searchsorted(starts, t, side="right")) - 1
+        for _ in range(64):  # walk back past collectives that ended before the launch
+            if j < 0 or ends[j] >= t:
+                break
+            j -= 1
+        if j >= 0 and ends[j] >= t:
+            code[k] = ks[j]
 
 
 def idle_attribution(c: Collected, launch_ts: np.ndarray) -> dict[str, tuple[np.ndarray, np.ndarray]]:

@@ -51,6 +51,28 @@ class KernelKind:
         return self.op in (GEMM, CONV)
 
 
+_COLLECTIVE = (
+    # NCCL's device kernels name their collective: ncclDevKernel_AllGather_RING_LL,
+    # ncclKernel_AllReduce_RING_LL_Sum_float, ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL,
+    # ncclDevKernel_SendRecv (point-to-point, and all-to-all, which NCCL runs as grouped send/recv);
+    # RCCL keeps the names and adds AllToAll kernels of its own
+    (re.compile(r"AllGather", re.I), "all_gather"),
+    (re.compile(r"ReduceScatter", re.I), "reduce_scatter"),
+    (re.compile(r"AllReduce", re.I), "all_reduce"),
+    (re.compile(r"AllToAll|alltoall", re.I), "all_to_all"),
+    (re.compile(r"SendRecv|_Send|_Recv", re.I), "send_recv"),
+)
+
+
+def collective(name: str) -> str | None:
+    """all_gather, reduce_scatter, all_reduce, all_to_all or send_recv for a collective kernel's name;
+    None where the name does not say (broadcast, reduce)."""
+    for pattern, kind in _COLLECTIVE:
+        if pattern.search(name):
+            return kind
+    return None
+
+
 _COMM = re.compile(r"^(?:void )?(?:nccl|rccl)|ncclKernel|ncclDevKernel", re.I)
 _FUSED_ATTN = re.compile(r"flash|fmha|efficient_attention|attention_kernel|_sdpa|FmhaFwd|FmhaBwd", re.I)
 _FBGEMM_LOOKUP = re.compile(r"split_embedding|embedding_codegen|bounds_check_indices|permute_(?:pooled|2D|1D|sparse)|jagged|batched_embedding|tbe_|fbgemm_gpu::(?!.*(?:gemm|cutlass))", re.I)

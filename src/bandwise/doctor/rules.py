@@ -234,9 +234,28 @@ def sync_on_critical_path(s: dict[str, Any], missing: list[str]) -> Finding | No
     )
 
 
+COLLECTIVE_FIXES = {
+    "all_gather": "FSDP's parameter all-gathers: prefetch them (FSDP2 prefetches the next block by default; "
+                  "set_modules_to_forward_prefetch / set_modules_to_backward_prefetch for more), keep the last blocks "
+                  "unsharded (reshard_after_forward=False), or shard less (HSDP: `bandwise plan` prices it)",
+    "reduce_scatter": "gradient reduce-scatters (FSDP, ZeRO-2): let them overlap the backward (larger FSDP units, no "
+                      "synchronous clipping between them), reduce in bf16 (MixedPrecisionPolicy(reduce_dtype=bf16)), or "
+                      "communicate less often (gradient accumulation)",
+    "all_reduce": "all-reduces: for DDP gradients, larger buckets (bucket_cap_mb=100) and gradient_as_bucket_view=True, "
+                  "no_sync() under accumulation; for tensor parallelism, sequence parallelism and overlapped TP "
+                  "(torch async TP, Megatron --tp-comm-overlap) or a TP group inside one NVLink domain",
+    "all_to_all": "expert all-to-alls: overlap them with another micro-batch's compute (DualPipe, Megatron "
+                  "--overlap-moe-expert-parallel-comm), keep EP inside the NVLink domain, or route to fewer nodes",
+    "send_recv": "point-to-point sends (pipeline stages, or an all-to-all NCCL runs as grouped send/recv): more "
+                 "micro-batches or an interleaved schedule hide pipeline sends; for experts see all-to-all",
+    "other_collective": "collectives: overlap them with compute, or communicate less often",
+}
+
+
 def comm_bound(s: dict[str, Any], missing: list[str]) -> Finding | None:
     """Exposed communication (NCCL time not overlapped by compute) >= 10% of the step, or overlap
-    below 50% while communication is >= 10% of the step.
+    below 50% while communication is >= 10% of the step. The finding names the collective with
+    the most exposed time per step (kernel names, `kernels.collective`) and its knobs.
 
     torch_tb_profiler recommends action when communication exceeds 10% of the step.
     """
@@ -246,13 +265,20 @@ def comm_bound(s: dict[str, Any], missing: list[str]) -> Finding | None:
     sev = _band(exposed)
     if sev is None and not (total >= WARN and overlap is not None and overlap < 0.5):
         return None
+    by_kind = s.get("comm_exposed_ms") or {}
+    top = max(by_kind, key=by_kind.get) if by_kind else None
+    what = f"{top.replace('_', '-')} ({by_kind[top]:.1f} ms per step exposed)" if top else "collectives"
+    fix = "overlap communication with compute: " + COLLECTIVE_FIXES[top or "other_collective"]
+    if top and len(by_kind) > 1:
+        fix += "; exposed per step: " + ", ".join(f"{k.replace('_', '-')} {v:.1f} ms" for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1]))
+    fix += "; when the layout is the cause, `bandwise plan` finds one whose collectives stay on the faster links"
     return Finding(
         id="comm_bound",
         severity=sev or "warning",
-        title=f"communication-bound: {exposed:.0%} of the step waits on collectives",
-        evidence={"comm_exposed_share": exposed, "comm_share": total, "comm_overlap": overlap},
-        fix="overlap communication with compute: DDP(bucket_cap_mb=100, gradient_as_bucket_view=True) or FSDP2 "
-        "with reshard_after_forward=False and prefetching; gradient accumulation (no_sync) to communicate less often",
+        title=f"communication-bound: {exposed:.0%} of the step waits on collectives, most on {what}",
+        evidence={"comm_exposed_share": exposed, "comm_share": total, "comm_overlap": overlap, "collective": top,
+                  **({f"exposed_ms_{k}": v for k, v in by_kind.items()})},
+        fix=fix,
         expected_speedup=amdahl(exposed),
     )
 

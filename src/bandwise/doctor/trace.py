@@ -29,11 +29,11 @@ from typing import Any
 import numpy as np
 
 from bandwise.doctor.collect import (
-    C_GEMM_FP32, C_GEMM_LOW, C_GEMM_UNKNOWN, C_SDPA, C_SOFTMAX, COMPUTE_CODES, K_ATTN_FUSED, K_COMM, K_EMBEDDING,
+    C_GEMM_FP32, C_GEMM_LOW, C_GEMM_UNKNOWN, C_SDPA, C_SOFTMAX, COLLECTIVES, COMM_CODES, COMPUTE_CODES, K_ATTN_FUSED, K_EMBEDDING,
     K_GEMM_FP32, K_GEMM_LOWP, K_GEMM_TF32, K_GEMM_UNKNOWN, K_SOFTMAX, M_COPY, M_H2D, M_SET, MAX_BYTES, Collected, collect, device_check,
     vendor,
 )
-from bandwise.doctor.device import blocking_calls, host_wait_ops, idle_attribution, launch_index, launch_ts_of, resolve_gemm_dtypes, span_breakdown
+from bandwise.doctor.device import blocking_calls, host_wait_ops, idle_attribution, launch_index, launch_ts_of, resolve_collectives, resolve_gemm_dtypes, span_breakdown
 from bandwise.doctor.intervals import covered, long_gaps, union
 from bandwise.errors import BandwiseError
 
@@ -73,6 +73,8 @@ def analyze_trace(path: str | Path, **limits: Any) -> dict[str, Any]:
     code = np.array(np.frombuffer(c.gpu.code, dtype=np.int8))
     launch_idx = launch_index(c)
     resolved_us = resolve_gemm_dtypes(c, code, launch_idx) if has_gpu else 0.0
+    if has_gpu:
+        resolve_collectives(c, code, launch_idx)
     launch_ts = launch_ts_of(c, launch_idx)
     del launch_idx
     c.gpu.code = array("b", code.tobytes())
@@ -81,7 +83,9 @@ def analyze_trace(path: str | Path, **limits: Any) -> dict[str, Any]:
     span = span_breakdown(c, code, launch_ts, [(a, b) for a, b, _ in c.steps]) if has_gpu else None
     del launch_ts
     K = union(c.gpu.np(COMPUTE_CODES))
-    C = union(c.gpu.np((K_COMM,)))
+    C = union(c.gpu.np(COMM_CODES))
+    present = set(np.unique(code).tolist()) if code.size else set()
+    CK = {kind: union(c.gpu.np((k,))) for k, kind in COLLECTIVES.items() if k in present}
     M = union(c.gpu.np((M_H2D, M_COPY, M_SET)))
     H2D = union(c.gpu.np((M_H2D,)))
     D = union(c.dataloader.np())
@@ -115,6 +119,7 @@ def analyze_trace(path: str | Path, **limits: Any) -> dict[str, Any]:
                 data_wait=(lkcmd - lkcm) / T,
                 idle=(T - lkcmd) / T,
                 comm_share=lc / T,
+                **{f"exposed_{kind}": (covered(union(K, ck), w0, w1) - lk) / T for kind, ck in CK.items()},
                 comm_overlap=(lk + lc - lkc) / lc if lc > 0 else float("nan"),
                 h2d_share=covered(H2D, w0, w1) / T,
                 host_wait_share=(covered(HD, w0, w1) - covered(DRAIN, w0, w1)) / T,
@@ -171,7 +176,7 @@ def analyze_trace(path: str | Path, **limits: Any) -> dict[str, Any]:
 def _gpu_signals(c: Collected, code: np.ndarray, per_step: list[dict[str, float]], windows: list[tuple[float, float]], med: Any) -> dict[str, Any]:
     s, e = c.gpu.np()
     dur = e - s
-    kern = np.isin(code, COMPUTE_CODES + (K_COMM,))
+    kern = np.isin(code, COMPUTE_CODES + COMM_CODES)
     kd = dur[kern]
     launch = float(np.median(np.frombuffer(c.launch_us, dtype=np.float32))) if len(c.launch_us) else None
     low, fp32, tf32, unk = (float(dur[code == k].sum()) for k in (K_GEMM_LOWP, K_GEMM_FP32, K_GEMM_TF32, K_GEMM_UNKNOWN))
@@ -184,6 +189,9 @@ def _gpu_signals(c: Collected, code: np.ndarray, per_step: list[dict[str, float]
         "comm_share": med("comm_share"),
         "comm_exposed_share": med("comm"),
         "comm_overlap": med("comm_overlap"),
+        # exposed time of each kind of collective, ms per step (median): what is not hidden behind compute
+        "comm_exposed_ms": {kind: ms for kind in COLLECTIVES.values()
+                            if (ms := _median_ms(per_step, f"exposed_{kind}")) is not None and ms > 0},
         "h2d_share": med("h2d_share"),
         "host_wait_share": med("host_wait_share"),
         "kernel_wait_share": med("kernel_wait_share"),
@@ -203,6 +211,11 @@ def _gpu_signals(c: Collected, code: np.ndarray, per_step: list[dict[str, float]
         "idle_share": med("idle"),
         "softmax_kernels": int(np.sum(code == K_SOFTMAX)),
     }
+
+
+def _median_ms(per_step: list[dict[str, float]], key: str) -> float | None:
+    vals = [r[key] * r["step_us"] / 1e3 for r in per_step if key in r]
+    return statistics.median(vals) if vals else None
 
 
 def _cpu_signals(c: Collected, main_tids: set[str], windows: list[tuple[float, float]]) -> dict[str, Any]:
