@@ -124,3 +124,22 @@ def test_each_rank_agrees_with_hta_within_a_point(rank: int) -> None:
     span = a["signals"]["kernel_span_breakdown"]
     assert a["signals"]["rank"] == rank
     assert (100 * span["compute"], 100 * span["non_compute"], 100 * span["idle"]) == pytest.approx(HTA_PAIR[rank], abs=1.0)
+
+
+def test_ranks_read_in_parallel_give_the_same_report(tmp_path, capsys):  # noqa: ANN001
+    d = job(tmp_path, [4000, 4000, 6000, 4000])
+    reports = []
+    for jobs in ("1", "2"):
+        with pytest.raises(SystemExit):
+            main(["doctor", "trace", str(d), "--json", "-j", jobs])
+        reports.append(json.loads(capsys.readouterr().out))
+    assert reports[0] == reports[1]
+
+
+def test_a_bad_rank_read_in_a_worker_is_one_line(tmp_path, capsys):  # noqa: ANN001
+    d = job(tmp_path, [4000, 4000])
+    (d / "rank-9.json").write_text('{"traceEvents": [{"ph": "X", "name": 3}]}')
+    with pytest.raises(SystemExit) as exc:
+        main(["doctor", "trace", str(d), "-j", "2"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "rank-9.json" in err and len(err.strip().splitlines()) == 1

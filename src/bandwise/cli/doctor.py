@@ -27,6 +27,7 @@ def trace(
     html_out: Path = HTML_OPT,
     bf16: bool = typer.Option(None, "--bf16/--no-bf16", help="Declare whether the traced device runs bf16 natively (default: from the trace's GPU compute capability; unknown for CPU traces)."),
     max_mb: int = typer.Option(65536, "--max-mb", help="Refuse traces that decompress to more than this many MB."),
+    jobs: int = typer.Option(0, "--jobs", "-j", help="Read this many rank traces at once, one process each (default: one per core, at most one per trace)."),
 ) -> None:
     """Analyse PyTorch profiler traces: per-step breakdown, findings sorted by expected gain, fixes."""
     from bandwise.doctor.report import merge, print_report, to_json, write_html
@@ -36,14 +37,15 @@ def trace(
 
     if max_mb < 1:
         raise BandwiseError(f"--max-mb={max_mb} must be >= 1")
+    if jobs < 0:
+        raise BandwiseError(f"--jobs={jobs} must be >= 0 (0: one per core)")
     out = Output(json_mode=json_out)
     paths = expand_trace_paths(paths)
     diagnoses, names, analyses = [], [], []
-    for p in paths:
-        a = analyze_trace(p, max_decompressed_bytes=max_mb << 20)
+    for p, a in zip(paths, read_traces(paths, max_mb << 20, jobs)):
         diagnoses.append(diagnose(signals_from_trace(a["signals"], bf16_available=bf16), a["breakdown"]))
         names.append(p.name)
-        analyses.append({k: a[k] for k in ("signals", "breakdown", "per_step")})
+        analyses.append(a)
     d = merge(diagnoses, names)
     add_ranks(d, analyses, names)
     title = f"bandwise doctor: {len(paths)} trace(s)" if len(paths) > 1 else f"bandwise doctor: {paths[0].name}"
@@ -55,6 +57,21 @@ def trace(
         print_report(out, d, title)
         if html_out:
             out.print(f"HTML report: {html_out}")
+
+
+def read_traces(paths: list[Path], max_bytes: int, jobs: int) -> list[dict]:
+    """Each trace's analysis (signals, breakdown, per-step rows), several ranks at once in worker
+    processes: the parse is CPU-bound Python, one core each, and each process keeps only its own
+    trace's intervals."""
+    from bandwise.doctor.trace import analyze_for_report
+
+    workers = min(len(paths), jobs or os.cpu_count() or 1)
+    if workers <= 1:
+        return [analyze_for_report(p, max_bytes) for p in paths]
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(analyze_for_report, paths, [max_bytes] * len(paths)))
 
 
 def add_ranks(d, analyses: list[dict], names: list[str]) -> None:  # noqa: ANN001

@@ -173,6 +173,12 @@ def analyze_trace(path: str | Path, **limits: Any) -> dict[str, Any]:
     return {"path": str(path), "events": c.events, "steps": signals["steps"], "breakdown": breakdown, "signals": signals, "per_step": per_step}
 
 
+def analyze_for_report(path: str | Path, max_decompressed_bytes: int) -> dict[str, Any]:
+    """What `doctor trace` keeps of one rank's analysis (small: no intervals), for worker processes."""
+    a = analyze_trace(path, max_decompressed_bytes=max_decompressed_bytes)
+    return {k: a[k] for k in ("signals", "breakdown", "per_step", "events")}
+
+
 def _gpu_signals(c: Collected, code: np.ndarray, per_step: list[dict[str, float]], windows: list[tuple[float, float]], med: Any) -> dict[str, Any]:
     s, e = c.gpu.np()
     dur = e - s
