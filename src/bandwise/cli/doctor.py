@@ -28,8 +28,16 @@ def trace(
     bf16: bool = typer.Option(None, "--bf16/--no-bf16", help="Declare whether the traced device runs bf16 natively (default: from the trace's GPU compute capability; unknown for CPU traces)."),
     max_mb: int = typer.Option(65536, "--max-mb", help="Refuse traces that decompress to more than this many MB."),
     jobs: int = typer.Option(0, "--jobs", "-j", help="Read this many rank traces at once, one process each (default: one per core, at most one per trace)."),
+    strategy: str = typer.Option(None, "--strategy", help="Set the traces against this layout's plan: `bandwise plan --json` or `estimate --json` output (with --model and --cluster)."),
+    pick: int = typer.Option(None, "--pick", help="With --strategy: the plan file's top[i] instead of its best."),
+    model: str = typer.Option(None, "--model", "-m", help="With --strategy: the model the job trains (preset or config.json)."),
+    cluster: str = typer.Option(None, "--cluster", "-c", help="With --strategy: the cluster it runs on (preset or cluster file)."),
+    seq_len: int = typer.Option(None, "--seq-len", help="With --strategy: the training sequence length (default: the model's)."),
 ) -> None:
-    """Analyse PyTorch profiler traces: per-step breakdown, findings sorted by expected gain, fixes."""
+    """Analyse PyTorch profiler traces: per-step breakdown, findings sorted by expected gain, fixes.
+
+    With --strategy, --model and --cluster the measured step is set beside the planner's prediction
+    for that layout, term by term, and the terms off by more than 20% are named."""
     from bandwise.doctor.report import merge, print_report, to_json, write_html
     from bandwise.doctor.rules import diagnose
     from bandwise.doctor.signals import signals_from_trace
@@ -39,6 +47,7 @@ def trace(
         raise BandwiseError(f"--max-mb={max_mb} must be >= 1")
     if jobs < 0:
         raise BandwiseError(f"--jobs={jobs} must be >= 0 (0: one per core)")
+    planned = _plan_for(strategy, pick, model, cluster, seq_len)
     out = Output(json_mode=json_out)
     paths = expand_trace_paths(paths)
     diagnoses, names, analyses = [], [], []
@@ -48,6 +57,8 @@ def trace(
         analyses.append(a)
     d = merge(diagnoses, names)
     add_ranks(d, analyses, names)
+    if planned is not None:
+        add_plan(d, analyses, names, *planned)
     title = f"bandwise doctor: {len(paths)} trace(s)" if len(paths) > 1 else f"bandwise doctor: {paths[0].name}"
     if html_out:
         write_html(html_out, d, title)
@@ -72,6 +83,44 @@ def read_traces(paths: list[Path], max_bytes: int, jobs: int) -> list[dict]:
 
     with ProcessPoolExecutor(max_workers=workers) as pool:
         return list(pool.map(analyze_for_report, paths, [max_bytes] * len(paths)))
+
+
+def _plan_for(strategy: str | None, pick: int | None, model: str | None, cluster: str | None, seq_len: int | None) -> tuple | None:
+    """(strategy, model, cluster, estimate) for --strategy, or None; the flags that need it say so."""
+    if strategy is None:
+        if any(v is not None for v in (pick, model, cluster, seq_len)):
+            raise BandwiseError("--pick, --model, --cluster and --seq-len set a trace against a plan: add --strategy plan.json")
+        return None
+    if model is None or cluster is None:
+        raise BandwiseError("--strategy needs the job's --model and --cluster to price the layout, e.g. --model llama3-8b --cluster h100")
+    from bandwise.cli.options import model_spec
+    from bandwise.cli.train import load_strategy
+    from bandwise.cost.step import estimate
+    from bandwise.specs.registry import get_cluster
+
+    s = load_strategy(strategy, pick)
+    spec = model_spec(model, seq_len)
+    clus = get_cluster(cluster)
+    clus.check_devices(s.world_size)
+    s.check(s.world_size, spec)
+    return s, spec, clus, estimate(spec, clus, s)
+
+
+def add_plan(d, analyses: list[dict], names: list[str], s, spec, clus, est) -> None:  # noqa: ANN001
+    """The measured step beside the plan's, term by term (`doctor.against_plan`)."""
+    from bandwise.doctor.against_plan import compare
+    from bandwise.doctor.ranks import rank_rows
+
+    rows = rank_rows(analyses, names)
+    if not rows:
+        d.missing.append("against the plan (no rank has GPU steps)")
+        return
+    comm = [a["signals"].get("comm_exposed_ms") or {} for a, n in zip(analyses, names) if any(r.name == n for r in rows)]
+    terms = compare([r.to_dict() for r in rows], comm, s, est)
+    d.signals["against_plan"] = {
+        "strategy": s.describe(), "model": spec.name, "cluster": clus.name, "ranks_traced": len(rows), "world_size": s.world_size,
+        "terms": [t.to_dict() for t in terms],
+    }
 
 
 def add_ranks(d, analyses: list[dict], names: list[str]) -> None:  # noqa: ANN001

@@ -99,6 +99,18 @@ def print_report(out: Output, d: Diagnosis, title: str) -> None:
                           f"{r['exposed_comm_ms']:.1f}", f"{r['idle_ms']:.1f}", r["name"])
         out.print(table)
         out.print(Text("busy: compute + memcpy · exposed comm: communication not hidden behind compute (HTA's temporal breakdown)", style="dim"))
+    plan = d.signals.get("against_plan")
+    if plan:
+        table = Table(title=f"Against the plan: {plan['strategy']}, {plan['model']} on {plan['world_size']} x {plan['cluster']} "
+                            f"({plan['ranks_traced']} rank(s) traced), ms per step")
+        for col in ("term", "measured", "predicted", ""):
+            table.add_column(col, justify="left" if col in ("term", "") else "right")
+        for t in plan["terms"]:
+            table.add_row(t["name"], f"{t['measured_ms']:,.1f}", f"{t['predicted_ms']:,.1f}", Text("off" if t["off"] else "", style="bold red"))
+        out.print(table)
+        for t in plan["terms"]:
+            if t["off"]:
+                out.print(Text(f"{t['name']}: {t['measured_ms']:,.1f} ms measured against {t['predicted_ms']:,.1f} ms predicted: {t['why']}", style="red"))
     if d.signals.get("step_source") == "gpu_user_annotation":
         out.print(Text("steps taken from the GPU-side ProfilerStep annotations: the trace has no CPU-side ones", style="dim"))
     if d.findings:
