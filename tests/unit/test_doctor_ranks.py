@@ -143,3 +143,23 @@ def test_a_bad_rank_read_in_a_worker_is_one_line(tmp_path, capsys):  # noqa: ANN
         main(["doctor", "trace", str(d), "-j", "2"])
     err = capsys.readouterr().err
     assert exc.value.code == 2 and "rank-9.json" in err and len(err.strip().splitlines()) == 1
+
+
+def test_clock_skew_between_ranks_changes_nothing(tmp_path, capsys):  # noqa: ANN001
+    """Each rank is measured inside its own ProfilerStep windows, so ranks whose clocks disagree by
+    an hour (a host without NTP) give the same table and the same straggler."""
+    d = job(tmp_path, [4000, 4000, 6000, 4000])
+    base = doctor(d, capsys)
+    skewed = tmp_path / "skewed"
+    skewed.mkdir()
+    import gzip
+
+    for f in sorted(d.iterdir()):
+        doc = json.loads(gzip.decompress(f.read_bytes()))
+        shift = 3.6e9 if doc["distributedInfo"]["rank"] == 2 else 0.0
+        for ev in doc["traceEvents"]:
+            ev["ts"] += shift
+        (skewed / f.name).write_bytes(gzip.compress(json.dumps(doc).encode()))
+    moved = doctor(skewed, capsys)
+    assert moved["signals"]["per_rank"] == base["signals"]["per_rank"]
+    assert [f["id"] for f in moved["findings"]] == [f["id"] for f in base["findings"]]
