@@ -62,6 +62,17 @@ def _enclosing(starts: np.ndarray, ends: np.ndarray, ok: np.ndarray, t0: float, 
     return int(hit[np.argmax(starts[hit])] if innermost else hit[np.argmin(starts[hit])])
 
 
+def _covering(starts: np.ndarray, ends: np.ndarray, t: float) -> int | None:
+    """Index of the latest-starting operator (sorted by start) still running at `t`: the innermost
+    one enclosing a launch, walking back past up to 64 siblings that ended before it."""
+    j = int(np.searchsorted(starts, t, side="right")) - 1
+    for _ in range(64):
+        if j < 0 or ends[j] >= t:
+            break
+        j -= 1
+    return j if j >= 0 and ends[j] >= t else None
+
+
 def resolve_gemm_dtypes(c: Collected, code: np.ndarray, launch_idx: np.ndarray) -> float:
     """Give matmul kernels whose name has no dtype the dtype of their launching CPU operator
     (kernel -> runtime call by correlation id -> innermost enclosing operator on that thread
@@ -90,13 +101,8 @@ def resolve_gemm_dtypes(c: Collected, code: np.ndarray, launch_idx: np.ndarray) 
             order = np.argsort(os_[keep], kind="stable")
             ops = by_tid[tid] = (os_[keep][order], oe[keep][order], dt[keep][order])
         starts, ends, dts = ops
-        t = rt_ts[ri]
-        j = int(np.searchsorted(starts, t, side="right")) - 1
-        for _ in range(64):  # walk back past siblings that ended before the launch
-            if j < 0 or ends[j] >= t:
-                break
-            j -= 1
-        if j >= 0 and ends[j] >= t:
+        j = _covering(starts, ends, rt_ts[ri])
+        if j is not None:
             code[k] = K_GEMM_LOWP if dts[j] == D_LOW else K_GEMM_FP32
             resolved += float(e[k] - s[k])
     return resolved
@@ -138,13 +144,8 @@ def resolve_collectives(c: Collected, code: np.ndarray, launch_idx: np.ndarray) 
             order = np.argsort(os_[keep], kind="stable")
             ops = by_tid[tid] = (os_[keep][order], oe[keep][order], kind[keep][order])
         starts, ends, ks = ops
-        t = rt_ts[ri]
-        j = int(np.searchsorted(starts, t, side="right")) - 1
-        for _ in range(64):  # walk back past collectives that ended before the launch
-            if j < 0 or ends[j] >= t:
-                break
-            j -= 1
-        if j >= 0 and ends[j] >= t:
+        j = _covering(starts, ends, rt_ts[ri])
+        if j is not None:
             code[k] = ks[j]
 
 

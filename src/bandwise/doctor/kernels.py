@@ -67,9 +67,14 @@ _COLLECTIVE = (
 def collective(name: str) -> str | None:
     """all_gather, reduce_scatter, all_reduce, all_to_all or send_recv for a collective kernel's name;
     None where the name does not say (broadcast, reduce)."""
-    for pattern, kind in _COLLECTIVE:
+    return _first_match(_COLLECTIVE, name)
+
+
+def _first_match(table: tuple[tuple[re.Pattern[str], str], ...], name: str) -> str | None:
+    """The value of the first pattern of `table` found in `name`."""
+    for pattern, value in table:
         if pattern.search(name):
-            return kind
+            return value
     return None
 
 
@@ -93,10 +98,7 @@ _DTYPE_TOKENS: tuple[tuple[re.Pattern[str], str], ...] = (
 
 
 def _token_dtype(name: str) -> str | None:
-    for pattern, dtype in _DTYPE_TOKENS:
-        if pattern.search(name):
-            return dtype
-    return None
+    return _first_match(_DTYPE_TOKENS, name)
 
 
 def _tensile_dtype(types: str) -> str | None:
