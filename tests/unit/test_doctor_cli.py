@@ -83,7 +83,7 @@ def test_doctor_run_unmodified_script(tmp_path, capfd, monkeypatch):
 
 def test_doctor_run_rejects_non_python(capfd):
     bad = _main(capfd, "doctor", "run", "--", "make", "train")
-    assert bad.returncode == 2 and bad.stderr.startswith("bandwise: error: doctor run: 'make' is not a python command")
+    assert bad.returncode == 2 and bad.stderr.startswith("bandwise: error: doctor run: 'make' is not a python or torchrun command")
 
 
 DATASET = textwrap.dedent(

@@ -183,10 +183,14 @@ def run(
         argv = argv[1:]
     if not argv:
         raise BandwiseError("doctor run: give the training command after --, e.g. bandwise doctor run -- python train.py")
+    launcher = torchrun_split(argv)
+    if launcher is not None:
+        return _run_torchrun(*launcher, json_out=json_out, html_out=html_out, global_batch=global_batch, model=model, cluster=cluster,
+                             precision=precision)
     if Path(argv[0]).name.startswith("python"):
         argv = argv[1:]
     elif not argv[0].endswith(".py"):
-        raise BandwiseError(f"doctor run: {argv[0]!r} is not a python command; run the script as `python script.py ...` (torchrun: profile one rank with `doctor trace`)")
+        raise BandwiseError(f"doctor run: {argv[0]!r} is not a python or torchrun command; run the script as `python script.py ...` or `torchrun ... script.py ...`")
     if not argv:
         raise BandwiseError("doctor run: no script given after python")
     if argv[0] != "-m" and not Path(argv[0]).is_file():
@@ -194,15 +198,7 @@ def run(
     out = Output(json_mode=json_out)
     with tempfile.TemporaryDirectory(prefix="bandwise-doctor-") as tmp:
         records_path = Path(tmp) / "records.json"
-        env = {**os.environ, "BANDWISE_DOCTOR_OUT": str(records_path)}
-        if model:
-            from bandwise.specs.registry import get_model
-
-            env["BANDWISE_DOCTOR_FLOPS_PER_TOKEN"] = repr(get_model(model).model_flops_per_token())
-        if cluster:
-            from bandwise.specs.registry import get_cluster
-
-            env["BANDWISE_DOCTOR_PEAK_FLOPS"] = repr(get_cluster(cluster).device.peak(precision))
+        env = {**os.environ, "BANDWISE_DOCTOR_OUT": str(records_path), **_mfu_env(model, cluster, precision)}
         proc = subprocess.run([sys.executable, "-m", "bandwise.doctor._bootstrap", *argv], env=env, stdout=sys.stderr if json_out else None)
         if not records_path.exists():
             raise BandwiseError(f"doctor run: the script exited with code {proc.returncode} before any step was recorded")
@@ -218,6 +214,81 @@ def run(
         out.emit_json(to_json(d, {"exit_code": proc.returncode, "medians": summary["medians"]}))
     else:
         print_report(out, d, title)
+    if proc.returncode:
+        raise typer.Exit(proc.returncode)
+
+
+def _mfu_env(model: str | None, cluster: str | None, precision: str) -> dict[str, str]:
+    env = {}
+    if model:
+        from bandwise.specs.registry import get_model
+
+        env["BANDWISE_DOCTOR_FLOPS_PER_TOKEN"] = repr(get_model(model).model_flops_per_token())
+    if cluster:
+        from bandwise.specs.registry import get_cluster
+
+        env["BANDWISE_DOCTOR_PEAK_FLOPS"] = repr(get_cluster(cluster).device.peak(precision))
+    return env
+
+
+def torchrun_split(argv: list[str]) -> tuple[list[str], list[str]] | None:
+    """(the launcher with its options, the script and its arguments) of a torchrun command
+    (`torchrun ...` or `python -m torch.distributed.run ...`), or None for any other command. The
+    script is the first argument ending in .py; `-m module` after the options is a module."""
+    if Path(argv[0]).name == "torchrun":
+        head, rest = argv[:1], argv[1:]
+    elif Path(argv[0]).name.startswith("python") and argv[1:3] == ["-m", "torch.distributed.run"]:
+        head, rest = argv[:3], argv[3:]
+    else:
+        return None
+    for i, a in enumerate(rest):
+        if a.endswith(".py"):
+            return head + rest[:i], rest[i:]
+        if a in ("-m", "--module") and i + 1 < len(rest):
+            return head + rest[:i], ["-m", *rest[i + 1:]]
+    raise BandwiseError(f"doctor run: no training script in {' '.join(argv)!r}; give it as `torchrun ... train.py ...`")
+
+
+def _run_torchrun(launcher: list[str], script: list[str], *, json_out: bool, html_out: Path | None, global_batch: int | None,
+                  model: str | None, cluster: str | None, precision: str) -> None:
+    """Every rank runs the script under the monitor and writes its own records; this process, after
+    torchrun returns, reads them all: each rank's diagnosis, their merge, the per-rank table and the
+    rank whose input pipeline holds the others back."""
+    from bandwise.doctor.ranks import input_straggler, live_rows
+    from bandwise.doctor.report import merge, print_report, to_json, write_html
+    from bandwise.doctor.rules import MIN_STEPS, diagnose
+    from bandwise.doctor.signals import signals_from_live
+
+    if script[0] != "-m" and not Path(script[0]).is_file():
+        raise BandwiseError(f"doctor run: script {script[0]!r} not found; give the path of the training script")
+    out = Output(json_mode=json_out)
+    with tempfile.TemporaryDirectory(prefix="bandwise-doctor-") as tmp:
+        env = {**os.environ, "BANDWISE_DOCTOR_OUT_DIR": tmp, **_mfu_env(model, cluster, precision)}
+        body = script[1:] if script[0] == "-m" else script
+        cmd = [*launcher, "-m", "bandwise.doctor._bootstrap", *(["-m"] if script[0] == "-m" else []), *body]
+        proc = subprocess.run(cmd, env=env, stdout=sys.stderr if json_out else None)
+        files = sorted(Path(tmp).glob("rank-*.json"), key=lambda f: int(f.stem.split("-")[1]))
+        if not files:
+            raise BandwiseError(f"doctor run: torchrun exited with code {proc.returncode} before any rank recorded a step")
+        data = {int(f.stem.split("-")[1]): json.loads(f.read_text()) for f in files}
+    names = [f"rank {r}" for r in data]
+    diagnoses = [diagnose(signals_from_live(d["summary"], global_batch=global_batch), d["summary"]["breakdown"]) for d in data.values()]
+    merged = merge(diagnoses, names)
+    rows = live_rows(data)
+    if len(rows) > 1:
+        merged.signals["per_rank_live"] = [r.to_dict() for r in rows]
+        if min(r.steps for r in rows) >= MIN_STEPS:
+            found = input_straggler(rows)
+            if found is not None:
+                merged.findings.append(found)
+                merged.findings.sort(key=lambda f: -(f.expected_speedup or 1.0))
+    title = f"bandwise doctor: {' '.join([*launcher, *script])} ({len(data)} rank(s))"
+    if html_out:
+        write_html(html_out, merged, title)
+    if json_out:
+        out.emit_json(to_json(merged, {"exit_code": proc.returncode, "ranks": len(data)}))
+    else:
+        print_report(out, merged, title)
     if proc.returncode:
         raise typer.Exit(proc.returncode)
 

@@ -12,7 +12,8 @@ MFU: FLOPs per token from BANDWISE_DOCTOR_FLOPS_PER_TOKEN (a ModelSpec's) or els
 FlopCounterMode on the census step; the peak from BANDWISE_DOCTOR_PEAK_FLOPS.
 
 Records go to the JSON file named by BANDWISE_DOCTOR_OUT when the script exits (normally, by
-`sys.exit`, or by an exception); the script's exit code and output are its own.
+`sys.exit`, or by an exception), or under torchrun to `rank-<RANK>.json` in the folder named by
+BANDWISE_DOCTOR_OUT_DIR; the script's exit code and output are its own.
 """
 
 from __future__ import annotations
@@ -122,6 +123,9 @@ def main(argv: list[str]) -> int:
         print(f"bandwise doctor: script {argv[0]!r} not found", file=sys.stderr)
         return 2
     out = os.environ.get("BANDWISE_DOCTOR_OUT")
+    folder = os.environ.get("BANDWISE_DOCTOR_OUT_DIR")
+    if folder:  # under torchrun: one record file per rank (RANK is torchrun's global rank)
+        out = os.path.join(folder, f"rank-{int(os.environ.get('RANK', '0'))}.json")
     device = "cuda" if torch.cuda.is_available() else "cpu"
     env = {k: float(os.environ[k]) for k in ("BANDWISE_DOCTOR_FLOPS_PER_TOKEN", "BANDWISE_DOCTOR_PEAK_FLOPS") if os.environ.get(k)}
     mon = Monitor(device=device, warmup=1, census_step=2, flops_per_token=env.get("BANDWISE_DOCTOR_FLOPS_PER_TOKEN"), peak_flops=env.get("BANDWISE_DOCTOR_PEAK_FLOPS"))

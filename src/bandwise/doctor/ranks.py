@@ -21,6 +21,9 @@ STRAGGLER_SHARE = 0.05
 """A rank whose extra compute per step is at least this share of the step is named: below it,
 per-step noise (kernel-time jitter of a few percent between identical GPUs) would name one."""
 STRAGGLER_MIN_MS = 1.0
+LIVE_MIN_MS = 5.0
+"""Live, a rank's DataLoader wait is timed on the host around `next()`; on a loaded machine that
+timing jitters by a few ms between identical ranks, so less than this is not named."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -101,5 +104,55 @@ def straggler(rows: list[RankRow]) -> Finding | None:
         fix=f"find what makes {who} slower: its GPU's clocks and temperature (nvidia-smi -q -d CLOCK,PERFORMANCE,TEMPERATURE: "
             "a throttled or power-capped GPU), more work on its shard (longer sequences, an unbalanced pipeline stage: "
             "`bandwise plan` balances stages), or its host (data loading, CPU contention); swap its node out to confirm",
+        expected_speedup=amdahl(share),
+    )
+
+
+@dataclass(kw_only=True, slots=True)
+class LiveRow:
+    """One rank of `doctor run` under torchrun: medians per step of its own monitor."""
+
+    rank: int
+    steps: int
+    step_ms: float
+    data_wait_ms: float
+    optimizer_ms: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def live_rows(data: dict[int, dict[str, Any]]) -> list[LiveRow]:
+    rows = []
+    for rank, d in sorted(data.items()):
+        m = d["summary"]["medians"]
+        if not d["summary"]["steps"] or m.get("step_s") is None:
+            continue
+        rows.append(LiveRow(rank=rank, steps=d["summary"]["steps"], step_ms=1e3 * (m["step_s"] + (m.get("data_wait_s") or 0.0)),
+                            data_wait_ms=1e3 * (m.get("data_wait_s") or 0.0),
+                            optimizer_ms=None if m.get("optimizer_s") is None else 1e3 * m["optimizer_s"]))
+    return rows
+
+
+def input_straggler(rows: list[LiveRow]) -> Finding | None:
+    """Live, a rank's own slowness shows where the monitor sees it without the collectives: its wait
+    for its own DataLoader. A rank that waits on its input at least STRAGGLER_SHARE of the step
+    longer than the median rank holds every rank's step: they all wait for it in the gradient sync."""
+    if len(rows) < 2:
+        return None
+    slow = max(rows, key=lambda r: r.data_wait_ms)
+    gap = slow.data_wait_ms - statistics.median(r.data_wait_ms for r in rows if r is not slow)
+    step = statistics.median(r.step_ms for r in rows)
+    if step <= 0 or gap < LIVE_MIN_MS or gap / step < STRAGGLER_SHARE:
+        return None
+    share = gap / step
+    return Finding(
+        id="straggler",
+        severity=_band(share) or "warning",
+        title=f"straggler: rank {slow.rank} waits {gap:.1f} ms more per step on its input than the median rank, and every rank "
+              f"waits for it ({share:.0%} of the step)",
+        evidence={"rank": f"rank {slow.rank}", "extra_ms_per_step": gap, "step_ms": step, "share": share, "ranks": len(rows)},
+        fix=f"give rank {slow.rank}'s DataLoader what the others have: more workers (num_workers), pinned memory and prefetch, "
+            "its shard on local storage, no other load on its host's CPUs; `bandwise doctor tune-loader` measures the settings",
         expected_speedup=amdahl(share),
     )
