@@ -92,15 +92,7 @@ def test_torchtitan_rejects_what_it_cannot_hold() -> None:
 
 
 @pytest.mark.parametrize("layers, stages", [(126, 64), (61, 32), (80, 16), (118, 8), (32, 4), (61, 16), (7, 6), (80, 32)])
-def test_stage_modules_are_torchtitans_modules_split_as_planned(layers: int, stages: int) -> None:
-    """TorchTitan's own split with the embedding and head weighing nothing has the same modules, and
-    where the layers divide, the same stages."""
-    ours = tt.stage_modules(layers, stages)
-    theirs = pipeline_parallel._generate_llm_fqn_per_model_part(stages, layers, 0, 0)
-    assert [m for part in ours for m in part] == [m for part in theirs for m in part]
-    def counts(parts: list[list[str]]) -> list[int]:
-        return sorted(sum(m.startswith("layers.") for m in part) for part in parts)
-
-    assert counts(ours) == counts(theirs)
-    if layers % stages == 0:
-        assert ours == theirs
+def test_stage_modules_are_torchtitans_own_split(layers: int, stages: int) -> None:
+    """TorchTitan's own split with the embedding and head weighing nothing gives the same stages,
+    whether or not the layers divide (both give the remainder to the earlier stages)."""
+    assert tt.stage_modules(layers, stages) == pipeline_parallel._generate_llm_fqn_per_model_part(stages, layers, 0, 0)

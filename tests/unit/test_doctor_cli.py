@@ -86,6 +86,15 @@ def test_doctor_run_rejects_non_python(capfd):
     assert bad.returncode == 2 and bad.stderr.startswith("bandwise: error: doctor run: 'make' is not a python or torchrun command")
 
 
+def test_doctor_run_without_torchrun_on_the_path_is_one_line(tmp_path, capfd, monkeypatch):
+    script = tmp_path / "train.py"
+    script.write_text("print('never runs')\n")
+    monkeypatch.setenv("PATH", str(tmp_path))  # no torchrun here
+    bad = _main(capfd, "doctor", "run", "--", "torchrun", "--nproc-per-node", "2", str(script))
+    assert bad.returncode == 2 and "'torchrun' not found" in bad.stderr and "Traceback" not in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1
+
+
 DATASET = textwrap.dedent(
     """
     import time, torch

@@ -38,10 +38,10 @@ def trace(
 
     With --strategy, --model and --cluster the measured step is set beside the planner's prediction
     for that layout, term by term, and the terms off by more than 20% are named."""
+    from bandwise.doctor.ranks import rank_rows
     from bandwise.doctor.report import merge, print_report, to_json, write_html
     from bandwise.doctor.rules import diagnose
     from bandwise.doctor.signals import signals_from_trace
-    from bandwise.doctor.trace import analyze_trace
 
     if max_mb < 1:
         raise BandwiseError(f"--max-mb={max_mb} must be >= 1")
@@ -56,9 +56,10 @@ def trace(
         names.append(p.name)
         analyses.append(a)
     d = merge(diagnoses, names)
-    add_ranks(d, analyses, names)
+    rows = rank_rows(analyses, names)
+    add_ranks(d, rows)
     if planned is not None:
-        add_plan(d, analyses, names, *planned)
+        add_plan(d, rows, {n: a for n, a in zip(names, analyses)}, *planned)
     title = f"bandwise doctor: {len(paths)} trace(s)" if len(paths) > 1 else f"bandwise doctor: {paths[0].name}"
     if html_out:
         write_html(html_out, d, title)
@@ -106,16 +107,14 @@ def _plan_for(strategy: str | None, pick: int | None, model: str | None, cluster
     return s, spec, clus, estimate(spec, clus, s)
 
 
-def add_plan(d, analyses: list[dict], names: list[str], s, spec, clus, est) -> None:  # noqa: ANN001
+def add_plan(d, rows: list, analyses: dict[str, dict], s, spec, clus, est) -> None:  # noqa: ANN001
     """The measured step beside the plan's, term by term (`doctor.against_plan`)."""
     from bandwise.doctor.against_plan import compare
-    from bandwise.doctor.ranks import rank_rows
 
-    rows = rank_rows(analyses, names)
     if not rows:
         d.missing.append("against the plan (no rank has GPU steps)")
         return
-    comm = [a["signals"].get("comm_exposed_ms") or {} for a, n in zip(analyses, names) if any(r.name == n for r in rows)]
+    comm = [analyses[r.name]["signals"].get("comm_exposed_ms") or {} for r in rows]
     terms = compare([r.to_dict() for r in rows], comm, s, est)
     d.signals["against_plan"] = {
         "strategy": s.describe(), "model": spec.name, "cluster": clus.name, "ranks_traced": len(rows), "world_size": s.world_size,
@@ -123,12 +122,11 @@ def add_plan(d, analyses: list[dict], names: list[str], s, spec, clus, est) -> N
     }
 
 
-def add_ranks(d, analyses: list[dict], names: list[str]) -> None:  # noqa: ANN001
+def add_ranks(d, rows: list) -> None:  # noqa: ANN001
     """Several ranks: the per-rank table, and the straggler finding where one rank holds the others back."""
-    from bandwise.doctor.ranks import rank_rows, straggler
+    from bandwise.doctor.ranks import straggler
     from bandwise.doctor.rules import MIN_STEPS
 
-    rows = rank_rows(analyses, names)
     if len(rows) < 2:
         return
     d.signals["per_rank"] = [r.to_dict() for r in rows]
@@ -266,7 +264,11 @@ def _run_torchrun(launcher: list[str], script: list[str], *, json_out: bool, htm
         env = {**os.environ, "BANDWISE_DOCTOR_OUT_DIR": tmp, **_mfu_env(model, cluster, precision)}
         body = script[1:] if script[0] == "-m" else script
         cmd = [*launcher, "-m", "bandwise.doctor._bootstrap", *(["-m"] if script[0] == "-m" else []), *body]
-        proc = subprocess.run(cmd, env=env, stdout=sys.stderr if json_out else None)
+        try:
+            proc = subprocess.run(cmd, env=env, stdout=sys.stderr if json_out else None)
+        except FileNotFoundError:
+            raise BandwiseError(f"doctor run: {launcher[0]!r} not found; install torch in this environment or give its path, "
+                                f"e.g. -- python -m torch.distributed.run ...") from None
         files = sorted(Path(tmp).glob("rank-*.json"), key=lambda f: int(f.stem.split("-")[1]))
         if not files:
             raise BandwiseError(f"doctor run: torchrun exited with code {proc.returncode} before any rank recorded a step")

@@ -28,7 +28,7 @@ from bandwise.cli.options import (
 )
 from bandwise.cost.step import CostParams, estimate as estimate_one
 from bandwise.errors import BandwiseError, NothingFits
-from bandwise.export import EMIT_POOL, ENGINES, export, researcher
+from bandwise.export import EMIT_POOL, ENGINES, export, export_searched
 from bandwise.plan.advice import no_valid_layout
 from bandwise.plan.bands import band_dict, band_line
 from bandwise.plan.search import FIXABLE, SEARCH_ROWS, Layout, distinct, narrowed_note, search
@@ -234,9 +234,8 @@ def plan(
         if pick is not None and pick > len(listed):
             raise BandwiseError(f"--pick {pick}: only {len(listed)} layouts are listed; use 1 to {len(listed)}")
         picked = listed[pick - 1] if pick else chosen
-        ranked = [lay for lay in result.top if lay.estimate.fits]
-        research = researcher(spec, clus, devices, gb, **kw)
-        typer.echo(export(emit, spec, clus, picked.strategy, devices, picked.estimate, params, ranked, research).text, nl=False)
+        search_kw = {k: v for k, v in kw.items() if k != "params"}
+        typer.echo(export_searched(emit, spec, clus, devices, gb, result, picked, params, **search_kw).text, nl=False)
         return
     if json_out:
         return

@@ -95,7 +95,7 @@ def compare(per_rank: list[dict[str, Any]], comm_ms: list[dict[str, float]], s: 
 
     step = med([r["step_ms"] for r in per_rank])
     b = {k: v * 1e3 for k, v in est.breakdown.items()}
-    rows = [("step", med([r["step_ms"] for r in per_rank]), est.step_time_s * 1e3, "the step"),
+    rows = [("step", step, est.step_time_s * 1e3, "the step"),
             ("compute (busy: compute + memcpy)", med([r["busy_ms"] for r in per_rank]),
              b.get("compute", 0.0) + b.get("recompute", 0.0) + b.get("contention", 0.0),
              "the kernels run slower or faster than the cost model's efficiencies")]
@@ -112,8 +112,3 @@ def compare(per_rank: list[dict[str, Any]], comm_ms: list[dict[str, float]], s: 
         off = big > 0 and abs(measured - predicted) > OFF_BY * big and abs(measured - predicted) > MIN_STEP_SHARE * step
         out.append(Term(name=name, measured_ms=measured, predicted_ms=predicted, off=off, why=why if off else ""))
     return out
-
-
-def summary_line(t: Term) -> str:
-    """'FSDP all-gather/reduce-scatter (exposed) 410 ms measured against 90 ms predicted: prefetch ...'"""
-    return f"{t.name}: {t.measured_ms:,.1f} ms measured against {t.predicted_ms:,.1f} ms predicted: {t.why}"

@@ -59,8 +59,6 @@ class Engine(NamedTuple):
     """(text without the header, notes)"""
     searches: tuple[dict[str, object], ...]
     """Fields to pin in searches for the best layout the engine expresses, when the ranking has none."""
-    comment: str = "#"
-    """The line-comment marker of the emitted format."""
 
 
 Research = Callable[[dict[str, object]], Sequence[Any]]
@@ -112,12 +110,12 @@ def export(engine: str, model: ModelSpec, cluster: Cluster, strategy: Strategy, 
         if not candidates:
             raise BandwiseError(f"{engine} cannot express {strategy.describe()} ({'; '.join(adapted.all_changes)}) and no layout "
                                 f"searched is one it can; export another layout with --pick, or --fix fields the engine can hold")
-        # the fastest that fits; if none fits, the plan as changed
+        # the fastest that fits; if none fits, the fastest of those that do not
         ran, est, searched = max(candidates, key=lambda c: (c[1].fits, c[1].tokens_per_s_per_device))
     text, notes = eng.render(model, cluster, ran, devices)
     header = _header(engine, model, cluster, strategy, devices, planned, adapted, ran, searched, broken, est, notes)
-    c = eng.comment
-    body = "\n".join(f"{c} {line}" if line else c for line in header) + "\n" + text
+    # every emitted format (a shell script, a YAML file) comments with '#'
+    body = "\n".join(f"# {line}" if line else "#" for line in header) + "\n" + text
     return Export(engine=engine, text=body, strategy=ran, changes=adapted.all_changes, notes=notes, estimate=est)
 
 
@@ -138,6 +136,15 @@ def researcher(model: ModelSpec, cluster: Cluster, devices: int, global_batch: i
     return research
 
 
+def export_searched(engine: str, model: ModelSpec, cluster: Cluster, devices: int, global_batch: int, result: Any, picked: Any,
+                    params: CostParams = DEFAULT_PARAMS, **search_kw: Any) -> Export:
+    """`export` of a layout the search found (`picked`, from `result`), with the search's fitting
+    ranking and its settings for the engine-limited searches."""
+    ranked = [lay for lay in result.top if lay.estimate.fits]
+    research = researcher(model, cluster, devices, global_batch, params=params, **search_kw)
+    return export(engine, model, cluster, picked.strategy, devices, picked.estimate, params, ranked, research)
+
+
 def plan_and_export(model: ModelSpec, cluster: Cluster, devices: int, global_batch: int,
                     engines: Sequence[str] = ENGINES, **search_kw: Any) -> tuple[Any, dict[str, Export]]:
     """`bandwise plan --emit` for each engine: the recommended layout, and its export to each."""
@@ -149,10 +156,7 @@ def plan_and_export(model: ModelSpec, cluster: Cluster, devices: int, global_bat
     chosen = recommended(result, decide(result, cluster))
     if chosen is None:
         raise BandwiseError(f"no layout of {model.name} fits on {devices} x {cluster.name}")
-    ranked = [lay for lay in result.top if lay.estimate.fits]
-    research = researcher(model, cluster, devices, global_batch, **kw)
-    return chosen, {e: export(e, model, cluster, chosen.strategy, devices, chosen.estimate, ranked=ranked, research=research)
-                    for e in engines}
+    return chosen, {e: export_searched(e, model, cluster, devices, global_batch, result, chosen, **kw) for e in engines}
 
 
 EMIT_POOL = 2000
@@ -219,13 +223,22 @@ def _layout(s: Strategy) -> str:
     return f"{s.describe()}, micro-batch {s.micro_batch}, {s.recompute} recompute, {s.precision}"
 
 
+def script_head(devices: int) -> list[str]:
+    """The lines a torchrun job script opens with: strict shell, and the node count it needs."""
+    return [
+        "set -euo pipefail",
+        f"# {devices} GPUs in all: NNODES x GPUs per node must equal {devices}",
+        'NNODES="${NNODES:?set NNODES, the number of nodes}"',
+    ]
+
+
+TORCHRUN = 'torchrun --nnodes "$NNODES" --nproc-per-node gpu --rdzv-backend c10d --rdzv-endpoint "${MASTER_ADDR:?}:${MASTER_PORT:-29500}" \\'
+"""One rendezvous for every node: torchrun's own c10d store on the first node."""
+
+
 def stage_layers(layers: int, stages: int) -> list[int]:
-    """Layers per pipeline stage, in stage order, as the cost model splits them: ceil(L / stages)
-    or one fewer each. The shorter stages are the last and the first, alternating inward: the
-    stages that also hold the output head and loss, and the embedding."""
-    per = -(-layers // stages)
-    counts = [per] * stages
-    ends = dict.fromkeys(i for pair in zip(range(stages - 1, -1, -1), range(stages)) for i in pair)
-    for i in list(ends)[: stages * per - layers]:
-        counts[i] -= 1
-    return counts
+    """Layers per pipeline stage, in stage order, as the cost model splits them
+    (`cost.step.last_stage_rank_layers`): as evenly as they go, the earlier stages taking the
+    remainder, as Megatron-LM's uniform split and TorchTitan's own split do."""
+    base, extra = divmod(layers, stages)
+    return [base + (i < extra) for i in range(stages)]

@@ -40,8 +40,8 @@ AXES = ("data", "stage", "fsdp", "context", "tensor", "expert")
 
 
 SEARCHES: tuple[dict[str, object], ...] = tuple(
-    {**pp, "recompute": r, "zero_stage": z} for pp in ({"pp": 1}, {"schedule": "LoopedBFS"}, {"schedule": "GPipe"})
-    for r in ("selective",) for z in (0, 1)
+    {**pipeline, "recompute": "selective", "zero_stage": z} for pipeline in ({"pp": 1}, {"schedule": "LoopedBFS"}, {"schedule": "GPipe"})
+    for z in (0, 1)
 )
 """Searches for the best layout MaxText expresses when the plan's is not one: its circular
 pipeline or none, selective remat, no ZeRO-2."""
@@ -100,7 +100,7 @@ def slices(cluster: Cluster, devices: int) -> tuple[int, int]:
     level = cluster.placed(devices).levels[0]
     if level.size <= 0 or devices <= level.size:
         return devices, 1
-    if level.torus_dims:
+    if level.is_torus:
         k = next(k for k in divisors(devices) if devices // k <= level.size)
         return devices // k, k
     if devices % level.size:
@@ -133,7 +133,7 @@ def mesh(cluster: Cluster, s: Strategy, devices: int) -> tuple[dict[str, int], d
 def render(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int) -> tuple[str, list[str]]:
     notes: list[str] = []
     ici, dcn, k = mesh(cluster, s, devices)
-    gpu = not cluster.levels[0].torus_dims
+    gpu = not cluster.levels[0].is_torus
     keys: list[tuple[str, object]] = [("base_config", "base.yml"), ("hardware", "gpu" if gpu else "tpu")]
     name = MODEL_NAMES.get(model.name)
     if name:

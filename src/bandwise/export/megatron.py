@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import shlex
 
-from bandwise.export import Adapted, stage_layers
+from bandwise.export import TORCHRUN, Adapted, script_head, stage_layers
 from bandwise.specs.hardware import Cluster
 from bandwise.specs.model import ModelSpec
 from bandwise.specs.strategy import Strategy
@@ -54,9 +54,7 @@ def adapt(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int) -> Adap
         s = s.replace(schedule=to, virtual_stages=s.virtual_stages if to == "Interleaved1F1B" else 1)
     if s.dp_shard > 1 and s.dp_replicate > 1:
         changes.append(f"HSDP DP{s.dp_replicate}·FSDP{s.dp_shard}: exported as Megatron FSDP over all {s.dp} data-parallel ranks")
-        order = tuple(d for d in s.order if d != "dp_replicate")
-        order = order + ("dp_replicate",)
-        s = s.replace(dp_shard=s.dp, dp_replicate=1, order=order)
+        s = s.replace(dp_shard=s.dp, dp_replicate=1)
     if s.dp_shard == 1 and s.zero_stage == 2:
         changes.append("ZeRO-2: Megatron's distributed optimizer shards optimizer states and master weights but keeps the "
                        "whole gradient buffer (ZeRO-1)")
@@ -114,14 +112,9 @@ def render(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int) -> tup
         args.append(("fp8-format", "hybrid"))
     if s.overlap_tp and s.tp > 1:
         args.append(("tp-comm-overlap", None))
-    if cluster.levels[0].torus_dims:
+    if cluster.levels[0].is_torus:
         notes.append(f"Megatron-LM runs on GPUs; {cluster.device.name} is not one: the layout is exported as planned")
-    lines = [
-        "set -euo pipefail",
-        f"# {devices} GPUs in all: NNODES x GPUs per node must equal {devices}",
-        'NNODES="${NNODES:?set NNODES, the number of nodes}"',
-        "ARGS=(",
-    ]
+    lines = script_head(devices) + ["ARGS=("]
     for k, v in args:
         if v is None:
             lines.append(f"  --{k}")
@@ -131,7 +124,7 @@ def render(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int) -> tup
             lines.append(f"  --{k} {shlex.quote(str(v))}")
     lines += [
         ")",
-        'torchrun --nnodes "$NNODES" --nproc-per-node gpu --rdzv-backend c10d --rdzv-endpoint "${MASTER_ADDR:?}:${MASTER_PORT:-29500}" \\',
+        TORCHRUN,
         '  pretrain_gpt.py "${ARGS[@]}" "$@"  # add data, tokenizer, optimizer and checkpoint flags after the file',
     ]
     return "\n".join(lines) + "\n", notes

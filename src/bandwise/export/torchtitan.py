@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import shlex
 
-from bandwise.export import Adapted, stage_layers
+from bandwise.export import TORCHRUN, Adapted, script_head, stage_layers
 from bandwise.specs.hardware import Cluster
 from bandwise.specs.model import ModelSpec
 from bandwise.specs.strategy import Strategy
@@ -37,9 +37,6 @@ CONFIGS: dict[str, dict[str, tuple[str, str]]] = {
     "llama3-405b": {"fp8": ("llama3", "llama3_405b")},
     "deepseek-v3": {"bf16": ("deepseek_v3", "deepseek_v3_671b"), "fp8": ("deepseek_v3", "deepseek_v3_671b_float8")},
 }
-
-RECOMPUTE = {"none": "activation-checkpoint:none", "selective": "activation-checkpoint:selective", "full": "activation-checkpoint:full"}
-
 
 SEARCHES: tuple[dict[str, object], ...] = ({"zero_stage": 0, "dp_replicate": 1}, {"zero_stage": 0})
 """Searches for the best layout TorchTitan expresses when the plan's is not one: FSDP, then HSDP
@@ -67,7 +64,7 @@ def adapt(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int) -> Adap
     configs = CONFIGS.get(model.name, {})
     if configs and s.precision not in configs:
         other = next(iter(configs))
-        module, fn = configs[other]
+        _, fn = configs[other]
         forced.append(f"{s.precision}: TorchTitan's configs for {model.name} train in {other} ({fn}); float8 is a config's model "
                        f"converter, not a flag")
         s = s.replace(precision=other)
@@ -105,9 +102,8 @@ def render(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int) -> tup
     if s.recompute == "selective":
         notes.append("TorchTitan's selective recomputation is per-op (it keeps every other matmul output), not the "
                      "attention-core recomputation the plan costs: memory and step time differ from the prediction")
-    if "cpu" in cluster.device.name.lower() or cluster.levels[0].torus_dims:
+    if cluster.levels[0].is_torus:
         notes.append(f"TorchTitan runs on GPUs; {cluster.device.name} is not one: the layout is exported as planned")
-    dp = s.dp
     flags: list[tuple[str, object]] = [
         ("parallelism.data-parallel-replicate-degree", s.dp_replicate),
         ("parallelism.data-parallel-shard-degree", s.dp_shard),
@@ -130,7 +126,7 @@ def render(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int) -> tup
         else:  # no layers-per-stage count makes these stages: name each stage's modules
             flags.append(("parallelism.module-fqns-per-model-part", [",".join(p) for p in stage_modules(model.layers, stages)]))
         # one accumulation step: the pipeline runs all of a data-parallel rank's micro-batches
-        local = s.effective_global_batch // dp
+        local = s.effective_global_batch // s.dp
     else:
         local = s.micro_batch  # gradient accumulation over global / (local · dp) steps
     flags += [
@@ -143,21 +139,17 @@ def render(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int) -> tup
         flags += [("compile.enable", None), ("compile.enable-async-tensor-parallel", None)]
     else:
         flags.append(("compile.no-enable-async-tensor-parallel", None))
-    lines = [
-        "set -euo pipefail",
-        f"# {devices} GPUs in all: NNODES x GPUs per node must equal {devices}",
-        'NNODES="${NNODES:?set NNODES, the number of nodes}"',
-    ]
+    lines = script_head(devices)
     if module == "$MODULE":
         lines += ['MODULE="${MODULE:?set MODULE, the module holding your config function}"',
                   'CONFIG="${CONFIG:?set CONFIG, your config function}"']
     lines += [
-        'torchrun --nnodes "$NNODES" --nproc-per-node gpu --rdzv-backend c10d --rdzv-endpoint "${MASTER_ADDR:?}:${MASTER_PORT:-29500}" \\',
+        TORCHRUN,
         "  -m torchtitan.train \\",
         f"  --module {_word(module)} --config {_word(fn)} \\",
     ]
     lines += [f"  --{k} \\" if v is None else f"  --{k} {_words(v)} \\" for k, v in flags]
-    lines.append(f"  {RECOMPUTE[s.recompute]}")
+    lines.append(f"  activation-checkpoint:{s.recompute}")  # TorchTitan's policies carry bandwise's names: none, selective, full
     return "\n".join(lines) + "\n", notes
 
 
