@@ -1,4 +1,5 @@
-"""One streamed pass over a Kineto trace (`tracefile.TraceReader`) into compact arrays.
+"""One streamed pass over a Kineto trace (`records.batches`, typed records decoded a few MB at a
+time) into compact arrays.
 
 Kept per event: intervals (start, end, class code) for device kernels, copies and sets, CPU
 operators, DataLoader and optimizer spans and user annotations; correlation ids and launch times
@@ -16,6 +17,7 @@ from typing import Any
 
 from bandwise.doctor.intervals import Intervals
 from bandwise.doctor.kernels import ATTENTION, COMM, EMBEDDING, LOW_PRECISION, SOFTMAX, classify, collective
+from bandwise.doctor.records import Args, batches
 from bandwise.doctor.tracefile import TraceReader
 from bandwise.errors import BandwiseError
 
@@ -84,19 +86,9 @@ def kernel_class(name: str) -> int:
     return K_OTHER
 
 
-def _number(event: dict[str, Any], key: str, index: int, path: Path) -> float:
-    v = event.get(key)
-    if type(v) not in (int, float) or not (-MAX_ABS_TIME_US < v < MAX_ABS_TIME_US):
-        raise BandwiseError(f"trace {path.name}: traceEvents[{index}] {key}={str(v)[:40]!r} is not a finite time in microseconds; the trace is corrupt")
-    if key == "dur" and v < 0:
-        raise BandwiseError(f"trace {path.name}: traceEvents[{index}] has a negative duration dur={v}; the trace is corrupt")
-    return float(v)
-
-
-def _bytes(args: dict[str, Any], key: str, index: int, path: Path) -> float | None:
+def _bytes(v: Any, key: str, index: int, path: Path) -> float | None:
     """args[key] of a [memory] event as a float (None when absent or not a number); a count past
     int64, infinite or NaN is corrupt input."""
-    v = args.get(key)
     if type(v) not in (int, float):
         return None
     if not -MAX_BYTES < v < MAX_BYTES:
@@ -147,118 +139,204 @@ class Collected:
         return i
 
 
-def _corr(ev: dict[str, Any]) -> int:
+def _corr(args: Args | None) -> int:
     """The event's correlation id, or -1 (none) for a missing one, a non-integer, or one outside
     int64, which no launch can carry (CUPTI's ids are 32-bit) and the id arrays cannot hold."""
-    args = ev.get("args")
-    v = args.get("correlation") if isinstance(args, dict) else None
+    v = args.correlation if args is not None else None
     return v if type(v) is int and 0 <= v < 1 << 63 else -1
 
 
-def collect(path: Path, **limits: Any) -> tuple[Collected, dict[str, Any]]:
+def _time(v: Any, key: str, index: int, path: Path) -> float:
+    """`v` (an event's ts or dur) as checked microseconds; the callers test the common case inline."""
+    if type(v) not in (int, float) or not (-MAX_ABS_TIME_US < v < MAX_ABS_TIME_US):
+        raise BandwiseError(f"trace {path.name}: traceEvents[{index}] {key}={str(v)[:40]!r} is not a finite time in microseconds; the trace is corrupt")
+    if key == "dur" and v < 0:
+        raise BandwiseError(f"trace {path.name}: traceEvents[{index}] has a negative duration dur={v}; the trace is corrupt")
+    return float(v)
+
+
+# What the collector does with an "X" event, decided once per (category, name)
+(A_SKIP, A_KERNEL, A_COPY, A_RUNTIME, A_GPU_STEP, A_STEP, A_DATALOADER, A_OPTIMIZER, A_ANNOTATION, A_CPU_OP, A_UNREAD) = range(11)
+# runtime calls: launch, blocking, other
+R_OTHER, R_LAUNCH, R_BLOCKING = range(3)
+
+
+def _action(cat: str | None, name: str, c: Collected) -> tuple[int, int]:
+    """(action, detail) for an X event: the interval class of device work, the kind of runtime call."""
+    if cat in _KERNEL_CATS:
+        if cat == "mtia_ccp_events":
+            c.mtia = True
+            if name.startswith("dma"):
+                return A_KERNEL, M_COPY
+        return A_KERNEL, kernel_class(name)
+    if cat in _MEMCPY_CATS:
+        return A_COPY, M_H2D if "HtoD" in name else M_COPY
+    if cat in _MEMSET_CATS:
+        return A_COPY, M_SET
+    if cat in _RUNTIME_CATS:
+        if "LaunchKernel" in name:
+            return A_RUNTIME, R_LAUNCH
+        return A_RUNTIME, R_BLOCKING if _SYNC_CALLS.match(name) or ASYNC_COPY.match(name) else R_OTHER
+    if cat in _GPU_ANNOTATION_CATS:
+        return (A_GPU_STEP, 0) if name.startswith("ProfilerStep#") else (A_SKIP, 0)
+    if cat in _CPU_CATS:
+        if name.startswith("ProfilerStep#"):
+            return A_STEP, 0
+        if "DataLoader" in name:
+            return A_DATALOADER, 0
+        if name.startswith("Optimizer."):
+            return A_OPTIMIZER, 0
+        return (A_ANNOTATION if cat == "user_annotation" else A_CPU_OP), c.name_id(name)
+    if cat in _UNREAD_DEVICE_CATS or (isinstance(cat, str) and cat.endswith(("_runtime", "_driver"))):
+        return A_UNREAD, 0
+    return A_SKIP, 0
+
+
+def _tid_id(c: Collected, tid: str) -> int:
+    t_id = c.tid_ids.get(tid)
+    if t_id is None:
+        t_id = c.tid_ids[tid] = len(c.tids)
+        c.tids.append(tid)
+    return t_id
+
+
+def _cpu_sink(c: Collected, tid: str) -> tuple[Any, ...]:
+    """The appenders of thread `tid`'s operator arrays: start, end, class, name id, dtype."""
+    iv = c.cpu.get(tid)
+    if iv is None:
+        iv = c.cpu[tid] = Intervals()
+        c.cpu_name[tid] = array("i")
+        c.cpu_dtype[tid] = array("b")
+    return iv.start.append, iv.end.append, iv.code.append, c.cpu_name[tid].append, c.cpu_dtype[tid].append
+
+
+def collect(path: Path, *, fast: bool = True, **limits: Any) -> tuple[Collected, dict[str, Any]]:
+    """One pass over the trace's records (`records.batches`: the fast decoder, or the exact reader
+    where the fast one cannot vouch for the file) into `Collected`. The common case of each check
+    is inline (a finite float time, an int correlation); anything else goes through the helpers
+    that name the event."""
     reader = TraceReader(path, **limits)
     c = Collected()
-    kclass: dict[str, int] = {}
-    for i, ev in enumerate(reader.events()):
-        c.events += 1
-        ph = ev.get("ph")
-        if ph == "X":
-            cat, name = ev.get("cat"), ev.get("name")
-            if not isinstance(name, str):
-                raise BandwiseError(f"trace {path.name}: traceEvents[{i}] name is {type(name).__name__}, expected a string; the trace is corrupt")
-            if cat is not None and not isinstance(cat, str):
-                raise BandwiseError(f"trace {path.name}: traceEvents[{i}] cat is {type(cat).__name__}, expected a string; the trace is corrupt")
-            if cat in _KERNEL_CATS:
-                if cat == "mtia_ccp_events":
-                    c.mtia = True
-                    code = M_COPY if name.startswith("dma") else kclass.get(name)
-                else:
-                    code = kclass.get(name)
-                if code is None:
-                    code = kclass[name] = kernel_class(name)
-                c.gpu.add(_number(ev, "ts", i, path), _number(ev, "dur", i, path), code)
-                c.gpu_corr.append(_corr(ev))
-            elif cat in _MEMCPY_CATS:
-                c.gpu.add(_number(ev, "ts", i, path), _number(ev, "dur", i, path), M_H2D if "HtoD" in name else M_COPY)
-                c.gpu_corr.append(_corr(ev))
-            elif cat in _MEMSET_CATS:
-                c.gpu.add(_number(ev, "ts", i, path), _number(ev, "dur", i, path), M_SET)
-                c.gpu_corr.append(_corr(ev))
-            elif cat in _RUNTIME_CATS:
-                ts, dur = _number(ev, "ts", i, path), _number(ev, "dur", i, path)
-                corr = _corr(ev)
-                if corr >= 0:
-                    c.rt_corr.append(corr)
-                    c.rt_ts.append(ts)
-                    tid = str(ev.get("tid"))
-                    t_id = c.tid_ids.get(tid)
-                    if t_id is None:
-                        t_id = c.tid_ids[tid] = len(c.tids)
-                        c.tids.append(tid)
-                    c.rt_tid.append(t_id)
-                if "LaunchKernel" in name:
-                    c.launch_us.append(dur)
-                    c.hip = c.hip or name.startswith("hip")
-                elif _SYNC_CALLS.match(name) or ASYNC_COPY.match(name):
-                    c.blocking.append((ts, ts + dur, str(ev.get("tid")), name, corr))
-            elif cat in _GPU_ANNOTATION_CATS:
-                if name.startswith("ProfilerStep#"):
-                    ts = _number(ev, "ts", i, path)
-                    c.gpu_steps.append((ts, ts + _number(ev, "dur", i, path)))
-            elif cat in _CPU_CATS:
-                ts, dur = _number(ev, "ts", i, path), _number(ev, "dur", i, path)
-                tid = str(ev.get("tid"))
-                if name.startswith("ProfilerStep#"):
-                    c.steps.append((ts, ts + dur, tid))
-                elif "DataLoader" in name:
+    actions: dict[tuple[str | None, str], tuple[int, int]] = {}
+    cpu_classes: dict[tuple[str, Any], tuple[int, int]] = {}
+    lo, hi = -MAX_ABS_TIME_US, MAX_ABS_TIME_US
+    gpu_start, gpu_end, gpu_code, gpu_corr = c.gpu.start.append, c.gpu.end.append, c.gpu.code.append, c.gpu_corr.append
+    rt_corr, rt_ts, rt_tid, launch_us = c.rt_corr.append, c.rt_ts.append, c.rt_tid.append, c.launch_us.append
+    rt_tids: dict[Any, int] = {}
+    cpu_sinks: dict[Any, tuple[Any, ...]] = {}
+    i = -1
+    for batch in batches(reader, fast=fast):
+        for ev in batch:
+            i += 1
+            ph = ev.ph
+            if ph == "X":
+                cat, name = ev.cat, ev.name
+                if type(name) is not str:
+                    raise BandwiseError(f"trace {path.name}: traceEvents[{i}] name is {type(name).__name__}, expected a string; the trace is corrupt")
+                if cat is not None and type(cat) is not str:
+                    raise BandwiseError(f"trace {path.name}: traceEvents[{i}] cat is {type(cat).__name__}, expected a string; the trace is corrupt")
+                key = (cat, name)
+                act = actions.get(key)
+                if act is None:
+                    act = actions[key] = _action(cat, name, c)
+                what, detail = act
+                if what == A_SKIP:
+                    continue
+                if what == A_UNREAD:
+                    c.unread_device[cat] = c.unread_device.get(cat, 0) + 1  # type: ignore[index]
+                    continue
+                ts, dur = ev.ts, ev.dur
+                if not (type(ts) is float and lo < ts < hi):
+                    ts = _time(ts, "ts", i, path)
+                if not (type(dur) is float and 0.0 <= dur < hi):
+                    dur = _time(dur, "dur", i, path)
+                if what == A_KERNEL or what == A_COPY:
+                    gpu_start(ts)
+                    gpu_end(ts + dur)
+                    gpu_code(detail)
+                    gpu_corr(_corr(ev.args))
+                elif what == A_RUNTIME:
+                    corr = _corr(ev.args)
+                    if corr >= 0:
+                        rt_corr(corr)
+                        rt_ts(ts)
+                        tid = ev.tid
+                        t_id = rt_tids.get(tid) if type(tid) in (int, str) else None
+                        if t_id is None:
+                            t_id = _tid_id(c, str(tid))
+                            if type(tid) in (int, str):  # not bool: True would answer for 1
+                                rt_tids[tid] = t_id
+                        rt_tid(t_id)
+                    if detail == R_LAUNCH:
+                        launch_us(dur)
+                        c.hip = c.hip or name.startswith("hip")
+                    elif detail == R_BLOCKING:
+                        c.blocking.append((ts, ts + dur, str(ev.tid), name, corr))
+                elif what == A_CPU_OP:
+                    tid = ev.tid
+                    sink = cpu_sinks.get(tid) if type(tid) in (int, str) else None
+                    if sink is None:
+                        sink = _cpu_sink(c, str(tid))
+                        if type(tid) in (int, str):
+                            cpu_sinks[tid] = sink
+                    args = ev.args
+                    types = args.input_type if args is not None else None
+                    if types is None or type(types) is tuple:
+                        cls = cpu_classes.get((name, types))
+                        if cls is None:
+                            cls = cpu_classes[(name, types)] = (_cpu_class(name, types), _input_dtype(types))
+                    else:  # a value of another shape, as the exact reader kept it
+                        cls = (_cpu_class(name, types), _input_dtype(types))
+                    start, end, code, names, dtypes = sink
+                    start(ts)
+                    end(ts + dur)
+                    code(cls[0])
+                    names(detail)
+                    dtypes(cls[1])
+                elif what == A_STEP:
+                    c.steps.append((ts, ts + dur, str(ev.tid)))
+                elif what == A_GPU_STEP:
+                    c.gpu_steps.append((ts, ts + dur))
+                elif what == A_DATALOADER:
                     c.dataloader.add(ts, dur)
-                elif name.startswith("Optimizer."):
+                elif what == A_OPTIMIZER:
                     c.optimizer.add(ts, dur)
-                elif cat == "user_annotation":
+                else:  # A_ANNOTATION
+                    tid = str(ev.tid)
                     iv = c.annotations.get(tid)
                     if iv is None:
                         iv = c.annotations[tid] = Intervals()
                         c.ann_name[tid] = array("i")
                     iv.add(ts, dur, 0)
-                    c.ann_name[tid].append(c.name_id(name))
-                else:
-                    iv = c.cpu.get(tid)
-                    if iv is None:
-                        iv = c.cpu[tid] = Intervals()
-                        c.cpu_name[tid] = array("i")
-                        c.cpu_dtype[tid] = array("b")
-                    args = ev.get("args")
-                    iv.add(ts, dur, _cpu_class(name, args))
-                    c.cpu_name[tid].append(c.name_id(name))
-                    c.cpu_dtype[tid].append(_input_dtype(args))
-            elif cat in _UNREAD_DEVICE_CATS or (isinstance(cat, str) and cat.endswith(("_runtime", "_driver"))):
-                c.unread_device[cat] = c.unread_device.get(cat, 0) + 1
-        elif ph == "i" and ev.get("name") == "[memory]":
-            args = ev.get("args")
-            if isinstance(args, dict) and args.get("Device Type") == 1:
-                total = _bytes(args, "Total Allocated", i, path)
-                dev = str(args.get("Device Id"))
-                if total is not None:
-                    c.mem_total[dev] = max(c.mem_total.get(dev, 0.0), total)
-                elif (allocated := _bytes(args, "Bytes", i, path)) is not None:
-                    c.mem_ts.append(_number(ev, "ts", i, path))
-                    c.mem_bytes.append(allocated)
+                    c.ann_name[tid].append(detail)
+            elif ph == "i" and ev.name == "[memory]":
+                args = ev.args
+                if args is not None and args.device_type == 1:
+                    total = _bytes(args.total_allocated, "Total Allocated", i, path)
+                    dev = str(args.device_id)
+                    if total is not None:
+                        c.mem_total[dev] = max(c.mem_total.get(dev, 0.0), total)
+                    elif (allocated := _bytes(args.nbytes, "Bytes", i, path)) is not None:
+                        ts = ev.ts
+                        c.mem_ts.append(ts if type(ts) is float and lo < ts < hi else _time(ts, "ts", i, path))
+                        c.mem_bytes.append(allocated)
+    c.events = i + 1
     return c, reader.meta
 
 
-def _input_dtype(args: Any) -> int:
-    types = args.get("Input type") if isinstance(args, dict) else None
-    if isinstance(types, list):
+def _input_dtype(types: Any) -> int:
+    """D_* dtype of an operator's first floating input, from its args' "Input type"."""
+    if isinstance(types, (list, tuple)):
         for t in types:
             if isinstance(t, str) and t in _FLOAT_TYPES:
                 return D_LOW if t in _LOW_PRECISION else D_FP32
     return D_NONE
 
 
-def _cpu_class(name: str, args: Any) -> int:
+def _cpu_class(name: str, types: Any) -> int:
+    """C_* class of a CPU operator; a matmul's dtype from its first input's "Input type"."""
     if name in _CPU_GEMMS:
-        types = args.get("Input type") if isinstance(args, dict) else None
-        if isinstance(types, list) and types and isinstance(types[0], str):
+        if isinstance(types, (list, tuple)) and types and isinstance(types[0], str):
             return C_GEMM_LOW if types[0] in _LOW_PRECISION else C_GEMM_FP32 if types[0] == "float" else C_GEMM_UNKNOWN
         return C_GEMM_UNKNOWN
     if "scaled_dot_product" in name or "flash_attention" in name:

@@ -60,9 +60,10 @@ class TraceReader:
         # gzip.open on the path owns its file and closes it (GzipFile(fileobj=...) leaves it open)
         return gzip.open(self.path, "rb") if self._gzip else self.path.open("rb")  # type: ignore[return-value]
 
-    def _read(self) -> tuple[str, int]:
+    def read_bytes(self, size: int) -> bytes:
+        """The next `size` bytes of the decompressed file (b"" at its end), under the bomb guards."""
         try:
-            data = self._stream.read(CHUNK)
+            data = self._stream.read(size)
         except (OSError, EOFError, zlib.error) as exc:
             raise BandwiseError(f"trace {self.path.name}: corrupt or truncated gzip data ({exc}); re-export the trace") from None
         self.bytes_read += len(data)
@@ -70,6 +71,16 @@ class TraceReader:
             raise BandwiseError(f"trace {self.path.name}: more than {self.max_decompressed_bytes >> 20} MB decompressed; raise the limit (--max-mb) if this trace is genuine")
         if self._gzip and self.bytes_read > max(64 << 20, self.max_ratio * self._compressed):
             raise BandwiseError(f"trace {self.path.name}: decompresses more than {self.max_ratio:g}x its size (a gzip bomb?); refusing to read further")
+        return data
+
+    def open_bytes(self) -> BinaryIO:
+        """Open the file for `read_bytes` (the caller closes what this returns)."""
+        self.bytes_read = 0
+        self._stream = self._open()
+        return self._stream
+
+    def _read(self) -> tuple[str, int]:
+        data = self.read_bytes(CHUNK)
         try:
             return self._utf8.decode(data, final=not data), len(data)
         except UnicodeDecodeError as exc:
@@ -79,8 +90,8 @@ class TraceReader:
     def events(self) -> Iterator[dict[str, Any]]:
         """Yield each element of `traceEvents` (validated to be an object)."""
         self._utf8 = codecs.getincrementaldecoder("utf-8")()
-        with self._open() as stream:
-            self._stream = stream
+        self.meta.clear()
+        with self.open_bytes():
             self._buf, self._pos, self._eof = "", 0, False
             c = self._peek()
             if c == "\ufeff":
