@@ -264,9 +264,19 @@ class _DiskCache:
     """
 
     def __init__(self) -> None:
-        self.entries: dict[str, list[float]] = {}
+        self._entries: dict[str, list[float]] | None = None
         self.dirty = False
         self.path: Path | None = None
+
+    @property
+    def entries(self) -> dict[str, list[float]]:
+        """Read on first use, not at import: commands that simulate no schedule start faster."""
+        if self._entries is None:
+            self._entries = {}
+            self._load()
+        return self._entries
+
+    def _load(self) -> None:
         if os.environ.get("BANDWISE_NO_CACHE", "") not in ("", "0"):
             return
         digest = hashlib.sha256()
@@ -277,7 +287,7 @@ class _DiskCache:
         try:
             loaded = json.loads(self.path.read_text())
             if isinstance(loaded, dict):
-                self.entries = {k: v for k, v in loaded.items() if isinstance(v, list)}
+                self._entries = {k: v for k, v in loaded.items() if isinstance(v, list)}
         except (OSError, ValueError):
             pass
         atexit.register(self.save)
