@@ -22,7 +22,7 @@ SLOW = float(os.environ.get("SLOW_S", "0")) if rank == int(os.environ.get("SLOW_
 
 class Data(Dataset):
     def __len__(self):
-        return 64
+        return int(os.environ.get("SAMPLES", "64"))
     def __getitem__(self, i):
         time.sleep(SLOW)  # this rank's input pipeline is slower
         return torch.randn(32), torch.randn(1)
@@ -52,8 +52,13 @@ def doctor(tmp_path: Path, env: dict[str, str]) -> dict:
 
 
 def test_every_rank_is_monitored_and_the_slow_input_is_named(tmp_path: Path) -> None:
-    doc = doctor(tmp_path, {"SLOW_RANK": "1", "SLOW_S": "0.01"})  # 80 ms more input per 8-sample batch on rank 1
+    # 80 ms more input per 8-sample batch on rank 1, for 40 steps (about 3.5 s)
+    doc = doctor(tmp_path, {"SLOW_RANK": "1", "SLOW_S": "0.01", "SAMPLES": "320"})
     assert doc["ranks"] == 2
+    # named while the job ran, before its last step
+    (note,) = doc["live"]
+    final_steps = {r["rank"]: r["steps"] for r in doc["signals"]["per_rank_live"]}
+    assert note["rank"] == 1 and 3 <= note["step"] < final_steps[1], (note, final_steps)
     rows = doc["signals"]["per_rank_live"]
     assert [r["rank"] for r in rows] == [0, 1] and all(r["steps"] >= 3 for r in rows)
     assert rows[1]["data_wait_ms"] - rows[0]["data_wait_ms"] > 60
@@ -62,8 +67,9 @@ def test_every_rank_is_monitored_and_the_slow_input_is_named(tmp_path: Path) -> 
 
 
 def test_balanced_ranks_name_no_straggler(tmp_path: Path) -> None:
-    doc = doctor(tmp_path, {})
+    doc = doctor(tmp_path, {"SAMPLES": "160"})
     assert doc["ranks"] == 2 and all(f["id"] != "straggler" for f in doc["findings"])
+    assert doc["live"] == []
 
 
 def test_the_launcher_and_the_script_are_told_apart() -> None:

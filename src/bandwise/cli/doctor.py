@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -247,11 +248,17 @@ def torchrun_split(argv: list[str]) -> tuple[list[str], list[str]] | None:
     raise BandwiseError(f"doctor run: no training script in {' '.join(argv)!r}; give it as `torchrun ... train.py ...`")
 
 
+RANK_FILE = re.compile(r"rank-(\d+)\.json$")
+"""A rank's final records (its running summary, `rank-N.live.json`, is not one)."""
+
+
 def _run_torchrun(launcher: list[str], script: list[str], *, json_out: bool, html_out: Path | None, global_batch: int | None,
                   model: str | None, cluster: str | None, precision: str) -> None:
-    """Every rank runs the script under the monitor and writes its own records; this process, after
-    torchrun returns, reads them all: each rank's diagnosis, their merge, the per-rank table and the
-    rank whose input pipeline holds the others back."""
+    """Every rank runs the script under the monitor and writes its own records. While torchrun runs,
+    this process reads the ranks' running summaries and names a straggler as soon as the rule finds
+    one (`doctor/live.py`); after it returns, it reads the final records: each rank's diagnosis,
+    their merge, the per-rank table and the rank whose input pipeline holds the others back."""
+    from bandwise.doctor.live import watch
     from bandwise.doctor.ranks import input_straggler, live_rows
     from bandwise.doctor.report import merge, print_report, to_json, write_html
     from bandwise.doctor.rules import MIN_STEPS, diagnose
@@ -265,14 +272,16 @@ def _run_torchrun(launcher: list[str], script: list[str], *, json_out: bool, htm
         body = script[1:] if script[0] == "-m" else script
         cmd = [*launcher, "-m", "bandwise.doctor._bootstrap", *(["-m"] if script[0] == "-m" else []), *body]
         try:
-            proc = subprocess.run(cmd, env=env, stdout=sys.stderr if json_out else None)
+            proc = subprocess.Popen(cmd, env=env, stdout=sys.stderr if json_out else None)
         except FileNotFoundError:
             raise BandwiseError(f"doctor run: {launcher[0]!r} not found; install torch in this environment or give its path, "
                                 f"e.g. -- python -m torch.distributed.run ...") from None
-        files = sorted(Path(tmp).glob("rank-*.json"), key=lambda f: int(f.stem.split("-")[1]))
+        with proc:
+            live = watch(proc, Path(tmp), lambda line: print(line, file=sys.stderr, flush=True))
+        files = {int(m.group(1)): f for f in Path(tmp).iterdir() if (m := RANK_FILE.match(f.name))}
         if not files:
             raise BandwiseError(f"doctor run: torchrun exited with code {proc.returncode} before any rank recorded a step")
-        data = {int(f.stem.split("-")[1]): json.loads(f.read_text()) for f in files}
+        data = {r: json.loads(files[r].read_text()) for r in sorted(files)}
     names = [f"rank {r}" for r in data]
     diagnoses = [diagnose(signals_from_live(d["summary"], global_batch=global_batch), d["summary"]["breakdown"]) for d in data.values()]
     merged = merge(diagnoses, names)
@@ -288,7 +297,7 @@ def _run_torchrun(launcher: list[str], script: list[str], *, json_out: bool, htm
     if html_out:
         write_html(html_out, merged, title)
     if json_out:
-        out.emit_json(to_json(merged, {"exit_code": proc.returncode, "ranks": len(data)}))
+        out.emit_json(to_json(merged, {"exit_code": proc.returncode, "ranks": len(data), "live": live}))
     else:
         print_report(out, merged, title)
     if proc.returncode:

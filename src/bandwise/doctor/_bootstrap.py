@@ -115,6 +115,28 @@ def install(mon: Monitor) -> None:
     torch.nn.modules.module.register_module_forward_pre_hook(lambda module, args: mon.mark_forward())
 
 
+LIVE_EVERY_S = 0.5
+"""How often a rank rewrites its running summary for the parent's live straggler check."""
+
+
+def _live_writer(path: str) -> Any:
+    """A Monitor step hook that writes the rank's running summary to `path` at most every
+    LIVE_EVERY_S, atomically (a temporary file, then rename), so the parent never reads half a file."""
+    last = [float("-inf")]
+
+    def write(mon: Monitor) -> None:
+        now = time.monotonic()
+        if now - last[0] < LIVE_EVERY_S:
+            return
+        last[0] = now
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w") as f:
+            json.dump({"summary": mon.summary(), "steps": len(mon.records)}, f)
+        os.replace(tmp, path)
+
+    return write
+
+
 def main(argv: list[str]) -> int:
     if not argv:
         print("usage: python -m bandwise.doctor._bootstrap script.py [args...] | -m module [args...]", file=sys.stderr)
@@ -124,11 +146,15 @@ def main(argv: list[str]) -> int:
         return 2
     out = os.environ.get("BANDWISE_DOCTOR_OUT")
     folder = os.environ.get("BANDWISE_DOCTOR_OUT_DIR")
+    on_step = None
     if folder:  # under torchrun: one record file per rank (RANK is torchrun's global rank)
-        out = os.path.join(folder, f"rank-{int(os.environ.get('RANK', '0'))}.json")
+        rank = int(os.environ.get("RANK", "0"))
+        out = os.path.join(folder, f"rank-{rank}.json")
+        on_step = _live_writer(os.path.join(folder, f"rank-{rank}.live.json"))
     device = "cuda" if torch.cuda.is_available() else "cpu"
     env = {k: float(os.environ[k]) for k in ("BANDWISE_DOCTOR_FLOPS_PER_TOKEN", "BANDWISE_DOCTOR_PEAK_FLOPS") if os.environ.get(k)}
-    mon = Monitor(device=device, warmup=1, census_step=2, flops_per_token=env.get("BANDWISE_DOCTOR_FLOPS_PER_TOKEN"), peak_flops=env.get("BANDWISE_DOCTOR_PEAK_FLOPS"))
+    mon = Monitor(device=device, warmup=1, census_step=2, flops_per_token=env.get("BANDWISE_DOCTOR_FLOPS_PER_TOKEN"),
+                  peak_flops=env.get("BANDWISE_DOCTOR_PEAK_FLOPS"), on_step=on_step)
     install(mon)
     code: int = 0
     try:

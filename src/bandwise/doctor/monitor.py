@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -67,6 +67,7 @@ class Monitor:
         memory_capacity_bytes: float | None = None,
         bf16_available: bool | None = None,
         count_flops: bool = True,
+        on_step: Callable[[Monitor], None] | None = None,
     ) -> None:
         for name, value in (("flops_per_sample", flops_per_sample), ("flops_per_token", flops_per_token), ("peak_flops", peak_flops)):
             if value is not None and not (isinstance(value, (int, float)) and value > 0):
@@ -91,6 +92,9 @@ class Monitor:
             self.memory_capacity_bytes = float(torch.cuda.get_device_properties(self.device).total_memory)
         self.count_flops = count_flops
         """Count the census step's FLOPs with FlopCounterMode when no FLOPs were given, for MFU."""
+        self.on_step = on_step
+        """Called with the monitor after each step's record is stored (`doctor run` under torchrun
+        writes each rank's running summary from it, for the straggler check while the job runs)."""
         self.records: list[dict[str, Any]] = []
         self.census: dict[str, Any] | None = None
         self._pending_wait = 0.0
@@ -196,6 +200,8 @@ class Monitor:
                 "census": s.census is not None,
             }
         )
+        if self.on_step is not None:
+            self.on_step(self)
 
     # -- optional probes --------------------------------------------------------------------
     def to_device(self, batch: Any, non_blocking: bool = True) -> Any:

@@ -1,0 +1,71 @@
+"""The straggler check while a torchrun job runs.
+
+Each rank's monitor rewrites its running summary to `rank-N.live.json` (`_bootstrap._live_writer`);
+`watch` reads them every POLL_S while the launcher runs and names a rank the first time the input
+straggler rule (`ranks.input_straggler`, the rule the end-of-run report uses) finds it, with the
+step and the time it was found, so a long job's user hears of it while it still runs.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bandwise.doctor.ranks import input_straggler, live_rows
+from bandwise.doctor.rules import MIN_STEPS
+
+POLL_S = 0.5
+LIVE_FILE = re.compile(r"rank-(\d+)\.live\.json$")
+
+
+def read_live(folder: Path) -> dict[int, dict[str, Any]]:
+    """Each rank's latest running summary; a file being replaced or unreadable is skipped this round."""
+    data = {}
+    for f in folder.iterdir():
+        m = LIVE_FILE.match(f.name)
+        if m is None:
+            continue
+        try:
+            data[int(m.group(1))] = json.loads(f.read_text())
+        except (OSError, ValueError):
+            continue
+    return data
+
+
+def check(data: dict[int, dict[str, Any]]) -> tuple[int, int, str] | None:
+    """(rank, its steps so far, the finding's title) when the rule names a straggler now."""
+    rows = live_rows(data)
+    if len(rows) < 2 or min(r.steps for r in rows) < MIN_STEPS:
+        return None
+    found = input_straggler(rows)
+    if found is None:
+        return None
+    rank = int(str(found.evidence["rank"]).split()[-1])
+    steps = next(r.steps for r in rows if r.rank == rank)
+    return rank, steps, found.title
+
+
+def watch(proc: subprocess.Popen, folder: Path, say: Callable[[str], None]) -> list[dict[str, Any]]:
+    """Poll the ranks' live files until `proc` exits; each straggler once: `say` a line, keep a note."""
+    t0 = time.monotonic()
+    notes: list[dict[str, Any]] = []
+    named: set[int] = set()
+    while True:
+        try:
+            proc.wait(timeout=POLL_S)
+            return notes
+        except subprocess.TimeoutExpired:
+            pass
+        found = check(read_live(folder))
+        if found is None or found[0] in named:
+            continue
+        rank, steps, title = found
+        named.add(rank)
+        elapsed = time.monotonic() - t0
+        notes.append({"rank": rank, "step": steps, "elapsed_s": round(elapsed, 2), "title": title})
+        say(f"bandwise doctor: live, {elapsed:.1f} s in, rank {rank} at step {steps}: {title}")
