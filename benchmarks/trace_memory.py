@@ -34,11 +34,13 @@ print(json.dumps({"seconds": elapsed, "peak_rss": rss, "events": a["events"], "s
 """
 
 
-def synthesise(path: Path, target_bytes: int) -> int:
-    """Write a chrome trace of about `target_bytes`; returns the number of events."""
+def synthesise(path: Path, target_bytes: int, rank: int | None = None, world_size: int | None = None) -> int:
+    """Write a chrome trace of about `target_bytes`; returns the number of events. With `rank`, the
+    head carries `distributedInfo` as torch.profiler writes it under torchrun."""
     n_events, step, t = 0, 0, 1_700_000_000_000_000
+    dist = "" if rank is None else f'"distributedInfo": {{"backend": "nccl", "rank": {rank}, "world_size": {world_size}}},\n'
     with open(path, "w") as f:
-        f.write('{"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "Synthetic GPU", "totalGlobalMem": 85899345920, "computeMajor": 9, "computeMinor": 0}],\n"traceEvents": [\n')
+        f.write('{"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "Synthetic GPU", "totalGlobalMem": 85899345920, "computeMajor": 9, "computeMinor": 0}],\n' + dist + '"traceEvents": [\n')
         first = True
         while f.tell() < target_bytes:
             evs = [
