@@ -192,6 +192,25 @@ def test_flash_attention_saves_no_score_matrix():
     assert eager - flash == pytest.approx(2 * GPT.heads * GPT.seq_len)  # the bf16 softmax output
 
 
+def test_materialized_attention_gemms_pay_the_fill_of_their_own_reduction():
+    """Q·K^T reduces over the head width, P·V over the sequence: each half of the attention FLOPs
+    costs what `gemm_time` charges a GEMM of that shape (tile- and wave-exact shapes, memory-free),
+    so the sum is the forward's GEMM part; the score traffic is the rest."""
+    from bandwise.cost.step import SCORE_BYTES_FORWARD, _materialized_attention
+
+    m = replace(get_model("gpt3-175b"), seq_len=4096)
+    s, d, heads = m.seq_len, m.d_head, m.heads
+    peak, eff, bw = 1e15, 0.8, 2e12
+    fwd, bwd = _materialized_attention(m, np.array([float(s)]), np.array([1.0]), peak, eff, bw)
+    unbounded = 1e30  # memory-free: the math time alone
+    qk = gemm_time(s, s, d, peak, eff, unbounded, count=heads)
+    pv = gemm_time(s, 128, s, peak, eff, unbounded, count=heads * d / 128)  # d wide, as 128-wide tiles
+    traffic = heads * s * s * SCORE_BYTES_FORWARD / bw
+    assert fwd[0] == pytest.approx(float(qk + pv + traffic), rel=1e-9)
+    assert bwd[0] == pytest.approx(2 * fwd[0], rel=1e-12)
+    assert float(pv) < float(qk) / 2  # the s-long reduction fills its k-loop; the d-wide one does not
+
+
 def test_zero_stages_reproduce_the_zero_paper_figure_1():
     """Rajbhandari et al. 2020, Fig. 1: Ψ = 7.5B, N_d = 64 -> 120 GB, 31.4 GB, 16.6 GB, 1.9 GB."""
     psi, nd = 7.5e9, 64

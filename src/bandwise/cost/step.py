@@ -233,15 +233,16 @@ tensors: scores, softmax output, dropout mask and output)."""
 def _materialized_attention(m_: ModelSpec, tokens: np.ndarray, tp: np.ndarray, peak: float, eff: float, bw: float) -> tuple[np.ndarray, np.ndarray]:
     """(forward, backward) seconds of attention that materializes the s x s scores.
 
-    The batched GEMMs Q·K^T and P·V compute the whole matrix (the causal mask is applied after)
-    with a reduction of only the head width, so the k-loop fill costs k/(k + 4·64); the score
-    traffic is memory-bound, twice as much again in the backward.
+    The batched GEMMs Q·K^T and P·V compute the whole matrix (the causal mask is applied after),
+    each paying the k-loop fill k/(k + 4·64) of its own reduction: the head width for Q·K^T (s x s
+    scores from d-wide rows), the sequence for P·V (s-long rows of probabilities times V); the
+    score traffic is memory-bound, twice as much again in the backward.
     """
     from bandwise.cost.compute import K_FIXED
 
-    flops = attention_core_flops_per_token(m_, causal=False) * tokens / tp
-    k = m_.d_head
-    gemm = flops / (peak * eff * k / (k + K_FIXED))
+    per_gemm = attention_core_flops_per_token(m_, causal=False) * tokens / tp / 2
+    fill = lambda k: k / (k + K_FIXED)  # noqa: E731
+    gemm = per_gemm / (peak * eff * fill(m_.d_head)) + per_gemm / (peak * eff * fill(m_.seq_len))
     scores = tokens * m_.heads / tp * m_.seq_len
     traffic = scores * SCORE_BYTES_FORWARD / bw
     return gemm + traffic, 2.0 * gemm + 2.0 * traffic
