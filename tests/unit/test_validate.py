@@ -270,10 +270,11 @@ def test_narayanan_zero3_degrades_with_scale_while_ptd_holds():
 # ---------------------------------------------------------------- regression guard on the achieved accuracy
 # Achieved with the cost model of 2026-11-21 (benchmarks/RESULTS.md, "Validation") on all 133 runs:
 # median |error| 6.3 %, p90 20.8 %, per-source medians below. A physics change that makes any of
-# these worse by more than the margin fails; improvements pass (then tighten here).
+# these worse by more than the margin fails; improvements pass (then tighten here: Korthikanti
+# 10.3 % -> 8.1 % with the P·V fill of 2026-11-26).
 GUARD_OVERALL = {"median": 0.063, "p90": 0.208}
 GUARD_SOURCES = {
-    "maxtext_tpu_tables": 0.059, "palm2022": 0.027, "korthikanti2022": 0.103, "narayanan2021_sc21": 0.044,
+    "maxtext_tpu_tables": 0.059, "palm2022": 0.027, "korthikanti2022": 0.081, "narayanan2021_sc21": 0.044,
     "llama3_2024": 0.109, "megatron_bridge_perf": 0.078, "nemo_2407": 0.044, "megatron_h100_2024": 0.098, "torchtitan": 0.108,
     "opt175b": 0.100, "deepseek_v3": 0.034, "bloom176b": 0.119,
 }
