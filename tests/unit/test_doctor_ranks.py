@@ -163,3 +163,34 @@ def test_clock_skew_between_ranks_changes_nothing(tmp_path, capsys):  # noqa: AN
     moved = doctor(skewed, capsys)
     assert moved["signals"]["per_rank"] == base["signals"]["per_rank"]
     assert [f["id"] for f in moved["findings"]] == [f["id"] for f in base["findings"]]
+
+
+# -- the live check of `doctor run` under torchrun (doctor/live.py) ----------------------------
+def _live(folder: Path, rank: int, wait_s: float, steps: int = 5, step_s: float = 0.05) -> None:
+    summary = {"steps": steps, "medians": {"step_s": step_s, "data_wait_s": wait_s, "optimizer_s": None}}
+    (folder / f"rank-{rank}.live.json").write_text(json.dumps({"summary": summary, "steps": steps}))
+
+
+def test_the_live_check_names_the_rank_whose_input_holds_the_others(tmp_path):  # noqa: ANN001
+    from bandwise.doctor.live import check, read_live
+
+    for r, wait in enumerate([0.001, 0.001, 0.030, 0.001]):
+        _live(tmp_path, r, wait)
+    (tmp_path / "rank-4.live.json").write_text('{"summary": {"ste')  # caught mid-write: skipped this round
+    (tmp_path / "rank-1.json").write_text("{}")  # a final record file is not a running summary
+    data = read_live(tmp_path)
+    assert sorted(data) == [0, 1, 2, 3]
+    rank, steps, title = check(data)
+    assert (rank, steps) == (2, 5) and "rank 2" in title
+
+
+def test_the_live_check_waits_for_enough_steps_and_a_real_gap(tmp_path):  # noqa: ANN001
+    from bandwise.doctor.live import check, read_live
+    from bandwise.doctor.rules import MIN_STEPS
+
+    _live(tmp_path, 0, 0.001, steps=MIN_STEPS - 1)
+    _live(tmp_path, 1, 0.030)
+    assert check(read_live(tmp_path)) is None  # rank 0 has too few steps for a verdict
+    _live(tmp_path, 0, 0.001)
+    _live(tmp_path, 1, 0.001 + STRAGGLER_SHARE * 0.05 * 0.5)  # half the threshold's share of the step
+    assert check(read_live(tmp_path)) is None

@@ -5,7 +5,7 @@ and names the byte where a file goes wrong, but it builds one dict per event wit
 in it, about 3 us an event (77 MB/s on the ResNet-like synthetic step of benchmarks/trace_memory.py).
 The doctor reads seven fields of an event and six of its arguments. Here msgspec decodes many
 events per call straight into `Event` records, skipping every other key without building it
-(about 260 MB/s on the same file), and the collector reads attributes instead of dict lookups.
+(about 280 MB/s on the same file), and the collector reads attributes instead of dict lookups.
 
 The array of events is cut into slices at a `}` followed by `,`: the last one in the buffer that
 ends a line, where one exists (a raw newline cannot sit inside a JSON string, so the cut is outside
