@@ -1,0 +1,57 @@
+"""llm-foundry's MPT tables on H100 and on A100 (the control), plain path, grouped; optionally with
+one cost-model field changed, to test a mechanism on both chips at once before it goes in.
+
+    python benchmarks/llmfoundry_control.py [--set FIELD=VALUE ...]
+
+FIELD is a `CostParams` field (e.g. eager_elementwise=True, attention_efficiency=0.35). The same
+software ran both tables, so a mechanism that explains the H100 error must leave the A100 rows be.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import re
+import statistics
+from dataclasses import fields, replace
+from pathlib import Path
+
+import yaml
+
+from bandwise.cost.step import DEFAULT_PARAMS, CostParams
+from bandwise.plan.validate import run_all
+
+DATA = Path(__file__).parent / "data"
+SETS = {"A100": DATA / "llmfoundry_mpt_a100_runs.yaml", "H100": DATA / "llmfoundry_mpt_runs.yaml"}
+
+
+def _override(text: str) -> tuple[str, object]:
+    name, _, value = text.partition("=")
+    if name not in {f.name for f in fields(CostParams)}:
+        raise SystemExit(f"--set {text!r}: {name!r} is not a CostParams field")
+    return name, ast.literal_eval(value)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE")
+    args = ap.parse_args()
+    params = replace(DEFAULT_PARAMS, **dict(_override(t) for t in args.set))
+    print(f"changed: {', '.join(args.set) or 'nothing'}\n")
+    print("| set | runs | median abs error | signed median | sequence <= 2,048 | sequence > 2,048 |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for name, path in SETS.items():
+        doc = yaml.safe_load(path.read_text())
+        ok = [r for r in run_all(doc["runs"], sources=doc["sources"], params=params, plain=True) if r.error is not None]
+        seq = {r.id: int(re.search(r"seq(\d+)", r.id).group(1)) for r in ok}
+
+        def signed(keep) -> str:  # noqa: ANN001
+            e = [r.error for r in ok if keep(seq[r.id])]
+            return f"{statistics.median(e):+.1%} ({len(e)})"
+
+        print(f"| {name} | {len(ok)} | {statistics.median(abs(r.error) for r in ok):.1%} | {statistics.median(r.error for r in ok):+.1%} "
+              f"| {signed(lambda s: s <= 2048)} | {signed(lambda s: s > 2048)} |")
+
+
+if __name__ == "__main__":
+    main()
