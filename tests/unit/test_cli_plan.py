@@ -66,6 +66,8 @@ def test_plan_human_output_shows_table_verdict_and_breakdown(capsys):
         (["estimate", "--model", "debug", "--tp", "3"], "tp=3"),
         (["estimate", "--model", "debug", "--dp-shard", "2", "--devices", "8"], "not the 8 devices"),
         (["estimate", "--model", "debug", "--schedule", "Zigzag", "--pp", "2", "--global-batch", "4"], "unknown schedule 'Zigzag'"),
+        (["estimate", "--model", "debug", "--attention", "fa3"], "--attention 'fa3'"),
+        (["plan", "--model", "debug", "--devices", "2", "--attention", "sdpa"], "--attention 'sdpa'"),
     ],
 )
 def test_bad_input_is_one_line_with_exit_code_2(argv, needle, capsys):
@@ -95,3 +97,20 @@ def test_plan_help_explains_mfu_and_the_verdict(capsys):
     assert code == 0
     text = " ".join(out.split())
     assert "MFU" in text and "dense peak" in text and "within --threshold" in text
+
+
+def test_the_attention_kernel_a_job_states_prices_its_attention(capsys):
+    """`--attention fa2` is slower than the chip's own kernel on H100 (FlashAttention-2 at 35% of the
+    peak, FlashAttention-3's abstract) and the same on A100, whose current kernel it is;
+    `--attention materialized` and `--eager` cost more everywhere."""
+    def tokens(cluster: str, *flags: str) -> float:
+        code, out, _ = run(["estimate", "--model", "llama3-8b", "--cluster", cluster, "--dp-shard", "8", "--seq-len", "8192",
+                            "--recompute", "full", "--json", *flags], capsys)
+        assert code == 0
+        return json.loads(out)["estimate"]["tokens_per_s_per_device"]
+
+    h100, a100 = tokens("h100"), tokens("a100-80g")
+    assert tokens("h100", "--attention", "fa2") < 0.95 * h100
+    assert tokens("a100-80g", "--attention", "fa2") == a100
+    for cluster, base in (("h100", h100), ("a100-80g", a100)):
+        assert tokens(cluster, "--attention", "materialized") < base and tokens(cluster, "--eager") < base

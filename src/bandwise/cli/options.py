@@ -6,6 +6,7 @@ import math
 
 import typer
 
+from bandwise.cost.step import ATTENTION_KERNELS, CostParams
 from bandwise.errors import BandwiseError
 from bandwise.plan.verdict import THRESHOLD
 from bandwise.specs.model import ModelSpec
@@ -37,6 +38,12 @@ THRESHOLD_OPT = typer.Option(THRESHOLD, "--threshold", help="PP is 'not needed' 
 HEADROOM = typer.Option(0.1, "--headroom", help="Share of device memory kept free.")
 OVERLAP_TP = typer.Option(False, "--overlap-tp", help="Assume TP communication overlapped with GEMMs (async TP; inside one NVLink domain only).")
 OVERLAP_EP = typer.Option(False, "--overlap-ep", help="Assume the expert all-to-all hidden behind compute in every layout, not only under DualPipeV.")
+ATTENTION = typer.Option(
+    "flash", "--attention",
+    help="The attention kernel the job runs: flash (the chip's current fused kernel: FlashAttention-3/cuDNN on Hopper), "
+    "fa2 (FlashAttention-2, PyTorch SDPA's flash backend: 35% of the H100 peak), materialized (s x s scores in memory).",
+)
+EAGER = typer.Option(False, "--eager", help="Element-wise ops run as separate eager PyTorch kernels (no torch.compile, no fused norms).")
 JSON_OUT = typer.Option(False, "--json", help="Print one JSON document.")
 EMIT = typer.Option(None, "--emit", help="Print the layout as a job for torchtitan, megatron or maxtext instead of the report.")
 
@@ -65,6 +72,13 @@ def global_batch_of(model: ModelSpec, seqs: int | None, tokens: int | None, devi
             f"({MAX_BATCH_TOKENS:,}) tokens per step; use at most --global-batch {MAX_BATCH_TOKENS // model.seq_len}"
         )
     return seqs
+
+
+def cost_params(headroom: float, attention: str = "flash", eager: bool = False) -> CostParams:
+    """The cost model's parameters a job states: memory headroom, its attention kernel, eager element-wise ops."""
+    if attention not in ATTENTION_KERNELS:
+        raise BandwiseError(f"--attention {attention!r}: not a kernel bandwise prices; use one of {', '.join(ATTENTION_KERNELS)}")
+    return CostParams(headroom=fraction("--headroom", headroom), eager_elementwise=eager, **ATTENTION_KERNELS[attention])
 
 
 def fraction(name: str, value: float) -> float:

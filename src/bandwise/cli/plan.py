@@ -11,6 +11,8 @@ from rich.text import Text
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from bandwise.cli.options import (
+    ATTENTION,
+    EAGER,
     EMIT,
     EXHAUSTIVE,
     GLOBAL_BATCH,
@@ -21,6 +23,7 @@ from bandwise.cli.options import (
     PRECISION,
     SEQ_LEN,
     THRESHOLD_OPT,
+    cost_params,
     fraction,
     global_batch_of,
     model_spec,
@@ -167,6 +170,8 @@ def plan(
     precision: str = PRECISION,
     threshold: float = THRESHOLD_OPT,
     headroom: float = HEADROOM,
+    attention: str = ATTENTION,
+    eager: bool = EAGER,
     overlap_tp: bool = OVERLAP_TP,
     exhaustive: bool = EXHAUSTIVE,
     json_out: bool = JSON_OUT,
@@ -186,7 +191,7 @@ def plan(
         raise BandwiseError(f"--pick {pick}: the table lists rows 1 to {top}; use one of them (or a larger --top)")
     gb = global_batch_of(spec, global_batch, global_batch_tokens, devices)
     precisions = precisions_of(precision)
-    params = CostParams(headroom=fraction("--headroom", headroom))
+    params = cost_params(headroom, attention, eager)
     # a pool deep enough that collapsing near-duplicates still leaves `top` distinct layouts
     pool = top if all_layouts else max(20 * top, 100)
     if emit:  # deep enough to find the best layout the engine can express when it cannot express the plan
@@ -282,6 +287,8 @@ def estimate(
     overlap_tp: bool = typer.Option(False, "--overlap-tp"),
     overlap_ep: bool = typer.Option(False, "--overlap-ep"),
     headroom: float = typer.Option(0.1, "--headroom"),
+    attention: str = ATTENTION,
+    eager: bool = EAGER,
     json_out: bool = typer.Option(False, "--json", help="Print one JSON layout {strategy, estimate}."),
     emit: str | None = EMIT,
 ) -> None:
@@ -297,10 +304,11 @@ def estimate(
     n = strategy.world_size if devices is None else devices
     clus.check_devices(n)
     strategy.check(n, spec)
-    est = estimate_one(spec, clus, strategy, CostParams(headroom=fraction("--headroom", headroom)))
+    params = cost_params(headroom, attention, eager)
+    est = estimate_one(spec, clus, strategy, params)
     layout = Layout(strategy=strategy, estimate=est)
     if emit:
-        typer.echo(export(emit, spec, clus, strategy, n, est, CostParams(headroom=fraction("--headroom", headroom))).text, nl=False)
+        typer.echo(export(emit, spec, clus, strategy, n, est, params).text, nl=False)
         return
     if json_out:
         out.emit_json({**layout.to_dict(), "validation": band_dict(clus.device.name, spec.is_moe, n)})

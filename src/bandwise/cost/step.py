@@ -67,8 +67,12 @@ class CostParams:
     """The model's few non-hardware parameters: one set for every run, each with its reason."""
 
     attention_efficiency: float | None = None
-    """Override of the device's fused-attention efficiency (`Device.attention_efficiency`), for a
-    run documented to use another kernel (e.g. FlashAttention-2 on Hopper, ~0.35 of peak)."""
+    """Override of the device's fused-attention efficiency (`Device.attention_efficiency`)."""
+    attention: str = "flash"
+    """The fused attention kernel the job runs: "flash", the chip's current one
+    (`Device.attention_efficiency`); "fa2", FlashAttention-2, what PyTorch's SDPA flash backend
+    runs (`Device.fa2_attention_efficiency`, slower on Hopper). Attention without a fused kernel
+    is `flash_attention` off. `ATTENTION_KERNELS` maps the CLI's `--attention` onto both."""
     attention_backward_ratio: float = 2.5
     """Backward/forward FLOPs of flash attention: 5 matmuls against 2, P is recomputed (Dao 2023, Sec. 3.1)."""
     hbm_efficiency: float = 0.8
@@ -174,6 +178,15 @@ class CostParams:
     loss right after its forward (torch.distributed.pipelining computes it in the last stage's forward)."""
 
 
+ATTENTION_KERNELS: dict[str, dict[str, Any]] = {
+    "flash": {},
+    "fa2": {"attention": "fa2"},
+    "materialized": {"flash_attention": False},
+}
+"""`--attention` of plan and estimate: the CostParams fields each kernel sets. flash: the chip's
+current fused kernel (FlashAttention-3 or cuDNN on Hopper, FlashAttention-2 on Ampere); fa2:
+FlashAttention-2, as PyTorch's `scaled_dot_product_attention` runs it; materialized: attention
+that writes the s x s scores to memory (Megatron-LM's 2022 CoreAttention, eager PyTorch)."""
 DEFAULT_PARAMS = CostParams()
 
 BREAKDOWN_TERMS = ("compute", "recompute", "contention", "bubble", "tp", "cp", "ep", "fsdp", "dp", "pp", "optimizer")
@@ -323,7 +336,7 @@ def _base(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, order: tuple[str,
 
     # ---- compute, one layer, one micro-batch ----
     if P.flash_attention:
-        attn_eff = P.attention_efficiency or dev.attention_efficiency
+        attn_eff = P.attention_efficiency or (dev.fa2_attention_efficiency if P.attention == "fa2" else None) or dev.attention_efficiency
         attn_fwd = attention_core_flops_per_token(m_, causal=True) * tokens / tp / (bf16_peak * attn_eff)
         attn_bwd = P.attention_backward_ratio * attn_fwd
     else:

@@ -105,7 +105,7 @@ SWITCHES: dict[str, str] = {
 """Every source-specific switch `convert` may apply, with the documented difference behind it."""
 PARAM_SWITCHES: dict[str, dict[str, Any]] = {
     "materialized_attention": {"flash_attention": False},
-    "fa2_on_hopper": {"attention_efficiency": 0.35},
+    "fa2_on_hopper": {"attention": "fa2"},
     "eager_torchtitan": {"eager_elementwise": True},
     "torchtitan_sac": {"selective_forward_share": 0.5},
     "llama3_balanced_stages": {"balanced_stages": True},

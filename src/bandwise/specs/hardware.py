@@ -45,6 +45,10 @@ class Device:
     datasheet peak assumes: compute runs this much slower for as long as a training job lasts."""
     attention_efficiency: float = 0.6
     """Fraction of the dense bf16 peak the fused (flash) attention kernel reaches, forward and backward."""
+    fa2_attention_efficiency: float | None = None
+    """The same for FlashAttention-2 (what PyTorch's SDPA flash backend runs) where the chip's own
+    kernels are a later generation (FlashAttention-3, cuDNN on Hopper); None: FA2 is the chip's
+    current kernel, `attention_efficiency` itself. Used when a job states `--attention fa2`."""
     sm_count: int = 0
     """Streaming multiprocessors (GPUs): GEMM tiles run in waves of this many; 0 for TPUs."""
     comm_sm_share: float = 0.0
@@ -64,9 +68,9 @@ class Device:
             _positive(f"device {self.name!r}: peak_flops_per_s[{dtype}]", value)
         _positive(f"device {self.name!r}: hbm_bytes", self.hbm_bytes)
         _positive(f"device {self.name!r}: hbm_bandwidth_bytes_per_s", self.hbm_bandwidth)
-        for name in ("gemm_efficiency", "fp8_gemm_efficiency", "attention_efficiency", "sustained_clock_ratio"):
+        for name in ("gemm_efficiency", "fp8_gemm_efficiency", "attention_efficiency", "fa2_attention_efficiency", "sustained_clock_ratio"):
             value = getattr(self, name)
-            if value is None and name == "fp8_gemm_efficiency":
+            if value is None and name in ("fp8_gemm_efficiency", "fa2_attention_efficiency"):
                 continue
             if not (isinstance(value, (int, float)) and 0 < value <= 1):
                 raise BandwiseError(f"device {self.name!r}: {name}={value!r} must be in (0, 1]")
