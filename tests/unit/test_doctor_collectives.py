@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from bandwise.cli.main import main
-from bandwise.doctor.kernels import collective
+from bandwise.doctor.kernels import COMM, classify, collective
 from bandwise.doctor.trace import analyze_trace
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -25,9 +25,29 @@ DATA = Path(__file__).parents[1] / "data" / "traces"
     ("ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)", "send_recv"),
     ("ncclDevKernel_Generic(ncclDevKernelArgsStorage<4096ul>)", None),  # RCCL: the name does not say
     ("ncclKernel_Broadcast_RING_LL_Sum_int8_t", None),
+    # DeepEP: its dispatch and combine kernels are the expert all-to-all (DeepSeek's profiles say dpsk::ep)
+    ("void deep_ep::intranode::dispatch<8, 768, 6144>(int4*, float*, int*, long*, float*, int*, int*, int4 const*)", "all_to_all"),
+    ("void deep_ep::internode_ll::combine<false, 7168>(void*, void*, int*, void const*, long const*, float const*)", "all_to_all"),
+    ("void dpsk::ep::internode::cached_notify<false>(int, int, int, int, int, int, int*, int const*, int*)", "all_to_all"),
+    ("void deep_ep::layout::get_dispatch_layout<256, 32, 8>(long const*, int*, int*, int*, bool*, int, int, int, int)", None),
 ])
 def test_the_kernel_name_says_the_collective(name: str, kind: str | None) -> None:
     assert collective(name) == kind
+    assert (classify(name).op == COMM) == (kind is not None or name.startswith("nccl"))  # every NCCL kernel is communication
+
+
+def test_deepep_all_to_all_hidden_behind_the_experts_is_not_exposed(tmp_path: Path) -> None:
+    """DeepEP's dispatch and combine run on their own SMs and stream beside the expert GEMMs (DualPipe's
+    overlap): per 10 ms step, 6 ms of dispatch + combine of which 5 ms under the 8 ms of GEMMs."""
+    k = Kineto(device=H100)
+    for n in range(4):
+        t0 = 1_000.0 + n * 10_000.0
+        k.step(n, t0, 10_000.0)
+        k.kernel("void cutlass::device_kernel<dpsk::grouped_gemm::cuda::fp8_ptp128c::GemmKernel>(GemmKernel::Params)", t0 + 10, t0 + 100, 8_000.0)
+        k.kernel("void dpsk::ep::internode::dispatch<false, 8, false, 8>(int4*, float*)", t0 + 20, t0 + 3_100.0, 3_000.0, stream=20)
+        k.kernel("void dpsk::ep::internode::combine<false, 8, __nv_bfloat16, 8, 2, 16, 24>(int4*, float*)", t0 + 30, t0 + 7_100.0, 3_000.0, stream=20)
+    a = analyze_trace(k.write(tmp_path / "ep.json.gz"))
+    assert a["signals"]["comm_exposed_ms"] == {"all_to_all": pytest.approx(2.0)}  # 8.1 ms..10.1 ms of the combine
 
 
 def two_collectives(path: Path, steps: int = 4) -> Path:

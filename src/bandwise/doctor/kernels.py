@@ -8,6 +8,11 @@ can take the dtype of the CPU operator that launched the kernel instead.
 Naming schemes, as their libraries emit them:
 - NCCL / RCCL: `ncclKernel_AllReduce_RING_LL_Sum_float`, `ncclDevKernel_...` (RCCL keeps the
   names on ROCm).
+- DeepEP (expert-parallel all-to-all over NVLink and RDMA): the kernels of its `deep_ep::intranode`,
+  `deep_ep::internode` and `deep_ep::internode_ll` namespaces (`dispatch`, `combine`,
+  `notify_dispatch`, `cached_notify`, ...; deepseek-ai/DeepEP csrc/kernels), `dpsk::ep::...` in
+  DeepSeek's own profiles (deepseek-ai/profile-data). Its `layout::get_dispatch_layout` counts
+  tokens per rank and is compute.
 - cuBLAS / cuDNN (SASS kernels): `{arch}_{in}_{acc}{mma}gemm_{out}_...`, e.g.
   `ampere_bf16_s16816gemm_bf16_128x128...`, `volta_h884gemm_...` (h = fp16), `volta_sgemm_128x64`
   (s without an MMA shape = fp32 on the CUDA cores), `ampere_s1688gemm_...` (fp32 data through
@@ -41,7 +46,7 @@ LOW_PRECISION = frozenset({"bf16", "fp16", "fp8", "int8"})
 @dataclass(frozen=True, slots=True)
 class KernelKind:
     library: str
-    """cublas, cudnn, cutlass, nvjet, xmma, tensile, ck, miopen, triton, fbgemm, nccl, aten, other."""
+    """cublas, cudnn, cutlass, nvjet, xmma, tensile, ck, miopen, triton, fbgemm, nccl, deepep, aten, other."""
     op: str
     dtype: str | None
     """fp32, tf32, bf16, fp16, fp8, int8, fp64, or None where the name does not say."""
@@ -56,6 +61,7 @@ _COLLECTIVE = (
     # ncclKernel_AllReduce_RING_LL_Sum_float, ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL,
     # ncclDevKernel_SendRecv (point-to-point, and all-to-all, which NCCL runs as grouped send/recv);
     # RCCL keeps the names and adds AllToAll kernels of its own
+    (re.compile(r"(?:deep_ep|dpsk::ep)::(?:intranode|internode|internode_ll)::"), "all_to_all"),  # DeepEP's dispatch and combine
     (re.compile(r"AllGather", re.I), "all_gather"),
     (re.compile(r"ReduceScatter", re.I), "reduce_scatter"),
     (re.compile(r"AllReduce", re.I), "all_reduce"),
@@ -79,6 +85,7 @@ def _first_match(table: tuple[tuple[re.Pattern[str], str], ...], name: str) -> s
 
 
 _COMM = re.compile(r"^(?:void )?(?:nccl|rccl)|ncclKernel|ncclDevKernel", re.I)
+_DEEPEP = re.compile(r"(?:deep_ep|dpsk::ep)::(?:intranode|internode|internode_ll)::")
 _FUSED_ATTN = re.compile(r"flash|fmha|efficient_attention|attention_kernel|_sdpa|FmhaFwd|FmhaBwd", re.I)
 _FBGEMM_LOOKUP = re.compile(r"split_embedding|embedding_codegen|bounds_check_indices|permute_(?:pooled|2D|1D|sparse)|jagged|batched_embedding|tbe_|fbgemm_gpu::(?!.*(?:gemm|cutlass))", re.I)
 _TENSILE = re.compile(r"(?:^|_)Cijk_A[a-z]+_B[a-z]+_([A-Z0-9]+?)(?:_|$)")
@@ -122,6 +129,8 @@ def classify(name: str) -> KernelKind:
         return KernelKind("mtia", op, _MTIA_DTYPES.get(m.group(2)))
     if _COMM.search(name):
         return KernelKind("nccl", COMM, None)
+    if _DEEPEP.search(name):
+        return KernelKind("deepep", COMM, None)
     if _FUSED_ATTN.search(name):
         return KernelKind("other", ATTENTION, _token_dtype(name))
     m = _TENSILE.search(name)
