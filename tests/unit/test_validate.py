@@ -327,6 +327,33 @@ def test_the_plain_path_applies_no_source_switch(plain_results, guarded_results)
     assert len(fa2) >= 5 and all(plain[r.id] > r.predicted for r in fa2)
 
 
+# The plain path with the software each source states (`validate --plain --software`): what `plan
+# --attention ... --eager` predicts for a user who states it. Achieved 2026-11-26: median 6.8 %,
+# p90 24.8 %; A100 dense signed +4.4 %, H100 dense +4.6 %.
+GUARD_SOFTWARE = {"median": 0.068, "p90": 0.248}
+
+
+def test_stated_software_accuracy_does_not_regress():
+    from bandwise.plan.runs import PLAIN_KEEPS, STATED_SOFTWARE
+
+    results = run_all(RUNS, sources=SOURCES, plain=True, software=True)
+    s = summarize(results)
+    assert s.median_abs_error <= GUARD_SOFTWARE["median"] + MARGIN
+    assert s.p90_abs_error <= GUARD_SOFTWARE["p90"] + MARGIN
+    kept = {n.removeprefix("switch: ") for r in results for n in r.notes if n.startswith("switch: ")}
+    assert kept <= set(PLAIN_KEEPS) | set(STATED_SOFTWARE) and set(STATED_SOFTWARE) <= kept
+
+
+def test_stated_software_matches_the_flags_of_plan():
+    """Each kept switch changes exactly the CostParams fields its `plan` flag sets."""
+    from bandwise.cost.step import ATTENTION_KERNELS
+    from bandwise.plan.runs import PARAM_SWITCHES
+
+    assert PARAM_SWITCHES["materialized_attention"] == ATTENTION_KERNELS["materialized"]
+    assert PARAM_SWITCHES["fa2_on_hopper"] == ATTENTION_KERNELS["fa2"]
+    assert PARAM_SWITCHES["eager_torchtitan"] == {"eager_elementwise": True}  # --eager
+
+
 def test_accuracy_meets_the_issue_targets(guarded_results):
     """The acceptance lines themselves: median <= 10 %, p90 <= 25 %, no source above 15 %."""
     s = summarize(guarded_results)

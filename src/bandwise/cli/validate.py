@@ -8,6 +8,7 @@ import typer
 from rich.table import Table
 
 from bandwise.plan.validate import MEMORY_BASES, SWITCHES, RunResult, Summary, by_quality, by_source, load_runs, parity_plot, report_dict, run_all
+from bandwise.errors import BandwiseError
 from bandwise.report.output import Output
 
 HELP = """Predict tokens/s per device for published training runs (133 by default, from 12 sources) and
@@ -71,10 +72,13 @@ def validate(
     memory: bool = typer.Option(False, "--memory", help="Also print predicted against published memory per device, where the source gives it."),
     write_bands: Path | None = typer.Option(None, "--write-bands", help="Write the error per device family and model kind on the plain path, which plan, estimate and compare print, to this JSON file (the package ships src/bandwise/data/error_bands.json)."),
     plain: bool = typer.Option(False, "--plain", help="Predict every run as plan and estimate do: no source-specific switch, unstated fields completed by the search."),
+    software: bool = typer.Option(False, "--software", help="With --plain: keep the software each source states (pre-FlashAttention attention, FlashAttention-2 on Hopper, eager element-wise ops), as plan's --attention and --eager take it."),
 ) -> None:
     out = Output(json_mode=json_out)
+    if software and not plain:
+        raise BandwiseError("--software keeps the stated software on the plain path; add --plain (the default path applies every switch already)")
     data, sources = load_runs(runs)
-    results = run_all(data, source, sources=sources, plain=plain)
+    results = run_all(data, source, sources=sources, plain=plain, software=software)
     if plot is not None:
         parity_plot(results, plot)
     if write_bands is not None:

@@ -120,6 +120,10 @@ PARAM_SWITCHES: dict[str, dict[str, Any]] = {
 PLAIN_KEEPS = ("maxtext_v4_seq1024",)
 """Switches the plain path keeps: they fix the job (MaxText's v4 tables ran 1,024-token sequences),
 not how the cost model prices it; without them the run would be another job."""
+STATED_SOFTWARE = ("materialized_attention", "fa2_on_hopper", "eager_torchtitan")
+"""Switches that say which software a run ran, each one a flag of `plan` and `estimate`
+(`--attention materialized`, `--attention fa2`, `--eager`). `validate --plain --software` keeps
+them: each run predicted as `plan` predicts it for a user who states that software."""
 MEGATRON_SOURCES = ("megatron_h100_2024", "narayanan2021_sc21", "korthikanti2022", "nemo_2407")
 """Sources trained with Megatron-LM / Megatron-Core without a pipeline layout (the `megatron_equal_stages` switch)."""
 MATERIALIZED_ATTENTION_SOURCES = ("narayanan2021_sc21", "korthikanti2022", "bloom176b", "opt175b")
@@ -555,7 +559,7 @@ def _cluster(run: dict[str, Any], devices: int, notes: list[str], completed: lis
     return cluster
 
 
-def convert(run: dict[str, Any], sources: dict[str, Any] | None = None, plain: bool = False) -> Case:
+def convert(run: dict[str, Any], sources: dict[str, Any] | None = None, plain: bool = False, software: bool = False) -> Case:
     """Build the planner's inputs from one run; raises BandwiseError when a needed fact is missing.
 
     `sources` is the file's sources section: a fact its conventions state for every run of the
@@ -563,7 +567,8 @@ def convert(run: dict[str, Any], sources: dict[str, Any] | None = None, plain: b
 
     `plain` applies no source-specific switch but those that fix the job itself (`PLAIN_KEEPS`):
     the run is predicted as `bandwise plan` and `estimate` would predict it, from its stated
-    layout, its unstated fields completed by the search.
+    layout, its unstated fields completed by the search. `software` (with `plain`) keeps the
+    switches of `STATED_SOFTWARE` too, which `plan` takes as flags.
     """
     rid = str(run.get("id") or "?")
     stated = (run.get("target") or {}).get("tokens_per_sec_per_device")
@@ -576,7 +581,7 @@ def convert(run: dict[str, Any], sources: dict[str, Any] | None = None, plain: b
 
     def switch(name: str) -> bool:
         """Record and apply a source-specific switch, or, on the plain path, leave it out."""
-        if plain and name not in PLAIN_KEEPS:
+        if plain and name not in PLAIN_KEEPS and not (software and name in STATED_SOFTWARE):
             return False
         if name not in switches:
             switches.append(name)

@@ -209,9 +209,10 @@ def comparable_memory_gib(est: Estimate, basis: str, params: CostParams) -> floa
 
 
 def run_all(runs: list[dict[str, Any]], source: str | None = None, params: CostParams = DEFAULT_PARAMS,
-            sources: dict[str, Any] | None = None, plain: bool = False) -> list[RunResult]:
+            sources: dict[str, Any] | None = None, plain: bool = False, software: bool = False) -> list[RunResult]:
     """Convert and predict every run (of one source if given); conversion failures carry the reason.
-    `plain`: without source-specific switches, as `plan` and `estimate` predict (`runs.convert`)."""
+    `plain`: without source-specific switches, as `plan` and `estimate` predict (`runs.convert`);
+    `software`: on the plain path, with the software each source states (`runs.STATED_SOFTWARE`)."""
     if source is not None:
         known = sorted({str(r.get("source")) for r in runs})
         if source not in known:
@@ -220,7 +221,7 @@ def run_all(runs: list[dict[str, Any]], source: str | None = None, params: CostP
     results = []
     for run in runs:
         try:
-            case = convert(run, sources, plain=plain)
+            case = convert(run, sources, plain=plain, software=software)
         except BandwiseError as exc:
             tgt = finite((run.get("target") or {}).get("tokens_per_sec_per_device"))
             results.append(RunResult(id=str(run.get("id")), source=str(run.get("source")),
