@@ -169,3 +169,77 @@ def test_what_the_fast_path_refuses_the_exact_reader_reads(tmp_path):
         list(_fast(TraceReader(path)))
     events, _ = _read(path, fast=True)
     assert [ev.name for ev in events] == ["a\ud800", "b"] and events[1].ts == "7"
+
+
+def _ev(i: int, extra: str = "") -> str:
+    return '{"ph":"X","cat":"kernel","name":"k%d","ts":%d,"dur":1,"tid":1,"args":{"correlation":%d%s}}' % (i, i, i, extra)
+
+
+_BODY = ",\n".join(_ev(i) for i in range(60))
+
+
+def _amid(special: str) -> bytes:
+    """A document with `special` among 60 ordinary events, where the cuts (not the tail) decode it."""
+    events = [_ev(i) for i in range(30)] + [special] + [_ev(i) for i in range(30, 60)]
+    return ('{"traceEvents":[' + ",\n".join(events) + "]}").encode()
+
+
+def _utf8_split() -> bytes:
+    """A lead byte that ends the first 64-byte chunk, a chunk of ASCII, then a continuation byte: as
+    two chunks' ends they would pair up, but the bytes between make it invalid; in an argument the
+    records skip (msgspec checks the strings it decodes, not those it skips)."""
+    head = '{"traceEvents":[{"ph":"X","name":"n","args":{"skipped":"'
+    return (head + "a" * (63 - len(head))).encode() + b"\xc3" + b"b" * 64 + b"\xa9" + ('"}},' + _BODY + "]}").encode()
+
+
+EDGE_CASES = {
+    # JSON whitespace is space, tab, newline, return: a form feed or vertical tab is not
+    "form_feed_first": b'\x0c{"traceEvents":[' + _BODY.encode() + b"]}",
+    "form_feed_before_colon": b'{"traceEvents"\x0c:\x0b[' + _BODY.encode() + b"]}",
+    "form_feed_after_comma": b'{"a":1,\x0c"traceEvents":[' + _BODY.encode() + b"]}",
+    # the key spelled with an escape: a second array after the first, or a value before it
+    "escaped_key_after": b'{"traceEvents":[' + _BODY.encode() + b'],"trace\\u0045vents":[' + _ev(99).encode() + b"]}",
+    "escaped_key_before": b'{"trace\\u0045vents":5,"traceEvents":[' + _BODY.encode() + b"]}",
+    # times at and past float precision: both paths hold the same correctly rounded float
+    "int_ts_past_2_53": _amid('{"ph":"X","cat":"kernel","name":"k","ts":99999999999999999,"dur":1}'),
+    "int_ts_past_1e17": _amid('{"ph":"X","cat":"kernel","name":"k","ts":100000000000000001,"dur":1}'),
+    # a number longer than Python converts, in a key the records skip
+    "long_int_skipped": _amid(_ev(70, ',"big":' + "7" * 5000)),
+    # invalid UTF-8 whose lead byte ends one chunk and whose bad continuation starts the next
+    "utf8_split": _utf8_split(),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EDGE_CASES))
+@pytest.mark.parametrize("chunk", [64, 4 << 20])
+def test_edge_cases_read_the_same_on_both_paths(tmp_path, monkeypatch, name, chunk):
+    path = tmp_path / "t.json"
+    path.write_bytes(EDGE_CASES[name])
+    monkeypatch.setattr(records, "CHUNK", chunk)
+    assert _read(path, fast=True) == _read(path, fast=False)
+    assert _collected(path, fast=True) == _collected(path, fast=False)
+
+
+def test_an_event_over_the_size_limit_is_refused_on_both_paths(tmp_path, monkeypatch):
+    events = [_ev(i) for i in range(50)] + [_ev(50, ',"blob":"' + "a" * 3000 + '"')] + [_ev(i) for i in range(51, 100)]
+    path = tmp_path / "t.json"
+    path.write_text('{"traceEvents":[\n' + ",\n".join(events) + "\n]}")
+    import bandwise.doctor.tracefile as tracefile
+
+    monkeypatch.setattr(records, "CHUNK", 1550)  # the big event completes in a buffer that passed the limit
+    monkeypatch.setattr(tracefile, "CHUNK", 256)  # the exact reader refuses what outgrows its buffer
+
+    def read(fast: bool) -> str:
+        with pytest.raises(BandwiseError) as exc:
+            list(batches(TraceReader(path, max_value_bytes=2000), fast=fast))
+        return str(exc.value)
+
+    assert read(True) == read(False) and "exceeds" in read(True)
+
+
+def test_a_truncated_gzip_that_is_not_a_trace_names_what_it_is(tmp_path):
+    path = tmp_path / "t.json.gz"
+    whole = gzip.compress(b"[" + b"1, " * 1_200_000 + b"1]")  # 3.6 MB: more than the exact reader's first read
+    path.write_bytes(whole[: len(whole) * 3 // 4])
+    assert _read(path, fast=True) == _read(path, fast=False)
+    assert "expected a JSON object" in _read(path, fast=True)

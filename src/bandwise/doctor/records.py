@@ -12,22 +12,27 @@ ends a line, where one exists (a raw newline cannot sit inside a JSON string, so
 every string). A slice that decodes as `[slice]` ends at an event boundary: JSON's grammar is
 deterministic, so a parse that starts at an event and accepts `]` after the slice has consumed
 whole events. A cut inside a nested object or a string fails to decode, and an earlier cut is
-tried. Whatever this path cannot vouch for (a byte-order mark, a lone surrogate, `NaN`, a value
-of an unexpected type, a truncated or malformed file, a key order it does not expect) sends the
-whole file to the exact reader, which yields the same records or the same one-line error, after
-skipping the records already given out. So the fast path changes speed, never results.
+tried. Whatever this path cannot vouch for (a byte-order mark, whitespace JSON does not allow, a
+lone surrogate, `NaN`, a value of an unexpected type, invalid UTF-8 even in a skipped key, a
+number longer than Python converts, a buffer past the event size limit, an escaped
+"traceEvents" key, a read error, a truncated or malformed file) sends the whole file to the
+exact reader, which yields the same records or the same one-line error, after skipping the
+records already given out. So the fast path changes speed, never results.
 """
 
 from __future__ import annotations
 
 import codecs
+import json
 import re
+import sys
 from collections.abc import Iterator
 from typing import Any
 
 import msgspec
 
 from bandwise.doctor.tracefile import TraceReader
+from bandwise.errors import BandwiseError
 
 CHUNK = 4 << 20
 """Bytes read per decode: large enough that one call per slice amortises, small enough to stay
@@ -66,23 +71,37 @@ class Event(msgspec.Struct, gc=False):
 _ARG_KEYS = {f.encode_name: f.name for f in msgspec.structs.fields(Args)}
 _DECODE_EVENTS = msgspec.json.Decoder(list[Event]).decode
 _DECODE = msgspec.json.Decoder().decode
-_HEAD = re.compile(rb'"traceEvents"\s*:\s*\[')
+_JSON_WS = b" \t\n\r"
+"""JSON's whitespace (RFC 8259): not \f or \v, which bytes.strip and regex \\s would also take."""
+_HEAD = re.compile(rb'"traceEvents"[ \t\n\r]*:[ \t\n\r]*\[')
+_DIGIT = re.compile(rb"[0-9]")
+_NOT_FAST = (msgspec.MsgspecError, ValueError, RecursionError)
 
 
 class _NotFast(Exception):
     """The fast path cannot vouch for this file; the exact reader takes it."""
 
 
+def _float(v: Any) -> Any:
+    """An integer time as the float msgspec gives a float field (the same correctly rounded value);
+    one past the float range stays an int, for the collector to refuse."""
+    if type(v) is int:
+        try:
+            return float(v)
+        except OverflowError:
+            return v
+    return v
+
+
 def from_dict(ev: dict[str, Any]) -> Event:
     """The record of one event as the exact reader decoded it: raw values, unchecked."""
     args = ev.get("args")
-    ts, dur = ev.get("ts"), ev.get("dur")
     return Event(
         ph=ev.get("ph"),
         cat=ev.get("cat"),
         name=ev.get("name"),
-        ts=float(ts) if type(ts) is int and -(2**53) < ts < 2**53 else ts,
-        dur=float(dur) if type(dur) is int and -(2**53) < dur < 2**53 else dur,
+        ts=_float(ev.get("ts")),
+        dur=_float(ev.get("dur")),
         tid=ev.get("tid"),
         args=_args(args) if isinstance(args, dict) else None,
     )
@@ -124,20 +143,38 @@ def batches(reader: TraceReader, *, fast: bool = True) -> Iterator[list[Event]]:
 def _decode(data: bytes) -> Any:
     try:
         return _DECODE_EVENTS(data)
-    except (msgspec.MsgspecError, ValueError, RecursionError):
+    except _NOT_FAST:
         return None
 
 
 def _read(reader: TraceReader, utf8: codecs.IncrementalDecoder) -> bytes:
-    """The next chunk, checked to be UTF-8 (msgspec does not look inside the keys it skips);
-    an ASCII chunk, the common case, is checked by `isascii` alone."""
-    data = reader.read_bytes(CHUNK)
+    """The next chunk, checked to be UTF-8 (msgspec does not look inside the keys it skips): an
+    ASCII chunk by `isascii` alone, unless a multi-byte character is open from the chunk before.
+    A read error (corrupt gzip, a size limit) is the exact reader's to report, where it meets it."""
     try:
-        if not data.isascii() or not data:
+        data = reader.read_bytes(CHUNK)
+    except BandwiseError:
+        raise _NotFast from None
+    try:
+        if not data or not data.isascii() or utf8.getstate()[0]:
             utf8.decode(data, final=not data)
     except UnicodeDecodeError:
         raise _NotFast from None
     return data
+
+
+def _long_number(buf: bytes, end: int | None = None) -> bool:
+    """Whether `buf` holds a run of digits longer than Python's int conversion takes
+    (`sys.get_int_max_str_digits`), which the exact reader refuses even in a key the fast path
+    skips. A run of more than 2S digits holds a position that is a multiple of S and is followed
+    by at least S more digits, so positions S apart are tried, each with one anchored match."""
+    end = len(buf) if end is None else end
+    limit = sys.get_int_max_str_digits()
+    if not limit or end <= limit:
+        return False
+    step = limit // 2
+    run = re.compile(rb"[0-9]{%d}" % (step + 1))
+    return any(_DIGIT.match(buf, p) and run.match(buf, p) for p in range(0, end, step))
 
 
 def _fast(reader: TraceReader) -> Iterator[list[Event]]:
@@ -145,21 +182,25 @@ def _fast(reader: TraceReader) -> Iterator[list[Event]]:
     utf8 = codecs.getincrementaldecoder("utf-8")()
     with reader.open_bytes():
         buf = _read(reader, utf8)
+        if not buf.lstrip(_JSON_WS).startswith(b"{"):
+            raise _NotFast  # the exact reader names what the file starts with
         while (m := _HEAD.search(buf)) is None:
             more = _read(reader, utf8)
             if not more or len(buf) > reader.max_value_bytes:
                 raise _NotFast
             buf += more
-        head = buf[: m.start()].strip()
+        head = buf[: m.start()].strip(_JSON_WS)
         if head != b"{":  # keys before the array: `{"k": v, ..., ` and its comma
             if not (head.startswith(b"{") and head.endswith(b",")):
                 raise _NotFast
             head = head[:-1]
+        if _long_number(head):
+            raise _NotFast
         try:
             meta = _DECODE(head + b"}")
-        except (msgspec.MsgspecError, ValueError, RecursionError):
+        except _NOT_FAST:
             raise _NotFast from None
-        if not isinstance(meta, dict):
+        if not isinstance(meta, dict) or "traceEvents" in meta:  # an escaped "traceEvents" key before the array
             raise _NotFast
         buf = buf[m.end() :]
         eof = False
@@ -169,28 +210,42 @@ def _fast(reader: TraceReader) -> Iterator[list[Event]]:
             buf += more
             if eof:
                 break
+            if len(buf) > reader.max_value_bytes:
+                raise _NotFast  # an event may pass the size limit: the exact reader names it
             events, rest = _cut(buf)
             if events is None:  # one event longer than the buffer, or cuts that all failed
-                if len(buf) > reader.max_value_bytes:
-                    raise _NotFast  # the exact reader names an event over the limit
                 continue
+            if _long_number(buf, len(buf) - len(rest)):  # no run of digits crosses a cut at `},`
+                raise _NotFast
             buf = rest
             if events:
                 yield events
         # the tail: the last events, the array's `]`, the keys after it, the closing `}`
-        if b'"traceEvents"' in buf or len(buf) > reader.max_value_bytes:
+        if len(buf) > reader.max_value_bytes or _long_number(buf):
             raise _NotFast
+        text = b'{"traceEvents":[' + buf
         try:
-            doc = _DECODE(b'{"traceEvents":[' + buf)
-        except (msgspec.MsgspecError, ValueError, RecursionError):
+            doc = _DECODE(text)
+        except _NOT_FAST:
             raise _NotFast from None
         if not isinstance(doc, dict) or not all(type(e) is dict for e in doc["traceEvents"]):
             raise _NotFast
+        if b'"traceEvents"' in buf or b"\\u" in buf and _keys(text).count("traceEvents") > 1:
+            raise _NotFast  # a second traceEvents array after the first, perhaps spelled with escapes
         tail = doc.pop("traceEvents")
         meta.update(doc)
         reader.meta.update(meta)
         if tail:
             yield [from_dict(ev) for ev in tail]
+
+
+def _keys(text: bytes) -> list[str]:
+    """The top-level keys of a JSON object, duplicates kept (json's pairs hook sees them all)."""
+    try:
+        pairs = json.loads(text, object_pairs_hook=lambda kv: kv)
+    except (ValueError, RecursionError):
+        raise _NotFast from None
+    return [k for k, _ in pairs]
 
 
 def _cut(buf: bytes) -> tuple[list[Event] | None, bytes]:
