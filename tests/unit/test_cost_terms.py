@@ -193,22 +193,23 @@ def test_flash_attention_saves_no_score_matrix():
 
 
 def test_materialized_attention_gemms_pay_the_fill_of_their_own_reduction():
-    """Q·K^T reduces over the head width, P·V over the sequence: each half of the attention FLOPs
-    costs what `gemm_time` charges a GEMM of that shape (tile- and wave-exact shapes, memory-free),
-    so the sum is the forward's GEMM part; the score traffic is the rest."""
+    """Each batched GEMM costs what `gemm_time` charges a GEMM of its shape (tile- and wave-exact
+    shapes, memory-free): forward Q·K^T reduces over d and P·V over s; backward dP over d_v, dV, dQ
+    and dK over s. The score traffic is the rest, twice in the backward."""
     from bandwise.cost.step import SCORE_BYTES_FORWARD, _materialized_attention
 
     m = replace(get_model("gpt3-175b"), seq_len=4096)
     s, d, heads = m.seq_len, m.d_head, m.heads
+    assert d == m.d_value == 128  # 128-wide tiles: no tile quantization
     peak, eff, bw = 1e15, 0.8, 2e12
     fwd, bwd = _materialized_attention(m, np.array([float(s)]), np.array([1.0]), peak, eff, bw)
     unbounded = 1e30  # memory-free: the math time alone
-    qk = gemm_time(s, s, d, peak, eff, unbounded, count=heads)
-    pv = gemm_time(s, 128, s, peak, eff, unbounded, count=heads * d / 128)  # d wide, as 128-wide tiles
+    over_d = float(gemm_time(s, s, d, peak, eff, unbounded, count=heads))  # s x s scores from d-wide rows
+    over_s = float(gemm_time(s, d, s, peak, eff, unbounded, count=heads))  # s-long rows times (s x d)
     traffic = heads * s * s * SCORE_BYTES_FORWARD / bw
-    assert fwd[0] == pytest.approx(float(qk + pv + traffic), rel=1e-9)
-    assert bwd[0] == pytest.approx(2 * fwd[0], rel=1e-12)
-    assert float(pv) < float(qk) / 2  # the s-long reduction fills its k-loop; the d-wide one does not
+    assert fwd[0] == pytest.approx(over_d + over_s + traffic, rel=1e-9)
+    assert bwd[0] == pytest.approx(over_d + 3 * over_s + 2 * traffic, rel=1e-9)
+    assert over_s < over_d / 2  # the s-long reduction fills its k-loop; the d-wide one does not
 
 
 def test_flash_attention_2_on_hopper_runs_at_the_papers_35_percent():

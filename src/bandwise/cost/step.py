@@ -246,19 +246,23 @@ tensors: scores, softmax output, dropout mask and output)."""
 def _materialized_attention(m_: ModelSpec, tokens: np.ndarray, tp: np.ndarray, peak: float, eff: float, bw: float) -> tuple[np.ndarray, np.ndarray]:
     """(forward, backward) seconds of attention that materializes the s x s scores.
 
-    The batched GEMMs Q·K^T and P·V compute the whole matrix (the causal mask is applied after),
-    each paying the k-loop fill k/(k + 4·64) of its own reduction: the head width for Q·K^T (s x s
-    scores from d-wide rows), the sequence for P·V (s-long rows of probabilities times V); the
-    score traffic is memory-bound, twice as much again in the backward.
+    The batched GEMMs compute the whole matrix (the causal mask is applied after), each paying the
+    k-loop fill k/(k + 4·64) of its own reduction. Forward: S = Q·K^T reduces over the query/key
+    width d, P·V over the sequence. Backward: dP = dO·V^T reduces over the value width d_v; dV =
+    P^T·dO, dQ = dS·K and dK = dS^T·Q over the sequence. The score traffic is memory-bound, twice
+    as much again in the backward.
     """
     from bandwise.cost.compute import K_FIXED
 
-    per_gemm = attention_core_flops_per_token(m_, causal=False) * tokens / tp / 2
+    s, d, dv = m_.seq_len, m_.d_head, m_.d_value
+    pairs = tokens * m_.heads / tp * s  # (query, key) pairs: scores per layer on this device
+    qk, pv = 2.0 * pairs * d, 2.0 * pairs * dv  # FLOPs of Q·K^T (and dQ, dK) and of P·V (and dP, dV)
     fill = lambda k: k / (k + K_FIXED)  # noqa: E731
-    gemm = per_gemm / (peak * eff * fill(m_.d_head)) + per_gemm / (peak * eff * fill(m_.seq_len))
-    scores = tokens * m_.heads / tp * m_.seq_len
-    traffic = scores * SCORE_BYTES_FORWARD / bw
-    return gemm + traffic, 2.0 * gemm + 2.0 * traffic
+    at = lambda flops, k: flops / (peak * eff * fill(k))  # noqa: E731
+    traffic = pairs * SCORE_BYTES_FORWARD / bw
+    forward = at(qk, d) + at(pv, s) + traffic
+    backward = at(pv, dv) + at(pv, s) + 2.0 * at(qk, s) + 2.0 * traffic
+    return forward, backward
 
 
 def first_and_last_on_one_rank(pp: np.ndarray, schedule: np.ndarray) -> np.ndarray:
