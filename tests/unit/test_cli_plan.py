@@ -68,6 +68,8 @@ def test_plan_human_output_shows_table_verdict_and_breakdown(capsys):
         (["estimate", "--model", "debug", "--schedule", "Zigzag", "--pp", "2", "--global-batch", "4"], "unknown schedule 'Zigzag'"),
         (["estimate", "--model", "debug", "--attention", "fa3"], "--attention 'fa3'"),
         (["plan", "--model", "debug", "--devices", "2", "--attention", "sdpa"], "--attention 'sdpa'"),
+        (["estimate", "--model", "debug", "--cluster", "b200", "--attention", "fa2"], "no FlashAttention-2 figure for b200"),
+        (["plan", "--model", "debug", "--devices", "8", "--cluster", "tpu-v5p", "--attention", "fa2"], "no FlashAttention-2 figure for tpu-v5p"),
     ],
 )
 def test_bad_input_is_one_line_with_exit_code_2(argv, needle, capsys):

@@ -53,6 +53,7 @@ from bandwise.cost.memory import (
 )
 from bandwise.cost.pipeline import pipeline_factors
 from bandwise.cost.schedules import dualpipe_v_alone
+from bandwise.errors import BandwiseError
 from bandwise.specs.hardware import Cluster
 from bandwise.specs.model import ModelSpec
 from bandwise.specs.strategy import PRECISIONS, RECOMPUTE, SCHEDULES, V_SHAPED, Strategy, strategy_columns
@@ -340,6 +341,9 @@ def _base(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, order: tuple[str,
 
     # ---- compute, one layer, one micro-batch ----
     if P.flash_attention:
+        if P.attention == "fa2" and dev.fa2_attention_efficiency is None and P.attention_efficiency is None:
+            raise BandwiseError(f"--attention fa2: bandwise has no FlashAttention-2 figure for {dev.name}; "
+                                "use --attention flash (the chip's own fused kernel) or give fa2_attention_efficiency in a cluster file")
         attn_eff = P.attention_efficiency or (dev.fa2_attention_efficiency if P.attention == "fa2" else None) or dev.attention_efficiency
         attn_fwd = attention_core_flops_per_token(m_, causal=True) * tokens / tp / (bf16_peak * attn_eff)
         attn_bwd = P.attention_backward_ratio * attn_fwd

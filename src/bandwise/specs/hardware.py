@@ -46,9 +46,10 @@ class Device:
     attention_efficiency: float = 0.6
     """Fraction of the dense bf16 peak the fused (flash) attention kernel reaches, forward and backward."""
     fa2_attention_efficiency: float | None = None
-    """The same for FlashAttention-2 (what PyTorch's SDPA flash backend runs) where the chip's own
-    kernels are a later generation (FlashAttention-3, cuDNN on Hopper); None: FA2 is the chip's
-    current kernel, `attention_efficiency` itself. Used when a job states `--attention fa2`."""
+    """The same for FlashAttention-2, what PyTorch's SDPA flash backend runs, when a job states
+    `--attention fa2`: on A100 its `attention_efficiency` (FA2 is its current kernel), on Hopper
+    lower (FlashAttention-3 and cuDNN are faster). None: no published figure, and `--attention fa2`
+    is refused rather than priced as another kernel."""
     sm_count: int = 0
     """Streaming multiprocessors (GPUs): GEMM tiles run in waves of this many; 0 for TPUs."""
     comm_sm_share: float = 0.0
