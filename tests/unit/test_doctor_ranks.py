@@ -166,9 +166,9 @@ def test_clock_skew_between_ranks_changes_nothing(tmp_path, capsys):  # noqa: AN
 
 
 # -- the live check of `doctor run` under torchrun (doctor/live.py) ----------------------------
-def _live(folder: Path, rank: int, wait_s: float, steps: int = 5, step_s: float = 0.05) -> None:
+def _live(folder: Path, rank: int, wait_s: float, steps: int = 5, step_s: float = 0.05, world: int = 0) -> None:
     summary = {"steps": steps, "medians": {"step_s": step_s, "data_wait_s": wait_s, "optimizer_s": None}}
-    (folder / f"rank-{rank}.live.json").write_text(json.dumps({"summary": summary, "steps": steps}))
+    (folder / f"rank-{rank}.live.json").write_text(json.dumps({"summary": summary, "steps": steps, "local_world_size": world}))
 
 
 def test_the_live_check_names_the_rank_whose_input_holds_the_others(tmp_path):  # noqa: ANN001
@@ -191,6 +191,19 @@ def test_the_live_check_waits_for_enough_steps_and_a_real_gap(tmp_path):  # noqa
     _live(tmp_path, 0, 0.001, steps=MIN_STEPS - 1)
     _live(tmp_path, 1, 0.030)
     assert check(read_live(tmp_path)) is None  # rank 0 has too few steps for a verdict
-    _live(tmp_path, 0, 0.001)
-    _live(tmp_path, 1, 0.001 + STRAGGLER_SHARE * 0.05 * 0.5)  # half the threshold's share of the step
+    _live(tmp_path, 0, 0.001, step_s=0.5)
+    _live(tmp_path, 1, 0.001 + STRAGGLER_SHARE * 0.5 * 0.5, step_s=0.5)  # 12.5 ms: past LIVE_MIN_MS, half the share
     assert check(read_live(tmp_path)) is None
+    _live(tmp_path, 1, 0.001 + STRAGGLER_SHARE * 0.5 * 2, step_s=0.5)  # twice the share: named
+    assert check(read_live(tmp_path))[0] == 1
+
+
+def test_the_live_check_waits_for_every_rank_of_the_node(tmp_path):  # noqa: ANN001
+    from bandwise.doctor.live import check, read_live
+
+    _live(tmp_path, 0, 0.001, world=4)
+    _live(tmp_path, 1, 0.030, world=4)
+    assert check(read_live(tmp_path)) is None  # two of four ranks have reported
+    _live(tmp_path, 2, 0.001, world=4)
+    _live(tmp_path, 3, 0.001, world=4)
+    assert check(read_live(tmp_path))[0] == 1

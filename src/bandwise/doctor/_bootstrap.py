@@ -131,7 +131,7 @@ def _live_writer(path: str) -> Any:
         last[0] = now
         tmp = f"{path}.{os.getpid()}.tmp"
         with open(tmp, "w") as f:
-            json.dump({"summary": mon.summary(), "steps": len(mon.records)}, f)
+            json.dump({"summary": mon.summary(), "steps": len(mon.records), "local_world_size": int(os.environ.get("LOCAL_WORLD_SIZE", "0"))}, f)
         os.replace(tmp, path)
 
     return write

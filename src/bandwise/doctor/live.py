@@ -3,7 +3,9 @@
 Each rank's monitor rewrites its running summary to `rank-N.live.json` (`_bootstrap._live_writer`);
 `watch` reads them every POLL_S while the launcher runs and names a rank the first time the input
 straggler rule (`ranks.input_straggler`, the rule the end-of-run report uses) finds it, with the
-step and the time it was found, so a long job's user hears of it while it still runs.
+step and the time it was found, so a long job's user hears of it while it still runs. A live
+line is what the rule said at that moment; the report at the end, over all steps, is the verdict.
+Each node's `doctor run` sees its own ranks (their files are local), so the rule runs per node.
 """
 
 from __future__ import annotations
@@ -38,9 +40,12 @@ def read_live(folder: Path) -> dict[int, dict[str, Any]]:
 
 
 def check(data: dict[int, dict[str, Any]]) -> tuple[int, int, str] | None:
-    """(rank, its steps so far, the finding's title) when the rule names a straggler now."""
+    """(rank, its steps so far, the finding's title) when the rule names a straggler now: only once
+    every rank on this node (torchrun's LOCAL_WORLD_SIZE, which each rank writes) has reported, so
+    the first two ranks to report are not compared as if they were the job."""
     rows = live_rows(data)
-    if len(rows) < 2 or min(r.steps for r in rows) < MIN_STEPS:
+    expected = max((int(d.get("local_world_size") or 0) for d in data.values()), default=0)
+    if len(rows) < max(2, expected) or min(r.steps for r in rows) < MIN_STEPS:
         return None
     found = input_straggler(rows)
     if found is None:
