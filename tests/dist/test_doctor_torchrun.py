@@ -35,6 +35,9 @@ for x, y in DataLoader(Data(), batch_size=8):
     opt.zero_grad()
     loss.backward()
     opt.step()
+# Without it about one run in seven aborts at exit on torch 2.13 + gloo ("terminate called without an
+# active exception": a gloo worker thread still holds the last gradient all-reduce; cf. pytorch #179291).
+dist.barrier()
 dist.destroy_process_group()
 """
 
@@ -47,18 +50,21 @@ def doctor(tmp_path: Path, env: dict[str, str]) -> dict:
     import os
 
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env={**os.environ, **env, "OMP_NUM_THREADS": "1"})
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    if proc.returncode != 0:  # the lines that say why a rank died, not only torchrun's summary at the end
+        why = [line for line in proc.stderr.splitlines() if any(w in line for w in ("Error", "error", "terminate", "what()", "Fatal", "Abort"))]
+        raise AssertionError("\n".join(why[:30]) + "\n...\n" + proc.stderr[-1500:])
     return json.loads(proc.stdout)
 
 
 def test_every_rank_is_monitored_and_the_slow_input_is_named(tmp_path: Path) -> None:
-    # 80 ms more input per 8-sample batch on rank 1, for 40 steps (about 3.5 s)
-    doc = doctor(tmp_path, {"SLOW_RANK": "1", "SLOW_S": "0.01", "SAMPLES": "320"})
+    # 80 ms more input per 8-sample batch on rank 1, for 60 steps (about 5 s)
+    doc = doctor(tmp_path, {"SLOW_RANK": "1", "SLOW_S": "0.01", "SAMPLES": "480"})
     assert doc["ranks"] == 2
     # named while the job ran, before its last step
-    (note,) = doc["live"]
     final_steps = {r["rank"]: r["steps"] for r in doc["signals"]["per_rank_live"]}
-    assert note["rank"] == 1 and 3 <= note["step"] < final_steps[1], (note, final_steps)
+    assert len(doc["live"]) == 1, (doc["live"], final_steps)
+    note = doc["live"][0]
+    assert note["rank"] == 1 and 10 <= note["step"] < final_steps[1], (note, final_steps)
     rows = doc["signals"]["per_rank_live"]
     assert [r["rank"] for r in rows] == [0, 1] and all(r["steps"] >= 3 for r in rows)
     assert rows[1]["data_wait_ms"] - rows[0]["data_wait_ms"] > 60
@@ -67,9 +73,9 @@ def test_every_rank_is_monitored_and_the_slow_input_is_named(tmp_path: Path) -> 
 
 
 def test_balanced_ranks_name_no_straggler(tmp_path: Path) -> None:
-    doc = doctor(tmp_path, {"SAMPLES": "160"})
+    doc = doctor(tmp_path, {"SAMPLES": "240"})
     assert doc["ranks"] == 2 and all(f["id"] != "straggler" for f in doc["findings"])
-    assert doc["live"] == []
+    assert doc["live"] == [], doc["live"]
 
 
 def test_the_launcher_and_the_script_are_told_apart() -> None:

@@ -166,7 +166,7 @@ def test_clock_skew_between_ranks_changes_nothing(tmp_path, capsys):  # noqa: AN
 
 
 # -- the live check of `doctor run` under torchrun (doctor/live.py) ----------------------------
-def _live(folder: Path, rank: int, wait_s: float, steps: int = 5, step_s: float = 0.05, world: int = 0) -> None:
+def _live(folder: Path, rank: int, wait_s: float, steps: int = 12, step_s: float = 0.05, world: int = 0) -> None:
     summary = {"steps": steps, "medians": {"step_s": step_s, "data_wait_s": wait_s, "optimizer_s": None}}
     (folder / f"rank-{rank}.live.json").write_text(json.dumps({"summary": summary, "steps": steps, "local_world_size": world}))
 
@@ -181,14 +181,13 @@ def test_the_live_check_names_the_rank_whose_input_holds_the_others(tmp_path):  
     data = read_live(tmp_path)
     assert sorted(data) == [0, 1, 2, 3]
     rank, steps, title = check(data)
-    assert (rank, steps) == (2, 5) and "rank 2" in title
+    assert (rank, steps) == (2, 12) and "rank 2" in title
 
 
 def test_the_live_check_waits_for_enough_steps_and_a_real_gap(tmp_path):  # noqa: ANN001
-    from bandwise.doctor.live import check, read_live
-    from bandwise.doctor.rules import MIN_STEPS
+    from bandwise.doctor.live import LIVE_MIN_STEPS, check, read_live
 
-    _live(tmp_path, 0, 0.001, steps=MIN_STEPS - 1)
+    _live(tmp_path, 0, 0.001, steps=LIVE_MIN_STEPS - 1)
     _live(tmp_path, 1, 0.030)
     assert check(read_live(tmp_path)) is None  # rank 0 has too few steps for a verdict
     _live(tmp_path, 0, 0.001, step_s=0.5)

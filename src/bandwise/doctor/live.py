@@ -22,6 +22,11 @@ from bandwise.doctor.ranks import input_straggler, live_rows
 from bandwise.doctor.rules import MIN_STEPS
 
 POLL_S = 0.5
+LIVE_MIN_STEPS = 10
+"""Steps every rank must have measured before a live verdict: a median over the end-of-run
+minimum (3) is one slow batch away from naming a balanced rank."""
+CONFIRM = 2
+"""Consecutive polls that must name the same rank before it is said."""
 LIVE_FILE = re.compile(r"rank-(\d+)\.live\.json$")
 
 
@@ -45,7 +50,7 @@ def check(data: dict[int, dict[str, Any]]) -> tuple[int, int, str] | None:
     the first two ranks to report are not compared as if they were the job."""
     rows = live_rows(data)
     expected = max((int(d.get("local_world_size") or 0) for d in data.values()), default=0)
-    if len(rows) < max(2, expected) or min(r.steps for r in rows) < MIN_STEPS:
+    if len(rows) < max(2, expected) or min(r.steps for r in rows) < max(MIN_STEPS, LIVE_MIN_STEPS):
         return None
     found = input_straggler(rows)
     if found is None:
@@ -60,6 +65,7 @@ def watch(proc: subprocess.Popen, folder: Path, say: Callable[[str], None]) -> l
     t0 = time.monotonic()
     notes: list[dict[str, Any]] = []
     named: set[int] = set()
+    streak: tuple[int | None, int] = (None, 0)  # the rank the last polls named, and how many in a row
     while True:
         try:
             proc.wait(timeout=POLL_S)
@@ -67,7 +73,9 @@ def watch(proc: subprocess.Popen, folder: Path, say: Callable[[str], None]) -> l
         except subprocess.TimeoutExpired:
             pass
         found = check(read_live(folder))
-        if found is None or found[0] in named:
+        rank_now = None if found is None else found[0]
+        streak = (rank_now, streak[1] + 1 if rank_now == streak[0] else 1)
+        if found is None or found[0] in named or streak[1] < CONFIRM:
             continue
         rank, steps, title = found
         named.add(rank)
