@@ -83,15 +83,18 @@ def run(table: str, accelerator: str, tag: str, c: list[str], models: dict[str, 
 def main() -> None:
     if len(sys.argv) != 2:
         sys.exit(__doc__.split("\n\n")[1].strip())
-    readme = Path(sys.argv[1]).read_text()
+    path = Path(sys.argv[1])
+    if not path.is_file():
+        sys.exit(f"{path}: not a file; give llm-foundry's scripts/train/benchmarking/README.md at commit 4952183")
+    readme = path.read_text()
+    if not rows(readme):
+        sys.exit(f"{path}: no A100 table rows found; is it llm-foundry's scripts/train/benchmarking/README.md at 4952183?")
     h100 = yaml.safe_load((HERE / "data" / "llmfoundry_mpt_runs.yaml").read_text())
     models = _models()
     runs = [run(*r, models) for r in rows(readme)]
     ids = [r["id"] for r in runs]
-    dupes = {i for i in ids if ids.count(i) > 1}
-    for r in runs:  # the same configuration measured twice keeps both rows, told apart
-        if r["id"] in dupes:
-            r["id"] += f"_{runs.index(r)}"
+    if len(set(ids)) != len(ids):
+        sys.exit(f"two rows give the same run id: {sorted({i for i in ids if ids.count(i) > 1})[:3]}; tell them apart in run()")
     meta = dict(h100["meta"], title="Held-out published runs: llm-foundry's MPT benchmark tables (A100 80GB and 40GB, BF16)", n_runs=len(runs),
                 compiled_on="2026-11-26, from llm-foundry at commit 4952183 (README tables and the MPT yamls) by benchmarks/llmfoundry_a100_runs.py")
     header = ("# Held out from the shipped runs, like llmfoundry_mpt_runs.yaml (the same source's H100 tables): `bandwise validate\n"

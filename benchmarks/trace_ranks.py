@@ -74,7 +74,10 @@ def _tree(pid: int) -> list[int]:
 
 def measured(cmd: list[str]) -> tuple[float, float, float, str]:
     """(seconds, peak of the tree's summed RSS, largest single-process peak RSS, stdout) of `cmd`."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    except OSError as exc:
+        sys.exit(f"{cmd[0]}: cannot run it ({exc.strerror}); give the path of a python interpreter")
     peak_sum, peak_one, done = 0, 0, threading.Event()
 
     def sample() -> None:

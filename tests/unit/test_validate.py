@@ -345,13 +345,17 @@ def test_stated_software_accuracy_does_not_regress():
 
 
 def test_stated_software_matches_the_flags_of_plan():
-    """Each kept switch changes exactly the CostParams fields its `plan` flag sets."""
-    from bandwise.cost.step import ATTENTION_KERNELS
-    from bandwise.plan.runs import PARAM_SWITCHES
+    """Each kept switch sets exactly the CostParams that `plan`'s flags build (`cli.options.cost_params`)."""
+    from dataclasses import replace
 
-    assert PARAM_SWITCHES["materialized_attention"] == ATTENTION_KERNELS["materialized"]
-    assert PARAM_SWITCHES["fa2_on_hopper"] == ATTENTION_KERNELS["fa2"]
-    assert PARAM_SWITCHES["eager_torchtitan"] == {"eager_elementwise": True}  # --eager
+    from bandwise.cli.options import cost_params
+    from bandwise.cost.step import CostParams
+    from bandwise.plan.runs import PARAM_SWITCHES, STATED_SOFTWARE
+
+    flags = {"materialized_attention": ("materialized", False), "fa2_on_hopper": ("fa2", False), "eager_torchtitan": ("flash", True)}
+    assert set(flags) == set(STATED_SOFTWARE)
+    for switch, (attention, eager) in flags.items():
+        assert cost_params(0.1, attention, eager) == replace(CostParams(headroom=0.1), **PARAM_SWITCHES[switch]), switch
 
 
 def test_accuracy_meets_the_issue_targets(guarded_results):

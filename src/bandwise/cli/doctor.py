@@ -291,7 +291,7 @@ def _run_torchrun(launcher: list[str], script: list[str], *, json_out: bool, htm
         if min(r.steps for r in rows) >= MIN_STEPS:
             found = input_straggler(rows)
             if found is not None:
-                merged.findings.append(found)
+                merged.findings.append(found[1])
                 merged.findings.sort(key=lambda f: -(f.expected_speedup or 1.0))
     title = f"bandwise doctor: {' '.join([*launcher, *script])} ({len(data)} rank(s))"
     if html_out:

@@ -56,12 +56,14 @@ class KernelKind:
         return self.op in (GEMM, CONV)
 
 
+_DEEPEP = re.compile(r"(?:deep_ep|dpsk::ep)::(?:intranode|internode|internode_ll)::")
+"""DeepEP's communication namespaces: every kernel in them is the expert all-to-all."""
 _COLLECTIVE = (
     # NCCL's device kernels name their collective: ncclDevKernel_AllGather_RING_LL,
     # ncclKernel_AllReduce_RING_LL_Sum_float, ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL,
     # ncclDevKernel_SendRecv (point-to-point, and all-to-all, which NCCL runs as grouped send/recv);
     # RCCL keeps the names and adds AllToAll kernels of its own
-    (re.compile(r"(?:deep_ep|dpsk::ep)::(?:intranode|internode|internode_ll)::"), "all_to_all"),  # DeepEP's dispatch and combine
+    (_DEEPEP, "all_to_all"),  # DeepEP's dispatch and combine
     (re.compile(r"AllGather", re.I), "all_gather"),
     (re.compile(r"ReduceScatter", re.I), "reduce_scatter"),
     (re.compile(r"AllReduce", re.I), "all_reduce"),
@@ -85,7 +87,6 @@ def _first_match(table: tuple[tuple[re.Pattern[str], str], ...], name: str) -> s
 
 
 _COMM = re.compile(r"^(?:void )?(?:nccl|rccl)|ncclKernel|ncclDevKernel", re.I)
-_DEEPEP = re.compile(r"(?:deep_ep|dpsk::ep)::(?:intranode|internode|internode_ll)::")
 _FUSED_ATTN = re.compile(r"flash|fmha|efficient_attention|attention_kernel|_sdpa|FmhaFwd|FmhaBwd", re.I)
 _FBGEMM_LOOKUP = re.compile(r"split_embedding|embedding_codegen|bounds_check_indices|permute_(?:pooled|2D|1D|sparse)|jagged|batched_embedding|tbe_|fbgemm_gpu::(?!.*(?:gemm|cutlass))", re.I)
 _TENSILE = re.compile(r"(?:^|_)Cijk_A[a-z]+_B[a-z]+_([A-Z0-9]+?)(?:_|$)")

@@ -55,9 +55,8 @@ def check(data: dict[int, dict[str, Any]]) -> tuple[int, int, str] | None:
     found = input_straggler(rows)
     if found is None:
         return None
-    rank = int(str(found.evidence["rank"]).split()[-1])
-    steps = next(r.steps for r in rows if r.rank == rank)
-    return rank, steps, found.title
+    slow, finding = found
+    return slow.rank, slow.steps, finding.title
 
 
 def watch(proc: subprocess.Popen, folder: Path, say: Callable[[str], None]) -> list[dict[str, Any]]:

@@ -134,10 +134,11 @@ def live_rows(data: dict[int, dict[str, Any]]) -> list[LiveRow]:
     return rows
 
 
-def input_straggler(rows: list[LiveRow]) -> Finding | None:
-    """Live, a rank's own slowness shows where the monitor sees it without the collectives: its wait
-    for its own DataLoader. A rank that waits on its input at least STRAGGLER_SHARE of the step
-    longer than the median rank holds every rank's step: they all wait for it in the gradient sync."""
+def input_straggler(rows: list[LiveRow]) -> tuple[LiveRow, Finding] | None:
+    """The rank whose input holds the others, and the finding that names it. Live, a rank's own
+    slowness shows where the monitor sees it without the collectives: its wait for its own
+    DataLoader. A rank that waits on its input at least STRAGGLER_SHARE of the step longer than
+    the median rank holds every rank's step: they all wait for it in the gradient sync."""
     if len(rows) < 2:
         return None
     slow = max(rows, key=lambda r: r.data_wait_ms)
@@ -146,7 +147,7 @@ def input_straggler(rows: list[LiveRow]) -> Finding | None:
     if step <= 0 or gap < LIVE_MIN_MS or gap / step < STRAGGLER_SHARE:
         return None
     share = gap / step
-    return Finding(
+    return slow, Finding(
         id="straggler",
         severity=_band(share) or "warning",
         title=f"straggler: rank {slow.rank} waits {gap:.1f} ms more per step on its input than the median rank, and every rank "

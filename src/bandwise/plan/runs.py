@@ -21,6 +21,7 @@ from typing import Any, Callable
 import numpy as np
 import yaml
 
+from bandwise.cost.step import ATTENTION_KERNELS
 from bandwise.errors import BandwiseError
 from bandwise.inputs import read_text
 from bandwise.plan.search import FIXABLE
@@ -104,8 +105,8 @@ SWITCHES: dict[str, str] = {
 }
 """Every source-specific switch `convert` may apply, with the documented difference behind it."""
 PARAM_SWITCHES: dict[str, dict[str, Any]] = {
-    "materialized_attention": {"flash_attention": False},
-    "fa2_on_hopper": {"attention": "fa2"},
+    "materialized_attention": ATTENTION_KERNELS["materialized"],  # `plan --attention materialized`
+    "fa2_on_hopper": ATTENTION_KERNELS["fa2"],  # `plan --attention fa2`
     "eager_torchtitan": {"eager_elementwise": True},
     "torchtitan_sac": {"selective_forward_share": 0.5},
     "llama3_balanced_stages": {"balanced_stages": True},
