@@ -1,0 +1,73 @@
+"""The cost model against what one H100 SXM (700 W) measured under its power limit
+(benchmarks/gpu_kernels.py, data in benchmarks/data/h100_*_2026-11-26.json, RESULTS.md "H100 measured").
+
+The measurements are torch's own kernels, an independent reference: these tests fail when a change
+makes the model's compute faster than the chip was measured to be, or far slower."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+
+from bandwise.cost.compute import gemm_time
+from bandwise.cost.step import DEFAULT_PARAMS
+from bandwise.specs.registry import get_cluster
+
+BENCH = Path(__file__).parents[2] / "benchmarks"
+KERNELS = BENCH / "data" / "h100_kernels_2026-11-26.json"
+LAYERS = BENCH / "data" / "h100_layers_2026-11-26.json"
+
+
+def _script():  # noqa: ANN202
+    spec = importlib.util.spec_from_file_location("h100_kernels", BENCH / "h100_kernels.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def h100():  # noqa: ANN201
+    dev = get_cluster("h100").device
+    return dev, dev.peak("bf16") * dev.sustained_clock_ratio
+
+
+def test_large_gemms_at_the_power_limit(h100) -> None:  # noqa: ANN001
+    """30 s of 8192^3 bf16 GEMMs settled at the 700 W limit: the model's time is that or up to 10% more."""
+    dev, peak = h100
+    s = json.loads(KERNELS.read_text())["sustained"]
+    measured = 2 * s["n"] ** 3 / (s["settled_tflops_median"] * 1e12)
+    predicted = float(gemm_time(s["n"], s["n"], s["n"], peak, dev.gemm_efficiency, dev.hbm_bandwidth, sm_count=dev.sm_count))
+    assert s["settled"]["sm_mhz_median"] < 0.9 * 1830  # the chip sat below the model's nominal clock split
+    assert 1.0 <= predicted / measured <= 1.10
+
+
+def test_training_shaped_gemms_are_not_faster_in_the_model(h100) -> None:  # noqa: ANN001
+    """The 195 GEMM shapes of the dense H100 rows, each pass timed under the power limit."""
+    dev, peak = h100
+    ratios = []
+    for g in json.loads(KERNELS.read_text())["gemms"]:
+        predicted = float(gemm_time(g["m"], g["n"], g["k"], peak, dev.gemm_efficiency, dev.hbm_bandwidth, sm_count=dev.sm_count))
+        ratios += [g[f"{op}_s"] / predicted for op in ("fwd", "dgrad", "wgrad")]
+    assert len(ratios) == 3 * 195
+    assert 0.85 <= statistics.median(ratios) <= 1.0
+    assert max(ratios) <= 1.10
+
+
+def test_the_layer_compute_of_the_shipped_h100_rows() -> None:
+    """One tensor-parallel rank's layer of each shipped dense H100 row, forward and backward back to
+    back at the power limit, against the model's layer compute for the row's completed layout."""
+    hk = _script()
+    measured = {tuple(x["layer"]): x["s_per_layer"] for x in json.loads(LAYERS.read_text())["layers"] if "s_per_layer" in x}
+    ratios = {}
+    for _, case, res in hk._cases(held_out=False):
+        s, m = res.strategy, case.model
+        key = (s.micro_batch, m.seq_len, m.hidden, m.heads // s.tp, max(1, m.n_kv_heads // s.tp), m.d_head, m.ffn // s.tp, int(m.gated_mlp))
+        if key in measured:
+            ratios[res.id] = measured[key] / hk._model_layer_s(case, s, DEFAULT_PARAMS)[0]
+    assert len(ratios) >= 16
+    assert all(0.85 <= r <= 1.10 for r in ratios.values()), ratios
+    assert 0.95 <= statistics.median(ratios.values()) <= 1.05
