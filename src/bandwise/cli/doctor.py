@@ -12,6 +12,7 @@ from pathlib import Path
 
 import typer
 
+from bandwise.cli.options import ATTENTION, EAGER
 from bandwise.errors import BandwiseError
 from bandwise.report.output import Output
 
@@ -34,6 +35,8 @@ def trace(
     model: str = typer.Option(None, "--model", "-m", help="With --strategy: the model the job trains (preset or config.json)."),
     cluster: str = typer.Option(None, "--cluster", "-c", help="With --strategy: the cluster it runs on (preset or cluster file)."),
     seq_len: int = typer.Option(None, "--seq-len", help="With --strategy: the training sequence length (default: the model's)."),
+    attention: str = ATTENTION,
+    eager: bool = EAGER,
 ) -> None:
     """Analyse PyTorch profiler traces: per-step breakdown, findings sorted by expected gain, fixes.
 
@@ -48,7 +51,7 @@ def trace(
         raise BandwiseError(f"--max-mb={max_mb} must be >= 1")
     if jobs < 0:
         raise BandwiseError(f"--jobs={jobs} must be >= 0 (0: one per core)")
-    planned = _plan_for(strategy, pick, model, cluster, seq_len)
+    planned = _plan_for(strategy, pick, model, cluster, seq_len, attention, eager)
     out = Output(json_mode=json_out)
     paths = expand_trace_paths(paths)
     diagnoses, names, analyses = [], [], []
@@ -87,16 +90,19 @@ def read_traces(paths: list[Path], max_bytes: int, jobs: int) -> list[dict]:
         return list(pool.map(analyze_for_report, paths, [max_bytes] * len(paths)))
 
 
-def _plan_for(strategy: str | None, pick: int | None, model: str | None, cluster: str | None, seq_len: int | None) -> tuple | None:
-    """(strategy, model, cluster, estimate) for --strategy, or None; the flags that need it say so."""
+def _plan_for(strategy: str | None, pick: int | None, model: str | None, cluster: str | None, seq_len: int | None,
+              attention: str = "flash", eager: bool = False) -> tuple | None:
+    """(strategy, model, cluster, estimate) for --strategy, or None; the flags that need it say so.
+    --attention and --eager price the job's kernels as `plan` and `estimate` do."""
     if strategy is None:
-        if any(v is not None for v in (pick, model, cluster, seq_len)):
-            raise BandwiseError("--pick, --model, --cluster and --seq-len set a trace against a plan: add --strategy plan.json")
+        if any(v is not None for v in (pick, model, cluster, seq_len)) or attention != "flash" or eager:
+            raise BandwiseError("--pick, --model, --cluster, --seq-len, --attention and --eager set a trace against a plan: add --strategy plan.json")
         return None
     if model is None or cluster is None:
         raise BandwiseError("--strategy needs the job's --model and --cluster to price the layout, e.g. --model llama3-8b --cluster h100")
-    from bandwise.cli.options import model_spec
+    from bandwise.cli.options import cost_params, model_spec
     from bandwise.cli.train import load_strategy
+    from bandwise.cost.step import DEFAULT_PARAMS
     from bandwise.cost.step import estimate
     from bandwise.specs.registry import get_cluster
 
@@ -105,7 +111,8 @@ def _plan_for(strategy: str | None, pick: int | None, model: str | None, cluster
     clus = get_cluster(cluster)
     clus.check_devices(s.world_size)
     s.check(s.world_size, spec)
-    return s, spec, clus, estimate(spec, clus, s)
+    params = cost_params(DEFAULT_PARAMS.headroom, attention, eager)
+    return s, spec, clus, estimate(spec, clus, s, params)
 
 
 def add_plan(d, rows: list, analyses: dict[str, dict], s, spec, clus, est) -> None:  # noqa: ANN001

@@ -14,9 +14,9 @@ once each dimension's collectives are named by the kind they run as:
 - pipeline and context parallelism: send/recv.
 
 Dimensions that share a kind are compared as one group (FSDP and TP with sequence parallelism
-both all-gather and reduce-scatter). Compute (with recomputation and the slowdown overlapped
-collectives cause) compares with the trace's busy time (compute + memcpy), the bubble and
-optimizer with its idle time, and the step with the step.
+both all-gather and reduce-scatter). Compute (with recomputation, the slowdown overlapped
+collectives cause, and the optimizer step, whose kernels keep the device busy too) compares with
+the trace's busy time (compute + memcpy), the bubble with its idle time, and the step with the step.
 """
 
 from __future__ import annotations
@@ -96,15 +96,15 @@ def compare(per_rank: list[dict[str, Any]], comm_ms: list[dict[str, float]], s: 
     step = med([r["step_ms"] for r in per_rank])
     b = {k: v * 1e3 for k, v in est.breakdown.items()}
     rows = [("step", step, est.step_time_s * 1e3, "the step"),
-            ("compute (busy: compute + memcpy)", med([r["busy_ms"] for r in per_rank]),
-             b.get("compute", 0.0) + b.get("recompute", 0.0) + b.get("contention", 0.0),
+            ("compute + optimizer (busy: kernels + memcpy)", med([r["busy_ms"] for r in per_rank]),
+             b.get("compute", 0.0) + b.get("recompute", 0.0) + b.get("contention", 0.0) + b.get("optimizer", 0.0),
              "the kernels run slower or faster than the cost model's efficiencies")]
     for kinds, terms in collective_groups(s, params).items():
         measured = med([sum(c.get(k, 0.0) for k in kinds) for c in comm_ms])
         predicted = sum(b.get(t, 0.0) for t in terms)
         name = " + ".join(WORDS[t] for t in terms) + " " + "/".join(k.replace("_", "-") for k in kinds) + " (exposed)"
         rows.append((name, measured, predicted, "; ".join(REASONS[t] for t in terms)))
-    rows.append(("idle (bubble + optimizer + host)", med([r["idle_ms"] for r in per_rank]), b.get("bubble", 0.0) + b.get("optimizer", 0.0),
+    rows.append(("idle (bubble + host)", med([r["idle_ms"] for r in per_rank]), b.get("bubble", 0.0),
                  "the device waits on the host, the input pipeline or a slower rank"))
     out = []
     for name, measured, predicted, why in rows:

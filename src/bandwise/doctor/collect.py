@@ -29,9 +29,12 @@ MAX_BYTES = 2**63
 # GPU interval classes. GEMM and convolution kernels are split by input dtype (TF32 is its own
 # class: fp32 tensors through the tensor cores at half the bf16 peak); K_GEMM_UNKNOWN is a
 # matmul whose name does not say, resolved from its launching CPU operator after the pass.
+# K_OPTIMIZER: the multi-tensor kernels of foreach/fused optimizers and gradient clipping, already
+# fused, which K_OTHER (element-wise and reduction kernels, the ones a compiler can fuse) leaves out.
 (K_OTHER, K_GEMM_LOWP, K_GEMM_FP32, K_COMM, K_ATTN_FUSED, K_SOFTMAX, M_H2D, M_COPY, M_SET,
- K_GEMM_TF32, K_GEMM_UNKNOWN, K_EMBEDDING, K_ALL_GATHER, K_REDUCE_SCATTER, K_ALL_REDUCE, K_ALL_TO_ALL, K_SEND_RECV) = range(17)
-COMPUTE_CODES = (K_OTHER, K_GEMM_LOWP, K_GEMM_FP32, K_ATTN_FUSED, K_SOFTMAX, K_GEMM_TF32, K_GEMM_UNKNOWN, K_EMBEDDING)
+ K_GEMM_TF32, K_GEMM_UNKNOWN, K_EMBEDDING, K_ALL_GATHER, K_REDUCE_SCATTER, K_ALL_REDUCE, K_ALL_TO_ALL, K_SEND_RECV,
+ K_OPTIMIZER) = range(18)
+COMPUTE_CODES = (K_OTHER, K_GEMM_LOWP, K_GEMM_FP32, K_ATTN_FUSED, K_SOFTMAX, K_GEMM_TF32, K_GEMM_UNKNOWN, K_EMBEDDING, K_OPTIMIZER)
 COLLECTIVES = {K_ALL_GATHER: "all_gather", K_REDUCE_SCATTER: "reduce_scatter", K_ALL_REDUCE: "all_reduce",
                K_ALL_TO_ALL: "all_to_all", K_SEND_RECV: "send_recv", K_COMM: "other_collective"}
 """Collective kernels by what they do, read from the NCCL/RCCL kernel name (`kernels.collective`);
@@ -62,6 +65,9 @@ _LOW_PRECISION = {"c10::BFloat16", "c10::Half", "c10::Float8_e4m3fn", "c10::Floa
 _FLOAT_TYPES = _LOW_PRECISION | {"float", "double"}
 
 _COLLECTIVE_CODE = {v: k for k, v in COLLECTIVES.items()}
+_MULTI_TENSOR = re.compile(r"multi_tensor_(?:apply|adam|lamb|sgd|l2norm|scale)")
+"""PyTorch's `multi_tensor_apply_kernel` (foreach and fused optimizers, foreach norms) and apex's /
+Transformer Engine's `multi_tensor_adam`-style kernels: one launch over many parameters."""
 
 
 def kernel_class(name: str) -> int:
@@ -83,6 +89,8 @@ def kernel_class(name: str) -> int:
         if k.dtype in ("fp32", "fp64"):
             return K_GEMM_FP32
         return K_GEMM_UNKNOWN
+    if _MULTI_TENSOR.search(name):
+        return K_OPTIMIZER
     return K_OTHER
 
 

@@ -457,7 +457,40 @@ def unfused_attention(s: dict[str, Any], missing: list[str]) -> Finding | None:
     )
 
 
-RULES: tuple[Rule, ...] = (input_bound, cpu_preprocessing, host_bound, sync_on_critical_path, comm_bound, no_mixed_precision, tf32_matmuls, small_batch, memory_pressure, unfused_attention)
+ELEMENTWISE_SHARE = 0.25
+"""Share of the step in element-wise and reduction kernels above which they are unfused. Measured on
+an H100 (benchmarks/RESULTS.md, "H100 measured"): a transformer layer of eager PyTorch kernels spent
+7-19% of its time outside GEMMs and attention, a 1.1B model under autocast 45%."""
+FUSION_FACTOR = 2.0
+"""How much faster fused element-wise work runs, taken low: the cost model's bytes per token for a
+Llama layer are about 3x fewer fused than eager (cost/flops.py, `elementwise_bytes_per_token`)."""
+
+
+def memory_bound(s: dict[str, Any], missing: list[str]) -> Finding | None:
+    """Element-wise kernels (norms, activations, residual adds, casts, rotary embeddings) each read and
+    write HBM; run one by one they are memory-bound and add up (the cost model counts 36 bytes per
+    element for an eager RMSNorm against 4 fused). A compiler fuses them into few kernels."""
+    share = s.get("elementwise_share")
+    if share is None:
+        if s.get("device") != "cpu":
+            missing.append("elementwise_share")
+        return None
+    if share < ELEMENTWISE_SHARE:
+        return None
+    return Finding(
+        id="memory_bound",
+        severity="critical" if share >= 0.4 else "warning",
+        title=f"memory-bound: element-wise and reduction kernels take {share:.0%} of the step",
+        evidence={"elementwise_share": share, "gemm_share": s.get("gemm_share")},
+        fix="fuse them: torch.compile the model (or each block); under autocast, keep the weights in bf16 or cast them once "
+            "per step (FSDP2's MixedPrecisionPolicy) rather than in every forward; fused norm and activation kernels "
+            "(Transformer Engine, Liger, apex)",
+        expected_speedup=amdahl(share, FUSION_FACTOR),
+        note=f"gain assumes fusion makes them {FUSION_FACTOR:g}x faster",
+    )
+
+
+RULES: tuple[Rule, ...] = (input_bound, cpu_preprocessing, host_bound, sync_on_critical_path, comm_bound, no_mixed_precision, tf32_matmuls, small_batch, memory_pressure, unfused_attention, memory_bound)
 
 
 def diagnose(signals: dict[str, Any], breakdown: dict[str, float]) -> Diagnosis:

@@ -36,6 +36,7 @@ def signals_from_live(summary: dict[str, Any], *, global_batch: int | None = Non
         "dispatch_ratio": dispatch,
         "gemm_fp32_fraction": gemm.get("float32", 0) / n_gemm if n_gemm else None,
         "gemm_share": None,
+        "elementwise_share": None,
         "bf16_available": census.get("bf16_available"),
         "softmax_count": census.get("softmax_calls"),
         "fused_attention_count": census.get("sdpa_calls"),
@@ -81,7 +82,9 @@ def signals_from_trace(sig: dict[str, Any], *, bf16_available: bool | None = Non
     if gpu:
         out["gemm_fp32_fraction"] = sig.get("gemm_fp32_fraction")
         step_us = (sig.get("step_ms") or 0) * 1e3
-        out["gemm_share"] = min(1.0, sig["gemm_us"] / (step_us * sig["steps"])) if step_us and sig.get("steps") and sig.get("gemm_us") is not None else None
+        per_steps = step_us * sig["steps"] if step_us and sig.get("steps") else 0.0
+        out["gemm_share"] = min(1.0, sig["gemm_us"] / per_steps) if per_steps and sig.get("gemm_us") is not None else None
+        out["elementwise_share"] = min(1.0, sig["elementwise_us"] / per_steps) if per_steps and sig.get("elementwise_us") is not None else None
         out["lowp_peak_ratio"] = (_AMD_LOWP_RATIO if vendor == "amd" else _LOWP_RATIO.get(major)) if major is not None and vendor in ("nvidia", "amd") else None
         out["idle_share"] = sig.get("idle_share")
         # The CPU op names which softmax it is: kernels alone cannot tell the loss's

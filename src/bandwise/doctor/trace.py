@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from bandwise.doctor.collect import (
-    C_GEMM_FP32, C_GEMM_LOW, C_GEMM_UNKNOWN, C_SDPA, C_SOFTMAX, COLLECTIVES, COMM_CODES, COMPUTE_CODES, K_ATTN_FUSED, K_EMBEDDING,
+    C_GEMM_FP32, C_GEMM_LOW, C_GEMM_UNKNOWN, C_SDPA, C_SOFTMAX, COLLECTIVES, COMM_CODES, COMPUTE_CODES, K_ATTN_FUSED, K_EMBEDDING, K_OTHER,
     K_GEMM_FP32, K_GEMM_LOWP, K_GEMM_TF32, K_GEMM_UNKNOWN, K_SOFTMAX, M_COPY, M_H2D, M_SET, MAX_BYTES, Collected, collect, device_check,
     vendor,
 )
@@ -182,10 +182,16 @@ def analyze_for_report(path: str | Path, max_decompressed_bytes: int) -> dict[st
 def _gpu_signals(c: Collected, code: np.ndarray, per_step: list[dict[str, float]], windows: list[tuple[float, float]], med: Any) -> dict[str, Any]:
     s, e = c.gpu.np()
     dur = e - s
+    # kernel time per class counts what runs inside the steps, as the step time does
+    inside = np.zeros(s.shape, dtype=bool)
+    for a, b in windows:
+        inside |= (s >= a) & (s < b)
+    if not windows:
+        inside[:] = True
     kern = np.isin(code, COMPUTE_CODES + COMM_CODES)
     kd = dur[kern]
     launch = float(np.median(np.frombuffer(c.launch_us, dtype=np.float32))) if len(c.launch_us) else None
-    low, fp32, tf32, unk = (float(dur[code == k].sum()) for k in (K_GEMM_LOWP, K_GEMM_FP32, K_GEMM_TF32, K_GEMM_UNKNOWN))
+    low, fp32, tf32, unk = (float(dur[(code == k) & inside].sum()) for k in (K_GEMM_LOWP, K_GEMM_FP32, K_GEMM_TF32, K_GEMM_UNKNOWN))
     known = low + fp32 + tf32
     n_steps = max(1, len(windows))
     # A dtype fraction is a verdict only when most matmul time has a known dtype.
@@ -213,6 +219,7 @@ def _gpu_signals(c: Collected, code: np.ndarray, per_step: list[dict[str, float]
         "gemm_tf32_fraction": tf32 / known if dtype_known else None,
         "gemm_lowp_fraction": low / known if dtype_known else None,
         "embedding_us": float(dur[code == K_EMBEDDING].sum()),
+        "elementwise_us": float(dur[(code == K_OTHER) & inside].sum()),
         "attention_fused_kernels": int(np.sum(code == K_ATTN_FUSED)),
         "idle_share": med("idle"),
         "softmax_kernels": int(np.sum(code == K_SOFTMAX)),
