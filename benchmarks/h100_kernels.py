@@ -1,8 +1,10 @@
 """The cost model's kernel terms against what an H100 measures, at the shapes of the H100 rows.
 
-    python benchmarks/h100_kernels.py shapes              # write benchmarks/data/h100_shapes.json
-    python benchmarks/gpu_kernels.py --train --out K.json # on the GPU (benchmarks/gpu_kernels.py)
-    python benchmarks/h100_kernels.py compare K.json      # here: measured / predicted, term by term
+    python benchmarks/h100_kernels.py shapes                  # write benchmarks/data/h100_shapes.json
+    python benchmarks/gpu_kernels.py --train --out K.json     # on the GPU (benchmarks/gpu_kernels.py)
+    python benchmarks/h100_kernels.py compare K.json [L.json]  # here: measured / predicted, term by term
+
+The measurements of 2026-11-26 are benchmarks/data/h100_{kernels,layers,layers_profiled}_2026-11-26.json.
 
 `shapes` takes every dense bf16 run on an H100 from the shipped runs and from llm-foundry's
 held-out MPT tables, completes it as `bandwise validate --plain --software` does, and lists the
@@ -13,7 +15,8 @@ tensor-parallel widths, the attention at its heads per rank, the element-wise wi
 device's sustained clock and GEMM efficiency, `memory_bound_time` at `CostParams.hbm_efficiency`,
 attention at `attention_efficiency` / `fa2_attention_efficiency`) and prints measured / predicted:
 above 1, the model is too fast there. Per run it also sums one layer's GEMMs, forward and both
-backward GEMMs, as the step prices them (backward = 2 x forward).
+backward GEMMs, as the step prices them (backward = 2 x forward), and sets each run's measured
+tensor-parallel layer beside the model's layer compute (`layer_fwd + layer_bwd` of `cost.step`).
 """
 
 from __future__ import annotations
@@ -53,6 +56,14 @@ def _layer_gemms(case, strategy) -> list[tuple[str, int, int, int]]:  # noqa: AN
     return out
 
 
+def layer_key(model, strategy) -> tuple[int, ...]:  # noqa: ANN001
+    """One tensor-parallel rank's layer as benchmarks/gpu_kernels.py builds it: micro-batch, sequence,
+    width, query and key-value heads per rank, head width, MLP width per rank, gated MLP."""
+    tp = strategy.tp
+    return (strategy.micro_batch, model.seq_len, model.hidden, model.heads // tp, max(1, model.n_kv_heads // tp), model.d_head,
+            model.ffn // tp, int(model.gated_mlp))
+
+
 def _cases(held_out: bool = True):  # noqa: ANN202
     """(set name, case, result) of every dense bf16 H100 run, completed as `validate --plain --software` does."""
     runs, sources = load_runs()
@@ -86,9 +97,7 @@ def _rows() -> list[dict[str, Any]]:
                 "widths": [s.micro_batch * m_.seq_len // s.cp, m_.hidden, m_.ffn // s.tp],
                 "vocab": -(-m_.vocab // s.tp),
                 # one tensor-parallel rank's transformer layer, as benchmarks/gpu_kernels.py builds it
-                "layer": None if s.cp > 1 else [
-                    s.micro_batch, m_.seq_len, m_.hidden, m_.heads // s.tp, max(1, m_.n_kv_heads // s.tp), m_.d_head,
-                    m_.ffn // s.tp, int(m_.gated_mlp)],
+                "layer": None if s.cp > 1 else list(layer_key(m_, s)),
             })
     return picked
 
@@ -245,9 +254,9 @@ def cmd_compare(result_paths: list[Path], shapes_path: Path) -> None:
               f"({tokens / t['step_s_median']:,.0f} tokens/s), clocks {t['clocks']}")
 
 
-def _model_layer_s(case, strategy, params) -> float:  # noqa: ANN001
+def _model_layer_s(case, strategy, params) -> tuple[float, float]:  # noqa: ANN001
     """The cost model's forward + backward compute of one layer and micro-batch on one GPU of the layout,
-    priced on the 700 W H100 SXM that the layers were measured on."""
+    and the attention's part of it, priced on the 700 W H100 SXM that the layers were measured on."""
     cluster = get_cluster("h100").placed(strategy.tp)
     single = replace(strategy, dp_shard=1, dp_replicate=1, pp=1, global_batch=strategy.micro_batch)
     b = _base(case.model, cluster, strategy_columns([single]), single.order, params)
@@ -273,7 +282,7 @@ def _compare_layers(measured: list[dict[str, Any]]) -> None:
         s, m_ = res.strategy, case.model
         if s.cp > 1:
             continue
-        key = (s.micro_batch, m_.seq_len, m_.hidden, m_.heads // s.tp, max(1, m_.n_kv_heads // s.tp), m_.d_head, m_.ffn // s.tp, int(m_.gated_mlp))
+        key = layer_key(m_, s)
         x = by_layer.get(key)
         if x is None:
             continue

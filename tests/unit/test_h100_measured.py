@@ -64,10 +64,9 @@ def test_the_layer_compute_of_the_shipped_h100_rows() -> None:
     measured = {tuple(x["layer"]): x["s_per_layer"] for x in json.loads(LAYERS.read_text())["layers"] if "s_per_layer" in x}
     ratios = {}
     for _, case, res in hk._cases(held_out=False):
-        s, m = res.strategy, case.model
-        key = (s.micro_batch, m.seq_len, m.hidden, m.heads // s.tp, max(1, m.n_kv_heads // s.tp), m.d_head, m.ffn // s.tp, int(m.gated_mlp))
+        key = hk.layer_key(case.model, res.strategy)
         if key in measured:
-            ratios[res.id] = measured[key] / hk._model_layer_s(case, s, DEFAULT_PARAMS)[0]
+            ratios[res.id] = measured[key] / hk._model_layer_s(case, res.strategy, DEFAULT_PARAMS)[0]
     assert len(ratios) >= 16
     assert all(0.85 <= r <= 1.10 for r in ratios.values()), ratios
     assert 0.95 <= statistics.median(ratios.values()) <= 1.05

@@ -460,7 +460,7 @@ def unfused_attention(s: dict[str, Any], missing: list[str]) -> Finding | None:
 ELEMENTWISE_SHARE = 0.25
 """Share of the step in element-wise and reduction kernels above which they are unfused. Measured on
 an H100 (benchmarks/RESULTS.md, "H100 measured"): a transformer layer of eager PyTorch kernels spent
-7-19% of its time outside GEMMs and attention, a 1.1B model under autocast 45%."""
+8-19% of its time outside GEMMs and attention, a 1.1B model under autocast 45%."""
 FUSION_FACTOR = 2.0
 """How much faster fused element-wise work runs, taken low: the cost model's bytes per token for a
 Llama layer are about 3x fewer fused than eager (cost/flops.py, `elementwise_bytes_per_token`)."""
