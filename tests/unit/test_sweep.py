@@ -209,3 +209,28 @@ def test_worker_processes_give_the_same_points(capsys):
     for a, b in zip(serial, forked):
         assert a.verdict == b.verdict and a.best.strategy == b.best.strategy
         assert a.best.estimate.tokens_per_s_per_device == b.best.estimate.tokens_per_s_per_device
+
+
+@pytest.mark.parametrize("flags", [["--eager"], ["--attention", "fa2"]])
+def test_compare_and_sweep_price_the_stated_kernels(flags, capsys) -> None:
+    """--attention and --eager reach every search, as in `plan`: each point's best layout is priced
+    as `estimate` prices it with the same kernels, and no cheaper than with the default ones."""
+    from dataclasses import replace
+
+    from bandwise.cost.step import ATTENTION_KERNELS, DEFAULT_PARAMS, estimate
+    from bandwise.specs.strategy import Strategy
+
+    params = replace(DEFAULT_PARAMS, eager_elementwise=True) if flags == ["--eager"] else replace(DEFAULT_PARAMS, **ATTENTION_KERNELS["fa2"])
+    common = ["--model", SMALL["model"], "--devices", str(SMALL["devices"]), "--global-batch", str(SMALL["global_batch"]), "--json"]
+    docs = {}
+    for extra in ([], flags):
+        code, out, err = run(["compare", "--clusters", "h100", *common, *extra], capsys)
+        assert code in (0, None), err
+        docs[bool(extra)] = json.loads(out)["clusters"][0]["best"]
+        code, out, err = run(["sweep", "--vary", "scale-out-bandwidth=50", *common, *extra], capsys)
+        assert code in (0, None), err
+        assert json.loads(out)["points"][0]["best"]["estimate"]["mfu"] == pytest.approx(docs[bool(extra)]["estimate"]["mfu"], rel=1e-9)
+    stated = docs[True]
+    s = Strategy(**{k: v for k, v in stated["strategy"].items() if k != "order"}, order=tuple(stated["strategy"]["order"]))
+    assert stated["estimate"]["mfu"] == pytest.approx(estimate(get_model(SMALL["model"]), get_cluster("h100"), s, params).mfu, rel=1e-9)
+    assert stated["estimate"]["mfu"] < docs[False]["estimate"]["mfu"]

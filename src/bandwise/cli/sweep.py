@@ -9,6 +9,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.console import Group
 
 from bandwise.cli.options import (
+    ATTENTION,
+    EAGER,
     EXHAUSTIVE,
     GLOBAL_BATCH,
     GLOBAL_BATCH_TOKENS,
@@ -19,12 +21,12 @@ from bandwise.cli.options import (
     PRECISION,
     SEQ_LEN,
     THRESHOLD_OPT,
+    cost_params,
     fraction,
     global_batch_of,
     model_spec,
     precisions_of,
 )
-from bandwise.cost.step import CostParams
 from bandwise.errors import BandwiseError
 from bandwise.plan.bands import band_dict
 from bandwise.plan.search import SEARCH_ROWS, Layout, narrowed_note
@@ -62,7 +64,7 @@ is within --threshold of the best overall there, exactly as `bandwise plan` deci
 
 def _inputs(model: str, devices: int, seq_len: int | None, global_batch: int | None, global_batch_tokens: int | None,
             precision: str, threshold: float, headroom: float, overlap_tp: bool, overlap_ep: bool,
-            max_rows: int | None = SEARCH_ROWS) -> PlanInputs:
+            max_rows: int | None = SEARCH_ROWS, attention: str = "flash", eager: bool = False) -> PlanInputs:
     spec = model_spec(model, seq_len)
     if not isinstance(devices, int) or devices < 1:
         raise BandwiseError(f"devices={devices!r} must be a positive integer")
@@ -74,7 +76,7 @@ def _inputs(model: str, devices: int, seq_len: int | None, global_batch: int | N
         threshold=fraction("--threshold", threshold),
         precisions=precisions,
         overlap={"tp": overlap_tp, "ep": overlap_ep},
-        params=CostParams(headroom=fraction("--headroom", headroom)),
+        params=cost_params(headroom, attention, eager),
         max_rows=max_rows,
     )
 
@@ -162,6 +164,8 @@ def compare(
     headroom: float = HEADROOM,
     overlap_tp: bool = OVERLAP_TP,
     overlap_ep: bool = OVERLAP_EP,
+    attention: str = ATTENTION,
+    eager: bool = EAGER,
     jobs: int = typer.Option(1, "--jobs", "-j", help="Plan this many points at once in worker processes."),
     png: Path | None = typer.Option(None, "--png", help="Also draw the grouped bar chart to this PNG file."),
     exhaustive: bool = EXHAUSTIVE,
@@ -171,7 +175,8 @@ def compare(
     names = [c.strip() for c in clusters.split(",") if c.strip()]
     # the clusters share one command's bound on candidates
     per_search = None if exhaustive else SEARCH_ROWS // max(1, len(names))
-    inputs = _inputs(model, devices, seq_len, global_batch, global_batch_tokens, precision, threshold, headroom, overlap_tp, overlap_ep, per_search)
+    inputs = _inputs(model, devices, seq_len, global_batch, global_batch_tokens, precision, threshold, headroom, overlap_tp, overlap_ep, per_search,
+                     attention, eager)
     _check_jobs(jobs)
     if len(set(names)) != len(names):
         raise BandwiseError(f"--clusters {clusters!r}: a cluster repeats; give each once")
@@ -215,6 +220,8 @@ def sweep(
     headroom: float = HEADROOM,
     overlap_tp: bool = OVERLAP_TP,
     overlap_ep: bool = OVERLAP_EP,
+    attention: str = ATTENTION,
+    eager: bool = EAGER,
     png: Path | None = typer.Option(None, "--png", help="Also draw MFU against the varied quantity, and the exposed communication by dim, to this PNG file."),
     exhaustive: bool = EXHAUSTIVE,
     json_out: bool = JSON_OUT,
@@ -224,7 +231,7 @@ def sweep(
     base = get_cluster(base_cluster)
     # the shared enumeration holds its candidates in memory and each value searches them again: half the bound
     inputs = _inputs(model, devices, seq_len, global_batch, global_batch_tokens, precision, threshold, headroom, overlap_tp, overlap_ep,
-                     None if exhaustive else SEARCH_ROWS // 2)
+                     None if exhaustive else SEARCH_ROWS // 2, attention, eager)
     labels = [vary_cluster(base, spec.kind, v).name for v in spec.values]
     base.check_devices(inputs.devices)
     points = _run_with_bar(out, labels, f"{len(labels)} points", lambda done: sweep_points(inputs, base, spec, on_point=done).points)
