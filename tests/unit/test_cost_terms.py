@@ -541,3 +541,25 @@ def test_hfu_counts_what_selective_recomputation_runs_again():
     assert sel.hfu / sel.mfu == pytest.approx(1 + attention_forward / m.model_flops_per_token(), rel=1e-9)
     assert full.hfu / full.mfu == pytest.approx(4 / 3, rel=1e-9)
     assert none.hfu == none.mfu
+
+
+@pytest.mark.parametrize("seq, cp", [(2048, 1), (8192, 1), (131072, 16)])
+def test_attention_efficiency_falls_at_short_sequences(seq, cp):
+    """Fused attention runs at eff · s / (s + s0) with s the keys one kernel call sees (seq / cp):
+    the attention time is the fall-off-free one times (s + s0) / s, and nothing else moves."""
+    from bandwise.cost.step import _base
+
+    m = replace(get_model("llama3-8b"), seq_len=seq)
+    h100 = get_cluster("h100").placed(8 * cp)
+    flat = replace(h100, device=replace(h100.device, attention_fill_tokens=0.0))
+    s = Strategy(tp=8, cp=cp, micro_batch=1, global_batch=1)
+    b, b0 = (_base(m, c, strategy_columns([s]), s.order, DEFAULT_PARAMS) for c in (h100, flat))
+    keys, s0 = seq / cp, h100.device.attention_fill_tokens
+    assert s0 > 0
+    assert b["layer_attn"][0] == pytest.approx(b0["layer_attn"][0] * (keys + s0) / keys, rel=1e-12)
+    assert b["layer_fwd"][0] - b["layer_attn"][0] == pytest.approx(b0["layer_fwd"][0] - b0["layer_attn"][0], rel=1e-12)
+
+
+def test_attention_fill_tokens_is_checked():
+    with pytest.raises(BandwiseError, match="attention_fill_tokens"):
+        replace(get_cluster("h100").device, attention_fill_tokens=-1.0)

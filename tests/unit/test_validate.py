@@ -271,11 +271,13 @@ def test_narayanan_zero3_degrades_with_scale_while_ptd_holds():
 # Achieved with the cost model of 2026-11-21 (benchmarks/RESULTS.md, "Validation") on all 133 runs:
 # median |error| 6.3 %, p90 20.8 %, per-source medians below. A physics change that makes any of
 # these worse by more than the margin fails; improvements pass (then tighten here: Korthikanti
-# 10.3 % -> 7.6 % with the reduction fills of 2026-11-26).
+# 10.3 % -> 7.6 % with the reduction fills of 2026-11-26; with attention's fall-off at short
+# sequences, 2026-11-26: Megatron H100 9.8 -> 8.7 %, TorchTitan 10.8 -> 8.7 %, NeMo 4.4 -> 3.5 %,
+# Llama 3 9.7 -> 9.2 %, while Megatron-Bridge moved 7.8 -> 8.3 %, inside its margin).
 GUARD_OVERALL = {"median": 0.063, "p90": 0.208}
 GUARD_SOURCES = {
     "maxtext_tpu_tables": 0.059, "palm2022": 0.027, "korthikanti2022": 0.076, "narayanan2021_sc21": 0.044,
-    "llama3_2024": 0.109, "megatron_bridge_perf": 0.078, "nemo_2407": 0.044, "megatron_h100_2024": 0.098, "torchtitan": 0.108,
+    "llama3_2024": 0.092, "megatron_bridge_perf": 0.078, "nemo_2407": 0.035, "megatron_h100_2024": 0.087, "torchtitan": 0.087,
     "opt175b": 0.100, "deepseek_v3": 0.034, "bloom176b": 0.119,
 }
 MARGIN = 0.03

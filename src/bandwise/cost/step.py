@@ -345,6 +345,10 @@ def _base(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, order: tuple[str,
             raise BandwiseError(f"--attention fa2: bandwise has no FlashAttention-2 figure for {dev.name}; "
                                 "use --attention flash (the chip's own fused kernel) or give fa2_attention_efficiency in a cluster file")
         attn_eff = P.attention_efficiency or (dev.fa2_attention_efficiency if P.attention == "fa2" else None) or dev.attention_efficiency
+        # short sequences leave each query tile's fixed cost less loop to hide behind; under context
+        # parallelism each kernel call sees one chunk of seq_len / cp keys (`Device.attention_fill_tokens`)
+        keys = m_.seq_len / cp
+        attn_eff = attn_eff * keys / (keys + dev.attention_fill_tokens)
         attn_fwd = attention_core_flops_per_token(m_, causal=True) * tokens / tp / (bf16_peak * attn_eff)
         attn_bwd = P.attention_backward_ratio * attn_fwd
     else:

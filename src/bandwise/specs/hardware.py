@@ -50,6 +50,10 @@ class Device:
     `--attention fa2`: on A100 its `attention_efficiency` (FA2 is its current kernel), on Hopper
     lower (FlashAttention-3 and cuDNN are faster). None: no published figure, and `--attention fa2`
     is refused rather than priced as another kernel."""
+    attention_fill_tokens: float = 0.0
+    """Sequence length (keys per kernel call) at which fused attention runs at half its
+    `attention_efficiency`: each query tile pays a fixed cost (load Q, rescale, write O, accumulate dQ)
+    that the loop over keys amortizes, so the efficiency is eff · s / (s + this). 0: no fall-off known."""
     sm_count: int = 0
     """Streaming multiprocessors (GPUs): GEMM tiles run in waves of this many; 0 for TPUs."""
     comm_sm_share: float = 0.0
@@ -75,6 +79,9 @@ class Device:
                 continue
             if not (isinstance(value, (int, float)) and 0 < value <= 1):
                 raise BandwiseError(f"device {self.name!r}: {name}={value!r} must be in (0, 1]")
+        fill = self.attention_fill_tokens
+        if not (isinstance(fill, (int, float)) and not isinstance(fill, bool) and math.isfinite(fill) and fill >= 0):
+            raise BandwiseError(f"device {self.name!r}: attention_fill_tokens={fill!r} must be a number of tokens >= 0")
         if not (isinstance(self.comm_sm_share, (int, float)) and 0 <= self.comm_sm_share < 1):
             raise BandwiseError(f"device {self.name!r}: comm_sm_share={self.comm_sm_share!r} must be in [0, 1)")
         if not isinstance(self.sm_count, int) or self.sm_count < 0:
