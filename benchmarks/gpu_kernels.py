@@ -31,6 +31,7 @@ import gzip
 import json
 import shutil
 import statistics
+import sys
 import threading
 import time
 from pathlib import Path
@@ -112,6 +113,12 @@ def sync() -> None:
         torch.cuda.synchronize()
 
 
+def release() -> None:
+    """Hand the freed blocks of the last section back, so the next one's large tensors fit."""
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
 def timed(fn: Callable[[], Any], min_ms: float) -> float:
     """Median seconds per call over REPS batches of launches, each batch at least `min_ms` long."""
     fn()
@@ -177,7 +184,7 @@ def gemms(shapes: list[list[int]], dev: torch.device, dtype: torch.dtype, min_ms
         row["wgrad_s"] = timed(lambda: dy.t() @ x, min_ms)  # (n,m)·(m,k)
         rows.append(row)
         del x, w, dy
-    torch.cuda.empty_cache() if torch.cuda.is_available() else None
+    release()
     return rows
 
 
@@ -214,7 +221,7 @@ def memory_kernels(sizes: list[list[int]], losses: list[list[int]], dev: torch.d
 
         rows.append({"kernel": "cross_entropy_fp32_fwd_bwd", "tokens": t, "width": v, "bytes": 2 * e * t * v, "s": timed(loss_step, min_ms)})
         del logits
-    torch.cuda.empty_cache() if torch.cuda.is_available() else None
+    release()
     return rows
 
 
@@ -249,7 +256,7 @@ def attention(shapes: list[list[int]], bmms: list[list[int]], dev: torch.device,
         rows.append({"backend": "bmm_qk", "bh": bh, "s": s, "d": d, "s_per_call": timed(lambda: torch.bmm(q, kt), min_ms)})
         rows.append({"backend": "bmm_pv", "bh": bh, "s": s, "d": d, "s_per_call": timed(lambda: torch.bmm(p, v), min_ms)})
         del q, kt, p, v
-    torch.cuda.empty_cache() if torch.cuda.is_available() else None
+    release()
     return rows
 
 
@@ -281,14 +288,11 @@ class Layer(torch.nn.Module):
 
 
 def kernel_class(name: str) -> str:
-    """GEMM, attention or the rest (element-wise, norms, copies) by kernel name (cuBLAS's nvjet/xmma/
-    cutlass GEMMs; cuDNN's and FlashAttention's fused attention)."""
-    low = name.lower()
-    if low.startswith("nvjet") or any(t in low for t in ("gemm", "xmma", "cutlass")):
-        return "gemm"
-    if any(t in low for t in ("sdpa", "flash", "fmha", "cudnn")):
-        return "attention"
-    return "other"
+    """GEMM, attention or the rest (element-wise, norms, copies), as `bandwise doctor` classes kernels."""
+    from bandwise.doctor.kernels import ATTENTION, GEMM, classify
+
+    op = classify(name).op
+    return op if op in (GEMM, ATTENTION) else "other"
 
 
 def profiled_classes(step: Callable[[], None], iterations: int) -> dict[str, float]:
@@ -352,8 +356,7 @@ def layers(configs: list[list[int]], dev: torch.device, clocks: Clocks, seconds:
         rows.append(row)
         if partial is not None:  # what is measured survives a time limit
             partial.write_text(json.dumps(rows, indent=1))
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
+        release()
     return rows
 
 
@@ -420,7 +423,13 @@ def main() -> None:
     ap.add_argument("--smoke", action="store_true", help="Tiny sizes on whatever device: checks the script.")
     args = ap.parse_args()
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    shapes = json.loads(Path(args.shapes).read_text())
+    try:
+        shapes = json.loads(Path(args.shapes).read_text())
+        missing = [k for k in ("gemms", "memory", "losses", "attention", "bmm") if k not in shapes]
+    except (OSError, ValueError, TypeError) as exc:
+        sys.exit(f"gpu_kernels: --shapes {args.shapes}: {exc}; write it with `python benchmarks/h100_kernels.py shapes`")
+    if missing and not args.smoke:
+        sys.exit(f"gpu_kernels: --shapes {args.shapes} has no {', '.join(missing)}; write it with `python benchmarks/h100_kernels.py shapes`")
     if args.smoke:
         shapes = {"gemms": [[64, 96, 32], [128, 64, 64]], "memory": [[64, 128]], "losses": [[32, 512]],
                   "attention": [[1, 2, 128, 64]], "bmm": [[2, 64, 32]], "layers": [[2, 64, 64, 4, 4, 16, 128, 0], [1, 64, 64, 4, 2, 16, 96, 1]]}
@@ -446,7 +455,12 @@ def main() -> None:
     if args.train:
         sections.append(("train", lambda: train_step(dev, clocks, out.parent, args.smoke)))
     if args.only:
-        sections = [(name, run) for name, run in sections if name in args.only.split(",")]
+        wanted = args.only.split(",")
+        unknown = sorted(set(wanted) - {name for name, _ in sections})
+        if unknown:
+            sys.exit(f"gpu_kernels: --only {args.only}: no section {', '.join(unknown)}; "
+                     f"choose from {', '.join(name for name, _ in sections)} (train needs --train)")
+        sections = [(name, run) for name, run in sections if name in wanted]
     for name, run in sections:
         t0 = time.perf_counter()
         try:

@@ -56,6 +56,12 @@ def _layer_gemms(case, strategy) -> list[tuple[str, int, int, int]]:  # noqa: AN
     return out
 
 
+def _gemm_s(m: int, n: int, k: int) -> float:
+    """The cost model's seconds for one (m x k)·(k x n) bf16 GEMM on the 700 W H100 SXM the data come from."""
+    dev = get_cluster("h100").device
+    return float(gemm_time(m, n, k, dev.peak("bf16") * dev.sustained_clock_ratio, dev.gemm_efficiency, dev.hbm_bandwidth, sm_count=dev.sm_count))
+
+
 def layer_key(model, strategy) -> tuple[int, ...]:  # noqa: ANN001
     """One tensor-parallel rank's layer as benchmarks/gpu_kernels.py builds it: micro-batch, sequence,
     width, query and key-value heads per rank, head width, MLP width per rank, gated MLP."""
@@ -148,6 +154,8 @@ def _merge(paths: list[Path]) -> dict[str, Any]:
         doc = json.loads(path.read_text())
         if isinstance(doc, list):
             doc = {"layers": doc}
+        if not isinstance(doc, dict) or not all(isinstance(x, dict) for x in doc.get("layers", [])):
+            raise ValueError(f"{path} is not a gpu_kernels.py output")
         for key, value in doc.items():
             if key == "layers" and "layers" in meas:  # profiled rows add their split to the timed rows
                 split = {tuple(x["layer"]): x["kernel_s_per_layer"] for x in value if "kernel_s_per_layer" in x}
@@ -187,7 +195,7 @@ def cmd_compare(result_paths: list[Path], shapes_path: Path) -> None:
     if by_shape:
         ratios: dict[str, list[float]] = {"fwd": [], "dgrad": [], "wgrad": []}
         for (m, n, k), g in by_shape.items():
-            pred = float(gemm_time(m, n, k, peak * scr, eff, bw, sm_count=dev.sm_count))
+            pred = _gemm_s(m, n, k)
             for op in ratios:
                 ratios[op].append(g[f"{op}_s"] / pred)
         _ratio_table("GEMMs, measured / predicted, per shape and pass (predicted: gemm_time at the forward shape)", ratios)
@@ -199,7 +207,7 @@ def cmd_compare(result_paths: list[Path], shapes_path: Path) -> None:
             if any(g is None for g in gs):
                 continue
             measured = sum(g["fwd_s"] + g["dgrad_s"] + g["wgrad_s"] for g in gs)
-            predicted = 3 * sum(float(gemm_time(m, n, k, peak * scr, eff, bw, sm_count=dev.sm_count)) for _, m, n, k in r["gemms"])
+            predicted = 3 * sum(_gemm_s(m, n, k) for _, m, n, k in r["gemms"])
             per_set.setdefault(r["set"], []).append((measured / predicted, r["error"]))
             print(f"| {r['id']} | {r['set']} | {r['tp']} | {r['micro_batch']} | {r['seq_len']} | {r['error']:+.1%} | {measured / predicted:.3f} |")
         for name, pairs in per_set.items():
@@ -219,17 +227,20 @@ def cmd_compare(result_paths: list[Path], shapes_path: Path) -> None:
 
     att = [a for a in meas.get("attention", []) if a.get("backend") in ("flash", "cudnn", "efficient")]
     if att:
-        print(f"\nattention (SDPA, causal): share of the {peak / 1e12:.0f} dense peak; the model prices flash at "
-              f"{dev.attention_efficiency} and fa2 at {dev.fa2_attention_efficiency} of the sustained peak "
-              f"({dev.attention_efficiency * scr:.3f} / {dev.fa2_attention_efficiency * scr:.3f} of the dense peak)")
-        print("| backend | b | h | s | d | forward | forward+backward |\n|---|---:|---:|---:|---:|---:|---:|")
+        print(f"\nattention (SDPA, causal): share of the {peak / 1e12:.0f} dense peak, measured, and the model's: flash at "
+              f"{dev.attention_efficiency} and fa2 at {dev.fa2_attention_efficiency} of the sustained peak ({scr} of the dense), "
+              f"times s / (s + {dev.attention_fill_tokens:g})")
+        print("| backend | b | h | s | d | forward | forward+backward | model |\n|---|---:|---:|---:|---:|---:|---:|---:|")
         for a in att:
             if "error" in a:
-                print(f"| {a['backend']} | {a['b']} | {a['h']} | {a['s']} | {a['d']} | {a['error'][:60]} | |")
+                print(f"| {a['backend']} | {a['b']} | {a['h']} | {a['s']} | {a['d']} | {a['error'][:60]} | | |")
                 continue
             fwd = 2.0 * a["b"] * a["h"] * a["s"] ** 2 * a["d"]  # 4·b·h·s²·d halved by the causal mask
             total = fwd * (1 + DEFAULT_PARAMS.attention_backward_ratio)
-            print(f"| {a['backend']} | {a['b']} | {a['h']} | {a['s']} | {a['d']} | {fwd / a['fwd_s'] / peak:.3f} | {total / a['fwd_bwd_s'] / peak:.3f} |")
+            kernel = dev.fa2_attention_efficiency if a["backend"] == "flash" else dev.attention_efficiency  # SDPA's flash backend is FA2
+            model = kernel * scr * a["s"] / (a["s"] + dev.attention_fill_tokens)
+            print(f"| {a['backend']} | {a['b']} | {a['h']} | {a['s']} | {a['d']} | {fwd / a['fwd_s'] / peak:.3f} "
+                  f"| {total / a['fwd_bwd_s'] / peak:.3f} | {model:.3f} |")
 
     bmm = [a for a in meas.get("attention", []) if a.get("backend", "").startswith("bmm")]
     if bmm:
@@ -265,9 +276,7 @@ def _model_layer_s(case, strategy, params) -> tuple[float, float]:  # noqa: ANN0
 
 def _model_layer_gemms_s(case, strategy) -> float:  # noqa: ANN001
     """The cost model's forward + backward GEMM time of one layer (3 x forward), on the 700 W H100 SXM."""
-    dev = get_cluster("h100").device
-    return 3 * sum(float(gemm_time(m, n, k, dev.peak("bf16") * dev.sustained_clock_ratio, dev.gemm_efficiency, dev.hbm_bandwidth,
-                                   sm_count=dev.sm_count)) for name, m, n, k in _layer_gemms(case, strategy) if name != "head")
+    return 3 * sum(_gemm_s(m, n, k) for name, m, n, k in _layer_gemms(case, strategy) if name != "head")
 
 
 def _compare_layers(measured: list[dict[str, Any]]) -> None:
@@ -315,8 +324,8 @@ def main() -> None:
     args = ap.parse_args()
     try:
         cmd_shapes(args.out) if args.cmd == "shapes" else cmd_compare(args.result, args.shapes)
-    except (OSError, json.JSONDecodeError, KeyError) as exc:
-        sys.exit(f"h100_kernels: {exc}")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        sys.exit(f"h100_kernels: {type(exc).__name__}: {exc}; compare reads the JSON that benchmarks/gpu_kernels.py writes")
 
 
 if __name__ == "__main__":

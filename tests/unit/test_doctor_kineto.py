@@ -119,6 +119,12 @@ KERNELS = [
     ("ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)", "nccl", "comm", None),
     ("ncclDevKernel_Generic(ncclDevKernelArgsStorage<4096ul>)", "nccl", "comm", None),
     ("void flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4, false, false, cutlass::bfloat16_t>>", "other", "attention", "bf16"),
+    # cuDNN's fused attention as torch 2.11's SDPA runs it on an H100 (tests/data/traces/h100_dense1b): the
+    # main kernel and its two backward helpers, whose "convert" is not a convolution
+    ("cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16_knob_26_64x64x64_1x4x1_cga1x1x1", "other", "attention", "fp16"),
+    ("void cudnn::fusion::compute_dot_do_o_specialized<true, 64>(void const*, void const*, void*, int)", "other", "attention", None),
+    ("void cudnn::fusion::convert_dq_to_16bits<true>(void const*, void*, unsigned int, unsigned int)", "other", "attention", None),
+    ("void cudnn::detail::implicit_convolve_sgemm<float, float, 128, 5, 5, 3, 3, 3, 1, false, false, true>(int)", "cudnn", "conv", "fp32"),
     ("fc-dtype_BFloat16", "mtia", "gemm", "bf16"),
     ("add-dtype_Float", "mtia", "other", "fp32"),
 ]

@@ -41,7 +41,6 @@ def test_large_gemms_at_the_power_limit(h100) -> None:  # noqa: ANN001
     s = json.loads(KERNELS.read_text())["sustained"]
     measured = 2 * s["n"] ** 3 / (s["settled_tflops_median"] * 1e12)
     predicted = float(gemm_time(s["n"], s["n"], s["n"], peak, dev.gemm_efficiency, dev.hbm_bandwidth, sm_count=dev.sm_count))
-    assert s["settled"]["sm_mhz_median"] < 0.9 * 1830  # the chip sat below the model's nominal clock split
     assert 1.0 <= predicted / measured <= 1.10
 
 

@@ -87,7 +87,10 @@ def _first_match(table: tuple[tuple[re.Pattern[str], str], ...], name: str) -> s
 
 
 _COMM = re.compile(r"^(?:void )?(?:nccl|rccl)|ncclKernel|ncclDevKernel", re.I)
-_FUSED_ATTN = re.compile(r"flash|fmha|efficient_attention|attention_kernel|_sdpa|FmhaFwd|FmhaBwd", re.I)
+_FUSED_ATTN = re.compile(r"flash|fmha|efficient_attention|attention_kernel|_sdpa|FmhaFwd|FmhaBwd"
+                        # cuDNN's fused attention backward runs two helpers beside its main kernel:
+                        # the row sums of dO·O and the dQ accumulator's cast (seen in torch 2.11's SDPA on H100)
+                        r"|cudnn::fusion::(?:compute_dot_do_o|convert_dq)", re.I)
 _FBGEMM_LOOKUP = re.compile(r"split_embedding|embedding_codegen|bounds_check_indices|permute_(?:pooled|2D|1D|sparse)|jagged|batched_embedding|tbe_|fbgemm_gpu::(?!.*(?:gemm|cutlass))", re.I)
 _TENSILE = re.compile(r"(?:^|_)Cijk_A[a-z]+_B[a-z]+_([A-Z0-9]+?)(?:_|$)")
 _TRITON_MM = re.compile(r"_(?:b?mm|addmm|baddbmm|convolution)(?:_|$)")
@@ -181,7 +184,7 @@ def classify(name: str) -> KernelKind:
                 # s + 1688 on Ampere+ is TF32; a bare s (sgemm, scudnn) is fp32 on the CUDA cores.
                 dt = "tf32" if mma == "1688" and not low.startswith(("turing", "volta")) else "fp32" if mma is None else None
         return KernelKind(lib, op, dt or _token_dtype(name))
-    if re.search(r"implicit_convolve_sgemm|wgrad_alg|dgrad_engine|dgrad2d|cudnn::.*conv|convolve", name):
+    if re.search(r"implicit_convolve_sgemm|wgrad_alg|dgrad_engine|dgrad2d|cudnn::.*conv(?!ert)|convolve", name):
         return KernelKind("cudnn", CONV, _token_dtype(name) or ("fp32" if "sgemm" in low or "<float" in low else None))
     if re.search(r"gemm|gemv", low):
         # cuBLAS's templated kernels (gemmSN_TN_kernel<float, ...>, gemv2T_kernel_val<...>)

@@ -79,6 +79,7 @@ def runtime_cluster(device: torch.device, world: int, peak_flops: float, *, dtyp
         hbm_bytes=_memory_bytes(device),
         hbm_bandwidth=measure_copy_bandwidth(device) * 2 / dtype.itemsize,  # the cost model counts 2-byte elements
         gemm_efficiency=1.0,
+        # measured at the job's own sequence length, so no fall-off is applied on top (attention_fill_tokens 0)
         attention_efficiency=attention if attention is not None else Device.attention_efficiency,
         source="measured at run time by bandwise.runtime (matmul FLOP/s, copy bandwidth, attention at the model's shape)",
     )
