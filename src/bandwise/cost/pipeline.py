@@ -32,6 +32,7 @@ import atexit
 import hashlib
 import json
 import os
+from collections import deque
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -155,27 +156,36 @@ def simulate(spec: PipelineSpec, activation_bytes: float | Sequence[float] | Non
     pos = [0] * p
     total = sum(len(o) for o in orders)
     finished = 0
-    while finished < total:
-        progressed = False
-        for r in range(p):
-            seq = orders[r]
-            while pos[r] < len(seq):
-                a = seq[pos[r]]
-                ready = _ready(a, done, n_stages, rank_of, r, spec.latency)
-                if ready is None:
-                    break
-                t0 = max(clock[r], ready)
-                t1 = t0 + dur[a.kind]
-                starts[r].append(t0)
-                ends[r].append(t1)
-                done["F" if a.kind == "F" else "W" if a.kind == "W" else "G"][a.stage][a.mb] = t1
-                clock[r] = t1
-                pos[r] += 1
-                finished += 1
-                progressed = True
-        if not progressed:
-            stuck = {r: str(orders[r][pos[r]]) for r in range(p) if pos[r] < len(orders[r])}
-            raise RuntimeError(f"{spec.schedule} p={p} m={m} v={v} deadlocks; next actions per rank: {stuck}")
+    # Each rank runs its order until an input is missing; a finished action wakes the ranks of the
+    # neighbouring stages, the only ones that can wait on it. An action's times depend only on its
+    # rank's clock and its inputs' end times, so the order ranks are visited in changes nothing,
+    # and each rank is visited about once per action its neighbours finish rather than p times.
+    waiting = deque(range(p))
+    queued = [True] * p
+    while waiting:
+        r = waiting.popleft()
+        queued[r] = False
+        seq = orders[r]
+        while pos[r] < len(seq):
+            a = seq[pos[r]]
+            ready = _ready(a, done, n_stages, rank_of, r, spec.latency)
+            if ready is None:
+                break
+            t0 = max(clock[r], ready)
+            t1 = t0 + dur[a.kind]
+            starts[r].append(t0)
+            ends[r].append(t1)
+            done["F" if a.kind == "F" else "W" if a.kind == "W" else "G"][a.stage][a.mb] = t1
+            clock[r] = t1
+            pos[r] += 1
+            finished += 1
+            for s in (a.stage - 1, a.stage + 1):
+                if 0 <= s < n_stages and not queued[rank_of[s]] and rank_of[s] != r:
+                    queued[rank_of[s]] = True
+                    waiting.append(rank_of[s])
+    if finished < total:
+        stuck = {r: str(orders[r][pos[r]]) for r in range(p) if pos[r] < len(orders[r])}
+        raise RuntimeError(f"{spec.schedule} p={p} m={m} v={v} deadlocks; next actions per rank: {stuck}")
 
     peak_units, peak_bytes = [], []
     for r in range(p):

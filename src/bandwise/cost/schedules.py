@@ -183,7 +183,9 @@ def zbv(p: int, m: int, v: int) -> Orders:
     """ZB-V: stage r (down the V) and 2p-1-r (back up) on rank r, split backward.
 
     The phases assume at least 2p-1 micro-batches; with fewer, the order is built for 2p-1 and
-    the actions of micro-batches that do not exist are dropped, as torch does.
+    the actions of micro-batches that do not exist are dropped, as torch does. They are dropped as
+    they come: a phase's repetitions past the last micro-batch of each kind it runs only count,
+    so a rank's order takes O(p + m) steps rather than O(p²) when m is much smaller than p.
     """
     n = max(2 * p - 1, m)
     orders = []
@@ -192,39 +194,30 @@ def zbv(p: int, m: int, v: int) -> Orders:
         count = {key: 0 for key in ("F0", "F1", "I0", "I1", "W0", "W1")}
         seq: list[Action] = []
 
-        def act(kind: str, leg: int) -> None:
-            key = f"{kind}{leg}"
-            seq.append(Action(kind, up if leg else down, count[key]))
-            count[key] += 1
+        def repeat(times: int, *pattern: str) -> None:
+            """`times` rounds of `pattern` ("F0" = forward down, "I1" = input gradient up, ...)."""
+            done = 0
+            while done < times and min(count[key] for key in pattern) < m:
+                for key in pattern:
+                    if count[key] < m:  # a micro-batch that exists
+                        seq.append(Action(key[0], up if key[1] == "1" else down, count[key]))
+                    count[key] += 1
+                done += 1
+            for key in pattern:  # the rest would only drop actions: count them
+                count[key] += times - done
 
-        for _ in range(2 * (p - r) - 1):
-            act("F", 0)
-        for _ in range(r):
-            act("F", 1)
-            act("F", 0)
-        for _ in range(p - r):
-            act("F", 1)
-            act("I", 1)
-            act("W", 1)
-        while count["F1"] < count["F0"] or count["F0"] < n:
+        repeat(2 * (p - r) - 1, "F0")
+        repeat(r, "F1", "F0")
+        repeat(p - r, "F1", "I1", "W1")
+        while (count["F1"] < count["F0"] or count["F0"] < n) and min(count.values()) < m:
             if count["F0"] < n:
-                act("F", 0)
-            act("I", 0)
-            act("W", 0)
-            act("F", 1)
-            act("I", 1)
-            act("W", 1)
-        for _ in range(r):
-            act("I", 0)
-            act("I", 1)
-        for _ in range(p - r):
-            act("I", 0)
-            act("W", 0)
-        while count["W1"] < count["I1"]:
-            act("W", 1)
-        while count["W0"] < count["I0"]:
-            act("W", 0)
-        orders.append([a for a in seq if a.mb < m])
+                repeat(1, "F0")
+            repeat(1, "I0", "W0", "F1", "I1", "W1")
+        repeat(r, "I0", "I1")
+        repeat(p - r, "I0", "W0")
+        repeat(max(0, count["I1"] - count["W1"]), "W1")  # the deferred weight gradients
+        repeat(max(0, count["I0"] - count["W0"]), "W0")
+        orders.append(seq)
     return orders
 
 
