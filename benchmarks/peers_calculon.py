@@ -11,7 +11,8 @@ bandwise predicts the same eight layouts (GPT 22B / 175B / 530B / 1T on A100, TP
 35 / 64, sequence parallelism with selective recomputation, or full recomputation without it) from
 its own published runs (`korthikanti2022_*` in data/published_runs.yaml), both ways:
 - **validate**: `bandwise validate`'s path, with the source's switches (materialized attention,
-  Megatron's selective recomputation of the attention core only, equal pipeline stages);
+  Megatron's selective recomputation of the attention core only, its asynchronous TP backward,
+  equal pipeline stages);
 - **plain**: `bandwise validate --plain`'s path, the one `plan` and `estimate` take.
 The full-recomputation rows are the same runs with recompute = full, no sequence parallelism and the
 paper's full-recompute iteration time (`reported.step_time_full_recompute_s`). The script checks

@@ -195,8 +195,8 @@ def test_flash_attention_saves_no_score_matrix():
 def test_materialized_attention_gemms_pay_the_fill_of_their_own_reduction():
     """Each batched GEMM costs what `gemm_time` charges a GEMM of its shape (tile- and wave-exact
     shapes, memory-free): forward Q·K^T reduces over d and P·V over s; backward dP over d_v, dV, dQ
-    and dK over s. The score traffic is the rest, twice in the backward."""
-    from bandwise.cost.step import SCORE_BYTES_FORWARD, _materialized_attention
+    and dK over s. The score traffic is the rest (`test_score_traffic_is_what_torchs_kernels_move`)."""
+    from bandwise.cost.step import SCORE_BYTES_BACKWARD, SCORE_BYTES_FORWARD, _materialized_attention
 
     m = replace(get_model("gpt3-175b"), seq_len=4096)
     s, d, heads = m.seq_len, m.d_head, m.heads
@@ -206,10 +206,48 @@ def test_materialized_attention_gemms_pay_the_fill_of_their_own_reduction():
     unbounded = 1e30  # memory-free: the math time alone
     over_d = float(gemm_time(s, s, d, peak, eff, unbounded, count=heads))  # s x s scores from d-wide rows
     over_s = float(gemm_time(s, d, s, peak, eff, unbounded, count=heads))  # s-long rows times (s x d)
-    traffic = heads * s * s * SCORE_BYTES_FORWARD / bw
-    assert fwd[0] == pytest.approx(over_d + over_s + traffic, rel=1e-9)
-    assert bwd[0] == pytest.approx(over_d + 3 * over_s + 2 * traffic, rel=1e-9)
+    scores = heads * s * s
+    assert fwd[0] == pytest.approx(over_d + over_s + scores * SCORE_BYTES_FORWARD / bw, rel=1e-9)
+    assert bwd[0] == pytest.approx(over_d + 3 * over_s + scores * SCORE_BYTES_BACKWARD / bw, rel=1e-9)
     assert over_s < over_d / 2  # the s-long reduction fills its k-loop; the d-wide one does not
+
+
+def test_score_traffic_is_what_torchs_kernels_move():
+    """The materialized attention core as Megatron-LM writes it (Q·K^T, softmax, dropout, P·V), run
+    through torch's own kernels with every operator's s x s operands counted: 13 bytes per score
+    forward, 19 backward. Megatron's fused causal softmax reads each row only up to the diagonal,
+    half of it on average: one byte less forward (the softmax's read), two less backward (its
+    backward's two reads); that is the model's count."""
+    torch = pytest.importorskip("torch")
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from bandwise.cost.step import SCORE_BYTES_BACKWARD, SCORE_BYTES_FORWARD
+
+    b, s, d = 2, 64, 16
+
+    class ScoreBytes(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.total = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            flat = [*torch.utils._pytree.tree_leaves(args), *torch.utils._pytree.tree_leaves(out)]
+            if func not in (torch.ops.aten.detach.default, torch.ops.aten.transpose.int, torch.ops.aten.t.default):
+                self.total += sum(x.numel() * x.element_size() for x in flat if isinstance(x, torch.Tensor) and x.shape[-2:] == (s, s))
+            return out
+
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(b, s, d, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    with ScoreBytes() as forward:
+        probs = torch.softmax(torch.bmm(q * d**-0.5, k.transpose(1, 2)), dim=-1)
+        dropped, _ = torch.native_dropout(probs, 0.1, True)
+        out = torch.bmm(dropped, v)
+    with ScoreBytes() as backward:
+        out.backward(torch.ones_like(out))
+    per_score = b * s * s
+    assert forward.total / per_score == 13 and backward.total / per_score == 19
+    assert SCORE_BYTES_FORWARD == 13 - 1 and SCORE_BYTES_BACKWARD == 19 - 2
 
 
 def test_flash_attention_2_on_hopper_runs_at_the_papers_35_percent():
@@ -301,6 +339,55 @@ def test_overlapped_tp_collective_hides_only_behind_its_own_gemm():
     # full recomputation runs the forward's four pairs a third time
     full = estimate(m, c, Strategy(dp_replicate=2, tp=8, micro_batch=1, global_batch=2, overlap_tp=True, recompute="full"))
     assert full.breakdown["tp"] == pytest.approx(3 * m.layers * exposed_pass, rel=1e-9)
+
+
+@pytest.mark.parametrize("sp", [True, False])
+def test_async_tp_backward_hides_the_column_parallel_collectives_behind_their_own_gemms(sp):
+    """Megatron-LM's and Transformer Engine's linear layers (`tp_backward_async`): the forward's four
+    collectives wait; backward, the QKV and MLP-up input gradients' reduce-scatter hides behind their
+    weight-gradient GEMM and the re-gather of the saved sequence shard behind their input-gradient
+    GEMM (under SP), or the all-reduce behind the weight gradient (without), and the two row-parallel
+    gradients' all-gathers wait. Each backward GEMM takes its forward's time."""
+    m, c = get_model("llama3-70b"), get_cluster("h100")
+    s = Strategy(dp_replicate=2, tp=8, micro_batch=1, global_batch=2)
+    params = replace(DEFAULT_PARAMS, tp_backward_async=True, sequence_parallel=sp)
+    e, plain = estimate(m, c, s, params), estimate(m, c, s, replace(params, tp_backward_async=False))
+    dev, t, h, d = c.device, m.seq_len, m.hidden, m.d_head
+    peak = dev.peak("bf16") * dev.sustained_clock_ratio
+
+    def g(n: float, k: float) -> float:
+        return one(gemm_time(t, n, k, peak, dev.gemm_efficiency, dev.hbm_bandwidth, sm_count=dev.sm_count))
+
+    qkv, up = g((m.heads + 2 * m.n_kv_heads) * d / 8, h), g(2 * m.ffn / 8, h)
+    col = one(comm.all_gather_time(c, t * h * 2, 1, 8))
+    if sp:
+        backward = 2 * col + 2 * (max(0.0, col - qkv) + max(0.0, col - up))
+        moved = 4 * col + 6 * col  # the re-gathers are moved too
+    else:
+        backward = max(0.0, 2 * col - qkv) + max(0.0, 2 * col - up)
+        moved = 8 * col
+    assert e.breakdown["tp"] == pytest.approx(m.layers * (4 * col + backward), rel=1e-9)
+    assert e.comm_total_s["tp"] == pytest.approx(m.layers * moved, rel=1e-9)
+    assert plain.breakdown["tp"] == pytest.approx(m.layers * 8 * col, rel=1e-9)  # every collective waits
+    assert e.breakdown["tp"] < plain.breakdown["tp"]
+    # what hides still holds SMs: the contention grows by their share of the hidden collectives
+    hidden = e.comm_total_s["tp"] - e.breakdown["tp"]
+    assert e.breakdown["contention"] - plain.breakdown["contention"] == pytest.approx(dev.comm_sm_share * hidden, rel=1e-6)
+
+
+def test_gradient_accumulation_outside_the_gemm_costs_its_bytes_per_micro_batch():
+    """`grad_accumulation_bytes` per local parameter, once per micro-batch, at the HBM rate: 8
+    micro-batches of a TP 2 layout without a pipeline pay 8 x (the layers' and the output layer's
+    parameters / 2) x bytes / (bandwidth x efficiency)."""
+    m, c = get_model("llama3-8b"), get_cluster("h100")
+    s = Strategy(dp_replicate=4, tp=2, micro_batch=1, global_batch=32)
+    fused = estimate(m, c, s)
+    unfused = estimate(m, c, s, replace(DEFAULT_PARAMS, grad_accumulation_bytes=18.0))
+    assert unfused.microbatches == fused.microbatches == 8
+    assert not m.tied_embeddings
+    local = (m.non_expert_layer_params + m.output_params) / 2  # every layer's and the head's, on a TP rank
+    per_step = 8 * local * 18.0 / (c.device.hbm_bandwidth * DEFAULT_PARAMS.hbm_efficiency)
+    assert unfused.step_time_s - fused.step_time_s == pytest.approx(per_step, rel=1e-6)
 
 
 def test_zero1_experts_over_replicas_shard_their_optimizer_over_the_expert_replicas():

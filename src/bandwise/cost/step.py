@@ -107,6 +107,23 @@ class CostParams:
     and autograd saves what the GEMM read. Off (the default), Megatron-LM's way: only the sequence
     shard is kept and gathered again in backward (Korthikanti et al. 2022, Sec. 4.2.2). bandwise's
     own trainer runs torch TP, so its dry run and memory check turn this on."""
+    grad_accumulation_bytes: float = 0.0
+    """HBM bytes per local parameter that each micro-batch's backward spends adding its weight
+    gradient into the step's gradient accumulator outside the GEMM. 0: the weight-gradient GEMM
+    accumulates in place (Megatron-LM's gradient_accumulation_fusion and Transformer Engine's
+    fuse_wgrad_accumulation write into the fp32 main_grad with beta = 1), or a step of one
+    micro-batch. DeepSpeed's bf16 optimizer (runtime/bf16_optimizer.py, update_hp_grads after each
+    backward) runs `hp_grad.add_(lp.grad.to(fp32))`: the cast reads 2 and writes 4 bytes, the add
+    reads 4 + 4 and writes 4, 18 in all."""
+    tp_backward_async: bool = False
+    """The backward's TP collectives of the column-parallel GEMMs (QKV, MLP-up) run beside a GEMM of
+    the same layer, on NCCL's stream: Megatron-LM's LinearWithGradAccumulationAndAsyncCommunication
+    launches the input gradient's all-reduce and then computes the weight gradient (async all-reduce,
+    Megatron-LM commit 16c9044, 2021-09); under sequence parallelism it re-gathers the saved sequence
+    shard beside the input-gradient GEMM and reduce-scatters the input gradient beside the
+    weight-gradient GEMM (commit cfd2e21, 2022-04, the code of Korthikanti et al. 2022, Sec. 4.2.2).
+    The row-parallel GEMMs' gradient all-gathers (under SP) wait. Off: every collective waits
+    (PyTorch's TP issues a GEMM's backward collective after the GEMM's whole backward)."""
     fsdp_pp_unsharded: bool = True
     """Under FSDP with pipeline parallelism a stage keeps its parameters gathered (bf16) from its first
     forward to its last backward and accumulates unsharded gradients in fp32 until the last
@@ -237,11 +254,19 @@ CROSS_ENTROPY_BYTES_FUSED = 2 + 2 + 2
 """HBM bytes per logit of a fused loss (XLA, Transformer Engine's or Liger's fused cross entropy):
 one pass reads the bf16 logits for the running max and exp-sum (2); the backward reads them again
 (2) and writes the bf16 gradient softmax - onehot (2)."""
-SCORE_BYTES_FORWARD = 2 + 2 + 2 + 2 + 2 + 1 + 2
-"""HBM bytes per attention score in a materialized (pre-FlashAttention) forward: the QK^T GEMM
-writes it, the fused scale-mask-softmax reads and writes it, dropout reads it and writes its
-output and a 1-byte mask, the PV GEMM reads it (Korthikanti et al. 2022, Sec. 4.1 lists the same
-tensors: scores, softmax output, dropout mask and output)."""
+SCORE_BYTES_FORWARD = 2 + (1 + 2) + (2 + 2 + 1) + 2
+"""HBM bytes per attention score in a materialized (pre-FlashAttention) forward, kernel by kernel
+as Megatron-LM runs it (megatron/model/transformer.py, CoreAttention, 2021-2022): the Q·K^T
+baddbmm writes the scores (2); the fused causal softmax (scaled_upper_triang_masked_softmax)
+reads each row only up to the diagonal, half the matrix on average (1), and writes the whole row
+(2); the attention dropout reads it and writes its output and a 1-byte mask (2 + 2 + 1); the P·V
+bmm reads that output (2). Korthikanti et al. 2022, Sec. 4.1, list the same tensors."""
+SCORE_BYTES_BACKWARD = 2 + (2 + 1 + 2) + (1 + 1 + 2) + 2 + 2 + 2
+"""The same backward: dP = dO·V^T writes the dropout output's gradient (2); dropout's backward reads
+it and the mask and writes the softmax output's gradient (2 + 1 + 2); the softmax backward reads
+that gradient and the saved softmax output up to the diagonal and writes the scores' gradient
+(1 + 1 + 2); dV = P^T·dO reads the saved dropout output (2), dQ and dK read the scores' gradient
+(2 + 2)."""
 
 
 def _materialized_attention(m_: ModelSpec, tokens: np.ndarray, tp: np.ndarray, peak: float, eff: float, bw: float) -> tuple[np.ndarray, np.ndarray]:
@@ -260,9 +285,8 @@ def _materialized_attention(m_: ModelSpec, tokens: np.ndarray, tp: np.ndarray, p
     qk, pv = 2.0 * pairs * d, 2.0 * pairs * dv  # FLOPs of Q·K^T (and dQ, dK) and of P·V (and dP, dV)
     fill = lambda k: k / (k + K_FIXED)  # noqa: E731
     at = lambda flops, k: flops / (peak * eff * fill(k))  # noqa: E731
-    traffic = pairs * SCORE_BYTES_FORWARD / bw
-    forward = at(qk, d) + at(pv, s) + traffic
-    backward = at(pv, dv) + at(pv, s) + 2.0 * at(qk, s) + 2.0 * traffic
+    forward = at(qk, d) + at(pv, s) + pairs * SCORE_BYTES_FORWARD / bw
+    backward = at(pv, dv) + at(pv, s) + 2.0 * at(qk, s) + pairs * SCORE_BYTES_BACKWARD / bw
     return forward, backward
 
 
@@ -436,6 +460,19 @@ def _base(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, order: tuple[str,
     dense_pairs = pair(attn_in) + pair(attn_out) + pair(mlp_up) + pair(mlp_down)
     moe_pairs = pair(attn_in) + pair(attn_out) + 2.0 * pair(moe_mlp / 2.0)
     b["tp_pass_exposed"] = (1 - frac_moe) * dense_pairs + frac_moe * moe_pairs
+    # Asynchronous backward (`CostParams.tp_backward_async`), per column-parallel GEMM g (QKV, MLP-up;
+    # its input- and weight-gradient GEMMs each take as long as its forward): without SP its input
+    # gradient's all-reduce (2 units) hides behind the weight gradient, max(0, 2c - g); under SP the
+    # re-gather hides behind the input gradient and the reduce-scatter behind the weight gradient,
+    # 2·max(0, c - g), and the two row-parallel gradients' all-gathers wait (2c). 4c or 6c move.
+    one = b["tp_one"]
+    if P.sequence_parallel:
+        async_pass = lambda up: 2.0 * one + 2.0 * (pair(attn_in) + pair(up))  # noqa: E731
+        b["tp_bwd_total"] = 6.0 * one
+    else:
+        async_pass = lambda up: np.maximum(0.0, 2.0 * one - attn_in) + np.maximum(0.0, 2.0 * one - up)  # noqa: E731
+        b["tp_bwd_total"] = 4.0 * one
+    b["tp_bwd_exposed"] = (1 - frac_moe) * async_pass(mlp_up) + frac_moe * async_pass(moe_mlp / 2.0)
     # context parallel: ring passes K,V forward and K,V + dK,dV backward, hidden behind attention
     kv_width = (m_.heads * (m_.d_head + m_.d_value)) if m_.is_mla else m_.n_kv_heads * (m_.d_head + m_.d_value)
     kv_chunk = tokens * kv_width * BF16 / np.minimum(tp, m_.heads if m_.is_mla else m_.n_kv_heads)
@@ -519,10 +556,14 @@ def _combine(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, b: dict[str, n
 
     # ---- compute per micro-batch on the fullest pipeline rank ----
     layer_recompute = np.select([rec == _FULL, rec == _SELECTIVE], [layer_fwd, b["selective_cost"]], 0.0)
-    per_layer = layer_fwd + layer_bwd + b["kernel_gaps"]
+    # each micro-batch's backward folds its weight gradients into the step's accumulator outside
+    # the GEMMs where the framework does so (`CostParams.grad_accumulation_bytes`): per layer, and
+    # for the output layer's own weights on the head's rank
+    accumulate = P.grad_accumulation_bytes / (dev.hbm_bandwidth * P.hbm_efficiency)
+    per_layer = layer_fwd + layer_bwd + b["kernel_gaps"] + accumulate * (b["dense_layer_local"] + b["expert_layer_local"])
     unit = per_layer + layer_recompute
     # the rank of the last stage also runs the output head, the loss and any MTP modules
-    head = b["out_total"] + b["mtp_total"] + np.where(rec == _FULL, b["mtp_recompute"], 0.0)
+    head = b["out_total"] + b["mtp_total"] + np.where(rec == _FULL, b["mtp_recompute"], 0.0) + accumulate * b["out_local"]
     if P.balanced_stages:  # whole layers moved off the head's rank until it is no slower than the rest
         layers_rank, head_layers, compute_mb_total = balanced_split(L, pp, unit, head)
         # a rank's v stages hold whole layers too: the pipeline fills and drains at the pace of its
@@ -540,7 +581,12 @@ def _combine(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, b: dict[str, n
     # Sec. 4.2.2: all-gather / reduce-scatter around attention and MLP), 4 more to recompute ----
     passes = 2.0 + np.where(rec == _FULL, 1.0, 0.0)
     tp_layer = 4.0 * passes * b["tp_one"]
-    tp_exposed = np.where(c.overlap_tp & b["tp_overlappable"], passes * b["tp_pass_exposed"], tp_layer)
+    overlapped = c.overlap_tp & b["tp_overlappable"]
+    tp_exposed = np.where(overlapped, passes * b["tp_pass_exposed"], tp_layer)
+    if P.tp_backward_async:  # the forward passes wait; the backward runs its own way (`_base`)
+        forwards = 4.0 * (passes - 1.0) * b["tp_one"]
+        tp_exposed = np.where(overlapped, tp_exposed, forwards + b["tp_bwd_exposed"])
+        tp_layer = np.where(overlapped, tp_layer, forwards + b["tp_bwd_total"])
     # ---- expert parallel: dispatch + combine, forward and backward (+2 to recompute) ----
     ep_layer = (4.0 + np.where(rec == _FULL, 2.0, 0.0)) * b["ep_one"]
     moe_fwd = b["moe_fwd"]

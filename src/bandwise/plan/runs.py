@@ -89,6 +89,17 @@ SWITCHES: dict[str, str] = {
         "(Megatron-LM arguments.py; Megatron-Bridge gpt_provider.py asserts the same), so an unstated virtual "
         "stage count is completed only among those"
     ),
+    "deepspeed_bf16_grad_accumulation": (
+        "DeepSpeed's bf16 optimizer (BLOOM's 'bf16 optimizer', Megatron-DeepSpeed) adds each micro-batch's bf16 "
+        "weight gradients into fp32 copies after its backward (runtime/bf16_optimizer.py, update_hp_grads: "
+        "hp_grad.add_(lp.grad.to(fp32)), 18 bytes of HBM traffic per parameter per micro-batch)"
+    ),
+    "megatron_async_tp_backward": (
+        "Megatron-LM (2022, the code of Korthikanti et al. 2022) launches the backward's tensor-parallel collectives "
+        "asynchronously beside the GEMMs of the same linear layer (LinearWithGradAccumulationAndAsyncCommunication: "
+        "the input gradient's reduce-scatter, or all-reduce without SP, beside the weight-gradient GEMM; the "
+        "re-gather of the saved sequence shard beside the input-gradient GEMM)"
+    ),
     "megatron_selective": (
         "Megatron-LM's --recompute-granularity selective re-runs only the attention core (Korthikanti et al. 2022, "
         "Sec. 5; Megatron-Core's recompute_modules default ['core_attn']), not the MLP's activation function"
@@ -114,6 +125,8 @@ PARAM_SWITCHES: dict[str, dict[str, Any]] = {
     "mbridge_deepseek_layout": {"balanced_stages": True},
     "mbridge_fused_loss": {"fused_cross_entropy": True},
     "megatron_selective": {"selective_modules": ("core_attn",)},
+    "megatron_async_tp_backward": {"tp_backward_async": True},
+    "deepspeed_bf16_grad_accumulation": {"grad_accumulation_bytes": 2 + 4 + 4 + 4 + 4},
     "deepseek_recompute": {"selective_modules": ("core_attn", "mlp_act", "layernorm", "mla_up_proj"), "fp8_activation_cache": True},
     "bf16_adam_moments": {"adam_moment_bytes": 2},
 }
@@ -750,11 +763,15 @@ def convert(run: dict[str, Any], sources: dict[str, Any] | None = None, plain: b
         switch("mbridge_deepseek_layout")
     if src in MATERIALIZED_ATTENTION_SOURCES:
         switch("materialized_attention")
+    if src in ("korthikanti2022", "nemo_2407", "megatron_bridge_perf") and (fixed.get("tp") or 1) > 1 and not overlap.get("tp"):
+        switch("megatron_async_tp_backward")
     rec_text = str(p.get("recompute") or "").lower()
     if src in MEGATRON_SOURCES and fixed.get("recompute", "selective") == "selective":
         switch("megatron_selective")
     if "rmsnorm" in rec_text and "mla up-projection" in rec_text and "swiglu input cached in fp8" in rec_text:
         switch("deepseek_recompute")
+    if "bf16 optimizer" in str(p.get("zero_or_fsdp") or "").lower() and "deepspeed" in str(run.get("framework") or "").lower():
+        switch("deepspeed_bf16_grad_accumulation")
     if "bf16 optimizer moments" in str(run.get("precision") or "").lower():
         switch("bf16_adam_moments")
     if src == "torchtitan" and "H100" in str((run.get("hardware") or {}).get("accelerator")):
