@@ -388,6 +388,12 @@ def test_gradient_accumulation_outside_the_gemm_costs_its_bytes_per_micro_batch(
     local = (m.non_expert_layer_params + m.output_params) / 2  # every layer's and the head's, on a TP rank
     per_step = 8 * local * 18.0 / (c.device.hbm_bandwidth * DEFAULT_PARAMS.hbm_efficiency)
     assert unfused.step_time_s - fused.step_time_s == pytest.approx(per_step, rel=1e-6)
+    # autograd keeps the first micro-batch's gradient and adds the other seven in place
+    autograd = estimate(m, c, s, replace(DEFAULT_PARAMS, grad_accumulation_bytes=18.0, grad_accumulation_skips_first=True))
+    assert autograd.step_time_s - fused.step_time_s == pytest.approx(per_step * 7 / 8, rel=1e-6)
+    one_micro_batch = replace(s, global_batch=4)
+    assert estimate(m, c, one_micro_batch, replace(DEFAULT_PARAMS, grad_accumulation_bytes=18.0, grad_accumulation_skips_first=True)).step_time_s \
+        == pytest.approx(estimate(m, c, one_micro_batch).step_time_s, rel=1e-12)
 
 
 def test_zero1_experts_over_replicas_shard_their_optimizer_over_the_expert_replicas():

@@ -110,11 +110,16 @@ class CostParams:
     grad_accumulation_bytes: float = 0.0
     """HBM bytes per local parameter that each micro-batch's backward spends adding its weight
     gradient into the step's gradient accumulator outside the GEMM. 0: the weight-gradient GEMM
-    accumulates in place (Megatron-LM's gradient_accumulation_fusion and Transformer Engine's
-    fuse_wgrad_accumulation write into the fp32 main_grad with beta = 1), or a step of one
+    accumulates in place (Megatron-LM's gradient_accumulation_fusion, since 2022-02, and Transformer
+    Engine's fuse_wgrad_accumulation write into the fp32 main_grad with beta = 1), or a step of one
     micro-batch. DeepSpeed's bf16 optimizer (runtime/bf16_optimizer.py, update_hp_grads after each
     backward) runs `hp_grad.add_(lp.grad.to(fp32))`: the cast reads 2 and writes 4 bytes, the add
-    reads 4 + 4 and writes 4, 18 in all."""
+    reads 4 + 4 and writes 4, 18 in all. Autograd's own accumulation into an fp16 or bf16
+    `param.grad` adds in place: 2 + 2 read, 2 written, 6."""
+    grad_accumulation_skips_first: bool = False
+    """The accumulator starts as the first micro-batch's gradient, so the add runs on the other
+    m - 1: autograd's AccumulateGrad keeps the first gradient it is given. Off: every micro-batch's
+    gradient is added into a zeroed buffer (DeepSpeed's bf16 optimizer)."""
     tp_backward_async: bool = False
     """The backward's TP collectives of the column-parallel GEMMs (QKV, MLP-up) run beside a GEMM of
     the same layer, on NCCL's stream: Megatron-LM's LinearWithGradAccumulationAndAsyncCommunication
@@ -559,7 +564,8 @@ def _combine(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, b: dict[str, n
     # each micro-batch's backward folds its weight gradients into the step's accumulator outside
     # the GEMMs where the framework does so (`CostParams.grad_accumulation_bytes`): per layer, and
     # for the output layer's own weights on the head's rank
-    accumulate = P.grad_accumulation_bytes / (dev.hbm_bandwidth * P.hbm_efficiency)
+    adds = np.where(P.grad_accumulation_skips_first, (n_mb - 1.0) / n_mb, 1.0)  # adds per micro-batch, on average
+    accumulate = adds * P.grad_accumulation_bytes / (dev.hbm_bandwidth * P.hbm_efficiency)
     per_layer = layer_fwd + layer_bwd + b["kernel_gaps"] + accumulate * (b["dense_layer_local"] + b["expert_layer_local"])
     unit = per_layer + layer_recompute
     # the rank of the last stage also runs the output head, the loss and any MTP modules

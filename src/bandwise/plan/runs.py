@@ -94,6 +94,12 @@ SWITCHES: dict[str, str] = {
         "weight gradients into fp32 copies after its backward (runtime/bf16_optimizer.py, update_hp_grads: "
         "hp_grad.add_(lp.grad.to(fp32)), 18 bytes of HBM traffic per parameter per micro-batch)"
     ),
+    "megatron2021_autograd_grad_accumulation": (
+        "Narayanan et al. 2021 ran Megatron-LM at 6985e58 (2021-08) in fp16 without a contiguous gradient buffer "
+        "(examples/sc21: --fp16, --DDP-impl torch or local, no --use-contiguous-buffers-in-ddp or fp32 accumulation), "
+        "before gradient-accumulation fusion (2022-02): autograd adds each micro-batch's weight gradients into "
+        "param.grad in place after the first, 6 bytes of HBM traffic per parameter"
+    ),
     "megatron_async_tp_backward": (
         "Megatron-LM (2022, the code of Korthikanti et al. 2022) launches the backward's tensor-parallel collectives "
         "asynchronously beside the GEMMs of the same linear layer (LinearWithGradAccumulationAndAsyncCommunication: "
@@ -127,6 +133,7 @@ PARAM_SWITCHES: dict[str, dict[str, Any]] = {
     "megatron_selective": {"selective_modules": ("core_attn",)},
     "megatron_async_tp_backward": {"tp_backward_async": True},
     "deepspeed_bf16_grad_accumulation": {"grad_accumulation_bytes": 2 + 4 + 4 + 4 + 4},
+    "megatron2021_autograd_grad_accumulation": {"grad_accumulation_bytes": 2 + 2 + 2, "grad_accumulation_skips_first": True},
     "deepseek_recompute": {"selective_modules": ("core_attn", "mlp_act", "layernorm", "mla_up_proj"), "fp8_activation_cache": True},
     "bf16_adam_moments": {"adam_moment_bytes": 2},
 }
@@ -772,6 +779,8 @@ def convert(run: dict[str, Any], sources: dict[str, Any] | None = None, plain: b
         switch("deepseek_recompute")
     if "bf16 optimizer" in str(p.get("zero_or_fsdp") or "").lower() and "deepspeed" in str(run.get("framework") or "").lower():
         switch("deepspeed_bf16_grad_accumulation")
+    if src == "narayanan2021_sc21" and "zero-3" not in str(p.get("zero_or_fsdp") or "").lower():
+        switch("megatron2021_autograd_grad_accumulation")
     if "bf16 optimizer moments" in str(run.get("precision") or "").lower():
         switch("bf16_adam_moments")
     if src == "torchtitan" and "H100" in str((run.get("hardware") or {}).get("accelerator")):
