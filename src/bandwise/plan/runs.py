@@ -101,10 +101,11 @@ SWITCHES: dict[str, str] = {
         "param.grad in place after the first, 6 bytes of HBM traffic per parameter"
     ),
     "megatron_async_tp_backward": (
-        "Megatron-LM (2022, the code of Korthikanti et al. 2022) launches the backward's tensor-parallel collectives "
-        "asynchronously beside the GEMMs of the same linear layer (LinearWithGradAccumulationAndAsyncCommunication: "
-        "the input gradient's reduce-scatter, or all-reduce without SP, beside the weight-gradient GEMM; the "
-        "re-gather of the saved sequence shard beside the input-gradient GEMM)"
+        "Megatron-LM since 2022 (the code of Korthikanti et al. 2022) and Transformer Engine's Linear, which NeMo and "
+        "Megatron-Bridge run, launch the backward's tensor-parallel collectives asynchronously beside the GEMMs of the "
+        "same linear layer (LinearWithGradAccumulationAndAsyncCommunication; TE: 'Overlap dgrad-RS/AR with wgrad'): "
+        "the input gradient's reduce-scatter, or all-reduce without SP, beside the weight-gradient GEMM, the re-gather "
+        "of the saved sequence shard beside the input-gradient GEMM; applied where TP runs without --tp-comm-overlap"
     ),
     "megatron_selective": (
         "Megatron-LM's --recompute-granularity selective re-runs only the attention core (Korthikanti et al. 2022, "
