@@ -209,15 +209,19 @@ def test_materialized_attention_gemms_pay_the_fill_of_their_own_reduction():
     scores = heads * s * s
     assert fwd[0] == pytest.approx(over_d + over_s + scores * SCORE_BYTES_FORWARD / bw, rel=1e-9)
     assert bwd[0] == pytest.approx(over_d + 3 * over_s + scores * SCORE_BYTES_BACKWARD / bw, rel=1e-9)
+    # an additive bias (ALiBi through baddbmm with beta = 1) adds its bytes per score to the forward only
+    fwd_b, bwd_b = _materialized_attention(m, np.array([float(s)]), np.array([1.0]), peak, eff, bw, 4.0)
+    assert fwd_b[0] - fwd[0] == pytest.approx(scores * 4.0 / bw, rel=1e-9) and bwd_b[0] == bwd[0]
     assert over_s < over_d / 2  # the s-long reduction fills its k-loop; the d-wide one does not
 
 
 def test_score_traffic_is_what_torchs_kernels_move():
-    """The materialized attention core as Megatron-LM writes it (Q·K^T, softmax, dropout, P·V), run
-    through torch's own kernels with every operator's s x s operands counted: 13 bytes per score
-    forward, 19 backward. Megatron's fused causal softmax reads each row only up to the diagonal,
-    half of it on average: one byte less forward (the softmax's read), two less backward (its
-    backward's two reads); that is the model's count."""
+    """The materialized attention core (Q·K^T, softmax, dropout, P·V) run through torch's own kernels
+    with every operator's s x s operands counted: 13 bytes per score forward, 19 backward. What is
+    Megatron's own is arithmetic on top: its baddbmm with beta = 0 writes the scores as this bmm
+    does, and its fused causal softmax reads each row only up to the diagonal, half of it on
+    average: one byte less forward (the softmax's read), two less backward (its backward's two
+    reads). That is the model's count."""
     torch = pytest.importorskip("torch")
     from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -233,7 +237,7 @@ def test_score_traffic_is_what_torchs_kernels_move():
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
             flat = [*torch.utils._pytree.tree_leaves(args), *torch.utils._pytree.tree_leaves(out)]
-            if func not in (torch.ops.aten.detach.default, torch.ops.aten.transpose.int, torch.ops.aten.t.default):
+            if not func.is_view:  # views (transpose, detach, ...) move no bytes
                 self.total += sum(x.numel() * x.element_size() for x in flat if isinstance(x, torch.Tensor) and x.shape[-2:] == (s, s))
             return out
 
@@ -241,6 +245,7 @@ def test_score_traffic_is_what_torchs_kernels_move():
     q, k, v = (torch.randn(b, s, d, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
     with ScoreBytes() as forward:
         probs = torch.softmax(torch.bmm(q * d**-0.5, k.transpose(1, 2)), dim=-1)
+        # the fused dropout CUDA runs (output and a bool mask); on CPU F.dropout would take another path
         dropped, _ = torch.native_dropout(probs, 0.1, True)
         out = torch.bmm(dropped, v)
     with ScoreBytes() as backward:
@@ -370,6 +375,10 @@ def test_async_tp_backward_hides_the_column_parallel_collectives_behind_their_ow
     assert e.comm_total_s["tp"] == pytest.approx(m.layers * moved, rel=1e-9)
     assert plain.breakdown["tp"] == pytest.approx(m.layers * 8 * col, rel=1e-9)  # every collective waits
     assert e.breakdown["tp"] < plain.breakdown["tp"]
+    if sp:  # PyTorch-style SP keeps the gathered input (`tp_gathered_inputs`): no re-gather to move or hide
+        kept = estimate(m, c, s, replace(params, tp_gathered_inputs=True))
+        assert kept.breakdown["tp"] == pytest.approx(m.layers * (4 * col + 2 * col + max(0.0, col - qkv) + max(0.0, col - up)), rel=1e-9)
+        assert kept.comm_total_s["tp"] == pytest.approx(m.layers * 8 * col, rel=1e-9)
     # what hides still holds SMs: the contention grows by their share of the hidden collectives
     hidden = e.comm_total_s["tp"] - e.breakdown["tp"]
     assert e.breakdown["contention"] - plain.breakdown["contention"] == pytest.approx(dev.comm_sm_share * hidden, rel=1e-6)
@@ -377,15 +386,15 @@ def test_async_tp_backward_hides_the_column_parallel_collectives_behind_their_ow
 
 def test_gradient_accumulation_outside_the_gemm_costs_its_bytes_per_micro_batch():
     """`grad_accumulation_bytes` per local parameter, once per micro-batch, at the HBM rate: 8
-    micro-batches of a TP 2 layout without a pipeline pay 8 x (the layers' and the output layer's
-    parameters / 2) x bytes / (bandwidth x efficiency)."""
+    micro-batches of a TP 2 layout without a pipeline pay 8 x (every weight on the rank: the layers',
+    the embedding's and the output layer's, / 2) x bytes / (bandwidth x efficiency)."""
     m, c = get_model("llama3-8b"), get_cluster("h100")
     s = Strategy(dp_replicate=4, tp=2, micro_batch=1, global_batch=32)
     fused = estimate(m, c, s)
     unfused = estimate(m, c, s, replace(DEFAULT_PARAMS, grad_accumulation_bytes=18.0))
     assert unfused.microbatches == fused.microbatches == 8
-    assert not m.tied_embeddings
-    local = (m.non_expert_layer_params + m.output_params) / 2  # every layer's and the head's, on a TP rank
+    assert not m.tied_embeddings and m.total_params == pytest.approx(m.non_expert_layer_params + m.embedding_params + m.output_params, rel=1e-3)
+    local = m.total_params / 2  # every weight, on a TP rank
     per_step = 8 * local * 18.0 / (c.device.hbm_bandwidth * DEFAULT_PARAMS.hbm_efficiency)
     assert unfused.step_time_s - fused.step_time_s == pytest.approx(per_step, rel=1e-6)
     # autograd keeps the first micro-batch's gradient and adds the other seven in place
@@ -394,6 +403,19 @@ def test_gradient_accumulation_outside_the_gemm_costs_its_bytes_per_micro_batch(
     one_micro_batch = replace(s, global_batch=4)
     assert estimate(m, c, one_micro_batch, replace(DEFAULT_PARAMS, grad_accumulation_bytes=18.0, grad_accumulation_skips_first=True)).step_time_s \
         == pytest.approx(estimate(m, c, one_micro_batch).step_time_s, rel=1e-12)
+
+
+def test_gradient_accumulation_counts_each_ranks_share_of_the_experts():
+    """An MoE layout without a pipeline: the rank's dense weights are whole (TP 1), its experts an
+    EP-th of the routed ones; 4 micro-batches each add them all."""
+    m, c = get_model("mixtral-8x7b"), get_cluster("h100")
+    s = Strategy(dp_replicate=8, ep=8, micro_batch=1, global_batch=32)
+    fused = estimate(m, c, s)
+    unfused = estimate(m, c, s, replace(DEFAULT_PARAMS, grad_accumulation_bytes=6.0))
+    assert fused.microbatches == 4
+    local = m.total_params - m.routed_expert_params_total * (1 - 1 / 8)
+    per_step = 4 * local * 6.0 / (c.device.hbm_bandwidth * DEFAULT_PARAMS.hbm_efficiency)
+    assert unfused.step_time_s - fused.step_time_s == pytest.approx(per_step, rel=1e-3)
 
 
 def test_zero1_experts_over_replicas_shard_their_optimizer_over_the_expert_replicas():

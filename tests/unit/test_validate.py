@@ -277,14 +277,14 @@ def test_narayanan_zero3_degrades_with_scale_while_ptd_holds():
 # frameworks' own code, 2026-11-26: Megatron's asynchronous TP backward, the score traffic of its fused
 # attention kernels counted kernel by kernel, DeepSpeed's bf16 and Megatron-LM 2021's autograd gradient
 # accumulation: median 6.7 -> 5.7 %, Korthikanti 7.6 -> 2.4 %, Narayanan 4.8 -> 3.0 %, NeMo 3.5 -> 2.7 %,
-# BLOOM 14.2 -> 8.3 %. OPT moved 12.5 -> 14.2 %, past its margin: its one approximate row (an "up to"
+# BLOOM 14.2 -> 7.4 % (with its ALiBi bias written into the scores). OPT moved 12.5 -> 14.2 %, past its margin: its one approximate row (an "up to"
 # figure) is over-predicted by more once attention moves what metaseq's vendored Megatron kernels move
 # (checked against torch's own kernels in test_cost_terms), so its guard follows the evidence.
 GUARD_OVERALL = {"median": 0.057, "p90": 0.210}
 GUARD_SOURCES = {
     "maxtext_tpu_tables": 0.059, "palm2022": 0.027, "korthikanti2022": 0.024, "narayanan2021_sc21": 0.030,
     "llama3_2024": 0.092, "megatron_bridge_perf": 0.078, "nemo_2407": 0.027, "megatron_h100_2024": 0.087, "torchtitan": 0.087,
-    "opt175b": 0.142, "deepseek_v3": 0.034, "bloom176b": 0.083,
+    "opt175b": 0.142, "deepseek_v3": 0.034, "bloom176b": 0.074,
 }
 MARGIN = 0.03
 

@@ -99,14 +99,20 @@ class CostParams:
     sequence_parallel: bool = True
     """Tensor parallelism splits the norms and dropouts along the sequence (Korthikanti et al. 2022,
     Sec. 4.2.2). Off, the 10·s·b·h bytes outside the TP regions stay whole on every TP rank (their
-    Eq. 2). Memory only: an all-reduce moves what its reduce-scatter and all-gather move (Sec. 4.2.2),
-    and the norms' element-wise time, t times larger without it, is not modelled."""
+    Eq. 2). An all-reduce moves what its reduce-scatter and all-gather move (Sec. 4.2.2), so the time
+    model tells the two apart only where the backward runs asynchronously (`tp_backward_async`); the
+    norms' element-wise time, t times larger without it, is not modelled."""
     tp_gathered_inputs: bool = False
     """Under sequence parallelism, the GEMMs after each norm keep their all-gathered input, whole on
     every TP rank: torch's ColwiseParallel (DTensor; TorchTitan) gathers the sequence before the GEMM
     and autograd saves what the GEMM read. Off (the default), Megatron-LM's way: only the sequence
     shard is kept and gathered again in backward (Korthikanti et al. 2022, Sec. 4.2.2). bandwise's
     own trainer runs torch TP, so its dry run and memory check turn this on."""
+    score_bias_bytes: float = 0.0
+    """HBM bytes per score, each materialized attention forward, of an additive bias put into the scores
+    before the softmax. ALiBi in Megatron-DeepSpeed (BLOOM): `torch.baddbmm(alibi, Q, K^T, beta=1.0)`
+    with the bias broadcast over the queries; cuBLAS accumulates into the output it reads (beta = 1),
+    so the broadcast bias is first written into the score buffer (2) and then read back (2): 4."""
     grad_accumulation_bytes: float = 0.0
     """HBM bytes per local parameter that each micro-batch's backward spends adding its weight
     gradient into the step's gradient accumulator outside the GEMM. 0: the weight-gradient GEMM
@@ -128,7 +134,9 @@ class CostParams:
     shard beside the input-gradient GEMM and reduce-scatters the input gradient beside the
     weight-gradient GEMM (commit cfd2e21, 2022-04, the code of Korthikanti et al. 2022, Sec. 4.2.2).
     The row-parallel GEMMs' gradient all-gathers (under SP) wait. Off: every collective waits
-    (PyTorch's TP issues a GEMM's backward collective after the GEMM's whole backward)."""
+    (PyTorch's TP issues a GEMM's backward collective after the GEMM's whole backward), and the
+    backward counts four collectives without Megatron's re-gathers, so with GEMMs too short to hide
+    anything the async backward can expose more (6 against 4) than the synchronous one."""
     fsdp_pp_unsharded: bool = True
     """Under FSDP with pipeline parallelism a stage keeps its parameters gathered (bf16) from its first
     forward to its last backward and accumulates unsharded gradients in fp32 until the last
@@ -274,14 +282,17 @@ that gradient and the saved softmax output up to the diagonal and writes the sco
 (2 + 2)."""
 
 
-def _materialized_attention(m_: ModelSpec, tokens: np.ndarray, tp: np.ndarray, peak: float, eff: float, bw: float) -> tuple[np.ndarray, np.ndarray]:
+def _materialized_attention(
+    m_: ModelSpec, tokens: np.ndarray, tp: np.ndarray, peak: float, eff: float, bw: float, bias_bytes: float = 0.0
+) -> tuple[np.ndarray, np.ndarray]:
     """(forward, backward) seconds of attention that materializes the s x s scores.
 
     The batched GEMMs compute the whole matrix (the causal mask is applied after), each paying the
     k-loop fill k/(k + 4·64) of its own reduction. Forward: S = Q·K^T reduces over the query/key
     width d, P·V over the sequence. Backward: dP = dO·V^T reduces over the value width d_v; dV =
-    P^T·dO, dQ = dS·K and dK = dS^T·Q over the sequence. The score traffic is memory-bound, twice
-    as much again in the backward.
+    P^T·dO, dQ = dS·K and dK = dS^T·Q over the sequence. The score traffic is memory-bound:
+    `SCORE_BYTES_FORWARD` (and `bias_bytes` of an additive bias, `CostParams.score_bias_bytes`) per
+    score forward, `SCORE_BYTES_BACKWARD` backward.
     """
     from bandwise.cost.compute import K_FIXED
 
@@ -290,7 +301,7 @@ def _materialized_attention(m_: ModelSpec, tokens: np.ndarray, tp: np.ndarray, p
     qk, pv = 2.0 * pairs * d, 2.0 * pairs * dv  # FLOPs of Q·K^T (and dQ, dK) and of P·V (and dP, dV)
     fill = lambda k: k / (k + K_FIXED)  # noqa: E731
     at = lambda flops, k: flops / (peak * eff * fill(k))  # noqa: E731
-    forward = at(qk, d) + at(pv, s) + pairs * SCORE_BYTES_FORWARD / bw
+    forward = at(qk, d) + at(pv, s) + pairs * (SCORE_BYTES_FORWARD + bias_bytes) / bw
     backward = at(pv, dv) + at(pv, s) + 2.0 * at(qk, s) + pairs * SCORE_BYTES_BACKWARD / bw
     return forward, backward
 
@@ -381,7 +392,7 @@ def _base(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, order: tuple[str,
         attn_fwd = attention_core_flops_per_token(m_, causal=True) * tokens / tp / (bf16_peak * attn_eff)
         attn_bwd = P.attention_backward_ratio * attn_fwd
     else:
-        attn_fwd, attn_bwd = _materialized_attention(m_, tokens, tp, bf16_peak, eff, bw * hbm_eff)
+        attn_fwd, attn_bwd = _materialized_attention(m_, tokens, tp, bf16_peak, eff, bw * hbm_eff, P.score_bias_bytes)
     casts = np.where(fp8, 1.0, 0.0)  # fp8 quantizes every GEMM input (and, backward, every output gradient)
     gemms = lambda gs: _gemms_time(gs, c, tokens, m_, linear_peak, linear_eff, bw, dev.sm_count)  # noqa: E731
     # the GEMMs on either side of each tensor-parallel collective: the attention block's input
@@ -469,11 +480,15 @@ def _base(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, order: tuple[str,
     # its input- and weight-gradient GEMMs each take as long as its forward): without SP its input
     # gradient's all-reduce (2 units) hides behind the weight gradient, max(0, 2c - g); under SP the
     # re-gather hides behind the input gradient and the reduce-scatter behind the weight gradient,
-    # 2·max(0, c - g), and the two row-parallel gradients' all-gathers wait (2c). 4c or 6c move.
+    # 2·max(0, c - g) (one max(0, c - g) where the gathered input was kept, `tp_gathered_inputs`), and
+    # the two row-parallel gradients' all-gathers wait (2c). 4c, or 6c with the re-gathers, move.
     one = b["tp_one"]
-    if P.sequence_parallel:
+    if P.sequence_parallel and not P.tp_gathered_inputs:
         async_pass = lambda up: 2.0 * one + 2.0 * (pair(attn_in) + pair(up))  # noqa: E731
         b["tp_bwd_total"] = 6.0 * one
+    elif P.sequence_parallel:  # the gathered input was kept: nothing to gather again
+        async_pass = lambda up: 2.0 * one + pair(attn_in) + pair(up)  # noqa: E731
+        b["tp_bwd_total"] = 4.0 * one
     else:
         async_pass = lambda up: np.maximum(0.0, 2.0 * one - attn_in) + np.maximum(0.0, 2.0 * one - up)  # noqa: E731
         b["tp_bwd_total"] = 4.0 * one
@@ -562,14 +577,16 @@ def _combine(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, b: dict[str, n
     # ---- compute per micro-batch on the fullest pipeline rank ----
     layer_recompute = np.select([rec == _FULL, rec == _SELECTIVE], [layer_fwd, b["selective_cost"]], 0.0)
     # each micro-batch's backward folds its weight gradients into the step's accumulator outside
-    # the GEMMs where the framework does so (`CostParams.grad_accumulation_bytes`): per layer, and
-    # for the output layer's own weights on the head's rank
+    # the GEMMs where the framework does so (`CostParams.grad_accumulation_bytes`): per layer, and on
+    # the head's rank for the output layer's weights and, where the same rank holds it, the embedding's
+    # (a tied head's copy on a last stage of its own is not counted: its ModelSpec has no output_params)
     adds = np.where(P.grad_accumulation_skips_first, (n_mb - 1.0) / n_mb, 1.0)  # adds per micro-batch, on average
     accumulate = adds * P.grad_accumulation_bytes / (dev.hbm_bandwidth * P.hbm_efficiency)
     per_layer = layer_fwd + layer_bwd + b["kernel_gaps"] + accumulate * (b["dense_layer_local"] + b["expert_layer_local"])
     unit = per_layer + layer_recompute
     # the rank of the last stage also runs the output head, the loss and any MTP modules
-    head = b["out_total"] + b["mtp_total"] + np.where(rec == _FULL, b["mtp_recompute"], 0.0) + accumulate * b["out_local"]
+    head_weights = b["out_local"] + np.where(first_and_last_on_one_rank(pp, c.schedule), b["emb_local"], 0.0)
+    head = b["out_total"] + b["mtp_total"] + np.where(rec == _FULL, b["mtp_recompute"], 0.0) + accumulate * head_weights
     if P.balanced_stages:  # whole layers moved off the head's rank until it is no slower than the rest
         layers_rank, head_layers, compute_mb_total = balanced_split(L, pp, unit, head)
         # a rank's v stages hold whole layers too: the pipeline fills and drains at the pace of its
@@ -584,7 +601,8 @@ def _combine(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, b: dict[str, n
     compute_mb = compute_mb_total - recompute_mb
 
     # ---- tensor parallel: 4 collectives forward, 4 backward per layer (Korthikanti et al. 2022,
-    # Sec. 4.2.2: all-gather / reduce-scatter around attention and MLP), 4 more to recompute ----
+    # Sec. 4.2.2: all-gather / reduce-scatter around attention and MLP), 4 more to recompute; an
+    # asynchronous backward (`tp_backward_async`) moves 4 or 6 and exposes what `_base` finds ----
     passes = 2.0 + np.where(rec == _FULL, 1.0, 0.0)
     tp_layer = 4.0 * passes * b["tp_one"]
     overlapped = c.overlap_tp & b["tp_overlappable"]

@@ -100,6 +100,11 @@ SWITCHES: dict[str, str] = {
         "before gradient-accumulation fusion (2022-02): autograd adds each micro-batch's weight gradients into "
         "param.grad in place after the first, 6 bytes of HBM traffic per parameter"
     ),
+    "alibi_score_bias": (
+        "BLOOM's ALiBi in Megatron-DeepSpeed (megatron/model/transformer.py): Q·K^T runs as torch.baddbmm(alibi, Q, K^T, "
+        "beta=1.0) with the bias broadcast over the queries, so the bias is written into the score buffer and read "
+        "back by the GEMM, 4 more bytes per score each attention forward"
+    ),
     "megatron_async_tp_backward": (
         "Megatron-LM since 2022 (the code of Korthikanti et al. 2022) and Transformer Engine's Linear, which NeMo and "
         "Megatron-Bridge run, launch the backward's tensor-parallel collectives asynchronously beside the GEMMs of the "
@@ -133,6 +138,7 @@ PARAM_SWITCHES: dict[str, dict[str, Any]] = {
     "mbridge_fused_loss": {"fused_cross_entropy": True},
     "megatron_selective": {"selective_modules": ("core_attn",)},
     "megatron_async_tp_backward": {"tp_backward_async": True},
+    "alibi_score_bias": {"score_bias_bytes": 2 + 2},
     "deepspeed_bf16_grad_accumulation": {"grad_accumulation_bytes": 2 + 4 + 4 + 4 + 4},
     "megatron2021_autograd_grad_accumulation": {"grad_accumulation_bytes": 2 + 2 + 2, "grad_accumulation_skips_first": True},
     "deepseek_recompute": {"selective_modules": ("core_attn", "mlp_act", "layernorm", "mla_up_proj"), "fp8_activation_cache": True},
@@ -771,6 +777,8 @@ def convert(run: dict[str, Any], sources: dict[str, Any] | None = None, plain: b
         switch("mbridge_deepseek_layout")
     if src in MATERIALIZED_ATTENTION_SOURCES:
         switch("materialized_attention")
+        if "alibi" in str((run.get("model") or {}).get("position") or "").lower():
+            switch("alibi_score_bias")
     if src in ("korthikanti2022", "nemo_2407", "megatron_bridge_perf") and (fixed.get("tp") or 1) > 1 and not overlap.get("tp"):
         switch("megatron_async_tp_backward")
     rec_text = str(p.get("recompute") or "").lower()
