@@ -95,10 +95,12 @@ def test_strategy_file_forms(tmp_path):
     (tmp_path / "plan.json").write_text(json.dumps(plan))
     (tmp_path / "est.json").write_text(json.dumps(layout(pp=2)))
     assert load_strategy(str(tmp_path / "plan.json"), None).dp_shard == 2
-    assert load_strategy(str(tmp_path / "plan.json"), 1).tp == 2
+    # rows count from 1, as `plan` prints them and `plan --emit --pick N` reads them
+    assert load_strategy(str(tmp_path / "plan.json"), 1).tp == 1 and load_strategy(str(tmp_path / "plan.json"), 2).tp == 2
     assert load_strategy(str(tmp_path / "est.json"), None).pp == 2
-    with pytest.raises(ValueError, match=r"--pick 5: .* 2 layouts"):
-        load_strategy(str(tmp_path / "plan.json"), 5)
+    for pick in (0, 3):
+        with pytest.raises(ValueError, match=rf"--pick {pick}: .* 2 layouts .*use 1 to 2"):
+            load_strategy(str(tmp_path / "plan.json"), pick)
 
 
 @pytest.mark.parametrize(

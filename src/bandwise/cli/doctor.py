@@ -31,7 +31,7 @@ def trace(
     max_mb: int = typer.Option(65536, "--max-mb", help="Refuse traces that decompress to more than this many MB."),
     jobs: int = typer.Option(0, "--jobs", "-j", help="Read this many rank traces at once, one process each (default: one per core, at most one per trace)."),
     strategy: str = typer.Option(None, "--strategy", help="Set the traces against this layout's plan: `bandwise plan --json` or `estimate --json` output (with --model and --cluster)."),
-    pick: int = typer.Option(None, "--pick", help="With --strategy: the plan file's top[i] instead of its best."),
+    pick: int = typer.Option(None, "--pick", help="With --strategy: row N of the plan's table (top\\[N-1] of its JSON) instead of its best."),
     model: str = typer.Option(None, "--model", "-m", help="With --strategy: the model the job trains (preset or config.json)."),
     cluster: str = typer.Option(None, "--cluster", "-c", help="With --strategy: the cluster it runs on (preset or cluster file)."),
     seq_len: int = typer.Option(None, "--seq-len", help="With --strategy: the training sequence length (default: the model's)."),

@@ -23,8 +23,8 @@ TRAIN_HELP = """Train a model with a parallel layout on torch.distributed (launc
 
   torchrun --nproc-per-node 2 -m bandwise train --model debug-moe --strategy plan.json
 
-[b]--strategy[/b] takes the JSON printed by `bandwise plan --json` (its `best` layout, or `top\\[i]`
-with --pick i) or `bandwise estimate --json`; degree flags (--dp-shard, --tp, ...) override it,
+[b]--strategy[/b] takes the JSON printed by `bandwise plan --json` (its `best` layout, or row N of
+the plan's table with --pick N) or `bandwise estimate --json`; degree flags (--dp-shard, --tp, ...) override it,
 or describe the layout on their own. The layout is checked against the launched world size and
 the model before anything starts. Each step logs loss, tokens/s, MFU, data-wait share, grad norm,
 router MaxVio and peak memory (--metrics FILE for JSONL); the end prints the measured median step
@@ -46,7 +46,8 @@ MAX_STRATEGY_BYTES = 64 << 20
 
 
 def load_strategy(path: str, pick: int | None) -> Strategy:
-    """A Strategy from `plan --json` (best or top[pick]), `estimate --json`, or a bare mapping."""
+    """A Strategy from `plan --json` (best, or row `pick` of its table: top[pick - 1]), `estimate --json`,
+    or a bare mapping. Rows count from 1, as `plan` numbers them and `plan --emit --pick` reads them."""
     p = Path(path)
     if not p.is_file():
         raise BandwiseError(f"strategy file {path!r} does not exist; write one with `bandwise plan ... --json > plan.json`")
@@ -66,9 +67,9 @@ def load_strategy(path: str, pick: int | None) -> Strategy:
             top = data.get("top") or []
             if not isinstance(top, list):
                 raise BandwiseError(f"{path}: 'top' is a {type(top).__name__}, expected the list of layouts `bandwise plan --json` prints")
-            if not 0 <= pick < len(top):
-                raise BandwiseError(f"--pick {pick}: {path} lists {len(top)} layouts in 'top'; pick 0..{len(top) - 1}")
-            layout, where = top[pick], f"{path} top[{pick}]"
+            if not 1 <= pick <= len(top):
+                raise BandwiseError(f"--pick {pick}: {path} lists {len(top)} layouts in 'top' (the plan's table rows); use 1 to {len(top)}")
+            layout, where = top[pick - 1], f"{path} row {pick}"
         else:
             layout, where = data.get("best"), f"{path} best"
             if not layout:
@@ -85,7 +86,7 @@ def load_strategy(path: str, pick: int | None) -> Strategy:
 def train(
     model: str = typer.Option("debug-moe", "--model", "-m", help="Model preset or config file."),
     strategy: Optional[str] = typer.Option(None, "--strategy", help="plan/estimate --json output to run."),
-    pick: Optional[int] = typer.Option(None, "--pick", help="Run top\\[i] of a plan file instead of its best."),
+    pick: Optional[int] = typer.Option(None, "--pick", help="Run row N of the plan's table (top\\[N-1] of its JSON) instead of its best."),
     dp_replicate: Optional[int] = typer.Option(None, "--dp-replicate"),
     dp_shard: Optional[int] = typer.Option(None, "--dp-shard"),
     tp: Optional[int] = typer.Option(None, "--tp"),

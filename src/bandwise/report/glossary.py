@@ -20,7 +20,7 @@ BREAKDOWN = (
 )
 RECOMMENDED = (
     "The recommended layout is `best` in --json and what `bandwise train --strategy` runs: the fastest "
-    "layout, or the fastest without PP when the verdict says PP is not needed (`--pick i` runs top[i])."
+    "layout, or the fastest without PP when the verdict says PP is not needed (`--pick N` runs row N of the table)."
 )
 SCHEDULE = (
     "stages: the pipeline stages a rank holds · busy: time it computes · idle: its share of the makespan "
