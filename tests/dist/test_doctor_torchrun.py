@@ -64,7 +64,7 @@ def test_every_rank_is_monitored_and_the_slow_input_is_named(tmp_path: Path) -> 
     final_steps = {r["rank"]: r["steps"] for r in doc["signals"]["per_rank_live"]}
     assert len(doc["live"]) == 1, (doc["live"], final_steps)
     note = doc["live"][0]
-    assert note["rank"] == 1 and 10 <= note["step"] < final_steps[1], (note, final_steps)
+    assert note["event"] == "named" and note["rank"] == 1 and 10 <= note["step"] < final_steps[1], (note, final_steps)
     rows = doc["signals"]["per_rank_live"]
     assert [r["rank"] for r in rows] == [0, 1] and all(r["steps"] >= 3 for r in rows)
     assert rows[1]["data_wait_ms"] - rows[0]["data_wait_ms"] > 60

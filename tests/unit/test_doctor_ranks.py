@@ -206,3 +206,27 @@ def test_the_live_check_waits_for_every_rank_of_the_node(tmp_path):  # noqa: ANN
     _live(tmp_path, 2, 0.001, world=4)
     _live(tmp_path, 3, 0.001, world=4)
     assert check(read_live(tmp_path))[0] == 1
+
+
+def test_a_live_straggler_is_named_and_cleared_on_confirmed_polls():
+    """Two polls in a row name a rank before a line says so, two that do not clear it, with a line too;
+    a cleared rank can be named again, and a new straggler clears the old one."""
+    from bandwise.doctor.live import CONFIRM, Verdicts
+
+    assert CONFIRM == 2
+    v = Verdicts()
+    lag = lambda rank, step: (rank, step, f"rank {rank}'s input holds the others")  # noqa: E731
+    said = [v.update(found, t, step) for t, (found, step) in enumerate([
+        (None, 10), (lag(2, 11), 11), (lag(2, 12), 12),  # named at the second poll that names it
+        (lag(2, 13), 13), (None, 14), (lag(2, 15), 15),  # one quiet poll clears nothing
+        (None, 16), (None, 17),  # two do
+        (lag(2, 18), 18), (lag(2, 19), 19),  # named again
+        (lag(3, 20), 20), (lag(3, 21), 21),  # another rank takes over: the first is cleared, the second named
+    ])]
+    lines = {t: lines for t, lines in enumerate(said) if lines}
+    assert sorted(lines) == [2, 7, 9, 11]
+    assert "rank 2 at step 12" in lines[2][0] and "rank 2 no longer holds the others back" in lines[7][0]
+    assert "rank 2 at step 19" in lines[9][0]
+    assert "rank 2 no longer" in lines[11][0] and "rank 3 at step 21" in lines[11][1]
+    assert [(n["event"], n["rank"], n["step"]) for n in v.notes] == [
+        ("named", 2, 12), ("cleared", 2, 17), ("named", 2, 19), ("cleared", 2, 21), ("named", 3, 21)]

@@ -3,7 +3,8 @@
 Each rank's monitor rewrites its running summary to `rank-N.live.json` (`_bootstrap._live_writer`);
 `watch` reads them every POLL_S while the launcher runs and names a rank the first time the input
 straggler rule (`ranks.input_straggler`, the rule the end-of-run report uses) finds it, with the
-step and the time it was found, so a long job's user hears of it while it still runs. A live
+step and the time it was found, so a long job's user hears of it while it still runs, and says so
+again when the rule stops naming it (the rank caught up, or another now holds the others). A live
 line is what the rule said at that moment; the report at the end, over all steps, is the verdict.
 Each node's `doctor run` sees its own ranks (their files are local), so the rule runs per node.
 """
@@ -59,25 +60,46 @@ def check(data: dict[int, dict[str, Any]]) -> tuple[int, int, str] | None:
     return slow.rank, slow.steps, finding.title
 
 
+class Verdicts:
+    """What the live lines have said so far: a rank is named once CONFIRM polls in a row name it, and
+    cleared once CONFIRM polls in a row do not; a cleared rank can be named again."""
+
+    def __init__(self) -> None:
+        self.notes: list[dict[str, Any]] = []
+        self.named: dict[int, int] = {}  # a named rank -> the polls in a row that have not named it
+        self.streak: tuple[int | None, int] = (None, 0)  # the rank the last polls named, and how many in a row
+
+    def update(self, found: tuple[int, int, str] | None, elapsed: float, steps_now: int = 0) -> list[str]:
+        """The lines this poll adds, given what `check` found now."""
+        lines = []
+        rank_now = None if found is None else found[0]
+        self.streak = (rank_now, self.streak[1] + 1 if rank_now == self.streak[0] else 1)
+        for rank in list(self.named):
+            self.named[rank] = 0 if rank == rank_now else self.named[rank] + 1
+            if self.named[rank] >= CONFIRM:
+                del self.named[rank]
+                title = f"rank {rank} no longer holds the others back"
+                self.notes.append({"event": "cleared", "rank": rank, "step": steps_now, "elapsed_s": round(elapsed, 2), "title": title})
+                lines.append(f"bandwise doctor: live, {elapsed:.1f} s in, at step {steps_now}: {title}")
+        if found is not None and found[0] not in self.named and self.streak[1] >= CONFIRM:
+            rank, steps, title = found
+            self.named[rank] = 0
+            self.notes.append({"event": "named", "rank": rank, "step": steps, "elapsed_s": round(elapsed, 2), "title": title})
+            lines.append(f"bandwise doctor: live, {elapsed:.1f} s in, rank {rank} at step {steps}: {title}")
+        return lines
+
+
 def watch(proc: subprocess.Popen, folder: Path, say: Callable[[str], None]) -> list[dict[str, Any]]:
-    """Poll the ranks' live files until `proc` exits; each straggler once: `say` a line, keep a note."""
+    """Poll the ranks' live files until `proc` exits: `say` each line `Verdicts` adds; its notes."""
     t0 = time.monotonic()
-    notes: list[dict[str, Any]] = []
-    named: set[int] = set()
-    streak: tuple[int | None, int] = (None, 0)  # the rank the last polls named, and how many in a row
+    verdicts = Verdicts()
     while True:
         try:
             proc.wait(timeout=POLL_S)
-            return notes
+            return verdicts.notes
         except subprocess.TimeoutExpired:
             pass
-        found = check(read_live(folder))
-        rank_now = None if found is None else found[0]
-        streak = (rank_now, streak[1] + 1 if rank_now == streak[0] else 1)
-        if found is None or found[0] in named or streak[1] < CONFIRM:
-            continue
-        rank, steps, title = found
-        named.add(rank)
-        elapsed = time.monotonic() - t0
-        notes.append({"rank": rank, "step": steps, "elapsed_s": round(elapsed, 2), "title": title})
-        say(f"bandwise doctor: live, {elapsed:.1f} s in, rank {rank} at step {steps}: {title}")
+        data = read_live(folder)
+        steps_now = min((int(d.get("steps") or 0) for d in data.values()), default=0)
+        for line in verdicts.update(check(data), time.monotonic() - t0, steps_now):
+            say(line)
