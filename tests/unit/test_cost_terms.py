@@ -405,6 +405,18 @@ def test_gradient_accumulation_outside_the_gemm_costs_its_bytes_per_micro_batch(
         == pytest.approx(estimate(m, c, one_micro_batch).step_time_s, rel=1e-12)
 
 
+def test_gradient_accumulation_paces_the_pipeline_at_the_heads_rank():
+    """PP 2, 1F1B: the last rank holds half the layers and the output layer (not the embedding, which
+    is on the first); its extra time per micro-batch stretches the m micro-batches and the p - 1 of
+    the bubble alike."""
+    m, c = get_model("llama3-8b"), get_cluster("h100")
+    s = Strategy(dp_replicate=2, pp=2, micro_batch=1, global_batch=16, schedule="1F1B")
+    fused, unfused = estimate(m, c, s), estimate(m, c, s, replace(DEFAULT_PARAMS, grad_accumulation_bytes=6.0))
+    per_mb = (m.non_expert_layer_params / 2 + m.output_params) * 6.0 / (c.device.hbm_bandwidth * DEFAULT_PARAMS.hbm_efficiency)
+    assert fused.microbatches == 8
+    assert unfused.step_time_s - fused.step_time_s == pytest.approx(per_mb * (8 + 2 - 1), rel=1e-6)
+
+
 def test_gradient_accumulation_counts_each_ranks_share_of_the_experts():
     """An MoE layout without a pipeline: the rank's dense weights are whole (TP 1), its experts an
     EP-th of the routed ones; 4 micro-batches each add them all."""
