@@ -482,17 +482,18 @@ def _base(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, order: tuple[str,
     # re-gather hides behind the input gradient and the reduce-scatter behind the weight gradient,
     # 2·max(0, c - g) (one max(0, c - g) where the gathered input was kept, `tp_gathered_inputs`), and
     # the two row-parallel gradients' all-gathers wait (2c). 4c, or 6c with the re-gathers, move.
-    one = b["tp_one"]
-    if P.sequence_parallel and not P.tp_gathered_inputs:
-        async_pass = lambda up: 2.0 * one + 2.0 * (pair(attn_in) + pair(up))  # noqa: E731
-        b["tp_bwd_total"] = 6.0 * one
-    elif P.sequence_parallel:  # the gathered input was kept: nothing to gather again
-        async_pass = lambda up: 2.0 * one + pair(attn_in) + pair(up)  # noqa: E731
-        b["tp_bwd_total"] = 4.0 * one
-    else:
-        async_pass = lambda up: np.maximum(0.0, 2.0 * one - attn_in) + np.maximum(0.0, 2.0 * one - up)  # noqa: E731
-        b["tp_bwd_total"] = 4.0 * one
-    b["tp_bwd_exposed"] = (1 - frac_moe) * async_pass(mlp_up) + frac_moe * async_pass(moe_mlp / 2.0)
+    if P.tp_backward_async:
+        one = b["tp_one"]
+        if P.sequence_parallel and not P.tp_gathered_inputs:
+            async_pass = lambda up: 2.0 * one + 2.0 * (pair(attn_in) + pair(up))  # noqa: E731
+            b["tp_bwd_total"] = 6.0 * one
+        elif P.sequence_parallel:  # the gathered input was kept: nothing to gather again
+            async_pass = lambda up: 2.0 * one + pair(attn_in) + pair(up)  # noqa: E731
+            b["tp_bwd_total"] = 4.0 * one
+        else:
+            async_pass = lambda up: np.maximum(0.0, 2.0 * one - attn_in) + np.maximum(0.0, 2.0 * one - up)  # noqa: E731
+            b["tp_bwd_total"] = 4.0 * one
+        b["tp_bwd_exposed"] = (1 - frac_moe) * async_pass(mlp_up) + frac_moe * async_pass(moe_mlp / 2.0)
     # context parallel: ring passes K,V forward and K,V + dK,dV backward, hidden behind attention
     kv_width = (m_.heads * (m_.d_head + m_.d_value)) if m_.is_mla else m_.n_kv_heads * (m_.d_head + m_.d_value)
     kv_chunk = tokens * kv_width * BF16 / np.minimum(tp, m_.heads if m_.is_mla else m_.n_kv_heads)
@@ -585,7 +586,8 @@ def _combine(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, b: dict[str, n
     per_layer = layer_fwd + layer_bwd + b["kernel_gaps"] + accumulate * (b["dense_layer_local"] + b["expert_layer_local"])
     unit = per_layer + layer_recompute
     # the rank of the last stage also runs the output head, the loss and any MTP modules
-    head_weights = b["out_local"] + np.where(first_and_last_on_one_rank(pp, c.schedule), b["emb_local"], 0.0)
+    together = first_and_last_on_one_rank(pp, c.schedule)
+    head_weights = b["out_local"] + np.where(together, b["emb_local"], 0.0)
     head = b["out_total"] + b["mtp_total"] + np.where(rec == _FULL, b["mtp_recompute"], 0.0) + accumulate * head_weights
     if P.balanced_stages:  # whole layers moved off the head's rank until it is no slower than the rest
         layers_rank, head_layers, compute_mb_total = balanced_split(L, pp, unit, head)
@@ -633,7 +635,6 @@ def _combine(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, b: dict[str, n
     # outside any block (embedding, and the output layer where the same rank holds it), which are
     # gathered before the first layer and reduced after the embedding's backward (PyTorch FSDP2:
     # the root's reduce-scatter runs in the final backward callback)
-    together = first_and_last_on_one_rank(pp, c.schedule)
     root = b["emb_local"] + np.where(together, b["out_local"], 0.0)
     root_edge = root * (BF16 + P.grad_reduce_bytes) * b["k_fsdp"] + 2 * b["l_fsdp"]
     fsdp_exposed = np.where(zero == 3, layers_rank * fsdp_layer_exposed + root_edge + np.where(c.overlap_fsdp, ag + rs, 0.0), 0.0)

@@ -152,6 +152,9 @@ STATED_SOFTWARE = ("materialized_attention", "fa2_on_hopper", "eager_torchtitan"
 """Switches that say which software a run ran, each one a flag of `plan` and `estimate`
 (`--attention materialized`, `--attention fa2`, `--eager`). `validate --plain --software` keeps
 them: each run predicted as `plan` predicts it for a user who states that software."""
+ASYNC_TP_BACKWARD_SOURCES = ("korthikanti2022", "nemo_2407", "megatron_bridge_perf")
+"""Sources on Megatron-LM (2022 on) or Transformer Engine, whose TP backward runs asynchronously (the
+`megatron_async_tp_backward` switch); Narayanan et al. 2021's commit predates it."""
 MEGATRON_SOURCES = ("megatron_h100_2024", "narayanan2021_sc21", "korthikanti2022", "nemo_2407")
 """Sources trained with Megatron-LM / Megatron-Core without a pipeline layout (the `megatron_equal_stages` switch)."""
 MATERIALIZED_ATTENTION_SOURCES = ("narayanan2021_sc21", "korthikanti2022", "bloom176b", "opt175b")
@@ -779,16 +782,16 @@ def convert(run: dict[str, Any], sources: dict[str, Any] | None = None, plain: b
         switch("materialized_attention")
         if "alibi" in str((run.get("model") or {}).get("position") or "").lower():
             switch("alibi_score_bias")
-    if src in ("korthikanti2022", "nemo_2407", "megatron_bridge_perf") and (fixed.get("tp") or 1) > 1 and not overlap.get("tp"):
+    if src in ASYNC_TP_BACKWARD_SOURCES and (fixed.get("tp") or 1) > 1 and not overlap.get("tp"):
         switch("megatron_async_tp_backward")
     rec_text = str(p.get("recompute") or "").lower()
     if src in MEGATRON_SOURCES and fixed.get("recompute", "selective") == "selective":
         switch("megatron_selective")
     if "rmsnorm" in rec_text and "mla up-projection" in rec_text and "swiglu input cached in fp8" in rec_text:
         switch("deepseek_recompute")
-    if "bf16 optimizer" in str(p.get("zero_or_fsdp") or "").lower() and "deepspeed" in str(run.get("framework") or "").lower():
+    if "bf16 optimizer" in zf and "deepspeed" in str(run.get("framework") or "").lower():
         switch("deepspeed_bf16_grad_accumulation")
-    if src == "narayanan2021_sc21" and "zero-3" not in str(p.get("zero_or_fsdp") or "").lower():
+    if src == "narayanan2021_sc21" and "zero-3" not in zf:
         switch("megatron2021_autograd_grad_accumulation")
     if "bf16 optimizer moments" in str(run.get("precision") or "").lower():
         switch("bf16_adam_moments")
