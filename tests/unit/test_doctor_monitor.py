@@ -13,54 +13,87 @@ from bandwise.doctor.monitor import Monitor, measure_flops
 from bandwise.errors import BandwiseError
 
 DATA_S, PRE_S, OPT_S, COMPUTE_S = 0.030, 0.010, 0.015, 0.020
+CPU_SHARE = 0.25
+"""Share of each planted wait that the fake clock also counts as the thread's CPU time."""
+
+
+class FakeClock:
+    """`time.perf_counter` and `time.thread_time` that move only when the test sleeps, so each
+    phase the monitor measures can be compared exactly with what was planted, whatever the
+    machine's load."""
+
+    def __init__(self) -> None:
+        self.wall = self.cpu = 0.0
+
+    def perf_counter(self) -> float:
+        return self.wall
+
+    def thread_time(self) -> float:
+        return self.cpu
+
+    def sleep(self, seconds: float) -> None:
+        self.wall += seconds
+        self.cpu += CPU_SHARE * seconds
 
 
 class SlowIterable:
-    def __init__(self, n: int) -> None:
-        self.n = n
+    def __init__(self, n: int, sleep=time.sleep) -> None:
+        self.n, self.sleep = n, sleep
 
     def __iter__(self):
         for _ in range(self.n):
-            time.sleep(DATA_S)
+            self.sleep(DATA_S)
             yield torch.ones(4, 8)
 
 
 class SleepySGD(torch.optim.SGD):
+    sleep = staticmethod(time.sleep)
+
     def step(self, closure=None):  # a stand-in for an expensive optimizer
-        time.sleep(OPT_S)
+        self.sleep(OPT_S)
         return super().step(closure)
 
 
-def _run(steps: int = 6, **kw) -> Monitor:
+def _run(steps: int = 6, sleep=time.sleep, **kw) -> Monitor:
     torch.optim.SGD([torch.zeros(1, requires_grad=True)])  # patches SGD.step too: hooks now nest in SleepySGD
     model = torch.nn.Linear(8, 1)
     opt = SleepySGD(model.parameters(), lr=0.1)
+    opt.sleep = sleep
     mon = Monitor(census_step=None, **kw)
     mon.watch_optimizer(opt)
     mon.watch_model(model)
-    for x in mon.loader(SlowIterable(steps)):
+    for x in mon.loader(SlowIterable(steps, sleep)):
         with mon.step(samples=x.shape[0], tokens=x.numel()):
-            time.sleep(PRE_S)  # preprocessing in the loop, before the model
+            sleep(PRE_S)  # preprocessing in the loop, before the model
             loss = model(x).sum()
-            time.sleep(COMPUTE_S)
+            sleep(COMPUTE_S)
             loss.backward()
             opt.step()
     mon.close()
     return mon
 
 
-def test_phases_match_planted_sleeps():
-    mon = _run()
+def test_phases_match_planted_sleeps_exactly(monkeypatch):
+    """On a fake clock every phase is exactly what was planted: the attribution, not the machine."""
+    import bandwise.doctor.monitor as monitor_module
+
+    clock = FakeClock()
+    monkeypatch.setattr(monitor_module, "time", clock)
+    mon = _run(sleep=clock.sleep)
     m = mon.summary()["medians"]
-    # sleeps are lower bounds; the margin absorbs scheduling on a busy 2-core machine
-    assert DATA_S <= m["data_wait_s"] < DATA_S + 0.025
-    assert PRE_S <= m["preprocess_s"] < PRE_S + 0.02
-    assert OPT_S <= m["optimizer_s"] < OPT_S + 0.02
-    assert COMPUTE_S <= m["compute_s"] < COMPUTE_S + 0.03
-    shares = mon.summary()["breakdown"]
-    assert sum(shares.values()) == pytest.approx(1.0)
+    for key, planted in (("data_wait_s", DATA_S), ("preprocess_s", PRE_S), ("optimizer_s", OPT_S), ("compute_s", COMPUTE_S)):
+        assert m[key] == pytest.approx(planted, abs=1e-12), key
+    assert m["compute_cpu_s"] == pytest.approx(CPU_SHARE * COMPUTE_S, abs=1e-12)
     total = DATA_S + PRE_S + OPT_S + COMPUTE_S
-    assert shares["data_wait"] == pytest.approx(DATA_S / total, abs=0.12)
+    shares = mon.summary()["breakdown"]
+    assert shares == pytest.approx({"data_wait": DATA_S / total, "h2d": 0.0, "preprocess": PRE_S / total, "compute": COMPUTE_S / total, "optimizer": OPT_S / total})
+
+
+def test_real_sleeps_are_never_undercounted():
+    """With the real clock a sleep lasts at least as long as asked; a busy machine only adds."""
+    m = _run().summary()["medians"]
+    assert DATA_S <= m["data_wait_s"] and PRE_S <= m["preprocess_s"] and OPT_S <= m["optimizer_s"] and COMPUTE_S <= m["compute_s"]
+    assert m["compute_cpu_s"] < m["compute_s"]  # sleeping costs the thread no CPU time
 
 
 def test_throughput_and_mfu_by_hand():

@@ -94,7 +94,7 @@ def install(mon: Monitor) -> None:
         if box["depth"] == 1:
             if mon.cuda:
                 torch.cuda.synchronize()
-            box["t0"] = time.perf_counter()
+            box["t0"], box["c0"] = time.perf_counter(), time.thread_time()
 
     def post(opt: Any, args: Any, kwargs: Any) -> None:
         box["depth"] -= 1
@@ -102,7 +102,7 @@ def install(mon: Monitor) -> None:
             return
         if mon.cuda:
             torch.cuda.synchronize()
-        mon.add_optimizer_time(time.perf_counter() - box["t0"])
+        mon.add_optimizer_time(time.perf_counter() - box["t0"], cpu_seconds=time.thread_time() - box["c0"])
         mon.end_step()
         if "loader" not in box:
             # No DataLoader in this script: steps run from one optimizer step to the next.

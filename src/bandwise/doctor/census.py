@@ -51,6 +51,7 @@ class OpCensus(TorchFunctionMode):
             "softmax_calls": self.softmax,
             "sdpa_calls": self.sdpa,
             "dispatch_overhead_s": dispatch_overhead_s(),
+            "dispatch_overhead_cpu_s": dispatch_overhead_s(cpu=True),
             "bf16_available": bf16_available() if self.bf16 is None else self.bf16,
         }
 
@@ -66,25 +67,28 @@ def _effective_dtype(args: Any) -> str:
     return str(t.dtype).removeprefix("torch.")
 
 
-_OVERHEAD: list[float] = []
+_OVERHEAD: list[tuple[float, float]] = []
 
 
-def dispatch_overhead_s() -> float:
-    """Median wall time of one trivial torch op on a 1-element tensor: the fixed cost per call.
+def dispatch_overhead_s(*, cpu: bool = False) -> float:
+    """Median time of one trivial torch op on a 1-element tensor: the fixed cost per call.
 
     A step whose torch calls average only a few times this is dominated by dispatch (and on a
-    GPU, launch) overhead, not by arithmetic.
+    GPU, launch) overhead, not by arithmetic. `cpu=True` gives the calling thread's CPU time
+    (`time.thread_time`), which, unlike wall time, does not grow while the thread waits for a
+    core on a busy machine.
     """
     if not _OVERHEAD:
         x = torch.zeros(1)
-        times = []
+        wall, cpu_times = [], []
         for _ in range(7):
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.thread_time()
             for _ in range(200):
                 torch.add(x, 1.0)
-            times.append((time.perf_counter() - t0) / 200)
-        _OVERHEAD.append(sorted(times)[len(times) // 2])
-    return _OVERHEAD[0]
+            cpu_times.append((time.thread_time() - c0) / 200)
+            wall.append((time.perf_counter() - t0) / 200)
+        _OVERHEAD.append((sorted(wall)[len(wall) // 2], sorted(cpu_times)[len(cpu_times) // 2]))
+    return _OVERHEAD[0][1 if cpu else 0]
 
 
 def bf16_available(device: torch.device | str | None = None) -> bool:

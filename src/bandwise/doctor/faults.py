@@ -5,10 +5,10 @@ diagnosed, live (through `Monitor`) and from a profiler trace of the same loop. 
 one pre-norm transformer block on random data (B = batch, T = sequence, C = channels, H = heads):
 
 - `none`: the device's best precision (bf16 autocast where bf16 is native, else fp32),
-  `scaled_dot_product_attention`, batch 32, a cheap in-memory dataset;
+  `scaled_dot_product_attention`, batch 64, a cheap in-memory dataset;
 - `slow_getitem`: `__getitem__` waits on (simulated) storage for `io_wait_s` per sample;
 - `cpu_preprocess`: the loop transforms each batch with NumPy in the main process;
-- `tiny_batch`: batch 2;
+- `tiny_batch`: batch 1;
 - `fp32`: fp32 on a device declared bf16-capable. On a CPU without native bf16 (AVX2 only,
   like the 2-core CI machine) fp32 *is* the right choice and bf16 autocast runs emulated,
   10x+ slower; the fault is then planted by declaring the device bf16-capable
@@ -17,6 +17,12 @@ one pre-norm transformer block on random data (B = batch, T = sequence, C = chan
 
 The slow loader waits rather than burns CPU, as storage or network reads do, so workers can
 hide it even on 2 cores.
+
+The two batches are far apart so that each rule's signal sits several times from its threshold
+under load as well as on a quiet machine (benchmarks/RESULTS.md, "The planted faults under
+load"): on both cores busy, the optimizer takes 15-26% of a batch-1 step against 1-2% of a
+batch-64 one (the rule's line is 10%), and torch calls average 2-3x a trivial op's CPU time
+against 35-77x (the line is 10x).
 """
 
 from __future__ import annotations
@@ -54,7 +60,7 @@ class FaultConfig:
     fault: str = "none"
     steps: int = 10
     """Measured steps; one warm-up step and one census step come on top."""
-    batch: int = 32
+    batch: int = 64
     seq: int = 64
     dim: int = 128
     heads: int = 4
@@ -123,7 +129,7 @@ def _preprocess(x_BTC: torch.Tensor, seconds: float) -> torch.Tensor:
 
 
 def make_loader(cfg: FaultConfig) -> DataLoader:
-    batch = 2 if cfg.fault == "tiny_batch" else cfg.batch
+    batch = 1 if cfg.fault == "tiny_batch" else cfg.batch
     n = batch * (cfg.steps + 3)
     ds = RandomTokens(n, cfg.seq, cfg.dim, cfg.io_wait_s if cfg.fault == "slow_getitem" else 0.0, cfg.seed)
     kwargs = dict(cfg.loader_kwargs or {})

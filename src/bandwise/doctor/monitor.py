@@ -13,7 +13,8 @@ and the monitor synchronises once per step, so the step time includes the queued
 the next data wait is really a wait; this adds one sync per step and changes no results.
 
 Per step it keeps: data_wait_s, step_s, compute_s, h2d_s, optimizer_s, preprocess_s (time
-from the step's start to the model's first forward, when `watch_model` is used),
+from the step's start to the model's first forward, when `watch_model` is used), compute_cpu_s
+(the loop thread's CPU time in compute, on a CPU device),
 peak_mem_bytes, samples_per_s, tokens_per_s, mfu. A value the monitor could not measure is
 None ("missing"), never 0.
 """
@@ -47,6 +48,10 @@ class _Open:
     h2d_s: float = 0.0
     optimizer_s: float = 0.0
     first_forward_t: float | None = None
+    c0: float = 0.0
+    """The thread's CPU time at the step's start (`time.thread_time`)."""
+    optimizer_cpu_s: float = 0.0
+    first_forward_c: float | None = None
     census: OpCensus | None = None
     flop_counter: Any = None
     events: list[Any] = field(default_factory=list)
@@ -132,7 +137,7 @@ class Monitor:
         census = OpCensus(self.bf16_available) if self.census_step is not None and index == self.census_step else None
         if self.cuda:
             torch.cuda.reset_peak_memory_stats(self.device)
-        self._open = _Open(t0=time.perf_counter(), samples=samples, tokens=tokens, data_wait_s=self._pending_wait, census=census)
+        self._open = _Open(t0=time.perf_counter(), c0=time.thread_time(), samples=samples, tokens=tokens, data_wait_s=self._pending_wait, census=census)
         self._pending_wait = 0.0
         if self.cuda:
             start = torch.cuda.Event(enable_timing=True)
@@ -171,6 +176,13 @@ class Monitor:
         step_s = time.perf_counter() - s.t0
         preprocess_s = None if s.first_forward_t is None else max(0.0, s.first_forward_t - s.t0 - s.h2d_s)
         compute_s = max(0.0, step_s - s.h2d_s - s.optimizer_s - (preprocess_s or 0.0))
+        # The loop thread's CPU time in compute, on a CPU device: what a torch call costs there,
+        # unstretched by waits for a core on a busy machine (the dispatch ratio reads it). On an
+        # accelerator the thread blocks on the device, so its CPU time says nothing of the step.
+        compute_cpu_s = None
+        if not self.cuda:
+            pre_cpu = 0.0 if s.first_forward_c is None else max(0.0, s.first_forward_c - s.c0)
+            compute_cpu_s = max(0.0, time.thread_time() - s.c0 - s.optimizer_cpu_s - pre_cpu)
         period = step_s + s.data_wait_s
         peak_mem = None
         if self.cuda:
@@ -187,6 +199,7 @@ class Monitor:
                 "step_s": step_s,
                 "gpu_step_s": gpu_s,
                 "compute_s": compute_s,
+                "compute_cpu_s": compute_cpu_s,
                 # On CUDA, copies not made through to_device() are not seen: missing, not 0.
                 "h2d_s": s.h2d_s if (self._h2d_used or not self.cuda) else None,
                 "optimizer_s": s.optimizer_s if self._hooks else None,
@@ -219,28 +232,30 @@ class Monitor:
         """Time `optimizer.step()` through its public pre/post hooks."""
         # A subclass whose step() calls super().step() runs the hooks once per level: time the
         # outermost call only.
-        box = {"depth": 0, "t0": 0.0}
+        box = {"depth": 0, "t0": 0.0, "c0": 0.0}
 
         def pre(opt: Any, args: Any, kwargs: Any) -> None:
             box["depth"] += 1
             if box["depth"] == 1:
                 if self.cuda:
                     torch.cuda.current_stream(self.device).synchronize()
-                box["t0"] = time.perf_counter()
+                box["t0"], box["c0"] = time.perf_counter(), time.thread_time()
 
         def post(opt: Any, args: Any, kwargs: Any) -> None:
             box["depth"] -= 1
             if box["depth"] == 0:
                 if self.cuda:
                     torch.cuda.current_stream(self.device).synchronize()
-                self.add_optimizer_time(time.perf_counter() - box["t0"])
+                self.add_optimizer_time(time.perf_counter() - box["t0"], cpu_seconds=time.thread_time() - box["c0"])
 
         self._hooks += [optimizer.register_step_pre_hook(pre), optimizer.register_step_post_hook(post)]
 
-    def add_optimizer_time(self, seconds: float) -> None:
+    def add_optimizer_time(self, seconds: float, cpu_seconds: float | None = None) -> None:
+        """Add `seconds` of optimizer wall time (and the thread's CPU time in it) to the open step."""
         self._hooks = self._hooks or [None]  # optimizer time is now measured, not missing
         if self._open is not None:
             self._open.optimizer_s += seconds
+            self._open.optimizer_cpu_s += seconds if cpu_seconds is None else cpu_seconds
 
     def watch_model(self, model: torch.nn.Module) -> None:
         """Mark the first forward of each step, so time spent before it (preprocessing) is split out."""
@@ -252,7 +267,7 @@ class Monitor:
 
     def mark_forward(self) -> None:
         if self._open is not None and self._open.first_forward_t is None:
-            self._open.first_forward_t = time.perf_counter()
+            self._open.first_forward_t, self._open.first_forward_c = time.perf_counter(), time.thread_time()
 
     def close(self) -> None:
         """Remove the hooks this monitor registered."""
@@ -277,7 +292,7 @@ def summarize(records: list[dict[str, Any]], *, census: dict[str, Any] | None = 
     Shares are taken per step and then the median is renormalised to sum to 1, so one slow
     outlier step cannot move the breakdown much.
     """
-    keys = ("data_wait_s", "step_s", "gpu_step_s", "compute_s", "h2d_s", "optimizer_s", "preprocess_s", "peak_mem_bytes", "samples_per_s", "tokens_per_s", "mfu", "samples", "tokens")
+    keys = ("data_wait_s", "step_s", "gpu_step_s", "compute_s", "compute_cpu_s", "h2d_s", "optimizer_s", "preprocess_s", "peak_mem_bytes", "samples_per_s", "tokens_per_s", "mfu", "samples", "tokens")
     medians: dict[str, float | None] = {}
     for k in keys:
         vals = [r[k] for r in records if r.get(k) is not None]

@@ -24,8 +24,13 @@ def signals_from_live(summary: dict[str, Any], *, global_batch: int | None = Non
     gemm = census.get("gemm_by_dtype") or {}
     n_gemm = sum(gemm.values())
     dispatch = None
-    if census.get("torch_calls") and m.get("compute_s") and census.get("dispatch_overhead_s"):
-        dispatch = m["compute_s"] / census["torch_calls"] / census["dispatch_overhead_s"]
+    # CPU time on both sides where the monitor has it (a CPU device): a busy machine stretches
+    # wall times by whenever the thread waited for a core, so a wall-time ratio moves with load.
+    compute, overhead = m.get("compute_cpu_s"), census.get("dispatch_overhead_cpu_s")
+    if not (compute and overhead):
+        compute, overhead = m.get("compute_s"), census.get("dispatch_overhead_s")
+    if census.get("torch_calls") and compute and overhead:
+        dispatch = compute / census["torch_calls"] / overhead
     return {
         "source": "live",
         "device": "cuda" if m.get("gpu_step_s") is not None else "cpu",
