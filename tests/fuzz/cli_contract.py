@@ -8,6 +8,7 @@ whose peak resident memory (VmHWM) is read from /proc at its exit.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 import resource
@@ -20,6 +21,7 @@ from collections import Counter
 from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from bandwise.cli.main import main
 
@@ -45,6 +47,12 @@ class Tally:
     slowest: str = ""
     peak_rss_mb: float = 0.0
     """Largest VmHWM of a child process run for this class (0 when none ran)."""
+    inputs: Any = field(default_factory=hashlib.sha256)
+    """Hash of every input drawn, in order: equal digests, equal draws."""
+
+    @property
+    def digest(self) -> str:
+        return self.inputs.hexdigest()
 
     def to_dict(self) -> dict:
         return {
@@ -55,6 +63,7 @@ class Tally:
             "slowest_s": round(self.slowest_s, 3),
             "slowest": self.slowest,
             "child_peak_rss_mb": round(self.peak_rss_mb, 1),
+            "inputs_digest": self.digest,
         }
 
 
@@ -76,6 +85,7 @@ class Result:
 def _record(kind: str, result: Result, what: str) -> None:
     t = TALLY.setdefault(kind, Tally())
     t.examples += 1
+    t.inputs.update(what.encode("utf-8", "surrogatepass") + b"\0")
     t.exit_codes[result.code] += 1
     t.tracebacks += TRACEBACK in result.stderr or TRACEBACK in result.stdout
     t.warnings.update(result.warnings)

@@ -1,11 +1,9 @@
-"""Settings of the fuzz suite and its report.
+"""The fuzz suite's report (its example counts are in `fuzzing.py`).
 
-BANDWISE_FUZZ_EXAMPLES=N runs each hypothesis test for N examples times its weight (the
-default is a small count per test, so the folder runs in well under a minute on two cores).
 BANDWISE_FUZZ_REPORT=PATH writes, at the end, per input class: examples, exit codes seen,
-tracebacks, warnings, the slowest example and the largest child peak RSS, as JSON.
-Hypothesis keeps no example database (nothing is written into the checkout) and has no
-deadline: the check is on each command's result, not its speed.
+tracebacks, warnings, the slowest example, the largest child peak RSS and a digest of the
+inputs drawn, as JSON. Under the `ci` hypothesis profile (tests/conftest.py) the digests are the
+same on every run: that is how two CI runs are shown to have drawn the same examples.
 """
 
 from __future__ import annotations
@@ -15,29 +13,22 @@ import os
 import resource
 from pathlib import Path
 
-from hypothesis import HealthCheck, settings
+from hypothesis import settings
 
 from cli_contract import TALLY
-
-ENV_EXAMPLES = os.environ.get("BANDWISE_FUZZ_EXAMPLES", "")
-SUPPRESSED = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much, HealthCheck.function_scoped_fixture]
-
-
-def fuzz_settings(default: int, weight: float = 1.0) -> settings:
-    """`default` examples, or BANDWISE_FUZZ_EXAMPLES x `weight` when that is set."""
-    n = max(1, round(int(ENV_EXAMPLES) * weight)) if ENV_EXAMPLES else default
-    return settings(max_examples=n, deadline=None, database=None, suppress_health_check=SUPPRESSED, print_blob=True)
-
+from fuzzing import ENV_EXAMPLES
 
 def pytest_terminal_summary(terminalreporter) -> None:
     if not TALLY:
         return
     terminalreporter.section("fuzz tally")
+    terminalreporter.write_line(f"hypothesis profile: {settings.get_current_profile_name()}")
     for kind, t in sorted(TALLY.items()):
         codes = ", ".join(f"{k}: {v}" for k, v in sorted(t.exit_codes.items(), key=lambda kv: str(kv[0])))
         child = f", child peak {t.peak_rss_mb:.0f} MB" if t.peak_rss_mb else ""
         caught = f", warnings {dict(t.warnings)}" if t.warnings else ""
-        terminalreporter.write_line(f"{kind}: {t.examples} examples, exits {{{codes}}}, tracebacks {t.tracebacks}, slowest {t.slowest_s:.2f} s{child}{caught}")
+        terminalreporter.write_line(f"{kind}: {t.examples} examples (digest {t.digest[:12]}), exits {{{codes}}}, tracebacks {t.tracebacks}, "
+                                    f"slowest {t.slowest_s:.2f} s{child}{caught}")
     terminalreporter.write_line(f"total: {sum(t.examples for t in TALLY.values())} examples; this process's peak RSS {_own_peak_mb():.0f} MB")
 
 
@@ -47,6 +38,7 @@ def pytest_sessionfinish(session) -> None:
         return
     report = {
         "examples_setting": ENV_EXAMPLES or "default",
+        "hypothesis_profile": settings.get_current_profile_name(),
         "total_examples": sum(t.examples for t in TALLY.values()),
         "tracebacks": sum(t.tracebacks for t in TALLY.values()),
         "pytest_process_peak_rss_mb": round(_own_peak_mb(), 1),

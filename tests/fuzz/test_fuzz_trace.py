@@ -16,7 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cli_contract import run_cli, run_cli_child
-from conftest import ENV_EXAMPLES, fuzz_settings
+from fuzzing import ENV_EXAMPLES, fuzz_settings
 from mutations import HOSTILE, damaged, mutated, write_long_string
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "unit"))
