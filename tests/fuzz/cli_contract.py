@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import re
 import resource
 import subprocess
 import sys
@@ -68,6 +69,8 @@ class Tally:
 
 
 TALLY: dict[str, Tally] = {}
+_TMP = re.compile(re.escape(tempfile.gettempdir()) + r"/\S*")
+"""Paths of the run's own temporary files, which differ between runs of the same draws."""
 
 
 @dataclass
@@ -85,7 +88,7 @@ class Result:
 def _record(kind: str, result: Result, what: str) -> None:
     t = TALLY.setdefault(kind, Tally())
     t.examples += 1
-    t.inputs.update(what.encode("utf-8", "surrogatepass") + b"\0")
+    t.inputs.update(_TMP.sub("<tmp>", what).encode("utf-8", "surrogatepass") + b"\0")
     t.exit_codes[result.code] += 1
     t.tracebacks += TRACEBACK in result.stderr or TRACEBACK in result.stdout
     t.warnings.update(result.warnings)

@@ -14,13 +14,14 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
+from bandwise.inputs import shipped_yaml
 from bandwise.plan.runs import default_runs_path
 from bounded import AT_ONCE, python_lines
 from cli_contract import run_cli, run_cli_child
 from fuzzing import ENV_EXAMPLES, fuzz_settings
 from mutations import HOSTILE, damaged, mutated, write_long_string
 
-SHIPPED = yaml.safe_load(default_runs_path().read_text())
+SHIPPED = shipped_yaml(default_runs_path().read_text())
 SEED_IDS = (
     "maxtext_v5e_32b_16x256", "narayanan2021_t2_ptd_174B_768gpu", "korthikanti2022_175B", "torchtitan_h100_t4_70b_2d_asynctp",
     "mbridge_h100_qwen3_30b_a3b_2511", "deepseek_v3_2048_h800", "llama3_405b_8192gpu_seq8192", "megatron_h100_gpt_16B",

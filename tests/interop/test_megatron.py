@@ -13,22 +13,35 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
+import importlib.util
 import warnings
+from types import SimpleNamespace
 
 import pytest
 
 from bandwise.export import megatron as mg
 from bandwise.plan.verdict import REFERENCE_CASES
 
-pytest.importorskip("megatron.core", reason="Megatron-Core is not installed: pip install -e '.[interop]'")
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore")  # "Transformer Engine and Apex are not installed": the configs need neither
-    from megatron.core.distributed import DistributedDataParallelConfig
-    from megatron.core.num_microbatches_calculator import ConstantNumMicroBatchesCalculator
-    from megatron.core.transformer.transformer_config import MLATransformerConfig, TransformerConfig
+if importlib.util.find_spec("megatron") is None or importlib.util.find_spec("megatron.core") is None:
+    pytest.skip("Megatron-Core is not installed: pip install -e '.[interop]'", allow_module_level=True)
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+
+
+@functools.cache
+def mcore() -> SimpleNamespace:
+    """Megatron-Core's config classes, imported on first use: the import takes 2-3 s (its fused
+    kernels are compiled at import), which collecting the suite need not pay."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "Transformer Engine and Apex are not installed": the configs need neither
+        from megatron.core.distributed import DistributedDataParallelConfig
+        from megatron.core.num_microbatches_calculator import ConstantNumMicroBatchesCalculator
+        from megatron.core.transformer.transformer_config import MLATransformerConfig, TransformerConfig
+    return SimpleNamespace(TransformerConfig=TransformerConfig, MLATransformerConfig=MLATransformerConfig,
+                           DistributedDataParallelConfig=DistributedDataParallelConfig,
+                           ConstantNumMicroBatchesCalculator=ConstantNumMicroBatchesCalculator)
 
 CASE_IDS = [f"{m}@{n}x{c}" for m, c, n, _, _ in REFERENCE_CASES]
 
@@ -106,7 +119,9 @@ def _flags(cls: type, config: str) -> dict[str, tuple[str, str, object]]:
     return table
 
 
-FLAGS = {**_flags(TransformerConfig, "transformer"), **HAND_WRITTEN}
+@functools.cache
+def flags_table() -> dict[str, tuple]:
+    return {**_flags(mcore().TransformerConfig, "transformer"), **HAND_WRITTEN}
 
 
 def _parse(argv: list[str]) -> dict[str, object]:
@@ -132,7 +147,9 @@ def _value(text: str) -> object:
     return text
 
 
-def _configs(flags: dict[str, list[str]]) -> tuple[TransformerConfig, DistributedDataParallelConfig]:
+def _configs(flags: dict[str, list[str]]) -> tuple[object, object]:
+    """(TransformerConfig or MLATransformerConfig, DistributedDataParallelConfig) from the flags."""
+    FLAGS, m = flags_table(), mcore()
     transformer: dict[str, object] = {}
     ddp: dict[str, object] = {}
     for name, values in flags.items():
@@ -156,12 +173,12 @@ def _configs(flags: dict[str, list[str]]) -> tuple[TransformerConfig, Distribute
         transformer["params_dtype"] = transformer["pipeline_dtype"] = torch.bfloat16
     if "--group-query-attention" not in flags:
         transformer.pop("num_query_groups", None)
-    cls = MLATransformerConfig if "--multi-latent-attention" in flags else TransformerConfig
+    cls = m.MLATransformerConfig if "--multi-latent-attention" in flags else m.TransformerConfig
     known = {f.name for f in dataclasses.fields(cls)}
     assert set(transformer) <= known, f"not fields of {cls.__name__}: {set(transformer) - known}"
-    if cls is TransformerConfig:
+    if cls is m.TransformerConfig:
         transformer = {k: v for k, v in transformer.items() if k in known}
-    return cls(**transformer), DistributedDataParallelConfig(**ddp)
+    return cls(**transformer), m.DistributedDataParallelConfig(**ddp)
 
 
 def _pattern(text: str) -> list[int]:
@@ -194,7 +211,7 @@ def test_megatron_core_builds_its_configs_from_the_export(reference_cases, i) ->
     assert dp == s.dp
     # Megatron's expert mesh: tp·cp·dp ranks hold ep·etp expert shards (parallel_state.initialize_model_parallel)
     assert (s.tp * s.cp * dp) % (s.ep * (cfg.expert_tensor_parallel_size or s.tp)) == 0
-    micro = ConstantNumMicroBatchesCalculator(s.effective_global_batch, s.micro_batch, dp, None, 0)  # asserts it divides
+    micro = mcore().ConstantNumMicroBatchesCalculator(s.effective_global_batch, s.micro_batch, dp, None, 0)  # asserts it divides
     assert micro.get() == s.microbatches
     assert ddp.use_distributed_optimizer == (s.dp_shard > 1 or s.zero_stage == 1)
     assert ddp.use_megatron_fsdp == (s.dp_shard > 1)

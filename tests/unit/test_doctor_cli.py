@@ -57,6 +57,7 @@ def _main(capfd, *args: str) -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess(args, code, out, err)
 
 
+@pytest.mark.slow  # runs a training script under the doctor in a child process
 def test_doctor_run_unmodified_script(tmp_path, capfd, monkeypatch):
     script = tmp_path / "train.py"
     script.write_text(TRAIN)

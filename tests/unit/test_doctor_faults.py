@@ -14,6 +14,8 @@ from bandwise.doctor.signals import signals_from_live, signals_from_trace
 from bandwise.doctor.trace import analyze_trace
 from bandwise.errors import BandwiseError
 
+pytestmark = pytest.mark.slow  # trains the planted-fault loop twice per fault, live and traced
+
 STEPS = 6
 
 

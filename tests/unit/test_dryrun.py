@@ -19,6 +19,8 @@ from bandwise.runtime.moe import MoEConfig  # noqa: E402
 from bandwise.specs.registry import get_model  # noqa: E402
 from bandwise.specs.strategy import Strategy  # noqa: E402
 
+pytestmark = pytest.mark.slow  # dry runs of layouts at their true world size on fake tensors
+
 
 def _local_parameter_bytes(model: str, dp_shard: int) -> tuple[int, int, int, bool]:
     """(bytes this rank's parameters hold, bytes of the whole model, padding bound, any left on meta)

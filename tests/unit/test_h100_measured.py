@@ -56,6 +56,7 @@ def test_training_shaped_gemms_are_not_faster_in_the_model(h100) -> None:  # noq
     assert max(ratios) <= 1.10
 
 
+@pytest.mark.slow  # prices every shipped H100 row layer by layer
 def test_the_layer_compute_of_the_shipped_h100_rows() -> None:
     """One tensor-parallel rank's layer of each shipped dense H100 row, forward and backward back to
     back at the power limit, against the model's layer compute for the row's completed layout."""

@@ -23,6 +23,8 @@ _bench = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_bench)
 LAYOUTS, run_one = _bench.LAYOUTS, _bench.run_one
 
+pytestmark = pytest.mark.slow  # real training steps of full-width models on fake tensors, 3-6 s a layout
+
 GOAL = 0.10
 """Issue 16: every layout's analytical peak within 10% of the measured one."""
 

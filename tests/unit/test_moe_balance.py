@@ -125,6 +125,7 @@ def test_bad_steps_is_one_line_and_exit_2(capsys):
     assert "--steps=3" in err and len(err.strip().splitlines()) == 1  # one line: the error and its fix
 
 
+@pytest.mark.slow  # trains every router for the quick run: ~35 s on 2 cores
 def test_quick_run_shows_the_papers_ordering(capsys, tmp_path):
     """The CI-scale run: 2 seeds, aux_loss (α = 1e-3) against aux_free (γ = gamma_for_lr(lr)).
 
@@ -156,6 +157,7 @@ def test_quick_run_shows_the_papers_ordering(capsys, tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow  # a CPU training run through the CLI
 def test_human_output_has_a_row_per_router_and_the_checks(capsys):
     code, out, _ = run(["experiment", "moe-balance", "--quick", "--steps", "8", "--seeds", "1"], capsys)
     assert code == 0

@@ -39,6 +39,7 @@ def test_trainer_scales_the_bias_speed_to_its_learning_rate(monkeypatch):
         assert seen["cfg"].moe.gamma_follows_lr == (gamma is None), argv
 
 
+@pytest.mark.slow  # three 150-step CPU training runs
 def test_default_bias_speed_balances_a_short_run():
     """One MoE layer of 16 experts, top-4 (debug-moe's routing), trained 150 steps at the trainer's
     learning rate and warm-up, 3 seeds. Collapse puts every token on the same K experts (MaxVio =

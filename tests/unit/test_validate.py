@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from bandwise.cli.main import main
+from bandwise.inputs import shipped_yaml
 from bandwise.errors import BandwiseError
 from bandwise.plan.validate import (
     RunResult,
@@ -48,7 +49,7 @@ def _run(run_id: str) -> dict:
 
 # ---------------------------------------------------------------- the shipped data set
 def test_shipped_data_matches_its_meta_and_keeps_sources():
-    data = yaml.safe_load(default_runs_path().read_text())
+    data = shipped_yaml(default_runs_path().read_text())
     assert len(data["runs"]) == data["meta"]["n_runs"] == 133
     assert len({r["source"] for r in data["runs"]}) == data["meta"]["n_sources"] == len(data["sources"]) == 12
 

@@ -11,9 +11,11 @@ is applied by `convert`, recorded in `Case.switches`, and listed in `SWITCHES`.
 
 from __future__ import annotations
 
+import copy
 import math
 import re
 from dataclasses import dataclass, field, replace
+from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Any, Callable
@@ -23,7 +25,7 @@ import yaml
 
 from bandwise.cost.step import ATTENTION_KERNELS
 from bandwise.errors import BandwiseError
-from bandwise.inputs import read_text
+from bandwise.inputs import read_text, shipped_yaml
 from bandwise.plan.search import FIXABLE
 from bandwise.specs.hardware import MAX_DEVICES, SLICE_SHAPES, Cluster, torus_slice
 from bandwise.specs.model import MAX_DIMENSION, ModelSpec, brief
@@ -276,6 +278,12 @@ SECTIONS = ("hardware", "model", "parallelism", "target", "reported")
 """The parts of a run that are mappings of fields."""
 
 
+@cache
+def _shipped_runs() -> Any:
+    """The shipped published runs, parsed once per process (`inputs.shipped_yaml`)."""
+    return shipped_yaml(default_runs_path().read_text(encoding="utf-8"))
+
+
 def load_runs(path: str | Path | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """(runs, sources) from a file in the published_runs schema (the shipped data set by default).
 
@@ -285,11 +293,14 @@ def load_runs(path: str | Path | None = None) -> tuple[list[dict[str, Any]], dic
     where = f"--runs {str(p)!r}"
     if not p.is_file():
         raise BandwiseError(f"{where}: no such file; give a YAML file in the published_runs schema")
-    text = read_text(p, limit=MAX_RUNS_BYTES, where=where, what="a runs file", fix="split it into several files")
-    try:
-        data = yaml.safe_load(text)
-    except RecursionError:
-        raise BandwiseError(f"{where}: the YAML is nested too deeply to read; a runs file nests a few levels") from None
+    if p.resolve() == default_runs_path().resolve():
+        data = copy.deepcopy(_shipped_runs())  # a copy: callers may change the runs they get
+    else:
+        text = read_text(p, limit=MAX_RUNS_BYTES, where=where, what="a runs file", fix="split it into several files")
+        try:
+            data = yaml.safe_load(text)
+        except RecursionError:
+            raise BandwiseError(f"{where}: the YAML is nested too deeply to read; a runs file nests a few levels") from None
     _check_aliases(data, where)
     if not isinstance(data, dict) or not isinstance(data.get("runs"), list):
         raise BandwiseError(f"{where}: expected a mapping with a 'runs' list (published_runs schema)")

@@ -18,14 +18,14 @@ from typing import Any
 import yaml
 
 from bandwise.errors import BandwiseError
-from bandwise.inputs import read_text
+from bandwise.inputs import read_text, shipped_yaml
 from bandwise.specs.hardware import Cluster, Device, cluster_from_dict, cluster_to_file_dict, device_from_dict
 from bandwise.specs.model import ModelSpec
 
 
 def _load_yaml(name: str) -> dict[str, Any]:
     text = resources.files("bandwise.specs").joinpath("presets", name).read_text(encoding="utf-8")
-    return yaml.safe_load(text) or {}
+    return shipped_yaml(text) or {}
 
 
 @cache
