@@ -5,33 +5,17 @@ attribution, blocking host-device calls, vendors, and verdicts only with their e
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from bandwise.cli.main import main
 from bandwise.doctor.rules import diagnose
 from bandwise.doctor.signals import signals_from_trace
 from bandwise.doctor.trace import analyze_trace
 
 sys.path.insert(0, str(Path(__file__).parent))
 from kineto_gen import A100, H100, MI300, Kineto  # noqa: E402
-
-
-@pytest.fixture
-def cli(capsys):
-    def run(*args: str) -> subprocess.CompletedProcess:
-        try:
-            main(list(args))
-            code = 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
-        out, err = capsys.readouterr()
-        return subprocess.CompletedProcess(args, code, out, err)
-
-    return run
 
 
 def _diag(path: Path):

@@ -6,14 +6,12 @@ from __future__ import annotations
 import gzip
 import json
 import random
-import subprocess
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from bandwise.cli.main import main
 from bandwise.doctor.rules import diagnose
 from bandwise.doctor.signals import signals_from_trace
 from bandwise.doctor.trace import analyze_trace, covered, union
@@ -23,22 +21,6 @@ from bandwise.errors import BandwiseError
 TRACES = Path(__file__).parents[1] / "data" / "traces" / "resnet50-dataloader"
 NW0 = sorted(TRACES.glob("num_workers_0-*.json.gz"))
 NW4 = sorted(TRACES.glob("num_workers_4-*.json.gz"))
-
-
-@pytest.fixture
-def cli(capsys):
-    """The real entry point, in-process: returns (exit code, stdout, stderr)."""
-
-    def run(*args: str) -> subprocess.CompletedProcess:
-        try:
-            main(list(args))
-            code = 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
-        out, err = capsys.readouterr()
-        return subprocess.CompletedProcess(args, code, out, err)
-
-    return run
 
 
 # -- streaming reader -------------------------------------------------------------------------

@@ -6,38 +6,25 @@ import json
 
 import pytest
 
-from bandwise.cli.main import main
 from bandwise.cost.memory import GIB
 from bandwise.cost.step import DEFAULT_PARAMS
-from bandwise.plan.runs import load_runs, published_memory
+from bandwise.plan.runs import published_memory
 from bandwise.plan.validate import comparable_memory_gib, run_all
+from published import RUNS, SOURCES, exit_code, shipped_run
 
-RUNS, SOURCES = load_runs()
-
-
-def _run(rid: str) -> dict:
-    return next(r for r in RUNS if r["id"] == rid)
-
-
-def _cli(args: list[str]) -> int:
-    try:
-        main(args)
-    except SystemExit as exc:
-        return int(exc.code or 0)
-    return 0
 
 
 def test_published_memory_is_read_with_what_it_measures():
-    titan = published_memory(_run("torchtitan_h100_t1_fsdp"))
+    titan = published_memory(shipped_run("torchtitan_h100_t1_fsdp"))
     assert titan.gib == 82.4 and titan.basis == "reserved_peak"  # TorchTitan logs max_reserved_gib
-    fig = published_memory(_run("korthikanti2022_175B"))
+    fig = published_memory(shipped_run("korthikanti2022_175B"))
     assert fig.gib == pytest.approx(45.56 + 12.35) and fig.basis == "states_and_activations"
-    assert published_memory(_run("korthikanti2022_530B_dp8_2240gpu")) is None  # not in Figure 1
+    assert published_memory(shipped_run("korthikanti2022_530B_dp8_2240gpu")) is None  # not in Figure 1
     assert sum(published_memory(r) is not None for r in RUNS) == 4 + 12
 
 
 def test_reserved_peak_leaves_out_what_lies_outside_the_allocator():
-    res = run_all([_run("torchtitan_h100_t1_fsdp")], sources=SOURCES)[0]
+    res = run_all([shipped_run("torchtitan_h100_t1_fsdp")], sources=SOURCES)[0]
     est = res.estimate
     assert res.memory_predicted_gib == pytest.approx(est.memory_gib_per_device - DEFAULT_PARAMS.reserved_bytes / GIB)
     assert res.memory_error == pytest.approx(res.memory_predicted_gib / 82.4 - 1)
@@ -54,10 +41,10 @@ def test_korthikanti_figure_1_totals_within_ten_percent_through_validate():
 
 
 def test_cli_memory_table_and_json(capsys):
-    assert _cli(["validate", "--source", "korthikanti2022", "--memory"]) == 0
+    assert exit_code(["validate", "--source", "korthikanti2022", "--memory"]) == 0
     out = capsys.readouterr().out
     assert "Memory per device" in out and "states_and_activations" in out
-    assert _cli(["validate", "--source", "korthikanti2022", "--json"]) == 0
+    assert exit_code(["validate", "--source", "korthikanti2022", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     run = next(r for r in doc["runs"] if r["id"] == "korthikanti2022_1T")
     assert run["memory_published_gib"] == pytest.approx(26.56 + 32.96)

@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 import yaml
 
-from bandwise.cli.main import main
 from bandwise.inputs import shipped_yaml
 from bandwise.errors import BandwiseError
 from bandwise.plan.validate import (
@@ -19,7 +18,6 @@ from bandwise.plan.validate import (
     by_source,
     convert,
     default_runs_path,
-    load_runs,
     maxtext_dims,
     parse_precision,
     parse_recompute,
@@ -30,21 +28,8 @@ from bandwise.plan.validate import (
     summarize,
 )
 
-RUNS, SOURCES = load_runs()
-BY_ID = {r["id"]: r for r in RUNS}
+from published import RUNS, SOURCES, exit_code, shipped_run
 
-
-def _cli(args: list[str]) -> int:
-    """Run the real entry point; return its exit code."""
-    try:
-        main(args)
-    except SystemExit as exc:
-        return int(exc.code or 0)
-    return 0
-
-
-def _run(run_id: str) -> dict:
-    return copy.deepcopy(BY_ID[run_id])
 
 
 # ---------------------------------------------------------------- the shipped data set
@@ -99,10 +84,10 @@ def test_maxtext_scale_rule_worked_example():
 
 
 def test_maxtext_runs_follow_the_scale_rule():
-    case = convert(_run("maxtext_v5p_128b_1x256"))
+    case = convert(shipped_run("maxtext_v5p_128b_1x256"))
     assert (case.model.hidden, case.model.heads, case.model.ffn, case.model.layers) == (10240, 64, 65536, 64)
     assert not case.model.gated_mlp and case.model.tied_embeddings
-    bad = _run("maxtext_v5p_128b_1x256")
+    bad = shipped_run("maxtext_v5p_128b_1x256")
     bad["model"]["hidden"] = 12288
     with pytest.raises(BandwiseError, match="scale rule"):
         convert(bad)
@@ -110,7 +95,7 @@ def test_maxtext_runs_follow_the_scale_rule():
 
 # ---------------------------------------------------------------- conversion
 def test_maxtext_fsdp_within_slice_and_dp_over_dcn():
-    case = convert(_run("maxtext_v5e_128b_4x256"))
+    case = convert(shipped_run("maxtext_v5e_128b_4x256"))
     f = case.fixed
     assert (f["tp"], f["dp_shard"], f["dp_replicate"], f["cp"], f["pp"]) == (16, 16, 4, 1, 1)
     assert f["tp"] * f["dp_shard"] * f["dp_replicate"] == case.devices == 1024
@@ -121,9 +106,9 @@ def test_maxtext_fsdp_within_slice_and_dp_over_dcn():
 
 
 def test_stated_network_builds_the_cluster():
-    bloom = convert(_run("bloom_176b_384_a100"))  # Omni-Path, 4 x 100 Gb/s per 8-GPU node
+    bloom = convert(shipped_run("bloom_176b_384_a100"))  # Omni-Path, 4 x 100 Gb/s per 8-GPU node
     assert bloom.cluster.levels[1].bandwidth == pytest.approx(4 * 100e9 / 8 / 8)
-    ds = convert(_run("deepseek_v3_2048_h800"))  # NVLink 160 GB/s stated
+    ds = convert(shipped_run("deepseek_v3_2048_h800"))  # NVLink 160 GB/s stated
     assert ds.cluster.levels[0].bandwidth == pytest.approx(160e9)
     assert "interconnect" not in ds.completed
 
@@ -146,7 +131,7 @@ def test_network_units_are_read_case_sensitively(text, per_gpu):
 
 def test_expert_parallelism_carved_from_zero1_data_parallelism():
     """DeepSeek-V3 Sec. 3.2: PP16, EP64 over 8 nodes, ZeRO-1 DP: no FSDP stand-in any more."""
-    case = convert(_run("deepseek_v3_2048_h800"), SOURCES)
+    case = convert(shipped_run("deepseek_v3_2048_h800"), SOURCES)
     assert (case.fixed["dp_shard"], case.fixed["dp_replicate"], case.fixed["zero_stage"], case.fixed["ep"]) == (1, 128, 1, 64)
     est = predict(case).estimate
     assert est.breakdown["fsdp"] == 0.0 and est.comm_total_s["fsdp"] == 0.0
@@ -155,7 +140,7 @@ def test_expert_parallelism_carved_from_zero1_data_parallelism():
 def test_torchtitan_pipeline_defaults_reproduce_the_schedule_ratio():
     """TorchTitan's H100 Table 5 (405B, PP8, local batch 32): Interleaved 1F1B 128 vs 1F1B 100 TPS/GPU.
     With its default of pp micro-batches and 2 stages per rank, the predicted ratio must agree."""
-    one, inter = (predict(convert(_run(f"torchtitan_h100_t5_405b_{k}"), SOURCES)) for k in ("1f1b", "interleaved"))
+    one, inter = (predict(convert(shipped_run(f"torchtitan_h100_t5_405b_{k}"), SOURCES)) for k in ("1f1b", "interleaved"))
     assert one.strategy.microbatches == inter.strategy.microbatches == 8 and inter.strategy.virtual_stages == 2
     assert inter.predicted / one.predicted == pytest.approx(128 / 100, rel=0.05)
 
@@ -163,27 +148,27 @@ def test_torchtitan_pipeline_defaults_reproduce_the_schedule_ratio():
 def test_torchtitan_selective_ac_costs_about_half_a_forward():
     """TorchTitan's A100 table: Llama 2 13B on 64 GPUs, no AC 2162 WPS vs op-level selective AC 1904
     (-12%); Megatron-style selective recomputation alone would cost almost nothing."""
-    noac, sel = (predict(convert(_run(f"torchtitan_a100x64_llama2_13b_{k}"), SOURCES)) for k in ("noac", "sel_op"))
+    noac, sel = (predict(convert(shipped_run(f"torchtitan_a100x64_llama2_13b_{k}"), SOURCES)) for k in ("noac", "sel_op"))
     assert "torchtitan_sac" in sel.notes[-1] or any("torchtitan_sac" in n for n in sel.notes)
     assert sel.predicted / noac.predicted == pytest.approx(1904 / 2162, abs=0.03)
 
 
 def test_fp8_and_switches_are_recorded():
-    case = convert(_run("torchtitan_h100_t4_70b_2d_asynctp"))
+    case = convert(shipped_run("torchtitan_h100_t4_70b_2d_asynctp"))
     assert case.fixed["precision"] == "fp8" and case.overlap["tp"] is True and "async_tp" in case.switches
     assert case.cluster.device.hbm_bytes == 95 * 2**30  # as the device reports it (TorchTitan: "95 GiB memory")
-    local = convert(_run("narayanan2021_t1_145B"))
+    local = convert(shipped_run("narayanan2021_t1_145B"))
     assert local.overlap["dp"] is False and local.fixed["virtual_stages"] == 2
 
 
 def test_deepseek_v3_runs_carry_their_mtp_module_and_balanced_layout():
     """The MTP block sits beside the output head; DeepSeek and Megatron-Bridge both place whole layers
     to balance that rank, so their runs take the balanced split and no other run does."""
-    ds = convert(_run("deepseek_v3_2048_h800"), SOURCES)
+    ds = convert(shipped_run("deepseek_v3_2048_h800"), SOURCES)
     assert ds.model.mtp_depth == 1 and "deepseek_balanced_stages" in ds.switches
-    mb = convert(_run("mbridge_b200_deepseekv3_2511"), SOURCES)
+    mb = convert(shipped_run("mbridge_b200_deepseekv3_2511"), SOURCES)
     assert mb.model.mtp_depth == 1 and "mbridge_deepseek_layout" in mb.switches
-    llama = convert(_run("mbridge_h100_llama3_70b_2511"), SOURCES)
+    llama = convert(shipped_run("mbridge_h100_llama3_70b_2511"), SOURCES)
     assert llama.model.mtp_depth == 0 and not {"mbridge_deepseek_layout", "deepseek_balanced_stages"} & set(llama.switches)
 
 
@@ -193,15 +178,15 @@ def test_megatron_runs_complete_only_equal_whole_layer_stages():
     from bandwise.plan.validate import _completions
 
     for rid, allowed in (("megatron_h100_gpt_119B", {1}), ("megatron_h100_gpt_70B", {1, 2, 3, 6})):
-        case = convert(_run(rid), SOURCES)
+        case = convert(shipped_run(rid), SOURCES)
         assert "megatron_equal_stages" in case.switches
         assert {c["virtual_stages"] for c in _completions(case)} == allowed
-    titan = convert(_run("torchtitan_h100_t5_405b_interleaved"), SOURCES)
+    titan = convert(shipped_run("torchtitan_h100_t5_405b_interleaved"), SOURCES)
     assert "megatron_equal_stages" not in titan.switches
 
 
 def test_null_fields_are_completed_by_search_and_marked():
-    run = _run("nemo2407_h100_llama2-7b_8gpu")
+    run = shipped_run("nemo2407_h100_llama2-7b_8gpu")
     case = convert(run)
     assert {"recompute", "zero_stage"} <= set(case.completed)
     result = predict(case)
@@ -218,21 +203,21 @@ def test_null_fields_are_completed_by_search_and_marked():
 
 
 def test_unstated_layout_is_searched_within_the_device_count():
-    case = convert(_run("megatron_h100_gpt175b_strong_96gpu"))
+    case = convert(shipped_run("megatron_h100_gpt175b_strong_96gpu"))
     assert {"tp", "pp", "dp_replicate", "dp_shard"} <= set(case.completed)
     assert case.fixed["cp"] == 1  # the source lists no context parallelism
 
 
 def test_seq_padding_rescales_tokens():
-    case = convert(_run("palm_540b_6144_tpuv4"))
+    case = convert(shipped_run("palm_540b_6144_tpuv4"))
     assert case.fixed["tp"] == 12 and case.model.seq_len % 12 == 0
     assert case.token_scale == pytest.approx(2048 / case.model.seq_len)
 
 
 def test_unpredictable_runs_are_listed_with_a_reason_and_counted():
-    broken = _run("korthikanti2022_22B")
+    broken = shipped_run("korthikanti2022_22B")
     del broken["model"]["hidden"]
-    good = _run("korthikanti2022_175B")
+    good = shipped_run("korthikanti2022_175B")
     results = run_all([broken, good])
     assert len(results) == 2
     assert results[0].predicted is None and "hidden" in results[0].reason
@@ -256,15 +241,15 @@ def test_summary_against_numpy():
 
 # ---------------------------------------------------------------- qualitative results of the literature
 def test_palm_540b_without_pp_within_10_percent():
-    r = predict(convert(_run("palm_540b_6144_tpuv4"), SOURCES))
+    r = predict(convert(shipped_run("palm_540b_6144_tpuv4"), SOURCES))
     assert r.strategy.pp == 1
     assert abs(r.error) <= 0.10
 
 
 def test_narayanan_zero3_degrades_with_scale_while_ptd_holds():
     """Narayanan et al. 2021 Table 2: ZeRO-3 falls 144 -> 44 TFLOP/s/GPU from 384 to 1536 GPUs; PTD-P holds."""
-    z = [predict(convert(_run(f"narayanan2021_t2_zero3_174B_{n}gpu"), SOURCES)).predicted for n in (384, 1536)]
-    p = [predict(convert(_run(f"narayanan2021_t2_ptd_174B_{n}gpu"), SOURCES)).predicted for n in (384, 1536)]
+    z = [predict(convert(shipped_run(f"narayanan2021_t2_zero3_174B_{n}gpu"), SOURCES)).predicted for n in (384, 1536)]
+    p = [predict(convert(shipped_run(f"narayanan2021_t2_ptd_174B_{n}gpu"), SOURCES)).predicted for n in (384, 1536)]
     assert z[1] / z[0] < 0.5 and p[1] / p[0] > 0.85
 
 
@@ -402,7 +387,7 @@ def test_accuracy_meets_the_issue_targets(guarded_results):
 
 # ---------------------------------------------------------------- the command line
 def test_cli_json_has_exactly_the_issue_keys(capsys):
-    assert _cli(["validate", "--source", "korthikanti2022", "--json"]) == 0
+    assert exit_code(["validate", "--source", "korthikanti2022", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert set(doc) == {"runs", "by_source", "median_abs_error", "p90_abs_error"}
     assert len(doc["runs"]) == 5
@@ -413,7 +398,7 @@ def test_cli_json_has_exactly_the_issue_keys(capsys):
 
 def test_cli_human_tables_and_plot(tmp_path, capsys):
     png = tmp_path / "parity.png"
-    assert _cli(["validate", "--source", "palm2022", "--plot", str(png)]) == 0
+    assert exit_code(["validate", "--source", "palm2022", "--plot", str(png)]) == 0
     out = capsys.readouterr().out
     assert "palm_540b_6144_tpuv4" in out and "Per source" in out and "direct+derived" in out
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -421,10 +406,10 @@ def test_cli_human_tables_and_plot(tmp_path, capsys):
 
 def test_cli_runs_file_and_bad_source(tmp_path, capsys):
     path = tmp_path / "runs.yaml"
-    path.write_text(yaml.safe_dump({"sources": {}, "runs": [_run("maxtext_v4_22b_1x128")]}))
-    assert _cli(["validate", "--runs", str(path), "--json"]) == 0
+    path.write_text(yaml.safe_dump({"sources": {}, "runs": [shipped_run("maxtext_v4_22b_1x128")]}))
+    assert exit_code(["validate", "--runs", str(path), "--json"]) == 0
     assert len(json.loads(capsys.readouterr().out)["runs"]) == 1
-    assert _cli(["validate", "--source", "nope"]) == 2
+    assert exit_code(["validate", "--source", "nope"]) == 2
     err = capsys.readouterr().err
     assert "nope" in err and len(err.strip().splitlines()) <= 2
 
@@ -455,20 +440,20 @@ def test_a_band_line_says_how_many_runs_which_side_and_where_it_stops(monkeypatc
 
 
 def test_plan_and_estimate_print_the_band(capsys):
-    assert _cli(["plan", "--model", "llama3-8b", "--devices", "64", "--global-batch", "256"]) == 0
+    assert exit_code(["plan", "--model", "llama3-8b", "--devices", "64", "--global-batch", "256"]) == 0
     out = capsys.readouterr().out
     assert "tokens/s and MFU validated against" in out and "published dense runs on h100" in out
-    assert _cli(["estimate", "--model", "llama3-8b", "--dp-shard", "8", "--global-batch", "8", "--json"]) == 0
+    assert exit_code(["estimate", "--model", "llama3-8b", "--dp-shard", "8", "--global-batch", "8", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["validation"]["family"] == "h100"
 
 
 def test_write_bands_writes_the_runs_it_was_given_or_says_why_not(tmp_path, capsys):
     path = tmp_path / "bands.json"
-    assert _cli(["validate", "--source", "palm2022", "--write-bands", str(path)]) == 0
+    assert exit_code(["validate", "--source", "palm2022", "--write-bands", str(path)]) == 0
     assert json.loads(path.read_text())["bands"].keys() == {"tpu-v4/dense"}
     assert json.loads(path.read_text())["bands"]["tpu-v4/dense"]["runs"] == 1
     capsys.readouterr()
-    assert _cli(["validate", "--source", "palm2022", "--write-bands", str(tmp_path / "no" / "bands.json")]) == 2
+    assert exit_code(["validate", "--source", "palm2022", "--write-bands", str(tmp_path / "no" / "bands.json")]) == 2
     err = capsys.readouterr().err
     assert "cannot write the error bands" in err and len(err.strip().splitlines()) == 1
 
@@ -478,6 +463,6 @@ def test_the_held_out_runs_are_all_predicted(capsys, name, count):
     """llm-foundry's MPT runs on H100 (77) and on A100 (139, the control) in benchmarks/data stay out
     of the guards until their mechanisms are found; every one must still convert and be predicted."""
     path = Path(__file__).parents[2] / "benchmarks" / "data" / name
-    assert _cli(["validate", "--runs", str(path), "--plain", "--json"]) == 0
+    assert exit_code(["validate", "--runs", str(path), "--plain", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert len(doc["runs"]) == count and all(r["reason"] is None and r["error"] is not None for r in doc["runs"])
