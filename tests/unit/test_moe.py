@@ -11,7 +11,8 @@ import torch
 import torch.nn.functional as F
 
 from bandwise.errors import BandwiseError
-from bandwise.runtime.model import Attention, RMSNorm, Transformer, apply_rope, rope_tables
+from bandwise.runtime.layers import RMSNorm
+from bandwise.runtime.model import Attention, Transformer, apply_rope, rope_tables
 from bandwise.runtime.moe import MoE, MoEConfig, balance_loss, gamma_for_lr, update_router_biases
 from bandwise.runtime.parallel.recompute import apply_recompute
 from bandwise.specs.registry import get_model

@@ -207,7 +207,7 @@ def test_recomputed_product_is_released_until_backward_and_changes_no_bit(gated)
     """Selective recomputation of the MLP activation (`ops.recomputed_between`): the product the
     down-projection would keep has an empty storage between forward and backward, and the
     output and every gradient equal those of the plain MLP bit for bit in bf16."""
-    from bandwise.runtime.model import FeedForward
+    from bandwise.runtime.layers import FeedForward
 
     torch.manual_seed(3)
     plain = FeedForward(16, 40, gated=gated).to(torch.bfloat16)

@@ -25,12 +25,12 @@ from bandwise.cli.options import (
     THRESHOLD_OPT,
     cost_params,
     fraction,
-    global_batch_of,
     model_spec,
     precisions_of,
 )
 from bandwise.cost.step import CostParams, estimate as estimate_one
 from bandwise.errors import BandwiseError, NothingFits
+from bandwise.plan.inputs import global_batch_of
 from bandwise.export import EMIT_POOL, ENGINES, export, export_searched
 from bandwise.plan.advice import no_valid_layout
 from bandwise.plan.bands import band_dict, band_line

@@ -23,11 +23,11 @@ from bandwise.cli.options import (
     THRESHOLD_OPT,
     cost_params,
     fraction,
-    global_batch_of,
     model_spec,
     precisions_of,
 )
 from bandwise.errors import BandwiseError
+from bandwise.plan.inputs import global_batch_of
 from bandwise.plan.bands import band_dict
 from bandwise.plan.search import SEARCH_ROWS, Layout, narrowed_note
 from bandwise.plan.sweep import VARY_KINDS, PlanInputs, Point, SweepResult, compare as compare_clusters, parse_vary, sweep as sweep_points, vary_cluster

@@ -11,7 +11,7 @@ from rich.text import Text
 
 from bandwise.doctor.rules import MIN_STEPS, Diagnosis, Finding
 from bandwise.errors import BandwiseError
-from bandwise.report.files import write_text_atomic
+from bandwise.files import write_text_atomic
 from bandwise.report.output import Output
 
 _COLORS = {

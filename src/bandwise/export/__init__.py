@@ -19,24 +19,11 @@ from typing import Any, Callable, NamedTuple, Sequence
 
 from bandwise.cost.step import DEFAULT_PARAMS, CostParams, Estimate, estimate
 from bandwise.errors import BandwiseError
+from bandwise.export.common import TORCHRUN, Adapted, script_head, stage_layers  # noqa: F401 (the engines' shared parts, exported)
 from bandwise.plan.bands import band_line
 from bandwise.specs.hardware import Cluster
 from bandwise.specs.model import ModelSpec
 from bandwise.specs.strategy import Strategy
-
-
-class Adapted(NamedTuple):
-    """The layout an engine runs for a plan, and one line per thing it had to change."""
-
-    strategy: Strategy
-    changes: list[str]
-    """Parts of this layout the engine cannot express."""
-    forced: list[str] = []
-    """Changes the engine's own config makes to every layout (TorchTitan's float8 405B config)."""
-
-    @property
-    def all_changes(self) -> list[str]:
-        return self.forced + self.changes
 
 
 @dataclass
@@ -221,24 +208,3 @@ def _header(engine: str, model: ModelSpec, cluster: Cluster, plan: Strategy, dev
 
 def _layout(s: Strategy) -> str:
     return f"{s.describe()}, micro-batch {s.micro_batch}, {s.recompute} recompute, {s.precision}"
-
-
-def script_head(devices: int) -> list[str]:
-    """The lines a torchrun job script opens with: strict shell, and the node count it needs."""
-    return [
-        "set -euo pipefail",
-        f"# {devices} GPUs in all: NNODES x GPUs per node must equal {devices}",
-        'NNODES="${NNODES:?set NNODES, the number of nodes}"',
-    ]
-
-
-TORCHRUN = 'torchrun --nnodes "$NNODES" --nproc-per-node gpu --rdzv-backend c10d --rdzv-endpoint "${MASTER_ADDR:?}:${MASTER_PORT:-29500}" \\'
-"""One rendezvous for every node: torchrun's own c10d store on the first node."""
-
-
-def stage_layers(layers: int, stages: int) -> list[int]:
-    """Layers per pipeline stage, in stage order, as the cost model splits them
-    (`cost.step.last_stage_rank_layers`): as evenly as they go, the earlier stages taking the
-    remainder, as Megatron-LM's uniform split and TorchTitan's own split do."""
-    base, extra = divmod(layers, stages)
-    return [base + (i < extra) for i in range(stages)]

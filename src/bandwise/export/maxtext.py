@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 
 from bandwise.errors import BandwiseError
-from bandwise.export import Adapted
+from bandwise.export.common import Adapted
 from bandwise.specs.hardware import Cluster
 from bandwise.specs.model import ModelSpec
 from bandwise.specs.strategy import Strategy, divisors

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import shlex
 
-from bandwise.export import TORCHRUN, Adapted, script_head, stage_layers
+from bandwise.export.common import TORCHRUN, Adapted, script_head, stage_layers
 from bandwise.specs.hardware import Cluster
 from bandwise.specs.model import ModelSpec
 from bandwise.specs.strategy import Strategy

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from bandwise.report.files import write_text_atomic
+from bandwise.files import write_text_atomic
 
 BANDS_FILE = "error_bands.json"
 MIN_RUNS_FOR_SPREAD = 5

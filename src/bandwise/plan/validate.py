@@ -34,7 +34,7 @@ from bandwise.plan.runs import (  # noqa: F401  (re-exported: the validation API
 )
 from bandwise.plan.search import search
 from bandwise.specs.model import clip
-from bandwise.report.files import save_figure
+from bandwise.files import save_figure
 from bandwise.specs.strategy import Strategy
 
 

@@ -6,7 +6,7 @@ import math
 
 from bandwise.cost.pipeline import Timeline
 from bandwise.errors import INSTALL, BandwiseError
-from bandwise.report.files import save_figure
+from bandwise.files import save_figure
 
 COLORS = {"F": "#4C72B0", "B": "#C44E52", "I": "#DD8452", "W": "#55A868"}
 

@@ -58,7 +58,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 
 from bandwise.errors import BandwiseError
-from bandwise.report.files import output_error
+from bandwise.files import output_error
 
 TRAINER = "trainer.json"
 MANIFEST = "manifest.json"

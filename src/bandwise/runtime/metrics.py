@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
-from bandwise.report.files import append_line, open_append
+from bandwise.files import append_line, open_append
 
 
 def measure_matmul_flops(device: torch.device, dtype: torch.dtype, *, n: int = 1024, seconds: float = 0.15) -> float:

@@ -31,8 +31,9 @@ from torch.utils.checkpoint import checkpoint
 
 from bandwise.errors import BandwiseError
 from bandwise.runtime.init import init_parameters
-from bandwise.runtime.moe import MoE, MoEConfig, recompute_guard
-from bandwise.runtime.ops import apply_rope, recomputed_between, rms_norm, swiglu
+from bandwise.runtime.layers import FeedForward, RMSNorm, recompute_guard
+from bandwise.runtime.moe import MoE, MoEConfig
+from bandwise.runtime.ops import apply_rope
 from bandwise.specs.model import ModelSpec
 
 
@@ -49,18 +50,6 @@ class ModelConfig:
     """Router and balancing options; None means `MoEConfig()` defaults for an MoE spec."""
     seed: int | None = None
     """Seed of the weight init; None takes `torch.initial_seed()` (the last `torch.manual_seed`)."""
-
-
-class RMSNorm(nn.Module):
-    """y = x / sqrt(mean(x²) + eps) · w (Zhang & Sennrich 2019), computed in fp32."""
-
-    def __init__(self, dim: int, eps: float) -> None:
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(dim))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return rms_norm(x, self.weight, self.eps)  # saves x and 1/rms only (runtime/ops.py)
 
 
 def rope_tables(seq_len: int, head_dim: int, theta: float) -> torch.Tensor:
@@ -180,27 +169,6 @@ class _SumGradOverGroup(torch.autograd.Function):
         grad = grad.contiguous()
         dist.all_reduce(grad, group=ctx.group)
         return grad, None
-
-
-class FeedForward(nn.Module):
-    """SwiGLU: w2(silu(w1 x) · w3 x) (Shazeer 2020, "GLU Variants Improve Transformer"); without
-    the gate, GPT's w2(gelu(w1 x)) (Radford et al. 2019; Brown et al. 2020)."""
-
-    def __init__(self, dim: int, hidden: int, gated: bool = True) -> None:
-        super().__init__()
-        self.w1 = nn.Linear(dim, hidden, bias=False)
-        self.w2 = nn.Linear(hidden, dim, bias=False)
-        self.w3: nn.Module | None = nn.Linear(dim, hidden, bias=False) if gated else None
-        self.recompute_core = False
-        """Selective recomputation: re-run silu(a)·b (or gelu(a)) in backward instead of keeping it
-        for w2's weight gradient (`ops.recomputed_between`)."""
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        args = (self.w1(x), self.w3(x)) if self.w3 is not None else (self.w1(x),)
-        fn = swiglu if self.w3 is not None else F.gelu
-        if self.recompute_core:
-            return recomputed_between(fn, args, self.w2)
-        return self.w2(fn(*args))
 
 
 def _recompute_contexts() -> tuple[contextlib.AbstractContextManager, contextlib.AbstractContextManager]:

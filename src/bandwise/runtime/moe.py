@@ -30,15 +30,14 @@ N = T·K token-expert pairs.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from bandwise.errors import BandwiseError
+from bandwise.runtime.layers import FeedForward, recomputing
 from bandwise.runtime.ops import recomputed_between, swiglu
 from bandwise.specs.model import ModelSpec
 
@@ -101,24 +100,6 @@ class MoEConfig:
     @property
     def aux_free(self) -> bool:
         return self.balance.startswith("aux_free")
-
-
-# ---- recomputation guard -------------------------------------------------------------------
-_RECOMPUTING = [False]
-
-
-def recomputing() -> bool:
-    return _RECOMPUTING[0]
-
-
-@contextlib.contextmanager
-def recompute_guard() -> Iterator[None]:
-    """Active while activation checkpointing re-runs a forward (see parallel/checkpointing)."""
-    previous, _RECOMPUTING[0] = _RECOMPUTING[0], True
-    try:
-        yield
-    finally:
-        _RECOMPUTING[0] = previous
 
 
 # ---- modules -------------------------------------------------------------------------------
@@ -246,8 +227,6 @@ class MoE(nn.Module):
         self.gate = nn.Linear(spec.hidden, spec.experts, bias=False)
         self.experts = GroupedExperts(spec.experts, spec.hidden, spec.expert_ffn)
         # n shared experts of width f equal one SwiGLU of width n·f (the hidden units concatenate).
-        from bandwise.runtime.model import FeedForward
-
         self.shared: nn.Module | None = (
             FeedForward(spec.hidden, spec.shared_experts * spec.shared_ffn) if spec.shared_experts else None
         )

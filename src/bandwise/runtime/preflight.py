@@ -91,7 +91,7 @@ def _cgroup_free() -> float | None:
 def fitting_layout(spec: ModelSpec) -> tuple[int, Strategy] | None:
     """The smallest device count of the default cluster where the planner, at its default global
     batch (`bandwise plan`'s), finds a fitting layout."""
-    from bandwise.cli.options import global_batch_of
+    from bandwise.plan.inputs import global_batch_of
     from bandwise.plan.search import search
     from bandwise.specs.registry import get_cluster
 

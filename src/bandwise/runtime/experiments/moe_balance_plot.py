@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from bandwise.errors import BandwiseError
-from bandwise.report.files import save_figure
+from bandwise.files import save_figure
 from bandwise.runtime.experiments.moe_balance import Summary, miniature_deepseekmoe
 
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 from torch import nn
 
 from bandwise.errors import BandwiseError
-from bandwise.runtime.model import Attention, Block, FeedForward, LatentAttention
+from bandwise.runtime.layers import FeedForward
+from bandwise.runtime.model import Attention, Block, LatentAttention
 from bandwise.runtime.moe import GroupedExperts
 
 MODES = ("none", "selective", "full")

@@ -1,0 +1,44 @@
+"""What the engine modules share: the adapted layout they return, the torchrun lines a job script
+opens with, and the layers of each pipeline stage. The package (`export/__init__.py`) joins the
+engines; the engines import from here, not from it, so that no module imports its own importer."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from bandwise.specs.strategy import Strategy
+
+
+class Adapted(NamedTuple):
+    """The layout an engine runs for a plan, and one line per thing it had to change."""
+
+    strategy: Strategy
+    changes: list[str]
+    """Parts of this layout the engine cannot express."""
+    forced: list[str] = []
+    """Changes the engine's own config makes to every layout (TorchTitan's float8 405B config)."""
+
+    @property
+    def all_changes(self) -> list[str]:
+        return self.forced + self.changes
+
+
+def script_head(devices: int) -> list[str]:
+    """The lines a torchrun job script opens with: strict shell, and the node count it needs."""
+    return [
+        "set -euo pipefail",
+        f"# {devices} GPUs in all: NNODES x GPUs per node must equal {devices}",
+        'NNODES="${NNODES:?set NNODES, the number of nodes}"',
+    ]
+
+
+TORCHRUN = 'torchrun --nnodes "$NNODES" --nproc-per-node gpu --rdzv-backend c10d --rdzv-endpoint "${MASTER_ADDR:?}:${MASTER_PORT:-29500}" \\'
+"""One rendezvous for every node: torchrun's own c10d store on the first node."""
+
+
+def stage_layers(layers: int, stages: int) -> list[int]:
+    """Layers per pipeline stage, in stage order, as the cost model splits them
+    (`cost.step.last_stage_rank_layers`): as evenly as they go, the earlier stages taking the
+    remainder, as Megatron-LM's uniform split and TorchTitan's own split do."""
+    base, extra = divmod(layers, stages)
+    return [base + (i < extra) for i in range(stages)]

@@ -1,0 +1,62 @@
+"""Layers the dense model and the MoE block share: RMSNorm, the SwiGLU feed-forward, and the flag
+that tells a module its forward is being re-run by activation checkpointing."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from bandwise.runtime.ops import recomputed_between, rms_norm, swiglu
+
+_RECOMPUTING = [False]
+
+
+def recomputing() -> bool:
+    return _RECOMPUTING[0]
+
+
+@contextlib.contextmanager
+def recompute_guard() -> Iterator[None]:
+    """Active while activation checkpointing re-runs a forward (`parallel/recompute.py`)."""
+    previous, _RECOMPUTING[0] = _RECOMPUTING[0], True
+    try:
+        yield
+    finally:
+        _RECOMPUTING[0] = previous
+
+
+class RMSNorm(nn.Module):
+    """y = x / sqrt(mean(x²) + eps) · w (Zhang & Sennrich 2019), computed in fp32."""
+
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return rms_norm(x, self.weight, self.eps)  # saves x and 1/rms only (runtime/ops.py)
+
+
+class FeedForward(nn.Module):
+    """SwiGLU: w2(silu(w1 x) · w3 x) (Shazeer 2020, "GLU Variants Improve Transformer"); without
+    the gate, GPT's w2(gelu(w1 x)) (Radford et al. 2019; Brown et al. 2020)."""
+
+    def __init__(self, dim: int, hidden: int, gated: bool = True) -> None:
+        super().__init__()
+        self.w1 = nn.Linear(dim, hidden, bias=False)
+        self.w2 = nn.Linear(hidden, dim, bias=False)
+        self.w3: nn.Module | None = nn.Linear(dim, hidden, bias=False) if gated else None
+        self.recompute_core = False
+        """Selective recomputation: re-run silu(a)·b (or gelu(a)) in backward instead of keeping it
+        for w2's weight gradient (`ops.recomputed_between`)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        args = (self.w1(x), self.w3(x)) if self.w3 is not None else (self.w1(x),)
+        fn = swiglu if self.w3 is not None else F.gelu
+        if self.recompute_core:
+            return recomputed_between(fn, args, self.w2)
+        return self.w2(fn(*args))
