@@ -32,14 +32,13 @@ PLANNER_TERMS = {"params": ("params",), "grads + optimizer": ("grads_optimizer",
 def planner_memory(spec: ModelSpec, s: Strategy, cluster_name: str) -> dict[str, float] | None:
     """The planner's per-rank bytes per row of the table (and 'total') for `s`, without the fixed reserve."""
     try:
-        from bandwise.cost.step import CostParams, estimate
+        from bandwise.cost.profiles import trainer_params
+        from bandwise.cost.step import estimate
         from bandwise.specs.registry import get_cluster
     except ImportError:  # the cost model is part of the core install; guard anyway
         return None
-    # the trainer runs torch's tensor parallelism, which keeps the gathered GEMM inputs, and a loss
-    # that keeps the bf16 logits between its forward and backward (runtime.ops.cross_entropy)
-    params = CostParams(reserved_bytes=0.0, tp_gathered_inputs=True, loss_kept_bytes_per_logit=2.0)
-    est = estimate(spec, get_cluster(cluster_name), s, params)
+    # the dry run measures torch's allocations, which hold no CUDA context
+    est = estimate(spec, get_cluster(cluster_name), s, trainer_params(accelerator=False))
     out = {label: sum(est.memory_gib[t] for t in terms) * GIB for label, terms in PLANNER_TERMS.items()}
     out["total"] = est.memory_gib_per_device * GIB
     return out

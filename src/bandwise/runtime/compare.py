@@ -97,9 +97,9 @@ def compare_with_plan(spec: ModelSpec, strategy: Strategy, device: torch.device,
     except ImportError:  # the planner's cost model is optional for training
         result["predicted_step_s"] = None
         return result
-    from bandwise.cost.step import CostParams
+    from bandwise.cost.profiles import trainer_params
 
-    est = estimate(spec, cluster, strategy, CostParams(eager_elementwise=True))
+    est = estimate(spec, cluster, strategy, trainer_params(accelerator=device.type != "cpu"))
     result["attention_efficiency"] = attention
     result.update(
         predicted_step_s=est.step_time_s,

@@ -43,12 +43,11 @@ def needed_bytes(spec: ModelSpec, s: Strategy, *, element_size: int, cuda: bool)
     parameter; cost/step.py). At fp32 compute the activations double and the states are 16 B a
     parameter (fp32 weights, gradients, two moments), within the planner's 18; at fp64 they double
     too. The CUDA context the planner reserves is counted on a GPU only."""
-    from bandwise.cost.step import CostParams, estimate
+    from bandwise.cost.profiles import trainer_params
+    from bandwise.cost.step import estimate
     from bandwise.specs.registry import get_cluster
 
-    # the trainer runs torch's tensor parallelism, which keeps the gathered GEMM inputs
-    params = CostParams(tp_gathered_inputs=True) if cuda else CostParams(reserved_bytes=0.0, tp_gathered_inputs=True)
-    est = estimate(spec, get_cluster(SUGGEST_CLUSTER), s, params)
+    est = estimate(spec, get_cluster(SUGGEST_CLUSTER), s, trainer_params(accelerator=cuda))
     gib = 2**30
     states = (est.memory_gib["params"] + est.memory_gib["grads_optimizer"] + est.memory_gib["grads_not_at_peak"]) * gib
     act = est.memory_gib["activations"] * gib
