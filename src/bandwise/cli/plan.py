@@ -28,7 +28,7 @@ from bandwise.cli.options import (
     model_spec,
     precisions_of,
 )
-from bandwise.cost.step import CostParams, estimate as estimate_one
+from bandwise.cost.step import estimate as estimate_one
 from bandwise.errors import BandwiseError, NothingFits
 from bandwise.plan.inputs import global_batch_of
 from bandwise.export import EMIT_POOL, ENGINES, export, export_searched

@@ -43,9 +43,8 @@ import numpy as np
 from bandwise.cost import schedules as schedules_module
 from bandwise.cost.schedules import Action, action_orders, check, rounds, stage_rank
 from bandwise.errors import BandwiseError
+from bandwise.specs.schedules import BY_NAME, SPLIT_BACKWARD  # noqa: F401 (SPLIT_BACKWARD: exported)
 from bandwise.specs.strategy import SCHEDULES, V_SHAPED
-
-SPLIT_BACKWARD = ("InterleavedZeroBubble", "ZBVZeroBubble", "DualPipeV")
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -262,7 +261,7 @@ _DIRECT_LIMIT = 1
 
 def _period(schedule: str, p: int) -> int:
     """Micro-batches per repeat of the steady state: the interleaved families keep k = p per round."""
-    return p if schedule in ("Interleaved1F1B", "InterleavedZeroBubble") else 1
+    return BY_NAME[schedule].period(p)
 
 
 class _DiskCache:
@@ -456,7 +455,7 @@ def _summary_at(schedule: str, p: int, m: int, v: int, f: float, b: float, w: fl
     full simulation) and extrapolate; tests compare this with full simulations."""
     period = _period(schedule, p)
     m0 = (2 * p + 2) // period * period + period  # past warm-up and cool-down, on the progression
-    on_progression = schedule not in ("Interleaved1F1B", "InterleavedZeroBubble") or m % p == 0
+    on_progression = not BY_NAME[schedule].rounds or m % p == 0
     if m <= m0 + _DIRECT_LIMIT * period or not on_progression:
         return _summary(schedule, p, m, v, f, b, w)
     y0, y1, y2 = (_summary(schedule, p, m0 + j * period, v, f, b, w) for j in range(3))

@@ -33,6 +33,7 @@ from collections import deque
 from typing import Callable, NamedTuple, TypeVar
 
 from bandwise.errors import BandwiseError
+from bandwise.specs.schedules import BY_NAME
 
 
 class Action(NamedTuple):
@@ -48,12 +49,9 @@ class Action(NamedTuple):
 
 Orders = list[list[Action]]
 
-V_STYLE = ("ZBVZeroBubble", "DualPipeV")
-
-
 def stage_rank(stage: int, p: int, schedule: str) -> int:
     """The rank that runs `stage`: looped placement, or a V for the V-shaped schedules."""
-    if schedule in V_STYLE:
+    if BY_NAME[schedule].stages_per_rank == "v":
         return stage if stage < p else 2 * p - 1 - stage
     return stage % p
 
@@ -73,26 +71,19 @@ def check(schedule: str, p: int, m: int, v: int) -> None:
         raise BandwiseError(f"stages, micro-batches and virtual stages must be >= 1 (got p={p}, m={m}, v={v})")
     if schedule not in GENERATORS:
         raise BandwiseError(f"unknown schedule {schedule!r}; valid: {', '.join(GENERATORS)}")
-    if schedule in ("GPipe", "1F1B") and v != 1:
+    sch = BY_NAME[schedule]
+    if sch.stages_per_rank == "one" and v != 1:
         raise BandwiseError(f"schedule {schedule} runs 1 stage per rank (virtual_stages=1), got virtual_stages={v}")
-    if schedule in V_STYLE and v != 2:
+    if sch.stages_per_rank == "v" and v != 2:
         raise BandwiseError(f"ZBV requires exactly 2 stages per rank, but got {v}. Use virtual_stages=2 with {schedule}, not virtual_stages={v}")
-    if schedule == "1F1B" and m < p:
-        raise BandwiseError(
-            f"Number of microbatches ({m}) must be greater than or equal to the number of stages ({p}). "
-            f"Use at least {p} micro-batches with 1F1B"
-        )
-    if schedule == "DualPipeV" and m < 2 * p:
-        raise BandwiseError(
-            f"DualPipeV requires at least as many microbatches as stages, but got {m} microbatches and {2 * p} stages. "
-            f"Use at least {2 * p} micro-batches (2 stages per rank)"
-        )
-    if schedule in ("Interleaved1F1B", "InterleavedZeroBubble"):
+    need = sch.microbatches_per_rank * p
+    if m < need:
+        raise BandwiseError(f"{sch.too_few.format(m=m, stages=need)}. Use at least {need} micro-batches with {schedule}")
+    if sch.rounds:
         n_rounds, _ = rounds(p, m)
         if m % n_rounds:
-            who = "Interleaved 1F1B" if schedule == "Interleaved1F1B" else "Zero bubble"
             raise BandwiseError(
-                f"{who} requires the number of microbatches to be a multiple of the number of rounds ({n_rounds}), "
+                f"{sch.label} requires the number of microbatches to be a multiple of the number of rounds ({n_rounds}), "
                 f"but got {m}. Use a multiple of {n_rounds}, e.g. {n_rounds * p}"
             )
 

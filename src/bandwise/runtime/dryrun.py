@@ -42,6 +42,7 @@ from bandwise.runtime.moe import MoE, MoEConfig
 from bandwise.runtime.parallel.mesh import build_meshes, check_runtime_support
 from bandwise.runtime.parallel.pipeline import build_schedule, run_step
 from bandwise.specs.model import ModelSpec
+from bandwise.specs.schedules import SPLIT_BACKWARD
 from bandwise.specs.strategy import V_SHAPED, Strategy
 
 CATEGORIES = ("params", "grads", "optimizer", "activations", "buffers")
@@ -157,6 +158,10 @@ def _play(spec: ModelSpec, s: Strategy, role: str, pp_rank: int, *, steps: int, 
                 opt.zero_grad(set_to_none=True)
             # FSDPMemTracker names FSDP's own buffers (unsharded weights and gradients, all-gather
             # and reduce-scatter); it takes one root module, so interleaved stages use MemTracker
+            # A split backward runs `torch.autograd.grad` on the stage's inputs, then on its weights;
+            # the tracker's multi-gradient hooks are refused on leaf tensors there ("A leaf node was
+            # passed to _will_engine_execute_node"), so it runs without module hooks, and what backward
+            # allocates is counted with the activations (the totals are unchanged).
             split_backward = s.pp > 1 and s.schedule in SPLIT_BACKWARD
             if par.fsdp and len(parts) == 1 and not split_backward:
                 tracker = FSDPMemTracker(parts[0], optimizers[0])
@@ -194,13 +199,6 @@ def _play(spec: ModelSpec, s: Strategy, role: str, pp_rank: int, *, steps: int, 
     finally:
         dist.destroy_process_group()
 
-
-SPLIT_BACKWARD = ("InterleavedZeroBubble", "ZBVZeroBubble", "DualPipeV")
-"""Schedules that split backward into input and weight gradients (`torch.autograd.grad` on the
-stage's inputs, then on its weights). torch's module tracker watches backward through
-multi-gradient hooks, which autograd.grad refuses on leaf tensors ("A leaf node was passed to
-_will_engine_execute_node"); for these schedules the tracker runs without module hooks, and
-whatever backward allocates is counted with the activations (the totals are unchanged)."""
 
 
 class _NoModuleHooks:

@@ -22,21 +22,7 @@ import numpy as np
 from bandwise.errors import BandwiseError
 from bandwise.specs.hardware import MAX_DEVICES
 from bandwise.specs.model import ModelSpec, brief, clip
-
-# torch.distributed.pipelining names. Stages per rank: 1 for the single-stage schedules,
-# `virtual_stages` (>= 2) for the looped ones, exactly 2 for the V-shaped ones.
-SCHEDULES: tuple[str, ...] = (
-    "GPipe",
-    "1F1B",
-    "Interleaved1F1B",
-    "LoopedBFS",
-    "InterleavedZeroBubble",
-    "ZBVZeroBubble",
-    "DualPipeV",
-)
-SINGLE_STAGE = ("GPipe", "1F1B")
-LOOPED = ("Interleaved1F1B", "LoopedBFS", "InterleavedZeroBubble")
-V_SHAPED = ("ZBVZeroBubble", "DualPipeV")
+from bandwise.specs.schedules import BY_NAME, LOOPED, REGISTRY, SCHEDULES, SINGLE_STAGE, V_SHAPED, Schedule  # noqa: F401 (their home is specs.schedules)
 RECOMPUTE: tuple[str, ...] = ("none", "selective", "full")
 PRECISIONS: tuple[str, ...] = ("bf16", "fp8")
 DIMS: tuple[str, ...] = ("tp", "cp", "dp_shard", "dp_replicate", "pp")
@@ -234,6 +220,16 @@ def _m(c: SimpleNamespace) -> np.ndarray:
 Rule = tuple[Callable[[SimpleNamespace, int], np.ndarray], Callable[[Strategy, int], str]]
 
 
+def _too_few_microbatches(sch: Schedule) -> Rule:
+    """torch's floor on micro-batches per pipeline rank for `sch` (`Schedule.microbatches_per_rank`)."""
+    code, k = SCHEDULES.index(sch.name), sch.microbatches_per_rank
+    return (
+        lambda c, w: (c.pp == 1) | (c.schedule != code) | (_m(c) >= k * c.pp),
+        lambda s, w: sch.too_few.format(m=s.microbatches, stages=k * s.pp)
+        + f". Use at least {k * s.pp} micro-batches with {sch.name} (raise global_batch or lower micro_batch)",
+    )
+
+
 def _rules(model: ModelSpec | None) -> list[Rule]:
     """The validity rules, in the order their messages are most useful.
 
@@ -289,19 +285,10 @@ def _rules(model: ModelSpec | None) -> list[Rule]:
         ),
         # Micro-batch counts: torch's checks and words (torch/distributed/pipelining/schedules.py).
         # GPipe, LoopedBFS and ZBVZeroBubble accept any count.
+        *(_too_few_microbatches(sch) for sch in REGISTRY if sch.microbatches_per_rank),
         (
-            lambda c, w: (c.pp == 1) | (c.schedule != SCHEDULES.index("1F1B")) | (_m(c) >= c.pp),
-            lambda s, w: f"Number of microbatches ({s.microbatches}) must be greater than or equal to the number of stages ({s.pp}). "
-            f"Use at least {s.pp} micro-batches with 1F1B (raise global_batch or lower micro_batch)",
-        ),
-        (
-            lambda c, w: (c.pp == 1) | (c.schedule != SCHEDULES.index("DualPipeV")) | (_m(c) >= 2 * c.pp),
-            lambda s, w: f"DualPipeV requires at least as many microbatches as stages, but got {s.microbatches} microbatches and {2 * s.pp} stages. "
-            f"Use at least {2 * s.pp} micro-batches (raise global_batch or lower micro_batch)",
-        ),
-        (
-            lambda c, w: (c.pp == 1) | ~np.isin(c.schedule, _code(("Interleaved1F1B", "InterleavedZeroBubble"))) | (_m(c) % np.maximum(1, _m(c) // c.pp) == 0),
-            lambda s, w: ("Interleaved 1F1B" if s.schedule == "Interleaved1F1B" else "Zero bubble")
+            lambda c, w: (c.pp == 1) | ~np.isin(c.schedule, _code(tuple(sch.name for sch in REGISTRY if sch.rounds))) | (_m(c) % np.maximum(1, _m(c) // c.pp) == 0),
+            lambda s, w: BY_NAME[s.schedule].label
             + f" requires the number of microbatches to be a multiple of the number of rounds ({max(1, s.microbatches // s.pp)}), but got {s.microbatches}. "
             f"Use a multiple of {max(1, s.microbatches // s.pp)} micro-batches, e.g. {max(1, s.microbatches // s.pp) * s.pp}",
         ),
