@@ -33,7 +33,8 @@ import yaml
 
 from bandwise.cost.compute import K_FIXED, gemm_time
 from bandwise.cost.flops import attention_gemms, mlp_gemms
-from bandwise.cost.step import DEFAULT_PARAMS, SCORE_BYTES_FORWARD, _base, strategy_columns
+from bandwise.cost.step import DEFAULT_PARAMS, SCORE_BYTES_FORWARD, _base
+from bandwise.specs.strategy import Layouts
 from bandwise.plan.runs import convert, load_runs
 from bandwise.plan.validate import predict
 from bandwise.specs.registry import get_cluster
@@ -270,7 +271,7 @@ def _model_layer_s(case, strategy, params) -> tuple[float, float]:  # noqa: ANN0
     and the attention's part of it, priced on the 700 W H100 SXM that the layers were measured on."""
     cluster = get_cluster("h100").placed(strategy.tp)
     single = replace(strategy, dp_shard=1, dp_replicate=1, pp=1, global_batch=strategy.micro_batch)
-    b = _base(case.model, cluster, strategy_columns([single]), single.order, params)
+    b = _base(case.model, cluster, Layouts.of([single]), single.order, params)
     return float(b["layer_fwd"][0] + b["layer_bwd"][0]), float(b["layer_attn_total"][0])
 
 

@@ -21,7 +21,7 @@ from bandwise.cost.step import (
     estimate,
     last_stage_rank_layers,
 )
-from bandwise.specs.strategy import SCHEDULES, Strategy, strategy_columns
+from bandwise.specs.strategy import SCHEDULES, Layouts, Strategy
 from bandwise.errors import BandwiseError
 from bandwise.specs.hardware import Cluster, Device, Level
 from bandwise.specs.model import ModelSpec
@@ -106,7 +106,7 @@ def test_a_dense_model_pays_no_expert_collective_latency():
     m = get_model("llama3-8b")
     c = two_level(a_in=3e-6, a_out=14e-6)
     s = Strategy(dp_shard=124, tp=8, micro_batch=1, global_batch=124)
-    b = _base(m, c, strategy_columns([s]), s.order, DEFAULT_PARAMS)
+    b = _base(m, c, Layouts.of([s]), s.order, DEFAULT_PARAMS)
     dense = comm.all_gather_time(c, m.non_expert_layer_params / m.layers / 8 * 2, 8, 124)
     assert one(b["ag_layer"]) == pytest.approx(one(dense))
 
@@ -295,7 +295,7 @@ def test_fsdp_exposes_the_first_gather_the_last_reduction_and_the_root_unit():
     m = get_model("llama3-8b")
     c = two_level(a_in=3e-6)
     s = Strategy(dp_shard=8, micro_batch=2, global_batch=8 * 2 * 4)
-    b = _base(m, c, strategy_columns([s]), s.order, DEFAULT_PARAMS)
+    b = _base(m, c, Layouts.of([s]), s.order, DEFAULT_PARAMS)
     root = m.embedding_params + m.output_params
     edge = one(comm.all_gather_time(c, root * 2, 1, 8)) + one(comm.reduce_scatter_time(c, root * 4, 1, 8))
     e = estimate(m, c, s)
@@ -451,7 +451,7 @@ def test_overlapped_expert_all_to_all_holds_its_sms_for_the_whole_window():
     m, cluster = get_model("deepseek-v3"), get_cluster("h100")
     s = Strategy(dp_replicate=8, ep=8, zero_stage=1, micro_batch=1, global_batch=16, overlap_ep=True)
     est = estimate(m, cluster, s)
-    b = _base(m, cluster, strategy_columns([s]), s.order, DEFAULT_PARAMS)
+    b = _base(m, cluster, Layouts.of([s]), s.order, DEFAULT_PARAMS)
     frac_moe = m.moe_layers / m.layers
     window = one(b["moe_fwd"]) * 3 * frac_moe * m.layers * est.microbatches
     share = cluster.device.comm_sm_share
@@ -582,7 +582,7 @@ def test_balanced_split_reproduces_megatron_bridge_deepseek_layouts():
     for pp, v, want_head_rank in ((16, 1, 1), (4, 4, 13)):
         s = Strategy(pp=pp, ep=8, dp_replicate=2, virtual_stages=v, schedule="1F1B" if v == 1 else "Interleaved1F1B",
                      micro_batch=1, global_batch=64, recompute="selective")
-        b = _base(m, cluster, strategy_columns([s]), s.order, DEFAULT_PARAMS)
+        b = _base(m, cluster, Layouts.of([s]), s.order, DEFAULT_PARAMS)
         unit = one(b["layer_fwd"] + b["layer_bwd"] + b["kernel_gaps"])
         head = one(b["out_total"] + b["mtp_total"])
         costs = {k: max(k * unit + head, math.ceil((61 - k) / (pp - 1)) * unit) for k in range(62)}
@@ -601,7 +601,7 @@ def test_even_split_charges_the_output_layer_to_the_last_stage():
     assert even.step_time_s > balanced.step_time_s
     # llama3-8b has 32 layers: 8 per stage, so the even split's last rank runs 8 layers + head; the
     # balanced one moves whole layers off it. 32 micro-batches.
-    b = _base(m, cluster, strategy_columns([s]), s.order, DEFAULT_PARAMS)
+    b = _base(m, cluster, Layouts.of([s]), s.order, DEFAULT_PARAMS)
     unit, head = one(b["layer_fwd"] + b["layer_bwd"] + b["kernel_gaps"]), one(b["out_total"])
     saved = 8 * unit + head - _best_whole_layer_split(32, 4, unit, head)
     assert even.breakdown["compute"] - balanced.breakdown["compute"] == pytest.approx(32 * saved, rel=1e-6)
@@ -616,7 +616,7 @@ def test_mtp_module_costs_a_block_a_projection_and_a_second_head():
     plain = estimate(base, cluster, s)
     one_more_layer = estimate(replace(base, layers=base.layers + 1), cluster, s)
     with_mtp = estimate(replace(base, mtp_depth=1), cluster, s)
-    b = _base(base, cluster, strategy_columns([s]), s.order, DEFAULT_PARAMS)
+    b = _base(base, cluster, Layouts.of([s]), s.order, DEFAULT_PARAMS)
     tokens, h = base.seq_len, base.hidden
     dev = cluster.device
     proj = one(gemm_time(tokens, h, 2 * h, dev.peak("bf16") * dev.sustained_clock_ratio, dev.gemm_efficiency, dev.hbm_bandwidth, sm_count=dev.sm_count))
@@ -644,7 +644,7 @@ def test_loss_moves_eager_bytes_on_gpus_and_fused_bytes_under_xla(cluster_name, 
     peak = dev.peak("bf16") * dev.sustained_clock_ratio
     gemms = 3 * one(gemm_time(tokens, m.vocab / 2, m.hidden, peak, dev.gemm_efficiency, dev.hbm_bandwidth, sm_count=dev.sm_count))
     for params, want_fused in ((DEFAULT_PARAMS, fused), (CostParams(fused_cross_entropy=not fused), not fused)):
-        out = one(_base(m, cluster, strategy_columns([s]), s.order, params)["out_total"])
+        out = one(_base(m, cluster, Layouts.of([s]), s.order, params)["out_total"])
         per_logit = CROSS_ENTROPY_BYTES_FUSED if want_fused else CROSS_ENTROPY_BYTES_EAGER
         loss = per_logit * tokens * m.vocab / 2 / (dev.hbm_bandwidth * params.hbm_efficiency)
         assert out == pytest.approx(gemms + loss, rel=1e-9)
@@ -680,7 +680,7 @@ def test_attention_efficiency_falls_at_short_sequences(seq, cp):
     h100 = get_cluster("h100").placed(8 * cp)
     flat = replace(h100, device=replace(h100.device, attention_fill_tokens=0.0))
     s = Strategy(tp=8, cp=cp, micro_batch=1, global_batch=1)
-    b, b0 = (_base(m, c, strategy_columns([s]), s.order, DEFAULT_PARAMS) for c in (h100, flat))
+    b, b0 = (_base(m, c, Layouts.of([s]), s.order, DEFAULT_PARAMS) for c in (h100, flat))
     keys, s0 = seq / cp, h100.device.attention_fill_tokens
     assert s0 > 0
     assert b["layer_attn"][0] == pytest.approx(b0["layer_attn"][0] * (keys + s0) / keys, rel=1e-12)

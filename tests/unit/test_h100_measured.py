@@ -79,7 +79,7 @@ def test_fused_attention_against_the_chip() -> None:
     2.4x too fast at 512 tokens."""
     from bandwise.cost.step import _base
     from bandwise.specs.model import ModelSpec
-    from bandwise.specs.strategy import Strategy, strategy_columns
+    from bandwise.specs.strategy import Layouts, Strategy
 
     cluster = get_cluster("h100").placed(1)
     for a in json.loads(KERNELS.read_text())["attention"]:
@@ -87,5 +87,5 @@ def test_fused_attention_against_the_chip() -> None:
             continue
         m = ModelSpec(name="a", layers=1, hidden=a["h"] * a["d"], ffn=4 * a["h"] * a["d"], heads=a["h"], vocab=256, seq_len=a["s"])
         s = Strategy(micro_batch=a["b"], global_batch=a["b"])
-        model = float(_base(m, cluster, strategy_columns([s]), s.order, DEFAULT_PARAMS)["layer_attn_total"][0])
+        model = float(_base(m, cluster, Layouts.of([s]), s.order, DEFAULT_PARAMS)["layer_attn_total"][0])
         assert 0.75 <= a["fwd_bwd_s"] / model <= 1.05, (a, a["fwd_bwd_s"] / model)

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from bandwise.errors import BandwiseError
 from bandwise.specs.model import ModelSpec
 from bandwise.specs.registry import get_model
-from bandwise.specs.strategy import DIMS, RECOMPUTE, SCHEDULES, Strategy, divisors, strategy_columns, valid_mask
+from bandwise.specs.strategy import DIMS, RECOMPUTE, SCHEDULES, Layouts, Strategy, divisors, valid_mask
 
 DEBUG = get_model("debug")  # 4 layers, 4 heads / 2 KV heads, ffn 352, seq 256
 DEBUG_MOE = get_model("debug-moe")  # + 16 experts of width 64
@@ -223,7 +223,7 @@ def test_valid_mask_agrees_with_check(batch, world, m):
     with np.errstate(divide="ignore", invalid="ignore"):
         for group_world in sorted({s.world_size for s in batch} if world is None else {world}):
             group = [s for s in batch if world is not None or s.world_size == group_world]
-            mask = valid_mask(strategy_columns(group), group_world, m)
+            mask = valid_mask(Layouts.of(group), group_world, m)
             for s, ok in zip(group, mask):
                 try:
                     s.check(group_world, m)

@@ -24,7 +24,6 @@ Appendix B; `causal_mfu` halves the attention term). HFU also counts recomputati
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -56,7 +55,7 @@ from bandwise.cost.schedules import dualpipe_v_alone
 from bandwise.errors import BandwiseError
 from bandwise.specs.hardware import Cluster
 from bandwise.specs.model import ModelSpec
-from bandwise.specs.strategy import PRECISIONS, RECOMPUTE, SCHEDULES, V_SHAPED, Strategy, strategy_columns
+from bandwise.specs.strategy import PRECISIONS, RECOMPUTE, SCHEDULES, V_SHAPED, Layouts, Strategy
 
 _NONE, _SELECTIVE, _FULL = (RECOMPUTE.index(r) for r in ("none", "selective", "full"))
 _FP8 = PRECISIONS.index("fp8")
@@ -225,7 +224,7 @@ MEMORY_TERMS = ("params", "grads_optimizer", "grads_not_at_peak", "activations",
 """The per-rank peak, term by term; `grads_not_at_peak` is zero or negative (`CostParams.fsdp_grads_freed`)."""
 
 
-def rank_strides(order: tuple[str, ...], c: SimpleNamespace) -> dict[str, np.ndarray]:
+def rank_strides(order: tuple[str, ...], c: Layouts) -> dict[str, np.ndarray]:
     """Stride of each parallel dim in the global rank order, innermost dim first."""
     strides, acc = {}, np.ones_like(c.tp)
     for dim in order:
@@ -234,7 +233,7 @@ def rank_strides(order: tuple[str, ...], c: SimpleNamespace) -> dict[str, np.nda
     return strides
 
 
-def _gemms_time(gemms: list[Gemm], c: SimpleNamespace, tokens: np.ndarray, m: ModelSpec, peak: np.ndarray, eff: float | np.ndarray, bw: float, sms: int = 0) -> np.ndarray:
+def _gemms_time(gemms: list[Gemm], c: Layouts, tokens: np.ndarray, m: ModelSpec, peak: np.ndarray, eff: float | np.ndarray, bw: float, sms: int = 0) -> np.ndarray:
     """Forward time of a layer's GEMMs on one device; `tokens` after the sequence-parallel all-gather."""
     total = np.zeros_like(tokens, dtype=float)
     tp, ep = c.tp.astype(float), c.ep.astype(float)
@@ -357,7 +356,7 @@ def _affine(time_fn, cluster: Cluster, stride: np.ndarray, size: np.ndarray) -> 
     return time_fn(cluster, 1.0, stride, size) - lat, lat
 
 
-def _base(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, order: tuple[str, ...], P: CostParams) -> dict[str, np.ndarray]:
+def _base(m_: ModelSpec, cluster: Cluster, c: Layouts, order: tuple[str, ...], P: CostParams) -> dict[str, np.ndarray]:
     """Everything that depends only on the degrees, ZeRO stage, micro-batch and precision.
 
     Per layer and per micro-batch on one device; the schedule, virtual stages and recomputation
@@ -545,23 +544,23 @@ def _base(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, order: tuple[str,
     return b
 
 
-def evaluate(model: ModelSpec, cluster: Cluster, c: SimpleNamespace, order: tuple[str, ...], params: CostParams = DEFAULT_PARAMS) -> dict[str, np.ndarray]:
+def evaluate(model: ModelSpec, cluster: Cluster, c: Layouts, order: tuple[str, ...], params: CostParams = DEFAULT_PARAMS) -> dict[str, np.ndarray]:
     """Step time, its breakdown, memory and throughput for columns of candidate strategies.
 
     When the columns carry `base_key` (equal for rows that share degrees, ZeRO stage,
     micro-batch and precision), the per-layer terms are computed once per key.
     """
-    key = getattr(c, "base_key", None)
+    key = c.base_key
     if key is not None and len(key) > 1:
         _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
-        sub = SimpleNamespace(**{k: v[first] for k, v in vars(c).items()})
+        sub = c.take(first)
         base = {k: v[inverse] for k, v in _base(model, cluster, sub, order, params).items()}
     else:
         base = _base(model, cluster, c, order, params)
     return _combine(model, cluster, c, base, params)
 
 
-def _combine(m_: ModelSpec, cluster: Cluster, c: SimpleNamespace, b: dict[str, np.ndarray], P: CostParams) -> dict[str, np.ndarray]:
+def _combine(m_: ModelSpec, cluster: Cluster, c: Layouts, b: dict[str, np.ndarray], P: CostParams) -> dict[str, np.ndarray]:
     """Add the schedule, virtual stages and recomputation to the per-layer terms; memory; MFU."""
     dev = cluster.device
     f = lambda a: np.asarray(a, dtype=float)  # noqa: E731
@@ -984,7 +983,7 @@ def estimate(model: ModelSpec, cluster: Cluster, strategy: Strategy, params: Cos
     cluster.check_devices(strategy.world_size)
     cluster = cluster.placed(strategy.world_size)
     cluster.device.peak(strategy.precision)
-    cols = strategy_columns([strategy])
+    cols = Layouts.of([strategy])
     result = evaluate(model, cluster, cols, strategy.order, params)
     return estimate_from_row(result, 0, capacity_bytes(cluster, params))
 

@@ -16,8 +16,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from dataclasses import dataclass, field
-from types import SimpleNamespace
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterator
 
 import numpy as np
@@ -26,7 +25,7 @@ from bandwise.cost.step import DEFAULT_PARAMS, CostParams, Estimate, capacity_by
 from bandwise.errors import BandwiseError
 from bandwise.specs.hardware import Cluster
 from bandwise.specs.model import ModelSpec
-from bandwise.specs.strategy import DIMS, INT_FIELDS, LOOPED, PRECISIONS, RECOMPUTE, SCHEDULES, SINGLE_STAGE, V_SHAPED, Strategy, divisors, valid_ep, valid_mask
+from bandwise.specs.strategy import DIMS, LOOPED, PRECISIONS, RECOMPUTE, SCHEDULES, SINGLE_STAGE, V_SHAPED, Layouts, Strategy, divisors, valid_ep, valid_mask
 
 VIRTUAL_CHOICES = (2, 3, 4, 6, 8)
 MAX_CP = 16
@@ -76,6 +75,9 @@ class SearchResult:
 
 
 DEGREES = ("dp_replicate", "dp_shard", "tp", "cp", "pp", "ep")
+DEGREE_COLUMNS = (*DEGREES, "zero_stage")
+"""The columns of a degree row (`_degree_tuples`), in order."""
+PP, DP_REPLICATE, DP_SHARD = (DEGREE_COLUMNS.index(d) for d in ("pp", "dp_replicate", "dp_shard"))
 NEAR_DUPLICATE = 0.01
 """A layout with the same degrees as a better-ranked one and within this share of its tokens/s
 differs only in micro-batch, schedule, ZeRO stage or recomputation: listed once unless asked."""
@@ -122,7 +124,7 @@ def _degree_tuples(model: ModelSpec, n: int, fixed: dict[str, Any], allow_pp: bo
                         for z in zeros:
                             rows.append((dp // dp_shard, dp_shard, tp, cp, pp, ep, z))
     arr = np.array(rows, dtype=np.int64).reshape(-1, 7)
-    for i, name in enumerate(("dp_replicate", "dp_shard", "tp", "cp", "pp", "ep", "zero_stage")):
+    for i, name in enumerate(DEGREE_COLUMNS):
         if name in fixed:
             arr = arr[arr[:, i] == fixed[name]]
     return arr
@@ -175,10 +177,10 @@ def space_rows(
     fixed = fixed or {}
     deg = _degree_tuples(model, devices, fixed, allow_pp) if degrees is None else degrees
     scheds = _coarse_schedules(_schedule_choices(fixed), coarse)
-    with_pp = deg[:, 4] > 1
+    with_pp = deg[:, PP] > 1
     n_rec = 1 if fixed.get("recompute") else len(RECOMPUTE)
     n_prec = 1 if fixed.get("precision") else len(precisions)
-    dp = deg[:, 0] * deg[:, 1]
+    dp = deg[:, DP_REPLICATE] * deg[:, DP_SHARD]
     in_grid = set(_micro_batches(global_batch, devices, fixed, coarse))
     per_tuple = np.zeros(len(deg), dtype=np.int64)
     for mb in _micro_batches(global_batch, devices, fixed):  # layouts without PP keep every micro-batch
@@ -191,7 +193,7 @@ def candidate_chunks(
     model: ModelSpec, devices: int, global_batch: int, *, fixed: dict[str, Any] | None = None, allow_pp: bool = True,
     precisions: tuple[str, ...] = ("bf16",), recompute: tuple[str, ...] = RECOMPUTE, coarse: int = 0,
     degrees: np.ndarray | None = None,
-) -> Iterator[SimpleNamespace]:
+) -> Iterator[Layouts]:
     """Yield column chunks covering the whole candidate space (before the validity filter).
 
     `coarse`: the level of `COARSE_GRIDS` (0: the full space), the first pass of a narrowed search
@@ -207,7 +209,7 @@ def candidate_chunks(
     recs = [RECOMPUTE.index(r) for r in (fixed.get("recompute"),) if r] or [RECOMPUTE.index(r) for r in recompute]
     precs = [PRECISIONS.index(p) for p in (fixed.get("precision"),) if p] or [PRECISIONS.index(p) for p in precisions]
     for has_pp in (False, True):
-        deg_index = np.flatnonzero((degrees[:, 4] > 1) == has_pp)
+        deg_index = np.flatnonzero((degrees[:, PP] > 1) == has_pp)
         deg = degrees[deg_index]
         if not len(deg):
             continue
@@ -226,52 +228,29 @@ def candidate_chunks(
             row = local + (has_pp << 40)
             # Drop rows whose batch cannot divide before building columns: most micro-batch choices
             # fail this one rule (valid_mask checks it again with all the others).
-            keep = np.flatnonzero(global_batch % (d[:, 0] * d[:, 1] * o[:, 1]) == 0)
+            keep = np.flatnonzero(global_batch % (d[:, DP_REPLICATE] * d[:, DP_SHARD] * o[:, 1]) == 0)
             d, o, row, local = d[keep], o[keep], row[keep], local[keep]
-            c = SimpleNamespace()
-            c.degree_row = deg_index[local]
-            for i, name in enumerate(("dp_replicate", "dp_shard", "tp", "cp", "pp", "ep", "zero_stage")):
-                setattr(c, name, d[:, i])
-            c.schedule = sv[o[:, 0], 0]
-            c.virtual_stages = sv[o[:, 0], 1]
-            c.micro_batch = o[:, 1]
-            c.recompute = o[:, 2]
-            c.precision = o[:, 3]
-            c.global_batch = np.full(len(d), global_batch, dtype=np.int64)
-            c.order_ok = np.ones(len(d), dtype=bool)
-            # rows sharing degrees, micro-batch and precision share the cost model's per-layer terms
-            c.base_key = (row << 20) | (c.micro_batch << 2) | c.precision
-            yield c
+            yield Layouts(
+                **{name: d[:, i] for i, name in enumerate(DEGREE_COLUMNS)},
+                schedule=sv[o[:, 0], 0], virtual_stages=sv[o[:, 0], 1], micro_batch=o[:, 1], recompute=o[:, 2], precision=o[:, 3],
+                global_batch=np.full(len(d), global_batch, dtype=np.int64), order_ok=np.ones(len(d), dtype=bool),
+                degree_row=deg_index[local],
+                # rows sharing degrees, micro-batch and precision share the cost model's per-layer terms
+                base_key=(row << 20) | (o[:, 1] << 2) | o[:, 3],
+            )
 
 
-def _with_overlap(c: SimpleNamespace, overlap: dict[str, bool]) -> SimpleNamespace:
-    n = len(c.tp)
-    c.overlap_dp = np.full(n, overlap.get("dp", True))
-    c.overlap_fsdp = np.full(n, overlap.get("fsdp", True))
-    c.overlap_tp = np.full(n, overlap.get("tp", False))
-    # DualPipe(V) exists to hide the expert all-to-all behind another micro-batch's compute
-    # (DeepSeek-V3 report, Sec. 3.2.1); other schedules get it only when asked.
-    c.overlap_ep = (c.schedule == SCHEDULES.index("DualPipeV")) | overlap.get("ep", False)
-    return c
-
-
-def _row_strategy(c: SimpleNamespace, i: int, order: tuple[str, ...]) -> Strategy:
-    kw = {name: int(getattr(c, name)[i]) for name in INT_FIELDS}
-    return Strategy(
-        **kw,
-        schedule=SCHEDULES[int(c.schedule[i])],
-        recompute=RECOMPUTE[int(c.recompute[i])],
-        precision=PRECISIONS[int(c.precision[i])],
-        overlap_dp=bool(c.overlap_dp[i]),
-        overlap_fsdp=bool(c.overlap_fsdp[i]),
-        overlap_tp=bool(c.overlap_tp[i]),
-        overlap_ep=bool(c.overlap_ep[i]),
-        order=order,
+def _with_overlap(c: Layouts, overlap: dict[str, bool]) -> Layouts:
+    n = len(c)
+    return replace(
+        c,
+        overlap_dp=np.full(n, overlap.get("dp", True)),
+        overlap_fsdp=np.full(n, overlap.get("fsdp", True)),
+        overlap_tp=np.full(n, overlap.get("tp", False)),
+        # DualPipe(V) exists to hide the expert all-to-all behind another micro-batch's compute
+        # (DeepSeek-V3 report, Sec. 3.2.1); other schedules get it only when asked.
+        overlap_ep=(c.schedule == SCHEDULES.index("DualPipeV")) | overlap.get("ep", False),
     )
-
-
-def _take(c: SimpleNamespace, idx: np.ndarray) -> SimpleNamespace:
-    return SimpleNamespace(**{k: v[idx] for k, v in vars(c).items()})
 
 
 class _Scan:
@@ -281,14 +260,14 @@ class _Scan:
     def __init__(self, n_degrees: int, top: int) -> None:
         self.top = top
         self.searched = self.fitting = self.offset = 0
-        self.pool_c: list[SimpleNamespace] = []
+        self.pool_c: list[Layouts] = []
         self.pool_tps: list[np.ndarray] = []
         self.pool_idx: list[np.ndarray] = []
-        self.best: dict[bool, tuple[float, SimpleNamespace] | None] = {False: None, True: None}
+        self.best: dict[bool, tuple[float, Layouts] | None] = {False: None, True: None}
         self.min_mem = {None: np.inf, False: np.inf, True: np.inf}
         self.by_degree = np.full(n_degrees, -np.inf)
 
-    def add(self, c: SimpleNamespace, r: dict[str, np.ndarray], cap: float) -> None:
+    def add(self, c: Layouts, r: dict[str, np.ndarray], cap: float) -> None:
         first, self.offset = self.offset, self.offset + len(c.tp)
         mem = r["memory_bytes"]
         with_pp = c.pp > 1
@@ -307,7 +286,7 @@ class _Scan:
         kth = -np.partition(-tps, k - 1)[k - 1]
         sel = np.flatnonzero(tps >= kth)
         idx = sel[np.lexsort((sel, -tps[sel]))[:k]]
-        self.pool_c.append(_take(c, idx))
+        self.pool_c.append(c.take(idx))
         self.pool_tps.append(tps[idx])
         self.pool_idx.append(first + idx)
         for side in (False, True):
@@ -315,13 +294,13 @@ class _Scan:
             j = int(np.argmax(cand))
             held = self.best[side]
             if np.isfinite(cand[j]) and (held is None or cand[j] > held[0]):
-                self.best[side] = (float(cand[j]), _take(c, np.array([j])))
+                self.best[side] = (float(cand[j]), c.take(np.array([j])))
 
 
 def _scan(
-    scan: _Scan, chunks: Iterator[SimpleNamespace], model: ModelSpec, cluster: Cluster, devices: int, cap: float,
+    scan: _Scan, chunks: Iterator[Layouts], model: ModelSpec, cluster: Cluster, devices: int, cap: float,
     overlap: dict[str, bool], order: tuple[str, ...], params: CostParams, progress: Callable[[int], None] | None,
-    skip: Callable[[SimpleNamespace], np.ndarray] | None = None,
+    skip: Callable[[Layouts], np.ndarray] | None = None,
 ) -> None:
     for chunk in chunks:
         ok = valid_mask(chunk, devices, model)
@@ -331,7 +310,7 @@ def _scan(
         if progress:
             progress(len(chunk.tp))
         if ok.any():
-            c = _with_overlap(_take(chunk, np.flatnonzero(ok)), overlap)
+            c = _with_overlap(chunk.take(np.flatnonzero(ok)), overlap)
             scan.add(c, evaluate(model, cluster, c, order, params), cap)
 
 
@@ -392,7 +371,7 @@ def search(
         for s, v in _coarse_schedules(_schedule_choices(fixed), level):
             in_grid[s, v] = True
 
-        def seen(c: SimpleNamespace) -> np.ndarray:  # rows the coarse pass evaluated already
+        def seen(c: Layouts) -> np.ndarray:  # rows the coarse pass evaluated already
             return (c.pp == 1) | (np.isin(c.micro_batch, coarse_mbs) & in_grid[c.schedule, c.virtual_stages])
 
         _scan(scan, candidate_chunks(model, devices, global_batch, degrees=again, **space), skip=seen, **run)
@@ -401,17 +380,17 @@ def search(
             "refined_degrees": len(again), "refined_searched": scan.searched - coarse_valid,
         }
 
-    def layout(c: SimpleNamespace, i: int) -> Layout:
-        r = evaluate(model, cluster, _take(c, np.array([i])), order, params)
-        return Layout(strategy=_row_strategy(c, i, order), estimate=estimate_from_row(r, 0, cap))
+    def layout(c: Layouts, i: int) -> Layout:
+        r = evaluate(model, cluster, c.take(np.array([i])), order, params)
+        return Layout(strategy=c.row(i, order), estimate=estimate_from_row(r, 0, cap))
 
     layouts: list[Layout] = []
     if scan.pool_c:
-        all_c = SimpleNamespace(**{k: np.concatenate([getattr(p, k) for p in scan.pool_c]) for k in vars(scan.pool_c[0])})
+        all_c = Layouts.concat(scan.pool_c)
         all_tps, all_idx = np.concatenate(scan.pool_tps), np.concatenate(scan.pool_idx)
-        ranked = _take(all_c, np.lexsort((all_idx, -all_tps))[:top])
+        ranked = all_c.take(np.lexsort((all_idx, -all_tps))[:top])
         r = evaluate(model, cluster, ranked, order, params)  # the whole list in one call
-        layouts = [Layout(strategy=_row_strategy(ranked, i, order), estimate=estimate_from_row(r, i, cap)) for i in range(len(ranked.tp))]
+        layouts = [Layout(strategy=ranked.row(i, order), estimate=estimate_from_row(r, i, cap)) for i in range(len(ranked.tp))]
     best_nopp, best_pp = scan.best[False], scan.best[True]
     return SearchResult(
         searched=scan.searched,
@@ -445,7 +424,7 @@ def narrowed_note(info: dict[str, int]) -> str:
 def _best_degrees(degrees: np.ndarray, score: np.ndarray) -> np.ndarray:
     """Indices of the `REFINE_DEGREES` degree rows of highest score on each side (with and without
     PP), in enumeration order; rows scored -inf (nothing of theirs fits) are left out."""
-    with_pp = degrees[:, 4] > 1
+    with_pp = degrees[:, PP] > 1
     chosen = []
     for side in (False, True):
         idx = np.flatnonzero((with_pp == side) & np.isfinite(score))
@@ -515,16 +494,16 @@ class NetworkSearch:
         for chunk in candidate_chunks(model, devices, global_batch, degrees=self.degrees, coarse=level, **self.space):
             ok = valid_mask(chunk, devices, model)
             if ok.any():
-                chunks.append(_with_overlap(_take(chunk, np.flatnonzero(ok)), overlap or {}))
+                chunks.append(_with_overlap(chunk.take(np.flatnonzero(ok)), overlap or {}))
         if not chunks:
             raise BandwiseError(f"no valid layout of {model.name} on {devices} devices with a global batch of {global_batch} sequences")
-        self.cols = SimpleNamespace(**{k: np.concatenate([getattr(c, k) for c in chunks]) for k in vars(chunks[0])})
+        self.cols = Layouts.concat(chunks)
         ideal = cluster
         for i in range(len(cluster.levels)):
             ideal = ideal.with_level(i, bandwidth=1e30, latency=0.0)
         lower, memory = [], []
         for start in range(0, len(self.cols.tp), CHUNK):
-            r = evaluate(model, ideal, _take(self.cols, np.arange(start, min(start + CHUNK, len(self.cols.tp)))), order, params)
+            r = evaluate(model, ideal, self.cols.take(np.arange(start, min(start + CHUNK, len(self.cols.tp)))), order, params)
             lower.append(r["step_time_s"])
             memory.append(r["memory_bytes"])
         self.lower, self.memory = np.concatenate(lower), np.concatenate(memory)
@@ -548,7 +527,7 @@ class NetworkSearch:
             block = idx_sorted[start : start + self.BLOCK]
             if len(best) >= REFINE_DEGREES and self.lower[block[0]] > sorted(best.values())[REFINE_DEGREES - 1]:
                 break  # no remaining candidate can enter the best degrees
-            steps = evaluate(self.model, cluster, _take(self.cols, block), self.order, self.params)["step_time_s"]
+            steps = evaluate(self.model, cluster, self.cols.take(block), self.order, self.params)["step_time_s"]
             for d, t in zip(self.cols.degree_row[block].tolist(), steps.tolist()):
                 if t < best.get(d, np.inf):
                     best[d] = t
@@ -575,7 +554,7 @@ class NetworkSearch:
             block = idx_sorted[start : start + self.BLOCK]
             if len(best_t) >= self.top and self.lower[block[0]] > best_t[-1]:
                 break  # no remaining candidate can enter the top
-            steps = evaluate(self.model, cluster, _take(self.cols, block), self.order, self.params)["step_time_s"]
+            steps = evaluate(self.model, cluster, self.cols.take(block), self.order, self.params)["step_time_s"]
             all_i, all_t = np.concatenate([best_i, block]), np.concatenate([best_t, steps])
             keep = np.lexsort((all_i, all_t))[: self.top]  # ties by enumeration order, as `search`
             best_i, best_t = all_i[keep], all_t[keep]
@@ -591,9 +570,9 @@ class NetworkSearch:
         found = [self._best(cluster, idx) for idx in self.subsets]
 
         def layout(i: int) -> Layout:
-            c = _take(self.cols, np.array([i]))
+            c = self.cols.take(np.array([i]))
             r = evaluate(self.model, cluster, c, self.order, self.params)
-            return Layout(strategy=_row_strategy(c, 0, self.order), estimate=estimate_from_row(r, 0, self.capacity))
+            return Layout(strategy=c.row(0, self.order), estimate=estimate_from_row(r, 0, self.capacity))
 
         merged_i = np.concatenate([f[0] for f in found])
         merged_t = np.concatenate([f[1] for f in found])

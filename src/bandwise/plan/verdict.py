@@ -21,7 +21,7 @@ from bandwise.cost.step import rank_strides
 from bandwise.plan.search import Layout, SearchResult
 from bandwise.specs.hardware import MAX_DEVICES, Cluster
 from bandwise.specs.model import ModelSpec
-from bandwise.specs.strategy import Strategy, strategy_columns
+from bandwise.specs.strategy import Layouts, Strategy
 
 THRESHOLD = 0.03
 REFERENCE_CASES: tuple[tuple[str, str, int, int, int], ...] = (
@@ -61,7 +61,7 @@ class Verdict:
 
 def group_link(cluster: Cluster, strategy: Strategy, dim: str) -> str:
     """'infiniband (50 GB/s per device)': the outermost level a dim's collectives cross."""
-    stride = {d: int(v[0]) for d, v in rank_strides(strategy.order, strategy_columns([strategy])).items()}  # the cost model's placement
+    stride = {d: int(v[0]) for d, v in rank_strides(strategy.order, Layouts.of([strategy])).items()}  # the cost model's placement
     if dim == "fsdp":
         s, n = min(stride["cp"], stride["dp_shard"]), strategy.cp * strategy.dp_shard
     elif dim == "dp":

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, fields, replace
-from types import SimpleNamespace
+from functools import cached_property
 from typing import Any, Callable
 
 import numpy as np
@@ -103,7 +103,7 @@ class Strategy:
                 f"dp_replicate·dp_shard·cp·tp·pp = {self.dp_replicate}·{self.dp_shard}·{self.cp}·{self.tp}·{self.pp} = {self.world_size:,} "
                 f"ranks, past the bound of {MAX_DEVICES:,} devices; use degrees whose product is at most {MAX_DEVICES:,}"
             )
-        cols = strategy_columns([self])
+        cols = Layouts.of([self])
         world = self.world_size if world_size is None else world_size
         for ok, message in _rules(model):
             if not bool(np.all(ok(cols, world))):
@@ -186,38 +186,100 @@ and every global batch the planner takes, and far inside int64."""
 INT_FIELDS = ("dp_replicate", "dp_shard", "tp", "cp", "pp", "ep", "zero_stage", "micro_batch", "global_batch", "virtual_stages")
 
 
-def strategy_columns(strategies: list[Strategy]) -> SimpleNamespace:
-    """Strategies as the columns the vectorized rules and cost model read (strings as codes)."""
-    c = SimpleNamespace()
-    for name in INT_FIELDS:
-        setattr(c, name, np.array([getattr(s, name) for s in strategies], dtype=np.int64))
-    c.schedule = np.array([SCHEDULES.index(s.schedule) if s.schedule in SCHEDULES else -1 for s in strategies])
-    c.recompute = np.array([RECOMPUTE.index(s.recompute) if s.recompute in RECOMPUTE else -1 for s in strategies])
-    c.precision = np.array([PRECISIONS.index(s.precision) if s.precision in PRECISIONS else -1 for s in strategies])
-    c.order_ok = np.array([sorted(s.order) == sorted(DIMS) for s in strategies])
-    for flag in ("overlap_dp", "overlap_fsdp", "overlap_tp", "overlap_ep"):
-        setattr(c, flag, np.array([getattr(s, flag) for s in strategies], dtype=bool))
-    return c
+@dataclass(frozen=True, kw_only=True, eq=False)
+class Layouts:
+    """Candidate Strategies as columns: one numpy array per field, one row per layout, what the
+    vectorised validity rules and the cost model read. Strings are codes into SCHEDULES, RECOMPUTE
+    and PRECISIONS. The search builds them (`plan.search.candidate_chunks`), `Layouts.of` makes
+    them from Strategies, `row` turns one row back into a Strategy."""
+
+    dp_replicate: np.ndarray
+    dp_shard: np.ndarray
+    tp: np.ndarray
+    cp: np.ndarray
+    pp: np.ndarray
+    ep: np.ndarray
+    zero_stage: np.ndarray
+    micro_batch: np.ndarray
+    global_batch: np.ndarray
+    virtual_stages: np.ndarray
+    schedule: np.ndarray
+    recompute: np.ndarray
+    precision: np.ndarray
+    order_ok: np.ndarray
+    """The Strategy's `order` names every dim once."""
+    overlap_dp: np.ndarray | None = None
+    overlap_fsdp: np.ndarray | None = None
+    overlap_tp: np.ndarray | None = None
+    overlap_ep: np.ndarray | None = None
+    degree_row: np.ndarray | None = None
+    """The search's index of the row's parallel degrees, so that a second pass can name them again."""
+    base_key: np.ndarray | None = None
+    """Equal for rows that share degrees, ZeRO stage, micro-batch and precision: the cost model
+    computes its per-layer terms once per key (`cost.step.evaluate`)."""
+
+    @classmethod
+    def of(cls, strategies: list[Strategy]) -> Layouts:
+        """Strategies as columns (an unknown name becomes code -1, which the rules refuse)."""
+        def codes(names: tuple[str, ...], field: str) -> np.ndarray:
+            return np.array([names.index(getattr(s, field)) if getattr(s, field) in names else -1 for s in strategies])
+
+        return cls(
+            **{name: np.array([getattr(s, name) for s in strategies], dtype=np.int64) for name in INT_FIELDS},
+            schedule=codes(SCHEDULES, "schedule"), recompute=codes(RECOMPUTE, "recompute"), precision=codes(PRECISIONS, "precision"),
+            order_ok=np.array([sorted(s.order) == sorted(DIMS) for s in strategies]),
+            **{flag: np.array([getattr(s, flag) for s in strategies], dtype=bool) for flag in ("overlap_dp", "overlap_fsdp", "overlap_tp", "overlap_ep")},
+        )
+
+    @classmethod
+    def concat(cls, parts: list[Layouts]) -> Layouts:
+        return cls(**{k: np.concatenate([getattr(p, k) for p in parts]) for k in parts[0].arrays()})
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The columns this set carries, by field name."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
+
+    def __len__(self) -> int:
+        return len(self.tp)
+
+    def take(self, idx: np.ndarray) -> Layouts:
+        """The rows at `idx` (indices or a boolean mask)."""
+        return Layouts(**{k: v[idx] for k, v in self.arrays().items()})
+
+    def row(self, i: int, order: tuple[str, ...]) -> Strategy:
+        """Row i as a Strategy, its dims placed in `order`."""
+        return Strategy(
+            **{name: int(getattr(self, name)[i]) for name in INT_FIELDS},
+            schedule=SCHEDULES[int(self.schedule[i])], recompute=RECOMPUTE[int(self.recompute[i])],
+            precision=PRECISIONS[int(self.precision[i])],
+            **{flag: bool(getattr(self, flag)[i]) for flag in ("overlap_dp", "overlap_fsdp", "overlap_tp", "overlap_ep")},
+            order=order,
+        )
+
+    @cached_property
+    def batch(self) -> np.ndarray:
+        """Sequences per step; a global batch of 0 means one micro-batch per data-parallel rank."""
+        return np.where(self.global_batch > 0, self.global_batch, self.dp_replicate * self.dp_shard * self.micro_batch)
+
+    @cached_property
+    def microbatches(self) -> np.ndarray:
+        """Pipeline micro-batches per step (valid only where the batch divides)."""
+        return self.batch // np.maximum(self.dp_replicate * self.dp_shard * self.micro_batch, 1)
 
 
 def _code(names: tuple[str, ...]) -> list[int]:
     return [SCHEDULES.index(n) for n in names]
 
 
-def _gb(c: SimpleNamespace) -> np.ndarray:
-    if hasattr(c, "gb_"):
-        return c.gb_
-    return np.where(c.global_batch > 0, c.global_batch, c.dp_replicate * c.dp_shard * c.micro_batch)
+def _gb(c: Layouts) -> np.ndarray:
+    return c.batch
 
 
-def _m(c: SimpleNamespace) -> np.ndarray:
-    """Pipeline micro-batches per step (valid only where the batch divides)."""
-    if hasattr(c, "m_"):
-        return c.m_
-    return _gb(c) // np.maximum(c.dp_replicate * c.dp_shard * c.micro_batch, 1)
+def _m(c: Layouts) -> np.ndarray:
+    return c.microbatches
 
 
-Rule = tuple[Callable[[SimpleNamespace, int], np.ndarray], Callable[[Strategy, int], str]]
+Rule = tuple[Callable[[Layouts, int], np.ndarray], Callable[[Strategy, int], str]]
 
 
 def _too_few_microbatches(sch: Schedule) -> Rule:
@@ -367,11 +429,8 @@ def divisors(n: int) -> list[int]:
     return small + large[::-1]
 
 
-def valid_mask(cols: SimpleNamespace, world_size: int, model: ModelSpec | None) -> np.ndarray:
+def valid_mask(cols: Layouts, world_size: int, model: ModelSpec | None) -> np.ndarray:
     """The same rules as `Strategy.check`, over columns of candidates (the planner's path)."""
-    cols = SimpleNamespace(**vars(cols))
-    cols.gb_ = _gb(cols)  # shared by several rules: computed once
-    cols.m_ = _m(cols)
     ok = np.ones_like(cols.tp, dtype=bool)
     for rule, _ in _rules(model):
         ok &= np.asarray(rule(cols, world_size), dtype=bool)
