@@ -184,6 +184,7 @@ MAX_FIELD = 1 << 40
 """Largest value of a Strategy's integer field: past every device count (`hardware.MAX_DEVICES`)
 and every global batch the planner takes, and far inside int64."""
 INT_FIELDS = ("dp_replicate", "dp_shard", "tp", "cp", "pp", "ep", "zero_stage", "micro_batch", "global_batch", "virtual_stages")
+OVERLAPS = ("overlap_dp", "overlap_fsdp", "overlap_tp", "overlap_ep")
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -228,7 +229,7 @@ class Layouts:
             **{name: np.array([getattr(s, name) for s in strategies], dtype=np.int64) for name in INT_FIELDS},
             schedule=codes(SCHEDULES, "schedule"), recompute=codes(RECOMPUTE, "recompute"), precision=codes(PRECISIONS, "precision"),
             order_ok=np.array([sorted(s.order) == sorted(DIMS) for s in strategies]),
-            **{flag: np.array([getattr(s, flag) for s in strategies], dtype=bool) for flag in ("overlap_dp", "overlap_fsdp", "overlap_tp", "overlap_ep")},
+            **{flag: np.array([getattr(s, flag) for s in strategies], dtype=bool) for flag in OVERLAPS},
         )
 
     @classmethod
@@ -252,7 +253,7 @@ class Layouts:
             **{name: int(getattr(self, name)[i]) for name in INT_FIELDS},
             schedule=SCHEDULES[int(self.schedule[i])], recompute=RECOMPUTE[int(self.recompute[i])],
             precision=PRECISIONS[int(self.precision[i])],
-            **{flag: bool(getattr(self, flag)[i]) for flag in ("overlap_dp", "overlap_fsdp", "overlap_tp", "overlap_ep")},
+            **{flag: bool(getattr(self, flag)[i]) for flag in OVERLAPS},
             order=order,
         )
 
@@ -271,14 +272,6 @@ def _code(names: tuple[str, ...]) -> list[int]:
     return [SCHEDULES.index(n) for n in names]
 
 
-def _gb(c: Layouts) -> np.ndarray:
-    return c.batch
-
-
-def _m(c: Layouts) -> np.ndarray:
-    return c.microbatches
-
-
 Rule = tuple[Callable[[Layouts, int], np.ndarray], Callable[[Strategy, int], str]]
 
 
@@ -286,7 +279,7 @@ def _too_few_microbatches(sch: Schedule) -> Rule:
     """torch's floor on micro-batches per pipeline rank for `sch` (`Schedule.microbatches_per_rank`)."""
     code, k = SCHEDULES.index(sch.name), sch.microbatches_per_rank
     return (
-        lambda c, w: (c.pp == 1) | (c.schedule != code) | (_m(c) >= k * c.pp),
+        lambda c, w: (c.pp == 1) | (c.schedule != code) | (c.microbatches >= k * c.pp),
         lambda s, w: sch.too_few.format(m=s.microbatches, stages=k * s.pp)
         + f". Use at least {k * s.pp} micro-batches with {sch.name} (raise global_batch or lower micro_batch)",
     )
@@ -333,7 +326,7 @@ def _rules(model: ModelSpec | None) -> list[Rule]:
             ),
         ),
         (
-            lambda c, w: _gb(c) % np.maximum(c.dp_replicate * c.dp_shard * c.micro_batch, 1) == 0,
+            lambda c, w: c.batch % np.maximum(c.dp_replicate * c.dp_shard * c.micro_batch, 1) == 0,
             lambda s, w: _batch_advice(s),
         ),
         (
@@ -349,7 +342,7 @@ def _rules(model: ModelSpec | None) -> list[Rule]:
         # GPipe, LoopedBFS and ZBVZeroBubble accept any count.
         *(_too_few_microbatches(sch) for sch in REGISTRY if sch.microbatches_per_rank),
         (
-            lambda c, w: (c.pp == 1) | ~np.isin(c.schedule, _code(tuple(sch.name for sch in REGISTRY if sch.rounds))) | (_m(c) % np.maximum(1, _m(c) // c.pp) == 0),
+            lambda c, w: (c.pp == 1) | ~np.isin(c.schedule, _code(tuple(sch.name for sch in REGISTRY if sch.rounds))) | (c.microbatches % np.maximum(1, c.microbatches // c.pp) == 0),
             lambda s, w: BY_NAME[s.schedule].label
             + f" requires the number of microbatches to be a multiple of the number of rounds ({max(1, s.microbatches // s.pp)}), but got {s.microbatches}. "
             f"Use a multiple of {max(1, s.microbatches // s.pp)} micro-batches, e.g. {max(1, s.microbatches // s.pp) * s.pp}",
