@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from bandwise.cli.main import main
+from entry import in_process
 
 
 @pytest.fixture
@@ -15,12 +15,6 @@ def cli(capsys):
     stdout, stderr) and consumes what the command printed."""
 
     def run(*args: str) -> subprocess.CompletedProcess:
-        try:
-            main(list(args))
-            code = 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
-        out, err = capsys.readouterr()
-        return subprocess.CompletedProcess(args, code, out, err)
+        return in_process(capsys, *args)
 
     return run

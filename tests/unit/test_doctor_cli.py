@@ -11,9 +11,9 @@ import textwrap
 import pytest
 import torch
 
-from bandwise.cli.main import main
 from bandwise.doctor.tune import LoaderSetting, accumulation_for, find_max_batch, tune_loader
 from bandwise.errors import BandwiseError
+from entry import in_process
 
 TRAIN = textwrap.dedent(
     """
@@ -46,17 +46,6 @@ def _bandwise(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "bandwise", *args], capture_output=True, text=True, timeout=300)
 
 
-def _main(capfd, *args: str) -> subprocess.CompletedProcess:
-    """The real entry point in-process; capfd also catches the training child's output."""
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    out, err = capfd.readouterr()
-    return subprocess.CompletedProcess(args, code, out, err)
-
-
 @pytest.mark.slow  # runs a training script under the doctor in a child process
 def test_doctor_run_unmodified_script(tmp_path, capfd, monkeypatch):
     script = tmp_path / "train.py"
@@ -66,7 +55,7 @@ def test_doctor_run_unmodified_script(tmp_path, capfd, monkeypatch):
         runpy.run_path(str(script), run_name="__main__")
     reference = capfd.readouterr().out.strip()
     assert reference.startswith("final loss")
-    r = _main(capfd, "doctor", "run", "--json", "--", "python", str(script), "3")
+    r = in_process(capfd, "doctor", "run", "--json", "--", "python", str(script), "3")
     # the script's exit code and its output are its own; its stdout moves to stderr under --json
     assert r.returncode == 3, r.stderr
     assert reference in r.stderr  # same final loss to 8 digits: results unchanged
@@ -77,13 +66,13 @@ def test_doctor_run_unmodified_script(tmp_path, capfd, monkeypatch):
     assert f["evidence"]["dataloader_share"] >= 0.2
     assert doc["medians"]["optimizer_s"] is not None and doc["medians"]["samples"] == 8
 
-    r = _main(capfd, "doctor", "run", "--", sys.executable, str(script), "0")
+    r = in_process(capfd, "doctor", "run", "--", sys.executable, str(script), "0")
     assert r.returncode == 0, r.stderr
     assert reference in r.stdout and "input_bound" in r.stdout and "Fixes" in r.stdout
 
 
 def test_doctor_run_rejects_non_python(capfd):
-    bad = _main(capfd, "doctor", "run", "--", "make", "train")
+    bad = in_process(capfd, "doctor", "run", "--", "make", "train")
     assert bad.returncode == 2 and bad.stderr.startswith("bandwise: error: doctor run: 'make' is not a python or torchrun command")
 
 
@@ -91,7 +80,7 @@ def test_doctor_run_without_torchrun_on_the_path_is_one_line(tmp_path, capfd, mo
     script = tmp_path / "train.py"
     script.write_text("print('never runs')\n")
     monkeypatch.setenv("PATH", str(tmp_path))  # no torchrun here
-    bad = _main(capfd, "doctor", "run", "--", "torchrun", "--nproc-per-node", "2", str(script))
+    bad = in_process(capfd, "doctor", "run", "--", "torchrun", "--nproc-per-node", "2", str(script))
     assert bad.returncode == 2 and "'torchrun' not found" in bad.stderr and "Traceback" not in bad.stderr
     assert len(bad.stderr.strip().splitlines()) == 1
 
@@ -128,7 +117,7 @@ def test_tune_loader_cli_finds_workers(tmp_path):
 
 
 def test_tune_loader_user_errors(capfd):
-    r = _main(capfd, "doctor", "tune-loader", "--dataset", "nocolon", "--batch-size", "8")
+    r = in_process(capfd, "doctor", "tune-loader", "--dataset", "nocolon", "--batch-size", "8")
     assert r.returncode == 2 and "FILE.py:NAME" in r.stderr.splitlines()[0]
     with pytest.raises(BandwiseError, match="fewer than batch_size"):
         tune_loader(list(range(3)), batch_size=8, grid=[LoaderSetting(num_workers=0)])

@@ -10,7 +10,8 @@ from bandwise.cost.memory import GIB
 from bandwise.cost.step import DEFAULT_PARAMS
 from bandwise.plan.runs import published_memory
 from bandwise.plan.validate import comparable_memory_gib, run_all
-from published import RUNS, SOURCES, exit_code, shipped_run
+from entry import exit_code
+from published import RUNS, SOURCES, shipped_run
 
 
 

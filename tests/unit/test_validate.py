@@ -28,7 +28,8 @@ from bandwise.plan.validate import (
     summarize,
 )
 
-from published import RUNS, SOURCES, exit_code, shipped_run
+from entry import exit_code
+from published import RUNS, SOURCES, shipped_run
 
 
 

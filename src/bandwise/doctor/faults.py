@@ -20,7 +20,7 @@ hide it even on 2 cores.
 
 The two batches are far apart so that each rule's signal sits several times from its threshold
 under load as well as on a quiet machine (benchmarks/RESULTS.md, "The planted faults under
-load"): on both cores busy, the optimizer takes 15-26% of a batch-1 step against 1-2% of a
+load"): with both cores busy, the optimizer takes 15-26% of a batch-1 step against at most 2.4% of a
 batch-64 one (the rule's line is 10%), and torch calls average 2-3x a trivial op's CPU time
 against 35-77x (the line is 10x).
 """
