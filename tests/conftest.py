@@ -41,8 +41,8 @@ SLOW_FOLDERS = ("dist", "fault", "interop")
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     here = Path(__file__).parent
     for item in items:
-        parts = Path(str(item.path)).relative_to(here).parts if Path(str(item.path)).is_relative_to(here) else ()
-        if parts and parts[0] in SLOW_FOLDERS:
+        path = Path(str(item.path))
+        if path.is_relative_to(here) and path.relative_to(here).parts[0] in SLOW_FOLDERS:
             item.add_marker(pytest.mark.slow)
 
 

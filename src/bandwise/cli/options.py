@@ -8,7 +8,6 @@ import typer
 
 from bandwise.cost.step import ATTENTION_KERNELS, CostParams
 from bandwise.errors import BandwiseError
-
 from bandwise.plan.verdict import THRESHOLD
 from bandwise.specs.model import ModelSpec
 from bandwise.specs.registry import get_model

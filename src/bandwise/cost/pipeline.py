@@ -43,7 +43,7 @@ import numpy as np
 from bandwise.cost import schedules as schedules_module
 from bandwise.cost.schedules import Action, action_orders, check, rounds, stage_rank
 from bandwise.errors import BandwiseError
-from bandwise.specs.schedules import BY_NAME, SPLIT_BACKWARD  # noqa: F401 (SPLIT_BACKWARD: exported)
+from bandwise.specs.schedules import BY_NAME
 from bandwise.specs.strategy import SCHEDULES, V_SHAPED
 
 
@@ -615,4 +615,4 @@ def _factors(s: int, p: int, m: int, v: int, f: float, b: float, w: float) -> Pi
     )
 
 
-__all__ = ["PipelineSpec", "PipelineFactors", "Timeline", "simulate", "schedule_factors", "pipeline_factors", "pipeline_summary", "inflight_after_backward", "waiting_for_weights", "losses_held", "stages_with_gradients", "rounds", "SPLIT_BACKWARD"]
+__all__ = ["PipelineSpec", "PipelineFactors", "Timeline", "simulate", "schedule_factors", "pipeline_factors", "pipeline_summary", "inflight_after_backward", "waiting_for_weights", "losses_held", "stages_with_gradients", "rounds"]

@@ -49,6 +49,7 @@ class Action(NamedTuple):
 
 Orders = list[list[Action]]
 
+
 def stage_rank(stage: int, p: int, schedule: str) -> int:
     """The rank that runs `stage`: looped placement, or a V for the V-shaped schedules."""
     if BY_NAME[schedule].stages_per_rank == "v":

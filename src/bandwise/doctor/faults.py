@@ -18,11 +18,11 @@ one pre-norm transformer block on random data (B = batch, T = sequence, C = chan
 The slow loader waits rather than burns CPU, as storage or network reads do, so workers can
 hide it even on 2 cores.
 
-The two batches are far apart so that each rule's signal sits several times from its threshold
-under load as well as on a quiet machine (benchmarks/RESULTS.md, "The planted faults under
-load"): with both cores busy, the optimizer takes 15-26% of a batch-1 step against at most 2.4% of a
-batch-64 one (the rule's line is 10%), and torch calls average 2-3x a trivial op's CPU time
-against 35-77x (the line is 10x).
+The two batches are far apart so that each rule's signal stays clear of its line under load as
+well as on a quiet machine (benchmarks/RESULTS.md, "The test suite", "Green under load"): with
+both cores busy, the optimizer takes 15-27% of a batch-1 step against at most 2.4% of a batch-64
+one (the line is 10%), and torch calls average 2.2-2.6x a trivial op's CPU time against 35-77x
+(the line is 10x).
 """
 
 from __future__ import annotations

@@ -180,7 +180,7 @@ class Monitor:
         # unstretched by waits for a core on a busy machine (the dispatch ratio reads it). On an
         # accelerator the thread blocks on the device, so its CPU time says nothing of the step.
         compute_cpu_s = None
-        if not self.cuda:
+        if self.device.type == "cpu":
             pre_cpu = 0.0 if s.first_forward_c is None else max(0.0, s.first_forward_c - s.c0)
             compute_cpu_s = max(0.0, time.thread_time() - s.c0 - s.optimizer_cpu_s - pre_cpu)
         period = step_s + s.data_wait_s
