@@ -16,7 +16,7 @@ device's sustained clock and GEMM efficiency, `memory_bound_time` at `CostParams
 attention at `attention_efficiency` / `fa2_attention_efficiency`) and prints measured / predicted:
 above 1, the model is too fast there. Per run it also sums one layer's GEMMs, forward and both
 backward GEMMs, as the step prices them (backward = 2 x forward), and sets each run's measured
-tensor-parallel layer beside the model's layer compute (`layer_fwd + layer_bwd` of `cost.step`).
+tensor-parallel layer beside the model's layer compute (`LayerCompute.fwd + bwd` of `cost.terms.compute`).
 """
 
 from __future__ import annotations
@@ -33,7 +33,9 @@ import yaml
 
 from bandwise.cost.compute import K_FIXED, gemm_time
 from bandwise.cost.flops import attention_gemms, mlp_gemms
-from bandwise.cost.step import DEFAULT_PARAMS, SCORE_BYTES_FORWARD, _base
+from bandwise.cost.params import DEFAULT_PARAMS
+from bandwise.cost.step import layer_terms
+from bandwise.cost.terms.compute import SCORE_BYTES_FORWARD
 from bandwise.specs.strategy import Layouts
 from bandwise.plan.runs import convert, load_runs
 from bandwise.plan.validate import predict
@@ -271,8 +273,8 @@ def _model_layer_s(case, strategy, params) -> tuple[float, float]:  # noqa: ANN0
     and the attention's part of it, priced on the 700 W H100 SXM that the layers were measured on."""
     cluster = get_cluster("h100").placed(strategy.tp)
     single = replace(strategy, dp_shard=1, dp_replicate=1, pp=1, global_batch=strategy.micro_batch)
-    b = _base(case.model, cluster, Layouts.of([single]), single.order, params)
-    return float(b["layer_fwd"][0] + b["layer_bwd"][0]), float(b["layer_attn_total"][0])
+    b = layer_terms(case.model, cluster, Layouts.of([single]), params)
+    return float(b.compute.fwd[0] + b.compute.bwd[0]), float(b.compute.attn_total[0])
 
 
 def _model_layer_gemms_s(case, strategy) -> float:  # noqa: ANN001

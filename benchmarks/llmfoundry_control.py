@@ -18,7 +18,7 @@ from pathlib import Path
 
 import yaml
 
-from bandwise.cost.step import DEFAULT_PARAMS, CostParams
+from bandwise.cost.params import DEFAULT_PARAMS, CostParams
 from bandwise.plan.validate import run_all
 
 DATA = Path(__file__).parent / "data"

@@ -33,7 +33,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from bandwise.cost.step import DEFAULT_PARAMS
+from bandwise.cost.params import DEFAULT_PARAMS
 from bandwise.plan.runs import convert
 from bandwise.plan.validate import load_runs, predict
 

@@ -11,16 +11,10 @@ import pytest
 from bandwise.cost import comm
 from bandwise.cost.compute import gemm_time
 from bandwise.cost.memory import GIB, activation_bytes_per_token, model_state_bytes
-from bandwise.cost.step import (
-    CROSS_ENTROPY_BYTES_EAGER,
-    CROSS_ENTROPY_BYTES_FUSED,
-    DEFAULT_PARAMS,
-    CostParams,
-    _base,
-    balanced_split,
-    estimate,
-    last_stage_rank_layers,
-)
+from bandwise.cost.params import DEFAULT_PARAMS, CostParams
+from bandwise.cost.step import comm_terms, estimate, layer_terms
+from bandwise.cost.terms.compute import CROSS_ENTROPY_BYTES_EAGER, CROSS_ENTROPY_BYTES_FUSED
+from bandwise.cost.terms.stages import balanced_split, last_stage_rank_layers
 from bandwise.specs.strategy import SCHEDULES, Layouts, Strategy
 from bandwise.errors import BandwiseError
 from bandwise.specs.hardware import Cluster, Device, Level
@@ -106,9 +100,10 @@ def test_a_dense_model_pays_no_expert_collective_latency():
     m = get_model("llama3-8b")
     c = two_level(a_in=3e-6, a_out=14e-6)
     s = Strategy(dp_shard=124, tp=8, micro_batch=1, global_batch=124)
-    b = _base(m, c, Layouts.of([s]), s.order, DEFAULT_PARAMS)
+    cols = Layouts.of([s])
+    b = comm_terms(m, c, cols, s.order, layer_terms(m, c, cols))
     dense = comm.all_gather_time(c, m.non_expert_layer_params / m.layers / 8 * 2, 8, 124)
-    assert one(b["ag_layer"]) == pytest.approx(one(dense))
+    assert one(b.fsdp.gather) == pytest.approx(one(dense))
 
 
 def test_all_reduce_is_reduce_scatter_plus_all_gather():
@@ -196,13 +191,13 @@ def test_materialized_attention_gemms_pay_the_fill_of_their_own_reduction():
     """Each batched GEMM costs what `gemm_time` charges a GEMM of its shape (tile- and wave-exact
     shapes, memory-free): forward Q·K^T reduces over d and P·V over s; backward dP over d_v, dV, dQ
     and dK over s. The score traffic is the rest (`test_score_traffic_is_what_torchs_kernels_move`)."""
-    from bandwise.cost.step import SCORE_BYTES_BACKWARD, SCORE_BYTES_FORWARD, _materialized_attention
+    from bandwise.cost.terms.compute import SCORE_BYTES_BACKWARD, SCORE_BYTES_FORWARD, materialized_attention
 
     m = replace(get_model("gpt3-175b"), seq_len=4096)
     s, d, heads = m.seq_len, m.d_head, m.heads
     assert d == m.d_value == 128  # 128-wide tiles: no tile quantization
     peak, eff, bw = 1e15, 0.8, 2e12
-    fwd, bwd = _materialized_attention(m, np.array([float(s)]), np.array([1.0]), peak, eff, bw)
+    fwd, bwd = materialized_attention(m, np.array([float(s)]), np.array([1.0]), peak, eff, bw)
     unbounded = 1e30  # memory-free: the math time alone
     over_d = float(gemm_time(s, s, d, peak, eff, unbounded, count=heads))  # s x s scores from d-wide rows
     over_s = float(gemm_time(s, d, s, peak, eff, unbounded, count=heads))  # s-long rows times (s x d)
@@ -210,7 +205,7 @@ def test_materialized_attention_gemms_pay_the_fill_of_their_own_reduction():
     assert fwd[0] == pytest.approx(over_d + over_s + scores * SCORE_BYTES_FORWARD / bw, rel=1e-9)
     assert bwd[0] == pytest.approx(over_d + 3 * over_s + scores * SCORE_BYTES_BACKWARD / bw, rel=1e-9)
     # an additive bias (ALiBi through baddbmm with beta = 1) adds its bytes per score to the forward only
-    fwd_b, bwd_b = _materialized_attention(m, np.array([float(s)]), np.array([1.0]), peak, eff, bw, 4.0)
+    fwd_b, bwd_b = materialized_attention(m, np.array([float(s)]), np.array([1.0]), peak, eff, bw, 4.0)
     assert fwd_b[0] - fwd[0] == pytest.approx(scores * 4.0 / bw, rel=1e-9) and bwd_b[0] == bwd[0]
     assert over_s < over_d / 2  # the s-long reduction fills its k-loop; the d-wide one does not
 
@@ -225,7 +220,7 @@ def test_score_traffic_is_what_torchs_kernels_move():
     torch = pytest.importorskip("torch")
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    from bandwise.cost.step import SCORE_BYTES_BACKWARD, SCORE_BYTES_FORWARD
+    from bandwise.cost.terms.compute import SCORE_BYTES_BACKWARD, SCORE_BYTES_FORWARD
 
     b, s, d = 2, 64, 16
 
@@ -258,7 +253,7 @@ def test_score_traffic_is_what_torchs_kernels_move():
 def test_flash_attention_2_on_hopper_runs_at_the_papers_35_percent():
     """`attention="fa2"` takes the device's FlashAttention-2 figure: on H100 the 35% utilization of
     FlashAttention-3's abstract, on A100 (where FA2 is the current kernel) the device's own."""
-    from bandwise.cost.step import ATTENTION_KERNELS
+    from bandwise.cost.params import ATTENTION_KERNELS
 
     m = replace(get_model("llama3-8b"), seq_len=8192)
     s = Strategy(dp_shard=8, micro_batch=1, global_batch=8)
@@ -295,11 +290,12 @@ def test_fsdp_exposes_the_first_gather_the_last_reduction_and_the_root_unit():
     m = get_model("llama3-8b")
     c = two_level(a_in=3e-6)
     s = Strategy(dp_shard=8, micro_batch=2, global_batch=8 * 2 * 4)
-    b = _base(m, c, Layouts.of([s]), s.order, DEFAULT_PARAMS)
+    cols = Layouts.of([s])
+    b = comm_terms(m, c, cols, s.order, layer_terms(m, c, cols))
     root = m.embedding_params + m.output_params
     edge = one(comm.all_gather_time(c, root * 2, 1, 8)) + one(comm.reduce_scatter_time(c, root * 4, 1, 8))
     e = estimate(m, c, s)
-    assert e.breakdown["fsdp"] == pytest.approx(4 * (one(b["ag_layer"]) + one(b["rs_layer"]) + edge))
+    assert e.breakdown["fsdp"] == pytest.approx(4 * (one(b.fsdp.gather) + one(b.fsdp.reduce) + edge))
 
 
 def test_tp_overlap_hides_collectives_only_inside_one_nvlink_domain():
@@ -451,9 +447,9 @@ def test_overlapped_expert_all_to_all_holds_its_sms_for_the_whole_window():
     m, cluster = get_model("deepseek-v3"), get_cluster("h100")
     s = Strategy(dp_replicate=8, ep=8, zero_stage=1, micro_batch=1, global_batch=16, overlap_ep=True)
     est = estimate(m, cluster, s)
-    b = _base(m, cluster, Layouts.of([s]), s.order, DEFAULT_PARAMS)
+    b = layer_terms(m, cluster, Layouts.of([s]))
     frac_moe = m.moe_layers / m.layers
-    window = one(b["moe_fwd"]) * 3 * frac_moe * m.layers * est.microbatches
+    window = one(b.compute.moe_fwd) * 3 * frac_moe * m.layers * est.microbatches
     share = cluster.device.comm_sm_share
     dp_contention = share * (est.comm_total_s["dp"] - est.breakdown["dp"])
     assert est.comm_total_s["ep"] < window  # the all-to-all itself is shorter than the window
@@ -582,9 +578,9 @@ def test_balanced_split_reproduces_megatron_bridge_deepseek_layouts():
     for pp, v, want_head_rank in ((16, 1, 1), (4, 4, 13)):
         s = Strategy(pp=pp, ep=8, dp_replicate=2, virtual_stages=v, schedule="1F1B" if v == 1 else "Interleaved1F1B",
                      micro_batch=1, global_batch=64, recompute="selective")
-        b = _base(m, cluster, Layouts.of([s]), s.order, DEFAULT_PARAMS)
-        unit = one(b["layer_fwd"] + b["layer_bwd"] + b["kernel_gaps"])
-        head = one(b["out_total"] + b["mtp_total"])
+        b = layer_terms(m, cluster, Layouts.of([s]))
+        unit = one(b.compute.fwd + b.compute.bwd + b.compute.kernel_gaps)
+        head = one(b.head.out_total + b.head.mtp_total)
         costs = {k: max(k * unit + head, math.ceil((61 - k) / (pp - 1)) * unit) for k in range(62)}
         assert min(costs, key=costs.get) == want_head_rank
         _, k, t = balanced_split(61, np.array([pp]), np.array([unit]), np.array([head]))
@@ -601,8 +597,8 @@ def test_even_split_charges_the_output_layer_to_the_last_stage():
     assert even.step_time_s > balanced.step_time_s
     # llama3-8b has 32 layers: 8 per stage, so the even split's last rank runs 8 layers + head; the
     # balanced one moves whole layers off it. 32 micro-batches.
-    b = _base(m, cluster, Layouts.of([s]), s.order, DEFAULT_PARAMS)
-    unit, head = one(b["layer_fwd"] + b["layer_bwd"] + b["kernel_gaps"]), one(b["out_total"])
+    b = layer_terms(m, cluster, Layouts.of([s]))
+    unit, head = one(b.compute.fwd + b.compute.bwd + b.compute.kernel_gaps), one(b.head.out_total)
     saved = 8 * unit + head - _best_whole_layer_split(32, 4, unit, head)
     assert even.breakdown["compute"] - balanced.breakdown["compute"] == pytest.approx(32 * saved, rel=1e-6)
 
@@ -616,12 +612,12 @@ def test_mtp_module_costs_a_block_a_projection_and_a_second_head():
     plain = estimate(base, cluster, s)
     one_more_layer = estimate(replace(base, layers=base.layers + 1), cluster, s)
     with_mtp = estimate(replace(base, mtp_depth=1), cluster, s)
-    b = _base(base, cluster, Layouts.of([s]), s.order, DEFAULT_PARAMS)
+    b = layer_terms(base, cluster, Layouts.of([s]))
     tokens, h = base.seq_len, base.hidden
     dev = cluster.device
     proj = one(gemm_time(tokens, h, 2 * h, dev.peak("bf16") * dev.sustained_clock_ratio, dev.gemm_efficiency, dev.hbm_bandwidth, sm_count=dev.sm_count))
     block = one_more_layer.breakdown["compute"] - plain.breakdown["compute"]
-    assert with_mtp.breakdown["compute"] - plain.breakdown["compute"] == pytest.approx(block + 3 * proj + one(b["out_total"]), rel=1e-9)
+    assert with_mtp.breakdown["compute"] - plain.breakdown["compute"] == pytest.approx(block + 3 * proj + one(b.head.out_total), rel=1e-9)
     assert with_mtp.memory_gib_per_device > plain.memory_gib_per_device
 
 
@@ -644,7 +640,7 @@ def test_loss_moves_eager_bytes_on_gpus_and_fused_bytes_under_xla(cluster_name, 
     peak = dev.peak("bf16") * dev.sustained_clock_ratio
     gemms = 3 * one(gemm_time(tokens, m.vocab / 2, m.hidden, peak, dev.gemm_efficiency, dev.hbm_bandwidth, sm_count=dev.sm_count))
     for params, want_fused in ((DEFAULT_PARAMS, fused), (CostParams(fused_cross_entropy=not fused), not fused)):
-        out = one(_base(m, cluster, Layouts.of([s]), s.order, params)["out_total"])
+        out = one(layer_terms(m, cluster, Layouts.of([s]), params).head.out_total)
         per_logit = CROSS_ENTROPY_BYTES_FUSED if want_fused else CROSS_ENTROPY_BYTES_EAGER
         loss = per_logit * tokens * m.vocab / 2 / (dev.hbm_bandwidth * params.hbm_efficiency)
         assert out == pytest.approx(gemms + loss, rel=1e-9)
@@ -674,17 +670,17 @@ def test_hfu_counts_what_selective_recomputation_runs_again():
 def test_attention_efficiency_falls_at_short_sequences(seq, cp):
     """Fused attention runs at eff · s / (s + s0) with s the keys one kernel call sees (seq / cp):
     the attention time is the fall-off-free one times (s + s0) / s, and nothing else moves."""
-    from bandwise.cost.step import _base
+    from bandwise.cost.step import layer_terms
 
     m = replace(get_model("llama3-8b"), seq_len=seq)
     h100 = get_cluster("h100").placed(8 * cp)
     flat = replace(h100, device=replace(h100.device, attention_fill_tokens=0.0))
     s = Strategy(tp=8, cp=cp, micro_batch=1, global_batch=1)
-    b, b0 = (_base(m, c, Layouts.of([s]), s.order, DEFAULT_PARAMS) for c in (h100, flat))
+    b, b0 = (layer_terms(m, c, Layouts.of([s])) for c in (h100, flat))
     keys, s0 = seq / cp, h100.device.attention_fill_tokens
     assert s0 > 0
-    assert b["layer_attn"][0] == pytest.approx(b0["layer_attn"][0] * (keys + s0) / keys, rel=1e-12)
-    assert b["layer_fwd"][0] - b["layer_attn"][0] == pytest.approx(b0["layer_fwd"][0] - b0["layer_attn"][0], rel=1e-12)
+    assert b.compute.attn[0] == pytest.approx(b0.compute.attn[0] * (keys + s0) / keys, rel=1e-12)
+    assert b.compute.fwd[0] - b.compute.attn[0] == pytest.approx(b0.compute.fwd[0] - b0.compute.attn[0], rel=1e-12)
 
 
 def test_attention_fill_tokens_is_checked():

@@ -24,7 +24,7 @@ def test_stage_layers_is_the_cost_models_even_split(layers: int, stages: int) ->
     the last stage holds what the cost model prices for the head's rank (`last_stage_rank_layers`)."""
     import numpy as np
 
-    from bandwise.cost.step import last_stage_rank_layers
+    from bandwise.cost.terms.stages import last_stage_rank_layers
     from bandwise.specs.strategy import SCHEDULES
 
     counts = stage_layers(layers, stages)

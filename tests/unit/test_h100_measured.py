@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from bandwise.cost.compute import gemm_time
-from bandwise.cost.step import DEFAULT_PARAMS
+from bandwise.cost.params import DEFAULT_PARAMS
 from bandwise.specs.registry import get_cluster
 
 BENCH = Path(__file__).parents[2] / "benchmarks"
@@ -77,7 +77,7 @@ def test_fused_attention_against_the_chip() -> None:
     tokens: the model's attention is never faster than the chip and at most a quarter slower (the
     chip was not power-limited here: 1860 MHz). Without the fall-off at short sequences the model is
     2.4x too fast at 512 tokens."""
-    from bandwise.cost.step import _base
+    from bandwise.cost.step import layer_terms
     from bandwise.specs.model import ModelSpec
     from bandwise.specs.strategy import Layouts, Strategy
 
@@ -87,5 +87,5 @@ def test_fused_attention_against_the_chip() -> None:
             continue
         m = ModelSpec(name="a", layers=1, hidden=a["h"] * a["d"], ffn=4 * a["h"] * a["d"], heads=a["h"], vocab=256, seq_len=a["s"])
         s = Strategy(micro_batch=a["b"], global_batch=a["b"])
-        model = float(_base(m, cluster, Layouts.of([s]), s.order, DEFAULT_PARAMS)["layer_attn_total"][0])
+        model = float(layer_terms(m, cluster, Layouts.of([s])).compute.attn_total[0])
         assert 0.75 <= a["fwd_bwd_s"] / model <= 1.05, (a, a["fwd_bwd_s"] / model)

@@ -16,7 +16,8 @@ from dataclasses import replace
 import pytest
 
 from bandwise.cost.memory import GIB
-from bandwise.cost.step import DEFAULT_PARAMS, estimate
+from bandwise.cost.params import DEFAULT_PARAMS
+from bandwise.cost.step import estimate
 from bandwise.plan.runs import PARAM_SWITCHES, convert, load_runs
 from bandwise.plan.validate import _strategy
 

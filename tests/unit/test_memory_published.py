@@ -7,7 +7,7 @@ import json
 import pytest
 
 from bandwise.cost.memory import GIB
-from bandwise.cost.step import DEFAULT_PARAMS
+from bandwise.cost.params import DEFAULT_PARAMS
 from bandwise.plan.runs import published_memory
 from bandwise.plan.validate import comparable_memory_gib, run_all
 from entry import exit_code

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from bandwise.cost.memory import GIB, RECOMPUTE_MODULES, activation_bytes_per_token, model_state_bytes
-from bandwise.cost.step import DEFAULT_PARAMS, estimate
+from bandwise.cost.params import DEFAULT_PARAMS
+from bandwise.cost.step import estimate
 from bandwise.specs.registry import get_cluster, get_model
 from bandwise.specs.strategy import Strategy
 
@@ -63,7 +64,8 @@ def test_torch_tp_keeps_the_gathered_gemm_inputs_whole_on_every_rank():
     """torch's ColwiseParallel saves the all-gathered norm outputs (2 per layer and the final norm's,
     which the output projection reads; bf16, the whole sequence); Megatron keeps the 1/t shard. The
     difference is closed-form: (2·L + 1) · 2·h · (1 − 1/t) bytes per token."""
-    from bandwise.cost.step import CostParams, estimate
+    from bandwise.cost.params import CostParams
+    from bandwise.cost.step import estimate
     from bandwise.specs.registry import get_cluster, get_model
     from bandwise.specs.strategy import Strategy
 

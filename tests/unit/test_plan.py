@@ -9,7 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bandwise.cost.step import Estimate, estimate
+from bandwise.cost.results import Estimate
+
+from bandwise.cost.step import estimate
 from bandwise.errors import BandwiseError
 from bandwise.plan.search import VIRTUAL_CHOICES, Layout, SearchResult, search
 from bandwise.plan.verdict import decide

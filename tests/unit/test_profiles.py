@@ -9,7 +9,8 @@ import pytest
 
 from bandwise.cost.memory import GIB
 from bandwise.cost.profiles import TRAINER, trainer_params
-from bandwise.cost.step import DEFAULT_PARAMS, estimate
+from bandwise.cost.params import DEFAULT_PARAMS
+from bandwise.cost.step import estimate
 from bandwise.specs.registry import get_cluster, get_model
 from bandwise.specs.strategy import Strategy
 

@@ -217,7 +217,9 @@ def test_compare_and_sweep_price_the_stated_kernels(flags, capsys) -> None:
     as `estimate` prices it with the same kernels, and no cheaper than with the default ones."""
     from dataclasses import replace
 
-    from bandwise.cost.step import ATTENTION_KERNELS, DEFAULT_PARAMS, estimate
+    from bandwise.cost.params import ATTENTION_KERNELS, DEFAULT_PARAMS
+
+    from bandwise.cost.step import estimate
     from bandwise.specs.strategy import Strategy
 
     params = replace(DEFAULT_PARAMS, eager_elementwise=True) if flags == ["--eager"] else replace(DEFAULT_PARAMS, **ATTENTION_KERNELS["fa2"])

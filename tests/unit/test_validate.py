@@ -368,7 +368,7 @@ def test_stated_software_matches_the_flags_of_plan():
     from dataclasses import replace
 
     from bandwise.cli.options import cost_params
-    from bandwise.cost.step import CostParams
+    from bandwise.cost.params import CostParams
     from bandwise.plan.runs import PARAM_SWITCHES, STATED_SOFTWARE
 
     flags = {"materialized_attention": ("materialized", False), "fa2_on_hopper": ("fa2", False), "eager_torchtitan": ("flash", True)}

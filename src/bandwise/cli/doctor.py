@@ -102,7 +102,8 @@ def _plan_for(strategy: str | None, pick: int | None, model: str | None, cluster
         raise BandwiseError("--strategy needs the job's --model and --cluster to price the layout, e.g. --model llama3-8b --cluster h100")
     from bandwise.cli.options import cost_params, model_spec
     from bandwise.cli.train import load_strategy
-    from bandwise.cost.step import DEFAULT_PARAMS, estimate
+    from bandwise.cost.params import DEFAULT_PARAMS
+    from bandwise.cost.step import estimate
     from bandwise.specs.registry import get_cluster
 
     s = load_strategy(strategy, pick)

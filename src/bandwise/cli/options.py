@@ -6,7 +6,7 @@ import math
 
 import typer
 
-from bandwise.cost.step import ATTENTION_KERNELS, CostParams
+from bandwise.cost.params import ATTENTION_KERNELS, CostParams
 from bandwise.errors import BandwiseError
 from bandwise.plan.verdict import THRESHOLD
 from bandwise.specs.model import ModelSpec

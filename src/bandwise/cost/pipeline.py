@@ -336,8 +336,16 @@ def _summary(schedule: str, p: int, m: int, v: int, f: float, b: float, w: float
 
 def _simulate_summary(schedule: str, p: int, m: int, v: int, f: float, b: float, w: float) -> np.ndarray:
     orders = action_orders(schedule, p, m, v)
-    n_last = p * v - 1
     dur = {"F": f, "B": b + w, "I": b, "W": w}
+    makespan = _finish_times(orders, schedule, p, m, v, dur)
+    per_rank = [_rank_counts(seq, p * v - 1, m, v) for seq in orders]
+    busy = max(sum(dur[a.kind] for a in seq) for seq in orders)
+    return np.array([makespan, busy, *(rank[k] for k in range(len(_PER_RANK)) for rank in per_rank)])
+
+
+def _finish_times(orders: list, schedule: str, p: int, m: int, v: int, dur: dict[str, float]) -> float:
+    """Run each rank's actions in order, each as soon as its input is ready; the last rank's finish."""
+    n_last = p * v - 1
     done_f = [[-1.0] * m for _ in range(p * v)]
     done_g = [[-1.0] * m for _ in range(p * v)]
     clock = [0.0] * p
@@ -369,65 +377,60 @@ def _simulate_summary(schedule: str, p: int, m: int, v: int, f: float, b: float,
                 progressed = True
         if not progressed:
             raise RuntimeError(f"{schedule} p={p} m={m} v={v} deadlocks")
-    inflight, after, after_most, most_graded, waiting, head_waiting, head_losses = [], [], [], [], [], [], []
-    for seq in orders:
-        units = peak = 0
-        # Gradients: a stage's unsharded ones exist from its first gradient pass (B, or W under a split
-        # backward: I makes none) to its last, after which the stage's REDUCE_GRAD reduce-scatters them
-        # (`stages_with_gradients`). peak_after: the most in flight while any
-        # stage holds them; most: the most stages holding them at once, peak_most the most in flight then
-        peak_after = peak_most = -1
-        passes = [0] * (p * v)
-        held = most = 0
-        wait = head = wait_at_peak = head_at_peak = 0  # between I and W: all stages', the last stage's
-        losses = losses_at_peak = 0  # the last stage's micro-batches between F (which runs the loss) and B or I
-        # one pass over the rank's order; plain comparisons, as this loop runs for every simulation
-        for kind, st, _ in seq:
-            grad_pass = kind == "B" or kind == "W"
-            if kind == "F":
-                units += 1
-            elif grad_pass:
-                units -= 1  # I keeps the inputs W needs (kept_for_w = 1)
-            if kind == "I":
-                wait += 1
-                head += st == n_last
-            elif kind == "W":
-                wait -= 1
-                head -= st == n_last
-            if st == n_last:
-                losses += 1 if kind == "F" else -1 if kind == "B" or kind == "I" else 0
-            if units > peak:
-                peak, wait_at_peak, head_at_peak, losses_at_peak = units, wait, head, losses
-            elif units == peak:
-                if wait > wait_at_peak:
-                    wait_at_peak = wait
-                if head > head_at_peak:
-                    head_at_peak = head
-                if losses > losses_at_peak:
-                    losses_at_peak = losses
-            if grad_pass:
-                passes[st] += 1
-                held += passes[st] == 1
-            if held:
-                if units > peak_after:
-                    peak_after = units
-                if held > most:
-                    most, peak_most = held, units
-                elif held == most and units > peak_most:
-                    peak_most = units
-            if grad_pass and passes[st] == m:
-                held -= 1
-        inflight.append(peak / v)
-        after.append(max(peak_after, 0) / v)
-        after_most.append(max(peak_most, 0) / v)
-        most_graded.append(float(most))
-        waiting.append(wait_at_peak / v)
-        head_waiting.append(float(head_at_peak))
-        head_losses.append(float(losses_at_peak))
-    busy = max(sum(dur[a.kind] for a in seq) for seq in orders)
-    blocks = {"inflight": inflight, "after": after, "waiting": waiting, "head_waiting": head_waiting, "after_most": after_most,
-              "most_graded": most_graded, "head_losses": head_losses}
-    return np.array([max(clock), busy, *(x for name in _PER_RANK for x in blocks[name])])
+    return max(clock)
+
+
+def _rank_counts(seq: list, n_last: int, m: int, v: int) -> tuple[float, ...]:
+    """One rank's peaks, in `_PER_RANK`'s order, from one pass over its actions."""
+    units = peak = 0
+    # Gradients: a stage's unsharded ones exist from its first gradient pass (B, or W under a split
+    # backward: I makes none) to its last, after which the stage's REDUCE_GRAD reduce-scatters them
+    # (`stages_with_gradients`). peak_after: the most in flight while any
+    # stage holds them; most: the most stages holding them at once, peak_most the most in flight then
+    peak_after = peak_most = -1
+    passes = [0] * (n_last + 1)
+    held = most = 0
+    wait = head = wait_at_peak = head_at_peak = 0  # between I and W: all stages', the last stage's
+    losses = losses_at_peak = 0  # the last stage's micro-batches between F (which runs the loss) and B or I
+    # plain comparisons, as this loop runs for every simulation
+    for kind, st, _ in seq:
+        grad_pass = kind == "B" or kind == "W"
+        if kind == "F":
+            units += 1
+        elif grad_pass:
+            units -= 1  # I keeps the inputs W needs (kept_for_w = 1)
+        if kind == "I":
+            wait += 1
+            head += st == n_last
+        elif kind == "W":
+            wait -= 1
+            head -= st == n_last
+        if st == n_last:
+            losses += 1 if kind == "F" else -1 if kind == "B" or kind == "I" else 0
+        if units > peak:
+            peak, wait_at_peak, head_at_peak, losses_at_peak = units, wait, head, losses
+        elif units == peak:
+            if wait > wait_at_peak:
+                wait_at_peak = wait
+            if head > head_at_peak:
+                head_at_peak = head
+            if losses > losses_at_peak:
+                losses_at_peak = losses
+        if grad_pass:
+            passes[st] += 1
+            held += passes[st] == 1
+        if held:
+            if units > peak_after:
+                peak_after = units
+            if held > most:
+                most, peak_most = held, units
+            elif held == most and units > peak_most:
+                peak_most = units
+        if grad_pass and passes[st] == m:
+            held -= 1
+    # in `_PER_RANK`'s order: inflight, after, waiting, head_waiting, after_most, most_graded, head_losses
+    return (peak / v, max(peak_after, 0) / v, wait_at_peak / v, float(head_at_peak), max(peak_most, 0) / v, float(most),
+            float(losses_at_peak))
 
 
 _PER_RANK = ("inflight", "after", "waiting", "head_waiting", "after_most", "most_graded", "head_losses")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from bandwise.cost.step import DEFAULT_PARAMS, CostParams
+from bandwise.cost.params import DEFAULT_PARAMS, CostParams
 
 TRAINER = replace(
     DEFAULT_PARAMS,

@@ -25,7 +25,9 @@ import statistics
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from bandwise.cost.step import DEFAULT_PARAMS, CostParams, Estimate
+from bandwise.cost.params import DEFAULT_PARAMS, CostParams
+
+from bandwise.cost.results import Estimate
 from bandwise.specs.strategy import Strategy
 
 OFF_BY = 0.20

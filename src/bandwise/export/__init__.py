@@ -17,7 +17,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple, Sequence
 
-from bandwise.cost.step import DEFAULT_PARAMS, CostParams, Estimate, estimate
+from bandwise.cost.params import DEFAULT_PARAMS, CostParams
+
+from bandwise.cost.results import Estimate
+
+from bandwise.cost.step import estimate
 from bandwise.errors import BandwiseError
 from bandwise.export.common import TORCHRUN, Adapted, script_head, stage_layers  # noqa: F401 (the engines' shared parts, exported)
 from bandwise.plan.bands import band_line

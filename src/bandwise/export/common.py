@@ -38,7 +38,7 @@ TORCHRUN = 'torchrun --nnodes "$NNODES" --nproc-per-node gpu --rdzv-backend c10d
 
 def stage_layers(layers: int, stages: int) -> list[int]:
     """Layers per pipeline stage, in stage order, as the cost model splits them
-    (`cost.step.last_stage_rank_layers`): as evenly as they go, the earlier stages taking the
+    (`cost.terms.stages.last_stage_rank_layers`): as evenly as they go, the earlier stages taking the
     remainder, as Megatron-LM's uniform split and TorchTitan's own split do."""
     base, extra = divmod(layers, stages)
     return [base + (i < extra) for i in range(stages)]

@@ -23,7 +23,7 @@ from typing import Any, Callable
 import numpy as np
 import yaml
 
-from bandwise.cost.step import ATTENTION_KERNELS
+from bandwise.cost.params import ATTENTION_KERNELS
 from bandwise.errors import BandwiseError
 from bandwise.inputs import read_text, shipped_yaml
 from bandwise.plan.search import FIXABLE

@@ -21,7 +21,11 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from bandwise.cost.step import DEFAULT_PARAMS, CostParams, Estimate, capacity_bytes, estimate_from_row, evaluate
+from bandwise.cost.params import DEFAULT_PARAMS, CostParams
+
+from bandwise.cost.results import Estimate, StepResult
+
+from bandwise.cost.step import ROWS_AT_ONCE, capacity_bytes, evaluate
 from bandwise.errors import BandwiseError
 from bandwise.specs.hardware import Cluster
 from bandwise.specs.model import ModelSpec
@@ -267,9 +271,9 @@ class _Scan:
         self.min_mem = {None: np.inf, False: np.inf, True: np.inf}
         self.by_degree = np.full(n_degrees, -np.inf)
 
-    def add(self, c: Layouts, r: dict[str, np.ndarray], cap: float) -> None:
+    def add(self, c: Layouts, r: StepResult, cap: float) -> None:
         first, self.offset = self.offset, self.offset + len(c.tp)
-        mem = r["memory_bytes"]
+        mem = r.memory_bytes
         with_pp = c.pp > 1
         self.min_mem[None] = min(self.min_mem[None], float(mem.min()))
         for side in (False, True):
@@ -279,7 +283,7 @@ class _Scan:
         self.fitting += int(fits.sum())
         if not fits.any():
             return
-        tps = np.where(fits, r["tokens_per_s_per_device"], -np.inf)
+        tps = np.where(fits, r.tokens_per_s_per_device, -np.inf)
         np.maximum.at(self.by_degree, c.degree_row, tps)
         k = min(self.top, int(fits.sum()))
         # the k best, ties broken by enumeration order so that every search path agrees
@@ -311,7 +315,9 @@ def _scan(
             progress(len(chunk.tp))
         if ok.any():
             c = _with_overlap(chunk.take(np.flatnonzero(ok)), overlap)
-            scan.add(c, evaluate(model, cluster, c, order, params), cap)
+            for start in range(0, len(c), ROWS_AT_ONCE):  # in the cost model's own blocks: nothing to join
+                block = c.take(slice(start, start + ROWS_AT_ONCE))
+                scan.add(block, evaluate(model, cluster, block, order, params, capacity=cap), cap)
 
 
 def search(
@@ -382,7 +388,7 @@ def search(
 
     def layout(c: Layouts, i: int) -> Layout:
         r = evaluate(model, cluster, c.take(np.array([i])), order, params)
-        return Layout(strategy=c.row(i, order), estimate=estimate_from_row(r, 0, cap))
+        return Layout(strategy=c.row(i, order), estimate=r.estimate(0, cap))
 
     layouts: list[Layout] = []
     if scan.pool_c:
@@ -390,7 +396,7 @@ def search(
         all_tps, all_idx = np.concatenate(scan.pool_tps), np.concatenate(scan.pool_idx)
         ranked = all_c.take(np.lexsort((all_idx, -all_tps))[:top])
         r = evaluate(model, cluster, ranked, order, params)  # the whole list in one call
-        layouts = [Layout(strategy=ranked.row(i, order), estimate=estimate_from_row(r, i, cap)) for i in range(len(ranked.tp))]
+        layouts = [Layout(strategy=ranked.row(i, order), estimate=r.estimate(i, cap)) for i in range(len(ranked.tp))]
     best_nopp, best_pp = scan.best[False], scan.best[True]
     return SearchResult(
         searched=scan.searched,
@@ -503,9 +509,9 @@ class NetworkSearch:
             ideal = ideal.with_level(i, bandwidth=1e30, latency=0.0)
         lower, memory = [], []
         for start in range(0, len(self.cols.tp), CHUNK):
-            r = evaluate(model, ideal, self.cols.take(np.arange(start, min(start + CHUNK, len(self.cols.tp)))), order, params)
-            lower.append(r["step_time_s"])
-            memory.append(r["memory_bytes"])
+            r = evaluate(model, ideal, self.cols.take(slice(start, start + CHUNK)), order, params, capacity=capacity_bytes(cluster, params))
+            lower.append(r.step_time_s)
+            memory.append(r.memory_bytes)
         self.lower, self.memory = np.concatenate(lower), np.concatenate(memory)
         self.capacity = capacity_bytes(cluster, params)
         fits = self.memory <= self.capacity
@@ -527,7 +533,7 @@ class NetworkSearch:
             block = idx_sorted[start : start + self.BLOCK]
             if len(best) >= REFINE_DEGREES and self.lower[block[0]] > sorted(best.values())[REFINE_DEGREES - 1]:
                 break  # no remaining candidate can enter the best degrees
-            steps = evaluate(self.model, cluster, self.cols.take(block), self.order, self.params)["step_time_s"]
+            steps = evaluate(self.model, cluster, self.cols.take(block), self.order, self.params).step_time_s
             for d, t in zip(self.cols.degree_row[block].tolist(), steps.tolist()):
                 if t < best.get(d, np.inf):
                     best[d] = t
@@ -554,7 +560,7 @@ class NetworkSearch:
             block = idx_sorted[start : start + self.BLOCK]
             if len(best_t) >= self.top and self.lower[block[0]] > best_t[-1]:
                 break  # no remaining candidate can enter the top
-            steps = evaluate(self.model, cluster, self.cols.take(block), self.order, self.params)["step_time_s"]
+            steps = evaluate(self.model, cluster, self.cols.take(block), self.order, self.params).step_time_s
             all_i, all_t = np.concatenate([best_i, block]), np.concatenate([best_t, steps])
             keep = np.lexsort((all_i, all_t))[: self.top]  # ties by enumeration order, as `search`
             best_i, best_t = all_i[keep], all_t[keep]
@@ -572,7 +578,7 @@ class NetworkSearch:
         def layout(i: int) -> Layout:
             c = self.cols.take(np.array([i]))
             r = evaluate(self.model, cluster, c, self.order, self.params)
-            return Layout(strategy=c.row(0, self.order), estimate=estimate_from_row(r, 0, self.capacity))
+            return Layout(strategy=c.row(0, self.order), estimate=r.estimate(0, self.capacity))
 
         merged_i = np.concatenate([f[0] for f in found])
         merged_t = np.concatenate([f[1] for f in found])

@@ -31,7 +31,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
-from bandwise.cost.step import DEFAULT_PARAMS, CostParams
+from bandwise.cost.params import DEFAULT_PARAMS, CostParams
 from bandwise.errors import BandwiseError
 from bandwise.plan.advice import no_valid_layout, valid_count
 from bandwise.plan.search import SEARCH_ROWS, NetworkSearch, Layout, SearchResult, search

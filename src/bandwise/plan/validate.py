@@ -16,7 +16,9 @@ from typing import Any
 import numpy as np
 
 from bandwise.cost.memory import GIB
-from bandwise.cost.step import DEFAULT_PARAMS, CostParams, Estimate, estimate
+from bandwise.cost.params import DEFAULT_PARAMS, CostParams
+from bandwise.cost.results import Estimate
+from bandwise.cost.step import estimate
 from bandwise.errors import BandwiseError
 from bandwise.plan.runs import (  # noqa: F401  (re-exported: the validation API in one place)
     MEMORY_BASES,

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from bandwise.cost.comm import level_spans
-from bandwise.cost.step import rank_strides
+from bandwise.cost.terms.placement import rank_strides
 from bandwise.plan.search import Layout, SearchResult
 from bandwise.specs.hardware import MAX_DEVICES, Cluster
 from bandwise.specs.model import ModelSpec

@@ -43,18 +43,4 @@ COMPARE = (
     "tokens/s per device; the share is what the best layout gains over the best without PP."
 )
 
-BREAKDOWN_LABELS = {
-    "compute": "compute",
-    "recompute": "recomputation",
-    "contention": "overlap slowdown",
-    "bubble": "pipeline bubble",
-    "optimizer": "optimizer step",
-}
-"""Human labels of the step terms; the communication dims read 'TP comm exposed' and so on."""
-
 MEMORY_LABELS = {"params": "parameters", "grads_optimizer": "grads + optimizer", "grads_not_at_peak": "grads not yet made at the peak", "activations": "activations", "buffers": "buffers"}
-DIM_LABELS = {"tp": "TP", "cp": "CP", "ep": "EP", "fsdp": "FSDP", "dp": "DP", "pp": "PP"}
-
-
-def breakdown_label(term: str) -> str:
-    return BREAKDOWN_LABELS.get(term) or f"{DIM_LABELS.get(term, term)} comm exposed"

@@ -8,7 +8,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from bandwise.cost.step import BREAKDOWN_TERMS, MEMORY_TERMS, Estimate
+from bandwise.cost.results import BREAKDOWN_LABELS, BREAKDOWN_TERMS, MEMORY_TERMS, Estimate
 from bandwise.plan.search import Layout
 from bandwise.report import glossary
 
@@ -79,7 +79,7 @@ def breakdown(est: Estimate, title: str) -> Panel:
             continue
         colour = BAR_COLOURS.get(term, "red")
         bar.append("█" * max(1, round(width * t / step)), style=colour)
-        legend.add_row(Text(glossary.breakdown_label(term), style=colour), f"{t * 1e3:,.1f} ms", f"{t / step:.1%}")
+        legend.add_row(Text(BREAKDOWN_LABELS[term], style=colour), f"{t * 1e3:,.1f} ms", f"{t / step:.1%}")
     mem = Table.grid(padding=(0, 2))
     mem.add_column()
     mem.add_column(justify="right")

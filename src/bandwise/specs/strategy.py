@@ -64,7 +64,7 @@ class Strategy:
     """FSDP parameter all-gather prefetched behind the previous layer's compute."""
     overlap_tp: bool = False
     """TP collectives overlapped with GEMMs (Megatron --tp-comm-overlap, async TP): each behind the
-    GEMM it feeds or is fed by, and only for a TP group inside one NVLink domain (cost/step.py)."""
+    GEMM it feeds or is fed by, and only for a TP group inside one NVLink domain (cost/terms/tensor.py)."""
     overlap_ep: bool = False
     """EP all-to-all overlapped with compute of another micro-batch (DualPipe-style)."""
     order: tuple[str, ...] = DIMS

@@ -1,0 +1,171 @@
+"""The pricing parameters: what the cost model assumes that is not a hardware figure.
+
+`CostParams` is one set of behaviours (kernels, overlap, recomputation semantics, accumulation,
+memory allowances), each with its source; `cost.profiles` names the sets that stand for a way of
+running a job (bandwise's own trainer), and `ATTENTION_KERNELS` maps `--attention` onto them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from bandwise.cost.memory import GIB
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class CostParams:
+    """The model's few non-hardware parameters: one set for every run, each with its reason."""
+
+    attention_efficiency: float | None = None
+    """Override of the device's fused-attention efficiency (`Device.attention_efficiency`)."""
+    attention: str = "flash"
+    """The fused attention kernel the job runs: "flash", the chip's current one
+    (`Device.attention_efficiency`); "fa2", FlashAttention-2, what PyTorch's SDPA flash backend
+    runs (`Device.fa2_attention_efficiency`, slower on Hopper). Attention without a fused kernel
+    is `flash_attention` off. `ATTENTION_KERNELS` maps the CLI's `--attention` onto both."""
+    attention_backward_ratio: float = 2.5
+    """Backward/forward FLOPs of flash attention: 5 matmuls against 2, P is recomputed (Dao 2023, Sec. 3.1)."""
+    hbm_efficiency: float = 0.8
+    """Share of peak HBM bandwidth that streaming element-wise kernels reach (STREAM-like copies
+    reach 80-90% on A100/H100; NVIDIA's memory-bound guide)."""
+    optimizer_bytes_per_param: float = 32.0
+    """AdamW step in fp32: read param, grad, m, v (16 B), write param, m, v (12 B), plus a bf16 copy
+    of the weights and the gradient-norm read (4 B)."""
+    grad_reduce_bytes: int = 4
+    """Gradients are accumulated, kept and reduced in fp32 (Megatron-LM's default
+    `accumulate_allreduce_grads_in_fp32`, its fp32 `main_grad` buffer: 18 bytes per parameter in its
+    docs/source/api-guide/dist_optimizer.md; torchtitan's default `mixed_precision_reduce = float32`,
+    which keeps FSDP2's sharded gradients in fp32; DeepSeek-V3 Sec. 3.3.3 keeps fp32 gradients)."""
+    adam_moment_bytes: int = 4
+    """Bytes of each AdamW moment: fp32 in Megatron-LM, DeepSpeed and torch.optim; 2 where a framework
+    keeps them in bf16 (DeepSeek-V3 Sec. 3.3.3, "Low-Precision Optimizer States")."""
+    selective_modules: tuple[str, ...] = ("core_attn", "mlp_act")
+    """What selective recomputation re-runs (`memory.RECOMPUTE_MODULES`). The default adds the MLP's
+    activation function to the attention core: with FlashAttention no score matrix is left to drop,
+    and it is the cheap saving that remains (MaxText's `minimal` policy recomputes every element-wise
+    op). Megatron-LM's `--recompute-granularity selective` re-runs only `core_attn` (Korthikanti et
+    al. 2022 Sec. 5; Megatron-Core's `recompute_modules` default)."""
+    sequence_parallel: bool = True
+    """Tensor parallelism splits the norms and dropouts along the sequence (Korthikanti et al. 2022,
+    Sec. 4.2.2). Off, the 10·s·b·h bytes outside the TP regions stay whole on every TP rank (their
+    Eq. 2). An all-reduce moves what its reduce-scatter and all-gather move (Sec. 4.2.2), so the time
+    model tells the two apart only where the backward runs asynchronously (`tp_backward_async`); the
+    norms' element-wise time, t times larger without it, is not modelled."""
+    tp_gathered_inputs: bool = False
+    """Under sequence parallelism, the GEMMs after each norm keep their all-gathered input, whole on
+    every TP rank: torch's ColwiseParallel (DTensor; TorchTitan) gathers the sequence before the GEMM
+    and autograd saves what the GEMM read. Off (the default), Megatron-LM's way: only the sequence
+    shard is kept and gathered again in backward (Korthikanti et al. 2022, Sec. 4.2.2). bandwise's
+    own trainer runs torch TP, so its dry run and memory check turn this on."""
+    score_bias_bytes: float = 0.0
+    """HBM bytes per score, each materialized attention forward, of an additive bias put into the scores
+    before the softmax. ALiBi in Megatron-DeepSpeed (BLOOM): `torch.baddbmm(alibi, Q, K^T, beta=1.0)`
+    with the bias broadcast over the queries; cuBLAS accumulates into the output it reads (beta = 1),
+    so the broadcast bias is first written into the score buffer (2) and then read back (2): 4."""
+    grad_accumulation_bytes: float = 0.0
+    """HBM bytes per local parameter that each micro-batch's backward spends adding its weight
+    gradient into the step's gradient accumulator outside the GEMM. 0: the weight-gradient GEMM
+    accumulates in place (Megatron-LM's gradient_accumulation_fusion, since 2022-02, and Transformer
+    Engine's fuse_wgrad_accumulation write into the fp32 main_grad with beta = 1), or a step of one
+    micro-batch. DeepSpeed's bf16 optimizer (runtime/bf16_optimizer.py, update_hp_grads after each
+    backward) runs `hp_grad.add_(lp.grad.to(fp32))`: the cast reads 2 and writes 4 bytes, the add
+    reads 4 + 4 and writes 4, 18 in all. Autograd's own accumulation into an fp16 or bf16
+    `param.grad` adds in place: 2 + 2 read, 2 written, 6."""
+    grad_accumulation_skips_first: bool = False
+    """The accumulator starts as the first micro-batch's gradient, so the add runs on the other
+    m - 1: autograd's AccumulateGrad keeps the first gradient it is given. Off: every micro-batch's
+    gradient is added into a zeroed buffer (DeepSpeed's bf16 optimizer)."""
+    tp_backward_async: bool = False
+    """The backward's TP collectives of the column-parallel GEMMs (QKV, MLP-up) run beside a GEMM of
+    the same layer, on NCCL's stream: Megatron-LM's LinearWithGradAccumulationAndAsyncCommunication
+    launches the input gradient's all-reduce and then computes the weight gradient (async all-reduce,
+    Megatron-LM commit 16c9044, 2021-09); under sequence parallelism it re-gathers the saved sequence
+    shard beside the input-gradient GEMM and reduce-scatters the input gradient beside the
+    weight-gradient GEMM (commit cfd2e21, 2022-04, the code of Korthikanti et al. 2022, Sec. 4.2.2).
+    The row-parallel GEMMs' gradient all-gathers (under SP) wait. Off: every collective waits
+    (PyTorch's TP issues a GEMM's backward collective after the GEMM's whole backward), and the
+    backward counts four collectives without Megatron's re-gathers, so with GEMMs too short to hide
+    anything the async backward can expose more (6 against 4) than the synchronous one."""
+    fsdp_pp_unsharded: bool = True
+    """Under FSDP with pipeline parallelism a stage keeps its parameters gathered (bf16) from its first
+    forward to its last backward and accumulates unsharded gradients in fp32 until the last
+    micro-batch: TorchTitan shards with `reshard_after_forward = not pp_enabled` (parallelize.py,
+    apply_fsdp, "to avoid per-microbatch all-gathers"); torch.distributed.pipelining's stage calls
+    `set_requires_gradient_sync(last_backward)` (stage.py, backward_maybe_with_nosync), and FSDP2
+    accumulates the unsynced gradients in reduce_dtype (FSDPParam.to_accumulated_grad_if_needed).
+    FSDP x PP is a PyTorch-only combination (DeepSpeed refuses ZeRO-2/3 with its pipeline engine)."""
+    fsdp_grads_freed: bool = True
+    """Under FSDP2, a step of one micro-batch without a pipeline is counted at the moment of its peak
+    rather than as the sum of every term's own maximum. No gradient exists at the loss: the optimizer
+    frees them (`Optimizer.zero_grad(set_to_none=True)`, torch's default since 2.0; TorchTitan calls
+    it every step), and each unit's sharded gradient is created by its reduce-scatter in the backward
+    (FSDP2's post-backward), as that unit's activations are freed. `terms.peak` lists the four moments
+    and what FSDP holds at each. With gradient accumulation the first micro-batch's gradients stand
+    through the next one's forward; Megatron-LM's DDP keeps a persistent gradient buffer (its
+    `grad_data`); neither is counted by moment."""
+    fp8_activation_cache: bool = False
+    """Under fp8 the activation function's input is kept in fp8, its output recomputed (DeepSeek-V3
+    report, Sec. 3.3.3, "Low-Precision Storage and Communication")."""
+    expert_imbalance: float = 1.0
+    """Busiest expert rank's load over the mean. 1.0 = balanced (auxiliary-loss-free balancing keeps
+    MaxVio near 0.04-0.1 in Wang et al. 2024, Table 2; NVIDIA's published MoE runs force balance)."""
+    reserved_bytes: float = 1.0 * GIB
+    """CUDA context, cuBLAS workspace and NCCL buffers kept outside the allocator's pools (with the
+    ~470 MiB an H100 reports in nvidia-smi but not to cudaGetDeviceProperties; clusters.yaml)."""
+    headroom: float = 0.1
+    """Share of HBM left free: a layout fits if it needs <= (1 - headroom) of the device's capacity.
+    The memory terms count tensors, what torch's allocator reports as allocated; the allocator holds
+    more, reserved = allocated + cached blocks split or freed but not returned (fragmentation,
+    rounding to 512-byte blocks and 2 MiB segments; PyTorch "CUDA semantics", memory management).
+    Published peaks (TorchTitan's `max_reserved_gib`) are reserved figures: the headroom is the
+    allowance for reserved over allocated, plus transient workspaces not itemized."""
+    kernel_gap_s: float = 2.0e-6
+    """Idle time between two dependent kernels on the device (launch latency not hidden by the
+    queue, tail of the previous kernel): a few microseconds ("Accelerating PyTorch with CUDA
+    Graphs", PyTorch blog 2021). Counted per kernel, so tiny micro-batches pay for it."""
+    kernels_per_layer: int = 36
+    """Kernels of one layer, forward + backward: about 12 forward (2 norms, 4 GEMMs, RoPE,
+    attention, activation, 2 residual adds, a copy) and twice that backward."""
+    kernels_per_moe_layer: int = 30
+    """Extra kernels of an MoE layer: router, top-k, permutation, grouped GEMMs, un-permutation,
+    forward and backward."""
+    causal_mfu: bool = False
+    """Count causal attention FLOPs at half in MFU (off: PaLM's convention counts the full matrix)."""
+    selective_forward_share: float = 0.0
+    """Share of a layer's forward outside attention that selective recomputation runs again. 0 for
+    Megatron's selective recomputation (Korthikanti et al. 2022: only the attention core, and here
+    the activation function); TorchTitan's selective AC re-runs half (its op policy saves every
+    other matmul and no element-wise output; its layer policy checkpoints every other layer)."""
+    balanced_stages: bool = False
+    """Whole layers placed to balance the rank of the output head, loss and MTP modules (fewer layers
+    there; Llama 3 Sec. 3.3.2, Megatron-LM's pipeline layouts, `balanced_split`). Off: the frameworks'
+    even split, the last stage's rank pays for the head, the loss and MTP on top of its layers."""
+    eager_elementwise: bool = False
+    """Element-wise ops run as separate eager PyTorch kernels (no torch.compile, no fused norms)."""
+    fused_cross_entropy: bool | None = None
+    """The loss runs as one fused kernel rather than eager PyTorch ops. None: fused on TPUs (XLA
+    compiles every step; TPUs are the devices with sm_count 0), eager on GPUs, where Megatron-LM,
+    DeepSpeed and TorchTitan run it op by op unless a fused loss is switched on."""
+    flash_attention: bool = True
+    """Attention saves no score matrix (FlashAttention); off reproduces Korthikanti's 5as/h term."""
+    loss_kept_bytes_per_logit: float = 4.0
+    """Bytes a logit that the loss keeps from its forward to its backward. Megatron-LM's vocab-parallel
+    cross-entropy keeps the fp32 softmax and writes the gradient into it (4; Korthikanti et al. 2022,
+    Sec. 4.3, 4·s·b·v), so what it keeps is also its peak (`memory.logits_bytes_per_token`).
+    bandwise's trainer keeps the bf16 logits and makes a bf16 gradient beside them only in the
+    backward (2; `runtime.ops.cross_entropy`). It matters where a stage keeps several micro-batches'
+    losses at once: all-forward-then-all-backward schedules (GPipe, looped BFS) run each micro-batch's
+    loss right after its forward (torch.distributed.pipelining computes it in the last stage's forward)."""
+
+
+ATTENTION_KERNELS: dict[str, dict[str, Any]] = {
+    "flash": {},
+    "fa2": {"attention": "fa2"},
+    "materialized": {"flash_attention": False},
+}
+"""`--attention` of plan and estimate: the CostParams fields each kernel sets. flash: the chip's
+current fused kernel (FlashAttention-3 or cuDNN on Hopper, FlashAttention-2 on Ampere); fa2:
+FlashAttention-2, as PyTorch's `scaled_dot_product_attention` runs it; materialized: attention
+that writes the s x s scores to memory (Megatron-LM's 2022 CoreAttention, eager PyTorch)."""
+DEFAULT_PARAMS = CostParams()

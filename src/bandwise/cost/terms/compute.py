@@ -1,0 +1,246 @@
+"""Compute of one layer and of the output head, per micro-batch on one device.
+
+A layer's forward is its GEMMs (`cost.flops`, timed by `cost.compute.gemm_time`), its attention
+core and its element-wise passes (memory-bound); the backward runs the GEMMs twice and attention
+its own ratio (`CostParams.attention_backward_ratio`). Compute runs at the clock the chip sustains
+at its power limit, not the datasheet's boost (`Device.sustained_clock_ratio`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from bandwise.cost.compute import K_FIXED, gemm_time, memory_bound_time
+from bandwise.cost.flops import (
+    BF16,
+    Gemm,
+    attention_core_flops_per_token,
+    attention_gemms,
+    elementwise_bytes_per_token,
+    fp8_cast_bytes_per_token,
+    mlp_gemms,
+    moe_layer_gemms,
+)
+from bandwise.cost.params import CostParams
+from bandwise.cost.terms.shape import Shape
+from bandwise.errors import BandwiseError
+from bandwise.specs.hardware import Device
+from bandwise.specs.model import ModelSpec
+
+CROSS_ENTROPY_BYTES_EAGER = (2 + 4) + 4 + (4 + 4) + (4 + 4) + 4 + (4 + 4) + (4 + 4) + (4 + 2)
+"""HBM bytes per logit of the loss run as eager PyTorch kernels, one per line of Megatron-LM's
+vocab-parallel cross entropy (megatron/core/tensor_parallel/cross_entropy.py): forward: cast the
+bf16 logits to fp32 (2+4), max (4), subtract the max in place (4+4), exp (4+4), sum (4), divide
+to the softmax kept for backward (4+4); backward: scale by the output gradient (4+4) and cast the
+gradient back to bf16 (4+2). 52 bytes; torch's F.cross_entropy on fp32 logits (TorchTitan) moves
+48: cast, a three-pass log-softmax, a zero-filled NLL gradient, a two-pass backward, cast back."""
+CROSS_ENTROPY_BYTES_FUSED = 2 + 2 + 2
+"""HBM bytes per logit of a fused loss (XLA, Transformer Engine's or Liger's fused cross entropy):
+one pass reads the bf16 logits for the running max and exp-sum (2); the backward reads them again
+(2) and writes the bf16 gradient softmax - onehot (2)."""
+SCORE_BYTES_FORWARD = 2 + (1 + 2) + (2 + 2 + 1) + 2
+"""HBM bytes per attention score in a materialized (pre-FlashAttention) forward, kernel by kernel
+as Megatron-LM runs it (megatron/model/transformer.py, CoreAttention, 2021-2022): the Q·K^T
+baddbmm writes the scores (2); the fused causal softmax (scaled_upper_triang_masked_softmax)
+reads each row only up to the diagonal, half the matrix on average (1), and writes the whole row
+(2); the attention dropout reads it and writes its output and a 1-byte mask (2 + 2 + 1); the P·V
+bmm reads that output (2). Korthikanti et al. 2022, Sec. 4.1, list the same tensors."""
+SCORE_BYTES_BACKWARD = 2 + (2 + 1 + 2) + (1 + 1 + 2) + 2 + 2 + 2
+"""The same backward: dP = dO·V^T writes the dropout output's gradient (2); dropout's backward reads
+it and the mask and writes the softmax output's gradient (2 + 1 + 2); the softmax backward reads
+that gradient and the saved softmax output up to the diagonal and writes the scores' gradient
+(1 + 1 + 2); dV = P^T·dO reads the saved dropout output (2), dQ and dK read the scores' gradient
+(2 + 2)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Rates:
+    """What one device sustains: FLOP/s of bf16 and of the layout's GEMM precision, their GEMM
+    efficiencies, HBM bytes/s and the share of it streaming kernels reach."""
+
+    bf16_peak: float
+    linear_peak: np.ndarray
+    eff: float
+    linear_eff: np.ndarray
+    bw: float
+    hbm_eff: float
+    sm_count: int
+
+    @classmethod
+    def of(cls, dev: Device, s: Shape, P: CostParams) -> Rates:
+        bf16_peak = dev.peak("bf16") * dev.sustained_clock_ratio
+        linear_peak = np.where(s.fp8, dev.peak_flops.get("fp8", dev.peak("bf16")), dev.peak("bf16")) * dev.sustained_clock_ratio
+        eff = dev.gemm_efficiency
+        linear_eff = np.where(s.fp8, dev.fp8_gemm_efficiency or eff, eff)  # fp8 GEMMs reach less of their peak
+        return cls(bf16_peak, linear_peak, eff, linear_eff, dev.hbm_bandwidth, P.hbm_efficiency, dev.sm_count)
+
+    def streamed(self, nbytes: np.ndarray) -> np.ndarray:
+        return memory_bound_time(nbytes, self.bw, self.hbm_eff)
+
+
+@dataclass(frozen=True, slots=True)
+class LayerCompute:
+    """Seconds of one layer, one micro-batch, on one device: the forward's parts, both passes, and
+    what selective recomputation runs again. Model-wide figures are means over dense and MoE layers."""
+
+    attn: np.ndarray
+    """The attention core's forward."""
+    attn_bwd: np.ndarray
+    attn_in: np.ndarray
+    """The GEMMs before the attention core (QKV; MLA's down- and up-projections)."""
+    attn_out: np.ndarray
+    mlp_up: np.ndarray
+    mlp_down: np.ndarray
+    moe_mlp: np.ndarray
+    """An MoE layer's router, shared and routed experts."""
+    dense_fwd: np.ndarray
+    moe_fwd: np.ndarray
+    fwd: np.ndarray
+    bwd: np.ndarray
+    selective: np.ndarray
+    kernel_gaps: np.ndarray
+
+    @property
+    def attn_total(self) -> np.ndarray:
+        return self.attn + self.attn_bwd
+
+    def backward(self, fwd: np.ndarray) -> np.ndarray:
+        """GEMMs twice, attention its own ratio."""
+        return 2.0 * (fwd - self.attn) + self.attn_bwd
+
+
+def gemms_time(gemms: list[Gemm], m: ModelSpec, s: Shape, rates: Rates) -> np.ndarray:
+    """Forward time of a layer's GEMMs on one device, split as each GEMM is split over TP and EP."""
+    tokens, tp, ep = s.tokens, s.tp, s.ep
+    peak, eff, bw, sms = rates.linear_peak, rates.linear_eff, rates.bw, rates.sm_count
+    total = np.zeros_like(tokens, dtype=float)
+    for g in gemms:
+        if g.split == "expert":
+            ep_on = ep > 1
+            local_experts = np.where(ep_on, m.experts / ep, m.experts)
+            rows = tokens * g.rows_per_token / np.where(ep_on, tp, 1.0)  # SP-split tokens, dispatched over EP
+            rows_per_expert = rows * np.where(ep_on, ep, 1.0) / m.experts
+            n = np.where(ep_on, g.n, g.n / tp) if g.name == "mlp_up" else g.n
+            k = g.k if g.name == "mlp_up" else np.where(ep_on, g.k, g.k / tp)
+            total = total + gemm_time(rows_per_expert, n, k, peak, eff, bw, count=local_experts, sm_count=sms)
+        elif g.split == "col":
+            total = total + gemm_time(tokens * g.rows_per_token, g.n / tp, g.k, peak, eff, bw, sm_count=sms)
+        elif g.split == "row":
+            total = total + gemm_time(tokens * g.rows_per_token, g.n, g.k / tp, peak, eff, bw, sm_count=sms)
+        else:  # replicated across TP ranks (MLA down-projections, router)
+            total = total + gemm_time(tokens * g.rows_per_token, g.n, g.k, peak, eff, bw, sm_count=sms)
+    return total
+
+
+def materialized_attention(
+    m: ModelSpec, tokens: np.ndarray, tp: np.ndarray, peak: float, eff: float, bw: float, bias_bytes: float = 0.0
+) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, backward) seconds of attention that materializes the s x s scores.
+
+    The batched GEMMs compute the whole matrix (the causal mask is applied after), each paying the
+    k-loop fill k/(k + 4·64) of its own reduction. Forward: S = Q·K^T reduces over the query/key
+    width d, P·V over the sequence. Backward: dP = dO·V^T reduces over the value width d_v; dV =
+    P^T·dO, dQ = dS·K and dK = dS^T·Q over the sequence. The score traffic is memory-bound:
+    `SCORE_BYTES_FORWARD` (and `bias_bytes` of an additive bias, `CostParams.score_bias_bytes`) per
+    score forward, `SCORE_BYTES_BACKWARD` backward.
+    """
+    s, d, dv = m.seq_len, m.d_head, m.d_value
+    pairs = tokens * m.heads / tp * s  # (query, key) pairs: scores per layer on this device
+    qk, pv = 2.0 * pairs * d, 2.0 * pairs * dv  # FLOPs of Q·K^T (and dQ, dK) and of P·V (and dP, dV)
+
+    def at(flops: np.ndarray, k: float) -> np.ndarray:
+        return flops / (peak * eff * (k / (k + K_FIXED)))
+
+    forward = at(qk, d) + at(pv, s) + pairs * (SCORE_BYTES_FORWARD + bias_bytes) / bw
+    backward = at(pv, dv) + at(pv, s) + 2.0 * at(qk, s) + pairs * SCORE_BYTES_BACKWARD / bw
+    return forward, backward
+
+
+def attention_core(m: ModelSpec, dev: Device, s: Shape, rates: Rates, P: CostParams) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, backward) seconds of the attention core: a fused kernel at its efficiency, or the
+    materialized scores (`CostParams.flash_attention` off)."""
+    if not P.flash_attention:
+        return materialized_attention(m, s.tokens, s.tp, rates.bf16_peak, rates.eff, rates.bw * rates.hbm_eff, P.score_bias_bytes)
+    if P.attention == "fa2" and dev.fa2_attention_efficiency is None and P.attention_efficiency is None:
+        raise BandwiseError(f"--attention fa2: bandwise has no FlashAttention-2 figure for {dev.name}; "
+                            "use --attention flash (the chip's own fused kernel) or give fa2_attention_efficiency in a cluster file")
+    attn_eff = P.attention_efficiency or (dev.fa2_attention_efficiency if P.attention == "fa2" else None) or dev.attention_efficiency
+    # short sequences leave each query tile's fixed cost less loop to hide behind; under context
+    # parallelism each kernel call sees one chunk of seq_len / cp keys (`Device.attention_fill_tokens`)
+    keys = m.seq_len / s.cp
+    attn_eff = attn_eff * keys / (keys + dev.attention_fill_tokens)
+    fwd = attention_core_flops_per_token(m, causal=True) * s.tokens / s.tp / (rates.bf16_peak * attn_eff)
+    return fwd, P.attention_backward_ratio * fwd
+
+
+def layer_compute(m: ModelSpec, dev: Device, s: Shape, rates: Rates, P: CostParams) -> LayerCompute:
+    """One layer's compute; an MoE model's figures are the mean over its dense and MoE layers."""
+    frac_moe = m.moe_layers / m.layers
+    attn_fwd, attn_bwd = attention_core(m, dev, s, rates, P)
+    casts = np.where(s.fp8, 1.0, 0.0)  # fp8 quantizes every GEMM input (and, backward, every output gradient)
+    gemms = lambda gs: gemms_time(gs, m, s, rates)  # noqa: E731
+    # the GEMMs on either side of each tensor-parallel collective: the attention block's input
+    # projections and its output projection, the MLP's up and down projections
+    attn_gemms = attention_gemms(m)
+    attn_in, attn_out = gemms([g for g in attn_gemms if g.split != "row"]), gemms([g for g in attn_gemms if g.split == "row"])
+    mlp_up, mlp_down = (gemms([g]) for g in mlp_gemms(m, m.ffn))
+    elementwise = lambda moe: rates.streamed(  # noqa: E731
+        (elementwise_bytes_per_token(m, moe, P.eager_elementwise) + casts * fp8_cast_bytes_per_token(m, moe)) * s.tokens / s.tp)
+    dense_fwd = attn_in + attn_out + mlp_up + mlp_down + attn_fwd
+    dense_fwd += elementwise(False)
+    if m.is_moe:
+        moe_gemms = moe_layer_gemms(m)
+        moe_mlp = gemms(moe_gemms[len(attn_gemms):])  # router, shared and routed experts
+        moe_fwd = attn_in + attn_out + moe_mlp + attn_fwd
+        moe_fwd += elementwise(True)
+        moe_fwd += (P.expert_imbalance - 1.0) * gemms(moe_gemms[-2:])
+    else:
+        moe_mlp = moe_fwd = np.zeros_like(dense_fwd)
+    fwd = (1 - frac_moe) * dense_fwd + frac_moe * moe_fwd
+    # selective: each re-run module's forward again. The activation function and the norms are
+    # element-wise passes (read the input, write the output); the attention core only when it is
+    # not flash (flash already recomputes scores inside its backward); MLA's up-projections their GEMMs
+    mods = P.selective_modules
+    act_elems = (1 - frac_moe) * m.ffn + frac_moe * (m.top_k * m.expert_ffn + m.shared_experts * m.shared_ffn)
+    act_bytes = BF16 * 3 * act_elems if "mlp_act" in mods else 0.0
+    norm_bytes = 2 * BF16 * 2 * m.hidden if "layernorm" in mods else 0.0
+    up_proj = gemms([g for g in attn_gemms if g.name in ("q_up", "kv_up")]) if "mla_up_proj" in mods else 0.0
+    selective = (rates.streamed((act_bytes + norm_bytes) * s.tokens / s.tp) + up_proj
+                 + (0.0 if P.flash_attention or "core_attn" not in mods else attn_fwd)
+                 + P.selective_forward_share * (fwd - attn_fwd))
+    return LayerCompute(
+        attn=attn_fwd, attn_bwd=attn_bwd, attn_in=attn_in, attn_out=attn_out, mlp_up=mlp_up, mlp_down=mlp_down, moe_mlp=moe_mlp,
+        dense_fwd=dense_fwd, moe_fwd=moe_fwd, fwd=fwd, bwd=2.0 * (fwd - attn_fwd) + attn_bwd, selective=selective,
+        kernel_gaps=np.full_like(s.tokens, kernel_gaps(P, frac_moe)),
+    )
+
+
+def kernel_gaps(P: CostParams, moe_share: float) -> float:
+    """Idle seconds between a layer's dependent kernels (`CostParams.kernel_gap_s`)."""
+    return P.kernel_gap_s * (P.kernels_per_layer + moe_share * P.kernels_per_moe_layer)
+
+
+@dataclass(frozen=True, slots=True)
+class HeadCompute:
+    """Seconds of the last stage's extra work per micro-batch: the output projection and the loss
+    (forward and backward), the multi-token-prediction modules, and what full recomputation re-runs of them."""
+
+    out_total: np.ndarray
+    mtp_total: np.ndarray
+    mtp_recompute: np.ndarray
+
+
+def head_compute(m: ModelSpec, s: Shape, rates: Rates, layer: LayerCompute, P: CostParams) -> HeadCompute:
+    # output projection + cross entropy on the last stage (vocab-parallel over TP)
+    out_fwd = gemm_time(s.tokens, m.vocab / s.tp, m.hidden, rates.bf16_peak, rates.eff, rates.bw, sm_count=rates.sm_count)
+    fused_loss = rates.sm_count == 0 if P.fused_cross_entropy is None else P.fused_cross_entropy
+    ce_bytes = CROSS_ENTROPY_BYTES_FUSED if fused_loss else CROSS_ENTROPY_BYTES_EAGER
+    out_total = 3.0 * out_fwd + rates.streamed(ce_bytes * s.tokens * m.vocab / s.tp)
+    # multi-token prediction, beside the output head (DeepSeek-V3 Sec. 2.2): per module a 2h -> h
+    # projection, one block of the model's last kind and a second pass through the head and loss
+    block_fwd = layer.moe_fwd if m.is_moe else layer.dense_fwd
+    proj_fwd = gemm_time(s.tokens, m.hidden / s.tp, 2 * m.hidden, rates.linear_peak, rates.linear_eff, rates.bw, sm_count=rates.sm_count)
+    mtp_total = m.mtp_depth * (block_fwd + layer.backward(block_fwd) + kernel_gaps(P, float(m.is_moe)) + 3.0 * proj_fwd + out_total)
+    return HeadCompute(out_total=out_total, mtp_total=mtp_total, mtp_recompute=m.mtp_depth * block_fwd)

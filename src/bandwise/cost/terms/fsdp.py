@@ -1,0 +1,73 @@
+"""FSDP (ZeRO-3): per layer an all-gather of the weights forward, another backward, and a
+reduce-scatter of the gradients, each prefetched behind the neighbouring layer's compute; the first
+gather and the last reduction, and the root unit's, have nothing to hide behind."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from bandwise.cost import comm
+from bandwise.cost.flops import BF16
+from bandwise.cost.params import CostParams
+from bandwise.cost.terms.placement import Groups, LocalParams
+from bandwise.cost.terms.shape import Shape
+from bandwise.specs.hardware import Cluster
+
+
+def affine(time_fn, cluster: Cluster, stride: np.ndarray, size: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A collective's time is latency + bytes x seconds-per-byte: return (seconds per byte, latency)."""
+    lat = time_fn(cluster, 0.0, stride, size)
+    return time_fn(cluster, 1.0, stride, size) - lat, lat
+
+
+@dataclass(frozen=True, slots=True)
+class FsdpComm:
+    """Seconds of one layer's all-gather and reduce-scatter, and the affine cost of the FSDP group."""
+
+    gather: np.ndarray
+    reduce: np.ndarray
+    per_byte: np.ndarray
+    latency: np.ndarray
+
+
+def fsdp_comm(cluster: Cluster, s: Shape, groups: Groups, local: LocalParams, P: CostParams) -> FsdpComm:
+    # the experts' FSDP group: EP's ranks form its inner dim
+    exp_stride = groups.ep * s.ep
+    g = P.grad_reduce_bytes
+    has_experts = local.expert_layer > 0  # a dense model launches no expert collectives, not even their latency
+    gather = comm.all_gather_time(cluster, local.dense_layer * BF16, groups.fsdp, groups.fsdp_size) + has_experts * comm.all_gather_time(
+        cluster, local.expert_layer * BF16, exp_stride, local.expert_fsdp
+    )
+    reduce = comm.reduce_scatter_time(cluster, local.dense_layer * g, groups.fsdp, groups.fsdp_size) + has_experts * comm.reduce_scatter_time(
+        cluster, local.expert_layer * g, exp_stride, local.expert_fsdp
+    )
+    per_byte, latency = affine(comm.all_gather_time, cluster, groups.fsdp, groups.fsdp_size)
+    return FsdpComm(gather=gather, reduce=reduce, per_byte=per_byte, latency=latency)
+
+
+@dataclass(frozen=True, slots=True)
+class FsdpTerms:
+    """Seconds per micro-batch of a row, on the fullest pipeline rank."""
+
+    exposed: np.ndarray
+    layer_total: np.ndarray
+    """One layer's gathers and reduction before overlap: 2 all-gathers and a reduce-scatter."""
+
+
+def fsdp_terms(fc: FsdpComm, zero: np.ndarray, layers_rank: np.ndarray, root: np.ndarray, fwd: np.ndarray, bwd: np.ndarray,
+               recompute: np.ndarray, overlap: np.ndarray, P: CostParams) -> FsdpTerms:
+    """FSDP's exposed time on the fullest rank; `root` the parameters outside any layer on it, `fwd`,
+    `bwd` and `recompute` one layer's passes, behind which the neighbouring layer's collectives hide."""
+    ag, rs = fc.gather, fc.reduce
+    # prefetched behind the previous layer's forward, and its backward
+    layer_exposed = np.where(overlap, np.maximum(0.0, ag - fwd) + np.maximum(0.0, ag + rs - bwd - recompute), 2 * ag + rs)
+    # Nothing runs before the first gather or after the last reduction: the first layer's weights
+    # gather and the last layer's gradients reduce exposed, and so do the root unit's, the weights
+    # outside any block (embedding, and the output layer where the same rank holds it), which are
+    # gathered before the first layer and reduced after the embedding's backward (PyTorch FSDP2:
+    # the root's reduce-scatter runs in the final backward callback)
+    root_edge = root * (BF16 + P.grad_reduce_bytes) * fc.per_byte + 2 * fc.latency
+    exposed = np.where(zero == 3, layers_rank * layer_exposed + root_edge + np.where(overlap, ag + rs, 0.0), 0.0)
+    return FsdpTerms(exposed=exposed, layer_total=2 * ag + rs)

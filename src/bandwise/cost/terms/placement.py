@@ -1,0 +1,85 @@
+"""Where ranks and parameters sit: each group's stride in the rank order, and the parameters a
+device holds per layer, with the data-parallel groups that shard them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from bandwise.cost.terms.shape import Shape
+from bandwise.specs.model import ModelSpec
+from bandwise.specs.strategy import Layouts
+
+
+def rank_strides(order: tuple[str, ...], c: Layouts) -> dict[str, np.ndarray]:
+    """Stride of each parallel dim in the global rank order, innermost dim first."""
+    strides, acc = {}, np.ones_like(c.tp)
+    for dim in order:
+        strides[dim] = acc
+        acc = acc * getattr(c, dim)
+    return strides
+
+
+@dataclass(frozen=True, slots=True)
+class Groups:
+    """Stride and size of each communicating group: a collective's cost depends on which levels of
+    the topology its ranks span (`cost.comm`)."""
+
+    tp: np.ndarray
+    cp: np.ndarray
+    pp: np.ndarray
+    dp_replicate: np.ndarray
+    fsdp: np.ndarray
+    fsdp_size: np.ndarray
+    ep: np.ndarray
+    """Stride of the expert-parallel group, carved out of TP, CP and the FSDP shards."""
+    ddp: np.ndarray
+    ddp_size: np.ndarray
+
+    @classmethod
+    def of(cls, order: tuple[str, ...], c: Layouts, s: Shape) -> Groups:
+        st = rank_strides(order, c)
+        return cls(
+            tp=st["tp"], cp=st["cp"], pp=st["pp"], dp_replicate=st["dp_replicate"],
+            fsdp=np.minimum(st["cp"], st["dp_shard"]), fsdp_size=s.cp * s.dp_shard,
+            ep=np.minimum(np.minimum(st["tp"], st["cp"]), st["dp_shard"]),
+            ddp=np.minimum(st["cp"], st["dp_replicate"]), ddp_size=s.dp_replicate * s.cp,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class LocalParams:
+    """Parameters on one device per layer (experts averaged over the layers) and outside the layers,
+    and the number of ranks each is sharded over by ZeRO/FSDP."""
+
+    dense_layer: np.ndarray
+    expert_layer: np.ndarray
+    emb: np.ndarray
+    out: np.ndarray
+    expert_split: np.ndarray
+    """Ranks the routed experts are split over: EP where it is on, else TP."""
+    expert_dp: np.ndarray
+    """Ranks holding the same experts."""
+    expert_fsdp: np.ndarray
+    shard_dense: np.ndarray
+    shard_expert: np.ndarray
+
+    @classmethod
+    def of(cls, m: ModelSpec, s: Shape) -> LocalParams:
+        tp, cp, dp, dps, dpr, zero = s.tp, s.cp, s.dp, s.dp_shard, s.dp_replicate, s.zero
+        expert_split = np.where(s.ep > 1, s.ep, tp)
+        expert_dp = dp * cp * tp / expert_split
+        # Under FSDP the experts are sharded over what dp_shard·cp·tp leaves of the EP group and replicated
+        # over dp_replicate. An EP group spanning replicas (Megatron, DeepSeek-V3) exists only without FSDP
+        # (specs/strategy.py), where ZeRO-1/2 shard the experts' state over all expert_dp ranks.
+        expert_fsdp = expert_dp / dpr
+        return cls(
+            dense_layer=m.non_expert_layer_params / m.layers / tp,
+            expert_layer=m.routed_expert_params_total / m.layers / expert_split,
+            emb=m.embedding_params / tp,
+            out=np.full_like(tp, 0.0 if m.tied_embeddings else m.output_params) / tp,
+            expert_split=expert_split, expert_dp=expert_dp, expert_fsdp=expert_fsdp,
+            shard_dense=np.select([zero == 3, zero >= 1], [dps * cp, dpr * cp], 1.0),
+            shard_expert=np.select([zero == 3, zero >= 1], [expert_fsdp, expert_dp], 1.0),
+        )

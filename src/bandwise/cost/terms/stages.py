@@ -1,0 +1,113 @@
+"""Pipeline stages: how the layers are cut into stages, which rank holds the output head, and what
+the slowest pipeline rank computes per micro-batch (its layers, the head, recomputation)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from bandwise.cost.params import CostParams
+from bandwise.cost.terms.compute import HeadCompute, LayerCompute
+from bandwise.cost.terms.placement import LocalParams
+from bandwise.cost.terms.shape import Shape
+from bandwise.specs.hardware import Device
+from bandwise.specs.model import ModelSpec
+from bandwise.specs.strategy import RECOMPUTE, SCHEDULES, V_SHAPED
+
+NONE, SELECTIVE, FULL = (RECOMPUTE.index(r) for r in ("none", "selective", "full"))
+_V_SHAPED = [SCHEDULES.index(s) for s in V_SHAPED]
+
+
+def first_and_last_on_one_rank(pp: np.ndarray, schedule: np.ndarray) -> np.ndarray:
+    """True where one rank holds both the first and the last stage: no pipeline, or a V-shaped
+    schedule (DualPipeV, ZB-V), whose rank 0 runs stage 0 and stage 2p-1."""
+    return (pp == 1) | np.isin(schedule, _V_SHAPED)
+
+
+def last_stage_rank_layers(layers: int, pp: np.ndarray, v: np.ndarray, schedule: np.ndarray) -> np.ndarray:
+    """Layers on the pipeline rank that holds the last stage, when `layers` are cut into pp·v stages as
+    evenly as they go, earlier stages taking the remainder (Megatron-LM's uniform split, torchtitan's
+    generate_split_points, runtime/parallel/pipeline.py). The output layer and loss sit on the last
+    stage (Megatron-LM's post_process stage, torchtitan's last split, our trainer's last stage): on
+    rank pp-1 for single-stage and looped schedules, on rank 0, beside stage 0, for the V-shaped ones."""
+    n = pp * v
+    base = np.floor(layers / n)
+    extra = layers - base * n
+    v_shaped = first_and_last_on_one_rank(pp, schedule) & (pp > 1)
+    # looped: stages pp-1, 2pp-1, ... of which those below `extra` carry one more layer
+    looped = v * base + np.clip(np.ceil((extra - (pp - 1)) / pp), 0, v)
+    return np.where(v_shaped, 2 * base + (extra > 0), looped)
+
+
+def balanced_split(layers: int, pp: np.ndarray, unit: np.ndarray, head: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(layers on the fullest rank, layers on the head's rank, the slowest rank's time) when whole
+    layers are placed to balance the rank that holds the output head.
+
+    The rank holding the output head (`head` seconds: head, loss, MTP modules) takes k layers, the
+    other pp-1 ranks at most R each, k = L - R·(pp-1) (Llama 3 Sec. 3.3.2; Megatron-LM's
+    --decoder-first/last-pipeline-num-layers). The slowest rank takes max(R·unit, k·unit + head):
+    rising in R, falling in R through k, so the best whole R is next to the crossing
+    R* = (L + head/unit) / pp.
+    """
+    pp = np.asarray(pp, dtype=float)
+    r_star = (layers + head / unit) / pp
+    best_t = np.full(np.broadcast(pp, unit, head).shape, np.inf)
+    best_r, best_k = np.zeros_like(best_t), np.zeros_like(best_t)
+    for r in (np.floor(r_star), np.ceil(r_star)):
+        r = np.clip(r, 1.0, layers)
+        k = np.clip(layers - r * (pp - 1), 0.0, layers)
+        t = np.maximum(r * unit, k * unit + head)
+        better = t < best_t
+        best_t, best_r, best_k = np.where(better, t, best_t), np.where(better, np.maximum(r, k), best_r), np.where(better, k, best_k)
+    single = pp == 1
+    return np.where(single, layers, best_r), np.where(single, layers, best_k), np.where(single, layers * unit + head, best_t)
+
+
+@dataclass(frozen=True, slots=True)
+class StageCompute:
+    """Seconds per micro-batch on the slowest pipeline rank, and where the layers sit."""
+
+    layer_recompute: np.ndarray
+    """One layer's recomputation (its forward again under full, the re-run modules under selective)."""
+    together: np.ndarray
+    """One rank holds the first and the last stage (`first_and_last_on_one_rank`)."""
+    layers_rank: np.ndarray
+    """Layers on the fullest pipeline rank."""
+    head_layers: np.ndarray
+    """Layers on the rank that holds the output head."""
+    total: np.ndarray
+    compute: np.ndarray
+    recompute: np.ndarray
+    chunk_ratio: np.ndarray | float
+    """The largest stage over the mean stage of a rank: the pipeline fills and drains at its pace."""
+
+
+def stage_compute(m: ModelSpec, dev: Device, s: Shape, schedule: np.ndarray, rec: np.ndarray, n_mb: np.ndarray, layer: LayerCompute,
+                  head_c: HeadCompute, local: LocalParams, P: CostParams) -> StageCompute:
+    pp, v = s.pp, s.virtual_stages
+    layer_recompute = np.select([rec == FULL, rec == SELECTIVE], [layer.fwd, layer.selective], 0.0)
+    # each micro-batch's backward folds its weight gradients into the step's accumulator outside
+    # the GEMMs where the framework does so (`CostParams.grad_accumulation_bytes`): per layer, and on
+    # the head's rank for the output layer's weights and, where the same rank holds it, the embedding's
+    # (a tied head's copy on a last stage of its own is not counted: its ModelSpec has no output_params)
+    adds = np.where(P.grad_accumulation_skips_first, (n_mb - 1.0) / n_mb, 1.0)  # adds per micro-batch, on average
+    accumulate = adds * P.grad_accumulation_bytes / (dev.hbm_bandwidth * P.hbm_efficiency)
+    unit = layer.fwd + layer.bwd + layer.kernel_gaps + accumulate * (local.dense_layer + local.expert_layer) + layer_recompute
+    # the rank of the last stage also runs the output head, the loss and any MTP modules
+    together = first_and_last_on_one_rank(pp, schedule)
+    head_weights = local.out + np.where(together, local.emb, 0.0)
+    head = head_c.out_total + head_c.mtp_total + np.where(rec == FULL, head_c.mtp_recompute, 0.0) + accumulate * head_weights
+    if P.balanced_stages:  # whole layers moved off the head's rank until it is no slower than the rest
+        layers_rank, head_layers, total = balanced_split(m.layers, pp, unit, head)
+        # a rank's v stages hold whole layers too: the pipeline fills and drains at the pace of its
+        # largest stage, ceil(layers/v) layers, not of the mean layers/v
+        chunk_ratio = np.ceil(layers_rank / v) * v / np.maximum(layers_rank, 1.0)
+    else:  # even split: every stage holds ceil(L / (pp·v)) layers or fewer
+        layers_rank = np.ceil(m.layers / (pp * v)) * v
+        head_layers = last_stage_rank_layers(m.layers, pp, v, schedule)
+        total = np.maximum(layers_rank * unit, head_layers * unit + head)
+        chunk_ratio = 1.0
+    recompute = layers_rank * layer_recompute
+    return StageCompute(layer_recompute=layer_recompute, together=together, layers_rank=layers_rank, head_layers=head_layers,
+                        total=total, compute=total - recompute, recompute=recompute, chunk_ratio=chunk_ratio)

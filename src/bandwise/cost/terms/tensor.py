@@ -1,0 +1,103 @@
+"""Tensor parallelism: per layer, 4 collectives forward and 4 backward (Korthikanti et al. 2022,
+Sec. 4.2.2: all-gather / reduce-scatter around attention and the MLP), 4 more to recompute under
+full recomputation; each hidden behind the GEMM it feeds where the group stays inside one NVLink
+domain and overlap is on."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from bandwise.cost import comm
+from bandwise.cost.flops import BF16
+from bandwise.cost.params import CostParams
+from bandwise.cost.terms.compute import LayerCompute
+from bandwise.cost.terms.placement import Groups
+from bandwise.cost.terms.shape import Shape
+from bandwise.specs.hardware import Cluster
+from bandwise.specs.model import ModelSpec
+
+
+@dataclass(frozen=True, slots=True)
+class TensorComm:
+    """Seconds per layer and micro-batch, before the recomputation and overlap of a row are known."""
+
+    one: np.ndarray
+    """One all-gather or reduce-scatter of the sequence-parallel activations."""
+    overlappable: np.ndarray
+    """The group lies inside the first level (NVLink), where collectives can overlap GEMMs."""
+    pass_exposed: np.ndarray
+    """What one overlapped pass leaves exposed: sum over the 4 (collective, GEMM) pairs of max(0, c - GEMM)."""
+    bwd_exposed: np.ndarray | None = None
+    """Under an asynchronous backward (`CostParams.tp_backward_async`), its exposed time..."""
+    bwd_total: np.ndarray | None = None
+    """... and the collectives it moves."""
+
+
+def tensor_comm(m: ModelSpec, cluster: Cluster, s: Shape, groups: Groups, layer: LayerCompute, P: CostParams) -> TensorComm:
+    frac_moe = m.moe_layers / m.layers
+    one = comm.all_gather_time(cluster, s.tokens * m.hidden * BF16, groups.tp, s.tp)
+    # TP collectives overlap GEMMs only inside one NVLink domain: Transformer Engine's userbuffers
+    # map the peers' buffers by CUDA IPC and multicast handles, which exist only over NVLink
+    # (NVIDIA/TransformerEngine issue #1071, 2024: "comm+GEMM overlap is currently only possible
+    # with single-node tensor-parallelism"; PR #1470, TE 2.2, 2025, registers them across a
+    # multi-node NVLink domain such as NVL72). PyTorch's async TP maps its peers' memory the same
+    # way (SymmetricMemory, pytorch/pytorch PR #128762). A TP group across domains waits on NCCL.
+    overlappable = comm.inside_first_level(cluster, groups.tp, s.tp)
+    # Overlapped, each collective hides only behind the GEMM it feeds or is fed by: Transformer
+    # Engine ring-exchanges the all-gathers into the QKV and MLP-up GEMMs and pipelines the
+    # reduce-scatters out of the output and MLP-down projections ("ring_exchange" and "pipeline"
+    # in its userbuffers defaults); PyTorch's async TP fuses the same pairs
+    # (fused_all_gather_matmul, fused_matmul_reduce_scatter). Backward, each collective hides
+    # behind one GEMM of the same shape (the ring exchanges behind the input-gradient GEMMs; TE's
+    # "bulk" reduce-scatter of the QKV and MLP-up input gradients behind their weight-gradient
+    # GEMMs), so a pass exposes sum over the 4 pairs of max(0, c - GEMM).
+    # Approximations: MLA's replicated down-projections count as attention input (async TP
+    # gathers once for several matmuls; Megatron-Core instead gathers the small latents, so the
+    # window is overstated there); an MoE layer's router and experts stand on the MLP side, half
+    # behind each collective, an assumption: no source pairs grouped expert GEMMs with them.
+    pair = lambda gemm: np.maximum(0.0, one - gemm)  # noqa: E731
+    attn_in, attn_out = layer.attn_in, layer.attn_out
+    dense_pairs = pair(attn_in) + pair(attn_out) + pair(layer.mlp_up) + pair(layer.mlp_down)
+    moe_pairs = pair(attn_in) + pair(attn_out) + 2.0 * pair(layer.moe_mlp / 2.0)
+    pass_exposed = (1 - frac_moe) * dense_pairs + frac_moe * moe_pairs
+    if not P.tp_backward_async:
+        return TensorComm(one=one, overlappable=overlappable, pass_exposed=pass_exposed)
+    # Asynchronous backward, per column-parallel GEMM g (QKV, MLP-up; its input- and weight-gradient
+    # GEMMs each take as long as its forward): without SP its input gradient's all-reduce (2 units)
+    # hides behind the weight gradient, max(0, 2c - g); under SP the re-gather hides behind the input
+    # gradient and the reduce-scatter behind the weight gradient, 2·max(0, c - g) (one max(0, c - g)
+    # where the gathered input was kept, `tp_gathered_inputs`), and the two row-parallel gradients'
+    # all-gathers wait (2c). 4c, or 6c with the re-gathers, move.
+    if P.sequence_parallel and not P.tp_gathered_inputs:
+        async_pass = lambda up: 2.0 * one + 2.0 * (pair(attn_in) + pair(up))  # noqa: E731
+        bwd_total = 6.0 * one
+    elif P.sequence_parallel:  # the gathered input was kept: nothing to gather again
+        async_pass = lambda up: 2.0 * one + pair(attn_in) + pair(up)  # noqa: E731
+        bwd_total = 4.0 * one
+    else:
+        async_pass = lambda up: np.maximum(0.0, 2.0 * one - attn_in) + np.maximum(0.0, 2.0 * one - up)  # noqa: E731
+        bwd_total = 4.0 * one
+    bwd_exposed = (1 - frac_moe) * async_pass(layer.mlp_up) + frac_moe * async_pass(layer.moe_mlp / 2.0)
+    return TensorComm(one=one, overlappable=overlappable, pass_exposed=pass_exposed, bwd_exposed=bwd_exposed, bwd_total=bwd_total)
+
+
+@dataclass(frozen=True, slots=True)
+class TensorTerms:
+    """Seconds per layer and micro-batch of a row: every TP collective, and what is left exposed."""
+
+    total: np.ndarray
+    exposed: np.ndarray
+
+
+def tensor_terms(tc: TensorComm, full_recompute: np.ndarray, overlap: np.ndarray, P: CostParams) -> TensorTerms:
+    passes = 2.0 + np.where(full_recompute, 1.0, 0.0)
+    total = 4.0 * passes * tc.one
+    overlapped = overlap & tc.overlappable
+    exposed = np.where(overlapped, passes * tc.pass_exposed, total)
+    if P.tp_backward_async:  # the forward passes wait; the backward runs its own way (`tensor_comm`)
+        forwards = 4.0 * (passes - 1.0) * tc.one
+        exposed = np.where(overlapped, exposed, forwards + tc.bwd_exposed)
+        total = np.where(overlapped, total, forwards + tc.bwd_total)
+    return TensorTerms(total=total, exposed=exposed)
