@@ -21,6 +21,7 @@ from bandwise.cli import schedule as schedule_commands
 from bandwise.cli import train as train_commands
 from bandwise.cli import doctor as doctor_commands
 from bandwise.cli import sweep as sweep_commands
+from bandwise.cli import compare as compare_commands
 from bandwise.cli import experiment as experiment_commands
 from bandwise import __version__
 from bandwise.errors import INSTALL, NothingFits
@@ -54,7 +55,7 @@ def _root(
 
 
 # Each command module exposes `register(app)`; the order here is the order in --help.
-for _module in (plan_commands, schedule_commands, validate_commands, train_commands, doctor_commands, sweep_commands, experiment_commands):
+for _module in (plan_commands, schedule_commands, validate_commands, train_commands, compare_commands, sweep_commands, doctor_commands, experiment_commands):
     _module.register(app)
 
 def _click_class(name: str) -> type[BaseException]:

@@ -8,6 +8,9 @@ import typer
 
 from bandwise.cost.step import ATTENTION_KERNELS, CostParams
 from bandwise.errors import BandwiseError
+from bandwise.plan.inputs import global_batch_of
+from bandwise.plan.search import SEARCH_ROWS
+from bandwise.plan.sweep import PlanInputs
 from bandwise.plan.verdict import THRESHOLD
 from bandwise.specs.model import ModelSpec
 from bandwise.specs.registry import get_model
@@ -69,3 +72,23 @@ def precisions_of(text: str) -> tuple[str, ...]:
     if not precisions or any(p not in PRECISIONS for p in precisions):
         raise BandwiseError(f"--precision {text!r}: valid values are {', '.join(PRECISIONS)} (comma-separated)")
     return precisions
+
+
+def plan_inputs(model: str, devices: int, seq_len: int | None, global_batch: int | None, global_batch_tokens: int | None,
+                precision: str, threshold: float, headroom: float, overlap_tp: bool, overlap_ep: bool,
+                max_rows: int | None = SEARCH_ROWS, attention: str = "flash", eager: bool = False) -> PlanInputs:
+    """What every point of `compare` and `sweep` shares, checked in the order the options are read."""
+    spec = model_spec(model, seq_len)
+    if not isinstance(devices, int) or devices < 1:
+        raise BandwiseError(f"devices={devices!r} must be a positive integer")
+    precisions = precisions_of(precision)
+    return PlanInputs(
+        model=spec,
+        devices=devices,
+        global_batch=global_batch_of(spec, global_batch, global_batch_tokens, devices),
+        threshold=fraction("--threshold", threshold),
+        precisions=precisions,
+        overlap={"tp": overlap_tp, "ep": overlap_ep},
+        params=cost_params(headroom, attention, eager),
+        max_rows=max_rows,
+    )
