@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import difflib
 import math
 
 import typer
 
 from bandwise.cost.step import ATTENTION_KERNELS, CostParams
 from bandwise.errors import BandwiseError
+from bandwise.export import ENGINES
 from bandwise.plan.inputs import global_batch_of
 from bandwise.plan.search import SEARCH_ROWS
 from bandwise.plan.sweep import PlanInputs
@@ -92,3 +94,20 @@ def plan_inputs(model: str, devices: int, seq_len: int | None, global_batch: int
         params=cost_params(headroom, attention, eager),
         max_rows=max_rows,
     )
+
+
+def check_emit(emit: str | None, json_out: bool) -> None:
+    """--emit names an engine bandwise exports to, and is not combined with --json."""
+    if emit is None:
+        return
+    if emit not in ENGINES:
+        raise BandwiseError(f"--emit {emit!r}: expected one of {', '.join(ENGINES)}{did_you_mean(emit, ENGINES)}")
+    if json_out:
+        raise BandwiseError("--emit prints a job file and --json a report: choose one")
+
+
+def did_you_mean(word: str, choices: tuple[str, ...]) -> str:
+    """'; did you mean Interleaved1F1B?' for a near miss (case-insensitive), else ''."""
+    lower = {c.lower(): c for c in choices}
+    close = difflib.get_close_matches(word.lower(), list(lower), n=1, cutoff=0.75)
+    return f"; did you mean {lower[close[0]]}?" if close else ""
