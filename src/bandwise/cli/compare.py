@@ -19,6 +19,8 @@ from bandwise.cli.options import (
     PRECISION,
     SEQ_LEN,
     THRESHOLD_OPT,
+    devices_option,
+    model_option,
     plan_inputs,
 )
 from bandwise.cli.points import (
@@ -62,8 +64,8 @@ def _point_line(p: Point) -> str:
 
 
 def compare(
-    model: str = typer.Option("deepseek-v3", "--model", "-m", help="Model preset or path to a config.json."),
-    devices: int = typer.Option(2048, "--devices", "-n", help="Number of accelerators (at most 1,048,576)."),
+    model: str = model_option("deepseek-v3"),
+    devices: int = devices_option(2048),
     clusters: str = typer.Option(DEFAULT_CLUSTERS, "--clusters", "-c", help="Cluster presets or cluster files, comma-separated."),
     seq_len: int | None = SEQ_LEN,
     global_batch: int | None = GLOBAL_BATCH,

@@ -10,6 +10,7 @@ from bandwise.cli.options import (
     EMIT,
     check_emit,
     cost_params,
+    model_option,
     model_spec,
 )
 from bandwise.cost.step import estimate as estimate_one
@@ -26,7 +27,7 @@ ESTIMATE_HELP = "Estimate one layout: step time split into compute, exposed comm
 
 
 def estimate(
-    model: str = typer.Option("llama3-70b", "--model", "-m", help="Model preset or path to a config.json."),
+    model: str = model_option("llama3-70b"),
     cluster: str = typer.Option("h100", "--cluster", "-c", help="Cluster preset or a cluster file."),
     devices: int | None = typer.Option(None, "--devices", "-n", help="Accelerators (default: the product of the degrees; at most 1,048,576)."),
     seq_len: int | None = typer.Option(None, "--seq-len"),

@@ -1,9 +1,14 @@
-"""Options and argument helpers shared by the planning commands (plan, estimate, compare, sweep)."""
+"""Options and argument helpers shared by the planning commands (plan, estimate, compare, sweep).
+
+Each shared option is declared here once and named in each command's signature, where its place
+sets its place in that command's --help. An option whose default differs by command (--model,
+--devices) is a function of that default; one whose help differs (estimate's) stays in its command."""
 
 from __future__ import annotations
 
 import difflib
 import math
+from typing import Any
 
 import typer
 
@@ -14,6 +19,7 @@ from bandwise.plan.inputs import global_batch_of
 from bandwise.plan.search import SEARCH_ROWS
 from bandwise.plan.sweep import PlanInputs
 from bandwise.plan.verdict import THRESHOLD
+from bandwise.specs.hardware import MAX_DEVICES
 from bandwise.specs.model import ModelSpec
 from bandwise.specs.registry import get_model
 from bandwise.specs.strategy import PRECISIONS
@@ -22,7 +28,18 @@ MAX_SEQ_LEN = 1 << 24
 """Longest training sequence the planner accepts: 16.8M tokens, 16 x the million-token contexts
 that published long-context training reaches."""
 
-SEQ_LEN = typer.Option(None, "--seq-len", help="Training sequence length (default: the model's; at most 16,777,216).")
+
+def model_option(default: str) -> Any:
+    """--model/-m with the command's default model."""
+    return typer.Option(default, "--model", "-m", help="Model preset or path to a config.json.")
+
+
+def devices_option(default: int) -> Any:
+    """--devices/-n with the command's default device count."""
+    return typer.Option(default, "--devices", "-n", help=f"Number of accelerators (at most {MAX_DEVICES:,}).")
+
+
+SEQ_LEN = typer.Option(None, "--seq-len", help=f"Training sequence length (default: the model's; at most {MAX_SEQ_LEN:,}).")
 GLOBAL_BATCH = typer.Option(None, "--global-batch", help="Sequences per optimizer step (at most 2^34 tokens in all).")
 GLOBAL_BATCH_TOKENS = typer.Option(
     None, "--global-batch-tokens",

@@ -24,8 +24,10 @@ from bandwise.cli.options import (
     THRESHOLD_OPT,
     check_emit,
     cost_params,
+    devices_option,
     did_you_mean,
     fraction,
+    model_option,
     model_spec,
     precisions_of,
 )
@@ -102,9 +104,9 @@ and each listed layout is a table row (`--top 1048576` took 13.7 s at a million 
 
 
 def plan(
-    model: str = typer.Option("llama3-70b", "--model", "-m", help="Model preset or path to a config.json."),
+    model: str = model_option("llama3-70b"),
     cluster: str = typer.Option("h100", "--cluster", "-c", help="Cluster preset (bandwise clusters) or a cluster file."),
-    devices: int = typer.Option(64, "--devices", "-n", help="Number of accelerators (at most 1,048,576)."),
+    devices: int = devices_option(64),
     seq_len: int | None = SEQ_LEN,
     global_batch: int | None = GLOBAL_BATCH,
     global_batch_tokens: int | None = GLOBAL_BATCH_TOKENS,

@@ -19,6 +19,8 @@ from bandwise.cli.options import (
     PRECISION,
     SEQ_LEN,
     THRESHOLD_OPT,
+    devices_option,
+    model_option,
     plan_inputs,
 )
 from bandwise.cli.points import (
@@ -52,8 +54,8 @@ is within --threshold of the best overall there, exactly as `bandwise plan` deci
 
 def sweep(
     vary: str = typer.Option(..., "--vary", help="scale-up-size=8,16,36,72,144 or scale-out-bandwidth=25,50,100,200,400 (GB/s per device)."),
-    model: str = typer.Option("deepseek-v3", "--model", "-m", help="Model preset or path to a config.json."),
-    devices: int = typer.Option(2048, "--devices", "-n", help="Number of accelerators (at most 1,048,576)."),
+    model: str = model_option("deepseek-v3"),
+    devices: int = devices_option(2048),
     base_cluster: str = typer.Option("h100", "--base-cluster", "-c", help="Cluster preset or file whose level is varied."),
     seq_len: int | None = SEQ_LEN,
     global_batch: int | None = GLOBAL_BATCH,
