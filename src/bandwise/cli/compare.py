@@ -37,6 +37,7 @@ from bandwise.plan.search import SEARCH_ROWS
 from bandwise.plan.sweep import Point
 from bandwise.plan.sweep import compare as compare_clusters
 from bandwise.report.output import Output
+from bandwise.report.plots import compare_chart
 from bandwise.report.tables import min_width
 from bandwise.specs.registry import get_cluster
 
@@ -99,8 +100,6 @@ def compare(
     points = run_with_bar(out, [c.name for c in cl], f"{inputs.model.name} on {len(cl)} clusters",
                           lambda done: compare_clusters(inputs, cl, jobs=jobs, on_point=done))
     if png is not None:
-        from bandwise.report.plots import compare_chart
-
         compare_chart(points, inputs, str(png))
     validation = {c.name: band_dict(c.device.name, inputs.model.is_moe, inputs.devices) for c in cl}
     if json_out:

@@ -35,6 +35,7 @@ from bandwise.plan.search import SEARCH_ROWS
 from bandwise.plan.sweep import VARY_KINDS, SweepResult, parse_vary, vary_cluster
 from bandwise.plan.sweep import sweep as sweep_points
 from bandwise.report.output import Output
+from bandwise.report.plots import sweep_chart
 from bandwise.report.tables import min_width
 from bandwise.specs.registry import get_cluster
 
@@ -82,8 +83,6 @@ def sweep(
     points = run_with_bar(out, labels, f"{len(labels)} points", lambda done: sweep_points(inputs, base, spec, on_point=done).points)
     result = SweepResult(base=base, vary=spec, points=points)
     if png is not None:
-        from bandwise.report.plots import sweep_chart
-
         sweep_chart(result, inputs, str(png))
     if json_out:
         out.emit_json({**common(inputs), **result.to_dict(), **({"png": str(png)} if png else {})})
