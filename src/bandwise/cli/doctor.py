@@ -1,4 +1,8 @@
-"""`bandwise doctor run|trace|tune-loader`: parse arguments, call bandwise.doctor, print."""
+"""`bandwise doctor run|trace|tune-loader`: parse arguments, call bandwise.doctor, print.
+
+`doctor.tune` imports torch, so `tune-loader` imports it only when it runs: the other commands
+work without torch.
+"""
 
 from __future__ import annotations
 
@@ -8,13 +12,25 @@ import re
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import typer
+from rich.table import Table
 
-from bandwise.cli.options import ATTENTION, EAGER
+from bandwise.cli.options import ATTENTION, EAGER, cost_params, model_spec
+from bandwise.cli.train import load_strategy
+from bandwise.cost.params import DEFAULT_PARAMS
+from bandwise.cost.step import estimate
+from bandwise.doctor.against_plan import compare
+from bandwise.doctor.live import watch
+from bandwise.doctor.ranks import input_straggler, live_rows, rank_rows, straggler
+from bandwise.doctor.report import merge, print_report, to_json, write_html
+from bandwise.doctor.rules import MIN_STEPS, diagnose
+from bandwise.doctor.signals import signals_from_live, signals_from_trace
 from bandwise.errors import BandwiseError
 from bandwise.report.output import Output
+from bandwise.specs.registry import get_cluster, get_model
 
 doctor_app = typer.Typer(help="Find why the accelerator is idle: measure a loop or read a profiler trace, name the bottleneck, the fix and its expected gain.", no_args_is_help=True)
 
@@ -42,11 +58,6 @@ def trace(
 
     With --strategy, --model and --cluster the measured step is set beside the planner's prediction
     for that layout, term by term, and the terms off by more than 20% are named."""
-    from bandwise.doctor.ranks import rank_rows
-    from bandwise.doctor.report import merge, print_report, to_json, write_html
-    from bandwise.doctor.rules import diagnose
-    from bandwise.doctor.signals import signals_from_trace
-
     if max_mb < 1:
         raise BandwiseError(f"--max-mb={max_mb} must be >= 1")
     if jobs < 0:
@@ -79,13 +90,12 @@ def read_traces(paths: list[Path], max_bytes: int, jobs: int) -> list[dict]:
     """Each trace's analysis (signals, breakdown, per-step rows), several ranks at once in worker
     processes: the parse is CPU-bound Python, one core each, and each process keeps only its own
     trace's intervals."""
+    # the trace parsers load only where a trace is read: at the top they cost every command ~25 ms of start-up
     from bandwise.doctor.trace import analyze_for_report
 
     workers = min(len(paths), jobs or os.cpu_count() or 1)
     if workers <= 1:
         return [analyze_for_report(p, max_bytes) for p in paths]
-    from concurrent.futures import ProcessPoolExecutor
-
     with ProcessPoolExecutor(max_workers=workers) as pool:
         return list(pool.map(analyze_for_report, paths, [max_bytes] * len(paths)))
 
@@ -100,12 +110,6 @@ def _plan_for(strategy: str | None, pick: int | None, model: str | None, cluster
         return None
     if model is None or cluster is None:
         raise BandwiseError("--strategy needs the job's --model and --cluster to price the layout, e.g. --model llama3-8b --cluster h100")
-    from bandwise.cli.options import cost_params, model_spec
-    from bandwise.cli.train import load_strategy
-    from bandwise.cost.params import DEFAULT_PARAMS
-    from bandwise.cost.step import estimate
-    from bandwise.specs.registry import get_cluster
-
     s = load_strategy(strategy, pick)
     spec = model_spec(model, seq_len)
     clus = get_cluster(cluster)
@@ -117,8 +121,6 @@ def _plan_for(strategy: str | None, pick: int | None, model: str | None, cluster
 
 def add_plan(d, rows: list, analyses: dict[str, dict], s, spec, clus, est) -> None:  # noqa: ANN001
     """The measured step beside the plan's, term by term (`doctor.against_plan`)."""
-    from bandwise.doctor.against_plan import compare
-
     if not rows:
         d.missing.append("against the plan (no rank has GPU steps)")
         return
@@ -132,9 +134,6 @@ def add_plan(d, rows: list, analyses: dict[str, dict], s, spec, clus, est) -> No
 
 def add_ranks(d, rows: list) -> None:  # noqa: ANN001
     """Several ranks: the per-rank table, and the straggler finding where one rank holds the others back."""
-    from bandwise.doctor.ranks import straggler
-    from bandwise.doctor.rules import MIN_STEPS
-
     if len(rows) < 2:
         return
     d.signals["per_rank"] = [r.to_dict() for r in rows]
@@ -180,10 +179,6 @@ def run(
     The script's output and exit code are its own; with --json its stdout goes to stderr so that
     stdout holds only the report.
     """
-    from bandwise.doctor.report import print_report, to_json, write_html
-    from bandwise.doctor.rules import diagnose
-    from bandwise.doctor.signals import signals_from_live
-
     argv = list(command)
     if argv and argv[0] == "--":
         argv = argv[1:]
@@ -227,12 +222,8 @@ def run(
 def _mfu_env(model: str | None, cluster: str | None, precision: str) -> dict[str, str]:
     env = {}
     if model:
-        from bandwise.specs.registry import get_model
-
         env["BANDWISE_DOCTOR_FLOPS_PER_TOKEN"] = repr(get_model(model).model_flops_per_token())
     if cluster:
-        from bandwise.specs.registry import get_cluster
-
         env["BANDWISE_DOCTOR_PEAK_FLOPS"] = repr(get_cluster(cluster).device.peak(precision))
     return env
 
@@ -265,12 +256,6 @@ def _run_torchrun(launcher: list[str], script: list[str], *, json_out: bool, htm
     this process reads the ranks' running summaries and names a straggler as soon as the rule finds
     one (`doctor/live.py`); after it returns, it reads the final records: each rank's diagnosis,
     their merge, the per-rank table and the rank whose input pipeline holds the others back."""
-    from bandwise.doctor.live import watch
-    from bandwise.doctor.ranks import input_straggler, live_rows
-    from bandwise.doctor.report import merge, print_report, to_json, write_html
-    from bandwise.doctor.rules import MIN_STEPS, diagnose
-    from bandwise.doctor.signals import signals_from_live
-
     if script[0] != "-m" and not Path(script[0]).is_file():
         raise BandwiseError(f"doctor run: script {script[0]!r} not found; give the path of the training script")
     out = Output(json_mode=json_out)
@@ -320,8 +305,6 @@ def tune_loader(
     json_out: bool = JSON_OPT,
 ) -> None:
     """Measure the dataset's throughput across DataLoader settings and print the best."""
-    from rich.table import Table
-
     from bandwise.doctor.tune import LoaderSetting, default_grid, load_object
     from bandwise.doctor.tune import tune_loader as run_tune
 

@@ -5,6 +5,8 @@ tensors and the fake process group); the prediction is `cost.step.estimate` for 
 layout and sequence length. Both count what the caching allocator hands out: the planner's
 fixed reserve for the CUDA context, cuBLAS workspaces and NCCL buffers (`CostParams.reserved_bytes`)
 is left out of the comparison because no tensor tracker can see it.
+
+`runtime.dryrun` imports torch, so `run` imports it only when a dry run is asked for.
 """
 
 from __future__ import annotations
@@ -15,8 +17,11 @@ from typing import Any
 from rich.table import Table
 
 from bandwise.cost.memory import GIB
+from bandwise.cost.profiles import trainer_params
+from bandwise.cost.step import estimate
 from bandwise.report.output import Output
 from bandwise.specs.model import ModelSpec
+from bandwise.specs.registry import get_cluster
 from bandwise.specs.strategy import Strategy
 
 ROWS = (
@@ -29,14 +34,8 @@ ROWS = (
 PLANNER_TERMS = {"params": ("params",), "grads + optimizer": ("grads_optimizer",), "grads not yet made": ("grads_not_at_peak",), "activations": ("activations",), "buffers": ("buffers",)}
 
 
-def planner_memory(spec: ModelSpec, s: Strategy, cluster_name: str) -> dict[str, float] | None:
+def planner_memory(spec: ModelSpec, s: Strategy, cluster_name: str) -> dict[str, float]:
     """The planner's per-rank bytes per row of the table (and 'total') for `s`, without the fixed reserve."""
-    try:
-        from bandwise.cost.profiles import trainer_params
-        from bandwise.cost.step import estimate
-        from bandwise.specs.registry import get_cluster
-    except ImportError:  # the cost model is part of the core install; guard anyway
-        return None
     # the dry run measures torch's allocations, which hold no CUDA context
     est = estimate(spec, get_cluster(cluster_name), s, trainer_params(accelerator=False))
     out = {label: sum(est.memory_gib[t] for t in terms) * GIB for label, terms in PLANNER_TERMS.items()}
@@ -66,11 +65,9 @@ def summary(spec: ModelSpec, full: ModelSpec, s: Strategy, run: Any, cluster: st
         "model": spec.name, "layout": s.describe(), "strategy": s.to_dict(), "world_size": s.world_size,
         "seq_len": spec.seq_len, "layers": spec.layers, "model_layers": full.layers, "cluster": cluster,
         "roles": roles, "planner": planner,
-        "difference": None if planner is None else {
-            k: (worst["bytes"][k] - planner[k]) / planner[k] if planner[k] else None for k in (*PLANNER_TERMS, "total")
-        },
+        "difference": {k: (worst["bytes"][k] - planner[k]) / planner[k] if planner[k] else None for k in (*PLANNER_TERMS, "total")},
     }
-    if spec.layers != full.layers and planner is not None:
+    if spec.layers != full.layers:
         # the layers left out add what the planner says they add: measured(L) + planner(N) - planner(L)
         planner_full = planner_memory(full, s, cluster)
         out["full_depth"] = {
@@ -90,14 +87,12 @@ def render(out: Output, s: dict[str, Any]) -> None:
     t.add_column(f"{unit} per rank")
     for r in s["roles"]:
         t.add_column(f"{r['role']}\n(rank {r['rank']:,})", justify="right")
-    if s["planner"] is not None:
-        t.add_column(f"planner\n({s['cluster']})", justify="right")
-        t.add_column("measured\n- planner", justify="right")
+    t.add_column(f"planner\n({s['cluster']})", justify="right")
+    t.add_column("measured\n- planner", justify="right")
     for label in (*PLANNER_TERMS, "total"):
         row = [label] + [gib(r["bytes"][label]) for r in s["roles"]]
-        if s["planner"] is not None:
-            d = s["difference"][label]
-            row += [gib(s["planner"][label]), "-" if d is None else f"{100 * d:+.1f}%"]
+        d = s["difference"][label]
+        row += [gib(s["planner"][label]), "-" if d is None else f"{100 * d:+.1f}%"]
         t.add_row(*row, style="bold" if label == "total" else None)
     out.print(t)
     out.print(

@@ -15,14 +15,17 @@ import sys
 import typer
 import yaml
 
-from bandwise.cli import plan as plan_commands
-from bandwise.cli import validate as validate_commands
-from bandwise.cli import schedule as schedule_commands
-from bandwise.cli import train as train_commands
-from bandwise.cli import doctor as doctor_commands
-from bandwise.cli import sweep as sweep_commands
-from bandwise.cli import experiment as experiment_commands
 from bandwise import __version__
+from bandwise.cli import catalog as catalog_commands
+from bandwise.cli import compare as compare_commands
+from bandwise.cli import doctor as doctor_commands
+from bandwise.cli import estimate as estimate_commands
+from bandwise.cli import experiment as experiment_commands
+from bandwise.cli import plan as plan_commands
+from bandwise.cli import schedule as schedule_commands
+from bandwise.cli import sweep as sweep_commands
+from bandwise.cli import train as train_commands
+from bandwise.cli import validate as validate_commands
 from bandwise.errors import INSTALL, NothingFits
 
 app = typer.Typer(
@@ -54,7 +57,7 @@ def _root(
 
 
 # Each command module exposes `register(app)`; the order here is the order in --help.
-for _module in (plan_commands, schedule_commands, validate_commands, train_commands, doctor_commands, sweep_commands, experiment_commands):
+for _module in (plan_commands, estimate_commands, catalog_commands, schedule_commands, validate_commands, train_commands, compare_commands, sweep_commands, doctor_commands, experiment_commands):
     _module.register(app)
 
 def _click_class(name: str) -> type[BaseException]:

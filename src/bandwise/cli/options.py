@@ -1,14 +1,25 @@
-"""Options and argument helpers shared by the planning commands (plan, estimate, compare, sweep)."""
+"""Options and argument helpers shared by the planning commands (plan, estimate, compare, sweep).
+
+Each shared option is declared here once and named in each command's signature, where its place
+sets its place in that command's --help. An option whose default differs by command (--model,
+--devices) is a function of that default; one whose help differs (estimate's) stays in its command."""
 
 from __future__ import annotations
 
+import difflib
 import math
+from typing import Any
 
 import typer
 
 from bandwise.cost.params import ATTENTION_KERNELS, CostParams
 from bandwise.errors import BandwiseError
+from bandwise.export import ENGINES
+from bandwise.plan.inputs import global_batch_of
+from bandwise.plan.search import SEARCH_ROWS
+from bandwise.plan.sweep import PlanInputs
 from bandwise.plan.verdict import THRESHOLD
+from bandwise.specs.hardware import MAX_DEVICES
 from bandwise.specs.model import ModelSpec
 from bandwise.specs.registry import get_model
 from bandwise.specs.strategy import PRECISIONS
@@ -17,7 +28,18 @@ MAX_SEQ_LEN = 1 << 24
 """Longest training sequence the planner accepts: 16.8M tokens, 16 x the million-token contexts
 that published long-context training reaches."""
 
-SEQ_LEN = typer.Option(None, "--seq-len", help="Training sequence length (default: the model's; at most 16,777,216).")
+
+def model_option(default: str) -> Any:
+    """--model/-m with the command's default model."""
+    return typer.Option(default, "--model", "-m", help="Model preset or path to a config.json.")
+
+
+def devices_option(default: int) -> Any:
+    """--devices/-n with the command's default device count."""
+    return typer.Option(default, "--devices", "-n", help=f"Number of accelerators (at most {MAX_DEVICES:,}).")
+
+
+SEQ_LEN = typer.Option(None, "--seq-len", help=f"Training sequence length (default: the model's; at most {MAX_SEQ_LEN:,}).")
 GLOBAL_BATCH = typer.Option(None, "--global-batch", help="Sequences per optimizer step (at most 2^34 tokens in all).")
 GLOBAL_BATCH_TOKENS = typer.Option(
     None, "--global-batch-tokens",
@@ -69,3 +91,40 @@ def precisions_of(text: str) -> tuple[str, ...]:
     if not precisions or any(p not in PRECISIONS for p in precisions):
         raise BandwiseError(f"--precision {text!r}: valid values are {', '.join(PRECISIONS)} (comma-separated)")
     return precisions
+
+
+def plan_inputs(model: str, devices: int, seq_len: int | None, global_batch: int | None, global_batch_tokens: int | None,
+                precision: str, threshold: float, headroom: float, overlap_tp: bool, overlap_ep: bool,
+                max_rows: int | None = SEARCH_ROWS, attention: str = "flash", eager: bool = False) -> PlanInputs:
+    """What every point of `compare` and `sweep` shares, checked in the order the options are read."""
+    spec = model_spec(model, seq_len)
+    if not isinstance(devices, int) or devices < 1:
+        raise BandwiseError(f"devices={devices!r} must be a positive integer")
+    precisions = precisions_of(precision)
+    return PlanInputs(
+        model=spec,
+        devices=devices,
+        global_batch=global_batch_of(spec, global_batch, global_batch_tokens, devices),
+        threshold=fraction("--threshold", threshold),
+        precisions=precisions,
+        overlap={"tp": overlap_tp, "ep": overlap_ep},
+        params=cost_params(headroom, attention, eager),
+        max_rows=max_rows,
+    )
+
+
+def check_emit(emit: str | None, json_out: bool) -> None:
+    """--emit names an engine bandwise exports to, and is not combined with --json."""
+    if emit is None:
+        return
+    if emit not in ENGINES:
+        raise BandwiseError(f"--emit {emit!r}: expected one of {', '.join(ENGINES)}{did_you_mean(emit, ENGINES)}")
+    if json_out:
+        raise BandwiseError("--emit prints a job file and --json a report: choose one")
+
+
+def did_you_mean(word: str, choices: tuple[str, ...]) -> str:
+    """'; did you mean Interleaved1F1B?' for a near miss (case-insensitive), else ''."""
+    lower = {c.lower(): c for c in choices}
+    close = difflib.get_close_matches(word.lower(), list(lower), n=1, cutoff=0.75)
+    return f"; did you mean {lower[close[0]]}?" if close else ""

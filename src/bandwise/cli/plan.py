@@ -1,14 +1,13 @@
-"""`bandwise plan`, `estimate`, `models`, `clusters`: parse arguments, call the planner, print."""
+"""`bandwise plan`: parse arguments, search the layouts, print the best and the verdict on PP."""
 
 from __future__ import annotations
 
-import difflib
 from typing import Any
 
 import typer
 from rich.panel import Panel
-from rich.text import Text
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.text import Text
 
 from bandwise.cli.options import (
     ATTENTION,
@@ -23,24 +22,36 @@ from bandwise.cli.options import (
     PRECISION,
     SEQ_LEN,
     THRESHOLD_OPT,
+    check_emit,
     cost_params,
+    devices_option,
+    did_you_mean,
     fraction,
+    model_option,
     model_spec,
     precisions_of,
 )
-from bandwise.cost.step import estimate as estimate_one
 from bandwise.errors import BandwiseError, NothingFits
-from bandwise.plan.inputs import global_batch_of
-from bandwise.export import EMIT_POOL, ENGINES, export, export_searched
+from bandwise.export import EMIT_POOL, export_searched
 from bandwise.plan.advice import no_valid_layout
 from bandwise.plan.bands import band_dict, band_line
-from bandwise.plan.search import FIXABLE, SEARCH_ROWS, Layout, distinct, narrowed_note, search
+from bandwise.plan.inputs import global_batch_of
+from bandwise.plan.search import (
+    FIXABLE,
+    SEARCH_ROWS,
+    Layout,
+    distinct,
+    narrowed_note,
+    search,
+)
 from bandwise.plan.verdict import decide, recommended, suggest_fit
 from bandwise.report import glossary
 from bandwise.report.output import Output
-from bandwise.report.tables import breakdown, layouts_table, min_width, plain_table
-from bandwise.specs.registry import cluster_file_text, cluster_presets, get_cluster, model_presets
-from bandwise.specs.strategy import PRECISIONS, RECOMPUTE, SCHEDULES, Strategy
+from bandwise.report.tables import breakdown, layouts_table, min_width, short_count
+from bandwise.specs.registry import (
+    get_cluster,
+)
+from bandwise.specs.strategy import PRECISIONS, RECOMPUTE, SCHEDULES
 
 PLAN_HELP = """Find the parallel layout with the most tokens/s per device that fits in memory, and say whether
 pipeline parallelism (PP) is worth it.
@@ -64,62 +75,6 @@ memory (the line says what would fit; --json still prints the document).
 """
 
 
-def models(json_out: bool = typer.Option(False, "--json", help="Print JSON instead of a table.")) -> None:
-    """List the model presets."""
-    out = Output(json_mode=json_out)
-    presets = model_presets()
-    if json_out:
-        out.emit_json({name: {**m.to_dict(), "total_params": m.total_params, "active_nonembedding_params": m.active_nonembedding_params} for name, m in presets.items()})
-        return
-    cols: dict[str, list[str]] = {k: [] for k in ("name", "params", "active", "layers", "hidden", "heads/kv", "experts", "seq")}
-    for name, m in presets.items():
-        cells = (
-            name, _count(m.total_params), _count(m.active_nonembedding_params + m.output_params), str(m.layers), str(m.hidden),
-            "MLA" if m.is_mla else f"{m.heads}/{m.n_kv_heads}", f"{m.experts} top-{m.top_k}" if m.is_moe else "dense", str(m.seq_len),
-        )
-        for k, cell in zip(cols, cells):
-            cols[k].append(cell)
-    table = plain_table("Model presets", cols, ("name", "experts"), glossary.MODELS)
-    out.print(table, min_width=min_width(table))
-
-
-def clusters(
-    json_out: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
-    show: str = typer.Option("", "--show", help="Only this cluster: a preset name or a cluster file."),
-    yaml_out: bool = typer.Option(False, "--yaml", help="With --show: print it as a cluster file to edit and pass to --cluster."),
-) -> None:
-    """List the cluster presets: device peaks, memory and the interconnect levels.
-
-    A cluster of your own is a YAML file with the presets' keys: `bandwise clusters --show h100
-    --yaml > my-cluster.yaml`, edit it, then `--cluster my-cluster.yaml` wherever a preset goes.
-    """
-    if yaml_out and not show:
-        raise BandwiseError("--yaml prints one cluster; name it with --show, e.g. --show h100 --yaml")
-    if yaml_out and json_out:
-        raise BandwiseError("--yaml and --json: choose one")
-    if yaml_out:
-        typer.echo(cluster_file_text(get_cluster(show)), nl=False)
-        return
-    out = Output(json_mode=json_out)
-    presets = {show: get_cluster(show)} if show else cluster_presets()
-    if json_out:
-        out.emit_json({name: c.to_dict() for name, c in presets.items()})
-        return
-    cols: dict[str, list[str]] = {k: [] for k in ("name", "device", "bf16 TFLOP/s", "fp8 TFLOP/s", "HBM GB", "HBM TB/s", "topology")}
-    for name, c in presets.items():
-        d = c.device
-        topo = ", ".join(
-            f"{lv.name} {'x'.join(map(str, lv.torus_dims)) if lv.torus_dims else (lv.size or '∞')}{' mesh' if lv.fully_connected else ''} "
-            f"@{lv.bandwidth / 1e9:g} GB/s" for lv in c.levels
-        )
-        fp8 = d.peak_flops.get("fp8")
-        cells = (name, d.name, f"{d.peak_flops['bf16'] / 1e12:g}", f"{fp8 / 1e12:g}" if fp8 else "-", f"{d.hbm_bytes / 1e9:g}", f"{d.hbm_bandwidth / 1e12:g}", topo)
-        for k, cell in zip(cols, cells):
-            cols[k].append(cell)
-    table = plain_table("Cluster presets", cols, ("name", "device", "topology"), glossary.CLUSTERS)
-    out.print(table, min_width=min_width(table))
-
-
 def _parse_fix(text: str | None) -> dict[str, Any]:
     """'tp=1,ep=64,schedule=1F1B' -> {'tp': 1, 'ep': 64, 'schedule': '1F1B'}."""
     fixed: dict[str, Any] = {}
@@ -127,11 +82,11 @@ def _parse_fix(text: str | None) -> dict[str, Any]:
         key, sep, value = item.partition("=")
         key = key.strip().replace("-", "_")
         if not sep or key not in FIXABLE:
-            raise BandwiseError(f"--fix {item!r}: expected name=value with name one of {', '.join(FIXABLE)}{_near(key, FIXABLE)}")
+            raise BandwiseError(f"--fix {item!r}: expected name=value with name one of {', '.join(FIXABLE)}{did_you_mean(key, FIXABLE)}")
         choices = {"schedule": SCHEDULES, "recompute": RECOMPUTE, "precision": PRECISIONS}.get(key)
         if choices:
             if value not in choices:
-                raise BandwiseError(f"--fix {key}={value!r}: valid values are {', '.join(choices)}{_near(value, choices)}")
+                raise BandwiseError(f"--fix {key}={value!r}: valid values are {', '.join(choices)}{did_you_mean(value, choices)}")
             fixed[key] = value
         else:
             try:
@@ -143,22 +98,15 @@ def _parse_fix(text: str | None) -> dict[str, Any]:
     return fixed
 
 
-def _near(word: str, choices: tuple[str, ...]) -> str:
-    """'; did you mean Interleaved1F1B?' for a near miss (case-insensitive), else ''."""
-    lower = {c.lower(): c for c in choices}
-    close = difflib.get_close_matches(word.lower(), list(lower), n=1, cutoff=0.75)
-    return f"; did you mean {lower[close[0]]}?" if close else ""
-
-
 MAX_TOP = 1000
 """Layouts `plan` lists at most: the search keeps 20 x --top candidates to collapse near-duplicates,
 and each listed layout is a table row (`--top 1048576` took 13.7 s at a million devices)."""
 
 
 def plan(
-    model: str = typer.Option("llama3-70b", "--model", "-m", help="Model preset or path to a config.json."),
+    model: str = model_option("llama3-70b"),
     cluster: str = typer.Option("h100", "--cluster", "-c", help="Cluster preset (bandwise clusters) or a cluster file."),
-    devices: int = typer.Option(64, "--devices", "-n", help="Number of accelerators (at most 1,048,576)."),
+    devices: int = devices_option(64),
     seq_len: int | None = SEQ_LEN,
     global_batch: int | None = GLOBAL_BATCH,
     global_batch_tokens: int | None = GLOBAL_BATCH_TOKENS,
@@ -179,7 +127,7 @@ def plan(
     pick: int | None = typer.Option(None, "--pick", help="With --emit: the layout in row PICK of the table (default: the recommended one)."),
 ) -> None:
     out = Output(json_mode=json_out)
-    _check_emit(emit, json_out)
+    check_emit(emit, json_out)
     if pick is not None and emit is None:
         raise BandwiseError("--pick chooses the layout --emit exports; add --emit torchtitan, megatron or maxtext")
     spec = model_spec(model, seq_len)
@@ -228,7 +176,7 @@ def plan(
     elif not emit:
         out.print(
             f"[b]{spec.name}[/b] on [b]{devices} x {clus.name}[/b] ({clus.device.name}), seq {spec.seq_len}, "
-            f"global batch {gb} sequences = {_count(gb * spec.seq_len, tokens=True)} tokens"
+            f"global batch {gb} sequences = {short_count(gb * spec.seq_len, tokens=True)} tokens"
         )
         out.print(f"searched {result.searched:,} valid layouts in {result.seconds:.2f} s; {result.fitting:,} fit in {result.capacity_gib:.1f} GiB per device")
         if "narrowed" in result.extra:
@@ -263,79 +211,6 @@ def _listed(ranked: list[Layout], top: int, all_layouts: bool) -> tuple[list[Lay
     return kept, last + 1 - len(kept)
 
 
-ESTIMATE_HELP = "Estimate one layout: step time split into compute, exposed communication per dim, bubble and optimizer; memory; MFU."
-
-
-def estimate(
-    model: str = typer.Option("llama3-70b", "--model", "-m", help="Model preset or path to a config.json."),
-    cluster: str = typer.Option("h100", "--cluster", "-c", help="Cluster preset or a cluster file."),
-    devices: int | None = typer.Option(None, "--devices", "-n", help="Accelerators (default: the product of the degrees; at most 1,048,576)."),
-    seq_len: int | None = typer.Option(None, "--seq-len"),
-    dp_replicate: int = typer.Option(1, "--dp-replicate"),
-    dp_shard: int = typer.Option(1, "--dp-shard"),
-    tp: int = typer.Option(1, "--tp"),
-    cp: int = typer.Option(1, "--cp"),
-    pp: int = typer.Option(1, "--pp"),
-    ep: int = typer.Option(1, "--ep"),
-    zero: int = typer.Option(0, "--zero", help="ZeRO stage of replicated DP (0-2); dp_shard > 1 is ZeRO-3."),
-    schedule: str = typer.Option("1F1B", "--schedule", help=f"One of {', '.join(SCHEDULES)}."),
-    virtual_stages: int = typer.Option(1, "--virtual-stages"),
-    micro_batch: int = typer.Option(1, "--micro-batch"),
-    global_batch: int | None = typer.Option(None, "--global-batch", help="Sequences per step (default: dp x micro-batch)."),
-    recompute: str = typer.Option("none", "--recompute", help="none, selective or full."),
-    precision: str = typer.Option("bf16", "--precision"),
-    overlap_tp: bool = typer.Option(False, "--overlap-tp"),
-    overlap_ep: bool = typer.Option(False, "--overlap-ep"),
-    headroom: float = typer.Option(0.1, "--headroom"),
-    attention: str = ATTENTION,
-    eager: bool = EAGER,
-    json_out: bool = typer.Option(False, "--json", help="Print one JSON layout {strategy, estimate}."),
-    emit: str | None = EMIT,
-) -> None:
-    out = Output(json_mode=json_out)
-    _check_emit(emit, json_out)
-    spec = model_spec(model, seq_len)
-    clus = get_cluster(cluster)
-    strategy = Strategy(
-        dp_replicate=dp_replicate, dp_shard=dp_shard, tp=tp, cp=cp, pp=pp, ep=ep, zero_stage=zero, schedule=schedule,
-        virtual_stages=virtual_stages, micro_batch=micro_batch, global_batch=global_batch or 0, recompute=recompute,
-        precision=precision, overlap_tp=overlap_tp, overlap_ep=overlap_ep,
-    )
-    n = strategy.world_size if devices is None else devices
-    clus.check_devices(n)
-    strategy.check(n, spec)
-    params = cost_params(headroom, attention, eager)
-    est = estimate_one(spec, clus, strategy, params)
-    layout = Layout(strategy=strategy, estimate=est)
-    if emit:
-        typer.echo(export(emit, spec, clus, strategy, n, est, params).text, nl=False)
-        return
-    if json_out:
-        out.emit_json({**layout.to_dict(), "validation": band_dict(clus.device.name, spec.is_moe, n)})
-        return
-    out.print(f"[b]{spec.name}[/b] on [b]{n} x {clus.name}[/b]: {strategy.describe()}, micro-batch {micro_batch}, {strategy.effective_global_batch} sequences per step")
-    out.print(breakdown(est, "estimate"))
-    out.print(f"tokens/s and MFU {band_line(clus.device.name, spec.is_moe, n)}")
-
-
-def _check_emit(emit: str | None, json_out: bool) -> None:
-    if emit is None:
-        return
-    if emit not in ENGINES:
-        raise BandwiseError(f"--emit {emit!r}: expected one of {', '.join(ENGINES)}{_near(emit, ENGINES)}")
-    if json_out:
-        raise BandwiseError("--emit prints a job file and --json a report: choose one")
-
-
-def _count(n: float, tokens: bool = False) -> str:
-    if tokens and n < 1e6:
-        return f"{n:,.0f}"
-    return f"{n / 1e12:.2f}T" if n >= 1e12 else f"{n / 1e9:.1f}B" if n >= 1e9 else f"{n / 1e6:.2f}M" if tokens else f"{n / 1e6:.1f}M"
-
-
 def register(app: typer.Typer) -> None:
     words = f"\n\n{glossary.RECOMMENDED}\n\n[b]Words[/b]: {glossary.LAYOUT}\n\n{glossary.PLAN_COLUMNS} {glossary.PLAN_WIDE_COLUMNS}\n\n{glossary.BREAKDOWN}"
     app.command("plan", help=PLAN_HELP + words)(plan)
-    app.command("estimate", help=f"{ESTIMATE_HELP}\n\n[b]Words[/b]: {glossary.LAYOUT}\n\n{glossary.BREAKDOWN}")(estimate)
-    app.command("models", help=f"List the model presets.\n\n{glossary.MODELS}")(models)
-    app.command("clusters", help=f"List the cluster presets: device peaks, memory and the interconnect levels.\n\n{glossary.CLUSTERS}")(clusters)

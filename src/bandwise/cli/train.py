@@ -13,6 +13,7 @@ from typing import Any, Optional
 import typer
 from rich.table import Table
 
+from bandwise.cli import dry_run as dry
 from bandwise.errors import BandwiseError
 from bandwise.inputs import read_text
 from bandwise.report.output import Output
@@ -142,8 +143,6 @@ def train(
     }
     strat = base.replace(**overrides)
     if dry_run:
-        from bandwise.cli import dry_run as dry
-
         dry.run(spec, strat, layers=layers, pp_ranks=pp_rank or None, seq_len=seq_len, cluster=cluster, out=Output(json_mode=json_out, quiet=quiet))
         return
     if layers is not None or pp_rank:

@@ -9,6 +9,7 @@ from rich.table import Table
 
 from bandwise.plan.validate import MEMORY_BASES, SWITCHES, RunResult, Summary, by_quality, by_source, load_runs, parity_plot, report_dict, run_all
 from bandwise.errors import BandwiseError
+from bandwise.plan.bands import write_bands as write_error_bands
 from bandwise.report.output import Output
 
 HELP = """Predict tokens/s per device for published training runs (133 by default, from 12 sources) and
@@ -82,10 +83,8 @@ def validate(
     if plot is not None:
         parity_plot(results, plot)
     if write_bands is not None:
-        from bandwise.plan.bands import write_bands as write
-
         # the bands stand beside plan's and estimate's figures, so they measure the path those take
-        write(results if plain else run_all(data, source, sources=sources, plain=True), write_bands)
+        write_error_bands(results if plain else run_all(data, source, sources=sources, plain=True), write_bands)
     if json_out:
         out.emit_json(report_dict(results))
         return

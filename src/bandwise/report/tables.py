@@ -40,6 +40,13 @@ def min_width(group: Group) -> int:
     return sum(c.min_width or 0 for c in table.columns) + 2 * (len(table.columns) - 1)
 
 
+def short_count(n: float, tokens: bool = False) -> str:
+    """A parameter or token count at a glance: 70.6B, 1.05T; token counts below a million in full."""
+    if tokens and n < 1e6:
+        return f"{n:,.0f}"
+    return f"{n / 1e12:.2f}T" if n >= 1e12 else f"{n / 1e9:.1f}B" if n >= 1e9 else f"{n / 1e6:.2f}M" if tokens else f"{n / 1e6:.1f}M"
+
+
 RECOMPUTE_SHORT = {"none": "none", "selective": "sel.", "full": "full"}
 
 

@@ -1,0 +1,79 @@
+"""`bandwise models` and `bandwise clusters`: list the presets a plan can name, as tables or JSON."""
+
+from __future__ import annotations
+
+import typer
+
+from bandwise.errors import BandwiseError
+from bandwise.report import glossary
+from bandwise.report.output import Output
+from bandwise.report.tables import min_width, plain_table, short_count
+from bandwise.specs.registry import (
+    cluster_file_text,
+    cluster_presets,
+    get_cluster,
+    model_presets,
+)
+
+JSON_TABLE = typer.Option(False, "--json", help="Print JSON instead of a table.")
+
+
+def models(json_out: bool = JSON_TABLE) -> None:
+    """List the model presets."""
+    out = Output(json_mode=json_out)
+    presets = model_presets()
+    if json_out:
+        out.emit_json({name: {**m.to_dict(), "total_params": m.total_params, "active_nonembedding_params": m.active_nonembedding_params} for name, m in presets.items()})
+        return
+    cols: dict[str, list[str]] = {k: [] for k in ("name", "params", "active", "layers", "hidden", "heads/kv", "experts", "seq")}
+    for name, m in presets.items():
+        cells = (
+            name, short_count(m.total_params), short_count(m.active_nonembedding_params + m.output_params), str(m.layers), str(m.hidden),
+            "MLA" if m.is_mla else f"{m.heads}/{m.n_kv_heads}", f"{m.experts} top-{m.top_k}" if m.is_moe else "dense", str(m.seq_len),
+        )
+        for k, cell in zip(cols, cells):
+            cols[k].append(cell)
+    table = plain_table("Model presets", cols, ("name", "experts"), glossary.MODELS)
+    out.print(table, min_width=min_width(table))
+
+
+def clusters(
+    json_out: bool = JSON_TABLE,
+    show: str = typer.Option("", "--show", help="Only this cluster: a preset name or a cluster file."),
+    yaml_out: bool = typer.Option(False, "--yaml", help="With --show: print it as a cluster file to edit and pass to --cluster."),
+) -> None:
+    """List the cluster presets: device peaks, memory and the interconnect levels.
+
+    A cluster of your own is a YAML file with the presets' keys: `bandwise clusters --show h100
+    --yaml > my-cluster.yaml`, edit it, then `--cluster my-cluster.yaml` wherever a preset goes.
+    """
+    if yaml_out and not show:
+        raise BandwiseError("--yaml prints one cluster; name it with --show, e.g. --show h100 --yaml")
+    if yaml_out and json_out:
+        raise BandwiseError("--yaml and --json: choose one")
+    if yaml_out:
+        typer.echo(cluster_file_text(get_cluster(show)), nl=False)
+        return
+    out = Output(json_mode=json_out)
+    presets = {show: get_cluster(show)} if show else cluster_presets()
+    if json_out:
+        out.emit_json({name: c.to_dict() for name, c in presets.items()})
+        return
+    cols: dict[str, list[str]] = {k: [] for k in ("name", "device", "bf16 TFLOP/s", "fp8 TFLOP/s", "HBM GB", "HBM TB/s", "topology")}
+    for name, c in presets.items():
+        d = c.device
+        topo = ", ".join(
+            f"{lv.name} {'x'.join(map(str, lv.torus_dims)) if lv.torus_dims else (lv.size or '∞')}{' mesh' if lv.fully_connected else ''} "
+            f"@{lv.bandwidth / 1e9:g} GB/s" for lv in c.levels
+        )
+        fp8 = d.peak_flops.get("fp8")
+        cells = (name, d.name, f"{d.peak_flops['bf16'] / 1e12:g}", f"{fp8 / 1e12:g}" if fp8 else "-", f"{d.hbm_bytes / 1e9:g}", f"{d.hbm_bandwidth / 1e12:g}", topo)
+        for k, cell in zip(cols, cells):
+            cols[k].append(cell)
+    table = plain_table("Cluster presets", cols, ("name", "device", "topology"), glossary.CLUSTERS)
+    out.print(table, min_width=min_width(table))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("models", help=f"List the model presets.\n\n{glossary.MODELS}")(models)
+    app.command("clusters", help=f"List the cluster presets: device peaks, memory and the interconnect levels.\n\n{glossary.CLUSTERS}")(clusters)

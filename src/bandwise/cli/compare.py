@@ -1,0 +1,121 @@
+"""`bandwise compare`: parse arguments, plan one model on each cluster, print or draw."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from bandwise.cli.options import (
+    ATTENTION,
+    EAGER,
+    EXHAUSTIVE,
+    GLOBAL_BATCH,
+    GLOBAL_BATCH_TOKENS,
+    HEADROOM,
+    JSON_OUT,
+    OVERLAP_EP,
+    OVERLAP_TP,
+    PRECISION,
+    SEQ_LEN,
+    THRESHOLD_OPT,
+    devices_option,
+    model_option,
+    plan_inputs,
+)
+from bandwise.cli.points import (
+    HELP_WORDS,
+    common,
+    header,
+    narrowed_lines,
+    points_table,
+    run_with_bar,
+)
+from bandwise.errors import BandwiseError
+from bandwise.plan.bands import band_dict
+from bandwise.plan.search import SEARCH_ROWS
+from bandwise.plan.sweep import Point
+from bandwise.plan.sweep import compare as compare_clusters
+from bandwise.report.output import Output
+from bandwise.report.plots import compare_chart
+from bandwise.report.tables import min_width
+from bandwise.specs.registry import get_cluster
+
+DEFAULT_CLUSTERS = "h100,h800,gb200-nvl72,tpu-v5p"
+
+COMPARE_HELP = """Plan one model on several clusters: per cluster the best layout, the best layout without pipeline
+parallelism (PP), the verdict with its reason, and the dominant exposed cost (the
+largest communication term not hidden behind compute, with its link and ms per step) of the best
+layout without PP, which is what a pipeline would have to remove.
+
+The verdict is the one `bandwise plan` gives (see `bandwise plan --help`): PP is not needed when the
+best layout without PP is within --threshold of the best overall, in tokens/s per device; a cluster
+where nothing fits has no verdict ("nothing fits").
+"""
+
+
+def _check_jobs(jobs: int) -> None:
+    if jobs < 1:
+        raise BandwiseError(f"--jobs={jobs} must be a positive integer")
+
+
+def _point_line(p: Point) -> str:
+    dom = p.dominant.describe() if p.dominant else "none exposed"
+    return f"[b]{p.label}[/b]: {p.verdict.reason}; dominant exposed cost without PP: {dom}"
+
+
+def compare(
+    model: str = model_option("deepseek-v3"),
+    devices: int = devices_option(2048),
+    clusters: str = typer.Option(DEFAULT_CLUSTERS, "--clusters", "-c", help="Cluster presets or cluster files, comma-separated."),
+    seq_len: int | None = SEQ_LEN,
+    global_batch: int | None = GLOBAL_BATCH,
+    global_batch_tokens: int | None = GLOBAL_BATCH_TOKENS,
+    precision: str = PRECISION,
+    threshold: float = THRESHOLD_OPT,
+    headroom: float = HEADROOM,
+    overlap_tp: bool = OVERLAP_TP,
+    overlap_ep: bool = OVERLAP_EP,
+    attention: str = ATTENTION,
+    eager: bool = EAGER,
+    jobs: int = typer.Option(1, "--jobs", "-j", help="Plan this many points at once in worker processes."),
+    png: Path | None = typer.Option(None, "--png", help="Also draw the grouped bar chart to this PNG file."),
+    exhaustive: bool = EXHAUSTIVE,
+    json_out: bool = JSON_OUT,
+) -> None:
+    out = Output(json_mode=json_out)
+    names = [c.strip() for c in clusters.split(",") if c.strip()]
+    # the clusters share one command's bound on candidates
+    per_search = None if exhaustive else SEARCH_ROWS // max(1, len(names))
+    inputs = plan_inputs(model, devices, seq_len, global_batch, global_batch_tokens, precision, threshold, headroom, overlap_tp, overlap_ep, per_search,
+                         attention, eager)
+    _check_jobs(jobs)
+    if len(set(names)) != len(names):
+        raise BandwiseError(f"--clusters {clusters!r}: a cluster repeats; give each once")
+    if not names:
+        raise BandwiseError("--clusters is empty; give cluster presets separated by commas, e.g. h100,gb200-nvl72")
+    cl = [get_cluster(n) for n in names]
+    for c in cl:  # refuse before the progress bar starts drawing
+        c.check_devices(inputs.devices)
+    points = run_with_bar(out, [c.name for c in cl], f"{inputs.model.name} on {len(cl)} clusters",
+                          lambda done: compare_clusters(inputs, cl, jobs=jobs, on_point=done))
+    if png is not None:
+        compare_chart(points, inputs, str(png))
+    validation = {c.name: band_dict(c.device.name, inputs.model.is_moe, inputs.devices) for c in cl}
+    if json_out:
+        out.emit_json({**common(inputs), "clusters": points, "validation": validation, **({"png": str(png)} if png else {})})
+        return
+    header(out, inputs, ", ".join(names))
+    table = points_table(points, "Best layout with and without pipeline parallelism", "cluster")
+    out.print(table, min_width=min_width(table))
+    for p in points:
+        out.print(_point_line(p))
+    for name, v in validation.items():
+        out.print(f"{name}: tokens/s and MFU {v['line']}")
+    narrowed_lines(out, points)
+    if png is not None:
+        out.print(f"chart written to {png}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("compare", help=COMPARE_HELP + HELP_WORDS)(compare)

@@ -1,0 +1,82 @@
+"""`bandwise estimate`: parse one layout's degrees, call the cost model, print its step and memory."""
+
+from __future__ import annotations
+
+import typer
+
+from bandwise.cli.options import (
+    ATTENTION,
+    EAGER,
+    EMIT,
+    check_emit,
+    cost_params,
+    model_option,
+    model_spec,
+)
+from bandwise.cost.step import estimate as estimate_one
+from bandwise.export import export
+from bandwise.plan.bands import band_dict, band_line
+from bandwise.plan.search import Layout
+from bandwise.report import glossary
+from bandwise.report.output import Output
+from bandwise.report.tables import breakdown
+from bandwise.specs.registry import get_cluster
+from bandwise.specs.strategy import SCHEDULES, Strategy
+
+ESTIMATE_HELP = "Estimate one layout: step time split into compute, exposed communication per dim, bubble and optimizer; memory; MFU."
+
+
+def estimate(
+    model: str = model_option("llama3-70b"),
+    cluster: str = typer.Option("h100", "--cluster", "-c", help="Cluster preset or a cluster file."),
+    devices: int | None = typer.Option(None, "--devices", "-n", help="Accelerators (default: the product of the degrees; at most 1,048,576)."),
+    seq_len: int | None = typer.Option(None, "--seq-len"),
+    dp_replicate: int = typer.Option(1, "--dp-replicate"),
+    dp_shard: int = typer.Option(1, "--dp-shard"),
+    tp: int = typer.Option(1, "--tp"),
+    cp: int = typer.Option(1, "--cp"),
+    pp: int = typer.Option(1, "--pp"),
+    ep: int = typer.Option(1, "--ep"),
+    zero: int = typer.Option(0, "--zero", help="ZeRO stage of replicated DP (0-2); dp_shard > 1 is ZeRO-3."),
+    schedule: str = typer.Option("1F1B", "--schedule", help=f"One of {', '.join(SCHEDULES)}."),
+    virtual_stages: int = typer.Option(1, "--virtual-stages"),
+    micro_batch: int = typer.Option(1, "--micro-batch"),
+    global_batch: int | None = typer.Option(None, "--global-batch", help="Sequences per step (default: dp x micro-batch)."),
+    recompute: str = typer.Option("none", "--recompute", help="none, selective or full."),
+    precision: str = typer.Option("bf16", "--precision"),
+    overlap_tp: bool = typer.Option(False, "--overlap-tp"),
+    overlap_ep: bool = typer.Option(False, "--overlap-ep"),
+    headroom: float = typer.Option(0.1, "--headroom"),
+    attention: str = ATTENTION,
+    eager: bool = EAGER,
+    json_out: bool = typer.Option(False, "--json", help="Print one JSON layout {strategy, estimate}."),
+    emit: str | None = EMIT,
+) -> None:
+    out = Output(json_mode=json_out)
+    check_emit(emit, json_out)
+    spec = model_spec(model, seq_len)
+    clus = get_cluster(cluster)
+    strategy = Strategy(
+        dp_replicate=dp_replicate, dp_shard=dp_shard, tp=tp, cp=cp, pp=pp, ep=ep, zero_stage=zero, schedule=schedule,
+        virtual_stages=virtual_stages, micro_batch=micro_batch, global_batch=global_batch or 0, recompute=recompute,
+        precision=precision, overlap_tp=overlap_tp, overlap_ep=overlap_ep,
+    )
+    n = strategy.world_size if devices is None else devices
+    clus.check_devices(n)
+    strategy.check(n, spec)
+    params = cost_params(headroom, attention, eager)
+    est = estimate_one(spec, clus, strategy, params)
+    layout = Layout(strategy=strategy, estimate=est)
+    if emit:
+        typer.echo(export(emit, spec, clus, strategy, n, est, params).text, nl=False)
+        return
+    if json_out:
+        out.emit_json({**layout.to_dict(), "validation": band_dict(clus.device.name, spec.is_moe, n)})
+        return
+    out.print(f"[b]{spec.name}[/b] on [b]{n} x {clus.name}[/b]: {strategy.describe()}, micro-batch {micro_batch}, {strategy.effective_global_batch} sequences per step")
+    out.print(breakdown(est, "estimate"))
+    out.print(f"tokens/s and MFU {band_line(clus.device.name, spec.is_moe, n)}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("estimate", help=f"{ESTIMATE_HELP}\n\n[b]Words[/b]: {glossary.LAYOUT}\n\n{glossary.BREAKDOWN}")(estimate)

@@ -1,0 +1,87 @@
+"""What `compare` and `sweep` both print for their planned points: progress, table, header, notes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from rich.console import Group
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+)
+
+from bandwise.plan.search import Layout, narrowed_note
+from bandwise.plan.sweep import PlanInputs, Point
+from bandwise.report import glossary
+from bandwise.report.output import Output
+from bandwise.report.tables import plain_table
+
+
+def _progress(out: Output, what: str) -> Progress:
+    return Progress(
+        TextColumn(f"planning {what}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
+        TimeElapsedColumn(), transient=True, console=out.console, disable=out.json_mode,
+    )
+
+
+def run_with_bar(out: Output, labels: list[str], what: str, run: Callable[[Callable[[Point], None]], list[Point]]) -> list[Point]:
+    """`run(done)` under a progress bar that `done(point)` advances, labelled with the next point."""
+    with _progress(out, what) as bar:
+        task = bar.add_task(labels[0] if labels else "", total=len(labels))
+
+        def done(p: Point) -> None:
+            k = labels.index(p.label) + 1
+            bar.update(task, advance=1, description=labels[k] if k < len(labels) else "")
+
+        return run(done)
+
+
+def _layout(lay: Layout | None) -> tuple[str, str]:
+    if lay is None:
+        return "none fits", "-"
+    return lay.strategy.describe(), f"{lay.estimate.mfu:.1%}"
+
+
+VERDICT_CELL = {True: "PP needed", False: "PP not needed", None: "nothing fits"}
+
+
+def points_table(points: list[Point], title: str, first: str) -> Group:
+    """One row per point, narrow enough for 80 columns; the dominant exposed cost goes in the lines below."""
+    cols: dict[str, list[str]] = {first: [], "best layout": [], "MFU": [], "best without PP": [], "MFU ": [], "verdict": []}
+    for p in points:
+        verdict = VERDICT_CELL[p.verdict.needs_pp] + (f" ({p.verdict.gain:+.1%})" if p.verdict.gain is not None else "")
+        first_cell = p.label if p.value is None else f"{p.value:g}"
+        for k, cell in zip(cols, (first_cell, *_layout(p.best), *_layout(p.best_without_pp), verdict)):
+            cols[k].append(cell)
+    return plain_table(title, cols, (first, "best layout", "best without PP", "verdict"), f"{glossary.COMPARE} {glossary.LAYOUT}")
+
+
+def narrowed_lines(out: Output, points: list[Point]) -> None:
+    """How narrowed searches were done, once per distinct way (clusters of one device count share it)."""
+    notes: dict[str, list[str]] = {}
+    for p in points:
+        if "narrowed" in p.result.extra:
+            notes.setdefault(narrowed_note(p.result.extra["narrowed"]), []).append(p.label)
+    for note, labels in notes.items():
+        out.print(f"[b]{', '.join(labels)}[/b]: {note}" if len(points) > 1 else note)
+
+
+def header(out: Output, inputs: PlanInputs, where: str) -> None:
+    m = inputs.model
+    out.print(
+        f"[b]{m.name}[/b] on [b]{inputs.devices}[/b] devices of {where}, seq {m.seq_len}, global batch {inputs.global_batch} "
+        f"sequences = {inputs.global_batch * m.seq_len / 1e6:.1f}M tokens; a point's verdict is 'PP not needed' when its best "
+        f"layout without PP is within {inputs.threshold:.0%} of its best"
+    )
+
+
+def common(inputs: PlanInputs) -> dict[str, object]:
+    """The JSON fields every point shares."""
+    return {"model": inputs.model.name, "devices": inputs.devices, "global_batch": inputs.global_batch, "threshold": inputs.threshold}
+
+
+HELP_WORDS = f"\n\n[b]Words[/b]: {glossary.COMPARE}\n\n{glossary.LAYOUT}"
+"""The words under both commands' --help."""
