@@ -13,7 +13,7 @@ To compare with an earlier commit, check it out into another folder (`git worktr
 
 The outputs: `validate --json` on the shipped runs (switched, `--plain`, `--plain --software`) and
 on the two llm-foundry files; `plan --json` and each `--emit` on the four reference cases; the
-default `compare` and a `sweep`, as JSON. A search's own run time (`seconds`) is dropped: it is the
+default `compare` and a `sweep`, as JSON; two dry runs beside the planner's figures (`train --dry-run --json`). A search's own run time (`seconds`) is dropped: it is the
 only field that changes from run to run (checked by writing twice and diffing).
 """
 
@@ -48,6 +48,11 @@ def commands() -> dict[str, list[str]]:
         "validate-llmfoundry-a100": ["validate", "--runs", str(HERE / "data" / "llmfoundry_mpt_a100_runs.yaml"), "--plain", "--json"],
         "compare": ["compare", "--json"],
         "sweep": ["sweep", "--vary", "scale-up-size=8,16,72", "--json"],
+        # the dry run beside the planner (needs the train extra): a pipelined dense layout and an MoE one
+        "dry-run-llama3-8b": ["train", "--dry-run", "--model", "llama3-8b", "--dp-shard", "2", "--tp", "2", "--pp", "2",
+                              "--global-batch", "16", "--micro-batch", "1", "--json"],
+        "dry-run-debug-moe": ["train", "--dry-run", "--model", "debug-moe", "--dp-shard", "4", "--ep", "2", "--global-batch", "8",
+                              "--micro-batch", "1", "--json"],
     }
     for model, cluster, devices, seq, batch in REFERENCE:
         base = ["plan", "--model", model, "--cluster", cluster, "--devices", str(devices), "--seq-len", str(seq), "--global-batch", str(batch)]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "bandwise"
 LAYERS = {
-    "errors": 0, "inputs": 0, "files": 0,
+    "errors": 0, "inputs": 0, "files": 0, "heap": 0,
     "specs": 1, "cost": 2, "plan": 3,
     "report": 4, "export": 4, "doctor": 4, "runtime": 4,
     "cli": 5, "__main__": 6,

@@ -55,19 +55,37 @@ def model_state_bytes(
     everything (`_sharded_weight_bytes`). The defaults (2-byte gradients, fp32 moments) give the ZeRO
     paper's 16 bytes at every stage.
     """
-    params = np.asarray(params, dtype=float)
-    shard = np.maximum(np.asarray(shard, dtype=float), 1.0)
-    zero = np.asarray(zero)
-    opt = MASTER_WEIGHT_BYTES + 2 * moment_bytes
-    return np.select(
-        [zero == 0, zero == 1, zero == 2],
-        [
-            (BF16 + grad_bytes + opt) * params,
-            (BF16 + grad_bytes) * params + opt * params / shard,
-            BF16 * params + (grad_bytes + opt) * params / shard,
-        ],
-        (_sharded_weight_bytes(grad_bytes) + grad_bytes + 2 * moment_bytes) * params / shard,
-    )
+    return StateBytes.of(zero, grad_bytes=grad_bytes, moment_bytes=moment_bytes).of_params(params, shard)
+
+
+class StateBytes:
+    """`model_state_bytes` per ZeRO stage, looked up once for columns of stages and applied to any
+    number of parameter counts: bytes per parameter kept whole (`whole`) and kept sharded (`sharded`)."""
+
+    __slots__ = ("whole", "sharded", "weight_whole", "weight_sharded")
+
+    def __init__(self, stage: np.ndarray, grad_bytes: float, moment_bytes: float) -> None:
+        opt = MASTER_WEIGHT_BYTES + 2 * moment_bytes
+        self.whole = np.array([BF16 + grad_bytes + opt, BF16 + grad_bytes, BF16, 0.0])[stage]
+        self.sharded = np.array([0.0, opt, grad_bytes + opt, _sharded_weight_bytes(grad_bytes) + grad_bytes + 2 * moment_bytes])[stage]
+        # the weights alone: bf16 whole, or the shard under ZeRO-3/FSDP
+        self.weight_whole = np.where(stage == 3, 0.0, float(BF16))
+        self.weight_sharded = np.where(stage == 3, float(MASTER_WEIGHT_BYTES if grad_bytes >= MASTER_WEIGHT_BYTES else BF16), 0.0)
+
+    @classmethod
+    def of(cls, zero: np.ndarray, *, grad_bytes: float = BF16, moment_bytes: float = ADAM_MOMENT_BYTES) -> StateBytes:
+        zero = np.asarray(zero)
+        return cls(np.where((zero >= 0) & (zero <= 2), zero, 3), grad_bytes, moment_bytes)
+
+    def of_params(self, params: np.ndarray, shard: np.ndarray) -> np.ndarray:
+        """States of `params` parameters over `shard` ranks (at least 1)."""
+        params = np.asarray(params, dtype=float)
+        return self.whole * params + self.sharded * params / np.maximum(np.asarray(shard, dtype=float), 1.0)
+
+    def weights_of(self, params: np.ndarray, shard: np.ndarray) -> np.ndarray:
+        """`weight_bytes` of the same."""
+        params = np.asarray(params, dtype=float)
+        return self.weight_whole * params + self.weight_sharded * params / np.maximum(np.asarray(shard, dtype=float), 1.0)
 
 
 def _sharded_weight_bytes(grad_bytes: float) -> float:

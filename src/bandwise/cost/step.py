@@ -34,7 +34,7 @@ from bandwise.cost.pipeline import pipeline_factors
 from bandwise.cost.results import CommTotals, Estimate, StepResult, StepTime
 from bandwise.cost.terms import pipeline as pipe
 from bandwise.cost.terms.activations import activations
-from bandwise.cost.terms.compute import HeadCompute, LayerCompute, Rates, head_compute, layer_compute
+from bandwise.cost.terms.compute import HeadCompute, LayerCompute, LayerPasses, Rates, head_compute, layer_compute
 from bandwise.cost.terms.context import ContextComm, context_comm
 from bandwise.cost.terms.contention import contention, data_parallel_contention
 from bandwise.cost.terms.expert import ExpertComm, dispatch_buffers, expert_comm, expert_terms
@@ -53,9 +53,9 @@ from bandwise.specs.hardware import Cluster, Device
 from bandwise.specs.model import ModelSpec
 from bandwise.specs.strategy import Layouts, Strategy
 
-ROWS_AT_ONCE = 1 << 15
-"""Rows priced in one pass. Every term is a few hundred array operations; at 2^15 rows each array is
-256 KiB, which glibc's malloc keeps in its heap once its dynamic mmap threshold has risen past it
+ROWS_AT_ONCE = 1 << 16
+"""Rows priced in one pass. Every term is a few hundred array operations; at 2^16 rows each array is
+512 KiB, which glibc's malloc keeps in its heap once its dynamic mmap threshold has risen past it
 (mallopt(3), M_MMAP_THRESHOLD: up to 32 MiB on 64-bit), so the temporaries reuse warm pages. Arrays
 of 2^18 rows (2 MiB) were mapped and unmapped afresh: the DeepSeek-V3 × 2048 plan spent 1.4 s of
 system time faulting pages in (benchmarks/RESULTS.md, "The cost model's structure")."""
@@ -69,6 +69,19 @@ class LayerTerms:
     compute: LayerCompute
     head: HeadCompute
     local: LocalParams
+
+
+@dataclass(frozen=True, slots=True)
+class RowTerms:
+    """The layer terms each row reads, spread from its key."""
+
+    layer: LayerPasses
+    head: HeadCompute
+    local: LocalParams
+
+    @classmethod
+    def of(cls, lt: LayerTerms, index: np.ndarray) -> RowTerms:
+        return take_rows(cls(lt.compute.passes(), lt.head, lt.local), index)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +123,7 @@ class _Rows:
     s: Shape
     global_batch: np.ndarray
     n_mb: np.ndarray
-    lt: LayerTerms
+    lt: RowTerms
     stages: StageCompute
     overhead: np.ndarray
     dense: np.ndarray
@@ -120,7 +133,7 @@ class _Rows:
 def _time(m: ModelSpec, dev: Device, rows: _Rows, ct: CommTerms, P: CostParams) -> _Timed:
     """The step's time, term by term: each dim's exposed communication, contention, bubble, optimizer."""
     c, s, n_mb, lt, stages = rows.c, rows.s, rows.n_mb, rows.lt, rows.stages
-    full, local, layer, layers_rank = c.recompute == FULL, lt.local, lt.compute, stages.layers_rank
+    full, local, layer, layers_rank = c.recompute == FULL, lt.local, lt.layer, stages.layers_rank
     tensor = tensor_terms(ct.tensor, full, c.overlap_tp, P)
     expert = expert_terms(m, ct.expert, layer.moe_fwd, full, c.schedule, s.pp, n_mb, c.overlap_ep)
     root = local.emb + np.where(stages.together, local.out, 0.0)  # the weights outside any layer
@@ -167,9 +180,9 @@ def _evaluate_block(m: ModelSpec, cluster: Cluster, c: Layouts, order: tuple[str
     else:
         keyed, inverse = c, np.arange(len(c))
     lt_key = layer_terms(m, cluster, keyed, P)
-    s, lt = Shape.of(m, c), take_rows(lt_key, inverse)
+    s, lt = Shape.of(m, c), RowTerms.of(lt_key, inverse)
     gb, n_mb = microbatches(c, s)
-    stages = stage_compute(m, dev, s, c.schedule, c.recompute, n_mb, lt.compute, lt.head, lt.local, P)
+    stages = stage_compute(m, dev, s, c.schedule, c.recompute, n_mb, lt.layer, lt.head, lt.local, P)
     pf = pipeline_factors(c.schedule, s.pp, n_mb, s.virtual_stages)
     r = roles(m, s, lt.local, stages)
     acts = activations(m, s, c.recompute, pf, stages, r, P)
@@ -185,7 +198,7 @@ def _evaluate_block(m: ModelSpec, cluster: Cluster, c: Layouts, order: tuple[str
     else:  # a layout that does not fit has no step time
         c_fit = c.take(fit)
         s_fit = Shape.of(m, c_fit)
-        fitting = _Rows(c_fit, s_fit, *microbatches(c_fit, s_fit), take_rows(lt_key, inverse[fit]),
+        fitting = _Rows(c_fit, s_fit, *microbatches(c_fit, s_fit), RowTerms.of(lt_key, inverse[fit]),
                         *(take_rows(x, fit) for x in (stages, pf.overhead, dense, experts)))
         t = spread_rows(_time(m, dev, fitting, take_rows(ct_key, inverse[fit]), P), fit, len(c))
     return StepResult(step_time_s=t.step_time_s, tokens_per_s_per_device=t.tokens_per_s_per_device, mfu=t.mfu, hfu=t.hfu,

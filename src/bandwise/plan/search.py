@@ -222,25 +222,28 @@ def candidate_chunks(
             continue
         # layouts without PP have no schedule to choose: a coarse grid keeps all their micro-batches
         side_mbs = mbs if has_pp else _micro_batches(global_batch, devices, fixed)
-        other = np.array(list(itertools.product(range(len(sv)), side_mbs, recs, precs)), dtype=np.int64)
-        per_deg = len(other)
+        mb_col = np.array(side_mbs, dtype=np.int64)
+        rest = np.array(list(itertools.product(recs, precs)), dtype=np.int64).reshape(-1, 2)  # the innermost choices
+        per_deg = len(sv) * len(mb_col) * len(rest)
         step = max(1, CHUNK // per_deg)
+        dp = deg[:, DP_REPLICATE] * deg[:, DP_SHARD]
         for start in range(0, len(deg), step):
-            d = np.repeat(deg[start : start + step], per_deg, axis=0)
-            o = np.tile(other, (len(d) // per_deg, 1))
-            local = np.repeat(np.arange(start, start + len(d) // per_deg, dtype=np.int64), per_deg)
+            # (degree, schedule, micro-batch) triples in enumeration order, only where the batch divides
+            # (most micro-batch choices fail this one rule; valid_mask checks it again with all the others)
+            divides = global_batch % (dp[start : start + step, None] * mb_col[None, :]) == 0
+            triples = np.flatnonzero(np.broadcast_to(divides[:, None, :], (len(divides), len(sv), len(mb_col))))
+            local, sched, mb_i = np.unravel_index(triples, (len(divides), len(sv), len(mb_col)))
+            k = len(rest)
+            local, sched, mb = (np.repeat(x, k) for x in (local + start, sched, mb_col[mb_i]))
+            inner = np.tile(rest, (len(triples), 1))
             row = local + (has_pp << 40)
-            # Drop rows whose batch cannot divide before building columns: most micro-batch choices
-            # fail this one rule (valid_mask checks it again with all the others).
-            keep = np.flatnonzero(global_batch % (d[:, DP_REPLICATE] * d[:, DP_SHARD] * o[:, 1]) == 0)
-            d, o, row, local = d[keep], o[keep], row[keep], local[keep]
             yield Layouts(
-                **{name: d[:, i] for i, name in enumerate(DEGREE_COLUMNS)},
-                schedule=sv[o[:, 0], 0], virtual_stages=sv[o[:, 0], 1], micro_batch=o[:, 1], recompute=o[:, 2], precision=o[:, 3],
-                global_batch=np.full(len(d), global_batch, dtype=np.int64), order_ok=np.ones(len(d), dtype=bool),
-                degree_row=deg_index[local],
+                **{name: np.ascontiguousarray(deg[local, i]) for i, name in enumerate(DEGREE_COLUMNS)},
+                schedule=sv[sched, 0], virtual_stages=sv[sched, 1], micro_batch=mb, recompute=np.ascontiguousarray(inner[:, 0]),
+                precision=np.ascontiguousarray(inner[:, 1]), global_batch=np.full(len(row), global_batch, dtype=np.int64),
+                order_ok=np.ones(len(row), dtype=bool), degree_row=deg_index[local],
                 # rows sharing degrees, micro-batch and precision share the cost model's per-layer terms
-                base_key=(row << 20) | (o[:, 1] << 2) | o[:, 3],
+                base_key=(row << 20) | (mb << 2) | inner[:, 1],
             )
 
 

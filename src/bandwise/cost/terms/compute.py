@@ -106,9 +106,24 @@ class LayerCompute:
     def attn_total(self) -> np.ndarray:
         return self.attn + self.attn_bwd
 
+    def passes(self) -> LayerPasses:
+        return LayerPasses(fwd=self.fwd, bwd=self.bwd, kernel_gaps=self.kernel_gaps, selective=self.selective, moe_fwd=self.moe_fwd)
+
     def backward(self, fwd: np.ndarray) -> np.ndarray:
         """GEMMs twice, attention its own ratio."""
         return 2.0 * (fwd - self.attn) + self.attn_bwd
+
+
+@dataclass(frozen=True, slots=True)
+class LayerPasses:
+    """The part of `LayerCompute` a pipeline rank's step reads: both passes, the kernel gaps, what
+    selective recomputation runs again, and an MoE layer's forward."""
+
+    fwd: np.ndarray
+    bwd: np.ndarray
+    kernel_gaps: np.ndarray
+    selective: np.ndarray
+    moe_fwd: np.ndarray
 
 
 def gemms_time(gemms: list[Gemm], m: ModelSpec, s: Shape, rates: Rates) -> np.ndarray:

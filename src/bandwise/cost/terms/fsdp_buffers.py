@@ -52,21 +52,31 @@ def _reliefs(inflight_then: np.ndarray, head_then: np.ndarray, pf: PipelineFacto
 
 def fsdp_buffers(s: Shape, n_mb: np.ndarray, local: LocalParams, r: Roles, a: Activations, pf: PipelineFactors, mtp_depth: int,
                  P: CostParams) -> FsdpBuffers:
-    el, v, zero = local.dense_layer, s.virtual_stages, s.zero
     fsdp_xl = in_fsdp(local, local.expert_layer)
     unit = 2 * BF16 + P.grad_reduce_bytes  # a gathered bf16 weight, its all-gather buffer, its fp32 gradient
-    layer = unit * (el + fsdp_xl)
+    layer = unit * (local.dense_layer + fsdp_xl)
     whole_stage = P.fsdp_pp_unsharded & (s.pp > 1) & (n_mb > 1)
-    if not (zero == 3).any():
-        zeros = np.zeros_like(layer)
-        return FsdpBuffers(first=zeros, last=zeros, inner=zeros, layer=layer, whole_stage=whole_stage)
+    fsdp = s.zero == 3  # only FSDP holds these buffers
+    if fsdp.any():
+        held = _held(s.virtual_stages, fsdp_xl, layer, whole_stage, local, r, a, pf, mtp_depth, P)
+        first, last, inner = (np.where(fsdp, x, 0.0) for x in held)
+    else:
+        first = last = inner = np.zeros_like(layer)
+    return FsdpBuffers(first=first, last=last, inner=inner, layer=layer, whole_stage=whole_stage)
+
+
+def _held(v: np.ndarray, fsdp_xl: np.ndarray, layer: np.ndarray, whole_stage: np.ndarray, local: LocalParams, r: Roles, a: Activations,
+          pf: PipelineFactors, mtp_depth: int, P: CostParams) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each role's FSDP buffers, where the rows run FSDP."""
+    el = local.dense_layer
+    el_x = el + fsdp_xl
     # The output head is an FSDP unit of its own (TorchTitan's grouping, runtime/parallel/fsdp.py). In
     # its backward it holds the same per-parameter buffers as a layer (gathered bf16 weight, the
     # all-gather buffer, the fp32 gradient before its reduce-scatter) once the logits and their
     # gradient have been consumed: that moment's peak is the rest plus these buffers less the logits.
     # With a vocabulary of 150k and small MoE layer units it sets the peak (dry run: Qwen3, Kimi K2 and
     # DeepSeek-V3 measure exactly 8 bytes a head parameter of buffers there, benchmarks/RESULTS.md)
-    head_phase = unit * local.out - a.head_logits
+    head_phase = (2 * BF16 + P.grad_reduce_bytes) * local.out - a.head_logits
     # The stage's unsharded gradients appear with its first backward, so they stand beside the
     # micro-batches in flight from then on, not beside the warm-up's peak: under 1F1B with as many
     # micro-batches as stages rank 0 holds p before its first backward and p - 1 after it. Under
@@ -78,6 +88,7 @@ def fsdp_buffers(s: Shape, n_mb: np.ndarray, local: LocalParams, r: Roles, a: Ac
     reliefs_most = _reliefs(pf.inflight_graded_most, pf.head_graded_most, pf, r, a, v, mtp_depth)
     stages = (pf.graded_stages, pf.head_graded_stages, pf.graded_stages)
     head_grads_of = in_fsdp(local, r.head_expert)
+    interleaved = v > 1
 
     def of_role(role: Role, n_stages: np.ndarray, relief: np.ndarray, relief_most: np.ndarray) -> np.ndarray:
         # only what FSDP manages is gathered and accumulated unsharded: experts outside it keep their
@@ -87,9 +98,9 @@ def fsdp_buffers(s: Shape, n_mb: np.ndarray, local: LocalParams, r: Roles, a: Ac
         managed = role.dense + in_fsdp(local, role.expert)
         gathered, grads = BF16 * managed, P.grad_reduce_bytes * managed
         head_grads = np.where(role.holds_head, r.head_dense + head_grads_of, 0.0)
-        stage_grads = lambda k: P.grad_reduce_bytes * (role.layers * (el + fsdp_xl) * k / v + head_grads)  # noqa: E731
-        first_grads = np.where(v > 1, stage_grads(1.0), grads)
-        most_grads = np.where(n_stages < v, stage_grads(n_stages), grads)
+        stage = role.layers * el_x  # a stage's unsharded gradients: its layers' and the head's, k of v stages
+        first_grads = np.where(interleaved, P.grad_reduce_bytes * (stage / v + head_grads), grads)
+        most_grads = np.where(n_stages < v, P.grad_reduce_bytes * (stage * n_stages / v + head_grads), grads)
         held = np.maximum(np.maximum(first_grads - relief, most_grads - relief_most), 0.0)
         # A unit's weight gradients leave their matmuls in bf16 and are added into the stage's fp32
         # accumulator only in the unit's post-backward (FSDP2 casts a no-sync gradient to reduce_dtype
@@ -97,10 +108,10 @@ def fsdp_buffers(s: Shape, n_mb: np.ndarray, local: LocalParams, r: Roles, a: Ac
         # layer's, with the vocabulary's rows, is often the largest (dry runs, benchmarks/peak_tensors.py:
         # Llama 3 8B PP 2's last stage peaks in the head's matmul beside its 0.98 GiB; GPT-3 175B PP 4's
         # first stage in a layer's backward beside the layer's 0.14 GiB a FFN matrix)
-        unit_wgrad = BF16 * np.maximum(el + fsdp_xl, np.where(role.holds_head, local.out, 0.0))
+        unit_wgrad = BF16 * np.maximum(el_x, np.where(role.holds_head, local.out, 0.0))
         stage_unsharded = gathered + held + unit_wgrad
         per_unit = np.maximum(layer, np.where(role.holds_head, head_phase, layer))
-        return np.where(zero == 3, np.where(whole_stage, np.maximum(stage_unsharded, layer), per_unit), 0.0)
+        return np.where(whole_stage, np.maximum(stage_unsharded, layer), per_unit)
 
     first, last, inner = (of_role(role, k, rl, rm) for role, k, rl, rm in zip(r, stages, reliefs, reliefs_most))
-    return FsdpBuffers(first=first, last=last, inner=inner, layer=layer, whole_stage=whole_stage)
+    return first, last, inner

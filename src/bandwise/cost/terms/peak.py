@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from bandwise.cost.flops import BF16
-from bandwise.cost.memory import model_state_bytes, weight_bytes
+from bandwise.cost.memory import StateBytes
 from bandwise.cost.params import CostParams
 from bandwise.cost.terms.activations import Activations
 from bandwise.cost.terms.fsdp_buffers import FsdpBuffers, in_fsdp
@@ -46,11 +46,9 @@ class _Fullest:
 def _fullest(s: Shape, local: LocalParams, r: Roles, a: Activations, fb: FsdpBuffers, P: CostParams) -> _Fullest:
     """The role whose states, activations and FSDP buffers sum highest, and what it holds."""
     zero, shard_dense, shard_expert = s.zero, local.shard_dense, local.shard_expert
-    state_kw = dict(grad_bytes=P.grad_reduce_bytes, moment_bytes=P.adam_moment_bytes)
-    states = [model_state_bytes(role.dense, shard_dense, zero, **state_kw) + model_state_bytes(role.expert, shard_expert, zero, **state_kw)
-              for role in r]
-    weights = [weight_bytes(role.dense, shard_dense, zero, grad_bytes=P.grad_reduce_bytes)
-               + weight_bytes(role.expert, shard_expert, zero, grad_bytes=P.grad_reduce_bytes) for role in r]
+    per_stage = StateBytes.of(zero, grad_bytes=P.grad_reduce_bytes, moment_bytes=P.adam_moment_bytes)
+    states = [per_stage.of_params(role.dense, shard_dense) + per_stage.of_params(role.expert, shard_expert) for role in r]
+    weights = [per_stage.weights_of(role.dense, shard_dense) + per_stage.weights_of(role.expert, shard_expert) for role in r]
     acts, fsdp = [a.first, a.last, a.inner], [fb.first, fb.last, fb.inner]
     at = first_largest([st + act + f for st, act, f in zip(states, acts, fsdp)])
     return _Fullest(states=of_each(at, states), weights=of_each(at, weights), activations=of_each(at, acts), fsdp=of_each(at, fsdp),

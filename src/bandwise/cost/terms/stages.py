@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from bandwise.cost.params import CostParams
-from bandwise.cost.terms.compute import HeadCompute, LayerCompute
+from bandwise.cost.terms.compute import HeadCompute, LayerPasses
 from bandwise.cost.terms.placement import LocalParams
 from bandwise.cost.terms.shape import Shape
 from bandwise.specs.hardware import Device
@@ -83,7 +83,7 @@ class StageCompute:
     """The largest stage over the mean stage of a rank: the pipeline fills and drains at its pace."""
 
 
-def stage_compute(m: ModelSpec, dev: Device, s: Shape, schedule: np.ndarray, rec: np.ndarray, n_mb: np.ndarray, layer: LayerCompute,
+def stage_compute(m: ModelSpec, dev: Device, s: Shape, schedule: np.ndarray, rec: np.ndarray, n_mb: np.ndarray, layer: LayerPasses,
                   head_c: HeadCompute, local: LocalParams, P: CostParams) -> StageCompute:
     pp, v = s.pp, s.virtual_stages
     layer_recompute = np.select([rec == FULL, rec == SELECTIVE], [layer.fwd, layer.selective], 0.0)
