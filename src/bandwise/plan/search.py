@@ -22,14 +22,26 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from bandwise.cost.params import DEFAULT_PARAMS, CostParams
-
 from bandwise.cost.results import Estimate, StepResult
-
 from bandwise.cost.step import ROWS_AT_ONCE, capacity_bytes, evaluate
 from bandwise.errors import BandwiseError
 from bandwise.specs.hardware import Cluster
 from bandwise.specs.model import ModelSpec
-from bandwise.specs.strategy import DIMS, LOOPED, PRECISIONS, RECOMPUTE, SCHEDULES, SINGLE_STAGE, V_SHAPED, Layouts, Strategy, divisors, valid_ep, valid_mask
+from bandwise.specs.schedules import PAIRED
+from bandwise.specs.strategy import (
+    DIMS,
+    LOOPED,
+    PRECISIONS,
+    RECOMPUTE,
+    SCHEDULES,
+    SINGLE_STAGE,
+    V_SHAPED,
+    Layouts,
+    Strategy,
+    divisors,
+    valid_ep,
+    valid_mask,
+)
 
 VIRTUAL_CHOICES = (2, 3, 4, 6, 8)
 MAX_CP = 16
@@ -254,9 +266,9 @@ def _with_overlap(c: Layouts, overlap: dict[str, bool]) -> Layouts:
         overlap_dp=np.full(n, overlap.get("dp", True)),
         overlap_fsdp=np.full(n, overlap.get("fsdp", True)),
         overlap_tp=np.full(n, overlap.get("tp", False)),
-        # DualPipe(V) exists to hide the expert all-to-all behind another micro-batch's compute
-        # (DeepSeek-V3 report, Sec. 3.2.1); other schedules get it only when asked.
-        overlap_ep=(c.schedule == SCHEDULES.index("DualPipeV")) | overlap.get("ep", False),
+        # a schedule that pairs micro-batches (DualPipe(V)) exists to hide the expert all-to-all behind
+        # another micro-batch's compute (DeepSeek-V3 report, Sec. 3.2.1); others get it only when asked
+        overlap_ep=np.isin(c.schedule, [SCHEDULES.index(name) for name in PAIRED]) | overlap.get("ep", False),
     )
 
 

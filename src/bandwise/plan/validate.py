@@ -20,6 +20,7 @@ from bandwise.cost.params import DEFAULT_PARAMS, CostParams
 from bandwise.cost.results import Estimate
 from bandwise.cost.step import estimate
 from bandwise.errors import BandwiseError
+from bandwise.files import save_figure
 from bandwise.plan.runs import (  # noqa: F401  (re-exported: the validation API in one place)
     MEMORY_BASES,
     PARAM_SWITCHES,
@@ -36,7 +37,7 @@ from bandwise.plan.runs import (  # noqa: F401  (re-exported: the validation API
 )
 from bandwise.plan.search import search
 from bandwise.specs.model import clip
-from bandwise.files import save_figure
+from bandwise.specs.schedules import PAIRED
 from bandwise.specs.strategy import Strategy
 
 
@@ -132,8 +133,8 @@ def _strategy(case: Case, fields: dict[str, Any]) -> Strategy:
         **{k: f[k] for k in DEGREES}, zero_stage=f["zero_stage"], micro_batch=f["micro_batch"], global_batch=case.global_batch,
         schedule=f["schedule"], virtual_stages=f["virtual_stages"], recompute=f["recompute"], precision=f["precision"],
         overlap_dp=case.overlap.get("dp", True), overlap_fsdp=case.overlap.get("fsdp", True), overlap_tp=case.overlap.get("tp", False),
-        # DualPipe(V) hides the expert all-to-all behind another micro-batch (DeepSeek-V3 report, Sec. 3.2.1)
-        overlap_ep=case.overlap.get("ep", f["schedule"] == "DualPipeV"),
+        # a schedule that pairs micro-batches hides the expert all-to-all behind another (DeepSeek-V3 report, Sec. 3.2.1)
+        overlap_ep=case.overlap.get("ep", f["schedule"] in PAIRED),
     )
 
 

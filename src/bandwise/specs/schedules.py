@@ -28,6 +28,10 @@ class Schedule:
     """torch's words when there are fewer: formatted with m (micro-batches) and stages (p x per rank)."""
     label: str = ""
     """The name torch's messages give the schedule, where it differs ("Interleaved 1F1B")."""
+    pairs_microbatches: bool = False
+    """Each forward runs beside another micro-batch's backward, the pair's communication hidden
+    behind the other's compute; only the warm-up forwards and cool-down backwards run alone
+    (`cost.schedules.dualpipe_v_alone`). The search turns expert-overlap on for it."""
     rounds: bool = False
     """Micro-batches run in rounds of about p (`cost.schedules.rounds`): torch wants m a multiple of
     the rounds, and the steady state repeats every p micro-batches, not every one."""
@@ -51,7 +55,7 @@ REGISTRY: tuple[Schedule, ...] = (
              source="Qi et al. 2024, Zero Bubble Pipeline Parallelism (ZB-1P)"),
     Schedule(name="ZBVZeroBubble", stages_per_rank="v", split_backward=True,
              source="Qi et al. 2024, Sec. 6 (ZB-V)"),
-    Schedule(name="DualPipeV", stages_per_rank="v", split_backward=True, microbatches_per_rank=2,
+    Schedule(name="DualPipeV", stages_per_rank="v", split_backward=True, microbatches_per_rank=2, pairs_microbatches=True,
              too_few="DualPipeV requires at least as many microbatches as stages, but got {m} microbatches and {stages} stages",
              source="DeepSeek-AI 2024, DeepSeek-V3 Technical Report, Sec. 3.2.1 (DualPipe; the V variant of its repository)"),
 )
@@ -63,3 +67,4 @@ SINGLE_STAGE = tuple(s.name for s in REGISTRY if s.stages_per_rank == "one")
 LOOPED = tuple(s.name for s in REGISTRY if s.stages_per_rank == "looped")
 V_SHAPED = tuple(s.name for s in REGISTRY if s.stages_per_rank == "v")
 SPLIT_BACKWARD = tuple(s.name for s in REGISTRY if s.split_backward)
+PAIRED = tuple(s.name for s in REGISTRY if s.pairs_microbatches)

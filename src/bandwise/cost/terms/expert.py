@@ -15,7 +15,7 @@ from bandwise.cost.terms.placement import Groups
 from bandwise.cost.terms.shape import Shape
 from bandwise.specs.hardware import Cluster
 from bandwise.specs.model import ModelSpec
-from bandwise.specs.schedules import SCHEDULES
+from bandwise.specs.schedules import PAIRED, SCHEDULES
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,18 +53,19 @@ class ExpertTerms:
     """Share of the all-to-alls that run inside an overlapped (forward, backward) pair."""
 
 
-_DUALPIPE_V = SCHEDULES.index("DualPipeV")
+_PAIRED = [SCHEDULES.index(name) for name in PAIRED]
 
 
 def expert_terms(m: ModelSpec, ec: ExpertComm, moe_fwd: np.ndarray, full_recompute: np.ndarray, schedule: np.ndarray,
                  pp: np.ndarray, n_mb: np.ndarray, overlap: np.ndarray) -> ExpertTerms:
     frac_moe = m.moe_layers / m.layers
     layer = (4.0 + np.where(full_recompute, 2.0, 0.0)) * ec.one
-    # DualPipe(V) hides a micro-batch's all-to-all only inside its overlapped (F, B) pairs; the
-    # warm-up forwards and cool-down backwards run alone with theirs exposed: 3p-1 of each of the
-    # 2m chunk passes on rank 0 (`schedules.dualpipe_v_alone`; "Insights into DeepSeek-V3", ISCA
-    # 2025, Table 4 times these phases apart from the overlapped 1F1B)
-    alone = np.where((schedule == _DUALPIPE_V) & (pp > 1), np.minimum(1.0, dualpipe_v_alone(pp) / (2.0 * n_mb)), 0.0)
+    # A schedule that pairs micro-batches (`Schedule.pairs_microbatches`: DualPipe(V)) hides a
+    # micro-batch's all-to-all only inside its overlapped (F, B) pairs; the warm-up forwards and
+    # cool-down backwards run alone with theirs exposed: 3p-1 of each of the 2m chunk passes on rank 0
+    # (`schedules.dualpipe_v_alone`; "Insights into DeepSeek-V3", ISCA 2025, Table 4 times these
+    # phases apart from the overlapped 1F1B)
+    alone = np.where(np.isin(schedule, _PAIRED) & (pp > 1), np.minimum(1.0, dualpipe_v_alone(pp) / (2.0 * n_mb)), 0.0)
     hidden_share = np.where(overlap, 1.0 - alone, 0.0)
     exposed = frac_moe * (hidden_share * np.maximum(0.0, layer - 3 * moe_fwd) + (1.0 - hidden_share) * layer)
     return ExpertTerms(layer=layer, exposed=exposed, hidden_share=hidden_share)
