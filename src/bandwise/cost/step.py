@@ -31,7 +31,7 @@ import numpy as np
 from bandwise.cost.columns import join_rows, spread_rows, take_rows
 from bandwise.cost.params import DEFAULT_PARAMS, CostParams
 from bandwise.cost.pipeline import pipeline_factors
-from bandwise.cost.results import CommTotals, Estimate, StepResult, StepTime
+from bandwise.cost.results import BREAKDOWN_TERMS, CommTotals, Estimate, StepResult, StepTime
 from bandwise.cost.terms import pipeline as pipe
 from bandwise.cost.terms.activations import activations
 from bandwise.cost.terms.compute import HeadCompute, LayerCompute, LayerPasses, Rates, head_compute, layer_compute
@@ -171,6 +171,12 @@ class _Timed:
     comm_total: CommTotals
 
 
+def _untimed() -> _Timed:
+    """No row timed."""
+    empty = np.empty(0)
+    return _Timed(empty, empty, empty, empty, StepTime(**{k: empty for k in BREAKDOWN_TERMS}), CommTotals(empty, empty, empty, empty))
+
+
 def _evaluate_block(m: ModelSpec, cluster: Cluster, c: Layouts, order: tuple[str, ...], P: CostParams, capacity: float | None) -> StepResult:
     """Memory for every row; time for the rows that fit `capacity` (every row without one)."""
     dev, key = cluster.device, c.base_key
@@ -189,18 +195,21 @@ def _evaluate_block(m: ModelSpec, cluster: Cluster, c: Layouts, order: tuple[str
     buffers = fsdp_buffers(s, n_mb, lt.local, r, acts, pf, m.mtp_depth, P)
     memory = peak_memory(s, n_mb, lt.local, r, acts, buffers, dispatch_buffers(m, s), P)
 
-    ct_key = comm_terms(m, cluster, keyed, order, lt_key, P)
     dense, experts = most_dense(r)
     rows = _Rows(c, s, gb, n_mb, lt, stages, pf.overhead, dense, experts)
     fit = None if capacity is None else np.flatnonzero(memory.total <= capacity)
     if fit is None or len(fit) == len(c):
-        t = _time(m, dev, rows, take_rows(ct_key, inverse), P)
-    else:  # a layout that does not fit has no step time
+        t = _time(m, dev, rows, take_rows(comm_terms(m, cluster, keyed, order, lt_key, P), inverse), P)
+    elif len(fit) == 0:  # a layout that does not fit has no step time
+        t = spread_rows(_untimed(), fit, len(c))
+    else:  # the collectives of the fitting rows' keys only
+        used = np.unique(inverse[fit])
+        ct = comm_terms(m, cluster, keyed.take(used), order, take_rows(lt_key, used), P)
         c_fit = c.take(fit)
         s_fit = Shape.of(m, c_fit)
         fitting = _Rows(c_fit, s_fit, *microbatches(c_fit, s_fit), RowTerms.of(lt_key, inverse[fit]),
                         *(take_rows(x, fit) for x in (stages, pf.overhead, dense, experts)))
-        t = spread_rows(_time(m, dev, fitting, take_rows(ct_key, inverse[fit]), P), fit, len(c))
+        t = spread_rows(_time(m, dev, fitting, take_rows(ct, np.searchsorted(used, inverse[fit])), P), fit, len(c))
     return StepResult(step_time_s=t.step_time_s, tokens_per_s_per_device=t.tokens_per_s_per_device, mfu=t.mfu, hfu=t.hfu,
                       microbatches=n_mb, time=t.time, memory=memory, comm_total=t.comm_total)
 

@@ -12,9 +12,10 @@ data parallelism, and of DeepSeek-V3 (EP64 under ZeRO-1 data parallelism, report
 
 from __future__ import annotations
 
+
 import math
 from dataclasses import asdict, dataclass, fields, replace
-from functools import cached_property
+from functools import cached_property, reduce
 from typing import Any, Callable
 
 import numpy as np
@@ -292,7 +293,7 @@ def _rules(model: ModelSpec | None) -> list[Rule]:
     """
     r: list[Rule] = [
         (
-            lambda c, w: np.all([getattr(c, n) >= 1 for n in ("dp_replicate", "dp_shard", "tp", "cp", "pp", "ep", "micro_batch", "virtual_stages")], axis=0)
+            lambda c, w: reduce(np.logical_and, (getattr(c, n) >= 1 for n in ("dp_replicate", "dp_shard", "tp", "cp", "pp", "ep", "micro_batch", "virtual_stages")))
             & (c.global_batch >= 0),
             lambda s, w: "parallel degrees, micro_batch and virtual_stages must be integers >= 1 "
             f"(got {', '.join(f'{n}={getattr(s, n)}' for n in ('dp_replicate', 'dp_shard', 'tp', 'cp', 'pp', 'ep', 'micro_batch', 'virtual_stages') if getattr(s, n) < 1)})",
