@@ -240,7 +240,8 @@ def plan(
             raise BandwiseError(f"--pick {pick}: only {len(listed)} layouts are listed; use 1 to {len(listed)}")
         picked = listed[pick - 1] if pick else chosen
         search_kw = {k: v for k, v in kw.items() if k != "params"}
-        typer.echo(export_searched(emit, spec, clus, devices, gb, result, picked, params, **search_kw).text, nl=False)
+        job = export_searched(emit, spec, clus, devices, gb, result, picked, params, exact=pick is not None, model_source=model, **search_kw)
+        typer.echo(job.text, nl=False)
         return
     if json_out:
         return
@@ -308,7 +309,7 @@ def estimate(
     est = estimate_one(spec, clus, strategy, params)
     layout = Layout(strategy=strategy, estimate=est)
     if emit:
-        typer.echo(export(emit, spec, clus, strategy, n, est, params).text, nl=False)
+        typer.echo(export(emit, spec, clus, strategy, n, est, params, model_source=model).text, nl=False)
         return
     if json_out:
         out.emit_json({**layout.to_dict(), "validation": band_dict(clus.device.name, spec.is_moe, n)})
