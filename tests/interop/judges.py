@@ -376,8 +376,12 @@ def job_environment(text: str) -> dict[str, str | None]:
 def validate_args_rules(flags: dict[str, list[str]], env: dict[str, str | None], arch_major: int | None, devices: int) -> None:
     """The rules of Megatron-LM's validate_args (megatron/training/arguments.py at commit d98e8a6,
     where issue 36 ran parse_args + validate_args; the branches as written in that function) that
-    the emitted flags and environment must pass. Megatron-Core does not hold them; a rule that
-    fails raises AssertionError with Megatron-LM's words."""
+    the emitted flags and environment must pass. Megatron-Core 0.16.1 holds none of them as a
+    check (grep of the installed package): megatron/core/tensor_parallel/layers.py only warns when
+    CUDA_DEVICE_MAX_CONNECTIONS is not 1 under sequence parallelism, and
+    megatron/core/optimizer/distrib_optimizer.py refuses, at checkpoint time, a Megatron FSDP
+    state dict in any sharding type but fsdp_dtensor. A rule that fails raises AssertionError with
+    Megatron-LM's words."""
     tp = int(flags.get("--tensor-model-parallel-size", ["1"])[0])
     pp = int(flags.get("--pipeline-model-parallel-size", ["1"])[0])
     cp = int(flags.get("--context-parallel-size", ["1"])[0])
