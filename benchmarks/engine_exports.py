@@ -5,7 +5,8 @@
 For each reference case (`bandwise.plan.verdict.REFERENCE_CASES`), `bandwise plan ... --emit E`
 for E in torchtitan, megatron, maxtext: the layout the job file runs (the plan where the engine
 expresses it, else the nearest layout it does) and its predicted tokens/s per device against the
-plan's. The engines' own code accepts every one of these files (tests/interop/).
+plan's, or the one-line refusal where the engine cannot run it. The engines' own code accepts
+every one of these files (tests/interop/).
 """
 
 from __future__ import annotations
@@ -23,12 +24,15 @@ def main() -> None:
     for model, cluster, n, seq, gb in REFERENCE_CASES:
         m, c = get_model(model).with_seq_len(seq), get_cluster(cluster)
         t0 = time.perf_counter()
-        chosen, exports = plan_and_export(m, c, n, gb)
+        chosen, exports = plan_and_export(m, c, n, gb, model_source=model)
         dt = time.perf_counter() - t0
         planned = chosen.estimate.tokens_per_s_per_device
         cells = []
         for e in ENGINES:
             ex = exports[e]
+            if isinstance(ex, Exception):  # the engine's job cannot run this plan: the one-line refusal
+                cells.append(f"refused: {ex}")
+                continue
             if ex.estimate is None:
                 cells.append("as planned")
                 continue

@@ -124,8 +124,9 @@ def test_cli_emit_prints_only_the_job(tmp_path) -> None:  # noqa: ANN001
     assert r.exit_code == 0, r.output
     cfg = yaml.safe_load(r.stdout)  # the whole of stdout is the file
     assert cfg["base_config"] == "base.yml" and r.stdout.startswith("# bandwise plan for maxtext")
-    r2 = runner.invoke(app, args + ["--emit", "maxtext", "--pick", "2"])
-    assert r2.exit_code == 0 and r2.stdout != r.stdout
+    picked = [runner.invoke(app, args + ["--emit", "torchtitan", "--pick", n]) for n in ("5", "8")]  # DP4·FSDP4, FSDP16
+    assert all(p.exit_code == 0 for p in picked) and picked[0].stdout != picked[1].stdout
+    assert "--parallelism.data-parallel-shard-degree 16" in picked[1].stdout
 
 
 @pytest.mark.parametrize("extra, says", [
@@ -150,3 +151,82 @@ def test_estimate_emits_its_layout() -> None:
     argv = megatron.arguments(r.stdout)
     assert argv[argv.index("--tensor-model-parallel-size") + 1] == "8"
     assert "--use-megatron-fsdp" in argv and argv[argv.index("--recompute-granularity") + 1] == "full"
+
+
+HF = __import__("pathlib").Path(__file__).parents[1] / "data" / "hf"
+
+
+def test_a_preset_has_its_architecture_and_a_file_its_own() -> None:
+    from bandwise.export.architecture import PRESETS, architecture, is_preset
+
+    m = get_model("llama3-8b")
+    assert architecture(m, "llama3-8b") == PRESETS["llama3-8b"] and PRESETS["llama3-8b"].rope.theta == 500_000
+    qwen3 = str(HF / "Qwen3-8B" / "config.json")
+    assert architecture(get_model(qwen3), qwen3).qk_norm
+    qwen2 = str(HF / "Qwen2-7B" / "config.json")
+    assert architecture(get_model(qwen2), qwen2).qkv_bias
+    ds = str(HF / "DeepSeek-V3" / "config.json")
+    a = architecture(get_model(ds), ds)
+    assert (a.router, a.expert_bias, a.routed_scale, a.topk_norm) == ("sigmoid", True, 2.5, True)
+    # the Llama 3.1 8B config.json is the preset, field for field; a 16-layer copy is not, whatever its folder
+    llama = str(HF / "Meta-Llama-3.1-8B" / "config.json")
+    assert is_preset(get_model(llama), architecture(get_model(llama), llama)) == "llama3-8b"
+    short = get_model(llama).__class__(**{**get_model(llama).to_dict(), "layers": 16, "name": "llama3-8b"})
+    assert is_preset(short, architecture(short, llama)) is None
+    assert architecture(short) is None  # a preset's name with another shape gives no architecture
+
+
+def test_megatron_writes_the_models_own_fields() -> None:
+    m, c = get_model("deepseek-v3"), get_cluster("h100")
+    s = Strategy(dp_replicate=8, tp=2, ep=8, zero_stage=1, micro_batch=1, global_batch=64, recompute="selective")
+    from bandwise.export.architecture import PRESETS
+
+    text = megatron.render(m, c, s, 16, PRESETS["deepseek-v3"])[0]  # the job alone: this layout does not fit on 16 GPUs
+    argv = megatron.arguments(text)
+    want = ["--moe-router-score-function", "sigmoid", "--moe-router-enable-expert-bias", "--moe-router-topk-scaling-factor", "2.5",
+            "--moe-token-dispatcher-type", "alltoall", "--moe-grouped-gemm", "--rope-type", "yarn", "--rotary-scaling-factor", "40"]
+    assert all(w in argv for w in want), argv
+    assert "export CUDA_DEVICE_MAX_CONNECTIONS=1" in text  # TP2 on an H100: validate_args asserts it
+
+
+def test_megatron_fsdp_leaves_device_connections_unset_and_saves_fsdp_dtensor() -> None:
+    m, c, s = _plan("llama3-70b", "h100", 64, dp_shard=8, tp=8, micro_batch=1, global_batch=64, recompute="selective")
+    text = export("megatron", m, c, s, 64).text
+    argv = megatron.arguments(text)
+    assert "unset CUDA_DEVICE_MAX_CONNECTIONS" in text and argv[argv.index("--ckpt-format") + 1] == "fsdp_dtensor"
+    assert megatron.max_connections(get_cluster("gb200-nvl72"), s.replace(dp_shard=1, dp_replicate=8)) is None  # Blackwell
+
+
+def test_torchtitan_turns_cuda_graphs_off_for_a_pipeline() -> None:
+    m, c, s = _plan("llama3-8b", "h100", 24, dp_shard=8, pp=3, micro_batch=1, global_batch=64)
+    assert "--training.disable-cuda-graphs" in export("torchtitan", m, c, s, 24).text
+
+
+@pytest.mark.parametrize("engine, says", [
+    ("torchtitan", "torchtitan cannot run mixtral-8x7b: TorchTitan takes a model only from a Python config function"),
+    ("megatron", "megatron cannot run palm-540b as planned: parallel attention and MLP blocks"),
+    ("maxtext", "maxtext cannot run palm-540b as planned: parallel attention and MLP blocks"),
+])
+def test_a_model_the_engine_cannot_state_is_refused_by_name(engine: str, says: str) -> None:
+    from bandwise.errors import BandwiseError
+
+    model = "mixtral-8x7b" if engine == "torchtitan" else "palm-540b"
+    m, c = get_model(model), get_cluster("h100")
+    with pytest.raises(BandwiseError, match=says.replace("(", r"\(")):
+        export(engine, m, c, Strategy(dp_shard=8, micro_batch=1, global_batch=8), 8, model_source=model)
+
+
+def test_pick_runs_row_n_as_it_is_or_refuses_in_one_line(capsys) -> None:
+    args = ["plan", "--model", "llama3-8b", "--cluster", "h100", "--devices", "16", "--global-batch", "64"]
+    with pytest.raises(SystemExit) as exc:
+        main(args + ["--emit", "torchtitan", "--pick", "1"])  # DP16 ZeRO-2
+    out, err = capsys.readouterr()
+    assert exc.value.code == 2 and not out and len(err.strip().splitlines()) == 1
+    assert "--pick: torchtitan cannot run DP16 ZeRO-2 as it is: ZeRO-2 over DP16: TorchTitan has no ZeRO-1/2" in err
+
+
+def test_a_job_that_does_not_fit_is_refused_with_exit_3(capsys) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["estimate", "--model", "llama3-70b", "--dp-replicate", "8", "--global-batch", "64", "--emit", "megatron"])
+    out, err = capsys.readouterr()
+    assert exc.value.code == 3 and not out and "does not fit in 71.7 GiB" in err and len(err.strip().splitlines()) == 1

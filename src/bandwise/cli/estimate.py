@@ -68,7 +68,7 @@ def estimate(
     est = estimate_one(spec, clus, strategy, params)
     layout = Layout(strategy=strategy, estimate=est)
     if emit:
-        typer.echo(export(emit, spec, clus, strategy, n, est, params).text, nl=False)
+        typer.echo(export(emit, spec, clus, strategy, n, est, params, model_source=model).text, nl=False)
         return
     if json_out:
         out.emit_json({**layout.to_dict(), "validation": band_dict(clus.device.name, spec.is_moe, n)})

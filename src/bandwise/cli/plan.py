@@ -188,7 +188,8 @@ def plan(
             raise BandwiseError(f"--pick {pick}: only {len(listed)} layouts are listed; use 1 to {len(listed)}")
         picked = listed[pick - 1] if pick else chosen
         search_kw = {k: v for k, v in kw.items() if k != "params"}
-        typer.echo(export_searched(emit, spec, clus, devices, gb, result, picked, params, **search_kw).text, nl=False)
+        job = export_searched(emit, spec, clus, devices, gb, result, picked, params, exact=pick is not None, model_source=model, **search_kw)
+        typer.echo(job.text, nl=False)
         return
     if json_out:
         return

@@ -1,15 +1,19 @@
 """A plan as the job files of the engines people train with: TorchTitan, Megatron-LM, MaxText.
 
-Each engine module has one job: say which part of a layout the engine can express (`adapt`), and
-write the layout it can express in the engine's own words (`render`). This module joins them:
-where an engine cannot express the plan, the export names what it changed, in one line each, and
-the cost model prices the layout it can express beside the plan, so the user sees what the
-translation costs before running it.
+Each engine module has one job: say which part of a layout the engine can express (`adapt`),
+which model its job can state (`check_model`, from the model's `architecture`: rope, norms,
+biases, router), and write the layout it can express in the engine's own words (`render`). This
+module joins them: where an engine cannot express the plan, the export names what it changed, in
+one line each, and the cost model prices the layout it can express beside the plan, so the user
+sees what the translation costs before running it. A row the user picked (`exact`) is exported as
+it is or refused in one line; a model the engine's job cannot state is refused naming the field;
+a layout that does not fit in memory is refused with exit code 3.
 
-The option names are the engines' own, checked against the engines' code in
-tests/interop/ (the `interop` extra installs them): TorchTitan's ConfigManager parses the emitted
-command line, Megatron-Core builds its TransformerConfig and DistributedDataParallelConfig from
-the emitted flags, and MaxText's base.yml holds every emitted key.
+The option names are the engines' own, checked against the engines' code in tests/interop/ (the
+`interop` extra installs TorchTitan and Megatron-Core; MaxText's wheel is read there): TorchTitan's
+ConfigManager parses the emitted command line and Trainer.Config checks it, Megatron-Core builds
+its configs from the emitted flags and the job passes the rules of Megatron-LM's validate_args,
+and MaxText's own config validation accepts the emitted YAML.
 """
 
 from __future__ import annotations
@@ -18,11 +22,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple, Sequence
 
 from bandwise.cost.params import DEFAULT_PARAMS, CostParams
-
 from bandwise.cost.results import Estimate
-
 from bandwise.cost.step import estimate
-from bandwise.errors import BandwiseError
+from bandwise.errors import BandwiseError, NothingFits
+from bandwise.export.architecture import Architecture, architecture
 from bandwise.export.common import TORCHRUN, Adapted, script_head, stage_layers  # noqa: F401 (the engines' shared parts, exported)
 from bandwise.plan.bands import band_line
 from bandwise.specs.hardware import Cluster
@@ -45,9 +48,11 @@ class Export:
 
 
 class Engine(NamedTuple):
-    adapt: Callable[[ModelSpec, Cluster, Strategy, int], Adapted]
-    render: Callable[[ModelSpec, Cluster, Strategy, int], tuple[str, list[str]]]
+    adapt: Callable[[ModelSpec, Cluster, Strategy, int, Architecture | None], Adapted]
+    render: Callable[[ModelSpec, Cluster, Strategy, int, Architecture | None], tuple[str, list[str]]]
     """(text without the header, notes)"""
+    check_model: Callable[[ModelSpec, Architecture | None], None]
+    """Raises, naming the field, for a model the engine's job cannot state."""
     searches: tuple[dict[str, object], ...]
     """Fields to pin in searches for the best layout the engine expresses, when the ranking has none."""
 
@@ -60,9 +65,9 @@ def _engines() -> dict[str, Engine]:
     from bandwise.export import maxtext, megatron, torchtitan
 
     return {
-        "torchtitan": Engine(torchtitan.adapt, torchtitan.render, torchtitan.SEARCHES),
-        "megatron": Engine(megatron.adapt, megatron.render, megatron.SEARCHES),
-        "maxtext": Engine(maxtext.adapt, maxtext.render, maxtext.SEARCHES),
+        "torchtitan": Engine(torchtitan.adapt, torchtitan.render, torchtitan.check_model, torchtitan.SEARCHES),
+        "megatron": Engine(megatron.adapt, megatron.render, megatron.check_model, megatron.SEARCHES),
+        "maxtext": Engine(maxtext.adapt, maxtext.render, maxtext.check_model, maxtext.SEARCHES),
     }
 
 
@@ -71,30 +76,48 @@ ENGINES: tuple[str, ...] = ("torchtitan", "megatron", "maxtext")
 
 def export(engine: str, model: ModelSpec, cluster: Cluster, strategy: Strategy, devices: int,
            planned: Estimate | None = None, params: CostParams = DEFAULT_PARAMS, ranked: Sequence[Any] = (),
-           research: Research | None = None) -> Export:
+           research: Research | None = None, *, exact: bool = False, model_source: str | None = None) -> Export:
     """The job file for `engine` that runs `strategy`, or the nearest layout the engine can express.
 
     The nearest layout is the faster of two: the plan with each inexpressible part replaced
     (`adapt`), and the best layout the engine expresses as it is (but for a precision its config
     forces): the first such layout of the search's ranking (`ranked`, objects with .strategy and
     .estimate, best first), or, when the ranking holds none, of searches with the engine's
-    limits pinned (`research`). Either is priced by the cost model."""
+    limits pinned (`research`). Either is priced by the cost model.
+
+    `exact` (a row picked by the user): `strategy` as it is, or a one-line refusal naming what the
+    engine cannot hold. A model the engine's job cannot state is refused naming the field
+    (`model_source` is the --model argument: a preset's name or the file the model was read from),
+    and a layout that does not fit in memory is refused with `NothingFits` (exit code 3)."""
     engines = _engines()
     if engine not in engines:
         raise BandwiseError(f"--emit {engine!r}: expected one of {', '.join(ENGINES)}")
     eng = engines[engine]
+    arch = architecture(model, model_source)
+    eng.check_model(model, arch)
     planned = planned or estimate(model, cluster, strategy, params)
-    adapted = eng.adapt(model, cluster, strategy, devices)
+    try:
+        adapted = eng.adapt(model, cluster, strategy, devices, arch)
+    except BandwiseError as unfit:  # no layout near the plan's is one the engine holds
+        if exact or research is None and not ranked:
+            raise
+        adapted = Adapted(strategy, [str(unfit)])
+        impossible = True
+    else:
+        impossible = False
+    if exact and adapted.all_changes:
+        raise BandwiseError(f"--pick: {engine} cannot run {strategy.describe()} as it is: {'; '.join(adapted.all_changes)}; "
+                            f"pick another row, or leave out --pick to export the nearest layout {engine} runs")
     ran, est, searched, broken = strategy, None, False, None
     if adapted.all_changes:
         candidates = []
-        broken = _broken_rule(adapted.strategy, devices, model)
+        broken = "no layout near it is one the engine holds" if impossible else _broken_rule(adapted.strategy, devices, model)
         if broken is None:
             candidates.append((adapted.strategy, estimate(model, cluster, adapted.strategy, params), False))
         if adapted.changes:
-            alt = _best_expressible(eng, model, cluster, devices, ranked, params)
+            alt = _best_expressible(eng, model, cluster, devices, ranked, params, arch)
             if alt is None and research is not None:
-                found = [a for fixed in eng.searches if (a := _best_expressible(eng, model, cluster, devices, research(fixed), params))]
+                found = [a for fixed in eng.searches if (a := _best_expressible(eng, model, cluster, devices, research(fixed), params, arch))]
                 alt = max(found, key=lambda a: (a[1].fits, a[1].tokens_per_s_per_device), default=None)
             if alt is not None:
                 candidates.append((*alt, True))
@@ -103,7 +126,12 @@ def export(engine: str, model: ModelSpec, cluster: Cluster, strategy: Strategy, 
                                 f"searched is one it can; export another layout with --pick, or --fix fields the engine can hold")
         # the fastest that fits; if none fits, the fastest of those that do not
         ran, est, searched = max(candidates, key=lambda c: (c[1].fits, c[1].tokens_per_s_per_device))
-    text, notes = eng.render(model, cluster, ran, devices)
+    runs = est or planned
+    if not runs.fits:
+        capacity = cluster.device.hbm_bytes * (1 - params.headroom) / 2**30
+        raise NothingFits(f"{engine} would run {_layout(ran)} at {runs.memory_gib_per_device:,.1f} GiB per device, which does not fit "
+                          f"in {capacity:,.1f} GiB; export a layout that fits (plan ... --pick N), or give it more devices or recomputation")
+    text, notes = eng.render(model, cluster, ran, devices, arch)
     header = _header(engine, model, cluster, strategy, devices, planned, adapted, ran, searched, broken, est, notes)
     # every emitted format (a shell script, a YAML file) comments with '#'
     body = "\n".join(f"# {line}" if line else "#" for line in header) + "\n" + text
@@ -128,17 +156,21 @@ def researcher(model: ModelSpec, cluster: Cluster, devices: int, global_batch: i
 
 
 def export_searched(engine: str, model: ModelSpec, cluster: Cluster, devices: int, global_batch: int, result: Any, picked: Any,
-                    params: CostParams = DEFAULT_PARAMS, **search_kw: Any) -> Export:
+                    params: CostParams = DEFAULT_PARAMS, *, exact: bool = False, model_source: str | None = None,
+                    **search_kw: Any) -> Export:
     """`export` of a layout the search found (`picked`, from `result`), with the search's fitting
-    ranking and its settings for the engine-limited searches."""
+    ranking and its settings for the engine-limited searches; `exact` for a row the user picked."""
     ranked = [lay for lay in result.top if lay.estimate.fits]
     research = researcher(model, cluster, devices, global_batch, params=params, **search_kw)
-    return export(engine, model, cluster, picked.strategy, devices, picked.estimate, params, ranked, research)
+    return export(engine, model, cluster, picked.strategy, devices, picked.estimate, params, ranked, research,
+                  exact=exact, model_source=model_source)
 
 
 def plan_and_export(model: ModelSpec, cluster: Cluster, devices: int, global_batch: int,
-                    engines: Sequence[str] = ENGINES, **search_kw: Any) -> tuple[Any, dict[str, Export]]:
-    """`bandwise plan --emit` for each engine: the recommended layout, and its export to each."""
+                    engines: Sequence[str] = ENGINES, *, model_source: str | None = None,
+                    **search_kw: Any) -> tuple[Any, dict[str, Export | BandwiseError]]:
+    """`bandwise plan --emit` for each engine: the recommended layout, and its export to each, or
+    the error that refuses it."""
     from bandwise.plan.search import search
     from bandwise.plan.verdict import decide, recommended
 
@@ -147,7 +179,13 @@ def plan_and_export(model: ModelSpec, cluster: Cluster, devices: int, global_bat
     chosen = recommended(result, decide(result, cluster))
     if chosen is None:
         raise BandwiseError(f"no layout of {model.name} fits on {devices} x {cluster.name}")
-    return chosen, {e: export_searched(e, model, cluster, devices, global_batch, result, chosen, **kw) for e in engines}
+    out: dict[str, Export | BandwiseError] = {}
+    for e in engines:
+        try:
+            out[e] = export_searched(e, model, cluster, devices, global_batch, result, chosen, model_source=model_source, **kw)
+        except BandwiseError as refused:
+            out[e] = refused
+    return chosen, out
 
 
 EMIT_POOL = 2000
@@ -166,11 +204,14 @@ def _broken_rule(s: Strategy, devices: int, model: ModelSpec) -> str | None:
 
 
 def _best_expressible(eng: Engine, model: ModelSpec, cluster: Cluster, devices: int, ranked: Sequence[Any],
-                      params: CostParams) -> tuple[Strategy, Estimate] | None:
+                      params: CostParams, arch: Architecture | None) -> tuple[Strategy, Estimate] | None:
     """The first of the ranked layouts the engine expresses as it is (but for a precision its config
     forces), with its estimate."""
     for lay in ranked:
-        a = eng.adapt(model, cluster, lay.strategy, devices)
+        try:
+            a = eng.adapt(model, cluster, lay.strategy, devices, arch)
+        except BandwiseError:
+            continue
         if a.changes or _broken_rule(a.strategy, devices, model):
             continue
         return a.strategy, (lay.estimate if a.strategy == lay.strategy else estimate(model, cluster, a.strategy, params))

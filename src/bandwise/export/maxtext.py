@@ -18,6 +18,18 @@ What MaxText's layout can hold (base.yml, maxtext 0.2.5):
 - rematerialization policies from 'minimal' (keep every matmul output, recompute the rest: the
   plan's selective) to 'full': none keeps everything;
 - fp8 GEMMs on NVIDIA GPUs by `quantization: fp8`.
+
+What MaxText's config checks (configs/types.py, MaxTextConfig.set_derived_and_validate_values):
+`num_pipeline_microbatches` a multiple of the stages and a divisor of the batch of one step;
+stages x repeats x layers per stage = `pipeline_parallel_layers`, which for the DeepSeek decoder
+defaults to its MoE layers; ZeRO-1 (`shard_optimizer_over_data`) not combined with FSDP.
+
+The model: MaxText's own config (`model_name`) only for the preset it describes, in shape and
+architecture (`MODEL_NAMES`, checked against the wheel's files in tests/interop/); every model's
+fields are also written out, which MaxText accepts where they equal its config's
+(configs/pyconfig.py, validate_no_keys_overridden_twice). MaxText picks DeepSeek's router (sigmoid
+scores, expert bias, group limit) by the model_name prefix (layers/moe.py, get_topk), so a
+DeepSeek-style model that is not one of its configs is refused.
 """
 
 from __future__ import annotations
@@ -25,15 +37,23 @@ from __future__ import annotations
 import math
 
 from bandwise.errors import BandwiseError
+from bandwise.export.architecture import Architecture, is_preset, refusals
 from bandwise.export.common import Adapted
 from bandwise.specs.hardware import Cluster
 from bandwise.specs.model import ModelSpec
 from bandwise.specs.strategy import Strategy, divisors
 
 MODEL_NAMES = {
-    # preset: MaxText's configs/models/<name>.yml
-    "llama3-8b": "llama3-8b", "llama3-70b": "llama3-70b", "llama3-405b": "llama3.1-405b", "deepseek-v3": "deepseek3-671b",
-    "kimi-k2": "kimi-k2-1t", "mixtral-8x7b": "mixtral-8x7b", "qwen3-235b-a22b": "qwen3-235b-a22b", "gpt3-175b": "gpt3-175b",
+    # preset: MaxText's configs/models/<name>.yml that describes it. Not qwen3-235b-a22b (MaxText's
+    # file has rope_max_timescale 5,000,000; the model's config.json 1,000,000) nor gpt3-175b (its
+    # vocabulary padded to 50,304): those are written out field by field.
+    "llama3-8b": "llama3.1-8b", "llama3-70b": "llama3.1-70b", "llama3-405b": "llama3.1-405b", "deepseek-v3": "deepseek3-671b",
+    "kimi-k2": "kimi-k2-1t", "mixtral-8x7b": "mixtral-8x7b",
+}
+DECODERS = {
+    # Hugging Face model_type: MaxText's decoder_block (common/common_types.py, DecoderBlockType)
+    "llama": "llama2", "mistral": "mistral", "qwen2": "qwen2", "qwen3": "qwen3", "qwen3_moe": "qwen3_moe", "mixtral": "mixtral",
+    "deepseek_v3": "deepseek", "kimi_k2": "deepseek", "gpt3": "gpt3",
 }
 REMAT = {"selective": "minimal", "full": "full"}
 AXES = ("data", "stage", "fsdp", "context", "tensor", "expert")
@@ -47,7 +67,7 @@ SEARCHES: tuple[dict[str, object], ...] = tuple(
 pipeline or none, selective remat, no ZeRO-2."""
 
 
-def adapt(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int) -> Adapted:
+def adapt(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int, arch: Architecture | None = None) -> Adapted:
     changes: list[str] = []
     if s.recompute == "none":
         changes.append("no recomputation: MaxText's lightest remat policy, 'minimal', keeps every matmul output and "
@@ -65,19 +85,34 @@ def adapt(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int) -> Adap
                            f"LoopedBFS with {s.virtual_stages} stages per rank")
             s = s.replace(schedule="LoopedBFS")
     stages = s.pp * s.virtual_stages
-    if s.pp > 1 and model.layers % stages:
-        fit = [v for v in divisors(s.virtual_stages) if model.layers % (s.pp * v) == 0]
+    piped = piped_layers(model)
+    if s.pp > 1 and piped < model.layers:
+        changes.append(f"MaxText pipelines the DeepSeek decoder's {piped} MoE layers only; its {model.layers - piped} dense "
+                       f"layers run outside the pipeline, which the prediction below does not model")
+    if s.pp > 1 and piped % stages:
+        fit = [v for v in divisors(s.virtual_stages) if piped % (s.pp * v) == 0]
         if fit:
             v = max(fit)
-            changes.append(f"{model.layers} layers do not divide into {stages} stages and MaxText's stages hold equal layers: "
+            changes.append(f"{piped} layers do not divide into {stages} stages and MaxText's stages hold equal layers: "
                            f"{v} stage{'s' if v > 1 else ''} per rank")
             s = s.replace(virtual_stages=v, schedule="LoopedBFS" if v > 1 else "GPipe")
         else:
-            changes.append(f"{model.layers} layers do not divide into {stages} stages: MaxText pipelines "
-                           f"{model.layers // stages * stages} of them and runs the rest with the stage axis as data parallelism, "
+            changes.append(f"{piped} layers do not divide into {stages} stages: MaxText pipelines "
+                           f"{piped // stages * stages} of them and runs the rest with the stage axis as data parallelism, "
                            f"which the prediction below does not model")
+    if s.pp > 1 and s.microbatches % s.pp:
+        s, line = _microbatches(s)
+        changes.append(line)
+    if s.ep > 1 and s.dp_shard == 1:
+        # the expert axis shards non-expert weights as FSDP does: base.yml logical_axis_rules map
+        # 'embed', 'embed_attn', 'embed_vocab', 'q_lora' and 'kv_lora' over [..., 'expert']
+        changes.append(f"EP{s.ep} over replicated data parallelism: MaxText's expert axis also shards the attention and "
+                       f"embedding weights (base.yml logical_axis_rules); sharded data parallelism instead "
+                       f"(FSDP{s.dp_replicate}, ZeRO-3)")
+        order = tuple("dp_shard" if d == "dp_replicate" else "dp_replicate" if d == "dp_shard" else d for d in s.order)
+        s = s.replace(dp_shard=s.dp_replicate, dp_replicate=1, zero_stage=0, order=order)
     if s.ep > 1 and _expert_source(s) is None:
-        near = max(e for e in divisors(s.dp_shard if s.dp_shard > 1 else s.dp_replicate) if e <= s.ep and model.experts % e == 0)
+        near = max(e for e in divisors(s.dp_shard) if e <= s.ep and model.experts % e == 0)
         changes.append(f"EP{s.ep} spans context- or tensor-parallel ranks; MaxText's expert axis is carved from the "
                        f"data-parallel degree: EP{near}")
         s = s.replace(ep=near)
@@ -85,12 +120,32 @@ def adapt(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int) -> Adap
 
 
 def _expert_source(s: Strategy) -> str | None:
-    """The data-parallel axis MaxText's expert axis is carved from, or None if EP is not a divisor of one."""
+    """The axis MaxText's expert axis is carved from: the FSDP degree, or None if EP does not divide it."""
     if s.dp_shard > 1 and s.dp_shard % s.ep == 0:
         return "fsdp"
-    if s.dp_shard == 1 and s.dp_replicate % s.ep == 0:
-        return "data"
     return None
+
+
+def piped_layers(model: ModelSpec) -> int:
+    """The layers MaxText pipelines by default: the DeepSeek decoder's MoE layers, else all
+    (configs/types.py: pipeline_parallel_layers = -1)."""
+    return model.moe_layers if model.is_mla and model.is_moe else model.layers
+
+
+def _microbatches(s: Strategy) -> tuple[Strategy, str]:
+    """The plan with a number of micro-batches MaxText's pipeline takes: a multiple of the stages
+    that divides each data-parallel rank's sequences, the nearest above the plan's (smaller
+    micro-batches), else below."""
+    local = s.effective_global_batch // s.dp
+    counts = [m for m in range(s.pp, local + 1, s.pp) if local % m == 0]
+    if not counts:
+        raise BandwiseError(f"{s.describe()}: no number of micro-batches is a multiple of the {s.pp} stages and divides the "
+                            f"{local} sequences of a data-parallel rank, as MaxText's pipeline needs; plan with a global batch "
+                            f"that is a multiple of {s.pp * s.dp}")
+    m = min(counts, key=lambda c: (c < s.microbatches, abs(c - s.microbatches)))
+    why = (f"{s.microbatches} micro-batches over {s.pp} stages: MaxText takes a multiple of the stages "
+           f"(configs/types.py, num_pipeline_microbatches % num_stages); {m} micro-batches of {local // m}")
+    return s.replace(micro_batch=local // m), why
 
 
 def slices(cluster: Cluster, devices: int) -> tuple[int, int]:
@@ -116,7 +171,7 @@ def mesh(cluster: Cluster, s: Strategy, devices: int) -> tuple[dict[str, int], d
         degree[source] //= s.ep
         degree["expert"] = s.ep
     axis = {"tp": ["tensor"], "cp": ["context"], "dp_shard": ["expert", "fsdp"] if source == "fsdp" else ["fsdp"],
-            "dp_replicate": ["expert", "data"] if source == "data" else ["data"], "pp": ["stage"]}
+            "dp_replicate": ["data"], "pp": ["stage"]}
     per_slice, k = slices(cluster, devices)
     ici, dcn, inner = dict.fromkeys(AXES, 1), dict.fromkeys(AXES, 1), per_slice
     for dim in s.order:
@@ -130,18 +185,43 @@ def mesh(cluster: Cluster, s: Strategy, devices: int) -> tuple[dict[str, int], d
     return ici, dcn, k
 
 
-def render(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int) -> tuple[str, list[str]]:
+def check_model(model: ModelSpec, arch: Architecture | None) -> None:
+    """Refuse, in one line naming the field, a model MaxText's config cannot state."""
+    out = refusals(model, arch)
+    if arch is not None and not out:
+        decoder = DECODERS.get(arch.family)
+        rope = arch.rope
+        if decoder is None:
+            why = " (the sigmoid gate on its shared expert)" if arch.shared_expert_gate else ""
+            out.append(f"model_type {arch.family}{why}: MaxText has no decoder block for it")
+        elif decoder == "deepseek" and MODEL_NAMES.get(is_preset(model, arch) or "") is None:
+            out.append("router (sigmoid scores, expert bias, group limit): MaxText selects DeepSeek's routing by the model_name "
+                       "of its own DeepSeek and Kimi configs (layers/moe.py, get_topk), and this model is not one of them")
+        elif model.dense_layers and decoder != "deepseek":
+            out.append(f"dense_layers={model.dense_layers}: MaxText's {decoder} decoder has MoE in every layer")
+        elif arch.router == "softmax" and not arch.topk_norm:
+            out.append("norm_topk_prob=false: MaxText weights the chosen experts by a softmax over their own scores (layers/moe.py, get_topk)")
+        elif rope is not None and rope.scaling == "llama3" and (rope.factor, rope.low_freq_factor, rope.high_freq_factor, rope.original_positions) != (8, 1, 4, 8192):
+            out.append("rope_scaling: MaxText's Llama 3.1 scaling fixes factor 8, low 1, high 4 and 8192 positions "
+                       "(layers/embeddings.py, LLaMARotaryEmbedding)")
+        elif rope is not None and rope.scaling == "yarn" and rope.mscale != rope.mscale_all_dim:
+            out.append(f"rope_scaling.mscale_all_dim={rope.mscale_all_dim:g}: MaxText's YaRN has one mscale")
+    if out:
+        raise BandwiseError(f"maxtext cannot run {model.name} as planned: {out[0]}; export to another engine")
+
+
+def render(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int,
+           arch: Architecture | None = None) -> tuple[str, list[str]]:
     notes: list[str] = []
+    check_model(model, arch)
+    assert arch is not None
     ici, dcn, k = mesh(cluster, s, devices)
     gpu = not cluster.levels[0].is_torus
     keys: list[tuple[str, object]] = [("base_config", "base.yml"), ("hardware", "gpu" if gpu else "tpu")]
-    name = MODEL_NAMES.get(model.name)
+    name = MODEL_NAMES.get(is_preset(model, arch) or "")
     if name:
         keys.append(("model_name", name))
-    else:
-        notes.append(f"MaxText ships no config for {model.name}: its shape is written out below (base_* keys); check "
-                     f"the decoder block and activations against the checkpoint you train")
-        keys += _model_keys(model)
+    keys += model_keys(model, arch)
     keys.append(("max_target_length", model.seq_len))
     keys.append(("num_slices", k))
     keys += [(f"ici_{a}_parallelism" if a != "stage" else "ici_pipeline_parallelism", ici[a]) for a in AXES]
@@ -149,12 +229,11 @@ def render(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int) -> tup
     m = s.microbatches
     if s.pp > 1:
         stages = s.pp * s.virtual_stages
-        per = model.layers // stages
+        piped = piped_layers(model)
+        per = piped // stages
         keys += [("num_layers_per_pipeline_stage", per), ("num_pipeline_repeats", s.virtual_stages), ("num_pipeline_microbatches", m)]
-        if model.layers % stages:
+        if piped % stages:
             keys.append(("pipeline_parallel_layers", per * stages))
-        if m % s.pp:
-            notes.append(f"MaxText wants the micro-batches ({m}) to be a multiple of the stages ({s.pp})")
         keys += [("per_device_batch_size", _number(s.effective_global_batch / devices)), ("gradient_accumulation_steps", 1)]
     else:
         keys += [("per_device_batch_size", _number(s.effective_global_batch / (devices * m))), ("gradient_accumulation_steps", m)]
@@ -170,20 +249,58 @@ def render(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int) -> tup
     return text, notes
 
 
-def _model_keys(m: ModelSpec) -> list[tuple[str, object]]:
+def model_keys(m: ModelSpec, arch: Architecture) -> list[tuple[str, object]]:
+    """The model as MaxText's keys (base.yml): the spec's shape and the architecture's fields."""
     keys: list[tuple[str, object]] = [
+        ("decoder_block", DECODERS[arch.family]),
         ("base_emb_dim", m.hidden), ("base_num_query_heads", m.heads), ("base_num_kv_heads", m.n_kv_heads),
-        ("base_mlp_dim", m.ffn), ("base_num_decoder_layers", m.layers), ("head_dim", m.d_head), ("vocab_size", m.vocab),
-        ("mlp_activations", ["silu", "linear"] if m.gated_mlp else ["gelu"]), ("logits_via_embedding", m.tied_embeddings),
-        ("enable_dropout", m.dropout),
+        ("base_mlp_dim", m.ffn), ("base_num_decoder_layers", m.layers), ("vocab_size", m.vocab),
+        ("mlp_activations", ["silu", "linear"] if arch.gated else ["gelu"]), ("logits_via_embedding", m.tied_embeddings),
+        ("enable_dropout", m.dropout), ("normalization_layer_epsilon", arch.norm_eps),
     ]
+    if not m.is_mla:
+        keys.append(("head_dim", m.d_head))
+    rope = arch.rope
+    if rope is None:
+        keys.append(("trainable_position_size", m.seq_len))  # learned positions (the gpt3 decoder)
+    else:
+        keys.append(("rope_max_timescale", _plain(rope.theta)))
+        if rope.scaling == "llama3":
+            keys.append(("rope_type", "llama3.1"))
+        elif rope.scaling == "yarn":
+            keys += [("rope_type", "yarn"), ("rope_factor", _plain(rope.factor)), ("original_max_position_embeddings", rope.original_positions),
+                     ("beta_fast", _plain(rope.beta_fast)), ("beta_slow", _plain(rope.beta_slow)), ("mscale", _plain(rope.mscale))]
+    if arch.qk_norm:
+        keys.append(("use_qk_norm", True))
+    if arch.qkv_bias:
+        keys.append(("attention_bias", True))
     if m.is_moe:
-        keys += [("num_experts", m.experts), ("num_experts_per_tok", m.top_k), ("base_moe_mlp_dim", m.expert_ffn),
-                 ("first_num_dense_layers", m.dense_layers), ("shared_experts", m.shared_experts)]
+        keys += [("num_experts", m.experts), ("num_experts_per_tok", m.top_k), ("base_moe_mlp_dim", m.expert_ffn)]
+        if m.dense_layers:
+            keys.append(("first_num_dense_layers", m.dense_layers))
+        if m.shared_experts:
+            keys.append(("shared_experts", m.shared_experts))
+        if arch.router == "sigmoid":
+            keys.append(("routed_score_func", "sigmoid"))
+        if arch.expert_bias:
+            keys.append(("routed_bias", True))
+        if arch.routed_scale != 1:
+            keys.append(("routed_scaling_factor", _plain(arch.routed_scale)))
+        if m.expert_groups:
+            keys += [("n_routing_groups", m.expert_groups), ("topk_routing_group", m.groups_per_token)]
+        if arch.family == "qwen3_moe":
+            keys.append(("norm_topk_prob", arch.topk_norm))
     if m.is_mla:
         keys += [("attention_type", "mla"), ("q_lora_rank", m.q_lora_rank), ("kv_lora_rank", m.kv_lora_rank),
                  ("qk_nope_head_dim", m.qk_nope_head_dim), ("qk_rope_head_dim", m.qk_rope_head_dim), ("v_head_dim", m.v_head_dim)]
+    if m.mtp_depth:
+        keys.append(("mtp_num_layers", m.mtp_depth))
     return keys
+
+
+def _plain(x: float) -> int | float:
+    """A model number as written: 500000, not 500000.0."""
+    return int(x) if float(x).is_integer() else x
 
 
 def _number(x: float) -> int | float:
@@ -199,4 +316,7 @@ def _yaml(v: object) -> str:
         return f'"{v}"'
     if isinstance(v, list):
         return "[" + ", ".join(_yaml(x) for x in v) + "]"
+    if isinstance(v, float) and "e" in repr(v) and "." not in repr(v).split("e")[0]:
+        mantissa, exponent = repr(v).split("e")
+        return f"{mantissa}.0e{exponent}"  # YAML 1.1 reads 1e-06 as a string, 1.0e-06 as a float
     return str(v)

@@ -23,12 +23,28 @@ What Megatron-LM's layout can hold:
   (`--expert-tensor-parallel-size 1`), the all-to-all overlapped with another micro-batch by
   `--overlap-moe-expert-parallel-comm`;
 - TP communication overlap by `--tp-comm-overlap`; fp8 by `--fp8-format hybrid`.
+
+What Megatron-LM checks before it trains (megatron/training/arguments.py, validate_args; the
+issue that found these ran it at commit d98e8a6):
+- TP or CP on a GPU before Blackwell (compute capability < 10), without FSDP and without the
+  expert all-to-all overlap, asserts CUDA_DEVICE_MAX_CONNECTIONS=1 in the environment;
+- Megatron FSDP asserts CUDA_DEVICE_MAX_CONNECTIONS is unset or > 1, and `--ckpt-format
+  fsdp_dtensor`;
+- `--moe-grouped-gemm` asserts bf16.
+The job script sets the environment accordingly; tests/interop/test_megatron.py holds these rules.
+
+The model's own fields (rope base and scaling, norm and epsilon, QK norm, biases, the router's
+score function, expert bias and scaling) come from `architecture`; MoE layers run the
+all-to-all token dispatcher the plan prices, with grouped GEMM. A part Megatron-LM has no flag
+for is refused by name (`check_model`).
 """
 
 from __future__ import annotations
 
 import shlex
 
+from bandwise.errors import BandwiseError
+from bandwise.export.architecture import Architecture, refusals
 from bandwise.export.common import TORCHRUN, Adapted, script_head, stage_layers
 from bandwise.specs.hardware import Cluster
 from bandwise.specs.model import ModelSpec
@@ -45,7 +61,7 @@ SEARCHES: tuple[dict[str, object], ...] = (
 schedules or none, over the distributed optimizer."""
 
 
-def adapt(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int) -> Adapted:
+def adapt(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int, arch: Architecture | None = None) -> Adapted:
     changes: list[str] = []
     if s.pp > 1 and s.schedule in NEAREST_SCHEDULE:
         to = NEAREST_SCHEDULE[s.schedule]
@@ -59,6 +75,16 @@ def adapt(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int) -> Adap
         changes.append("ZeRO-2: Megatron's distributed optimizer shards optimizer states and master weights but keeps the "
                        "whole gradient buffer (ZeRO-1)")
         s = s.replace(zero_stage=1)
+    if s.overlap_ep:
+        # megatron/core/transformer/transformer_config.py, __post_init__ (overlap_moe_expert_parallel_comm)
+        why = ("a pipeline without virtual stages" if s.pp > 1 and s.virtual_stages == 1 else
+               "full recomputation" if s.recompute == "full" else
+               f"{model.mtp_depth} MTP layers" if model.mtp_depth > 1 else
+               "an MTP layer without a pipeline" if model.mtp_depth == 1 and s.pp == 1 else
+               "no expert parallelism" if s.ep == 1 else "")
+        if why:
+            changes.append(f"expert all-to-all overlap with {why}: Megatron-Core refuses the combination; not overlapped")
+            s = s.replace(overlap_ep=False)
     return Adapted(s, changes)
 
 
@@ -74,9 +100,71 @@ def stage_layout(model: ModelSpec, pp: int, virtual: int) -> str | None:
     return "|".join(words)
 
 
-def render(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int) -> tuple[str, list[str]]:
+ARCH_MAJOR: dict[str, int] = {
+    # CUDA compute capability major of the preset GPUs (NVIDIA's CUDA GPU list); Megatron-LM reads
+    # it as get_device_arch_version(). ROCm reports 9 for MI300-series gfx942/gfx950 parts.
+    "a100": 8, "h100": 9, "h800": 9, "h200": 9, "b200": 10, "b300": 10, "gb200": 10, "gb300": 10, "mi300": 9, "mi325": 9, "mi355": 9,
+}
+
+
+def arch_major(cluster: Cluster) -> int | None:
+    """The device's compute capability major, or None for a device this table does not know."""
+    name = "".join(ch for ch in cluster.device.name.lower() if ch.isalnum())
+    return next((v for k, v in sorted(ARCH_MAJOR.items(), key=lambda kv: -len(kv[0])) if name.startswith(k)), None)
+
+
+def max_connections(cluster: Cluster, s: Strategy) -> str | None:
+    """What the job does with CUDA_DEVICE_MAX_CONNECTIONS: '1' to set it, 'unset', or None (no rule).
+
+    megatron/training/arguments.py, validate_args: with TP > 1 or CP > 1 on compute capability < 10,
+    it asserts the variable is 1 unless Megatron FSDP or the expert all-to-all overlap is on (then
+    it only warns); Megatron FSDP asserts it is not 1. A device of unknown capability is treated
+    as one before Blackwell, where 1 is required and nowhere refused without FSDP."""
+    if s.dp_shard > 1:
+        return "unset"
+    major = arch_major(cluster)
+    if (s.tp > 1 or s.cp > 1) and (major is None or major < 10) and not s.overlap_ep:
+        return "1"
+    return None
+
+
+def check_model(model: ModelSpec, arch: Architecture | None) -> None:
+    """Refuse, in one line naming the field, a model whose job Megatron-LM cannot state."""
+    out = refusals(model, arch)
+    if arch is not None:
+        rope = arch.rope
+        if rope is not None and not float(rope.theta).is_integer():
+            out.append(f"rope_theta={rope.theta:g}: Megatron-LM's --rotary-base takes an integer")
+        if rope is not None and rope.scaling == "llama3" and (rope.low_freq_factor, rope.high_freq_factor, rope.original_positions) != (1, 4, 8192):
+            # megatron/core/models/common/embeddings/rotary_pos_embedding.py, RotaryEmbedding._apply_scaling
+            out.append(f"rope_scaling (low_freq_factor {rope.low_freq_factor:g}, high_freq_factor {rope.high_freq_factor:g}, "
+                       f"original {rope.original_positions}): Megatron applies Llama 3.1 scaling with 1, 4 and 8192 only")
+        if rope is not None and rope.scaling == "yarn" and not model.is_mla:
+            out.append("rope_scaling yarn: Megatron-LM applies YaRN to multi-latent attention only (--rope-type)")
+        if rope is not None and rope.scaling == "yarn" and model.is_mla:
+            # MLATransformerConfig's defaults; Megatron-LM has flags for the factor and the two mscales only
+            for name, value, default in (("beta_fast", rope.beta_fast, 32), ("beta_slow", rope.beta_slow, 1),
+                                         ("original_max_position_embeddings", rope.original_positions, 4096)):
+                if value != default:
+                    out.append(f"rope_scaling.{name}={value:g}: Megatron-LM has no flag for it and MLATransformerConfig "
+                               f"fixes {default}")
+        if arch.router == "sigmoid" and not arch.topk_norm and model.top_k > 1:
+            out.append("norm_topk_prob=false with sigmoid scores: Megatron's sigmoid router always renormalizes the top-k")
+        if arch.router == "softmax" and model.top_k == 1 and arch.topk_norm:
+            out.append("top-1 routing with weight 1: Megatron needs --moe-router-pre-softmax at top-1, which weights the "
+                       "expert by its softmax probability")
+        if not arch.gated and arch.rope is not None:
+            out.append("a GELU MLP with rotary positions: not a Megatron-LM GPT block this export writes")
+    if out:
+        raise BandwiseError(f"megatron cannot run {model.name} as planned: {out[0]}; export to another engine")
+
+
+def render(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int,
+           arch: Architecture | None = None) -> tuple[str, list[str]]:
     notes: list[str] = []
-    args: list[tuple[str, object]] = _model_args(model)
+    check_model(model, arch)
+    assert arch is not None
+    args: list[tuple[str, object]] = _model_args(model, arch)
     args += [("tensor-model-parallel-size", s.tp), ("pipeline-model-parallel-size", s.pp), ("context-parallel-size", s.cp)]
     if s.tp > 1:
         args.append(("sequence-parallel", None))
@@ -93,7 +181,9 @@ def render(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int) -> tup
     args += [("micro-batch-size", s.micro_batch), ("global-batch-size", s.effective_global_batch)]
     if s.dp_shard > 1:
         # Megatron FSDP v1 runs on the distributed optimizer (arguments.py turns it on when missing)
-        args += [("use-megatron-fsdp", None), ("data-parallel-sharding-strategy", "optim_grads_params"), ("use-distributed-optimizer", None)]
+        # and saves only the fsdp_dtensor checkpoint format (validate_args asserts it)
+        args += [("use-megatron-fsdp", None), ("data-parallel-sharding-strategy", "optim_grads_params"), ("use-distributed-optimizer", None),
+                 ("ckpt-format", "fsdp_dtensor")]
     elif s.zero_stage == 1:
         args.append(("use-distributed-optimizer", None))
     if s.overlap_dp and s.dp > 1:
@@ -114,7 +204,13 @@ def render(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int) -> tup
         args.append(("tp-comm-overlap", None))
     if cluster.levels[0].is_torus:
         notes.append(f"Megatron-LM runs on GPUs; {cluster.device.name} is not one: the layout is exported as planned")
-    lines = script_head(devices) + ["ARGS=("]
+    lines = script_head(devices)
+    connections = max_connections(cluster, s)
+    if connections == "1":
+        lines.append("export CUDA_DEVICE_MAX_CONNECTIONS=1  # TP or CP before Blackwell: Megatron-LM's validate_args asserts it")
+    elif connections == "unset":
+        lines.append("unset CUDA_DEVICE_MAX_CONNECTIONS  # Megatron FSDP: validate_args asserts it is unset or > 1")
+    lines.append("ARGS=(")
     for k, v in args:
         if v is None:
             lines.append(f"  --{k}")
@@ -130,9 +226,13 @@ def render(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int) -> tup
     return "\n".join(lines) + "\n", notes
 
 
-def _model_args(m: ModelSpec) -> list[tuple[str, object]]:
-    """The model's shape as Megatron-LM flags, from the model spec. Llama-style (gated MLP) models
-    take RoPE, RMSNorm and no biases; the others GPT-style learned positions, LayerNorm and biases."""
+def _model_args(m: ModelSpec, arch: Architecture) -> list[tuple[str, object]]:
+    """The model as Megatron-LM flags: the spec's shape and the architecture's fields. Generated
+    flags are TransformerConfig fields (qk_layernorm, add_qkv_bias, normalization, layernorm_epsilon
+    as --norm-epsilon, the moe_router_* fields, moe_token_dispatcher_type, moe_grouped_gemm);
+    --rotary-base, --use-rope-scaling, --rope-scaling-factor, --rope-type, --rotary-scaling-factor,
+    --mscale and --mscale-all-dim are Megatron-LM's own (arguments.py), the last four copied into
+    MLATransformerConfig's same-named fields."""
     a: list[tuple[str, object]] = [
         ("num-layers", m.layers), ("hidden-size", m.hidden), ("ffn-hidden-size", m.ffn), ("num-attention-heads", m.heads),
         ("seq-length", m.seq_len), ("max-position-embeddings", m.seq_len), ("vocab-size", m.vocab),
@@ -147,8 +247,26 @@ def _model_args(m: ModelSpec) -> list[tuple[str, object]]:
             a += [("group-query-attention", None), ("num-query-groups", m.n_kv_heads)]
         if m.d_head != m.hidden // m.heads:
             a.append(("kv-channels", m.d_head))
-    if m.gated_mlp:
-        a += [("swiglu", None), ("position-embedding-type", "rope"), ("normalization", "RMSNorm"), ("disable-bias-linear", None)]
+    if arch.gated:
+        a.append(("swiglu", None))
+    rope = arch.rope
+    if rope is None:
+        a.append(("position-embedding-type", "learned_absolute"))
+    else:
+        a += [("position-embedding-type", "rope"), ("rotary-base", int(rope.theta))]
+        if rope.scaling == "llama3":
+            a += [("use-rope-scaling", None), ("rope-scaling-factor", _num(rope.factor))]
+        if m.is_mla:  # Megatron-LM's MLA takes YaRN unless told otherwise
+            a.append(("rope-type", rope.scaling or "rope"))
+            if rope.scaling == "yarn":
+                a += [("rotary-scaling-factor", _num(rope.factor)), ("mscale", _num(rope.mscale)), ("mscale-all-dim", _num(rope.mscale_all_dim))]
+    a += [("normalization", arch.norm), ("norm-epsilon", _num(arch.norm_eps))]
+    if arch.qk_norm:
+        a.append(("qk-layernorm", None))
+    if not arch.bias:
+        a.append(("disable-bias-linear", None))
+        if arch.qkv_bias:
+            a.append(("add-qkv-bias", None))
     if not m.tied_embeddings:
         a.append(("untie-embeddings-and-output-weights", None))
     if not m.dropout:
@@ -157,13 +275,29 @@ def _model_args(m: ModelSpec) -> list[tuple[str, object]]:
         a += [("num-experts", m.experts), ("moe-router-topk", m.top_k), ("moe-ffn-hidden-size", m.expert_ffn)]
         if m.shared_experts:
             a.append(("moe-shared-expert-intermediate-size", m.shared_experts * m.shared_ffn))
+            if arch.shared_expert_gate:
+                a.append(("moe-shared-expert-gate", None))
         if m.dense_layers:
             a.append(("moe-layer-freq", f"[0]*{m.dense_layers}+[1]*{m.layers - m.dense_layers}"))
         if m.expert_groups:
             a += [("moe-router-num-groups", m.expert_groups), ("moe-router-group-topk", m.groups_per_token)]
+        if arch.router == "sigmoid":
+            a.append(("moe-router-score-function", "sigmoid"))
+        elif not arch.topk_norm or m.top_k == 1:  # softmax over every expert, then the top-k (not renormalized)
+            a.append(("moe-router-pre-softmax", None))
+        if arch.expert_bias:
+            a.append(("moe-router-enable-expert-bias", None))
+        if arch.routed_scale != 1:
+            a.append(("moe-router-topk-scaling-factor", _num(arch.routed_scale)))
+        # the all-to-all the plan prices (Megatron-Core's default is all-gather), over grouped GEMMs
+        a += [("moe-token-dispatcher-type", "alltoall"), ("moe-grouped-gemm", None)]
     if m.mtp_depth:
         a.append(("mtp-num-layers", m.mtp_depth))
     return a
+
+
+def _num(x: float) -> str:
+    return f"{x:g}"
 
 
 def arguments(text: str) -> list[str]:

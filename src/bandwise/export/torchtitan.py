@@ -18,12 +18,25 @@ torchtitan/distributed/parallel_dims.py):
 - float8 only through a config's model converters (Float8LinearConverter), not a flag;
 - async TP behind `compile.enable_async_tensor_parallel`; no flag overlaps an MoE all-to-all with
   another micro-batch's compute.
+
+A model is set only by a config function: the command line has no model fields
+(torchtitan/trainer.py, Trainer.Config.model_spec is `tyro.conf.Suppress`). So the export names
+one of TorchTitan's own functions (`CONFIGS`) only for the preset that function builds, in shape
+and architecture (`architecture.is_preset`), and refuses any other model, naming how it differs.
+
+Trainer.Config.__post_init__ (torchtitan/trainer.py, _validate_cuda_graphs) refuses CUDA graphs
+with pipeline parallelism, and with expert parallelism over a token dispatcher that synchronizes
+with the CPU (the standard one every config here uses): the export turns them off
+(`--training.disable-cuda-graphs`, TrainingConfig.disable_cuda_graphs in
+torchtitan/config/configs.py) in both cases.
 """
 
 from __future__ import annotations
 
 import shlex
 
+from bandwise.errors import BandwiseError
+from bandwise.export.architecture import Architecture, differences, is_preset
 from bandwise.export.common import TORCHRUN, Adapted, script_head, stage_layers
 from bandwise.specs.hardware import Cluster
 from bandwise.specs.model import ModelSpec
@@ -38,12 +51,21 @@ CONFIGS: dict[str, dict[str, tuple[str, str]]] = {
     "deepseek-v3": {"bf16": ("deepseek_v3", "deepseek_v3_671b"), "fp8": ("deepseek_v3", "deepseek_v3_671b_float8")},
 }
 
+DEPARTURES: dict[str, dict[str, float]] = {
+    # preset: the architecture fields where TorchTitan's config departs from the model's source,
+    # told in the job's notes: deepseek_v3_671b builds its RMSNorms with eps 1e-5
+    # (torchtitan/models/deepseek_v3/__init__.py sets none: RMSNorm.Config defaults to 1e-5 in
+    # torchtitan/models/common/nn_modules.py), DeepSeek-V3's
+    # config.json has 1e-6
+    "deepseek-v3": {"norm_eps": 1e-5},
+}
+
 SEARCHES: tuple[dict[str, object], ...] = ({"zero_stage": 0, "dp_replicate": 1}, {"zero_stage": 0})
 """Searches for the best layout TorchTitan expresses when the plan's is not one: FSDP, then HSDP
 or DDP; no ZeRO-1/2."""
 
 
-def adapt(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int) -> Adapted:
+def adapt(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int, arch: Architecture | None = None) -> Adapted:
     changes: list[str] = []
     reasons = [why for cond, why in (
         (s.zero_stage in (1, 2), f"ZeRO-{s.zero_stage} over DP{s.dp_replicate}: TorchTitan has no ZeRO-1/2"),
@@ -61,7 +83,7 @@ def adapt(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int) -> Adap
         changes.append("expert all-to-all overlapped with another micro-batch's compute: no TorchTitan flag does this; not overlapped")
         s = s.replace(overlap_ep=False)
     forced: list[str] = []
-    configs = CONFIGS.get(model.name, {})
+    configs = CONFIGS.get(is_preset(model, arch) or "", {})  # check_model refuses any model but these presets
     if configs and s.precision not in configs:
         other = next(iter(configs))
         _, fn = configs[other]
@@ -93,12 +115,30 @@ def stage_modules(layers: int, stages: int) -> list[list[str]]:
     return parts
 
 
-def render(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int) -> tuple[str, list[str]]:
+def check_model(model: ModelSpec, arch: Architecture | None) -> None:
+    """Refuse, in one line, a model no TorchTitan config function builds."""
+    preset = is_preset(model, arch)
+    if preset in CONFIGS:
+        return
+    own = ", ".join(fn for by in CONFIGS.values() for _, fn in by.values())
+    if model.name.lower() in CONFIGS:
+        diff = differences(model, arch, model.name)
+        raise BandwiseError(f"torchtitan cannot run this {model.name}: it is not the preset TorchTitan's config builds "
+                            f"({'; '.join(diff[:4])}), and TorchTitan takes a model only from a Python config function "
+                            f"(Trainer.Config.model_spec is not a command-line field); export to megatron or maxtext")
+    raise BandwiseError(f"torchtitan cannot run {model.name}: TorchTitan takes a model only from a Python config function "
+                        f"(Trainer.Config.model_spec is not a command-line field) and ships one only for {own}; "
+                        f"export to megatron or maxtext")
+
+
+def render(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int,
+           arch: Architecture | None = None) -> tuple[str, list[str]]:
     notes: list[str] = []
-    module, fn = CONFIGS.get(model.name, {}).get(s.precision, ("$MODULE", "$CONFIG"))
-    if module == "$MODULE":
-        notes.append(f"TorchTitan ships no config for {model.name}: set MODULE and CONFIG to a config function of yours "
-                     f"(a module with a function returning Trainer.Config); the flags below set only the layout")
+    check_model(model, arch)
+    preset = is_preset(model, arch) or ""
+    module, fn = CONFIGS[preset][s.precision]
+    for field, value in DEPARTURES.get(preset, {}).items():
+        notes.append(f"TorchTitan's {fn} sets {field} {value:g}, where {model.name}'s source has {getattr(arch, field):g}")
     if s.recompute == "selective":
         notes.append("TorchTitan's selective recomputation is per-op (it keeps every other matmul output), not the "
                      "attention-core recomputation the plan costs: memory and step time differ from the prediction")
@@ -135,18 +175,17 @@ def render(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int) -> tup
         ("training.seq-len", model.seq_len),
         ("training.mixed-precision-param", "bfloat16"),
     ]
+    if s.pp > 1 or s.ep > 1:  # Trainer.Config._validate_cuda_graphs (torchtitan/trainer.py)
+        flags.append(("training.disable-cuda-graphs", None))
     if s.overlap_tp and s.tp > 1:
         flags += [("compile.enable", None), ("compile.enable-async-tensor-parallel", None)]
     else:
         flags.append(("compile.no-enable-async-tensor-parallel", None))
     lines = script_head(devices)
-    if module == "$MODULE":
-        lines += ['MODULE="${MODULE:?set MODULE, the module holding your config function}"',
-                  'CONFIG="${CONFIG:?set CONFIG, your config function}"']
     lines += [
         TORCHRUN,
         "  -m torchtitan.train \\",
-        f"  --module {_word(module)} --config {_word(fn)} \\",
+        f"  --module {shlex.quote(module)} --config {shlex.quote(fn)} \\",
     ]
     lines += [f"  --{k} \\" if v is None else f"  --{k} {_words(v)} \\" for k, v in flags]
     lines.append(f"  activation-checkpoint:{s.recompute}")  # TorchTitan's policies carry bandwise's names: none, selective, full
@@ -155,10 +194,6 @@ def render(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int) -> tup
 
 def _words(v: object) -> str:
     return " ".join(shlex.quote(x) for x in v) if isinstance(v, list) else shlex.quote(str(v))
-
-
-def _word(text: str) -> str:
-    return f'"{text}"' if text.startswith("$") else shlex.quote(text)
 
 
 def arguments(text: str) -> list[str]:

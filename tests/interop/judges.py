@@ -1,0 +1,575 @@
+"""The engines' own checks of an emitted job, shared by the interop tests.
+
+- TorchTitan 0.3.0 (installed): ConfigManager.parse_args builds Trainer.Config, whose
+  __post_init__ runs its checks (torchtitan/trainer.py); ParallelDims.from_config checks the
+  degrees against the world size; Trainer.__init__'s sequence-length rule and the pipeline
+  code's stage count are run as TorchTitan runs them; the config's model is compared with the
+  model planned.
+- Megatron-Core 0.16.1 (installed): TransformerConfig (or MLATransformerConfig) and
+  DistributedDataParallelConfig are built from the flags; their __post_init__ checks run. The
+  rules of Megatron-LM's megatron/training/arguments.py validate_args, which is not in the
+  package, are written out here (`validate_args_rules`), each citing it.
+- MaxText 0.2.5 (its wheel, not installable here): `maxtext_config.py` runs MaxText's own config
+  validation in a process of its own.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import dataclasses
+import functools
+import io
+import json
+import math
+import re
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+from unittest import mock
+
+from bandwise.export import megatron as mg
+from bandwise.export import torchtitan as tt
+from bandwise.export.architecture import Architecture
+from bandwise.specs.hardware import Cluster
+from bandwise.specs.model import ModelSpec
+from bandwise.specs.strategy import Strategy
+
+HERE = Path(__file__).parent
+
+
+def bandwise(*args: str) -> tuple[int, str, str]:
+    """`bandwise args` as a user runs it, in this process: (exit code, stdout, stderr)."""
+    from bandwise.cli.main import main
+
+    out, err = io.StringIO(), io.StringIO()
+    code = 0
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            main(list(args))
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+    return code, out.getvalue(), err.getvalue()
+
+
+# ---------------------------------------------------------------- TorchTitan
+
+def torchtitan_config(text: str) -> Any:
+    """Trainer.Config from the emitted command, by TorchTitan's ConfigManager.parse_args (tyro
+    builds the config, so Trainer.Config.__post_init__ runs); AssertionError with TorchTitan's
+    message when it refuses. TorchTitan's float8 config (llama3_405b) builds its converter at
+    parse time, which refuses a machine without an SM89+ GPU: the layout is what is checked here,
+    so the converter is told it runs on an H100."""
+    from torchtitan.components.quantization import float8
+    from torchtitan.config.manager import ConfigManager
+
+    err = io.StringIO()
+    with mock.patch.object(float8, "has_cuda_capability", lambda major, minor: (9, 0) >= (major, minor)), \
+            contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        try:
+            return ConfigManager().parse_args(tt.arguments(text))
+        except SystemExit:  # tyro's report: a title, the message, "For full helptext, ..."
+            text = err.getvalue()
+            start = max(text.rfind("Error parsing"), text.rfind("Unrecognized"), text.rfind("error"))
+            end = text.find("For full helptext", start)
+            words = re.sub(r"[│╭╮╰╯─-]{3,}|[│╭╮╰╯]", " ", text[start:end if end > 0 else None])
+            raise AssertionError(f"TorchTitan refuses the command: {' '.join(words.split())[:600]}") from None
+
+
+def torchtitan_layout(cfg: Any, model: ModelSpec, devices: int) -> Any:
+    """TorchTitan's checks of a parsed config's layout before it builds the model: ParallelDims
+    against the world size, Trainer.__init__'s sequence rule, the pipeline's stage count; and the
+    model the config builds against the model planned. Returns the ParallelDims."""
+    from torchtitan.distributed import parallel_dims, pipeline_parallel
+
+    p, t = cfg.parallelism, cfg.training
+    dims = parallel_dims.ParallelDims.from_config(p, world_size=devices)  # asserts dp·cp·tp·pp = world
+    assert (dims.dp_shard * dims.cp * dims.tp) % dims.ep == 0  # the sparse mesh's efsdp (parallel_dims.py)
+    # Trainer.__init__ (torchtitan/trainer.py): the sequence divides over TP (with SP) and 2·CP
+    divisor = (dims.tp if p.enable_sequence_parallel else 1) * (2 * dims.cp if dims.cp > 1 else 1)
+    assert t.seq_len % divisor == 0, f"training.seq_len {t.seq_len} is not divisible by {divisor}"
+    assert t.seq_len == model.seq_len
+    if p.pipeline_parallel_degree > 1:
+        assert t.disable_cuda_graphs  # Trainer.Config._validate_cuda_graphs has passed it
+        stand_in = SimpleNamespace(layers=[None] * model.layers)  # all the stage count reads of the model
+        pipeline_parallel._get_pipeline_metadata(dims, p, stand_in)  # its checks pass
+        parts = p.module_fqns_per_model_part
+        if parts is not None:  # the stages named module by module: every layer once
+            assert [m for part in parts for m in part if m.startswith("layers.")] == [f"layers.{i}" for i in range(model.layers)]
+    assert_torchtitan_model(cfg, model)
+    return dims
+
+
+def judge_torchtitan(text: str, model: ModelSpec, devices: int, s: Strategy) -> Any:
+    """Every check TorchTitan makes of the emitted command before it builds the model, and the
+    layout it holds is `s`; returns the config."""
+    from torch.distributed.pipelining.schedules import (
+        PipelineScheduleSingle,
+        get_schedule_class,
+    )
+    from torchtitan.distributed import pipeline_parallel
+
+    cfg = torchtitan_config(text)
+    p, t = cfg.parallelism, cfg.training
+    assert (p.data_parallel_replicate_degree, p.data_parallel_shard_degree, p.tensor_parallel_degree, p.context_parallel_degree,
+            p.pipeline_parallel_degree, p.expert_parallel_degree) == (s.dp_replicate, s.dp_shard, s.tp, s.cp, s.pp, s.ep)
+    dims = torchtitan_layout(cfg, model, devices)
+    assert t.global_batch_size == s.effective_global_batch
+    if s.pp > 1:
+        assert p.pipeline_parallel_microbatch_size == s.micro_batch
+        assert t.local_batch_size // p.pipeline_parallel_microbatch_size == s.microbatches
+        schedule = get_schedule_class(p.pipeline_parallel_schedule)
+        assert schedule.__name__ == f"Schedule{s.schedule}"
+        per_rank = 1 if issubclass(schedule, PipelineScheduleSingle) else s.virtual_stages
+        stages, *_ = pipeline_parallel._get_pipeline_metadata(dims, p, SimpleNamespace(layers=[None] * model.layers))
+        parts = p.module_fqns_per_model_part
+        assert (stages if parts is None else len(parts)) == s.pp * per_rank
+        if parts is not None:
+            ranks = [pipeline_parallel._get_pp_rank_to_stage_indices_mapping(r, s.pp, p.pipeline_parallel_schedule, len(parts))
+                     for r in range(s.pp)]
+            assert sorted(i for r in ranks for i in r) == list(range(len(parts)))
+    else:
+        assert t.local_batch_size == s.micro_batch
+        assert t.global_batch_size // (t.local_batch_size * s.dp) == s.microbatches
+    ac = {"none": "NoneType", "selective": "SelectiveAC", "full": "FullAC"}[s.recompute]
+    got = type(cfg.activation_checkpoint).__qualname__.split(".")[0] if cfg.activation_checkpoint is not None else "NoneType"
+    assert got == ac
+    return cfg
+
+
+def assert_torchtitan_model(cfg: Any, model: ModelSpec) -> None:
+    """The model TorchTitan's config builds is the model planned: its shape, and its rope and norms
+    as the preset's architecture gives them."""
+    from bandwise.export.architecture import PRESETS
+
+    m = cfg.model_spec.model
+    assert len(m.layers) == model.layers, f"TorchTitan's config builds {len(m.layers)} layers, the plan {model.layers}"
+    assert (m.dim, m.vocab_size) == (model.hidden, model.vocab)
+    attention = m.layers[0].attention
+    assert attention.n_heads == model.heads
+    arch = PRESETS[_preset_name(model)]  # TorchTitan runs presets only
+    rope = attention.rope
+    assert math.isclose(rope.theta, arch.rope.theta), f"rope theta {rope.theta}, the model's {arch.rope.theta}"
+    assert rope.scaling == {"llama3": "llama", "yarn": "yarn", "": "none"}[arch.rope.scaling]
+    if arch.rope.scaling == "llama3":
+        assert (rope.scaling_factor, rope.low_freq_factor, rope.high_freq_factor, rope.original_max_position_embeddings) == (
+            arch.rope.factor, arch.rope.low_freq_factor, arch.rope.high_freq_factor, arch.rope.original_positions)
+    if arch.rope.scaling == "yarn":
+        assert (rope.rope_factor, rope.beta_fast, rope.beta_slow, rope.original_seq_len) == (
+            arch.rope.factor, arch.rope.beta_fast, arch.rope.beta_slow, arch.rope.original_positions)
+    eps = tt.DEPARTURES.get(_preset_name(model), {}).get("norm_eps", arch.norm_eps)  # a departure the job's notes tell
+    assert math.isclose(m.layers[0].attention_norm.eps, eps), f"norm eps {m.layers[0].attention_norm.eps}, the model's {eps}"
+    if model.is_moe:
+        router = m.layers[-1].moe.router
+        assert (router.num_experts, router.top_k, router.score_func, router.route_norm) == (
+            model.experts, model.top_k, arch.router, arch.topk_norm)
+        assert math.isclose(router.route_scale, arch.routed_scale)
+
+
+def _preset_name(model: ModelSpec) -> str:
+    from bandwise.specs.registry import model_presets
+
+    return next((n for n, p in model_presets().items() if dataclasses.replace(p, name="", source="", seq_len=1)
+                 == dataclasses.replace(model, name="", source="", seq_len=1)), "")
+
+
+# ---------------------------------------------------------------- Megatron
+
+@functools.cache
+def mcore() -> SimpleNamespace:
+    """Megatron-Core's config classes, imported on first use: the import takes 2-3 s (its fused
+    kernels are compiled at import), which collecting the suite need not pay."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "Transformer Engine and Apex are not installed": the configs need neither
+        from megatron.core.distributed import DistributedDataParallelConfig
+        from megatron.core.num_microbatches_calculator import (
+            ConstantNumMicroBatchesCalculator,
+        )
+        from megatron.core.transformer.transformer_config import (
+            MLATransformerConfig,
+            TransformerConfig,
+        )
+    return SimpleNamespace(TransformerConfig=TransformerConfig, MLATransformerConfig=MLATransformerConfig,
+                           DistributedDataParallelConfig=DistributedDataParallelConfig,
+                           ConstantNumMicroBatchesCalculator=ConstantNumMicroBatchesCalculator)
+
+
+EXCLUDED = {
+    # TransformerConfig fields Megatron-LM makes no generated flag for (arguments.py,
+    # _add_network_size_args, `exclude`, commit d98e8a6): set from other flags or not at all
+    "timers", "finalize_model_grads_func", "grad_scale_func", "moe_grad_scale_func", "mtp_grad_scale_func", "no_sync_func",
+    "grad_sync_func", "param_sync_func", "_cpu_offloading_context", "init_method", "output_layer_init_method",
+    "embedding_init_method", "activation_func", "experimental_attention_variant_loss_scale_func", "pipeline_model_parallel_layout",
+    "window_size", "window_attn_skip_freq", "no_rope_freq", "moe_layer_freq", "linear_attention_freq",
+    "moe_router_load_balancing_type", "moe_aux_loss_coeff", "cp_comm_type", "cuda_graph_modules", "cuda_graph_scope",
+    "virtual_pipeline_model_parallel_size", "params_dtype", "enable_autocast", "autocast_dtype",
+    "num_microbatches_with_partial_activation_checkpoints", "tp_comm_overlap_disable_qkv", "tp_comm_overlap_disable_fc1",
+    "pipeline_dtype", "variable_seq_lengths", "batch_p2p_comm", "batch_p2p_sync", "deallocate_pipeline_outputs", "cpu_offloading",
+    "cpu_offloading_activations", "cpu_offloading_weights", "cpu_offloading_double_buffering", "num_layers_in_first_pipeline_stage",
+    "num_layers_in_last_pipeline_stage", "softmax_scale", "gated_linear_unit", "bias_activation_fusion",
+    "activation_func_fp8_input_store", "test_mode", "memory_efficient_layer_norm", "fused_single_qkv_rope",
+    "fp8_dot_product_attention", "fp8_multi_head_attention", "tp_only_amax_red", "use_kitchen", "moe_token_dropping",
+    "cuda_graph_use_single_mempool", "cuda_graph_retain_backward_graph", "disable_parameter_transpose_cache",
+    "inference_sampling_seed", "use_inference_optimized_layers", "heterogeneous_block_specs", "hetereogenous_dist_checkpoint",
+    "quant_recipe", "tp_comm_atomic_ag", "tp_comm_atomic_rs", "moe_router_topk_limited_devices", "inference_rng_tracker",
+    "use_te_rng_tracker", "log_max_attention_logit", "barrier_with_L1_time", "num_moe_experts", "fp8_param", "fp4_param",
+    "gradient_accumulation_fusion", "overlap_p2p_comm", "attention_softmax_in_fp32", "masked_softmax_fusion", "persist_layer_norm",
+    "bias_dropout_fusion", "apply_rope_fusion", "mamba_training_ssm_states_dtype", "gtp_weight_remat_size",
+    "expert_gtp_weight_remat_size",
+}
+
+HAND_WRITTEN = {
+    # flag: (config, field, value or None to take the flag's value); config None: not a config field
+    "--swiglu": ("transformer", "gated_linear_unit", True),  # also activation_func = silu (below)
+    "--group-query-attention": (None, None, None),  # makes --num-query-groups count
+    "--num-experts": ("transformer", "num_moe_experts", None),
+    "--moe-layer-freq": ("transformer", "moe_layer_freq", None),  # a Python list expression
+    "--multi-latent-attention": (None, None, None),  # selects MLATransformerConfig
+    "--untie-embeddings-and-output-weights": (None, None, None),  # GPTModel(share_embeddings_and_output_weights=False)
+    "--position-embedding-type": (None, None, None),  # GPTModel argument
+    # the rope flags (arguments.py, _add_network_size_args): GPTModel(rotary_base=..., rope_scaling=...,
+    # rope_scaling_factor=...), and core_transformer_config_from_args copies the same-named
+    # arguments into MLATransformerConfig's rotary_base, rope_type, rotary_scaling_factor, mscale, mscale_all_dim
+    "--rotary-base": ("mla", "rotary_base", None),
+    "--use-rope-scaling": (None, None, None),
+    "--rope-scaling-factor": (None, None, None),
+    "--rope-type": ("mla", "rope_type", None),
+    "--rotary-scaling-factor": ("mla", "rotary_scaling_factor", None),
+    "--mscale": ("mla", "mscale", None),
+    "--mscale-all-dim": ("mla", "mscale_all_dim", None),
+    "--seq-length": (None, None, None),
+    "--max-position-embeddings": (None, None, None),
+    "--vocab-size": (None, None, None),  # the null tokenizer's size (TokenizerConfig)
+    "--micro-batch-size": (None, None, None),  # the micro-batch calculator (below)
+    "--global-batch-size": (None, None, None),
+    "--ckpt-format": (None, None, None),  # arguments.py, _add_checkpointing_args: torch, torch_dist, zarr, torch_dcp, fsdp_dtensor
+    "--q-lora-rank": ("transformer", "q_lora_rank", None),  # also MLATransformerConfig fields, same names
+    "--kv-lora-rank": ("transformer", "kv_lora_rank", None),
+    "--qk-head-dim": ("transformer", "qk_head_dim", None),
+    "--qk-pos-emb-head-dim": ("transformer", "qk_pos_emb_head_dim", None),
+    "--v-head-dim": ("transformer", "v_head_dim", None),
+    "--num-virtual-stages-per-pipeline-rank": ("transformer", "virtual_pipeline_model_parallel_size", None),
+    "--pipeline-model-parallel-layout": ("transformer", "pipeline_model_parallel_layout", None),
+    # the data-parallel flags; Megatron-LM copies same-named arguments into DistributedDataParallelConfig
+    "--use-distributed-optimizer": ("ddp", "use_distributed_optimizer", True),
+    "--overlap-grad-reduce": ("ddp", "overlap_grad_reduce", True),
+    "--overlap-param-gather": ("ddp", "overlap_param_gather", True),
+    "--data-parallel-sharding-strategy": ("ddp", "data_parallel_sharding_strategy", None),
+    "--use-megatron-fsdp": ("ddp", "use_megatron_fsdp", True),  # DistributedInitConfig's generated flag
+}
+
+CKPT_FORMATS = ("torch", "torch_dist", "zarr", "torch_dcp", "fsdp_dtensor")
+"""--ckpt-format's choices (megatron/training/arguments.py, _add_checkpointing_args)."""
+
+
+def _flags(cls: type, config: str) -> dict[str, tuple[str, str, object]]:
+    """ArgumentGroupFactory's flag names for a Megatron-Core config dataclass."""
+    table = {}
+    for f in dataclasses.fields(cls):
+        if f.name in EXCLUDED:
+            continue
+        meta = f.metadata.get("argparse_meta", {}) if f.metadata else {}
+        is_bool = f.type in (bool, "bool")
+        if "arg_names" in meta:
+            names = meta["arg_names"]
+        elif is_bool and f.default is True:
+            names = [f"--no-{f.name.replace('_', '-')}", f"--disable-{f.name.replace('_', '-')}"]
+        else:
+            names = [f"--{f.name.replace('_', '-')}"]
+        for n in names:
+            value = (not f.default) if is_bool else None
+            table[n] = (config, f.name, value)
+    return table
+
+
+@functools.cache
+def flags_table() -> dict[str, tuple]:
+    return {**_flags(mcore().TransformerConfig, "transformer"), **HAND_WRITTEN}
+
+
+def parse_flags(argv: list[str]) -> dict[str, list[str]]:
+    flags: dict[str, list[str]] = {}
+    i = 0
+    while i < len(argv):
+        name, values = argv[i], []
+        assert name.startswith("--"), f"stray value {name!r}"
+        i += 1
+        while i < len(argv) and not argv[i].startswith("--"):
+            values.append(argv[i])
+            i += 1
+        flags[name] = values
+    return flags
+
+
+def _value(text: str) -> object:
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return text
+
+
+def megatron_configs(flags: dict[str, list[str]]) -> tuple[Any, Any]:
+    """(TransformerConfig or MLATransformerConfig, DistributedDataParallelConfig) from the flags."""
+    import torch
+    import torch.nn.functional as F
+
+    table, m = flags_table(), mcore()
+    transformer: dict[str, object] = {}
+    ddp: dict[str, object] = {}
+    mla = "--multi-latent-attention" in flags
+    for name, values in flags.items():
+        assert name in table, f"{name} is not a Megatron-LM flag"
+        config, field, fixed = table[name]
+        if config is None or (config == "mla" and not mla):
+            continue
+        if fixed is not None:
+            value = fixed
+        elif name == "--moe-layer-freq":
+            value = _pattern(values[0])
+        elif field == "recompute_modules":
+            value = list(values)
+        else:
+            assert len(values) == 1, f"{name} takes one value, got {values}"
+            value = _value(values[0])
+        (ddp if config == "ddp" else transformer)[field] = value
+    if "--swiglu" in flags:
+        transformer["activation_func"] = F.silu
+    if "--bf16" in flags:  # arguments.py: params_dtype = bfloat16; core_transformer_config_from_args: pipeline_dtype = params_dtype
+        transformer["params_dtype"] = transformer["pipeline_dtype"] = torch.bfloat16
+    if "--group-query-attention" not in flags:
+        transformer.pop("num_query_groups", None)
+    if "--disable-bias-linear" not in flags:  # validate_args: "Keep the 'add bias' args in sync" (add_qkv_bias = True)
+        transformer["add_qkv_bias"] = True
+    cls = m.MLATransformerConfig if mla else m.TransformerConfig
+    known = {f.name for f in dataclasses.fields(cls)}
+    assert set(transformer) <= known, f"not fields of {cls.__name__}: {set(transformer) - known}"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return cls(**transformer), m.DistributedDataParallelConfig(**ddp)
+
+
+def _pattern(text: str) -> list[int]:
+    """--moe-layer-freq's list expression, "[0]*3+[1]*58", evaluated as Megatron-LM's moe_freq_type
+    does, but only over list literals and + and *."""
+    tree = ast.parse(text, mode="eval")
+    allowed = (ast.Expression, ast.BinOp, ast.List, ast.Constant, ast.Add, ast.Mult, ast.Load)
+    assert all(isinstance(n, allowed) for n in ast.walk(tree)), text
+    return eval(compile(tree, "<moe-layer-freq>", "eval"))
+
+
+def job_environment(text: str) -> dict[str, str | None]:
+    """The variables the job script sets (a value) or unsets (None) before torchrun."""
+    env: dict[str, str | None] = {}
+    for line in text.split("ARGS=(", 1)[0].splitlines():
+        if m := re.match(r"export (\w+)=(\S+)", line):
+            env[m[1]] = m[2]
+        elif m := re.match(r"unset (\w+)", line):
+            env[m[1]] = None
+    return env
+
+
+def validate_args_rules(flags: dict[str, list[str]], env: dict[str, str | None], arch_major: int | None, devices: int) -> None:
+    """The rules of Megatron-LM's validate_args (megatron/training/arguments.py at commit d98e8a6,
+    where issue 36 ran parse_args + validate_args; the branches as written in that function) that
+    the emitted flags and environment must pass. Megatron-Core 0.16.1 holds none of them as a
+    check (grep of the installed package): megatron/core/tensor_parallel/layers.py only warns when
+    CUDA_DEVICE_MAX_CONNECTIONS is not 1 under sequence parallelism, and
+    megatron/core/optimizer/distrib_optimizer.py refuses, at checkpoint time, a Megatron FSDP
+    state dict in any sharding type but fsdp_dtensor. A rule that fails raises AssertionError with
+    Megatron-LM's words."""
+    tp = int(flags.get("--tensor-model-parallel-size", ["1"])[0])
+    pp = int(flags.get("--pipeline-model-parallel-size", ["1"])[0])
+    cp = int(flags.get("--context-parallel-size", ["1"])[0])
+    fsdp = "--use-megatron-fsdp" in flags
+    connections = env.get("CUDA_DEVICE_MAX_CONNECTIONS")
+    # validate_args: "world size is not divisible by total_model_size"
+    assert devices % (tp * pp * cp) == 0, f"world size ({devices}) is not divisible by total_model_size ({tp * pp * cp})"
+    # validate_args: with TP or CP before Blackwell (get_device_arch_version() < 10), unless FSDP or
+    # the expert all-to-all overlap is on, "Using tensor model parallelism or context parallelism
+    # require setting the environment variable CUDA_DEVICE_MAX_CONNECTIONS to 1"
+    if (tp > 1 or cp > 1) and (arch_major is None or arch_major < 10) and not fsdp \
+            and "--overlap-moe-expert-parallel-comm" not in flags:
+        assert connections == "1", ("Using tensor model parallelism or context parallelism require setting the environment "
+                                    "variable CUDA_DEVICE_MAX_CONNECTIONS to 1")
+    if fsdp:
+        # validate_args, use_megatron_fsdp: "FSDP always requires CUDA_DEVICE_MAX_CONNECTIONS value
+        # large than one", and the fsdp_dtensor checkpoint format ("Megatron-FSDP requires the
+        # fsdp_dtensor checkpointing format" in the issue's run)
+        assert connections != "1", "FSDP always requires CUDA_DEVICE_MAX_CONNECTIONS value large than one"
+        assert flags.get("--ckpt-format") == ["fsdp_dtensor"], "Megatron-FSDP requires the fsdp_dtensor checkpointing format"
+    if "--ckpt-format" in flags:
+        assert flags["--ckpt-format"][0] in CKPT_FORMATS
+        if flags["--ckpt-format"] == ["fsdp_dtensor"]:  # validate_args: "only tested with Megatron FSDP"
+            assert fsdp, "--ckpt-format fsdp_dtensor is only tested with Megatron FSDP."
+    # validate_args: "Currently GroupedGEMM for MoE only supports bf16 dtype."
+    if "--moe-grouped-gemm" in flags:
+        assert "--bf16" in flags, "Currently GroupedGEMM for MoE only supports bf16 dtype."
+    # validate_args: sequence and positions
+    seq = int(flags["--seq-length"][0])
+    if cp > 1:
+        assert seq % (2 * cp) == 0, "seq-length should be a multiple of 2 * context-parallel-size if context-parallel-size > 1."
+    assert int(flags["--max-position-embeddings"][0]) >= seq
+    # validate_args: --overlap-param-gather needs the distributed optimizer (or FSDP) and --overlap-grad-reduce
+    if "--overlap-param-gather" in flags:
+        assert "--use-distributed-optimizer" in flags or fsdp
+        assert "--overlap-grad-reduce" in flags
+    # validate_args: a selective recompute takes no method; TP comm overlap needs sequence parallelism
+    if flags.get("--recompute-granularity") == ["selective"]:
+        assert "--recompute-method" not in flags
+    if "--tp-comm-overlap" in flags:
+        assert "--sequence-parallel" in flags
+    # validate_args: without a layout, the layers divide over the pipeline
+    if pp > 1 and "--pipeline-model-parallel-layout" not in flags:
+        assert int(flags["--num-layers"][0]) % pp == 0, "Number of layers should be divisible by the pipeline-model-parallel size"
+    if "--expert-model-parallel-size" in flags:
+        assert int(flags["--num-experts"][0]) % int(flags["--expert-model-parallel-size"][0]) == 0
+    # validate_args: --rotary-base is type=int
+    if "--rotary-base" in flags:
+        int(flags["--rotary-base"][0])
+
+
+def judge_megatron_text(text: str, model: ModelSpec, cluster: Cluster, devices: int, arch: Architecture | None) -> dict[str, list[str]]:
+    """validate_args' rules on the flags and the job's environment, Megatron-Core's configs built
+    from the flags, and the model they build against the model planned; returns the flags."""
+    flags = parse_flags(mg.arguments(text))
+    validate_args_rules(flags, job_environment(text), mg.arch_major(cluster), devices)
+    cfg, _ = megatron_configs(flags)
+    assert cfg.num_layers == model.layers and cfg.hidden_size == model.hidden and cfg.num_attention_heads == model.heads
+    if arch is not None:
+        assert_megatron_model(cfg, flags, model, arch)
+    return flags
+
+
+def megatron_degrees(text: str) -> tuple[int, int, int, int]:
+    """(TP, CP, PP, EP) of an emitted Megatron-LM job."""
+    flags = parse_flags(mg.arguments(text))
+    return tuple(int(flags.get(f"--{k}", ["1"])[0]) for k in ("tensor-model-parallel-size", "context-parallel-size",
+                                                                "pipeline-model-parallel-size", "expert-model-parallel-size"))
+
+
+def described(line: str) -> dict[str, int]:
+    """The degrees of a layout as bandwise describes it ("DP2·FSDP8·CP4·EP8 ..."), 1 where absent."""
+    words = line.split(": ", 1)[-1].split(",")[0]
+    return {k: int(v) for k, v in re.findall(r"\b(DP|FSDP|TP|CP|PP|EP)(\d+)", words)} | {
+        k: 1 for k in ("DP", "FSDP", "TP", "CP", "PP", "EP") if not re.search(rf"\b{k}\d", words)}
+
+
+def judge_megatron(text: str, model: ModelSpec, cluster: Cluster, devices: int, s: Strategy,
+                   arch: Architecture | None = None) -> tuple[Any, Any, dict[str, list[str]]]:
+    """Megatron-Core's configs built from the emitted flags, validate_args' rules on the flags and
+    the job's environment, the layout, and the model's fields; returns (config, ddp config, flags)."""
+    flags = parse_flags(mg.arguments(text))
+    validate_args_rules(flags, job_environment(text), mg.arch_major(cluster), devices)
+    cfg, ddp = megatron_configs(flags)  # each __post_init__ checks the layout against the model
+    assert (cfg.tensor_model_parallel_size, cfg.pipeline_model_parallel_size, cfg.context_parallel_size,
+            cfg.expert_model_parallel_size) == (s.tp, s.pp, s.cp, s.ep)
+    assert cfg.num_layers == model.layers and cfg.hidden_size == model.hidden and cfg.num_attention_heads == model.heads
+    assert cfg.sequence_parallel == (s.tp > 1)
+    if s.pp > 1:
+        layout = cfg.pipeline_model_parallel_layout
+        vpp = cfg.virtual_pipeline_model_parallel_size if layout is None else len(layout.layout[0])
+        assert (vpp or 1) == s.virtual_stages
+    dp = devices // (s.tp * s.pp * s.cp)
+    assert dp == s.dp
+    # Megatron's expert mesh: tp·cp·dp ranks hold ep·etp expert shards (parallel_state.initialize_model_parallel)
+    assert (s.tp * s.cp * dp) % (s.ep * (cfg.expert_tensor_parallel_size or s.tp)) == 0
+    micro = mcore().ConstantNumMicroBatchesCalculator(s.effective_global_batch, s.micro_batch, dp, None, 0)  # asserts it divides
+    assert micro.get() == s.microbatches
+    assert ddp.use_distributed_optimizer == (s.dp_shard > 1 or s.zero_stage == 1)
+    assert ddp.use_megatron_fsdp == (s.dp_shard > 1)
+    assert (cfg.recompute_granularity or "none") == s.recompute
+    assert (cfg.fp8 is not None) == (s.precision == "fp8")
+    if arch is not None:
+        assert_megatron_model(cfg, flags, model, arch)
+    return cfg, ddp, flags
+
+
+def assert_megatron_model(cfg: Any, flags: dict[str, list[str]], model: ModelSpec, arch: Architecture) -> None:
+    """The model Megatron builds from the flags is the model planned, field by field."""
+    rope = arch.rope
+    if rope is None:
+        assert flags["--position-embedding-type"] == ["learned_absolute"]
+    else:
+        assert flags["--position-embedding-type"] == ["rope"]
+        assert float(flags["--rotary-base"][0]) == rope.theta, f"rotary base {flags.get('--rotary-base')}, the model's {rope.theta:g}"
+        assert ("--use-rope-scaling" in flags) == (rope.scaling == "llama3")
+        if rope.scaling == "llama3":
+            assert float(flags["--rope-scaling-factor"][0]) == rope.factor
+        if model.is_mla:
+            assert cfg.rope_type == (rope.scaling or "rope") and cfg.rotary_base == rope.theta
+            if rope.scaling == "yarn":
+                assert (cfg.rotary_scaling_factor, cfg.mscale, cfg.mscale_all_dim, cfg.beta_fast, cfg.beta_slow,
+                        cfg.original_max_position_embeddings) == (rope.factor, rope.mscale, rope.mscale_all_dim, rope.beta_fast,
+                                                                  rope.beta_slow, rope.original_positions)
+    assert cfg.normalization == arch.norm and math.isclose(cfg.layernorm_epsilon, arch.norm_eps)
+    assert cfg.qk_layernorm == arch.qk_norm
+    assert cfg.add_bias_linear == arch.bias
+    assert cfg.add_qkv_bias == (arch.qkv_bias or arch.bias)  # validate_args: add_bias_linear sets add_qkv_bias
+    assert cfg.gated_linear_unit == arch.gated
+    if model.is_moe:
+        assert cfg.num_moe_experts == model.experts and cfg.moe_router_topk == model.top_k
+        assert cfg.moe_router_score_function == arch.router
+        assert cfg.moe_router_enable_expert_bias == arch.expert_bias
+        assert (cfg.moe_router_topk_scaling_factor or 1.0) == arch.routed_scale
+        assert cfg.moe_router_pre_softmax == (arch.router == "softmax" and (not arch.topk_norm or model.top_k == 1))
+        assert cfg.moe_token_dispatcher_type == "alltoall" and cfg.moe_grouped_gemm
+        assert cfg.moe_shared_expert_gate == arch.shared_expert_gate
+
+
+# ---------------------------------------------------------------- MaxText
+
+def maxtext_validate(root: Path, jobs: list[tuple[str, int]]) -> list[dict]:
+    """MaxText's own config validation (maxtext_config.py) of each (yaml text, devices), in one process."""
+    payload = json.dumps([{"yaml": text, "devices": n} for text, n in jobs])
+    run = subprocess.run([sys.executable, str(HERE / "maxtext_config.py"), str(root)], input=payload, capture_output=True,
+                         text=True, timeout=600, check=False)
+    assert run.returncode == 0, run.stderr[-2000:]
+    return json.loads(run.stdout)
+
+
+def judge_maxtext(cfg: dict, answer: dict, model: ModelSpec, devices: int, s: Strategy, arch: Architecture | None,
+                  files: dict) -> None:
+    """MaxText accepted the config (`answer`, from maxtext_validate) and resolved it to the planned
+    layout, batch and model; the static rules of the existing test (keys of base.yml, the mesh)."""
+    assert answer["ok"], f"MaxText refuses the config: {answer['error'][:1500]}"
+    got = answer["config"]
+    unknown = sorted(set(cfg) - files["keys"])
+    assert not unknown, f"not keys of MaxText's base.yml: {unknown}"
+    assert cfg.get("model_name", "default") in files["models"] | {"default"}
+    assert cfg["remat_policy"] in files["remat"]
+    axes = got["mesh_axes"]
+    ici = dict(zip(axes, got["ici_parallelism"]))
+    dcn = dict(zip(axes, got["dcn_parallelism"]))
+    degree = {a: ici[a] * dcn[a] for a in axes}
+    # create_device_mesh: the ICI degrees fill one slice, the DCN degrees count the slices
+    assert math.prod(ici.values()) * got["num_slices"] == devices and math.prod(dcn.values()) == got["num_slices"]
+    assert (degree["tensor"], degree["context"], degree["stage"], degree["expert"]) == (s.tp, s.cp, s.pp, s.ep)
+    assert degree["data"] == s.dp_replicate and degree["fsdp"] * degree["expert"] == s.dp_shard
+    assert got["global_batch_size_to_train_on"] == s.effective_global_batch
+    assert got["max_target_length"] == model.seq_len
+    assert got["shard_optimizer_over_data"] == (s.zero_stage == 1 and s.dp_shard == 1)
+    if s.pp > 1:
+        assert got["num_pipeline_microbatches"] == s.microbatches
+        assert got["num_pipeline_repeats"] == s.virtual_stages
+    assert got["num_decoder_layers"] == model.layers and got["emb_dim"] == model.hidden
+    assert (got["num_query_heads"], got["num_kv_heads"], got["vocab_size"]) == (model.heads, model.n_kv_heads, model.vocab)
+    if model.is_moe:
+        assert (got["num_experts"], got["num_experts_per_tok"], got["moe_mlp_dim"]) == (model.experts, model.top_k, model.expert_ffn)
+    if arch is not None:
+        assert math.isclose(got["normalization_layer_epsilon"], arch.norm_eps)
+        assert got["use_qk_norm"] == arch.qk_norm and got["attention_bias"] == arch.qkv_bias
+        if arch.rope is not None:
+            assert math.isclose(got["rope_max_timescale"], arch.rope.theta), f"rope {got['rope_max_timescale']}, the model's {arch.rope.theta:g}"
+            llama31 = got["rope_type"] == "llama3.1" or str(got["model_name"]).startswith("llama3.1")  # layers/attentions.py
+            assert llama31 == (arch.rope.scaling == "llama3")
+            if arch.rope.scaling == "yarn":
+                assert got["rope_type"] == "yarn" and math.isclose(got["rope_factor"], arch.rope.factor)
+        if model.is_moe and arch.router == "sigmoid":
+            assert got["routed_score_func"] == "sigmoid" and got["routed_bias"] == arch.expert_bias
+            assert math.isclose(got["routed_scaling_factor"], arch.routed_scale)
+            assert str(got["model_name"]).startswith(("deepseek3", "kimi-k2"))  # the router MaxText picks by name (layers/moe.py)
