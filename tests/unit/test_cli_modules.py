@@ -17,7 +17,7 @@ from bandwise.cli.main import app
 OWN_COMMANDS = {
     "plan": {"plan"},
     "estimate": {"estimate"},
-    "catalog": {"models", "clusters"},
+    "catalog": {"models", "clusters", "engines"},
     "schedule": {"schedule"},
     "validate": {"validate"},
     "train": {"train"},

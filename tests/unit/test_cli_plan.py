@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from bandwise.cli.main import main
+from bandwise.specs.registry import DEFAULT_ENGINE
 
 
 def run(argv: list[str], capsys) -> tuple[int, str, str]:
@@ -22,7 +23,8 @@ def test_plan_json_has_exactly_the_documented_keys(capsys):
     code, out, _ = run(["plan", "--model", "debug-moe", "--cluster", "h100", "--devices", "8", "--global-batch", "32", "--json", "--top", "3"], capsys)
     assert code == 0
     doc = json.loads(out)
-    assert set(doc) == {"searched", "fitting", "seconds", "narrowed", "best", "best_without_pp", "verdict", "validation", "top"}
+    assert set(doc) == {"searched", "fitting", "seconds", "narrowed", "best", "best_without_pp", "verdict", "validation", "engine", "top"}
+    assert doc["engine"] == DEFAULT_ENGINE  # the prices say which engine they assume
     assert set(doc["verdict"]) == {"needs_pp", "reason"} and isinstance(doc["verdict"]["needs_pp"], bool)
     assert len(doc["top"]) == 3 and doc["top"][0] == doc["best"]
     est = doc["best"]["estimate"]
@@ -37,7 +39,7 @@ def test_estimate_json_is_one_layout_that_plan_would_print(capsys):
                         "--schedule", "1F1B", "--micro-batch", "1", "--global-batch", "8", "--json"], capsys)
     assert code == 0
     doc = json.loads(out)
-    assert set(doc) == {"strategy", "estimate", "validation"}
+    assert set(doc) == {"strategy", "estimate", "validation", "engine"}
     assert doc["strategy"]["pp"] == 2 and doc["estimate"]["step_time_s"] > 0
 
 
@@ -52,6 +54,8 @@ def test_plan_human_output_shows_table_verdict_and_breakdown(capsys):
     [
         (["plan", "--model", "gpt5"], "unknown model 'gpt5'; presets: debug"),
         (["plan", "--cluster", "h900"], "unknown cluster 'h900';"),
+        (["plan", "--engine", "megatorn"], "unknown engine 'megatorn'; did you mean megatron?"),
+        (["plan", "--engine", "megatron@1999"], "engine 'megatron' has no version '1999'; versions: 2021, 2022, bridge"),
         (["plan", "--devices", "0"], "devices=0"),
         (["plan", "--devices", "-8"], "devices=-8"),
         (["plan", "--headroom", "nan"], "--headroom=nan"),

@@ -79,7 +79,11 @@ def test_best_is_the_layout_the_verdict_recommends(tmp_path, capsys):
     """README's plan -> train example: when PP is not needed, `best` (what train runs) has no PP."""
     from bandwise.cli.train import load_strategy
 
-    code, out, _ = run(["plan", "--model", "debug-moe", "--cluster", "h100", "--devices", "2", "--global-batch", "16", "--json", "--all"], capsys)
+    # an engine file of no behaviour of its own: the cost model's defaults, under which the fastest layout is pipelined
+    engine = tmp_path / "defaults.yaml"
+    engine.write_text("title: the cost model's defaults\nbehaviours: {}\n")
+    args = ["plan", "--model", "debug-moe", "--cluster", "h100", "--devices", "2", "--global-batch", "16", "--engine", str(engine)]
+    code, out, _ = run([*args, "--json", "--all"], capsys)
     doc = json.loads(out)
     assert code == 0 and doc["top"][0]["strategy"]["pp"] > 1  # the fastest layout is pipelined ...
     assert doc["verdict"]["needs_pp"] is False  # ... but within the threshold of the best without PP
@@ -87,7 +91,7 @@ def test_best_is_the_layout_the_verdict_recommends(tmp_path, capsys):
     path = tmp_path / "plan.json"
     path.write_text(out)
     assert load_strategy(str(path), None).pp == 1
-    code, out, _ = run(["plan", "--model", "debug-moe", "--cluster", "h100", "--devices", "2", "--global-batch", "16"], capsys)
+    code, out, _ = run(args, capsys)
     name = Strategy.from_dict(doc["best"]["strategy"]).describe()
     assert "PP not needed" in out and f"recommended: {name}" in out
 

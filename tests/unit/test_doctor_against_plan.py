@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from bandwise.cli.main import main
+from bandwise.cost.profiles import params_for
 from bandwise.cost.step import estimate
 from bandwise.doctor.against_plan import collective_groups
-from bandwise.specs.registry import get_cluster, get_model
+from bandwise.specs.registry import DEFAULT_ENGINE, get_cluster, get_engine, get_model
 from bandwise.specs.strategy import Strategy
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -33,7 +34,9 @@ def run(argv: list[str], capsys) -> tuple[int, dict | str]:  # noqa: ANN001
 def traced(tmp_path: Path) -> tuple[Path, Path, dict]:
     """Two ranks of the job: per step the predicted compute, then the FSDP + TP gathers at 3x their
     predicted exposed time, then the predicted optimizer step as its fused kernel, then the bubble (none)."""
-    est = estimate(get_model(MODEL).with_seq_len(SEQ), get_cluster(CLUSTER), LAYOUT)
+    # priced as the doctor prices it without --engine: the default engine on the cluster's device
+    cluster = get_cluster(CLUSTER)
+    est = estimate(get_model(MODEL).with_seq_len(SEQ), cluster, LAYOUT, params_for(get_engine(DEFAULT_ENGINE), cluster.device))
     b = {k: v * 1e6 for k, v in est.breakdown.items()}  # us
     compute = b["compute"] + b["recompute"] + b["contention"]
     gather = 3 * (b["fsdp"] + b["tp"])

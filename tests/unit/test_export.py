@@ -4,6 +4,7 @@ tests/interop/."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -124,9 +125,17 @@ def test_cli_emit_prints_only_the_job(tmp_path) -> None:  # noqa: ANN001
     assert r.exit_code == 0, r.output
     cfg = yaml.safe_load(r.stdout)  # the whole of stdout is the file
     assert cfg["base_config"] == "base.yml" and r.stdout.startswith("# bandwise plan for maxtext")
-    picked = [runner.invoke(app, args + ["--emit", "torchtitan", "--pick", n]) for n in ("5", "8")]  # DP4·FSDP4, FSDP16
-    assert all(p.exit_code == 0 for p in picked) and picked[0].stdout != picked[1].stdout
-    assert "--parallelism.data-parallel-shard-degree 16" in picked[1].stdout
+    # priced as TorchTitan, every row is one TorchTitan runs: --pick N exports row N itself
+    titan = args + ["--engine", "torchtitan"]
+    rows = json.loads(runner.invoke(app, titan + ["--json"]).stdout)["top"]
+    shards = {}
+    for n, row in enumerate(rows[:10], 1):
+        shards.setdefault(row["strategy"]["dp_shard"], n)
+    assert len(shards) >= 2
+    for shard, n in list(shards.items())[:2]:
+        job = runner.invoke(app, titan + ["--emit", "torchtitan", "--pick", str(n)])
+        assert job.exit_code == 0, job.output
+        assert f"--parallelism.data-parallel-shard-degree {shard}" in job.stdout
 
 
 @pytest.mark.parametrize("extra, says", [
@@ -218,11 +227,15 @@ def test_a_model_the_engine_cannot_state_is_refused_by_name(engine: str, says: s
 
 def test_pick_runs_row_n_as_it_is_or_refuses_in_one_line(capsys) -> None:
     args = ["plan", "--model", "llama3-8b", "--cluster", "h100", "--devices", "16", "--global-batch", "64"]
+    with pytest.raises(SystemExit):
+        main(args + ["--json"])  # priced as Megatron-Core, whose distributed optimizer is ZeRO-1
+    rows = json.loads(capsys.readouterr().out)["top"]
+    n, row = next((n, r) for n, r in enumerate(rows, 1) if r["strategy"]["zero_stage"] in (1, 2))
     with pytest.raises(SystemExit) as exc:
-        main(args + ["--emit", "torchtitan", "--pick", "1"])  # DP16 ZeRO-2
+        main(args + ["--emit", "torchtitan", "--pick", str(n)])
     out, err = capsys.readouterr()
     assert exc.value.code == 2 and not out and len(err.strip().splitlines()) == 1
-    assert "--pick: torchtitan cannot run DP16 ZeRO-2 as it is: ZeRO-2 over DP16: TorchTitan has no ZeRO-1/2" in err
+    assert f"ZeRO-{row['strategy']['zero_stage']}" in err and "TorchTitan has no ZeRO-1/2" in err
 
 
 def test_a_job_that_does_not_fit_is_refused_with_exit_3(capsys) -> None:

@@ -16,10 +16,9 @@ from dataclasses import replace
 import pytest
 
 from bandwise.cost.memory import GIB
-from bandwise.cost.params import DEFAULT_PARAMS
 from bandwise.cost.step import estimate
-from bandwise.plan.runs import PARAM_SWITCHES, convert, load_runs
-from bandwise.plan.validate import _strategy
+from bandwise.plan.runs import convert, load_runs
+from bandwise.plan.validate import _strategy, priced
 
 RUNS = ("korthikanti2022_22B", "korthikanti2022_175B", "korthikanti2022_530B", "korthikanti2022_1T")
 
@@ -28,10 +27,7 @@ def _figure_case(rid: str):
     runs, sources = load_runs()
     run = next(r for r in runs if r["id"] == rid)
     case = convert(run, sources)
-    params = DEFAULT_PARAMS
-    for switch in case.switches:
-        params = replace(params, **PARAM_SWITCHES.get(switch, {}))
-    return run["reported"]["memory_gib"], case, params
+    return run["reported"]["memory_gib"], case, priced(case)
 
 
 def _estimate(case, params, recompute: str, sequence_parallel: bool):

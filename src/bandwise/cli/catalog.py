@@ -1,17 +1,21 @@
-"""`bandwise models` and `bandwise clusters`: list the presets a plan can name, as tables or JSON."""
+"""`bandwise models`, `bandwise clusters` and `bandwise engines`: list the presets a plan can name, as tables or JSON."""
 
 from __future__ import annotations
 
 import typer
+import yaml
 
 from bandwise.errors import BandwiseError
 from bandwise.report import glossary
 from bandwise.report.output import Output
 from bandwise.report.tables import min_width, plain_table, short_count
 from bandwise.specs.registry import (
+    DEFAULT_ENGINE,
     cluster_file_text,
     cluster_presets,
+    engine_presets,
     get_cluster,
+    get_engine,
     model_presets,
 )
 
@@ -74,6 +78,48 @@ def clusters(
     out.print(table, min_width=min_width(table))
 
 
+ENGINES_HELP = (
+    "List the engine presets: the software a plan is priced as, each behaviour with its source. "
+    f"--engine NAME on plan, estimate, compare, sweep and doctor trace; the default is {DEFAULT_ENGINE}."
+)
+
+
+def engines(
+    json_out: bool = JSON_TABLE,
+    show: str = typer.Option("", "--show", help="Only this engine: a preset, a version (megatron@2022) or an engine file."),
+    yaml_out: bool = typer.Option(False, "--yaml", help="With --show: print it as an engine file to edit and pass to --engine."),
+) -> None:
+    """List the engine presets and what each sets of the cost model, with its source.
+
+    An engine of your own is a YAML file with the presets' keys: `bandwise engines --show megatron
+    --yaml > my-engine.yaml`, edit it, then `--engine my-engine.yaml` wherever an engine goes.
+    """
+    if yaml_out and not show:
+        raise BandwiseError("--yaml prints one engine; name it with --show, e.g. --show megatron --yaml")
+    if yaml_out and json_out:
+        raise BandwiseError("--yaml and --json: choose one")
+    if yaml_out:
+        typer.echo(yaml.safe_dump(get_engine(show).to_dict(), sort_keys=False, allow_unicode=True, width=100), nl=False)
+        return
+    out = Output(json_mode=json_out)
+    presets = {show: get_engine(show)} if show else engine_presets()
+    if json_out:
+        out.emit_json({name: e.to_dict() for name, e in presets.items()})
+        return
+    cols: dict[str, list[str]] = {k: [] for k in ("name", "engine", "versions", "sets", "--emit")}
+    for name, e in presets.items():
+        sets = ", ".join(f"{b.field}={list(b.value) if isinstance(b.value, tuple) else b.value}"
+                         + (f" on {'/'.join(b.devices)}" if b.devices else "") for b in e.behaviours)
+        for k, cell in zip(cols, (name, e.title, ", ".join(e.versions) or "-", sets or "-", e.exports or "-")):
+            cols[k].append(cell)
+    table = plain_table("Engine presets", cols, ("engine", "sets"), ENGINES_HELP)
+    out.print(table, min_width=min_width(table))
+    if show:
+        for b in presets[show].behaviours:
+            out.print(f"[b]{b.field}[/b]: {b.source}")
+
+
 def register(app: typer.Typer) -> None:
     app.command("models", help=f"List the model presets.\n\n{glossary.MODELS}")(models)
     app.command("clusters", help=f"List the cluster presets: device peaks, memory and the interconnect levels.\n\n{glossary.CLUSTERS}")(clusters)
+    app.command("engines", help=ENGINES_HELP)(engines)

@@ -9,6 +9,7 @@ import typer
 from bandwise.cli.options import (
     ATTENTION,
     EAGER,
+    ENGINE,
     EXHAUSTIVE,
     GLOBAL_BATCH,
     GLOBAL_BATCH_TOKENS,
@@ -68,6 +69,7 @@ def compare(
     model: str = model_option("deepseek-v3"),
     devices: int = devices_option(2048),
     clusters: str = typer.Option(DEFAULT_CLUSTERS, "--clusters", "-c", help="Cluster presets or cluster files, comma-separated."),
+    engine: str = ENGINE,
     seq_len: int | None = SEQ_LEN,
     global_batch: int | None = GLOBAL_BATCH,
     global_batch_tokens: int | None = GLOBAL_BATCH_TOKENS,
@@ -88,7 +90,7 @@ def compare(
     # the clusters share one command's bound on candidates
     per_search = None if exhaustive else SEARCH_ROWS // max(1, len(names))
     inputs = plan_inputs(model, devices, seq_len, global_batch, global_batch_tokens, precision, threshold, headroom, overlap_tp, overlap_ep, per_search,
-                         attention, eager)
+                         attention, eager, engine)
     _check_jobs(jobs)
     if len(set(names)) != len(names):
         raise BandwiseError(f"--clusters {clusters!r}: a cluster repeats; give each once")

@@ -30,7 +30,7 @@ from bandwise.doctor.rules import MIN_STEPS, diagnose
 from bandwise.doctor.signals import signals_from_live, signals_from_trace
 from bandwise.errors import BandwiseError
 from bandwise.report.output import Output
-from bandwise.specs.registry import get_cluster, get_model
+from bandwise.specs.registry import DEFAULT_ENGINE, get_cluster, get_model
 
 doctor_app = typer.Typer(help="Find why the accelerator is idle: measure a loop or read a profiler trace, name the bottleneck, the fix and its expected gain.", no_args_is_help=True)
 
@@ -51,6 +51,7 @@ def trace(
     model: str = typer.Option(None, "--model", "-m", help="With --strategy: the model the job trains (preset or config.json)."),
     cluster: str = typer.Option(None, "--cluster", "-c", help="With --strategy: the cluster it runs on (preset or cluster file)."),
     seq_len: int = typer.Option(None, "--seq-len", help="With --strategy: the training sequence length (default: the model's)."),
+    engine: str = typer.Option(None, "--engine", "-e", help="With --strategy: the engine the job runs (default: megatron; bandwise engines)."),
     attention: str = ATTENTION,
     eager: bool = EAGER,
 ) -> None:
@@ -62,7 +63,7 @@ def trace(
         raise BandwiseError(f"--max-mb={max_mb} must be >= 1")
     if jobs < 0:
         raise BandwiseError(f"--jobs={jobs} must be >= 0 (0: one per core)")
-    planned = _plan_for(strategy, pick, model, cluster, seq_len, attention, eager)
+    planned = _plan_for(strategy, pick, model, cluster, seq_len, attention, eager, engine)
     out = Output(json_mode=json_out)
     paths = expand_trace_paths(paths)
     diagnoses, names, analyses = [], [], []
@@ -101,12 +102,12 @@ def read_traces(paths: list[Path], max_bytes: int, jobs: int) -> list[dict]:
 
 
 def _plan_for(strategy: str | None, pick: int | None, model: str | None, cluster: str | None, seq_len: int | None,
-              attention: str = "flash", eager: bool = False) -> tuple | None:
+              attention: str | None = None, eager: bool | None = None, engine: str | None = None) -> tuple | None:
     """(strategy, model, cluster, estimate) for --strategy, or None; the flags that need it say so.
     --attention and --eager price the job's kernels as `plan` and `estimate` do."""
     if strategy is None:
-        if any(v is not None for v in (pick, model, cluster, seq_len)) or attention != "flash" or eager:
-            raise BandwiseError("--pick, --model, --cluster, --seq-len, --attention and --eager set a trace against a plan: add --strategy plan.json")
+        if any(v is not None for v in (pick, model, cluster, seq_len, attention, eager, engine)):
+            raise BandwiseError("--pick, --model, --cluster, --seq-len, --engine, --attention and --eager set a trace against a plan: add --strategy plan.json")
         return None
     if model is None or cluster is None:
         raise BandwiseError("--strategy needs the job's --model and --cluster to price the layout, e.g. --model llama3-8b --cluster h100")
@@ -115,7 +116,7 @@ def _plan_for(strategy: str | None, pick: int | None, model: str | None, cluster
     clus = get_cluster(cluster)
     clus.check_devices(s.world_size)
     s.check(s.world_size, spec)
-    params = cost_params(DEFAULT_PARAMS.headroom, attention, eager)
+    params = cost_params(DEFAULT_PARAMS.headroom, attention, eager, engine or DEFAULT_ENGINE, clus.device)
     return s, spec, clus, estimate(spec, clus, s, params)
 
 

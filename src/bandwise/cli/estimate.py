@@ -8,11 +8,13 @@ from bandwise.cli.options import (
     ATTENTION,
     EAGER,
     EMIT,
+    ENGINE,
     check_emit,
     cost_params,
     model_option,
     model_spec,
 )
+from bandwise.cli.points import priced_as
 from bandwise.cost.step import estimate as estimate_one
 from bandwise.export import export
 from bandwise.plan.bands import band_dict, band_line
@@ -20,7 +22,7 @@ from bandwise.plan.search import Layout
 from bandwise.report import glossary
 from bandwise.report.output import Output
 from bandwise.report.tables import breakdown
-from bandwise.specs.registry import get_cluster
+from bandwise.specs.registry import get_cluster, get_engine
 from bandwise.specs.strategy import SCHEDULES, Strategy
 
 ESTIMATE_HELP = "Estimate one layout: step time split into compute, exposed communication per dim, bubble and optimizer; memory; MFU."
@@ -29,6 +31,7 @@ ESTIMATE_HELP = "Estimate one layout: step time split into compute, exposed comm
 def estimate(
     model: str = model_option("llama3-70b"),
     cluster: str = typer.Option("h100", "--cluster", "-c", help="Cluster preset or a cluster file."),
+    engine: str = ENGINE,
     devices: int | None = typer.Option(None, "--devices", "-n", help="Accelerators (default: the product of the degrees; at most 1,048,576)."),
     seq_len: int | None = typer.Option(None, "--seq-len"),
     dp_replicate: int = typer.Option(1, "--dp-replicate"),
@@ -64,16 +67,17 @@ def estimate(
     n = strategy.world_size if devices is None else devices
     clus.check_devices(n)
     strategy.check(n, spec)
-    params = cost_params(headroom, attention, eager)
+    params = cost_params(headroom, attention, eager, engine, clus.device)
     est = estimate_one(spec, clus, strategy, params)
     layout = Layout(strategy=strategy, estimate=est)
     if emit:
         typer.echo(export(emit, spec, clus, strategy, n, est, params, model_source=model).text, nl=False)
         return
     if json_out:
-        out.emit_json({**layout.to_dict(), "validation": band_dict(clus.device.name, spec.is_moe, n)})
+        out.emit_json({**layout.to_dict(), "validation": band_dict(clus.device.name, spec.is_moe, n), "engine": get_engine(engine).label})
         return
     out.print(f"[b]{spec.name}[/b] on [b]{n} x {clus.name}[/b]: {strategy.describe()}, micro-batch {micro_batch}, {strategy.effective_global_batch} sequences per step")
+    out.print(priced_as(get_engine(engine)))
     out.print(breakdown(est, "estimate"))
     out.print(f"tokens/s and MFU {band_line(clus.device.name, spec.is_moe, n)}")
 

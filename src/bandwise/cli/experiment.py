@@ -34,7 +34,10 @@ def moe_balance(
     json_out: bool = typer.Option(False, "--json", help="Print one JSON document: per-router means, per-seed values, the checks."),
     plot_path: Optional[Path] = typer.Option(None, "--plot", help="Write MaxVio_batch vs step and the validation-loss bars to this PNG."),
 ) -> None:
-    from bandwise.runtime.experiments.moe_balance import ExperimentConfig, run_experiment
+    from bandwise.runtime.experiments.moe_balance import (
+        ExperimentConfig,
+        run_experiment,
+    )
 
     cfg = ExperimentConfig.quick() if quick else ExperimentConfig()
     if seeds is not None:

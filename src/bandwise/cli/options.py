@@ -13,15 +13,16 @@ from typing import Any
 import typer
 
 from bandwise.cost.params import ATTENTION_KERNELS, CostParams
+from bandwise.cost.profiles import Pricing
 from bandwise.errors import BandwiseError
 from bandwise.export import ENGINES
 from bandwise.plan.inputs import global_batch_of
 from bandwise.plan.search import SEARCH_ROWS
 from bandwise.plan.sweep import PlanInputs
 from bandwise.plan.verdict import THRESHOLD
-from bandwise.specs.hardware import MAX_DEVICES
+from bandwise.specs.hardware import MAX_DEVICES, Device
 from bandwise.specs.model import ModelSpec
-from bandwise.specs.registry import get_model
+from bandwise.specs.registry import DEFAULT_ENGINE, get_engine, get_model
 from bandwise.specs.strategy import PRECISIONS
 
 MAX_SEQ_LEN = 1 << 24
@@ -56,11 +57,15 @@ HEADROOM = typer.Option(0.1, "--headroom", help="Share of device memory kept fre
 OVERLAP_TP = typer.Option(False, "--overlap-tp", help="Assume TP communication overlapped with GEMMs (async TP; inside one NVLink domain only).")
 OVERLAP_EP = typer.Option(False, "--overlap-ep", help="Assume the expert all-to-all hidden behind compute in every layout, not only under DualPipeV.")
 ATTENTION = typer.Option(
-    "flash", "--attention",
-    help="The attention kernel the job runs: flash (the chip's current fused kernel: FlashAttention-3/cuDNN on Hopper), "
+    None, "--attention",
+    help="The attention kernel the job runs, over the engine's: flash (the chip's current fused kernel: FlashAttention-3/cuDNN on Hopper), "
     "fa2 (FlashAttention-2, PyTorch SDPA's flash backend: 35% of the H100 peak), materialized (s x s scores in memory).",
 )
-EAGER = typer.Option(False, "--eager", help="Element-wise ops run as separate eager PyTorch kernels (no torch.compile, no fused norms).")
+EAGER = typer.Option(None, "--eager/--compiled", help="Element-wise ops as separate eager kernels, or fused (torch.compile); default: the engine's.")
+ENGINE = typer.Option(
+    DEFAULT_ENGINE, "--engine", "-e",
+    help="The training engine the plan is priced as: a preset (bandwise engines), a version (megatron@2022), or an engine file.",
+)
 JSON_OUT = typer.Option(False, "--json", help="Print one JSON document.")
 EMIT = typer.Option(None, "--emit", help="Print the layout as a job for torchtitan, megatron or maxtext instead of the report.")
 
@@ -72,11 +77,23 @@ def model_spec(name: str, seq_len: int | None) -> ModelSpec:
     return model.with_seq_len(seq_len) if seq_len is not None else model
 
 
-def cost_params(headroom: float, attention: str = "flash", eager: bool = False) -> CostParams:
-    """The cost model's parameters a job states: memory headroom, its attention kernel, eager element-wise ops."""
-    if attention not in ATTENTION_KERNELS:
-        raise BandwiseError(f"--attention {attention!r}: not a kernel bandwise prices; use one of {', '.join(ATTENTION_KERNELS)}")
-    return CostParams(headroom=fraction("--headroom", headroom), eager_elementwise=eager, **ATTENTION_KERNELS[attention])
+def pricing(headroom: float, attention: str | None = None, eager: bool | None = None, engine: str = DEFAULT_ENGINE) -> Pricing:
+    """How a planning command prices: the engine, the memory headroom, and the kernel and fusion the
+    user states over the engine's (`--attention`, `--eager/--compiled`)."""
+    stated: dict[str, object] = {}
+    if attention is not None:
+        if attention not in ATTENTION_KERNELS:
+            raise BandwiseError(f"--attention {attention!r}: not a kernel bandwise prices; use one of {', '.join(ATTENTION_KERNELS)}")
+        stated.update({"attention": "flash", "flash_attention": True, **ATTENTION_KERNELS[attention]})
+    if eager is not None:
+        stated["eager_elementwise"] = eager
+    return Pricing(get_engine(engine), CostParams(headroom=fraction("--headroom", headroom)), tuple(stated.items()))
+
+
+def cost_params(headroom: float, attention: str | None = None, eager: bool | None = None, engine: str = DEFAULT_ENGINE,
+                device: Device | None = None) -> CostParams:
+    """The cost model's parameters as `pricing` states them, on `device`."""
+    return pricing(headroom, attention, eager, engine).on(device)
 
 
 def fraction(name: str, value: float) -> float:
@@ -95,7 +112,8 @@ def precisions_of(text: str) -> tuple[str, ...]:
 
 def plan_inputs(model: str, devices: int, seq_len: int | None, global_batch: int | None, global_batch_tokens: int | None,
                 precision: str, threshold: float, headroom: float, overlap_tp: bool, overlap_ep: bool,
-                max_rows: int | None = SEARCH_ROWS, attention: str = "flash", eager: bool = False) -> PlanInputs:
+                max_rows: int | None = SEARCH_ROWS, attention: str | None = None, eager: bool | None = None,
+                engine: str = DEFAULT_ENGINE) -> PlanInputs:
     """What every point of `compare` and `sweep` shares, checked in the order the options are read."""
     spec = model_spec(model, seq_len)
     if not isinstance(devices, int) or devices < 1:
@@ -108,7 +126,8 @@ def plan_inputs(model: str, devices: int, seq_len: int | None, global_batch: int
         threshold=fraction("--threshold", threshold),
         precisions=precisions,
         overlap={"tp": overlap_tp, "ep": overlap_ep},
-        params=cost_params(headroom, attention, eager),
+        params=cost_params(headroom, attention, eager, engine),
+        pricing=pricing(headroom, attention, eager, engine),
         max_rows=max_rows,
     )
 

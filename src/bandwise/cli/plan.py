@@ -13,6 +13,7 @@ from bandwise.cli.options import (
     ATTENTION,
     EAGER,
     EMIT,
+    ENGINE,
     EXHAUSTIVE,
     GLOBAL_BATCH,
     GLOBAL_BATCH_TOKENS,
@@ -31,6 +32,7 @@ from bandwise.cli.options import (
     model_spec,
     precisions_of,
 )
+from bandwise.cli.points import priced_as
 from bandwise.errors import BandwiseError, NothingFits
 from bandwise.export import EMIT_POOL, export_searched
 from bandwise.plan.advice import no_valid_layout
@@ -48,9 +50,7 @@ from bandwise.plan.verdict import decide, recommended, suggest_fit
 from bandwise.report import glossary
 from bandwise.report.output import Output
 from bandwise.report.tables import breakdown, layouts_table, min_width, short_count
-from bandwise.specs.registry import (
-    get_cluster,
-)
+from bandwise.specs.registry import get_cluster, get_engine
 from bandwise.specs.strategy import PRECISIONS, RECOMPUTE, SCHEDULES
 
 PLAN_HELP = """Find the parallel layout with the most tokens/s per device that fits in memory, and say whether
@@ -106,6 +106,7 @@ and each listed layout is a table row (`--top 1048576` took 13.7 s at a million 
 def plan(
     model: str = model_option("llama3-70b"),
     cluster: str = typer.Option("h100", "--cluster", "-c", help="Cluster preset (bandwise clusters) or a cluster file."),
+    engine: str = ENGINE,
     devices: int = devices_option(64),
     seq_len: int | None = SEQ_LEN,
     global_batch: int | None = GLOBAL_BATCH,
@@ -139,13 +140,13 @@ def plan(
         raise BandwiseError(f"--pick {pick}: the table lists rows 1 to {top}; use one of them (or a larger --top)")
     gb = global_batch_of(spec, global_batch, global_batch_tokens, devices)
     precisions = precisions_of(precision)
-    params = cost_params(headroom, attention, eager)
+    params = cost_params(headroom, attention, eager, engine, clus.device)
     # a pool deep enough that collapsing near-duplicates still leaves `top` distinct layouts
     pool = top if all_layouts else max(20 * top, 100)
     if emit:  # deep enough to find the best layout the engine can express when it cannot express the plan
         pool = max(pool, EMIT_POOL)
     kw = dict(top=pool, allow_pp=not no_pp, fixed=_parse_fix(fix), precisions=precisions, overlap={"tp": overlap_tp}, params=params,
-              max_rows=None if exhaustive else SEARCH_ROWS)
+              max_rows=None if exhaustive else SEARCH_ROWS, **get_engine(engine).search_space())  # only what the engine can run
     if json_out or emit:
         result = search(spec, clus, devices, gb, **kw)
     else:
@@ -170,6 +171,7 @@ def plan(
                 "best_without_pp": result.best_without_pp,
                 "verdict": {"needs_pp": verdict.needs_pp, "reason": verdict.reason},
                 "validation": band_dict(clus.device.name, spec.is_moe, devices),
+                "engine": get_engine(engine).label,
                 "top": listed,
             }
         )
@@ -178,6 +180,7 @@ def plan(
             f"[b]{spec.name}[/b] on [b]{devices} x {clus.name}[/b] ({clus.device.name}), seq {spec.seq_len}, "
             f"global batch {gb} sequences = {short_count(gb * spec.seq_len, tokens=True)} tokens"
         )
+        out.print(priced_as(get_engine(engine)))
         out.print(f"searched {result.searched:,} valid layouts in {result.seconds:.2f} s; {result.fitting:,} fit in {result.capacity_gib:.1f} GiB per device")
         if "narrowed" in result.extra:
             out.print(narrowed_note(result.extra["narrowed"]))

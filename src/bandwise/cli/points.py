@@ -18,6 +18,7 @@ from bandwise.plan.sweep import PlanInputs, Point
 from bandwise.report import glossary
 from bandwise.report.output import Output
 from bandwise.report.tables import plain_table
+from bandwise.specs.engine import Engine
 
 
 def _progress(out: Output, what: str) -> Progress:
@@ -69,6 +70,11 @@ def narrowed_lines(out: Output, points: list[Point]) -> None:
         out.print(f"[b]{', '.join(labels)}[/b]: {note}" if len(points) > 1 else note)
 
 
+def priced_as(engine: Engine) -> str:
+    """The line under every planning header that says which software the figures assume."""
+    return f"priced as [b]{engine.label}[/b] runs it: {engine.title} (bandwise engines --show {engine.name}; --engine to change)"
+
+
 def header(out: Output, inputs: PlanInputs, where: str) -> None:
     m = inputs.model
     out.print(
@@ -76,11 +82,15 @@ def header(out: Output, inputs: PlanInputs, where: str) -> None:
         f"sequences = {inputs.global_batch * m.seq_len / 1e6:.1f}M tokens; a point's verdict is 'PP not needed' when its best "
         f"layout without PP is within {inputs.threshold:.0%} of its best"
     )
+    if inputs.pricing:
+        out.print(priced_as(inputs.pricing.engine))
 
 
 def common(inputs: PlanInputs) -> dict[str, object]:
     """The JSON fields every point shares."""
-    return {"model": inputs.model.name, "devices": inputs.devices, "global_batch": inputs.global_batch, "threshold": inputs.threshold}
+    engine = inputs.pricing.engine.label if inputs.pricing else None
+    return {"model": inputs.model.name, "devices": inputs.devices, "global_batch": inputs.global_batch, "threshold": inputs.threshold,
+            "engine": engine}
 
 
 HELP_WORDS = f"\n\n[b]Words[/b]: {glossary.COMPARE}\n\n{glossary.LAYOUT}"

@@ -9,6 +9,7 @@ import typer
 from bandwise.cli.options import (
     ATTENTION,
     EAGER,
+    ENGINE,
     EXHAUSTIVE,
     GLOBAL_BATCH,
     GLOBAL_BATCH_TOKENS,
@@ -58,6 +59,7 @@ def sweep(
     model: str = model_option("deepseek-v3"),
     devices: int = devices_option(2048),
     base_cluster: str = typer.Option("h100", "--base-cluster", "-c", help="Cluster preset or file whose level is varied."),
+    engine: str = ENGINE,
     seq_len: int | None = SEQ_LEN,
     global_batch: int | None = GLOBAL_BATCH,
     global_batch_tokens: int | None = GLOBAL_BATCH_TOKENS,
@@ -77,7 +79,7 @@ def sweep(
     base = get_cluster(base_cluster)
     # the shared enumeration holds its candidates in memory and each value searches them again: half the bound
     inputs = plan_inputs(model, devices, seq_len, global_batch, global_batch_tokens, precision, threshold, headroom, overlap_tp, overlap_ep,
-                         None if exhaustive else SEARCH_ROWS // 2, attention, eager)
+                         None if exhaustive else SEARCH_ROWS // 2, attention, eager, engine)
     labels = [vary_cluster(base, spec.kind, v).name for v in spec.values]
     base.check_devices(inputs.devices)
     points = run_with_bar(out, labels, f"{len(labels)} points", lambda done: sweep_points(inputs, base, spec, on_point=done).points)

@@ -152,7 +152,8 @@ def train(
 
     from bandwise.runtime.data import DataConfig
     from bandwise.runtime.moe import MoEConfig, gamma_for_lr
-    from bandwise.runtime.train import TrainConfig, train as run
+    from bandwise.runtime.train import TrainConfig
+    from bandwise.runtime.train import train as run
 
     cfg = TrainConfig(
         steps=steps, seq_len=seq_len or spec.seq_len, lr=lr, warmup=warmup, grad_clip=grad_clip, dtype=dtype,

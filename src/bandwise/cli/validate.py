@@ -7,10 +7,23 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from bandwise.plan.validate import MEMORY_BASES, SWITCHES, RunResult, Summary, by_quality, by_source, load_runs, parity_plot, report_dict, run_all
 from bandwise.errors import BandwiseError
 from bandwise.plan.bands import write_bands as write_error_bands
+from bandwise.plan.validate import (
+    MEMORY_BASES,
+    SWITCHES,
+    RunResult,
+    Summary,
+    by_engine,
+    by_quality,
+    by_source,
+    load_runs,
+    parity_plot,
+    report_dict,
+    run_all,
+)
 from bandwise.report.output import Output
+from bandwise.report.tables import plain_table
 
 HELP = """Predict tokens/s per device for published training runs (133 by default, from 12 sources) and
 report the signed error per run, |error| per source, and the median and p90 over all runs.
@@ -65,6 +78,15 @@ def _summary_table(title: str, rows: dict[str, Summary], p90: bool = False) -> T
     return t
 
 
+def _engine_table(groups: dict) -> object:
+    cols: dict[str, list[str]] = {k: [] for k in ("engine / device / kind", "runs", "median |err|", "signed median")}
+    pct = lambda x: "-" if x is None else f"{x:+.1%}" if x < 0 or x > 0 else "0.0%"  # noqa: E731
+    for key, g in groups.items():
+        for k, cell in zip(cols, (key, str(g["predicted"]), "-" if g["median_abs_error"] is None else f"{g['median_abs_error']:.1%}", pct(g["median_error"]))):
+            cols[k].append(cell)
+    return plain_table("Per engine", cols, ("engine / device / kind",), "signed median: where the engine's predictions lean (+: over-predicted)")
+
+
 def validate(
     runs: Path | None = typer.Option(None, "--runs", help="A YAML file in the published_runs schema (default: the shipped 133 runs)."),
     source: str | None = typer.Option(None, "--source", help="Only the runs of this source (e.g. maxtext_tpu_tables)."),
@@ -73,23 +95,25 @@ def validate(
     memory: bool = typer.Option(False, "--memory", help="Also print predicted against published memory per device, where the source gives it."),
     write_bands: Path | None = typer.Option(None, "--write-bands", help="Write the error per device family and model kind on the plain path, which plan, estimate and compare print, to this JSON file (the package ships src/bandwise/data/error_bands.json)."),
     plain: bool = typer.Option(False, "--plain", help="Predict every run as plan and estimate do: no source-specific switch, unstated fields completed by the search."),
+    engine: str | None = typer.Option(None, "--engine", "-e", help="Price every run as this engine (bandwise engines), not as the engine each run's source names."),
     software: bool = typer.Option(False, "--software", help="With --plain: keep the software each source states (pre-FlashAttention attention, FlashAttention-2 on Hopper, eager element-wise ops), as plan's --attention and --eager take it."),
 ) -> None:
     out = Output(json_mode=json_out)
     if software and not plain:
         raise BandwiseError("--software keeps the stated software on the plain path; add --plain (the default path applies every switch already)")
     data, sources = load_runs(runs)
-    results = run_all(data, source, sources=sources, plain=plain, software=software)
+    results = run_all(data, source, sources=sources, plain=plain, software=software, engine=engine)
     if plot is not None:
         parity_plot(results, plot)
     if write_bands is not None:
         # the bands stand beside plan's and estimate's figures, so they measure the path those take
-        write_error_bands(results if plain else run_all(data, source, sources=sources, plain=True), write_bands)
+        write_error_bands(results if plain else run_all(data, source, sources=sources, plain=True, engine=engine), write_bands)
     if json_out:
         out.emit_json(report_dict(results))
         return
     out.print(_runs_table(results))
     out.print(_summary_table("Per source", by_source(results)))
+    out.print(_engine_table(by_engine(results)))
     out.print(_summary_table("Overall", by_quality(results), p90=True))
     if memory:
         out.print(_memory_table(results))

@@ -1,28 +1,49 @@
-"""Pricing profiles: how a training engine runs a layout, as the cost model's parameters.
+"""Pricing profiles: an engine's behaviours as the cost model's parameters.
 
-A plan is priced as some software runs it. This module is where those behaviours live, one named
-profile per engine; today it holds bandwise's own trainer (`runtime/`), which the trainer's memory
-check before a run, the dry run and the measured-against-planned comparison after one all price
-with, so the three describe one job.
+A plan is priced as some software runs it. `params_for` turns an `Engine` (`specs.engine`, presets in
+`specs/presets/engines.yaml`, each behaviour with its source) into the `CostParams` the cost model
+reads, for the device the job runs on. bandwise's own trainer is the `bandwise` engine: its memory
+check before a run, the dry run and the measured-against-planned comparison after one all price with
+it (`trainer_params`), so the three describe one job.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, fields, replace
+from typing import Any
 
-from bandwise.cost.params import DEFAULT_PARAMS, CostParams
+from bandwise.cost.params import ATTENTION_KERNELS, DEFAULT_PARAMS, CostParams
+from bandwise.errors import BandwiseError
+from bandwise.specs.engine import Engine
+from bandwise.specs.hardware import Device
+from bandwise.specs.registry import get_engine
 
-TRAINER = replace(
-    DEFAULT_PARAMS,
-    # torch's tensor parallelism (ColwiseParallel on DTensor) all-gathers the sequence before each
-    # GEMM after a norm, and autograd saves the gathered input (runtime/parallel/tensor.py)
-    tp_gathered_inputs=True,
-    # runtime.ops.cross_entropy keeps the bf16 logits and writes their bf16 gradient: 2 + 2 bytes a
-    # logit at its peak, 2 kept from forward to backward
-    loss_kept_bytes_per_logit=2.0,
-    # the trainer compiles nothing unless asked: RMSNorm, RoPE and SwiGLU run as eager kernels
-    eager_elementwise=True,
-)
+PRICED = {f.name for f in fields(CostParams)} - {"headroom", "reserved_bytes", "attention_efficiency"}
+"""CostParams fields an engine may set: its behaviours, not the job's memory allowance or a device figure."""
+
+
+def params_for(engine: Engine, device: Device | None = None, base: CostParams = DEFAULT_PARAMS) -> CostParams:
+    """`base` with the engine's behaviours that apply on `device` (all of them without one)."""
+    changes: dict[str, Any] = {}
+    for b in engine.behaviours:
+        if b.field not in PRICED:
+            raise BandwiseError(f"engine {engine.label}: {b.field!r} is not a behaviour the cost model prices; "
+                                f"use one of {', '.join(sorted(PRICED))}")
+        if device is None or b.applies_to(device.name):
+            changes[b.field] = b.value
+    try:
+        params = replace(base, **changes)
+    except TypeError as exc:
+        raise BandwiseError(f"engine {engine.label}: {exc}") from None
+    if params.attention not in {k.get("attention", "flash") for k in ATTENTION_KERNELS.values()}:
+        raise BandwiseError(f"engine {engine.label}: attention {params.attention!r} is not a kernel bandwise prices; use flash or fa2")
+    if device is not None and params.attention == "fa2" and device.fa2_attention_efficiency is None:
+        # a chip without a separate FlashAttention-2 figure runs FA2 as its current kernel (Ampere)
+        params = replace(params, attention="flash")
+    return params
+
+
+TRAINER = params_for(get_engine("bandwise"))
 """bandwise's own trainer (`bandwise train`), on an accelerator."""
 
 
@@ -31,3 +52,16 @@ def trainer_params(*, accelerator: bool = True, compiled: bool = False) -> CostP
     --compile`) fuses the element-wise ops."""
     params = TRAINER if accelerator else replace(TRAINER, reserved_bytes=0.0)
     return replace(params, eager_elementwise=False) if compiled else params
+
+
+@dataclass(frozen=True, slots=True)
+class Pricing:
+    """How a command prices its plans: an engine, the job's allowances (`base`: headroom) and what the
+    user stated on top of the engine (`--attention`, `--eager`); `on(device)` gives the parameters."""
+
+    engine: Engine
+    base: CostParams = DEFAULT_PARAMS
+    stated: tuple[tuple[str, Any], ...] = ()
+
+    def on(self, device: Device | None) -> CostParams:
+        return replace(params_for(self.engine, device, self.base), **dict(self.stated))

@@ -31,13 +31,31 @@ import numpy as np
 from bandwise.cost.columns import join_rows, spread_rows, take_rows
 from bandwise.cost.params import DEFAULT_PARAMS, CostParams
 from bandwise.cost.pipeline import pipeline_factors
-from bandwise.cost.results import BREAKDOWN_TERMS, CommTotals, Estimate, StepResult, StepTime
+from bandwise.cost.results import (
+    BREAKDOWN_TERMS,
+    CommTotals,
+    Estimate,
+    StepResult,
+    StepTime,
+)
 from bandwise.cost.terms import pipeline as pipe
 from bandwise.cost.terms.activations import activations
-from bandwise.cost.terms.compute import HeadCompute, LayerCompute, LayerPasses, Rates, head_compute, layer_compute
-from bandwise.cost.terms.context import ContextComm, context_comm
+from bandwise.cost.terms.compute import (
+    HeadCompute,
+    LayerCompute,
+    LayerPasses,
+    Rates,
+    head_compute,
+    layer_compute,
+)
 from bandwise.cost.terms.contention import contention, data_parallel_contention
-from bandwise.cost.terms.expert import ExpertComm, dispatch_buffers, expert_comm, expert_terms
+from bandwise.cost.terms.context import ContextComm, context_comm
+from bandwise.cost.terms.expert import (
+    ExpertComm,
+    dispatch_buffers,
+    expert_comm,
+    expert_terms,
+)
 from bandwise.cost.terms.fsdp import FsdpComm, fsdp_comm, fsdp_terms
 from bandwise.cost.terms.fsdp_buffers import fsdp_buffers
 from bandwise.cost.terms.grad_sync import SyncGroups, grad_sync

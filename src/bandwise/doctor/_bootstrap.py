@@ -108,7 +108,10 @@ def install(mon: Monitor) -> None:
             # No DataLoader in this script: steps run from one optimizer step to the next.
             mon.begin_step()
 
-    from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+    from torch.optim.optimizer import (
+        register_optimizer_step_post_hook,
+        register_optimizer_step_pre_hook,
+    )
 
     register_optimizer_step_pre_hook(pre)
     register_optimizer_step_post_hook(post)

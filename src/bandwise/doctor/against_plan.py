@@ -26,7 +26,6 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from bandwise.cost.params import DEFAULT_PARAMS, CostParams
-
 from bandwise.cost.results import Estimate
 from bandwise.specs.strategy import Strategy
 

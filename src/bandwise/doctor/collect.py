@@ -16,7 +16,15 @@ from pathlib import Path
 from typing import Any
 
 from bandwise.doctor.intervals import Intervals
-from bandwise.doctor.kernels import ATTENTION, COMM, EMBEDDING, LOW_PRECISION, SOFTMAX, classify, collective
+from bandwise.doctor.kernels import (
+    ATTENTION,
+    COMM,
+    EMBEDDING,
+    LOW_PRECISION,
+    SOFTMAX,
+    classify,
+    collective,
+)
 from bandwise.doctor.records import Args, batches
 from bandwise.doctor.tracefile import TraceReader
 from bandwise.errors import BandwiseError

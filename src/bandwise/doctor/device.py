@@ -5,14 +5,25 @@ HTA's denominator. All functions take a `collect.Collected`."""
 from __future__ import annotations
 
 import re
-
 from typing import Any
 
 import numpy as np
 
 from bandwise.doctor.collect import (
-    ASYNC_COPY, COMPUTE_CODES, D_LOW, D_NONE, K_ALL_GATHER, K_ALL_REDUCE, K_ALL_TO_ALL, K_COMM, K_GEMM_FP32, K_GEMM_LOWP, K_GEMM_UNKNOWN,
-    K_REDUCE_SCATTER, K_SEND_RECV, Collected,
+    ASYNC_COPY,
+    COMPUTE_CODES,
+    D_LOW,
+    D_NONE,
+    K_ALL_GATHER,
+    K_ALL_REDUCE,
+    K_ALL_TO_ALL,
+    K_COMM,
+    K_GEMM_FP32,
+    K_GEMM_LOWP,
+    K_GEMM_UNKNOWN,
+    K_REDUCE_SCATTER,
+    K_SEND_RECV,
+    Collected,
 )
 from bandwise.doctor.intervals import covered, union
 

@@ -29,11 +29,41 @@ from typing import Any
 import numpy as np
 
 from bandwise.doctor.collect import (
-    C_GEMM_FP32, C_GEMM_LOW, C_GEMM_UNKNOWN, C_SDPA, C_SOFTMAX, COLLECTIVES, COMM_CODES, COMPUTE_CODES, K_ATTN_FUSED, K_EMBEDDING, K_OTHER,
-    K_GEMM_FP32, K_GEMM_LOWP, K_GEMM_TF32, K_GEMM_UNKNOWN, K_SOFTMAX, M_COPY, M_H2D, M_SET, MAX_BYTES, Collected, collect, device_check,
+    C_GEMM_FP32,
+    C_GEMM_LOW,
+    C_GEMM_UNKNOWN,
+    C_SDPA,
+    C_SOFTMAX,
+    COLLECTIVES,
+    COMM_CODES,
+    COMPUTE_CODES,
+    K_ATTN_FUSED,
+    K_EMBEDDING,
+    K_GEMM_FP32,
+    K_GEMM_LOWP,
+    K_GEMM_TF32,
+    K_GEMM_UNKNOWN,
+    K_OTHER,
+    K_SOFTMAX,
+    M_COPY,
+    M_H2D,
+    M_SET,
+    MAX_BYTES,
+    Collected,
+    collect,
+    device_check,
     vendor,
 )
-from bandwise.doctor.device import blocking_calls, host_wait_ops, idle_attribution, launch_index, launch_ts_of, resolve_collectives, resolve_gemm_dtypes, span_breakdown
+from bandwise.doctor.device import (
+    blocking_calls,
+    host_wait_ops,
+    idle_attribution,
+    launch_index,
+    launch_ts_of,
+    resolve_collectives,
+    resolve_gemm_dtypes,
+    span_breakdown,
+)
 from bandwise.doctor.intervals import covered, long_gaps, union
 from bandwise.errors import BandwiseError
 

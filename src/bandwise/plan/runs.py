@@ -5,8 +5,10 @@ parallel layout as far as its source does; null means "not stated". `convert` tu
 `Case`: a ModelSpec, a Cluster, the device count, the global batch and the Strategy fields the
 source pins, plus the fields left for the search to complete.
 
-Source-specific switches are allowed only where the source documents a real difference; each
-is applied by `convert`, recorded in `Case.switches`, and listed in `SWITCHES`.
+Each run is priced as the engine that trained it (its source's `engine`, or the run's own): what
+the engine does is engine data (`specs/presets/engines.yaml`). Switches are what a run states of
+itself beyond its engine (a layout rule, a flag it ran with); each is applied by `convert`,
+recorded in `Case.switches`, and listed in `SWITCHES` with the documented difference behind it.
 """
 
 from __future__ import annotations
@@ -23,13 +25,13 @@ from typing import Any, Callable
 import numpy as np
 import yaml
 
-from bandwise.cost.params import ATTENTION_KERNELS
+from bandwise.cost.profiles import params_for
 from bandwise.errors import BandwiseError
 from bandwise.inputs import read_text, shipped_yaml
 from bandwise.plan.search import FIXABLE
 from bandwise.specs.hardware import MAX_DEVICES, SLICE_SHAPES, Cluster, torus_slice
 from bandwise.specs.model import MAX_DIMENSION, ModelSpec, brief
-from bandwise.specs.registry import cluster_for_accelerator
+from bandwise.specs.registry import DEFAULT_ENGINE, cluster_for_accelerator, get_engine
 from bandwise.specs.strategy import ep_fits
 
 SWITCHES: dict[str, str] = {
@@ -38,41 +40,19 @@ SWITCHES: dict[str, str] = {
     "ddp_local_no_overlap": "Megatron 'DDP-impl local' (2021) all-reduces gradients after the backward, not overlapped",
     "no_grad_overlap": "Korthikanti et al. 2022 Sec. 6.3 state no gradient all-reduce overlap",
     "maxtext_v4_seq1024": "MaxText v4 rows ran at base.yml's max_target_length 1024 of March/April 2023 (sources.maxtext_tpu_tables)",
-    "materialized_attention": (
-        "trained before FlashAttention (Dao et al., May 2022) reached Megatron-LM, Megatron-DeepSpeed and metaseq: "
-        "attention writes the s x s scores (Korthikanti et al. 2022 count them; their selective recomputation exists to drop them)"
-    ),
     "zero3_flat_ring": (
         "Narayanan et al. 2021 Table 2 runs ZeRO-3 (DeepSpeed, 2021) without model parallelism and attribute its "
         "collapse with scale to cross-node communication: its parameter gathers run as flat rings over the NICs, "
         "one per GPU, without the NVLink hierarchy NCCL's multi-ring collectives exploit"
-    ),
-    "eager_torchtitan": (
-        "TorchTitan runs without torch.compile execute RMSNorm, RoPE and SwiGLU as separate eager PyTorch ops "
-        "(the compiled rows of the same table are 16% faster on the same layout)"
     ),
     "torchtitan_pp_defaults": (
         "TorchTitan (late 2024) splits each local batch into as many micro-batches as pipeline stages and gives "
         "looped schedules 2 stages per rank when no split is named (--experimental.pipeline_parallel_microbatches: "
         "'the default value will be the number of pipeline stages'; generate_split_points)"
     ),
-    "torchtitan_sac": (
-        "TorchTitan's selective activation checkpointing re-runs about half of each layer's forward: the op "
-        "policy saves the output of every other matmul and of no element-wise op, the layer policy ('2', "
-        "the default) checkpoints every other layer (torchtitan parallelize_llama.py, _apply_ac_to_transformer_block)"
-    ),
     "metaseq_opt": (
         "metaseq's OPT launcher (metaseq/launcher/opt_baselines.py) trains with --checkpoint-activations (full "
         "recomputation of every layer)"
-    ),
-    "llama3_balanced_stages": (
-        "Llama 3 (Sec. 3.3.2) balances its pipeline by taking one layer each off the first and the last stage, "
-        "which hold the embedding and the output layer with the loss"
-    ),
-    "deepseek_balanced_stages": (
-        "DeepSeek-V3 puts the embedding, the output head and the MTP module on one pipeline rank (report Sec. 3.2.3) "
-        "and its measured step idles 2.06 s of 19.9 s in bubbles ('Insights into DeepSeek-V3', ISCA 2025, Table 4), "
-        "so its whole layers are placed to balance that rank, not split evenly"
     ),
     "mbridge_deepseek_layout": (
         "Megatron-Bridge's DeepSeek-V3 recipes set an explicit pipeline layout that balances the last stage's MTP "
@@ -80,87 +60,34 @@ SWITCHES: dict[str, str] = {
         "gives 4 layers per stage and 1 beside MTP and loss; PP4 x VP4 leaves 13 on the last rank); 61 layers do "
         "not divide evenly over its stages, which Megatron-Core accepts only with such a layout"
     ),
-    "mbridge_fused_loss": (
-        "Megatron-Bridge's GPTModelProvider defaults to cross_entropy_loss_fusion = True (models/gpt_provider.py, "
-        "'Generally beneficial'): the loss runs as one fused kernel, not Megatron-Core's op-by-op vocab-parallel "
-        "cross entropy"
-    ),
     "megatron_equal_stages": (
         "Megatron-LM and Megatron-Core build pipeline stages of equal whole layers unless a layout is given: "
         "num_layers divisible by the pipeline size and, interleaved, num_layers // pp by the virtual stages "
         "(Megatron-LM arguments.py; Megatron-Bridge gpt_provider.py asserts the same), so an unstated virtual "
         "stage count is completed only among those"
     ),
-    "deepspeed_bf16_grad_accumulation": (
-        "DeepSpeed's bf16 optimizer (BLOOM's 'bf16 optimizer', Megatron-DeepSpeed) adds each micro-batch's bf16 "
-        "weight gradients into fp32 copies after its backward (runtime/bf16_optimizer.py, update_hp_grads: "
-        "hp_grad.add_(lp.grad.to(fp32)), 18 bytes of HBM traffic per parameter per micro-batch)"
-    ),
-    "megatron2021_autograd_grad_accumulation": (
-        "Narayanan et al. 2021 ran Megatron-LM at 6985e58 (2021-08) in fp16 without a contiguous gradient buffer "
-        "(examples/sc21: --fp16, --DDP-impl torch or local, no --use-contiguous-buffers-in-ddp or fp32 accumulation), "
-        "before gradient-accumulation fusion (2022-02): autograd adds each micro-batch's weight gradients into "
-        "param.grad in place after the first, 6 bytes of HBM traffic per parameter"
-    ),
+    "torch_compile": "the run states torch.compile: the element-wise ops are fused, whatever the engine's default",
     "alibi_score_bias": (
         "BLOOM's ALiBi in Megatron-DeepSpeed (megatron/model/transformer.py): Q·K^T runs as torch.baddbmm(alibi, Q, K^T, "
         "beta=1.0) with the bias broadcast over the queries, so the bias is written into the score buffer and read "
         "back by the GEMM, 4 more bytes per score each attention forward"
     ),
-    "megatron_async_tp_backward": (
-        "Megatron-LM since 2022 (the code of Korthikanti et al. 2022) and Transformer Engine's Linear, which NeMo and "
-        "Megatron-Bridge run, launch the backward's tensor-parallel collectives asynchronously beside the GEMMs of the "
-        "same linear layer (LinearWithGradAccumulationAndAsyncCommunication; TE: 'Overlap dgrad-RS/AR with wgrad'): "
-        "the input gradient's reduce-scatter, or all-reduce without SP, beside the weight-gradient GEMM, the re-gather "
-        "of the saved sequence shard beside the input-gradient GEMM; applied where TP runs without --tp-comm-overlap"
-    ),
-    "megatron_selective": (
-        "Megatron-LM's --recompute-granularity selective re-runs only the attention core (Korthikanti et al. 2022, "
-        "Sec. 5; Megatron-Core's recompute_modules default ['core_attn']), not the MLP's activation function"
-    ),
-    "deepseek_recompute": (
-        "DeepSeek-V3 (report Sec. 3.2.3, 3.3.3) recomputes every RMSNorm and the MLA up-projections in the backward, "
-        "caches the SwiGLU input of the MoE in FP8 and recomputes its output"
-    ),
-    "bf16_adam_moments": "AdamW moments kept in BF16 (DeepSeek-V3 report Sec. 3.3.3, 'Low-Precision Optimizer States')",
-    "fa2_on_hopper": (
-        "TorchTitan's H100 runs use F.scaled_dot_product_attention, whose flash backend in PyTorch 2.4-2.5 is "
-        "FlashAttention-2; on H100 it reaches about 35% of the bf16 peak (Shah et al. 2024, FlashAttention-3, Sec. 4.1)"
-    ),
 }
 """Every source-specific switch `convert` may apply, with the documented difference behind it."""
 PARAM_SWITCHES: dict[str, dict[str, Any]] = {
-    "materialized_attention": ATTENTION_KERNELS["materialized"],  # `plan --attention materialized`
-    "fa2_on_hopper": ATTENTION_KERNELS["fa2"],  # `plan --attention fa2`
-    "eager_torchtitan": {"eager_elementwise": True},
-    "torchtitan_sac": {"selective_forward_share": 0.5},
-    "llama3_balanced_stages": {"balanced_stages": True},
-    "deepseek_balanced_stages": {"balanced_stages": True},
     "mbridge_deepseek_layout": {"balanced_stages": True},
-    "mbridge_fused_loss": {"fused_cross_entropy": True},
-    "megatron_selective": {"selective_modules": ("core_attn",)},
-    "megatron_async_tp_backward": {"tp_backward_async": True},
     "alibi_score_bias": {"score_bias_bytes": 2 + 2},
-    "deepspeed_bf16_grad_accumulation": {"grad_accumulation_bytes": 2 + 4 + 4 + 4 + 4},
-    "megatron2021_autograd_grad_accumulation": {"grad_accumulation_bytes": 2 + 2 + 2, "grad_accumulation_skips_first": True},
-    "deepseek_recompute": {"selective_modules": ("core_attn", "mlp_act", "layernorm", "mla_up_proj"), "fp8_activation_cache": True},
-    "bf16_adam_moments": {"adam_moment_bytes": 2},
+    "torch_compile": {"eager_elementwise": False},
 }
-"""The CostParams fields a switch changes (the others change the Strategy or the model)."""
+"""The CostParams fields a switch changes (the others change the Strategy or the model). What an
+engine does is the engine's (`specs/presets/engines.yaml`); these are what a run states of itself."""
 PLAIN_KEEPS = ("maxtext_v4_seq1024",)
 """Switches the plain path keeps: they fix the job (MaxText's v4 tables ran 1,024-token sequences),
 not how the cost model prices it; without them the run would be another job."""
-STATED_SOFTWARE = ("materialized_attention", "fa2_on_hopper", "eager_torchtitan")
-"""Switches that say which software a run ran, each one a flag of `plan` and `estimate`
-(`--attention materialized`, `--attention fa2`, `--eager`). `validate --plain --software` keeps
-them: each run predicted as `plan` predicts it for a user who states that software."""
-ASYNC_TP_BACKWARD_SOURCES = ("korthikanti2022", "nemo_2407", "megatron_bridge_perf")
-"""Sources on Megatron-LM (2022 on) or Transformer Engine, whose TP backward runs asynchronously (the
-`megatron_async_tp_backward` switch); Narayanan et al. 2021's commit predates it."""
+STATED_SOFTWARE = ("torch_compile",)
+"""Switches that say which software a run ran beyond its engine: `validate --plain --software` keeps them."""
 MEGATRON_SOURCES = ("megatron_h100_2024", "narayanan2021_sc21", "korthikanti2022", "nemo_2407")
 """Sources trained with Megatron-LM / Megatron-Core without a pipeline layout (the `megatron_equal_stages` switch)."""
-MATERIALIZED_ATTENTION_SOURCES = ("narayanan2021_sc21", "korthikanti2022", "bloom176b", "opt175b")
-"""Sources whose attention wrote the s x s scores (the `materialized_attention` switch)."""
 
 H100_500W_PEAK_RATIO = (989.4 + 835.5) / 2 / 989.4
 """TorchTitan's 500 W H100: the midpoint of the SXM and NVL dense bf16 peaks, over the SXM peak."""
@@ -255,6 +182,8 @@ class Case:
     """Fields the source leaves null, to be chosen by the search (or filled by a stated default)."""
     assumptions: list[str] = field(default_factory=list)
     switches: list[str] = field(default_factory=list)
+    engine: str = DEFAULT_ENGINE
+    """The engine (and version) the run was trained with: the source's, or the run's own `engine`."""
     token_scale: float = 1.0
     """Real tokens per modelled token (< 1 where the sequence is padded to split over tp·cp)."""
     memory: PublishedMemory | None = None
@@ -601,7 +530,16 @@ def _cluster(run: dict[str, Any], devices: int, notes: list[str], completed: lis
     return cluster
 
 
-def convert(run: dict[str, Any], sources: dict[str, Any] | None = None, plain: bool = False, software: bool = False) -> Case:
+def engine_of(run: dict[str, Any], sources: dict[str, Any] | None, override: str | None = None) -> str:
+    """The engine a run is priced as: `override`, else the run's `engine`, else its source's; checked by name."""
+    src = (sources or {}).get(str(run.get("source") or "")) or {}
+    name = override or run.get("engine") or (src.get("engine") if isinstance(src, dict) else None) or DEFAULT_ENGINE
+    get_engine(str(name))
+    return str(name)
+
+
+def convert(run: dict[str, Any], sources: dict[str, Any] | None = None, plain: bool = False, software: bool = False,
+            engine_override: str | None = None) -> Case:
     """Build the planner's inputs from one run; raises BandwiseError when a needed fact is missing.
 
     `sources` is the file's sources section: a fact its conventions state for every run of the
@@ -636,6 +574,7 @@ def convert(run: dict[str, Any], sources: dict[str, Any] | None = None, plain: b
         raise BandwiseError(f"run {brief(rid)}: hardware.count={brief(hw.get('count'))} is not a device count from 1 to {MAX_DEVICES:,}")
     cluster = _cluster(run, devices, notes, completed)
     src = str(run.get("source") or "")
+    engine = engine_of(run, sources, engine_override)
     fixed: dict[str, Any] = {}
     overlap: dict[str, bool] = {}
 
@@ -781,37 +720,12 @@ def convert(run: dict[str, Any], sources: dict[str, Any] | None = None, plain: b
         overlap["tp"] = True
     if p.get("async_tp") and switch("async_tp"):
         overlap["tp"] = True
-    if src == "llama3_2024" and pp and pp > 1:
-        switch("llama3_balanced_stages")
-    if src == "deepseek_v3" and pp and pp > 1:
-        switch("deepseek_balanced_stages")
-    if src == "megatron_bridge_perf":
-        switch("mbridge_fused_loss")
     if src == "megatron_bridge_perf" and model.mtp_depth and pp and pp > 1:
         switch("mbridge_deepseek_layout")
-    if src in MATERIALIZED_ATTENTION_SOURCES:
-        switch("materialized_attention")
-        if "alibi" in str((run.get("model") or {}).get("position") or "").lower():
-            switch("alibi_score_bias")
-    if src in ASYNC_TP_BACKWARD_SOURCES and (fixed.get("tp") or 1) > 1 and not overlap.get("tp"):
-        switch("megatron_async_tp_backward")
-    rec_text = str(p.get("recompute") or "").lower()
-    if src in MEGATRON_SOURCES and fixed.get("recompute", "selective") == "selective":
-        switch("megatron_selective")
-    if "rmsnorm" in rec_text and "mla up-projection" in rec_text and "swiglu input cached in fp8" in rec_text:
-        switch("deepseek_recompute")
-    if "bf16 optimizer" in zf and "deepspeed" in str(run.get("framework") or "").lower():
-        switch("deepspeed_bf16_grad_accumulation")
-    if src == "narayanan2021_sc21" and "zero-3" not in zf:
-        switch("megatron2021_autograd_grad_accumulation")
-    if "bf16 optimizer moments" in str(run.get("precision") or "").lower():
-        switch("bf16_adam_moments")
-    if src == "torchtitan" and "H100" in str((run.get("hardware") or {}).get("accelerator")):
-        switch("fa2_on_hopper")
-    if src == "torchtitan" and fixed.get("recompute") == "selective":
-        switch("torchtitan_sac")
-    if src == "torchtitan" and "compile" not in str(run.get("precision") or "").lower():
-        switch("eager_torchtitan")
+    if "alibi" in str((run.get("model") or {}).get("position") or "").lower() and not params_for(get_engine(engine)).flash_attention:
+        switch("alibi_score_bias")
+    if "compile" in str(run.get("precision") or "").lower():
+        switch("torch_compile")
 
     for name in FIXABLE:
         if name not in fixed and name not in ("schedule", "virtual_stages") and not (name == "ep" and not model.is_moe):
@@ -822,6 +736,6 @@ def convert(run: dict[str, Any], sources: dict[str, Any] | None = None, plain: b
     return Case(
         id=rid, source=src, quality=str((run.get("target") or {}).get("quality") or "unknown"), target=float(target),
         model=model, cluster=cluster, devices=devices, global_batch=int(gb), fixed=fixed, schedules=schedules,
-        overlap=overlap, completed=sorted(set(completed)), assumptions=notes, switches=switches, token_scale=token_scale,
+        overlap=overlap, completed=sorted(set(completed)), assumptions=notes, switches=switches, engine=engine, token_scale=token_scale,
         memory=published_memory(run),
     )

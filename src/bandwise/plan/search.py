@@ -146,10 +146,11 @@ def _degree_tuples(model: ModelSpec, n: int, fixed: dict[str, Any], allow_pp: bo
     return arr
 
 
-def _schedule_choices(fixed: dict[str, Any]) -> list[tuple[int, int]]:
-    combos = [(SCHEDULES.index(s), 1) for s in SINGLE_STAGE]
-    combos += [(SCHEDULES.index(s), v) for s in LOOPED for v in VIRTUAL_CHOICES]
-    combos += [(SCHEDULES.index(s), 2) for s in V_SHAPED]
+def _schedule_choices(fixed: dict[str, Any], schedules: tuple[str, ...] = SCHEDULES) -> list[tuple[int, int]]:
+    """(schedule, virtual stages) pairs to search: those `schedules` allows (an engine's), as `fixed` narrows them."""
+    combos = [(SCHEDULES.index(s), 1) for s in SINGLE_STAGE if s in schedules]
+    combos += [(SCHEDULES.index(s), v) for s in LOOPED if s in schedules for v in VIRTUAL_CHOICES]
+    combos += [(SCHEDULES.index(s), 2) for s in V_SHAPED if s in schedules]
     if "schedule" in fixed:
         combos = [c for c in combos if SCHEDULES[c[0]] == fixed["schedule"]]
     if "virtual_stages" in fixed:
@@ -187,12 +188,12 @@ def _coarse_schedules(combos: list[tuple[int, int]], coarse: int) -> list[tuple[
 
 def space_rows(
     model: ModelSpec, devices: int, global_batch: int, *, fixed: dict[str, Any] | None = None, allow_pp: bool = True,
-    precisions: tuple[str, ...] = ("bf16",), coarse: int = 0, degrees: np.ndarray | None = None,
+    precisions: tuple[str, ...] = ("bf16",), coarse: int = 0, degrees: np.ndarray | None = None, schedules: tuple[str, ...] = SCHEDULES,
 ) -> int:
     """How many rows `candidate_chunks` builds (before the validity rules), counted without building them."""
     fixed = fixed or {}
     deg = _degree_tuples(model, devices, fixed, allow_pp) if degrees is None else degrees
-    scheds = _coarse_schedules(_schedule_choices(fixed), coarse)
+    scheds = _coarse_schedules(_schedule_choices(fixed, schedules), coarse)
     with_pp = deg[:, PP] > 1
     n_rec = 1 if fixed.get("recompute") else len(RECOMPUTE)
     n_prec = 1 if fixed.get("precision") else len(precisions)
@@ -208,7 +209,7 @@ def space_rows(
 def candidate_chunks(
     model: ModelSpec, devices: int, global_batch: int, *, fixed: dict[str, Any] | None = None, allow_pp: bool = True,
     precisions: tuple[str, ...] = ("bf16",), recompute: tuple[str, ...] = RECOMPUTE, coarse: int = 0,
-    degrees: np.ndarray | None = None,
+    degrees: np.ndarray | None = None, schedules: tuple[str, ...] = SCHEDULES,
 ) -> Iterator[Layouts]:
     """Yield column chunks covering the whole candidate space (before the validity filter).
 
@@ -220,7 +221,7 @@ def candidate_chunks(
     fixed = fixed or {}
     if degrees is None:
         degrees = _degree_tuples(model, devices, fixed, allow_pp)
-    scheds = _coarse_schedules(_schedule_choices(fixed), coarse)
+    scheds = _coarse_schedules(_schedule_choices(fixed, schedules), coarse)
     mbs = _micro_batches(global_batch, devices, fixed, coarse)
     recs = [RECOMPUTE.index(r) for r in (fixed.get("recompute"),) if r] or [RECOMPUTE.index(r) for r in recompute]
     precs = [PRECISIONS.index(p) for p in (fixed.get("precision"),) if p] or [PRECISIONS.index(p) for p in precisions]
@@ -351,6 +352,8 @@ def search(
     progress: Callable[[int], None] | None = None,
     max_rows: int | None = SEARCH_ROWS,
     degrees: np.ndarray | None = None,
+    schedules: tuple[str, ...] = SCHEDULES,
+    zero_stages: tuple[int, ...] = (0, 1, 2),
 ) -> SearchResult:
     """Rank every valid, fitting Strategy by tokens/s per device; keep the best with and without PP.
 
@@ -360,7 +363,8 @@ def search(
     count of the `REFINE_DEGREES` best parallel degrees of each side (with and without PP). The
     result's `extra["narrowed"]` says so and gives the counts; `benchmarks/search_budget.py`
     measures how often the two passes find the exhaustive search's best layout. `degrees`: search
-    only these (dp_replicate, dp_shard, tp, cp, pp, ep, zero_stage) rows, in full.
+    only these (dp_replicate, dp_shard, tp, cp, pp, ep, zero_stage) rows, in full. `schedules` and
+    `zero_stages` (of replicated data parallelism; FSDP is dp_shard) are those the engine can run.
     """
     cluster.check_devices(devices)
     cluster = cluster.placed(devices)
@@ -377,7 +381,8 @@ def search(
     overlap = overlap or {}
     if degrees is None:
         degrees = _degree_tuples(model, devices, fixed, allow_pp)
-    space = dict(fixed=fixed, allow_pp=allow_pp, precisions=precisions)
+    degrees = degrees[np.isin(degrees[:, DEGREE_COLUMNS.index("zero_stage")], zero_stages)]
+    space = dict(fixed=fixed, allow_pp=allow_pp, precisions=precisions, schedules=schedules)
     rows = space_rows(model, devices, global_batch, degrees=degrees, **space)
     level = _coarse_level(model, devices, global_batch, degrees, rows, max_rows, space)
     scan = _Scan(len(degrees), top)
@@ -389,7 +394,7 @@ def search(
         again = degrees[_best_degrees(degrees, scan.by_degree)]
         coarse_mbs = np.array(_micro_batches(global_batch, devices, fixed, level))
         in_grid = np.zeros((len(SCHEDULES), max(VIRTUAL_CHOICES) + 1), dtype=bool)
-        for s, v in _coarse_schedules(_schedule_choices(fixed), level):
+        for s, v in _coarse_schedules(_schedule_choices(fixed, schedules), level):
             in_grid[s, v] = True
 
         def seen(c: Layouts) -> np.ndarray:  # rows the coarse pass evaluated already
@@ -498,6 +503,7 @@ class NetworkSearch:
         self, model: ModelSpec, cluster: Cluster, devices: int, global_batch: int, *, top: int = 10, allow_pp: bool = True,
         fixed: dict[str, Any] | None = None, precisions: tuple[str, ...] = ("bf16",), overlap: dict[str, bool] | None = None,
         params: CostParams = DEFAULT_PARAMS, order: tuple[str, ...] = DIMS, max_rows: int | None = SEARCH_ROWS,
+        schedules: tuple[str, ...] = SCHEDULES, zero_stages: tuple[int, ...] = (0, 1, 2),
     ) -> None:
         cluster.check_devices(devices)
         for p in precisions:
@@ -505,9 +511,10 @@ class NetworkSearch:
         self.model, self.device, self.devices, self.top = model, cluster.device, devices, top
         self.params, self.order = params, order
         fixed = dict(fixed or {})
-        self.space = dict(fixed=fixed, allow_pp=allow_pp, precisions=precisions)
+        self.space = dict(fixed=fixed, allow_pp=allow_pp, precisions=precisions, schedules=schedules)
         self.global_batch, self.overlap = global_batch, overlap or {}
-        self.degrees = _degree_tuples(model, devices, fixed, allow_pp)
+        degrees = _degree_tuples(model, devices, fixed, allow_pp)
+        self.degrees = degrees[np.isin(degrees[:, DEGREE_COLUMNS.index("zero_stage")], zero_stages)]
         rows = space_rows(model, devices, global_batch, degrees=self.degrees, **self.space)
         level = _coarse_level(model, devices, global_batch, self.degrees, rows, max_rows, self.space)
         self.narrowed = {"rows": rows, "max_rows": max_rows, "level": level} if level else None

@@ -32,10 +32,17 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from bandwise.cost.params import DEFAULT_PARAMS, CostParams
+from bandwise.cost.profiles import Pricing
 from bandwise.errors import BandwiseError
 from bandwise.plan.advice import no_valid_layout, valid_count
-from bandwise.plan.search import SEARCH_ROWS, NetworkSearch, Layout, SearchResult, search
-from bandwise.plan.verdict import THRESHOLD, TERM_WORDS, Verdict, decide, group_link, ms
+from bandwise.plan.search import (
+    SEARCH_ROWS,
+    Layout,
+    NetworkSearch,
+    SearchResult,
+    search,
+)
+from bandwise.plan.verdict import TERM_WORDS, THRESHOLD, Verdict, decide, group_link, ms
 from bandwise.specs.hardware import Cluster
 from bandwise.specs.model import ModelSpec
 
@@ -155,6 +162,8 @@ class PlanInputs:
     precisions: tuple[str, ...] = ("bf16",)
     overlap: dict[str, bool] = field(default_factory=dict)
     params: CostParams = DEFAULT_PARAMS
+    """The parameters where no device is known; each point prices with `pricing.on(its device)`."""
+    pricing: Pricing | None = None
     max_rows: int | None = SEARCH_ROWS
     """Candidate rows past which a point's search is narrowed (`search.search`); None: exhaustive."""
 
@@ -162,12 +171,20 @@ class PlanInputs:
         if not (math.isfinite(self.threshold) and 0 <= self.threshold < 1):
             raise BandwiseError(f"--threshold={self.threshold} must be a fraction in [0, 1)")
 
+    def search_space(self) -> dict[str, tuple]:
+        """The layouts the engine can run (`Engine.search_space`)."""
+        return self.pricing.engine.search_space() if self.pricing is not None else {}
+
+    def params_on(self, cluster: Cluster) -> CostParams:
+        return self.pricing.on(cluster.device) if self.pricing is not None else self.params
+
 
 def plan_point(inputs: PlanInputs, cluster: Cluster, label: str, value: float | None = None, progress: Callable[[int], None] | None = None) -> Point:
     """One exhaustive search with PP allowed (it also keeps the best without PP) and its verdict."""
     result = search(
         inputs.model, cluster, inputs.devices, inputs.global_batch, top=1,
-        precisions=inputs.precisions, overlap=inputs.overlap, params=inputs.params, progress=progress, max_rows=inputs.max_rows,
+        precisions=inputs.precisions, overlap=inputs.overlap, params=inputs.params_on(cluster), progress=progress, max_rows=inputs.max_rows,
+        **inputs.search_space(),
     )
     if result.searched == 0:
         raise BandwiseError(no_valid_layout(inputs.model, inputs.devices, inputs.global_batch, precisions=inputs.precisions))
@@ -313,7 +330,8 @@ def sweep(inputs: PlanInputs, base: Cluster, vary: Vary, *, on_point: Callable[[
         raise BandwiseError(no_valid_layout(inputs.model, inputs.devices, inputs.global_batch, precisions=inputs.precisions))
     shared = NetworkSearch(
         inputs.model, base, inputs.devices, inputs.global_batch, top=1,
-        precisions=inputs.precisions, overlap=inputs.overlap, params=inputs.params, max_rows=inputs.max_rows,
+        precisions=inputs.precisions, overlap=inputs.overlap, params=inputs.params_on(base), max_rows=inputs.max_rows,
+        **inputs.search_space(),
     )
     points = []
     for cluster, value in zip(clusters, vary.values):

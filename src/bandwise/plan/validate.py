@@ -17,6 +17,7 @@ import numpy as np
 
 from bandwise.cost.memory import GIB
 from bandwise.cost.params import DEFAULT_PARAMS, CostParams
+from bandwise.cost.profiles import params_for
 from bandwise.cost.results import Estimate
 from bandwise.cost.step import estimate
 from bandwise.errors import BandwiseError
@@ -37,6 +38,7 @@ from bandwise.plan.runs import (  # noqa: F401  (re-exported: the validation API
 )
 from bandwise.plan.search import search
 from bandwise.specs.model import clip
+from bandwise.specs.registry import get_engine
 from bandwise.specs.schedules import PAIRED
 from bandwise.specs.strategy import Strategy
 
@@ -48,6 +50,8 @@ class RunResult:
     quality: str
     target: float
     predicted: float | None = None
+    engine: str = ""
+    """The engine the run was priced as (its source's, or the run's own)."""
     completed_fields: list[str] = field(default_factory=list)
     reason: str | None = None
     """Why the run could not be predicted (None when it was)."""
@@ -162,12 +166,21 @@ def _complete(case: Case, params: CostParams, res: RunResult) -> tuple[Strategy,
     return strategy, est
 
 
-def predict(case: Case, params: CostParams = DEFAULT_PARAMS) -> RunResult:
-    """Estimate the stated layout, completing the null fields; a run that cannot be modelled gets a reason."""
+def priced(case: Case, params: CostParams = DEFAULT_PARAMS) -> CostParams:
+    """The parameters a run is priced with: its engine's behaviours on its device, then what the run
+    states of itself (its switches)."""
+    params = params_for(get_engine(case.engine), case.cluster.device, params)
     for switch in case.switches:
         params = replace(params, **PARAM_SWITCHES.get(switch, {}))
+    return params
+
+
+def predict(case: Case, params: CostParams = DEFAULT_PARAMS) -> RunResult:
+    """Estimate the stated layout, completing the null fields; a run that cannot be modelled gets a reason."""
+    params = priced(case, params)
     res = RunResult(id=case.id, source=case.source, quality=case.quality, target=case.target,
-                    completed_fields=list(case.completed), notes=case.assumptions + [f"switch: {s}" for s in case.switches],
+                    completed_fields=list(case.completed), engine=case.engine,
+                    notes=case.assumptions + [f"engine: {case.engine}"] + [f"switch: {s}" for s in case.switches],
                     device=case.cluster.device.name, moe=case.model.is_moe, devices=case.devices)
     try:
         if all(k in case.fixed for k in DEGREES):
@@ -212,10 +225,11 @@ def comparable_memory_gib(est: Estimate, basis: str, params: CostParams) -> floa
 
 
 def run_all(runs: list[dict[str, Any]], source: str | None = None, params: CostParams = DEFAULT_PARAMS,
-            sources: dict[str, Any] | None = None, plain: bool = False, software: bool = False) -> list[RunResult]:
-    """Convert and predict every run (of one source if given); conversion failures carry the reason.
-    `plain`: without source-specific switches, as `plan` and `estimate` predict (`runs.convert`);
-    `software`: on the plain path, with the software each source states (`runs.STATED_SOFTWARE`)."""
+            sources: dict[str, Any] | None = None, plain: bool = False, software: bool = False, engine: str | None = None) -> list[RunResult]:
+    """Convert and predict every run (of one source if given), each priced as its engine (`engine`:
+    every run as that one); conversion failures carry the reason.
+    `plain`: without the runs' own switches, as `plan --engine E` predicts (`runs.convert`);
+    `software`: on the plain path, with the software each run states beyond its engine (`runs.STATED_SOFTWARE`)."""
     if source is not None:
         known = sorted({str(r.get("source")) for r in runs})
         if source not in known:
@@ -224,7 +238,7 @@ def run_all(runs: list[dict[str, Any]], source: str | None = None, params: CostP
     results = []
     for run in runs:
         try:
-            case = convert(run, sources, plain=plain, software=software)
+            case = convert(run, sources, plain=plain, software=software, engine_override=engine)
         except BandwiseError as exc:
             tgt = finite((run.get("target") or {}).get("tokens_per_sec_per_device"))
             results.append(RunResult(id=str(run.get("id")), source=str(run.get("source")),
@@ -264,6 +278,20 @@ def by_source(results: list[RunResult]) -> dict[str, Summary]:
     return {n: summarize([r for r in results if r.source == n]) for n in names}
 
 
+def by_engine(results: list[RunResult]) -> dict[str, dict[str, Any]]:
+    """Per engine x device x dense/MoE: the count, the median |error| and the signed median error
+    (where the prediction leans, which an engine's behaviours should bring to zero)."""
+    groups: dict[str, list[RunResult]] = {}
+    for r in results:
+        groups.setdefault(f"{r.engine.split('@')[0]} / {r.device} / {'moe' if r.moe else 'dense'}", []).append(r)
+    out = {}
+    for key in sorted(groups):
+        rs = groups[key]
+        signed = [r.error for r in rs if r.error is not None]
+        out[key] = {**summarize(rs).to_dict(), "median_error": float(np.median(signed)) if signed else None}
+    return out
+
+
 def by_quality(results: list[RunResult]) -> dict[str, Summary]:
     """All runs, direct+derived (targets not resting on an assumption), and each quality alone."""
     out = {"all": summarize(results), "direct+derived": summarize([r for r in results if r.quality in ("direct", "derived")])}
@@ -273,11 +301,12 @@ def by_quality(results: list[RunResult]) -> dict[str, Summary]:
 
 
 def report_dict(results: list[RunResult]) -> dict[str, Any]:
-    """The `--json` document: exactly runs, by_source, median_abs_error, p90_abs_error."""
+    """The `--json` document: runs, by_source, by_engine, median_abs_error, p90_abs_error."""
     overall = summarize(results)
     return {
         "runs": [r.to_dict() for r in results],
         "by_source": {k: v.to_dict() for k, v in by_source(results).items()},
+        "by_engine": by_engine(results),
         "median_abs_error": overall.median_abs_error,
         "p90_abs_error": overall.p90_abs_error,
     }

@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from bandwise.errors import INSTALL, BandwiseError
-from bandwise.plan.sweep import COMM_DIMS, PlanInputs, Point, SweepResult
 from bandwise.files import save_figure
+from bandwise.plan.sweep import COMM_DIMS, PlanInputs, Point, SweepResult
 
 DIM_COLOURS = {"tp": "#4C72B0", "cp": "#8172B3", "ep": "#C44E52", "fsdp": "#DD8452", "dp": "#55A868", "pp": "#937860"}
 WITH_PP, WITHOUT_PP = "#4C72B0", "#DD8452"

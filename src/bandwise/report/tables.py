@@ -8,7 +8,12 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from bandwise.cost.results import BREAKDOWN_LABELS, BREAKDOWN_TERMS, MEMORY_TERMS, Estimate
+from bandwise.cost.results import (
+    BREAKDOWN_LABELS,
+    BREAKDOWN_TERMS,
+    MEMORY_TERMS,
+    Estimate,
+)
 from bandwise.plan.search import Layout
 from bandwise.report import glossary
 

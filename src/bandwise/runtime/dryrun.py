@@ -116,7 +116,9 @@ def roles(s: Strategy) -> list[tuple[str, int]]:
 
 def init_fake(rank: int, world: int) -> None:
     """Join a process group of `world` ranks as `rank` on torch's fake backend (no peers)."""
-    from torch.testing._internal.distributed.fake_pg import FakeStore  # registers the "fake" backend
+    from torch.testing._internal.distributed.fake_pg import (
+        FakeStore,  # registers the "fake" backend
+    )
 
     if dist.is_initialized():
         raise BandwiseError("the dry run plays one rank in this process; run it outside torchrun")

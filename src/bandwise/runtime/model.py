@@ -20,9 +20,8 @@ by `bandwise.runtime.parallel`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import contextlib
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F

@@ -32,7 +32,12 @@ from bandwise.doctor.monitor import Monitor
 from bandwise.errors import BandwiseError
 from bandwise.runtime import checkpoint as ckpt
 from bandwise.runtime.data import DataConfig, make_splits, train_loader, val_batches
-from bandwise.runtime.metrics import JsonlLog, grad_norm_and_clip, measure_matmul_flops, peak_memory_bytes
+from bandwise.runtime.metrics import (
+    JsonlLog,
+    grad_norm_and_clip,
+    measure_matmul_flops,
+    peak_memory_bytes,
+)
 from bandwise.runtime.model import ModelConfig, Transformer
 from bandwise.runtime.moe import MoE, MoEConfig, update_router_biases
 from bandwise.runtime.ops import cross_entropy
@@ -481,7 +486,13 @@ class _Progress:
     def __init__(self, *, enabled: bool, total: int, done: int) -> None:
         self.bar = None
         if enabled:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeRemainingColumn,
+            )
 
             self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
             self.task = self.bar.add_task("training", total=total, completed=done)

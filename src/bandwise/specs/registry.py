@@ -19,7 +19,14 @@ import yaml
 
 from bandwise.errors import BandwiseError
 from bandwise.inputs import read_text, shipped_yaml
-from bandwise.specs.hardware import Cluster, Device, cluster_from_dict, cluster_to_file_dict, device_from_dict
+from bandwise.specs.engine import Engine, engine_from_dict
+from bandwise.specs.hardware import (
+    Cluster,
+    Device,
+    cluster_from_dict,
+    cluster_to_file_dict,
+    device_from_dict,
+)
 from bandwise.specs.model import ModelSpec
 
 
@@ -45,6 +52,47 @@ def cluster_presets() -> dict[str, Cluster]:
     raw = _load_yaml("clusters.yaml").get("clusters", {})
     devices = device_presets()
     return {name: cluster_from_dict(name, fields, devices) for name, fields in raw.items()}
+
+
+@cache
+def engine_presets() -> dict[str, Engine]:
+    raw = _load_yaml("engines.yaml")
+    return {name: engine_from_dict(name, fields, f"engine preset {name!r}") for name, fields in raw.items()}
+
+
+DEFAULT_ENGINE = "megatron"
+"""The engine a plan is priced as when none is named: Megatron-Core with Transformer Engine, the stack
+NVIDIA's published recipes run and the one the cost model's defaults were closest to."""
+
+
+def get_engine(name_or_path: str) -> Engine:
+    """A preset (`megatron`, or a version: `megatron@2022`), or an engine file of the presets' keys."""
+    presets = engine_presets()
+    name, _, version = name_or_path.lower().partition("@")
+    if name in presets:
+        return presets[name].at(version) if version else presets[name]
+    path = Path(name_or_path)
+    if path.suffix.lower() in (".json", ".yaml", ".yml") or path.exists():
+        return load_engine_file(path)
+    raise BandwiseError(f"unknown engine {name_or_path!r}; {_did_you_mean(name, presets)}presets: {', '.join(presets)} "
+                        "(a version as megatron@2022; or a path to an engine file: `bandwise engines --show megatron --yaml > my-engine.yaml`)")
+
+
+MAX_ENGINE_FILE_BYTES = 1 << 20
+"""Largest engine file read: a preset's entry is about 2 KB."""
+
+
+def load_engine_file(path: Path) -> Engine:
+    """One engine: `title`, `behaviours` (cost-model field -> value and source) and optionally `versions`, as in presets/engines.yaml."""
+    if not path.is_file():
+        raise BandwiseError(f"engine file {str(path)!r} does not exist; give a preset name (bandwise engines) or a path to an engine file")
+    text = read_text(path, limit=MAX_ENGINE_FILE_BYTES, where=str(path), what="an engine file",
+                     fix="write one engine as `bandwise engines --show megatron --yaml` does")
+    try:
+        data = yaml.safe_load(text)
+    except (yaml.YAMLError, RecursionError):
+        raise BandwiseError(f"engine file {str(path)!r}: not valid YAML; write it as `bandwise engines --show megatron --yaml` does") from None
+    return engine_from_dict(path.stem, data, f"engine file {str(path)!r}")
 
 
 def get_model(name_or_path: str) -> ModelSpec:

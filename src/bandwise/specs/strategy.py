@@ -12,7 +12,6 @@ data parallelism, and of DeepSeek-V3 (EP64 under ZeRO-1 data parallelism, report
 
 from __future__ import annotations
 
-
 import math
 from dataclasses import asdict, dataclass, fields, replace
 from functools import cached_property, reduce
@@ -23,7 +22,16 @@ import numpy as np
 from bandwise.errors import BandwiseError
 from bandwise.specs.hardware import MAX_DEVICES
 from bandwise.specs.model import ModelSpec, brief, clip
-from bandwise.specs.schedules import BY_NAME, LOOPED, REGISTRY, SCHEDULES, SINGLE_STAGE, V_SHAPED, Schedule  # noqa: F401 (their home is specs.schedules)
+from bandwise.specs.schedules import (  # noqa: F401 (their home is specs.schedules)
+    BY_NAME,
+    LOOPED,
+    REGISTRY,
+    SCHEDULES,
+    SINGLE_STAGE,
+    V_SHAPED,
+    Schedule,
+)
+
 RECOMPUTE: tuple[str, ...] = ("none", "selective", "full")
 PRECISIONS: tuple[str, ...] = ("bf16", "fp8")
 DIMS: tuple[str, ...] = ("tp", "cp", "dp_shard", "dp_replicate", "pp")

@@ -26,8 +26,8 @@ import math
 import multiprocessing
 import statistics
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,7 +35,13 @@ import torch
 import torch.nn.functional as F
 
 from bandwise.errors import BandwiseError
-from bandwise.runtime.data import DataConfig, Splits, StepSampler, make_splits, val_batches
+from bandwise.runtime.data import (
+    DataConfig,
+    Splits,
+    StepSampler,
+    make_splits,
+    val_batches,
+)
 from bandwise.runtime.model import ModelConfig, Transformer
 from bandwise.runtime.moe import MoE, MoEConfig, gamma_for_lr, update_router_biases
 from bandwise.specs.model import ModelSpec

@@ -1,0 +1,135 @@
+"""Training engines: how the software that runs a layout behaves, as data with its sources.
+
+A plan is priced as some engine runs it. An `Engine` names the behaviours that separate one stack
+from another around the same kernels: the attention kernel it calls, whether element-wise ops are
+fused, what "selective" recomputes, how its tensor-parallel backward overlaps, how gradients are
+accumulated, how stages are balanced. Each behaviour sets one field of the cost model's
+`CostParams` (`cost.profiles.params_for` applies them) and carries its source: the engine's code at
+a commit, or its documentation. Presets are in `presets/engines.yaml`; a user's own engine is a
+file of the same keys, like a cluster file (`bandwise engines --show megatron --yaml`).
+
+An engine may have versions where a behaviour changed (`megatron@2021`: Megatron-LM before
+FlashAttention and gradient-accumulation fusion): a version lists only what differs from the engine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from bandwise.errors import BandwiseError
+from bandwise.specs.model import brief
+from bandwise.specs.schedules import SCHEDULES
+
+
+@dataclass(frozen=True, slots=True)
+class Behaviour:
+    """One field of the cost model's parameters as this engine sets it."""
+
+    field: str
+    value: Any
+    source: str
+    devices: tuple[str, ...] = ()
+    """Device names (lower case, prefixes) it applies to; empty: every device."""
+
+    def applies_to(self, device_name: str) -> bool:
+        return not self.devices or any(device_name.lower().startswith(d) for d in self.devices)
+
+
+@dataclass(frozen=True, slots=True)
+class Engine:
+    name: str
+    title: str
+    version: str = ""
+    exports: str | None = None
+    """The `--emit` format that launches it (`bandwise.export.ENGINES`); None: no job is written for it."""
+    behaviours: tuple[Behaviour, ...] = ()
+    versions: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Raw version entries: each a title and the behaviours that differ (`at`)."""
+    schedules: tuple[str, ...] | None = None
+    """The pipeline schedules it runs (None: every one bandwise knows)."""
+    zero_stages: tuple[int, ...] | None = None
+    """The ZeRO stages of its replicated data parallelism (None: 0, 1 and 2); FSDP is dp_shard, apart."""
+    layouts_source: str = ""
+
+    def search_space(self) -> dict[str, tuple]:
+        """The search's bounds for layouts this engine can run (`plan.search.search`'s keywords)."""
+        return {k: v for k, v in (("schedules", self.schedules), ("zero_stages", self.zero_stages)) if v is not None}
+
+    @property
+    def label(self) -> str:
+        return f"{self.name}@{self.version}" if self.version else self.name
+
+    def at(self, version: str) -> Engine:
+        """This engine at `version`: its behaviours with the version's replacing those of the same field."""
+        if version not in self.versions:
+            raise BandwiseError(f"engine {self.name!r} has no version {brief(version)}; versions: {', '.join(self.versions) or 'none'}")
+        entry = self.versions[version]
+        changed = _behaviours(entry.get("behaviours") or {}, f"engine {self.name}@{version}")
+        fields = {b.field for b in changed}
+        return replace(self, version=version, title=entry.get("title", self.title), versions={},
+                       behaviours=tuple(b for b in self.behaviours if b.field not in fields) + changed)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The engine as its YAML keys (what `bandwise engines --show NAME --yaml` prints)."""
+        out: dict[str, Any] = {"name": self.name, "title": self.title}
+        if self.exports:
+            out["exports"] = self.exports
+        if self.schedules is not None or self.zero_stages is not None:
+            out["layouts"] = {**({"schedules": list(self.schedules)} if self.schedules is not None else {}),
+                              **({"zero_stages": list(self.zero_stages)} if self.zero_stages is not None else {}), "source": self.layouts_source}
+        out["behaviours"] = {b.field: {"value": list(b.value) if isinstance(b.value, tuple) else b.value, "source": b.source,
+                                       **({"devices": list(b.devices)} if b.devices else {})} for b in self.behaviours}
+        if self.versions:
+            out["versions"] = self.versions
+        return out
+
+
+ENGINE_KEYS = ("name", "title", "exports", "layouts", "behaviours", "versions")
+
+
+def engine_from_dict(name: str, raw: Any, where: str) -> Engine:
+    """An Engine from its YAML keys; an unknown key or a behaviour without a source is a one-line error."""
+    if not isinstance(raw, dict):
+        raise BandwiseError(f"{where}: an engine is a mapping of {', '.join(ENGINE_KEYS)}; got {brief(raw)}")
+    unknown = sorted(set(raw) - set(ENGINE_KEYS))
+    if unknown:
+        raise BandwiseError(f"{where}: unknown key {unknown[0]!r}; an engine has {', '.join(ENGINE_KEYS)}")
+    versions = raw.get("versions") or {}
+    if not isinstance(versions, dict) or not all(isinstance(v, dict) for v in versions.values()):
+        raise BandwiseError(f"{where}: versions is a mapping of version -> {{title, behaviours}}; got {brief(versions)}")
+    layouts = raw.get("layouts") or {}
+    if not isinstance(layouts, dict) or set(layouts) - {"schedules", "zero_stages", "source"}:
+        raise BandwiseError(f"{where}: layouts has schedules, zero_stages and their source; got {brief(layouts)}")
+    if layouts and not str(layouts.get("source") or "").strip():
+        raise BandwiseError(f"{where}: layouts needs its source (the engine's code or docs that say what it runs)")
+    schedules = layouts.get("schedules")
+    if schedules is not None:
+        bad = [x for x in schedules if x not in SCHEDULES]
+        if bad or not schedules:
+            raise BandwiseError(f"{where}: layouts.schedules {brief(schedules)}: each one of {', '.join(SCHEDULES)}")
+    zeros = layouts.get("zero_stages")
+    if zeros is not None and (not zeros or any(z not in (0, 1, 2) for z in zeros)):
+        raise BandwiseError(f"{where}: layouts.zero_stages {brief(zeros)}: each 0, 1 or 2 (FSDP is dp_shard > 1, not a stage here)")
+    engine = Engine(name=str(raw.get("name", name)), title=str(raw.get("title", name)), exports=raw.get("exports"),
+                    behaviours=_behaviours(raw.get("behaviours") or {}, where), versions={str(k): v for k, v in versions.items()},
+                    schedules=tuple(schedules) if schedules is not None else None, zero_stages=tuple(zeros) if zeros is not None else None,
+                    layouts_source=str(layouts.get("source") or "").strip())
+    for version in engine.versions:
+        engine.at(version)  # each version's behaviours are checked when the engine is read
+    return engine
+
+
+def _behaviours(raw: Any, where: str) -> tuple[Behaviour, ...]:
+    if not isinstance(raw, dict):
+        raise BandwiseError(f"{where}: behaviours is a mapping of a cost-model field -> {{value, source}}; got {brief(raw)}")
+    out = []
+    for name, entry in raw.items():
+        if not isinstance(entry, dict) or "value" not in entry or not str(entry.get("source") or "").strip():
+            raise BandwiseError(f"{where}: behaviour {name!r} needs a value and its source (the engine's code at a commit, or its docs)")
+        value = tuple(entry["value"]) if isinstance(entry["value"], list) else entry["value"]
+        devices = entry.get("devices") or ()
+        if isinstance(devices, str) or not all(isinstance(d, str) for d in devices):
+            raise BandwiseError(f"{where}: behaviour {name!r}: devices is a list of device names; got {brief(devices)}")
+        out.append(Behaviour(field=str(name), value=value, source=str(entry["source"]).strip(), devices=tuple(d.lower() for d in devices)))
+    return tuple(out)
