@@ -30,6 +30,7 @@ from bandwise.plan.validate import (
     run_all,
     summarize,
 )
+from bandwise.specs.strategy import Strategy
 
 
 # ---------------------------------------------------------------- the shipped data set
@@ -421,9 +422,32 @@ def test_the_shipped_error_bands_are_what_validate_measures_now(plain_results):
     """plan, estimate and compare print data/error_bands.json; it must be what the shipped runs and
     today's cost model give on the plain path, the path those commands take (regenerate: bandwise
     validate --write-bands src/bandwise/data/error_bands.json)."""
-    from bandwise.plan.bands import compute_bands, shipped_bands
+    from bandwise.plan.bands import (
+        compute_bands,
+        compute_ranking,
+        shipped_bands,
+        shipped_ranking,
+    )
 
     assert compute_bands(plain_results) == shipped_bands()
+    assert compute_ranking(plain_results) == shipped_ranking()
+
+
+def test_ranking_counts_pairs_of_one_job_and_the_error_of_their_ratio():
+    """Two layouts of one model on one device count: measured 100 vs 80 (ratio 1.25). Predicted 90 vs
+    60 (1.5: ordered, ratio off by +20%); a third layout measured 101 against the first (a tie within
+    1%: its ratio error counts, its order does not); another source's run never pairs."""
+    from bandwise.plan.bands import compute_ranking
+
+    def run(rid, target, predicted, source="s", tp=1):
+        return RunResult(id=rid, source=source, quality="direct", target=target, predicted=predicted, model="m", device="h100-sxm",
+                         devices=8, strategy=Strategy(tp=tp, dp_shard=8 // tp))
+
+    got = compute_ranking([run("a", 100, 90), run("b", 80, 60, tp=2), run("c", 101, 99, tp=4), run("d", 50, 500, source="t")])
+    # pairs: a-b ratio 1.25 vs 1.5 (+20%, ordered); a-c 0.990 vs 0.909 (tie); b-c 0.792 vs 0.606 (ordered, -23.5%)
+    assert got["pairs"] == 3 and got["ordered_pairs"] == 2 and got["ordered_as_measured"] == 1.0
+    errs = sorted([abs(1.5 / 1.25 - 1), abs((90 / 99) / (100 / 101) - 1), abs((60 / 99) / (80 / 101) - 1)])
+    assert got["median_ratio_error"] == pytest.approx(errs[1], abs=1e-4)
 
 
 def test_a_band_line_says_how_many_runs_which_side_and_where_it_stops(monkeypatch):

@@ -54,17 +54,53 @@ def compute_bands(results: list[Any]) -> dict[str, dict[str, Any]]:
     }
 
 
+TIED = 0.01
+"""Measured throughputs within 1% of each other are a tie: no order to get right."""
+
+
+def compute_ranking(results: list[Any]) -> dict[str, Any]:
+    """How well predictions order layouts, which is what a plan is for: over pairs of predicted runs of
+    one source with the same model, device and device count but different layouts, the share ordered as
+    measured (ties within `TIED` left out) and the median error of the predicted throughput ratio."""
+    groups: dict[tuple, list[Any]] = {}
+    for r in results:
+        if r.error is not None and r.strategy is not None:
+            groups.setdefault((r.source, r.model, r.device, r.devices), []).append(r)
+    ordered, errors = [], []
+    for runs in groups.values():
+        for i, a in enumerate(runs):
+            for b in runs[i + 1:]:
+                if a.strategy == b.strategy:
+                    continue
+                measured, predicted = a.target / b.target, a.predicted / b.predicted
+                errors.append(abs(predicted / measured - 1.0))
+                if abs(measured - 1.0) > TIED:
+                    ordered.append((measured > 1.0) == (predicted > 1.0))
+    if not errors:
+        return {"pairs": 0, "ordered_pairs": 0, "ordered_as_measured": None, "median_ratio_error": None}
+    return {"pairs": len(errors), "ordered_pairs": len(ordered), "ordered_as_measured": round(float(np.mean(ordered)), 4) if ordered else None,
+            "median_ratio_error": round(float(np.median(errors)), 4)}
+
+
 def write_bands(results: list[Any], path: Path) -> dict[str, dict[str, Any]]:
     bands = compute_bands(results)
-    text = json.dumps({"bands": bands, "written_by": "bandwise validate --write-bands"}, indent=1) + "\n"
+    text = json.dumps({"bands": bands, "ranking": compute_ranking(results), "written_by": "bandwise validate --write-bands"}, indent=1) + "\n"
     write_text_atomic(path, text, what="the error bands")
     return bands
 
 
 @cache
+def _shipped() -> dict[str, Any]:
+    return json.loads(resources.files("bandwise").joinpath("data", BANDS_FILE).read_text(encoding="utf-8"))
+
+
 def shipped_bands() -> dict[str, dict[str, Any]]:
-    text = resources.files("bandwise").joinpath("data", BANDS_FILE).read_text(encoding="utf-8")
-    return json.loads(text)["bands"]
+    return _shipped()["bands"]
+
+
+def shipped_ranking() -> dict[str, Any]:
+    """`compute_ranking` of the plain path, as `validate --write-bands` shipped it."""
+    return _shipped().get("ranking") or {"pairs": 0, "median_ratio_error": None}
 
 
 def band_line(device: str, is_moe: bool, devices: int) -> str:

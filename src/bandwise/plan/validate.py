@@ -52,6 +52,7 @@ class RunResult:
     predicted: float | None = None
     engine: str = ""
     """The engine the run was priced as (its source's, or the run's own)."""
+    model: str = ""
     completed_fields: list[str] = field(default_factory=list)
     reason: str | None = None
     """Why the run could not be predicted (None when it was)."""
@@ -179,7 +180,7 @@ def predict(case: Case, params: CostParams = DEFAULT_PARAMS) -> RunResult:
     """Estimate the stated layout, completing the null fields; a run that cannot be modelled gets a reason."""
     params = priced(case, params)
     res = RunResult(id=case.id, source=case.source, quality=case.quality, target=case.target,
-                    completed_fields=list(case.completed), engine=case.engine,
+                    completed_fields=list(case.completed), engine=case.engine, model=case.model.name,
                     notes=case.assumptions + [f"engine: {case.engine}"] + [f"switch: {s}" for s in case.switches],
                     device=case.cluster.device.name, moe=case.model.is_moe, devices=case.devices)
     try:

@@ -18,6 +18,7 @@ import numpy as np
 
 from bandwise.cost.comm import level_spans
 from bandwise.cost.terms.placement import rank_strides
+from bandwise.plan.bands import shipped_ranking
 from bandwise.plan.search import Layout, SearchResult
 from bandwise.specs.hardware import MAX_DEVICES, Cluster
 from bandwise.specs.model import ModelSpec
@@ -103,10 +104,11 @@ def decide(result: SearchResult, cluster: Cluster, threshold: float = THRESHOLD)
     if best.strategy.pp == 1:
         piped = result.best_with_pp
         if piped is not None:
+            behind = piped.estimate.tokens_per_s_per_device / best.estimate.tokens_per_s_per_device - 1
             versus = (
                 f"; the best pipelined layout ({piped.strategy.describe()}) reaches {piped.estimate.mfu:.1%}, "
-                f"{piped.estimate.tokens_per_s_per_device / best.estimate.tokens_per_s_per_device - 1:+.0%} tokens/s"
-            )
+                f"{behind:+.0%} tokens/s"
+            ) + close_call(behind)
         elif np.isfinite(result.min_memory_gib_with_pp):
             versus = f"; no pipelined layout fits (the smallest needs {result.min_memory_gib_with_pp:.1f} GiB per device)"
         else:
@@ -144,9 +146,21 @@ def decide(result: SearchResult, cluster: Cluster, threshold: float = THRESHOLD)
             reason=(
                 f"PP is not needed: the best layout without PP ({nopp.strategy.describe()}, {nopp.estimate.mfu:.1%} MFU) is within "
                 f"{gain:.1%} of the best with PP ({best.strategy.describe()}, {best.estimate.mfu:.1%} MFU), under the {threshold:.0%} threshold"
-            ),
+            ) + close_call(gain),
         )
-    return Verdict(needs_pp=True, gain=gain, reason=_why_pp(best, nopp, cluster, gain))
+    return Verdict(needs_pp=True, gain=gain, reason=_why_pp(best, nopp, cluster, gain) + close_call(gain))
+
+
+def close_call(margin: float) -> str:
+    """What the margin between two layouts is worth: where it is inside the error with which the plain
+    path predicts the throughput ratio of two published layouts (`bands.compute_ranking`), say so."""
+    r = shipped_ranking()
+    err = r.get("median_ratio_error")
+    if not err or not r.get("pairs") or abs(margin) > err:
+        return ""
+    ordered = r.get("ordered_as_measured")
+    return (f"; a close call: {margin:+.1%} is inside the {err:.0%} median error of predicted throughput ratios between "
+            f"published layouts ({r['pairs']} pairs{f', {ordered:.0%} ordered as measured' if ordered is not None else ''})")
 
 
 def recommended(result: SearchResult, verdict: Verdict) -> Layout | None:
