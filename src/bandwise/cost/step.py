@@ -72,11 +72,11 @@ from bandwise.specs.model import ModelSpec
 from bandwise.specs.strategy import Layouts, Strategy
 
 ROWS_AT_ONCE = 1 << 16
-"""Rows priced in one pass. Every term is a few hundred array operations; at 2^16 rows each array is
-512 KiB, which glibc's malloc keeps in its heap once its dynamic mmap threshold has risen past it
-(mallopt(3), M_MMAP_THRESHOLD: up to 32 MiB on 64-bit), so the temporaries reuse warm pages. Arrays
-of 2^18 rows (2 MiB) were mapped and unmapped afresh: the DeepSeek-V3 × 2048 plan spent 1.4 s of
-system time faulting pages in (benchmarks/RESULTS.md, "The cost model's structure")."""
+"""Rows priced in one pass. Every term is a few hundred array operations on arrays of this length:
+512 KiB each here, against 2 MiB in the search's chunks of 2^18 rows, whose temporaries malloc handed
+back to the kernel and faulted in again (the DeepSeek-V3 x 2048 plan: 223,087 page faults at 2^18,
+82,629 at 2^16, 40,000 with `bandwise/heap.py`'s thresholds; benchmarks/RESULTS.md, "The planner's
+speed"). Larger blocks gain little: 2^17 ran 3% faster at 35% more peak memory."""
 
 
 @dataclass(frozen=True, slots=True)
