@@ -41,6 +41,15 @@ def models(json_out: bool = JSON_TABLE) -> None:
     out.print(table, min_width=min_width(table))
 
 
+def _as_file(show: str, yaml_out: bool, json_out: bool, what: str, example: str) -> bool:
+    """Whether to print one preset as a file to edit (--show NAME --yaml); the flags' misuse is a one-line error."""
+    if yaml_out and not show:
+        raise BandwiseError(f"--yaml prints one {what}; name it with --show, e.g. --show {example} --yaml")
+    if yaml_out and json_out:
+        raise BandwiseError("--yaml and --json: choose one")
+    return yaml_out
+
+
 def clusters(
     json_out: bool = JSON_TABLE,
     show: str = typer.Option("", "--show", help="Only this cluster: a preset name or a cluster file."),
@@ -51,11 +60,7 @@ def clusters(
     A cluster of your own is a YAML file with the presets' keys: `bandwise clusters --show h100
     --yaml > my-cluster.yaml`, edit it, then `--cluster my-cluster.yaml` wherever a preset goes.
     """
-    if yaml_out and not show:
-        raise BandwiseError("--yaml prints one cluster; name it with --show, e.g. --show h100 --yaml")
-    if yaml_out and json_out:
-        raise BandwiseError("--yaml and --json: choose one")
-    if yaml_out:
+    if _as_file(show, yaml_out, json_out, "cluster", "h100"):
         typer.echo(cluster_file_text(get_cluster(show)), nl=False)
         return
     out = Output(json_mode=json_out)
@@ -94,11 +99,7 @@ def engines(
     An engine of your own is a YAML file with the presets' keys: `bandwise engines --show megatron
     --yaml > my-engine.yaml`, edit it, then `--engine my-engine.yaml` wherever an engine goes.
     """
-    if yaml_out and not show:
-        raise BandwiseError("--yaml prints one engine; name it with --show, e.g. --show megatron --yaml")
-    if yaml_out and json_out:
-        raise BandwiseError("--yaml and --json: choose one")
-    if yaml_out:
+    if _as_file(show, yaml_out, json_out, "engine", "megatron"):
         typer.echo(yaml.safe_dump(get_engine(show).to_dict(), sort_keys=False, allow_unicode=True, width=100), nl=False)
         return
     out = Output(json_mode=json_out)
