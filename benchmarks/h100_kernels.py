@@ -34,12 +34,12 @@ import yaml
 from bandwise.cost.compute import K_FIXED, gemm_time
 from bandwise.cost.flops import attention_gemms, mlp_gemms
 from bandwise.cost.params import DEFAULT_PARAMS
-from bandwise.cost.step import layer_terms
 from bandwise.cost.terms.compute import SCORE_BYTES_FORWARD
-from bandwise.specs.strategy import Layouts
+from bandwise.cost.terms.keyed import layer_terms
 from bandwise.plan.runs import convert, load_runs
 from bandwise.plan.validate import predict
 from bandwise.specs.registry import get_cluster
+from bandwise.specs.strategy import Layouts
 
 HERE = Path(__file__).parent
 SHAPES = HERE / "data" / "h100_shapes.json"

@@ -12,14 +12,18 @@ from bandwise.cost import comm
 from bandwise.cost.compute import gemm_time
 from bandwise.cost.memory import GIB, activation_bytes_per_token, model_state_bytes
 from bandwise.cost.params import DEFAULT_PARAMS, CostParams
-from bandwise.cost.step import comm_terms, estimate, layer_terms
-from bandwise.cost.terms.compute import CROSS_ENTROPY_BYTES_EAGER, CROSS_ENTROPY_BYTES_FUSED
+from bandwise.cost.step import estimate
+from bandwise.cost.terms.compute import (
+    CROSS_ENTROPY_BYTES_EAGER,
+    CROSS_ENTROPY_BYTES_FUSED,
+)
+from bandwise.cost.terms.keyed import comm_terms, layer_terms
 from bandwise.cost.terms.stages import balanced_split, last_stage_rank_layers
-from bandwise.specs.strategy import SCHEDULES, Layouts, Strategy
 from bandwise.errors import BandwiseError
 from bandwise.specs.hardware import Cluster, Device, Level
 from bandwise.specs.model import ModelSpec
 from bandwise.specs.registry import get_cluster, get_model
+from bandwise.specs.strategy import SCHEDULES, Layouts, Strategy
 
 GB = 1e9
 
@@ -191,7 +195,11 @@ def test_materialized_attention_gemms_pay_the_fill_of_their_own_reduction():
     """Each batched GEMM costs what `gemm_time` charges a GEMM of its shape (tile- and wave-exact
     shapes, memory-free): forward Q·K^T reduces over d and P·V over s; backward dP over d_v, dV, dQ
     and dK over s. The score traffic is the rest (`test_score_traffic_is_what_torchs_kernels_move`)."""
-    from bandwise.cost.terms.compute import SCORE_BYTES_BACKWARD, SCORE_BYTES_FORWARD, materialized_attention
+    from bandwise.cost.terms.compute import (
+        SCORE_BYTES_BACKWARD,
+        SCORE_BYTES_FORWARD,
+        materialized_attention,
+    )
 
     m = replace(get_model("gpt3-175b"), seq_len=4096)
     s, d, heads = m.seq_len, m.d_head, m.heads
@@ -670,7 +678,7 @@ def test_hfu_counts_what_selective_recomputation_runs_again():
 def test_attention_efficiency_falls_at_short_sequences(seq, cp):
     """Fused attention runs at eff · s / (s + s0) with s the keys one kernel call sees (seq / cp):
     the attention time is the fall-off-free one times (s + s0) / s, and nothing else moves."""
-    from bandwise.cost.step import layer_terms
+    from bandwise.cost.terms.keyed import layer_terms
 
     m = replace(get_model("llama3-8b"), seq_len=seq)
     h100 = get_cluster("h100").placed(8 * cp)

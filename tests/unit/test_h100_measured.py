@@ -77,7 +77,7 @@ def test_fused_attention_against_the_chip() -> None:
     tokens: the model's attention is never faster than the chip and at most a quarter slower (the
     chip was not power-limited here: 1860 MHz). Without the fall-off at short sequences the model is
     2.4x too fast at 512 tokens."""
-    from bandwise.cost.step import layer_terms
+    from bandwise.cost.terms.keyed import layer_terms
     from bandwise.specs.model import ModelSpec
     from bandwise.specs.strategy import Layouts, Strategy
 

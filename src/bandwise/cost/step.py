@@ -17,9 +17,9 @@ the optimizer step over the device's shard (`terms.optimizer`). Memory is the fu
 rank's peak (`terms.roles`, `terms.activations`, `terms.fsdp_buffers`, `terms.peak`); MFU and HFU
 come from `terms.utilisation`.
 
-Two stages: `layer_terms` depends only on the degrees, ZeRO stage, micro-batch and precision and
-runs once per such key (`Layouts.base_key`); `_price` adds the schedule, virtual stages,
-recomputation and overlap of every row.
+Two stages: `terms.keyed` prices what depends only on the degrees, ZeRO stage, micro-batch and
+precision, once per such key (`Layouts.base_key`); `_evaluate_block` adds each row's schedule,
+virtual stages, recomputation and overlap: memory for every row, then the time of the rows that fit.
 """
 
 from __future__ import annotations
@@ -40,32 +40,21 @@ from bandwise.cost.results import (
 )
 from bandwise.cost.terms import pipeline as pipe
 from bandwise.cost.terms.activations import activations
-from bandwise.cost.terms.compute import (
-    HeadCompute,
-    LayerCompute,
-    LayerPasses,
-    Rates,
-    head_compute,
-    layer_compute,
-)
 from bandwise.cost.terms.contention import contention, data_parallel_contention
-from bandwise.cost.terms.context import ContextComm, context_comm
 from bandwise.cost.terms.expert import (
-    ExpertComm,
     dispatch_buffers,
-    expert_comm,
     expert_terms,
 )
-from bandwise.cost.terms.fsdp import FsdpComm, fsdp_comm, fsdp_terms
+from bandwise.cost.terms.fsdp import fsdp_terms
 from bandwise.cost.terms.fsdp_buffers import fsdp_buffers
-from bandwise.cost.terms.grad_sync import SyncGroups, grad_sync
+from bandwise.cost.terms.grad_sync import grad_sync
+from bandwise.cost.terms.keyed import CommTerms, RowTerms, comm_terms, layer_terms
 from bandwise.cost.terms.optimizer import optimizer_time
 from bandwise.cost.terms.peak import peak_memory
-from bandwise.cost.terms.placement import Groups, LocalParams
 from bandwise.cost.terms.roles import most_dense, roles
 from bandwise.cost.terms.shape import Shape, microbatches
 from bandwise.cost.terms.stages import FULL, StageCompute, stage_compute
-from bandwise.cost.terms.tensor import TensorComm, tensor_comm, tensor_terms
+from bandwise.cost.terms.tensor import tensor_terms
 from bandwise.cost.terms.utilisation import utilisation
 from bandwise.specs.hardware import Cluster, Device
 from bandwise.specs.model import ModelSpec
@@ -77,59 +66,6 @@ ROWS_AT_ONCE = 1 << 16
 back to the kernel and faulted in again (the DeepSeek-V3 x 2048 plan: 223,087 page faults at 2^18,
 82,629 at 2^16, 40,000 with `bandwise/heap.py`'s thresholds; benchmarks/RESULTS.md, "The planner's
 speed"). Larger blocks gain little: 2^17 ran 3% faster at 35% more peak memory."""
-
-
-@dataclass(frozen=True, slots=True)
-class LayerTerms:
-    """What a layout's degrees, ZeRO stage, micro-batch and precision fix, per layer and micro-batch
-    on one device: its compute and the parameters it holds."""
-
-    compute: LayerCompute
-    head: HeadCompute
-    local: LocalParams
-
-
-@dataclass(frozen=True, slots=True)
-class RowTerms:
-    """The layer terms each row reads, spread from its key."""
-
-    layer: LayerPasses
-    head: HeadCompute
-    local: LocalParams
-
-    @classmethod
-    def of(cls, lt: LayerTerms, index: np.ndarray) -> RowTerms:
-        return take_rows(cls(lt.compute.passes(), lt.head, lt.local), index)
-
-
-@dataclass(frozen=True, slots=True)
-class CommTerms:
-    """The same key's collectives, per layer and micro-batch, before overlap."""
-
-    tensor: TensorComm
-    context: ContextComm
-    expert: ExpertComm
-    fsdp: FsdpComm
-    sync: SyncGroups
-    p2p: np.ndarray
-    """One micro-batch's activations sent to the next pipeline stage."""
-
-
-def layer_terms(m: ModelSpec, cluster: Cluster, c: Layouts, P: CostParams = DEFAULT_PARAMS) -> LayerTerms:
-    s = Shape.of(m, c)
-    rates = Rates.of(cluster.device, s, P)
-    layer = layer_compute(m, cluster.device, s, rates, P)
-    return LayerTerms(compute=layer, head=head_compute(m, s, rates, layer, P), local=LocalParams.of(m, s))
-
-
-def comm_terms(m: ModelSpec, cluster: Cluster, c: Layouts, order: tuple[str, ...], lt: LayerTerms, P: CostParams = DEFAULT_PARAMS) -> CommTerms:
-    s = Shape.of(m, c)
-    groups = Groups.of(order, c, s)
-    return CommTerms(
-        tensor=tensor_comm(m, cluster, s, groups, lt.compute, P), context=context_comm(m, cluster, s, groups, lt.compute),
-        expert=expert_comm(m, cluster, s, groups, P), fsdp=fsdp_comm(cluster, s, groups, lt.local, P),
-        sync=SyncGroups.of(cluster, s, groups, lt.local), p2p=pipe.p2p_time(m, cluster, s, groups.pp),
-    )
 
 
 @dataclass(frozen=True, slots=True)
