@@ -62,7 +62,8 @@ expert parallelism, micro-batch, ZeRO stage, recomputation); layouts that need m
 
 [b]MFU[/b] is model FLOPs per token x tokens/s / (devices x dense peak FLOP/s of the training dtype),
 with model FLOPs per token = 6 x active non-embedding parameters + 6 x the output projection +
-attention 12 x layers x heads x head_dim x seq (PaLM's convention). Recomputation is not counted
+attention 12 x layers x heads x head_dim x seq (PaLM's convention; a sliding-window layer counts the
+mean keys a query attends to in place of seq). Recomputation is not counted
 (that is HFU). Peaks are dense datasheet peaks, not the 2:4-sparse ones.
 
 [b]Verdict[/b]: PP is [i]not needed[/i] when the best layout without PP is within --threshold (3%) of the

@@ -62,9 +62,16 @@ def attention_core_flops_per_token(m: ModelSpec, causal: bool = True) -> float:
     """Forward FLOPs per token of one layer's scores (Q·K^T) and weighted values (P·V).
 
     2·s·H·d_qk + 2·s·H·d_v over the full s×s score matrix; causal masking skips half of it
-    (FlashAttention-2 skips fully masked blocks; Dao 2023, Sec. 3.1.1).
+    (FlashAttention-2 skips fully masked blocks; Dao 2023, Sec. 3.1.1). Sliding-window layers
+    (Longformer, Beltagy et al. 2020; Mistral 7B, Jiang et al. 2023, Sec. 2) score a query against
+    at most w keys, w - w(w - 1)/(2s) on average (`specs.model.causal_window_pairs`), and fused
+    kernels skip the blocks outside the band as they skip the masked ones (FlashAttention-2's
+    `window_size`); the figure is the mean over layers, windowed and full
+    (`ModelSpec.attention_share`).
     """
     flops = 2.0 * m.seq_len * m.heads * (m.d_head + m.d_value)
+    if m.windowed_layers:
+        flops *= m.attention_share()
     return flops / 2 if causal else flops
 
 

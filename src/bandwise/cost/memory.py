@@ -130,6 +130,11 @@ def activation_bytes_per_token(
     FP8, the input of the linear after attention in E5M6). `gathered_gemm_inputs`:
     under sequence parallelism the two norm outputs are kept all-gathered, whole on every TP rank
     (torch's ColwiseParallel; `CostParams.tp_gathered_inputs`).
+
+    A sliding window (`ModelSpec.sliding_window`) changes nothing here: FlashAttention keeps no
+    score matrix, only its per-row softmax statistics, so what a layer saves does not depend on
+    how many keys a query sees; eager attention materializes the whole s x s matrix and applies the
+    window as a mask. The KV cache a window bounds is an inference cost, not a training one.
     """
     unknown = sorted(set(modules) - set(RECOMPUTE_MODULES))
     if unknown:

@@ -9,6 +9,15 @@ classes of those models):
   deepseek_v3, kimi_k2                n_routed_experts, n_shared_experts, first_k_dense_replace, MLA ranks
   gpt_oss                             num_local_experts, experts_per_token / num_experts_per_tok
 A missing required key is an error that names it; keys the planner does not need are ignored.
+
+Sliding-window attention (`window_spec`), for mistral, mixtral, the qwen types and gpt_oss: the
+window is `sliding_window` (absent or null: none), switched off by `use_sliding_window: false`
+(Qwen2/Qwen3 ship a `sliding_window` value with the switch off). Which layers it covers:
+`layer_types` ("sliding_attention" / "full_attention" per layer) where given, else
+`sliding_window_pattern` n (every n-th layer full, Gemma 2/3 style), else the configuration
+class's rule: every layer (Mistral, Mixtral), layers from `max_window_layers` (default 28) on
+(Qwen, only with `use_sliding_window: true`, whose class default is false), every other layer
+starting with the first (gpt-oss).
 """
 
 from __future__ import annotations
@@ -19,6 +28,11 @@ from bandwise.errors import BandwiseError
 from bandwise.specs.model import MAX_DIMENSION, ModelSpec, brief
 
 DENSE = {"llama", "mistral", "qwen2", "qwen3"}
+WINDOWED = {"mistral", "mixtral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "gpt_oss"}
+"""Model types whose transformers configuration reads `sliding_window` (Llama's and DeepSeek's do not)."""
+QWEN = {"qwen2", "qwen3", "qwen2_moe", "qwen3_moe"}
+QWEN_MAX_WINDOW_LAYERS = 28
+"""`max_window_layers` default of transformers' Qwen2/Qwen3 (and MoE) configuration classes."""
 SUPPORTED = sorted(DENSE | {"mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "kimi_k2", "gpt_oss"})
 
 
@@ -53,9 +67,10 @@ def from_hf_config(cfg: dict[str, Any], *, name: str = "hf-model", seq_len: int 
         return value
 
     heads = need("num_attention_heads")
+    layers = need("num_hidden_layers")
     spec: dict[str, Any] = dict(
         name=name,
-        layers=need("num_hidden_layers"),
+        layers=layers,
         hidden=need("hidden_size"),
         ffn=need("intermediate_size"),
         heads=heads,
@@ -67,6 +82,8 @@ def from_hf_config(cfg: dict[str, Any], *, name: str = "hf-model", seq_len: int 
         tied_embeddings=flag("tie_word_embeddings"),
         source=f"Hugging Face config.json (model_type {kind})",
     )
+    if kind in WINDOWED:
+        spec.update(window_spec(cfg, kind, layers, integer))
     if kind == "mixtral":
         spec.update(experts=need("num_local_experts"), top_k=need("num_experts_per_tok"), expert_ffn=spec["ffn"])
     elif kind in ("qwen2_moe", "qwen3_moe"):
@@ -109,3 +126,39 @@ def from_hf_config(cfg: dict[str, Any], *, name: str = "hf-model", seq_len: int 
             expert_ffn=spec["ffn"],
         )
     return ModelSpec(**spec)
+
+
+def window_spec(cfg: dict[str, Any], kind: str, layers: int, integer: Any) -> dict[str, int]:
+    """`sliding_window` and `sliding_layers` of a ModelSpec from a config's window keys (module
+    docstring); {} when no layer is windowed."""
+    switch = cfg.get("use_sliding_window")
+    if switch is not None and not isinstance(switch, bool):
+        raise BandwiseError(f"config.json ({kind}): use_sliding_window={brief(switch)} must be true or false")
+    types = cfg.get("layer_types")
+    kinds = {"sliding_attention", "full_attention"}
+    if types is not None and not (isinstance(types, list) and len(types) == layers and all(t in kinds for t in types)):
+        raise BandwiseError(
+            f"config.json ({kind}): layer_types={brief(types)} must list num_hidden_layers={layers} entries, "
+            "each \"sliding_attention\" or \"full_attention\""
+        )
+    if switch is False or cfg.get("sliding_window") is None:
+        return {}
+    window = integer("sliding_window", cfg["sliding_window"], 1)
+    if types is not None:
+        windowed = types.count("sliding_attention")
+    elif cfg.get("sliding_window_pattern") is not None:
+        # Gemma 3: layer i is global when (i + 1) % pattern == 0, so layers // pattern of them
+        windowed = layers - layers // integer("sliding_window_pattern", cfg["sliding_window_pattern"], 1)
+    elif kind in QWEN:
+        if switch is not True:  # the Qwen classes' default is off
+            return {}
+        first = cfg.get("max_window_layers")
+        first = QWEN_MAX_WINDOW_LAYERS if first is None else integer("max_window_layers", first)
+        windowed = max(0, layers - first)
+    elif kind == "gpt_oss":
+        windowed = (layers + 1) // 2  # layers 0, 2, 4, ... (GptOssConfig's default layer_types)
+    else:  # mistral, mixtral: every layer
+        windowed = layers
+    if not windowed:
+        return {}
+    return {"sliding_window": window, "sliding_layers": 0 if windowed == layers else windowed}

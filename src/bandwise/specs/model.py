@@ -40,6 +40,28 @@ def clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
+def causal_window_pairs(seq_len: int, window: int) -> int:
+    """(query, key) pairs a causal sliding-window layer scores over a sequence of s tokens.
+
+    The query at position p (0-based) attends to keys max(0, p - w + 1) .. p, so min(p + 1, w) of
+    them (Longformer, Beltagy et al. 2020, Sec. 3.1, causal as in Mistral 7B, Jiang et al. 2023,
+    Sec. 2: "each token can attend to at most W tokens from the previous layer"). Summed over
+    p = 0 .. s - 1: for s <= w every query sees its whole prefix, s(s + 1)/2 pairs; for s >= w the
+    first w queries give 1 + 2 + ... + w = w(w + 1)/2 and the other s - w give w each, so
+    s·w - w(w - 1)/2 pairs, a mean of w - w(w - 1)/(2s) keys per query. w = 0 means no window.
+    """
+    s, w = seq_len, window
+    if not w or s <= w:
+        return s * (s + 1) // 2
+    return s * w - w * (w - 1) // 2
+
+
+def window_share(seq_len: int, window: int) -> float:
+    """A causal window-w layer's (query, key) pairs over full causal attention's, s(s + 1)/2:
+    the factor by which its attention core FLOPs fall (`causal_window_pairs`). 1.0 for s <= w."""
+    return causal_window_pairs(seq_len, window) / causal_window_pairs(seq_len, 0)
+
+
 @dataclass(kw_only=True, slots=True, frozen=True)
 class ModelSpec:
     name: str
@@ -100,6 +122,16 @@ class ModelSpec:
     """Multi-token-prediction modules trained beside the model. Each predicts one token further: it
     projects [norm(h); norm(embedding of the next token)] from 2h to h, runs one transformer block
     (an MoE block in an MoE model) and a second pass through the shared output head and loss."""
+    # --- sliding-window attention (sliding_window == 0 means every layer attends to the whole sequence) ---
+    sliding_window: int = 0
+    """Keys a query attends to in a windowed layer: itself and the w - 1 tokens before it (Beltagy
+    et al. 2020, "Longformer", Sec. 3.1; Jiang et al. 2023, "Mistral 7B", Sec. 2 "Sliding Window
+    Attention", W = 4096). Hugging Face config key `sliding_window`."""
+    sliding_layers: int = 0
+    """How many layers are windowed, the rest attending to the whole sequence; 0 with a window set
+    means every layer (Mistral 7B v0.1). An interleave (gpt-oss: every other layer, Hugging Face
+    `layer_types`) is priced by its count: the cost is a mean over layers, so which layers are
+    windowed does not change it."""
     source: str = ""
     """Where the numbers come from."""
 
@@ -142,6 +174,12 @@ class ModelSpec:
                 )
         elif self.top_k or self.shared_experts or self.dense_layers:
             raise BandwiseError(f"model {brief(self.name)}: top_k/shared_experts/dense_layers need experts > 0")
+        if self.sliding_layers and not self.sliding_window:
+            raise BandwiseError(f"model {brief(self.name)}: sliding_layers={self.sliding_layers} needs sliding_window > 0")
+        if self.sliding_layers > self.layers:
+            raise BandwiseError(
+                f"model {brief(self.name)}: sliding_layers={self.sliding_layers} is more than layers={self.layers}"
+            )
         if self.is_mla and not (self.qk_nope_head_dim and self.qk_rope_head_dim and self.v_head_dim):
             raise BandwiseError(
                 f"model {brief(self.name)}: MLA (kv_lora_rank={self.kv_lora_rank}) needs qk_nope_head_dim, "
@@ -270,21 +308,48 @@ class ModelSpec:
         return self.non_expert_layer_params + self.moe_layers * self.top_k * self.expert_params
 
     # ----- FLOPs -----
+    @property
+    def windowed_layers(self) -> int:
+        """Layers whose attention is windowed (`sliding_window`, `sliding_layers`)."""
+        return (self.sliding_layers or self.layers) if self.sliding_window else 0
+
+    def attention_share(self, seq_len: int | None = None) -> float:
+        """Attention core work of the mean layer over that of full causal attention, in (0, 1].
+
+        A windowed layer computes `window_share(s, w)` of the (query, key) pairs of full causal
+        attention, the others all of them; the mean weights each by its number of layers. 1.0
+        exactly when no layer is windowed, or the sequence is no longer than the window.
+        """
+        windowed = self.windowed_layers
+        if not windowed:
+            return 1.0
+        s = self.seq_len if seq_len is None else seq_len
+        return ((self.layers - windowed) + windowed * window_share(s, self.sliding_window)) / self.layers
+
     def attention_flops_per_token(self, seq_len: int | None = None, causal: bool = False) -> float:
         """Forward+backward FLOPs of the score and value products, per token, all layers.
 
         PaLM (Chowdhery et al. 2022, Appendix B): 12·L·H·Q·T with Q the head width and T the
         sequence length, which counts the full (non-causal) score matrix. With `causal`, half.
         MLA uses qk width for scores and v width for values: 6·L·H·T·(d_qk + d_v).
+        Sliding-window layers (Longformer, Beltagy et al. 2020; Mistral 7B, Jiang et al. 2023,
+        Sec. 2) multiply fewer keys per query, so the term scales by `attention_share`: PaLM's T is
+        the keys a query's products run over, and a windowed layer's run over at most w of them.
+        The causal and non-causal conventions keep their factor of 2.
         """
         s = self.seq_len if seq_len is None else seq_len
         flops = 6.0 * self.layers * self.heads * s * (self.d_head + self.d_value)
+        if self.windowed_layers:
+            flops *= self.attention_share(s)
         return flops / 2 if causal else flops
 
     def model_flops_per_token(self, seq_len: int | None = None, causal: bool = False) -> float:
         """Model FLOPs per token for MFU: 6·(active non-embedding params + output projection) + attention.
 
         DESIGN.md's convention, from PaLM Appendix B. Recomputation is not counted here (that is HFU).
+        The attention term counts the keys each query attends to, so sliding-window layers count
+        their window (`attention_flops_per_token`): MFU of a windowed model is not inflated by
+        attention its kernels never compute.
         """
         return 6.0 * (self.active_nonembedding_params + self.output_params) + self.attention_flops_per_token(
             seq_len, causal

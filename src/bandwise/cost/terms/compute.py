@@ -160,6 +160,10 @@ def materialized_attention(
     P^T·dO, dQ = dS·K and dK = dS^T·Q over the sequence. The score traffic is memory-bound:
     `SCORE_BYTES_FORWARD` (and `bias_bytes` of an additive bias, `CostParams.score_bias_bytes`) per
     score forward, `SCORE_BYTES_BACKWARD` backward.
+
+    A sliding window does not shrink this: eager attention (Hugging Face's `eager_attention_forward`,
+    plain `torch.matmul` + softmax) computes the whole s x s matrix and applies the window as part of
+    the additive mask, as it applies the causal one, so every score is computed, stored and read.
     """
     s, d, dv = m.seq_len, m.d_head, m.d_value
     pairs = tokens * m.heads / tp * s  # (query, key) pairs: scores per layer on this device
@@ -185,7 +189,10 @@ def attention_core(m: ModelSpec, dev: Device, s: Shape, rates: Rates, P: CostPar
     # short sequences leave each query tile's fixed cost less loop to hide behind; under context
     # parallelism each kernel call sees one chunk of seq_len / cp keys (`Device.attention_fill_tokens`)
     keys = m.seq_len / s.cp
+    # (windowed layers loop over at most w keys per query tile, less loop than this; the fill
+    # is left at the whole chunk's, which flatters a small window such as gpt-oss's 128)
     attn_eff = attn_eff * keys / (keys + dev.attention_fill_tokens)
+    # the FLOPs are the windowed mean over layers (`attention_core_flops_per_token`)
     fwd = attention_core_flops_per_token(m, causal=True) * s.tokens / s.tp / (rates.bf16_peak * attn_eff)
     return fwd, P.attention_backward_ratio * fwd
 

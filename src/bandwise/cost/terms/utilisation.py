@@ -1,7 +1,10 @@
 """Throughput and utilisation. MFU (DESIGN.md): model FLOPs per token × tokens/s ÷ (devices × dense
 peak of the training dtype), model FLOPs per token = 6·(active non-embedding params + output
 projection) + 12·L·H·d·s (PaLM Appendix B; `causal_mfu` halves the attention term). HFU also counts
-recomputation."""
+recomputation. Sliding-window layers count the keys they attend to, not the whole sequence
+(`ModelSpec.attention_flops_per_token`): PaLM's attention term is the score and value products a
+token's queries run over T keys, and a windowed layer's run over at most w (Jiang et al. 2023,
+"Mistral 7B", Sec. 2), so counting s would credit the run with work it never does."""
 
 from __future__ import annotations
 
