@@ -67,7 +67,9 @@ def test_summary_names_the_per_device_rate_and_the_peak(capsys):
 
 def test_plan_json_to_torchrun_two_processes(tmp_path, capsys):
     """The planner's JSON drives a 2-process job; its loss falls as on one process."""
-    code, out, err = _cli(capsys, "plan", "-m", "debug-moe", "-c", "h100", "-n", "2", "--seq-len", "64", "--global-batch", "8", "--json")
+    # priced as bandwise's own trainer runs it, the plan lists only layouts the trainer can run
+    code, out, err = _cli(capsys, "plan", "-m", "debug-moe", "-c", "h100", "-n", "2", "--seq-len", "64", "--global-batch", "8",
+                          "--engine", "bandwise", "--json")
     assert code == 0, err
     plan = tmp_path / "plan.json"
     plan.write_text(out)

@@ -67,7 +67,10 @@ def test_the_layer_compute_of_the_shipped_h100_rows() -> None:
         key = hk.layer_key(case.model, res.strategy)
         if key in measured:
             ratios[res.id] = measured[key] / hk._model_layer_s(case, res.strategy, DEFAULT_PARAMS)[0]
-    assert len(ratios) >= 16
+    # 16 rows matched a measured layer when it was measured; since validate prices each run as its engine,
+    # the Megatron GPT-175B 96-GPU row completes its unstated layout to DP6·TP8·PP2 (it was DP4·TP4·PP6,
+    # the TP4 layer measured), so 15 match
+    assert len(ratios) >= 15
     assert all(0.85 <= r <= 1.10 for r in ratios.values()), ratios
     assert 0.95 <= statistics.median(ratios.values()) <= 1.05
 

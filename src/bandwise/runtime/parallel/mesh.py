@@ -40,7 +40,7 @@ def check_runtime_support(s: Strategy, model: ModelSpec) -> None:
     if s.precision == "fp8":
         raise BandwiseError("precision=fp8 is not executed by the trainer; use precision bf16")
     if s.zero_stage in (1, 2):
-        raise BandwiseError(f"zero_stage={s.zero_stage}: the trainer shards with FSDP (dp_shard > 1) or replicates; use zero_stage 0 or dp_shard > 1")
+        raise BandwiseError(f"zero_stage={s.zero_stage}: the trainer shards with FSDP (dp_shard > 1) or replicates; use zero_stage 0 or dp_shard > 1 (plan with --engine bandwise)")
 
 
 @dataclass(slots=True)
