@@ -82,6 +82,8 @@ def test_an_engine_file_reads_like_a_preset_and_its_errors_are_one_line(tmp_path
         ("title: x\nbehaviours: {flash_attention: {value: false}}\n", "needs a value and its source"),
         ("title: x\nlayouts: {schedules: [OneFOneB], source: s}\n", "layouts.schedules"),
         ("title: x\nbogus: 1\n", "unknown key 'bogus'"),
+        ("title: x\nbehaviours: {kernel_gap_s: {value: abc, source: s}}\n", "kernel_gap_s='abc' is not a value of that field"),
+        ("title: x\nbehaviours: {flash_attention: {value: 'no', source: s}}\n", "write it true or false"),
     ):
         path.write_text(text)
         res = in_process(capsys, *["plan", "--model", "debug", "--devices", "2", "--engine", str(path)])

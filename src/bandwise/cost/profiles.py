@@ -9,6 +9,7 @@ it (`trainer_params`), so the three describe one job.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
@@ -29,6 +30,7 @@ def params_for(engine: Engine, device: Device | None = None, base: CostParams = 
         if b.field not in PRICED:
             raise BandwiseError(f"engine {engine.label}: {b.field!r} is not a behaviour the cost model prices; "
                                 f"use one of {', '.join(sorted(PRICED))}")
+        _check_value(engine, b.field, b.value)
         if device is None or b.applies_to(device.name):
             changes[b.field] = b.value
     try:
@@ -41,6 +43,22 @@ def params_for(engine: Engine, device: Device | None = None, base: CostParams = 
         # a chip without a separate FlashAttention-2 figure runs FA2 as its current kernel (Ampere)
         params = replace(params, attention="flash")
     return params
+
+
+def _check_value(engine: Engine, name: str, value: Any) -> None:
+    """A behaviour's value has its field's type (that of the default): a wrong one is a one-line error."""
+    default = getattr(DEFAULT_PARAMS, name)
+    if isinstance(default, bool) or name == "fused_cross_entropy":
+        ok = isinstance(value, bool)
+    elif isinstance(default, (int, float)):
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+    elif isinstance(default, tuple):
+        ok = isinstance(value, tuple) and all(isinstance(v, str) for v in value)
+    else:
+        ok = isinstance(value, type(default))
+    if not ok:
+        want = "true or false" if isinstance(default, bool) or default is None else f"like its default {default!r}"
+        raise BandwiseError(f"engine {engine.label}: {name}={value!r} is not a value of that field; write it {want}")
 
 
 TRAINER = params_for(get_engine("bandwise"))
