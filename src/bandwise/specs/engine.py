@@ -104,14 +104,17 @@ def engine_from_dict(name: str, raw: Any, where: str) -> Engine:
     if layouts and not str(layouts.get("source") or "").strip():
         raise BandwiseError(f"{where}: layouts needs its source (the engine's code or docs that say what it runs)")
     schedules = layouts.get("schedules")
-    if schedules is not None:
-        bad = [x for x in schedules if x not in SCHEDULES]
-        if bad or not schedules:
-            raise BandwiseError(f"{where}: layouts.schedules {brief(schedules)}: each one of {', '.join(SCHEDULES)}")
+    if schedules is not None and (not isinstance(schedules, list) or not schedules
+                                  or not all(isinstance(x, str) and x in SCHEDULES for x in schedules)):
+        raise BandwiseError(f"{where}: layouts.schedules {brief(schedules)}: a list, each one of {', '.join(SCHEDULES)}")
     zeros = layouts.get("zero_stages")
-    if zeros is not None and (not zeros or any(z not in (0, 1, 2) for z in zeros)):
-        raise BandwiseError(f"{where}: layouts.zero_stages {brief(zeros)}: each 0, 1 or 2 (FSDP is dp_shard > 1, not a stage here)")
-    engine = Engine(name=str(raw.get("name", name)), title=str(raw.get("title", name)), exports=raw.get("exports"),
+    if zeros is not None and (not isinstance(zeros, list) or not zeros
+                              or not all(type(z) is int and z in (0, 1, 2) for z in zeros)):
+        raise BandwiseError(f"{where}: layouts.zero_stages {brief(zeros)}: a list, each 0, 1 or 2 (FSDP is dp_shard > 1, not a stage here)")
+    exports = raw.get("exports")
+    if exports is not None and not isinstance(exports, str):
+        raise BandwiseError(f"{where}: exports {brief(exports)}: the name of an --emit format, or leave it out")
+    engine = Engine(name=str(raw.get("name", name)), title=str(raw.get("title", name)), exports=exports,
                     behaviours=_behaviours(raw.get("behaviours") or {}, where), versions={str(k): v for k, v in versions.items()},
                     schedules=tuple(schedules) if schedules is not None else None, zero_stages=tuple(zeros) if zeros is not None else None,
                     layouts_source=str(layouts.get("source") or "").strip())
