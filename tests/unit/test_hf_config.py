@@ -182,3 +182,21 @@ def test_interleaved_dense_and_moe_layers_are_refused_by_name(key, value):
     cfg[key] = value
     with pytest.raises(BandwiseError, match=key):
         from_hf_config(cfg)
+
+
+def test_a_config_file_names_the_model_by_its_own_name(tmp_path):
+    """A hub config.json takes its folder's name; any other file its own (issue 37: a file in
+    `hf_configs/` was named "hf_configs", and a folder named like a preset exported the preset)."""
+    import shutil
+
+    from bandwise.specs.registry import get_model
+
+    src = Path(__file__).resolve().parents[1] / "data" / "hf" / "Mistral-7B-v0.1" / "config.json"
+    (tmp_path / "hf_configs").mkdir()
+    loose = tmp_path / "hf_configs" / "mistral-7b-v0.1.json"
+    shutil.copy(src, loose)
+    assert get_model(str(loose)).name == "mistral-7b-v0.1"
+    (tmp_path / "My-Mistral").mkdir()
+    hub = tmp_path / "My-Mistral" / "config.json"
+    shutil.copy(src, hub)
+    assert get_model(str(hub)).name == "My-Mistral"

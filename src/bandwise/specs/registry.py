@@ -216,6 +216,14 @@ MAX_MODEL_FILE_BYTES = 16 << 20
 """Largest model file read: a Hugging Face config.json is a few KB (DeepSeek-V3's: 1.7 KB)."""
 
 
+def hf_model_name(path: Path) -> str:
+    """What a Hugging Face config file names: its folder for a `config.json` (the hub's layout,
+    `Llama-3.1-8B/config.json`), else the file itself (`hf_configs/llama-3.1-8b.json`: llama-3.1-8b)."""
+    if path.name.lower() == "config.json" and path.resolve().parent.name:
+        return path.resolve().parent.name
+    return path.stem
+
+
 def load_model_file(path: Path) -> ModelSpec:
     from bandwise.specs.hf import from_hf_config
 
@@ -232,6 +240,6 @@ def load_model_file(path: Path) -> ModelSpec:
     if not isinstance(data, dict):
         raise BandwiseError(f"{path}: expected a mapping of fields at the top level")
     if "model_type" in data or "architectures" in data:
-        return from_hf_config(data, name=path.parent.name or path.stem)
+        return from_hf_config(data, name=hf_model_name(path))
     data.setdefault("name", path.stem)
     return ModelSpec.from_dict(data, where=str(path))
