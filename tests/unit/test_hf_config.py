@@ -200,3 +200,19 @@ def test_a_config_file_names_the_model_by_its_own_name(tmp_path):
     hub = tmp_path / "My-Mistral" / "config.json"
     shutil.copy(src, hub)
     assert get_model(str(hub)).name == "My-Mistral"
+
+
+def test_models_show_prints_what_was_read(capsys):
+    """`bandwise models --show FILE` shows every field read and the counts a plan prices (issue 37)."""
+    from bandwise.specs.registry import get_model
+
+    from entry import in_process
+
+    path = str(Path(__file__).resolve().parents[1] / "data" / "hf" / "Mistral-7B-v0.1" / "config.json")
+    res = in_process(capsys, "models", "--show", path)
+    assert res.returncode == 0
+    m = get_model(path)
+    text = " ".join(res.stdout.split())
+    assert f"total parameters {m.total_params:,}" in text and f"sliding_window {m.sliding_window}" in text
+    res = in_process(capsys, "models", "--show", path, "--json")
+    assert res.returncode == 0 and json.loads(res.stdout)[path]["total_params"] == m.total_params

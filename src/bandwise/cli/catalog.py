@@ -16,16 +16,23 @@ from bandwise.specs.registry import (
     engine_presets,
     get_cluster,
     get_engine,
+    get_model,
     model_presets,
 )
 
 JSON_TABLE = typer.Option(False, "--json", help="Print JSON instead of a table.")
 
 
-def models(json_out: bool = JSON_TABLE) -> None:
-    """List the model presets."""
+def models(
+    json_out: bool = JSON_TABLE,
+    show: str = typer.Option("", "--show", help="Only this model, every field as read: a preset, a config.json or a model file."),
+) -> None:
+    """List the model presets, or show one model as bandwise read it (--show), with its parameter counts."""
     out = Output(json_mode=json_out)
-    presets = model_presets()
+    presets = {show: get_model(show)} if show else model_presets()
+    if show and not json_out:
+        _show_model(out, presets[show])
+        return
     if json_out:
         out.emit_json({name: {**m.to_dict(), "total_params": m.total_params, "active_nonembedding_params": m.active_nonembedding_params} for name, m in presets.items()})
         return
@@ -38,6 +45,20 @@ def models(json_out: bool = JSON_TABLE) -> None:
         for k, cell in zip(cols, cells):
             cols[k].append(cell)
     table = plain_table("Model presets", cols, ("name", "experts"), glossary.MODELS)
+    out.print(table, min_width=min_width(table))
+
+
+def _show_model(out: Output, m) -> None:  # noqa: ANN001 (a ModelSpec)
+    """Every field as read and the counts derived from them: what a plan of this model prices."""
+    counts = {"total parameters": m.total_params, "active, non-embedding": m.active_nonembedding_params,
+              "embedding": m.embedding_params, "output projection": m.output_params,
+              "model FLOPs per token (6N + attention)": m.model_flops_per_token()}
+    cols: dict[str, list[str]] = {"field": [], "value": []}
+    for key, value in {**m.to_dict(), **{k: f"{v:,.0f}" for k, v in counts.items()}}.items():
+        if value not in (None, 0, "", False) or key in ("layers", "hidden", "heads"):
+            cols["field"].append(key)
+            cols["value"].append(str(value))
+    table = plain_table(f"{m.name} as read", cols, ("value",), "fields left at their defaults (0, none) are not listed")
     out.print(table, min_width=min_width(table))
 
 

@@ -21,7 +21,7 @@ from bandwise.plan.bands import band_dict, band_line
 from bandwise.plan.search import Layout
 from bandwise.report import glossary
 from bandwise.report.output import Output
-from bandwise.report.tables import breakdown
+from bandwise.report.tables import breakdown, short_count
 from bandwise.specs.registry import get_cluster, get_engine
 from bandwise.specs.strategy import SCHEDULES, Strategy
 
@@ -76,7 +76,7 @@ def estimate(
     if json_out:
         out.emit_json({**layout.to_dict(), "validation": band_dict(clus.device.name, spec.is_moe, n), "engine": get_engine(engine).label})
         return
-    out.print(f"[b]{spec.name}[/b] on [b]{n} x {clus.name}[/b]: {strategy.describe()}, micro-batch {micro_batch}, {strategy.effective_global_batch} sequences per step")
+    out.print(f"[b]{spec.name}[/b] ({short_count(spec.total_params)} parameters) on [b]{n} x {clus.name}[/b]: {strategy.describe()}, micro-batch {micro_batch}, {strategy.effective_global_batch} sequences per step")
     out.print(priced_as(get_engine(engine)))
     out.print(breakdown(est, "estimate"))
     out.print(f"tokens/s and MFU {band_line(clus.device.name, spec.is_moe, n)}")

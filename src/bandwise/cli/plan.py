@@ -178,7 +178,8 @@ def plan(
         )
     elif not emit:
         out.print(
-            f"[b]{spec.name}[/b] on [b]{devices} x {clus.name}[/b] ({clus.device.name}), seq {spec.seq_len}, "
+            f"[b]{spec.name}[/b] ({short_count(spec.total_params)} parameters, {short_count(spec.active_nonembedding_params)} active) "
+            f"on [b]{devices} x {clus.name}[/b] ({clus.device.name}), seq {spec.seq_len}, "
             f"global batch {gb} sequences = {short_count(gb * spec.seq_len, tokens=True)} tokens"
         )
         out.print(priced_as(get_engine(engine)))
