@@ -216,3 +216,37 @@ def test_models_show_prints_what_was_read(capsys):
     assert f"total parameters {m.total_params:,}" in text and f"sliding_window {m.sliding_window}" in text
     res = in_process(capsys, "models", "--show", path, "--json")
     assert res.returncode == 0 and json.loads(res.stdout)[path]["total_params"] == m.total_params
+
+
+def test_phi3_reads_as_the_llama_shape_it_is():
+    """Phi-3 fuses q, k, v into one projection and gate and up into another: the same weights as
+    Llama's. Counted from the config by hand: embedding and head 32064·3072 each, per layer
+    3072·9216 (qkv) + 3072·3072 (o) + 3072·16384 (gate_up) + 8192·3072 (down) + two norms, a final norm."""
+    from bandwise.specs.hf import from_hf_config
+
+    m = from_hf_config(config("Phi-3-mini-4k-instruct"), name="phi-3-mini")
+    h, f, v, layers = 3072, 8192, 32064, 32
+    norms = layers * 2 * h + h  # RMSNorm weights, which the planner's count leaves out (0.005% here)
+    assert m.total_params + norms == 2 * v * h + layers * (h * 3 * h + h * h + h * 2 * f + f * h + 2 * h) + h == 3_821_079_552
+    assert m.sliding_window == 2047 and m.sliding_layers == 0  # Phi3Config reads sliding_window, on every layer
+
+
+def test_deepseek_v2_lite_has_its_published_size():
+    """DeepSeek-V2-Lite's model card: 15.7B parameters in all, 2.4B activated per token."""
+    from bandwise.specs.hf import from_hf_config
+
+    m = from_hf_config(config("DeepSeek-V2-Lite"), name="v2-lite")
+    assert m.total_params == pytest.approx(15.7e9, rel=0.005)
+    assert m.active_nonembedding_params + m.output_params == pytest.approx(2.4e9, rel=0.03)
+
+
+def test_deepseek_v2_is_read_with_deepseek_v3s_keys():
+    """DeepSeek-V2's configuration class has V3's keys (MLA ranks, routed and shared experts, the dense
+    first layers); the same config under either type is the same model."""
+    from bandwise.specs.hf import from_hf_config
+
+    cfg = json.loads((Path(__file__).resolve().parents[1] / "data" / "hf" / "DeepSeek-V3" / "config.json").read_text())
+    cfg.pop("num_nextn_predict_layers", None)  # V2 has no multi-token prediction
+    v3 = from_hf_config({**cfg, "model_type": "deepseek_v3"}, name="m")
+    v2 = from_hf_config({**cfg, "model_type": "deepseek_v2"}, name="m")
+    assert dataclasses.replace(v2, source=v3.source) == v3 and v2.is_mla and v2.is_moe

@@ -2,11 +2,12 @@
 
 Supported `model_type`s and the keys each reads (names as in the transformers configuration
 classes of those models):
-  llama, mistral, qwen2, qwen3        dense, GQA, SwiGLU
+  llama, mistral, qwen2, qwen3, phi3  dense, GQA, SwiGLU (phi3's fused qkv and gate_up projections hold the same weights)
   mixtral                             num_local_experts, num_experts_per_tok (expert = intermediate_size)
   qwen2_moe, qwen3_moe                num_experts, moe_intermediate_size, shared_expert_intermediate_size,
                                       decoder_sparse_step, mlp_only_layers
-  deepseek_v3, kimi_k2                n_routed_experts, n_shared_experts, first_k_dense_replace, MLA ranks
+  deepseek_v2, deepseek_v3, kimi_k2   n_routed_experts, n_shared_experts, first_k_dense_replace, MLA ranks
+                                      (DeepSeek-V2's configuration class has V3's keys, less multi-token prediction)
   gpt_oss                             num_local_experts, experts_per_token / num_experts_per_tok
 A missing required key is an error that names it; keys the planner does not need are ignored.
 
@@ -15,7 +16,7 @@ window is `sliding_window` (absent or null: none), switched off by `use_sliding_
 (Qwen2/Qwen3 ship a `sliding_window` value with the switch off). Which layers it covers:
 `layer_types` ("sliding_attention" / "full_attention" per layer) where given, else
 `sliding_window_pattern` n (every n-th layer full, Gemma 2/3 style), else the configuration
-class's rule: every layer (Mistral, Mixtral), layers from `max_window_layers` (default 28) on
+class's rule: every layer (Mistral, Mixtral, Phi-3), layers from `max_window_layers` (default 28) on
 (Qwen, only with `use_sliding_window: true`, whose class default is false), every other layer
 starting with the first (gpt-oss).
 """
@@ -27,13 +28,14 @@ from typing import Any
 from bandwise.errors import BandwiseError
 from bandwise.specs.model import MAX_DIMENSION, ModelSpec, brief
 
-DENSE = {"llama", "mistral", "qwen2", "qwen3"}
-WINDOWED = {"mistral", "mixtral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "gpt_oss"}
+DENSE = {"llama", "mistral", "qwen2", "qwen3", "phi3"}
+WINDOWED = {"mistral", "mixtral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "gpt_oss", "phi3"}
 """Model types whose transformers configuration reads `sliding_window` (Llama's and DeepSeek's do not)."""
 QWEN = {"qwen2", "qwen3", "qwen2_moe", "qwen3_moe"}
 QWEN_MAX_WINDOW_LAYERS = 28
 """`max_window_layers` default of transformers' Qwen2/Qwen3 (and MoE) configuration classes."""
-SUPPORTED = sorted(DENSE | {"mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "kimi_k2", "gpt_oss"})
+DEEPSEEK = ("deepseek_v2", "deepseek_v3", "kimi_k2")
+SUPPORTED = sorted(DENSE | {"mixtral", "qwen2_moe", "qwen3_moe", *DEEPSEEK, "gpt_oss"})
 
 
 def from_hf_config(cfg: dict[str, Any], *, name: str = "hf-model", seq_len: int = 4096) -> ModelSpec:
@@ -101,7 +103,7 @@ def from_hf_config(cfg: dict[str, Any], *, name: str = "hf-model", seq_len: int 
             shared_experts=1 if shared else 0,
             shared_expert_ffn=shared,
         )
-    elif kind in ("deepseek_v3", "kimi_k2"):
+    elif kind in DEEPSEEK:
         spec.update(
             experts=need("n_routed_experts"),
             top_k=need("num_experts_per_tok"),
