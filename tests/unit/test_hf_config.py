@@ -221,14 +221,16 @@ def test_models_show_prints_what_was_read(capsys):
 def test_phi3_reads_as_the_llama_shape_it_is():
     """Phi-3 fuses q, k, v into one projection and gate and up into another: the same weights as
     Llama's. Counted from the config by hand: embedding and head 32064·3072 each, per layer
-    3072·9216 (qkv) + 3072·3072 (o) + 3072·16384 (gate_up) + 8192·3072 (down) + two norms, a final norm."""
+    3072·9216 (qkv) + 3072·3072 (o) + 3072·16384 (gate_up) + 8192·3072 (down) + two norms, a final norm;
+    3,821,079,552 is also the count keras-hub's Phi-3 presets publish (phi3_presets.py)."""
     from bandwise.specs.hf import from_hf_config
 
     m = from_hf_config(config("Phi-3-mini-4k-instruct"), name="phi-3-mini")
     h, f, v, layers = 3072, 8192, 32064, 32
     norms = layers * 2 * h + h  # RMSNorm weights, which the planner's count leaves out (0.005% here)
     assert m.total_params + norms == 2 * v * h + layers * (h * 3 * h + h * h + h * 2 * f + f * h + 2 * h) + h == 3_821_079_552
-    assert m.sliding_window == 2047 and m.sliding_layers == 0  # Phi3Config reads sliding_window, on every layer
+    # transformers' Phi3Config takes sliding_window (configuration_phi3.py, v4.43), applied on every layer
+    assert m.sliding_window == 2047 and m.sliding_layers == 0
 
 
 def test_deepseek_v2_lite_has_its_published_size():
