@@ -100,3 +100,16 @@ def test_when_pp_is_needed_best_is_the_fastest(capsys):
     code, out, _ = run([*PLAN, "--json"], capsys)
     doc = json.loads(out)
     assert doc["verdict"]["needs_pp"] is True and doc["best"] == doc["top"][0] and doc["best"]["strategy"]["pp"] > 1
+
+
+def test_a_margin_inside_the_ranking_error_is_called_close(monkeypatch):
+    """The verdict names a close call only where its margin is within the median error of predicted
+    throughput ratios between published layouts (`bands.compute_ranking`), and only with pairs behind it."""
+    from bandwise.plan import verdict
+
+    monkeypatch.setattr(verdict, "shipped_ranking", lambda: {"pairs": 22, "ordered_as_measured": 0.77, "median_ratio_error": 0.24})
+    assert "close call: +10.0% is inside the 24% median error" in verdict.close_call(0.10)
+    assert "22 pairs, 77% ordered as measured" in verdict.close_call(-0.05)
+    assert verdict.close_call(0.30) == "" and verdict.close_call(-0.25) == ""
+    monkeypatch.setattr(verdict, "shipped_ranking", lambda: {"pairs": 0, "median_ratio_error": None})
+    assert verdict.close_call(0.01) == ""

@@ -83,7 +83,8 @@ class StateBytes:
         return self.whole * params + self.sharded * params / np.maximum(np.asarray(shard, dtype=float), 1.0)
 
     def weights_of(self, params: np.ndarray, shard: np.ndarray) -> np.ndarray:
-        """`weight_bytes` of the same."""
+        """The weights' part of `of_params`: bf16 weights, or the shard under ZeRO-3/FSDP (the fp32 shard
+        where it is the master copy, else the bf16 one)."""
         params = np.asarray(params, dtype=float)
         return self.weight_whole * params + self.weight_sharded * params / np.maximum(np.asarray(shard, dtype=float), 1.0)
 
@@ -94,14 +95,6 @@ def _sharded_weight_bytes(grad_bytes: float) -> float:
     reduce_dtype=fp32)): the shard is the master copy, 4 bytes. With 2-byte gradients (DeepSpeed
     ZeRO-3, the ZeRO paper) a bf16 shard sits beside the fp32 master: 2 + 4."""
     return MASTER_WEIGHT_BYTES if grad_bytes >= MASTER_WEIGHT_BYTES else BF16 + MASTER_WEIGHT_BYTES
-
-
-def weight_bytes(params: np.ndarray, shard: np.ndarray, zero: np.ndarray, *, grad_bytes: float = BF16) -> np.ndarray:
-    """The weights' part of `model_state_bytes`: bf16 weights, or the shard under ZeRO-3/FSDP (the fp32
-    shard where it is the master copy, else the bf16 one)."""
-    params = np.asarray(params, dtype=float)
-    sharded = (MASTER_WEIGHT_BYTES if grad_bytes >= MASTER_WEIGHT_BYTES else BF16) * params / np.maximum(shard, 1.0)
-    return np.where(np.asarray(zero) == 3, sharded, BF16 * params)
 
 
 def activation_bytes_per_token(

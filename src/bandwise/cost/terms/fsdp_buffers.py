@@ -35,6 +35,12 @@ class FsdpBuffers:
     """The stage stays gathered, its gradients unsharded, across the micro-batches."""
 
 
+def unit_bytes(P: CostParams) -> float:
+    """Bytes per parameter of a unit FSDP holds unsharded: a gathered bf16 weight, its all-gather
+    buffer, its gradient before the reduce-scatter (fp32 where gradients are reduced in fp32)."""
+    return 2 * BF16 + P.grad_reduce_bytes
+
+
 def in_fsdp(local: LocalParams, expert: np.ndarray) -> np.ndarray:
     """The expert bytes FSDP manages: none where the experts' shard degree is 1."""
     return np.where(local.shard_expert > 1, expert, 0.0)
@@ -53,8 +59,7 @@ def _reliefs(inflight_then: np.ndarray, head_then: np.ndarray, pf: PipelineFacto
 def fsdp_buffers(s: Shape, n_mb: np.ndarray, local: LocalParams, r: Roles, a: Activations, pf: PipelineFactors, mtp_depth: int,
                  P: CostParams) -> FsdpBuffers:
     fsdp_xl = in_fsdp(local, local.expert_layer)
-    unit = 2 * BF16 + P.grad_reduce_bytes  # a gathered bf16 weight, its all-gather buffer, its fp32 gradient
-    layer = unit * (local.dense_layer + fsdp_xl)
+    layer = unit_bytes(P) * (local.dense_layer + fsdp_xl)
     whole_stage = P.fsdp_pp_unsharded & (s.pp > 1) & (n_mb > 1)
     fsdp = s.zero == 3  # only FSDP holds these buffers
     if fsdp.any():
@@ -76,7 +81,7 @@ def _held(v: np.ndarray, fsdp_xl: np.ndarray, layer: np.ndarray, whole_stage: np
     # gradient have been consumed: that moment's peak is the rest plus these buffers less the logits.
     # With a vocabulary of 150k and small MoE layer units it sets the peak (dry run: Qwen3, Kimi K2 and
     # DeepSeek-V3 measure exactly 8 bytes a head parameter of buffers there, benchmarks/RESULTS.md)
-    head_phase = (2 * BF16 + P.grad_reduce_bytes) * local.out - a.head_logits
+    head_phase = unit_bytes(P) * local.out - a.head_logits
     # The stage's unsharded gradients appear with its first backward, so they stand beside the
     # micro-batches in flight from then on, not beside the warm-up's peak: under 1F1B with as many
     # micro-batches as stages rank 0 holds p before its first backward and p - 1 after it. Under

@@ -13,7 +13,7 @@ from bandwise.cost.flops import BF16
 from bandwise.cost.memory import StateBytes
 from bandwise.cost.params import CostParams
 from bandwise.cost.terms.activations import Activations
-from bandwise.cost.terms.fsdp_buffers import FsdpBuffers, in_fsdp
+from bandwise.cost.terms.fsdp_buffers import FsdpBuffers, in_fsdp, unit_bytes
 from bandwise.cost.terms.placement import LocalParams
 from bandwise.cost.terms.roles import Roles, first_largest, of_each
 from bandwise.cost.terms.shape import Shape
@@ -85,10 +85,9 @@ def peak_memory(s: Shape, n_mb: np.ndarray, local: LocalParams, r: Roles, a: Act
         head_out = np.where(full.holds_head, local.out, 0.0)
         head_grads = P.grad_reduce_bytes * head_out / shard_dense
         stored = np.maximum(activations - np.maximum(a.working, a.head_logits + a.head_in), 0.0)
-        unit = 2 * BF16 + P.grad_reduce_bytes
         moments = [  # (activations, gradients present, FSDP buffers) at each moment
             (stored + a.head_logits + a.head_in, 0.0, BF16 * head_out),
-            (stored + a.head_in, 0.0, unit * head_out),
+            (stored + a.head_in, 0.0, unit_bytes(P) * head_out),
             (stored + a.working, head_grads, fb.layer),
             (a.working, grads_rank, fb.layer),
         ]

@@ -15,7 +15,7 @@ from bandwise.specs.hardware import Device
 from bandwise.specs.model import ModelSpec
 from bandwise.specs.strategy import RECOMPUTE, SCHEDULES, V_SHAPED
 
-NONE, SELECTIVE, FULL = (RECOMPUTE.index(r) for r in ("none", "selective", "full"))
+SELECTIVE, FULL = (RECOMPUTE.index(r) for r in ("selective", "full"))
 _V_SHAPED = [SCHEDULES.index(s) for s in V_SHAPED]
 
 
