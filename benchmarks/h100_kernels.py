@@ -7,7 +7,7 @@
 The measurements of 2026-11-26 are benchmarks/data/h100_{kernels,layers,layers_profiled}_2026-11-26.json.
 
 `shapes` takes every dense bf16 run on an H100 from the shipped runs and from llm-foundry's
-held-out MPT tables, completes it as `bandwise validate --plain --software` does, and lists the
+held-out MPT tables, completes it as `bandwise validate` does, and lists the
 kernels one layer of that layout runs on one GPU: the four GEMMs and the output head at their
 tensor-parallel widths, the attention at its heads per rank, the element-wise widths and the loss.
 
@@ -74,7 +74,7 @@ def layer_key(model, strategy) -> tuple[int, ...]:  # noqa: ANN001
 
 
 def _cases(held_out: bool = True):  # noqa: ANN202
-    """(set name, case, result) of every dense bf16 H100 run, completed as `validate --plain --software` does."""
+    """(set name, case, result) of every dense bf16 H100 run, completed as `validate` does."""
     runs, sources = load_runs()
     sets = [("shipped", runs, sources)]
     if held_out:
@@ -83,7 +83,7 @@ def _cases(held_out: bool = True):  # noqa: ANN202
     for set_name, doc_runs, doc_sources in sets:
         for run in doc_runs:
             try:
-                case = convert(run, doc_sources, plain=True, software=True)
+                case = convert(run, doc_sources)
             except Exception:
                 continue
             if case.cluster.device.name not in DEVICES or case.model.is_moe:

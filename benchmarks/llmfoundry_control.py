@@ -1,4 +1,4 @@
-"""llm-foundry's MPT tables on H100 and on A100 (the control), plain path, grouped; optionally with
+"""llm-foundry's MPT tables on H100 and on A100 (the control), on validate's path, grouped; optionally with
 one cost-model field changed, to test a mechanism on both chips at once before it goes in.
 
     python benchmarks/llmfoundry_control.py [--set FIELD=VALUE ...]
@@ -42,7 +42,7 @@ def main() -> None:
     print("|---|---:|---:|---:|---:|---:|")
     for name, path in SETS.items():
         doc = yaml.safe_load(path.read_text())
-        ok = [r for r in run_all(doc["runs"], sources=doc["sources"], params=params, plain=True) if r.error is not None]
+        ok = [r for r in run_all(doc["runs"], sources=doc["sources"], params=params) if r.error is not None]
         seq = {r.id: int(re.search(r"seq(\d+)", r.id).group(1)) for r in ok}
 
         def signed(keep) -> str:  # noqa: ANN001

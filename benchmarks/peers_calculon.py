@@ -9,11 +9,9 @@ models/*.json and validation/seqsel/{tab5,fig1}/*.json, as its `llm-validation` 
 
 bandwise predicts the same eight layouts (GPT 22B / 175B / 530B / 1T on A100, TP 8 with PP 1 / 8 /
 35 / 64, sequence parallelism with selective recomputation, or full recomputation without it) from
-its own published runs (`korthikanti2022_*` in data/published_runs.yaml), both ways:
-- **validate**: `bandwise validate`'s path, with the source's switches (materialized attention,
-  Megatron's selective recomputation of the attention core only, its asynchronous TP backward,
-  equal pipeline stages);
-- **plain**: `bandwise validate --plain`'s path, the one `plan` and `estimate` take.
+its own published runs (`korthikanti2022_*` in data/published_runs.yaml), on `bandwise validate`'s
+path, the one `plan --engine megatron@2022` takes (materialized attention, Megatron's selective
+recomputation of the attention core only, equal pipeline stages: the engine's behaviours).
 The full-recomputation rows are the same runs with recompute = full, no sequence parallelism and the
 paper's full-recompute iteration time (`reported.step_time_full_recompute_s`). The script checks
 that both tools read the same layouts before it compares them.
@@ -92,8 +90,8 @@ def bandwise_cases() -> dict[str, dict]:
     return cases | {"_sources": sources}
 
 
-def predict_step(run: dict, sources: dict, plain: bool, sp: bool) -> tuple[float, object]:
-    case = convert(run, sources, plain=plain)
+def predict_step(run: dict, sources: dict, sp: bool) -> tuple[float, object]:
+    case = convert(run, sources)
     # Table 5's full-recomputation baseline runs without sequence parallelism: a stated fact of the case
     params = replace(DEFAULT_PARAMS, sequence_parallel=sp)
     res = predict(case, params)
@@ -121,18 +119,17 @@ def main() -> None:
     sources = cases.pop("_sources")
 
     print("Step time (Korthikanti et al. 2022, Table 5; A100, TP 8):\n")
-    print("| case | profiled (s) | Calculon (s) | error | bandwise validate (s) | error | bandwise plain (s) | error |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
-    errs: dict[str, list[float]] = {"calculon": [], "validate": [], "plain": []}
+    print("| case | profiled (s) | Calculon (s) | error | bandwise validate (s) | error |")
+    print("|---|---:|---:|---:|---:|---:|")
+    errs: dict[str, list[float]] = {"calculon": [], "validate": []}
     results = {}
     for key, c in cases.items():
         model, mode = key.split("/")
         ce = calc[f"{model}/tab5/{mode}"]
         same_layout(ce["exe"], c["run"])
-        v, vres = predict_step(c["run"], sources, plain=False, sp=c["sp"])
-        p, _ = predict_step(c["run"], sources, plain=True, sp=c["sp"])
+        v, vres = predict_step(c["run"], sources, sp=c["sp"])
         results[key] = vres
-        row = {"calculon": ce["step_s"], "validate": v, "plain": p}
+        row = {"calculon": ce["step_s"], "validate": v}
         cells = []
         for tool, t in row.items():
             e = t / c["step_s"] - 1

@@ -11,7 +11,7 @@ two such folders and names every output that differs, with its first differing l
 To compare with an earlier commit, check it out into another folder (`git worktree add`), run
 `write` there with that folder's `src` first on PYTHONPATH, and `diff` the two folders.
 
-The outputs: `validate --json` on the shipped runs (switched, `--plain`, `--plain --software`) and
+The outputs: `validate --json` on the shipped runs (one path since issue 36) and
 on the two llm-foundry files; `plan --json` and each `--emit` on the four reference cases; the
 default `compare` and a `sweep`, as JSON; two dry runs beside the planner's figures (`train --dry-run --json`). A search's own run time (`seconds`) is dropped: it is the
 only field that changes from run to run (checked by writing twice and diffing).
@@ -42,10 +42,8 @@ VOLATILE = {"seconds"}
 def commands() -> dict[str, list[str]]:
     runs = {
         "validate": ["validate", "--json"],
-        "validate-plain": ["validate", "--plain", "--json"],
-        "validate-plain-software": ["validate", "--plain", "--software", "--json"],
-        "validate-llmfoundry-h100": ["validate", "--runs", str(HERE / "data" / "llmfoundry_mpt_runs.yaml"), "--plain", "--json"],
-        "validate-llmfoundry-a100": ["validate", "--runs", str(HERE / "data" / "llmfoundry_mpt_a100_runs.yaml"), "--plain", "--json"],
+        "validate-llmfoundry-h100": ["validate", "--runs", str(HERE / "data" / "llmfoundry_mpt_runs.yaml"), "--json"],
+        "validate-llmfoundry-a100": ["validate", "--runs", str(HERE / "data" / "llmfoundry_mpt_a100_runs.yaml"), "--json"],
         "compare": ["compare", "--json"],
         "sweep": ["sweep", "--vary", "scale-up-size=8,16,72", "--json"],
         # the dry run beside the planner (needs the train extra): a pipelined dense layout and an MoE one

@@ -109,7 +109,64 @@ def test_every_header_says_which_engine_prices_it(capsys):
 
 
 def test_fields_an_engine_may_not_set_are_the_jobs_and_the_devices():
-    assert PRICED == {f.name for f in fields(CostParams)} - {"headroom", "reserved_bytes", "attention_efficiency"}
+    assert PRICED == {f.name for f in fields(CostParams)} - {"headroom", "reserved_bytes", "attention_efficiency", "balanced_when_uneven"}
     with pytest.raises(BandwiseError, match="not a behaviour"):
         params_for(get_engine("megatron").__class__(name="x", title="x", behaviours=(
             type(get_engine("megatron").behaviours[0])(field="headroom", value=0.5, source="s"),)))
+
+
+def test_stages_and_defaults_are_engine_data_with_sources(tmp_path):
+    """Megatron-Core cuts equal stages unless a layout is given; its 2021/2022 versions only equal
+    ones; TorchTitan's defaults for unset pipeline fields carry their sources; a wrong value is one line."""
+    assert get_engine("megatron").stages == "layout" and get_engine("megatron@bridge").stages == "layout"
+    assert get_engine("megatron@2021").stages == get_engine("megatron@2022").stages == "equal"
+    assert get_engine("torchtitan").stages == "even"
+    titan = get_engine("torchtitan")
+    assert titan.default("pipeline_microbatches") == "stages" and titan.default("virtual_stages") == 2
+    assert all(d.source for d in titan.defaults) and get_engine("megatron").default("virtual_stages") is None
+    assert params_for(get_engine("megatron")).balanced_when_uneven and not params_for(titan).balanced_when_uneven
+    for bad, message in (({"layouts": {"stages": "odd", "source": "s"}}, "layouts.stages"),
+                         ({"defaults": {"virtual_stages": {"value": 0, "source": "s"}}}, "defaults.virtual_stages"),
+                         ({"defaults": {"micro_batch": {"value": 1, "source": "s"}}}, "no field 'micro_batch'")):
+        path = tmp_path / "engine.yaml"
+        path.write_text(json.dumps({"name": "mine", "title": "mine", **bad}))
+        with pytest.raises(BandwiseError, match=message):
+            load_engine_file(path)
+
+
+def test_an_uneven_layout_is_balanced_only_where_the_engine_needs_a_layout():
+    """`balanced_when_uneven` prices a row whose layers do not divide over pp·v exactly as the balanced
+    split, and a row whose layers divide exactly as the even one (Megatron-Core's equal stages)."""
+    from dataclasses import replace
+
+    from bandwise.cost.params import DEFAULT_PARAMS
+    from bandwise.cost.step import estimate
+    from bandwise.specs.registry import get_model
+    from bandwise.specs.strategy import Strategy
+
+    model, cluster = get_model("llama3-70b"), get_cluster("h100")  # 80 layers
+    layout = replace(DEFAULT_PARAMS, balanced_when_uneven=True)
+    for pp, v, uneven in ((8, 1, False), (6, 1, True), (4, 3, True), (4, 5, False)):
+        s = Strategy(dp_replicate=64 // (8 * pp), tp=8, pp=pp, virtual_stages=v, schedule="Interleaved1F1B" if v > 1 else "1F1B",
+                     micro_batch=1, global_batch=256, recompute="full")
+        got = estimate(model, cluster, s, layout).step_time_s
+        want = estimate(model, cluster, s, replace(DEFAULT_PARAMS, balanced_stages=uneven)).step_time_s
+        assert got == pytest.approx(want, rel=1e-12), (pp, v)
+
+
+def test_flat_collectives_price_every_level_as_the_nic():
+    """`hierarchical_collectives: false` (deepspeed@2021): the estimate equals the same job on a cluster
+    of one flat NIC level; on one node, where NVLink would carry everything, it is slower."""
+    from dataclasses import replace
+
+    from bandwise.cost.params import DEFAULT_PARAMS
+    from bandwise.cost.step import estimate
+    from bandwise.specs.registry import get_model
+    from bandwise.specs.strategy import Strategy
+
+    model, cluster = get_model("llama3-8b"), get_cluster("a100-80g")
+    s = Strategy(dp_shard=8, micro_batch=1, global_batch=64)
+    flat = replace(DEFAULT_PARAMS, hierarchical_collectives=False)
+    assert estimate(model, cluster, s, flat).step_time_s == pytest.approx(estimate(model, cluster.flat(), s).step_time_s, rel=1e-12)
+    assert estimate(model, cluster, s, flat).step_time_s > estimate(model, cluster, s).step_time_s
+    assert params_for(get_engine("deepspeed@2021")).hierarchical_collectives is False

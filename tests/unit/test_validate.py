@@ -13,6 +13,7 @@ import yaml
 from entry import exit_code
 from published import RUNS, SOURCES, shipped_run
 
+from bandwise.cost.params import DEFAULT_PARAMS
 from bandwise.errors import BandwiseError
 from bandwise.inputs import shipped_yaml
 from bandwise.plan.validate import (
@@ -30,6 +31,7 @@ from bandwise.plan.validate import (
     run_all,
     summarize,
 )
+from bandwise.specs.registry import get_engine
 from bandwise.specs.strategy import Strategy
 
 
@@ -154,23 +156,31 @@ def test_torchtitan_selective_ac_costs_about_half_a_forward():
     assert sel.predicted / noac.predicted == pytest.approx(1904 / 2162, abs=0.03)
 
 
-def test_fp8_and_switches_are_recorded():
+def test_fp8_and_what_a_run_states_are_recorded():
     case = convert(shipped_run("torchtitan_h100_t4_70b_2d_asynctp"))
-    assert case.fixed["precision"] == "fp8" and case.overlap["tp"] is True and "async_tp" in case.switches
+    assert case.fixed["precision"] == "fp8" and case.overlap["tp"] is True and "async_tp" in case.stated
     assert case.cluster.device.hbm_bytes == 95 * 2**30  # as the device reports it (TorchTitan: "95 GiB memory")
     local = convert(shipped_run("narayanan2021_t1_145B"))
     assert local.overlap["dp"] is False and local.fixed["virtual_stages"] == 2
 
 
 def test_deepseek_v3_runs_carry_their_mtp_module_and_balanced_layout():
-    """The MTP block sits beside the output head; DeepSeek and Megatron-Bridge both place whole layers
-    to balance that rank, so their runs take the balanced split and no other run does."""
+    """The MTP block sits beside the output head; DeepSeek places whole layers to balance that rank
+    (its engine's behaviour), and Megatron-Bridge's 61 layers need a layout, which balances it: the
+    bridge run is priced exactly as the balanced split, its even-layered Llama run as the even one."""
+    from dataclasses import replace
+
+    from bandwise.cost.step import estimate
+
     ds = convert(shipped_run("deepseek_v3_2048_h800"), SOURCES)
     assert ds.model.mtp_depth == 1 and ds.engine == "hai-llm" and priced(ds).balanced_stages
-    mb = convert(shipped_run("mbridge_b200_deepseekv3_2511"), SOURCES)
-    assert mb.model.mtp_depth == 1 and "mbridge_deepseek_layout" in mb.switches
-    llama = convert(shipped_run("mbridge_h100_llama3_70b_2511"), SOURCES)
-    assert llama.model.mtp_depth == 0 and not {"mbridge_deepseek_layout", "deepseek_balanced_stages"} & set(llama.switches)
+    for rid, uneven in (("mbridge_b200_deepseekv3_2511", True), ("mbridge_h100_llama3_70b_2511", False)):
+        case = convert(shipped_run(rid), SOURCES)
+        res = predict(case)
+        s, params = res.strategy, priced(case)
+        assert params.balanced_when_uneven and (case.model.layers % (s.pp * s.virtual_stages) != 0) == uneven
+        as_balanced = estimate(case.model, case.cluster, s, replace(params, balanced_when_uneven=False, balanced_stages=uneven))
+        assert res.estimate.tokens_per_s_per_device == pytest.approx(as_balanced.tokens_per_s_per_device, rel=1e-12)
 
 
 def test_megatron_runs_complete_only_equal_whole_layer_stages():
@@ -180,10 +190,22 @@ def test_megatron_runs_complete_only_equal_whole_layer_stages():
 
     for rid, allowed in (("megatron_h100_gpt_119B", {1}), ("megatron_h100_gpt_70B", {1, 2, 3, 6})):
         case = convert(shipped_run(rid), SOURCES)
-        assert "megatron_equal_stages" in case.switches
+        assert get_engine(case.engine).stages == "layout"
         assert {c["virtual_stages"] for c in _completions(case)} == allowed
-    titan = convert(shipped_run("torchtitan_h100_t5_405b_interleaved"), SOURCES)
-    assert "megatron_equal_stages" not in titan.switches
+    # an engine that splits as evenly as layers go (torch.distributed.pipelining) keeps every count
+    case = convert(shipped_run("megatron_h100_gpt_119B"), SOURCES, engine_override="torchtitan")
+    assert {c["virtual_stages"] for c in _completions(case)} > {1}
+
+
+def test_completion_stays_inside_the_engines_layouts():
+    """Megatron has no ZeRO-2 (its distributed optimizer is ZeRO-1) and runs 1F1B or interleaved: a run
+    that leaves both unstated is completed among those only."""
+    from bandwise.plan.validate import _completions
+
+    case = convert(shipped_run("nemo2407_h100_llama2-7b_8gpu"), SOURCES)
+    got = _completions(case)
+    assert {c["zero_stage"] for c in got} <= {0, 1} and {c["schedule"] for c in got} <= {"1F1B", "Interleaved1F1B"}
+    assert predict(case).strategy.zero_stage in (0, 1)
 
 
 def test_null_fields_are_completed_by_search_and_marked():
@@ -267,11 +289,18 @@ def test_narayanan_zero3_degrades_with_scale_while_ptd_holds():
 # BLOOM 14.2 -> 7.4 % (with its ALiBi bias written into the scores). OPT moved 12.5 -> 14.2 %, past its margin: its one approximate row (an "up to"
 # figure) is over-predicted by more once attention moves what metaseq's vendored Megatron kernels move
 # (checked against torch's own kernels in test_cost_terms), so its guard follows the evidence.
-GUARD_OVERALL = {"median": 0.057, "p90": 0.210}
+# One path since 2026-11-27 (issue 36): every run priced as its engine runs it, as `plan --engine E`
+# prices it, with what the run states of its own job applied (TP overlap, async TP, torch.compile) and
+# its unstated fields completed inside the engine's layouts (Megatron: ZeRO-0/1 only, 1F1B or
+# interleaved). Against the switched path before (5.7 % / 21.0 %): median 6.1 %, p90 22.0 %;
+# Megatron-Bridge 8.5 -> 13.3 % (its Llama 3.1 405B and B200 DeepSeek-V3 rows complete to ZeRO-1, which
+# needs more memory than the ZeRO-2 they took before), Megatron H100 8.7 -> 10.5 % (the same stated TP
+# overlap, now with stage rules from the engine). RESULTS.md, "Engines, first class", has the table.
+GUARD_OVERALL = {"median": 0.061, "p90": 0.220}
 GUARD_SOURCES = {
     "maxtext_tpu_tables": 0.059, "palm2022": 0.027, "korthikanti2022": 0.024, "narayanan2021_sc21": 0.030,
-    "llama3_2024": 0.092, "megatron_bridge_perf": 0.078, "nemo_2407": 0.027, "megatron_h100_2024": 0.087, "torchtitan": 0.087,
-    "opt175b": 0.142, "deepseek_v3": 0.034, "bloom176b": 0.074,
+    "llama3_2024": 0.092, "megatron_bridge_perf": 0.133, "nemo_2407": 0.027, "megatron_h100_2024": 0.105, "torchtitan": 0.087,
+    "opt175b": 0.142, "deepseek_v3": 0.012, "bloom176b": 0.074,
 }
 MARGIN = 0.03
 
@@ -308,76 +337,35 @@ def test_the_korthikanti_layouts_are_predicted_no_worse_than_calculon():
     sources = cases.pop("_sources")
     errors = []
     for c in cases.values():
-        step_s, _ = peers.predict_step(c["run"], sources, plain=False, sp=c["sp"])
+        step_s, _ = peers.predict_step(c["run"], sources, sp=c["sp"])
         errors.append(step_s / c["step_s"] - 1)
     assert len(errors) == len(CALCULON_ERRORS) == 8
     assert sum(map(abs, errors)) / 8 <= sum(map(abs, CALCULON_ERRORS)) / 8
     assert max(map(abs, errors)) <= max(map(abs, CALCULON_ERRORS))
 
 
-# The plain path (`validate --plain`): every run predicted as `plan --engine E` predicts it, E its
-# source's engine, with no switch of its own. Achieved 2026-11-27 on all 133 runs: median 5.35 %, p90
-# 23.7 % (RESULTS.md, "Engines, first class"; 9.8 % / 40.1 % before engines); the same margin guards it.
-GUARD_PLAIN = {"median": 0.054, "p90": 0.238}
+def test_nothing_is_keyed_to_a_source_name():
+    """One path: what an engine does is engine data and what a run states is read from its fields, so
+    no source of the data set is named in the code that converts and predicts runs."""
+    import bandwise.plan.runs as runs_module
+    import bandwise.plan.validate as validate_module
+
+    code = Path(runs_module.__file__).read_text() + Path(validate_module.__file__).read_text()
+    named = [src for src in SOURCES if f'"{src}"' in code or f"'{src}'" in code]
+    assert not named, named
+    assert not hasattr(runs_module, "PARAM_SWITCHES") and not hasattr(runs_module, "SWITCHES")
 
 
-@pytest.fixture(scope="module")
-def plain_results():
-    return run_all(RUNS, sources=SOURCES, plain=True)
-
-
-def test_plain_accuracy_does_not_regress(plain_results):
-    assert all(r.reason is None for r in plain_results), [r.reason for r in plain_results if r.reason]
-    s = summarize(plain_results)
-    assert s.median_abs_error <= GUARD_PLAIN["median"] + MARGIN
-    assert s.p90_abs_error <= GUARD_PLAIN["p90"] + MARGIN
-
-
-def test_the_plain_path_applies_no_source_switch(plain_results, guarded_results):
-    """Only the switches that fix the job itself survive; what an engine does stays on both paths
-    (FlashAttention-2's 35% on Hopper for TorchTitan's H100 runs is TorchTitan's, not a switch), so
-    the plain path and the engine path price those runs alike."""
-    from bandwise.plan.runs import PLAIN_KEEPS
-
-    kept = {n.removeprefix("switch: ") for r in plain_results for n in r.notes if n.startswith("switch: ")}
-    assert kept <= set(PLAIN_KEEPS)
-    plain = {r.id: r for r in plain_results}
-    titan = [r for r in guarded_results if r.engine == "torchtitan" and r.device.startswith("h100")]
-    assert len(titan) >= 5 and all(plain[r.id].engine == "torchtitan" for r in titan)
-    unswitched = [r for r in titan if not any(n.startswith("switch: ") for n in r.notes)]
-    assert unswitched and all(plain[r.id].predicted == r.predicted for r in unswitched)
-
-
-# The plain path with the software each run states beyond its engine (`validate --plain --software`):
-# what `plan --engine E --compiled` predicts for a user who states it. Achieved 2026-11-27: median
-# 5.44 %, p90 24.3 % (6.9 % / 24.8 % before engines).
-GUARD_SOFTWARE = {"median": 0.055, "p90": 0.243}
-
-
-def test_stated_software_accuracy_does_not_regress():
-    from bandwise.plan.runs import PLAIN_KEEPS, STATED_SOFTWARE
-
-    results = run_all(RUNS, sources=SOURCES, plain=True, software=True)
-    s = summarize(results)
-    assert s.median_abs_error <= GUARD_SOFTWARE["median"] + MARGIN
-    assert s.p90_abs_error <= GUARD_SOFTWARE["p90"] + MARGIN
-    kept = {n.removeprefix("switch: ") for r in results for n in r.notes if n.startswith("switch: ")}
-    assert kept <= set(PLAIN_KEEPS) | set(STATED_SOFTWARE) and set(STATED_SOFTWARE) <= kept
-
-
-def test_stated_software_matches_the_flags_of_plan():
-    """Each kept switch sets exactly the CostParams that `plan`'s flags build over the same engine
-    (`cli.options.cost_params`): a run that states torch.compile is `--compiled`."""
-    from dataclasses import replace
-
+def test_a_run_that_states_compile_is_priced_as_plan_compiled():
+    """`precision: ... torch.compile` prices the run as `plan --engine E --compiled` (`cli.options.cost_params`)."""
     from bandwise.cli.options import cost_params
-    from bandwise.plan.runs import PARAM_SWITCHES, STATED_SOFTWARE
 
-    flags = {"torch_compile": False}  # the switch -> --eager (True) or --compiled (False)
-    assert set(flags) == set(STATED_SOFTWARE)
-    for switch, eager in flags.items():
-        for engine in ("torchtitan", "megatron"):
-            assert cost_params(0.1, None, eager, engine) == replace(cost_params(0.1, engine=engine), **PARAM_SWITCHES[switch]), switch
+    case = convert(shipped_run("torchtitan_h100_t1_fsdp_compile"), SOURCES)
+    assert case.compiled and "compiled" in case.stated
+    flags = cost_params(DEFAULT_PARAMS.headroom, None, False, case.engine, case.cluster.device)
+    assert priced(case) == flags
+    eager = convert(shipped_run("torchtitan_h100_t1_fsdp"), SOURCES)
+    assert not eager.compiled and priced(eager).eager_elementwise
 
 
 def test_accuracy_meets_the_issue_targets(guarded_results):
@@ -418,10 +406,9 @@ def test_cli_runs_file_and_bad_source(tmp_path, capsys):
     assert "nope" in err and len(err.strip().splitlines()) <= 2
 
 
-def test_the_shipped_error_bands_are_what_validate_measures_now(plain_results):
+def test_the_shipped_error_bands_are_what_validate_measures_now(guarded_results):
     """plan, estimate and compare print data/error_bands.json; it must be what the shipped runs and
-    today's cost model give on the plain path, the path those commands take (regenerate: bandwise
-    validate --write-bands src/bandwise/data/error_bands.json)."""
+    today's cost model give (regenerate: bandwise validate --write-bands src/bandwise/data/error_bands.json)."""
     from bandwise.plan.bands import (
         compute_bands,
         compute_ranking,
@@ -429,8 +416,8 @@ def test_the_shipped_error_bands_are_what_validate_measures_now(plain_results):
         shipped_ranking,
     )
 
-    assert compute_bands(plain_results) == shipped_bands()
-    assert compute_ranking(plain_results) == shipped_ranking()
+    assert compute_bands(guarded_results) == shipped_bands()
+    assert compute_ranking(guarded_results) == shipped_ranking()
 
 
 def test_ranking_counts_pairs_of_one_job_and_the_error_of_their_ratio():
@@ -455,15 +442,20 @@ def test_a_band_line_says_how_many_runs_which_side_and_where_it_stops(monkeypatc
 
     monkeypatch.setattr(bands, "shipped_bands", lambda: {
         "h100/dense": {"runs": 41, "median_signed_error": 0.0947, "p90_abs_error": 0.2159, "largest_run_devices": 16384},
+        "megatron/h100/dense": {"runs": 26, "median_signed_error": 0.004, "p90_abs_error": 0.18, "largest_run_devices": 16384},
         "h800/moe": {"runs": 1, "median_signed_error": 0.0193, "p90_abs_error": 0.0193, "largest_run_devices": 2048},
         "tpu-v5p/dense": {"runs": 16, "median_signed_error": -0.0057, "p90_abs_error": 0.21, "largest_run_devices": 6144},
     })
-    assert bands.band_line("h100-sxm", False, 64) == "validated against 41 published dense runs on h100: over-predicted by 9% median, 90% within ±22%"
-    assert "under-predicted by 1% median" in bands.band_line("tpu-v5p", False, 256)
-    assert "none of them ran on as many devices (6,144 at most, this is 8,960)" in bands.band_line("tpu-v5p", False, 8960)
-    assert "too few runs for a spread" in bands.band_line("h800-sxm", True, 2048)
-    assert bands.band_line("h100-sxm-96g-500w", False, 8).startswith("validated against 41")  # TorchTitan's variant is an h100
-    assert bands.band_line("gb300", True, 64).startswith("not validated: no published moe run on gb300")
+    assert (bands.band_line("h100-sxm", False, 64, "megatron@bridge")
+            == "validated against 26 published dense runs on h100 priced as megatron: over-predicted by 0% median, 90% within ±18%")
+    assert bands.band_line("h100-sxm", False, 64, "pax") == ("validated against 41 published dense runs on h100: over-predicted by 9% median, "
+                                                               "90% within ±22% (none priced as pax: every engine's runs)")
+    assert "under-predicted by 1% median" in bands.band_line("tpu-v5p", False, 256, "maxtext")
+    assert "none of them ran on as many devices (6,144 at most, this is 8,960)" in bands.band_line("tpu-v5p", False, 8960, "maxtext")
+    assert "too few runs for a spread" in bands.band_line("h800-sxm", True, 2048, "megatron")
+    assert bands.band_line("h100-sxm-96g-500w", False, 8, "torchtitan").startswith("validated against 41")  # TorchTitan's variant is an h100
+    assert bands.band_line("gb300", True, 64, "megatron").startswith("not validated: no published moe run on gb300")
+    assert bands.band_dict("h100-sxm", False, 64, "megatron")["engine_band"] is True
 
 
 def test_plan_and_estimate_print_the_band(capsys):
@@ -477,7 +469,7 @@ def test_plan_and_estimate_print_the_band(capsys):
 def test_write_bands_writes_the_runs_it_was_given_or_says_why_not(tmp_path, capsys):
     path = tmp_path / "bands.json"
     assert exit_code(["validate", "--source", "palm2022", "--write-bands", str(path)]) == 0
-    assert json.loads(path.read_text())["bands"].keys() == {"tpu-v4/dense"}
+    assert json.loads(path.read_text())["bands"].keys() == {"tpu-v4/dense", "pax/tpu-v4/dense"}
     assert json.loads(path.read_text())["bands"]["tpu-v4/dense"]["runs"] == 1
     capsys.readouterr()
     assert exit_code(["validate", "--source", "palm2022", "--write-bands", str(tmp_path / "no" / "bands.json")]) == 2
@@ -490,6 +482,6 @@ def test_the_held_out_runs_are_all_predicted(capsys, name, count):
     """llm-foundry's MPT runs on H100 (77) and on A100 (139, the control) in benchmarks/data stay out
     of the guards until their mechanisms are found; every one must still convert and be predicted."""
     path = Path(__file__).parents[2] / "benchmarks" / "data" / name
-    assert exit_code(["validate", "--runs", str(path), "--plain", "--json"]) == 0
+    assert exit_code(["validate", "--runs", str(path), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert len(doc["runs"]) == count and all(r["reason"] is None and r["error"] is not None for r in doc["runs"])

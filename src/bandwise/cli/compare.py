@@ -40,7 +40,7 @@ from bandwise.plan.sweep import compare as compare_clusters
 from bandwise.report.output import Output
 from bandwise.report.plots import compare_chart
 from bandwise.report.tables import min_width
-from bandwise.specs.registry import get_cluster
+from bandwise.specs.registry import DEFAULT_ENGINE, get_cluster
 
 DEFAULT_CLUSTERS = "h100,h800,gb200-nvl72,tpu-v5p"
 
@@ -103,7 +103,7 @@ def compare(
                           lambda done: compare_clusters(inputs, cl, jobs=jobs, on_point=done))
     if png is not None:
         compare_chart(points, inputs, str(png))
-    validation = {c.name: band_dict(c.device.name, inputs.model.is_moe, inputs.devices) for c in cl}
+    validation = {c.name: band_dict(c.device.name, inputs.model.is_moe, inputs.devices, inputs.pricing.engine.label if inputs.pricing else DEFAULT_ENGINE) for c in cl}
     if json_out:
         out.emit_json({**common(inputs), "clusters": points, "validation": validation, **({"png": str(png)} if png else {})})
         return

@@ -74,12 +74,12 @@ def estimate(
         typer.echo(export(emit, spec, clus, strategy, n, est, params, model_source=model).text, nl=False)
         return
     if json_out:
-        out.emit_json({**layout.to_dict(), "validation": band_dict(clus.device.name, spec.is_moe, n), "engine": get_engine(engine).label})
+        out.emit_json({**layout.to_dict(), "validation": band_dict(clus.device.name, spec.is_moe, n, get_engine(engine).label), "engine": get_engine(engine).label})
         return
     out.print(f"[b]{spec.name}[/b] ({short_count(spec.total_params)} parameters) on [b]{n} x {clus.name}[/b]: {strategy.describe()}, micro-batch {micro_batch}, {strategy.effective_global_batch} sequences per step")
     out.print(priced_as(get_engine(engine)))
     out.print(breakdown(est, "estimate"))
-    out.print(f"tokens/s and MFU {band_line(clus.device.name, spec.is_moe, n)}")
+    out.print(f"tokens/s and MFU {band_line(clus.device.name, spec.is_moe, n, get_engine(engine).label)}")
 
 
 def register(app: typer.Typer) -> None:

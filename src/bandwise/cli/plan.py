@@ -171,7 +171,7 @@ def plan(
                 "best": chosen,
                 "best_without_pp": result.best_without_pp,
                 "verdict": {"needs_pp": verdict.needs_pp, "reason": verdict.reason},
-                "validation": band_dict(clus.device.name, spec.is_moe, devices),
+                "validation": band_dict(clus.device.name, spec.is_moe, devices, get_engine(engine).label),
                 "engine": get_engine(engine).label,
                 "top": listed,
             }
@@ -204,7 +204,7 @@ def plan(
     style = {True: "red", False: "green", None: "yellow"}[verdict.needs_pp]
     out.print(Panel(verdict.reason, title=f"verdict: {head}", title_align="left", border_style=style))
     out.print(breakdown(chosen.estimate, f"recommended: {chosen.strategy.describe()}"))
-    out.print(f"tokens/s and MFU {band_line(clus.device.name, spec.is_moe, devices)}")
+    out.print(f"tokens/s and MFU {band_line(clus.device.name, spec.is_moe, devices, get_engine(engine).label)}")
     out.print(Text(glossary.RECOMMENDED, style="dim"))
 
 

@@ -7,11 +7,10 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from bandwise.errors import BandwiseError
 from bandwise.plan.bands import write_bands as write_error_bands
 from bandwise.plan.validate import (
     MEMORY_BASES,
-    SWITCHES,
+    STATED,
     RunResult,
     Summary,
     by_engine,
@@ -28,9 +27,12 @@ from bandwise.report.tables import plain_table
 HELP = """Predict tokens/s per device for published training runs (133 by default, from 12 sources) and
 report the signed error per run, |error| per source, and the median and p90 over all runs.
 
-Each run's model, cluster and layout are built from what its source states; fields it leaves null
-(micro-batch, recomputation, ZeRO stage, schedule, ...) are completed with the fastest value that
-fits and listed as completed. One set of cost parameters serves every run.
+Each run is predicted as `plan --engine E` predicts it, E the engine its source names (--engine: one
+for every run): its model, cluster and layout as its source states them, what it states of its own
+job (a flag it ran with) applied, and the fields it leaves null (micro-batch, recomputation, ZeRO
+stage, schedule, ...) taking the engine's default where it has one, otherwise completed with the
+fastest value that fits the engine's layouts, and listed as completed. Nothing is fitted per run or
+per source.
 
 --memory adds the per-device memory that sources publish (TorchTitan's peak reserved GiB, Korthikanti
 et al. 2022 Figure 1) against the predicted terms that figure measures; --json always carries it.
@@ -93,21 +95,16 @@ def validate(
     json_out: bool = typer.Option(False, "--json", help="Print one JSON document: runs, by_source, median_abs_error, p90_abs_error."),
     plot: Path | None = typer.Option(None, "--plot", help="Write a parity plot (predicted vs target, log axes, ±10% bands) to this PNG."),
     memory: bool = typer.Option(False, "--memory", help="Also print predicted against published memory per device, where the source gives it."),
-    write_bands: Path | None = typer.Option(None, "--write-bands", help="Write the error per device family and model kind on the plain path, which plan, estimate and compare print, to this JSON file (the package ships src/bandwise/data/error_bands.json)."),
-    plain: bool = typer.Option(False, "--plain", help="Predict every run as plan and estimate do: no source-specific switch, unstated fields completed by the search."),
+    write_bands: Path | None = typer.Option(None, "--write-bands", help="Write the error per engine, device family and model kind, which plan, estimate and compare print, to this JSON file (the package ships src/bandwise/data/error_bands.json)."),
     engine: str | None = typer.Option(None, "--engine", "-e", help="Price every run as this engine (bandwise engines), not as the engine each run's source names."),
-    software: bool = typer.Option(False, "--software", help="With --plain: keep the software each source states (pre-FlashAttention attention, FlashAttention-2 on Hopper, eager element-wise ops), as plan's --attention and --eager take it."),
 ) -> None:
     out = Output(json_mode=json_out)
-    if software and not plain:
-        raise BandwiseError("--software keeps the stated software on the plain path; add --plain (the default path applies every switch already)")
     data, sources = load_runs(runs)
-    results = run_all(data, source, sources=sources, plain=plain, software=software, engine=engine)
+    results = run_all(data, source, sources=sources, engine=engine)
     if plot is not None:
         parity_plot(results, plot)
     if write_bands is not None:
-        # the bands stand beside plan's and estimate's figures, so they measure the path those take
-        write_error_bands(results if plain else run_all(data, source, sources=sources, plain=True, engine=engine), write_bands)
+        write_error_bands(results, write_bands)
     if json_out:
         out.emit_json(report_dict(results))
         return
@@ -122,9 +119,9 @@ def validate(
             out.print(f"{b}: {MEMORY_BASES[b]}")
     failed = [r for r in results if r.reason is not None]
     out.print(f"{len(results) - len(failed)} of {len(results)} runs predicted; {len(failed)} could not be predicted (reason in the error column)")
-    used = sorted({n.removeprefix("switch: ") for r in results for n in r.notes if n.startswith("switch: ")})
+    used = sorted({k for r in results for k in STATED if f"stated: {STATED[k]}" in r.notes})
     if used:
-        out.print("source-specific switches: " + "; ".join(f"{k} ({SWITCHES[k]})" for k in used))
+        out.print("what runs state of their own jobs, applied: " + "; ".join(STATED[k] for k in used))
     if plot is not None:
         out.print(f"parity plot written to {plot}")
     if write_bands is not None:

@@ -58,11 +58,6 @@ class CostParams:
     and autograd saves what the GEMM read. Off (the default), Megatron-LM's way: only the sequence
     shard is kept and gathered again in backward (Korthikanti et al. 2022, Sec. 4.2.2). bandwise's
     own trainer runs torch TP, so its dry run and memory check turn this on."""
-    score_bias_bytes: float = 0.0
-    """HBM bytes per score, each materialized attention forward, of an additive bias put into the scores
-    before the softmax. ALiBi in Megatron-DeepSpeed (BLOOM): `torch.baddbmm(alibi, Q, K^T, beta=1.0)`
-    with the bias broadcast over the queries; cuBLAS accumulates into the output it reads (beta = 1),
-    so the broadcast bias is first written into the score buffer (2) and then read back (2): 4."""
     grad_accumulation_bytes: float = 0.0
     """HBM bytes per local parameter that each micro-batch's backward spends adding its weight
     gradient into the step's gradient accumulator outside the GEMM. 0: the weight-gradient GEMM
@@ -141,6 +136,16 @@ class CostParams:
     """Whole layers placed to balance the rank of the output head, loss and MTP modules (fewer layers
     there; Llama 3 Sec. 3.3.2, Megatron-LM's pipeline layouts, `balanced_split`). Off: the frameworks'
     even split, the last stage's rank pays for the head, the loss and MTP on top of its layers."""
+    balanced_when_uneven: bool = False
+    """Stages are equal where the layers divide over pp·v, and otherwise placed by a layout that
+    balances the head's rank as `balanced_stages` does: Megatron-Core accepts layers that do not
+    divide only with an explicit layout (--decoder-first/last-pipeline-num-layers,
+    --pipeline-model-parallel-layout), set from the engine's `layouts.stages: layout`."""
+    hierarchical_collectives: bool = True
+    """Collectives use the cluster's levels (NCCL's rings and trees inside the NVLink domain, then
+    across). Off: every rank reaches the others through its own NIC, one flat ring over the
+    outermost level, as Narayanan et al. 2021 (Sec. 5.2, Table 2) find DeepSpeed's ZeRO-3 of 2021
+    behaving at scale."""
     eager_elementwise: bool = False
     """Element-wise ops run as separate eager PyTorch kernels (no torch.compile, no fused norms)."""
     fused_cross_entropy: bool | None = None

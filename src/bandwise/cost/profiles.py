@@ -19,13 +19,14 @@ from bandwise.specs.engine import Engine
 from bandwise.specs.hardware import Device
 from bandwise.specs.registry import get_engine
 
-PRICED = {f.name for f in fields(CostParams)} - {"headroom", "reserved_bytes", "attention_efficiency"}
-"""CostParams fields an engine may set: its behaviours, not the job's memory allowance or a device figure."""
+PRICED = {f.name for f in fields(CostParams)} - {"headroom", "reserved_bytes", "attention_efficiency", "balanced_when_uneven"}
+"""CostParams fields an engine may set as behaviours: not the job's memory allowance, a device figure,
+or what its `layouts.stages` sets."""
 
 
 def params_for(engine: Engine, device: Device | None = None, base: CostParams = DEFAULT_PARAMS) -> CostParams:
     """`base` with the engine's behaviours that apply on `device` (all of them without one)."""
-    changes: dict[str, Any] = {}
+    changes: dict[str, Any] = {"balanced_when_uneven": engine.stages == "layout"}
     for b in engine.behaviours:
         if b.field not in PRICED:
             raise BandwiseError(f"engine {engine.label}: {b.field!r} is not a behaviour the cost model prices; "

@@ -173,6 +173,8 @@ def evaluate(model: ModelSpec, cluster: Cluster, c: Layouts, order: tuple[str, .
     """Step time, its breakdown, memory and throughput for columns of candidate strategies, priced
     `ROWS_AT_ONCE` rows at a time; the per-layer terms once per `base_key` in each block. With
     `capacity` (bytes), only the rows whose peak fits are timed: the others' time fields are NaN."""
+    if not params.hierarchical_collectives:
+        cluster = cluster.flat()
     n = len(c.tp)
     if n <= ROWS_AT_ONCE:
         return _evaluate_block(model, cluster, c, order, params, capacity)

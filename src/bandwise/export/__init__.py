@@ -230,7 +230,7 @@ def _header(engine: str, model: ModelSpec, cluster: Cluster, plan: Strategy, dev
         f"global batch {plan.effective_global_batch} sequences",
         f"plan: {_layout(plan)}",
         f"predicted: {_figures(planned)}",
-        f"tokens/s and MFU {band_line(cluster.device.name, model.is_moe, devices)}",
+        f"tokens/s and MFU {band_line(cluster.device.name, model.is_moe, devices, engine)}",
     ]
     if adapted.all_changes:
         lines.append(f"{engine} cannot express all of the plan:")

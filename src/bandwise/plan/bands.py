@@ -1,11 +1,13 @@
 """What the validation says about a prediction like this one.
 
-A prediction is printed with the error that `bandwise validate --plain` measured on published runs of the
-same device family and model kind (dense or MoE): the plain path, the one `plan` and `estimate` take, with
-no source-specific switch; how many runs, the median signed error (predicted /
-published - 1: positive is over-predicted) and the 90th percentile of the absolute error. The figures
-come from `bandwise validate --write-bands` (always on the plain path), shipped in `data/error_bands.json`; a test recomputes
-them from the shipped runs and the cost model and fails when the file is stale.
+A prediction is printed with the error that `bandwise validate` measured on published runs priced as
+the same engine, on the same device family, of the same model kind (dense or MoE): validate predicts
+each run as `plan --engine E` would, so the band is the error of the path the user takes. Where the
+engine has no run of that family and kind, the band of every engine's runs stands in, and the line
+says so. Each band gives how many runs, the median signed error (predicted / published - 1: positive
+is over-predicted) and the 90th percentile of the absolute error. The figures come from `bandwise
+validate --write-bands`, shipped in `data/error_bands.json`; a test recomputes them from the shipped
+runs and the cost model and fails when the file is stale.
 """
 
 from __future__ import annotations
@@ -36,17 +38,23 @@ def kind(is_moe: bool) -> str:
     return "moe" if is_moe else "dense"
 
 
+def engine_name(label: str) -> str:
+    """An engine's name without its version: bands group `megatron@2021` with `megatron`."""
+    return label.split("@")[0]
+
+
 def compute_bands(results: list[Any]) -> dict[str, dict[str, Any]]:
-    """{family/kind: {runs, median_signed_error, p90_abs_error}} over the predicted runs of `results`
-    (`validate.RunResult` with `device` and `moe` set)."""
+    """{engine/family/kind and family/kind: {runs, median_signed_error, p90_abs_error,
+    largest_run_devices}} over the predicted runs of `results` (`validate.RunResult` with `engine`,
+    `device` and `moe` set); the family/kind bands take every engine's runs."""
     groups: dict[str, list[float]] = {}
     largest: dict[str, int] = {}
     for r in results:
         if r.error is None or r.device is None or r.moe is None:
             continue
-        key = f"{family(r.device)}/{kind(r.moe)}"
-        groups.setdefault(key, []).append(r.error)
-        largest[key] = max(largest.get(key, 0), r.devices or 0)
+        for key in (f"{family(r.device)}/{kind(r.moe)}", f"{engine_name(r.engine)}/{family(r.device)}/{kind(r.moe)}"):
+            groups.setdefault(key, []).append(r.error)
+            largest[key] = max(largest.get(key, 0), r.devices or 0)
     return {
         key: {"runs": len(errs), "median_signed_error": round(float(np.median(errs)), 4),
               "p90_abs_error": round(float(np.percentile(np.abs(errs), 90)), 4), "largest_run_devices": largest[key]}
@@ -99,31 +107,41 @@ def shipped_bands() -> dict[str, dict[str, Any]]:
 
 
 def shipped_ranking() -> dict[str, Any]:
-    """`compute_ranking` of the plain path, as `validate --write-bands` shipped it."""
+    """`compute_ranking` of the shipped runs, as `validate --write-bands` shipped it."""
     return _shipped().get("ranking") or {"pairs": 0, "median_ratio_error": None}
 
 
-def band_line(device: str, is_moe: bool, devices: int) -> str:
-    """One line for a prediction on `devices` of `device` for a dense or MoE model."""
-    fam, k = family(device), kind(is_moe)
-    band = shipped_bands().get(f"{fam}/{k}")
+def _band(device: str, is_moe: bool, engine: str) -> tuple[dict[str, Any] | None, bool]:
+    """(the band, whether it is the engine's own): the engine's runs of this family and kind, else every engine's."""
+    bands, fam, k = shipped_bands(), family(device), kind(is_moe)
+    own = bands.get(f"{engine_name(engine)}/{fam}/{k}")
+    return (own, True) if own is not None else (bands.get(f"{fam}/{k}"), False)
+
+
+def band_line(device: str, is_moe: bool, devices: int, engine: str) -> str:
+    """One line for a prediction on `devices` of `device` for a dense or MoE model, priced as `engine`."""
+    fam, k, name = family(device), kind(is_moe), engine_name(engine)
+    band, own = _band(device, is_moe, engine)
     if band is None:
         return f"not validated: no published {k} run on {fam} in bandwise validate; read them as a model, not a measurement"
     med = band["median_signed_error"]
     side = "over" if med > 0 else "under"
     n = band["runs"]
+    runs = f"{n} published {k} run{'s' if n != 1 else ''} on {fam}" + (f" priced as {name}" if own else "")
     if n >= MIN_RUNS_FOR_SPREAD:
-        line = (f"validated against {n} published {k} runs on {fam}: "
-                f"{side}-predicted by {abs(med):.0%} median, 90% within ±{band['p90_abs_error']:.0%}")
+        line = f"validated against {runs}: {side}-predicted by {abs(med):.0%} median, 90% within ±{band['p90_abs_error']:.0%}"
     else:
-        line = (f"validated against only {n} published {k} run{'s' if n != 1 else ''} on {fam}: "
+        line = (f"validated against only {runs}: "
                 f"{side}-predicted by {abs(med):.0%}{' median' if n > 1 else ''}, too few runs for a spread")
+    if not own:
+        line += f" (none priced as {name}: every engine's runs)"
     if devices > band["largest_run_devices"]:
         line += f"; none of them ran on as many devices ({band['largest_run_devices']:,} at most, this is {devices:,})"
     return line
 
 
-def band_dict(device: str, is_moe: bool, devices: int) -> dict[str, Any]:
-    """The same for --json: the band (null where none) and its line."""
-    return {"family": family(device), "kind": kind(is_moe), "band": shipped_bands().get(f"{family(device)}/{kind(is_moe)}"),
-            "line": band_line(device, is_moe, devices)}
+def band_dict(device: str, is_moe: bool, devices: int, engine: str) -> dict[str, Any]:
+    """The same for --json: the band (null where none), whether it is the engine's own, and its line."""
+    band, own = _band(device, is_moe, engine)
+    return {"family": family(device), "kind": kind(is_moe), "engine": engine_name(engine), "engine_band": own, "band": band,
+            "line": band_line(device, is_moe, devices, engine)}

@@ -6,9 +6,10 @@ parallel layout as far as its source does; null means "not stated". `convert` tu
 source pins, plus the fields left for the search to complete.
 
 Each run is priced as the engine that trained it (its source's `engine`, or the run's own): what
-the engine does is engine data (`specs/presets/engines.yaml`). Switches are what a run states of
-itself beyond its engine (a layout rule, a flag it ran with); each is applied by `convert`,
-recorded in `Case.switches`, and listed in `SWITCHES` with the documented difference behind it.
+the engine does is engine data (`specs/presets/engines.yaml`), fields the run leaves unset take the
+engine's defaults where it has them, and what the run states of its own job beyond its layout (a
+flag it ran with) is applied as stated (`STATED`), as `plan`'s flags would be. Nothing here is
+keyed to a source's name: the path is the one `plan --engine E` takes.
 """
 
 from __future__ import annotations
@@ -20,12 +21,11 @@ from dataclasses import dataclass, field, replace
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import yaml
 
-from bandwise.cost.profiles import params_for
 from bandwise.errors import BandwiseError
 from bandwise.inputs import read_text, shipped_yaml
 from bandwise.plan.search import FIXABLE
@@ -34,60 +34,16 @@ from bandwise.specs.model import MAX_DIMENSION, ModelSpec, brief
 from bandwise.specs.registry import DEFAULT_ENGINE, cluster_for_accelerator, get_engine
 from bandwise.specs.strategy import ep_fits
 
-SWITCHES: dict[str, str] = {
-    "megatron_tp_overlap": "Megatron-LM H100 table: --tp-comm-overlap stated, so TP collectives overlap GEMMs (a TP group inside one NVLink domain)",
-    "async_tp": "TorchTitan: async tensor parallelism stated, so TP collectives overlap GEMMs (a TP group inside one NVLink domain)",
-    "ddp_local_no_overlap": "Megatron 'DDP-impl local' (2021) all-reduces gradients after the backward, not overlapped",
-    "no_grad_overlap": "Korthikanti et al. 2022 Sec. 6.3 state no gradient all-reduce overlap",
-    "maxtext_v4_seq1024": "MaxText v4 rows ran at base.yml's max_target_length 1024 of March/April 2023 (sources.maxtext_tpu_tables)",
-    "zero3_flat_ring": (
-        "Narayanan et al. 2021 Table 2 runs ZeRO-3 (DeepSpeed, 2021) without model parallelism and attribute its "
-        "collapse with scale to cross-node communication: its parameter gathers run as flat rings over the NICs, "
-        "one per GPU, without the NVLink hierarchy NCCL's multi-ring collectives exploit"
-    ),
-    "torchtitan_pp_defaults": (
-        "TorchTitan (late 2024) splits each local batch into as many micro-batches as pipeline stages and gives "
-        "looped schedules 2 stages per rank when no split is named (--experimental.pipeline_parallel_microbatches: "
-        "'the default value will be the number of pipeline stages'; generate_split_points)"
-    ),
-    "metaseq_opt": (
-        "metaseq's OPT launcher (metaseq/launcher/opt_baselines.py) trains with --checkpoint-activations (full "
-        "recomputation of every layer)"
-    ),
-    "mbridge_deepseek_layout": (
-        "Megatron-Bridge's DeepSeek-V3 recipes set an explicit pipeline layout that balances the last stage's MTP "
-        "block and loss with whole layers (recipes/deepseek set_deepseek_v3_pipeline_model_parallel_layout: PP16 "
-        "gives 4 layers per stage and 1 beside MTP and loss; PP4 x VP4 leaves 13 on the last rank); 61 layers do "
-        "not divide evenly over its stages, which Megatron-Core accepts only with such a layout"
-    ),
-    "megatron_equal_stages": (
-        "Megatron-LM and Megatron-Core build pipeline stages of equal whole layers unless a layout is given: "
-        "num_layers divisible by the pipeline size and, interleaved, num_layers // pp by the virtual stages "
-        "(Megatron-LM arguments.py; Megatron-Bridge gpt_provider.py asserts the same), so an unstated virtual "
-        "stage count is completed only among those"
-    ),
-    "torch_compile": "the run states torch.compile: the element-wise ops are fused, whatever the engine's default",
-    "alibi_score_bias": (
-        "BLOOM's ALiBi in Megatron-DeepSpeed (megatron/model/transformer.py): Q·K^T runs as torch.baddbmm(alibi, Q, K^T, "
-        "beta=1.0) with the bias broadcast over the queries, so the bias is written into the score buffer and read "
-        "back by the GEMM, 4 more bytes per score each attention forward"
-    ),
+STATED: dict[str, str] = {
+    "tp_comm_overlap": "the source states Megatron's --tp-comm-overlap: TP collectives overlap the GEMMs (a TP group inside one NVLink domain)",
+    "async_tp": "the run states TorchTitan's async tensor parallelism: TP collectives overlap the GEMMs (a TP group inside one NVLink domain)",
+    "ddp_local_no_overlap": "the run states Megatron's 'DDP-impl local' (2021): gradients all-reduced after the backward, not overlapped",
+    "no_grad_overlap": "the run states no gradient all-reduce overlap",
+    "compiled": "the run states torch.compile: the element-wise ops are fused, whatever the engine's default (as plan --compiled)",
 }
-"""Every source-specific switch `convert` may apply, with the documented difference behind it."""
-PARAM_SWITCHES: dict[str, dict[str, Any]] = {
-    "mbridge_deepseek_layout": {"balanced_stages": True},
-    "alibi_score_bias": {"score_bias_bytes": 2 + 2},
-    "torch_compile": {"eager_elementwise": False},
-}
-"""The CostParams fields a switch changes (the others change the Strategy or the model). What an
-engine does is the engine's (`specs/presets/engines.yaml`); these are what a run states of itself."""
-PLAIN_KEEPS = ("maxtext_v4_seq1024",)
-"""Switches the plain path keeps: they fix the job (MaxText's v4 tables ran 1,024-token sequences),
-not how the cost model prices it; without them the run would be another job."""
-STATED_SOFTWARE = ("torch_compile",)
-"""Switches that say which software a run ran beyond its engine: `validate --plain --software` keeps them."""
-MEGATRON_SOURCES = ("megatron_h100_2024", "narayanan2021_sc21", "korthikanti2022", "nemo_2407")
-"""Sources trained with Megatron-LM / Megatron-Core without a pipeline layout (the `megatron_equal_stages` switch)."""
+"""What a run may state of its own job beyond its layout, as `plan`'s flags would: each is applied to
+the run as stated and named in its notes. What an engine does by itself is the engine's
+(`specs/presets/engines.yaml`), never keyed here to a source."""
 
 H100_500W_PEAK_RATIO = (989.4 + 835.5) / 2 / 989.4
 """TorchTitan's 500 W H100: the midpoint of the SXM and NVL dense bf16 peaks, over the SXM peak."""
@@ -181,7 +137,10 @@ class Case:
     completed: list[str] = field(default_factory=list)
     """Fields the source leaves null, to be chosen by the search (or filled by a stated default)."""
     assumptions: list[str] = field(default_factory=list)
-    switches: list[str] = field(default_factory=list)
+    stated: list[str] = field(default_factory=list)
+    """What the run states of its own job beyond the layout (`STATED` keys), applied as stated."""
+    compiled: bool = False
+    """The run states torch.compile (element-wise ops fused), as `plan --compiled`."""
     engine: str = DEFAULT_ENGINE
     """The engine (and version) the run was trained with: the source's, or the run's own `engine`."""
     token_scale: float = 1.0
@@ -298,7 +257,7 @@ def parse_recompute(text: Any) -> str | None:
     MaxText remat_policy=minimal saves the matmul outputs and recomputes the element-wise work
     (Megatron's "selective"); DeepSeek-V3 recomputes RMSNorm and the MLA up-projections
     (selective); TorchTitan's selective AC maps to selective, its extra recomputation added by the
-    `torchtitan_sac` switch.
+    engine's `selective_forward_share`.
     """
     if text is None:
         return None
@@ -425,17 +384,16 @@ def _per_gpu_network(text: str, gpus_per_node: int) -> float | None:
 # ------------------------------------------------------------------------------------------
 # run -> Case
 # ------------------------------------------------------------------------------------------
-def _model(run: dict[str, Any], case_notes: list[str], switch: Callable[[str], bool]) -> ModelSpec:
+def _model(run: dict[str, Any], case_notes: list[str]) -> ModelSpec:
     m = run.get("model") or {}
     rid = run.get("id", "?")
-    if run.get("source") == "maxtext_tpu_tables":
-        scale = re.search(r"global_parameter_scale=(\d+)", str(m.get("name", "")))
-        if scale:
-            dims = maxtext_dims(_digits(scale.group(1), "global_parameter_scale"))
-            stated = {k: m.get(k) for k in dims}
-            if any(v is not None and v != dims[k] for k, v in stated.items()):
-                raise BandwiseError(f"run {brief(rid)}: model dims {brief(stated, 200)} disagree with MaxText's scale rule {dims}")
-            m = {**m, **dims}
+    scale = re.search(r"global_parameter_scale=(\d+)", str(m.get("name", "")))
+    if scale:  # a MaxText model named by its scale: base.yml's dims scaled, embeddings tied (logits_via_embedding)
+        dims = maxtext_dims(_digits(scale.group(1), "global_parameter_scale"))
+        stated = {k: m.get(k) for k in dims}
+        if any(v is not None and v != dims[k] for k, v in stated.items()):
+            raise BandwiseError(f"run {brief(rid)}: model dims {brief(stated, 200)} disagree with MaxText's scale rule {dims}")
+        m = {"tied_embeddings": True, **m, **dims}
     hidden, heads = _need(m, "hidden", "model.hidden"), _need(m, "heads", "model.heads")
     ffn_type = str(m.get("ffn_type") or "").lower()
     # SwiGLU/GeGLU have three matrices; GELU, ReLU, squared-ReLU two. Unstated: GPT's GELU for dense
@@ -444,8 +402,8 @@ def _model(run: dict[str, Any], case_notes: list[str], switch: Callable[[str], b
     kw: dict[str, Any] = dict(
         name=str(m.get("name") or rid), layers=_need(m, "layers", "model.layers"), hidden=hidden, heads=heads,
         kv_heads=_int(m.get("kv_heads"), "model.kv_heads") or 0, head_dim=_int(m.get("head_dim"), "model.head_dim") or 0, gated_mlp=gated,
-        tied_embeddings=bool(m.get("tied_embeddings")) or run.get("source") == "maxtext_tpu_tables",
-        dropout=bool(m.get("dropout")),
+        tied_embeddings=bool(m.get("tied_embeddings")), dropout=bool(m.get("dropout")),
+        alibi="alibi" in str(m.get("position") or "").lower(),
     )
     if not m.get("ffn_type"):
         case_notes.append("MLP type not stated: " + ("SwiGLU experts" if gated else "GELU 2-matrix (GPT default)"))
@@ -465,8 +423,6 @@ def _model(run: dict[str, Any], case_notes: list[str], switch: Callable[[str], b
     if seq is None:
         seq = 8192
         case_notes.append("seq_len not stated: 8192 (TorchTitan's Llama 3 default)")
-    if run.get("source") == "maxtext_tpu_tables" and "v4" in str((run.get("hardware") or {}).get("accelerator", "")).lower() and switch("maxtext_v4_seq1024"):
-        seq = 1024
     kw["seq_len"] = seq
     if moe:
         kw.update(
@@ -538,36 +494,31 @@ def engine_of(run: dict[str, Any], sources: dict[str, Any] | None, override: str
     return str(name)
 
 
-def convert(run: dict[str, Any], sources: dict[str, Any] | None = None, plain: bool = False, software: bool = False,
-            engine_override: str | None = None) -> Case:
+def convert(run: dict[str, Any], sources: dict[str, Any] | None = None, engine_override: str | None = None) -> Case:
     """Build the planner's inputs from one run; raises BandwiseError when a needed fact is missing.
 
     `sources` is the file's sources section: a fact its conventions state for every run of the
     source (e.g. Narayanan et al. 2021: full activation checkpointing) fills the run's null field.
-
-    `plain` applies no source-specific switch but those that fix the job itself (`PLAIN_KEEPS`):
-    the run is predicted as `bandwise plan` and `estimate` would predict it, from its stated
-    layout, its unstated fields completed by the search. `software` (with `plain`) keeps the
-    switches of `STATED_SOFTWARE` too, which `plan` takes as flags.
+    The run is priced as its engine (`engine_override`: as that one), its unset fields taking the
+    engine's defaults where it has them and the search's best otherwise, and what it states of its
+    own job (`STATED`) applied: the prediction `plan --engine E` with those flags gives.
     """
     rid = str(run.get("id") or "?")
-    stated = (run.get("target") or {}).get("tokens_per_sec_per_device")
-    target = finite(stated)
+    stated_target = (run.get("target") or {}).get("tokens_per_sec_per_device")
+    target = finite(stated_target)
     if target is None or target <= 0:
-        raise BandwiseError(f"run {rid}: target.tokens_per_sec_per_device={brief(stated)} is not a positive number")
+        raise BandwiseError(f"run {rid}: target.tokens_per_sec_per_device={brief(stated_target)} is not a positive number")
     notes: list[str] = []
-    switches: list[str] = []
+    stated: list[str] = []
     completed: list[str] = []
 
-    def switch(name: str) -> bool:
-        """Record and apply a source-specific switch, or, on the plain path, leave it out."""
-        if plain and name not in PLAIN_KEEPS and not (software and name in STATED_SOFTWARE):
-            return False
-        if name not in switches:
-            switches.append(name)
+    def state(name: str) -> bool:
+        """Record what the run states of its job (a `STATED` key)."""
+        if name not in stated:
+            stated.append(name)
         return True
 
-    model = _model(run, notes, switch)
+    model = _model(run, notes)
     hw, p = run.get("hardware") or {}, run.get("parallelism") or {}
     devices = _int(hw.get("count"), "hardware.count")
     if not devices or devices > MAX_DEVICES:
@@ -575,6 +526,7 @@ def convert(run: dict[str, Any], sources: dict[str, Any] | None = None, plain: b
     cluster = _cluster(run, devices, notes, completed)
     src = str(run.get("source") or "")
     engine = engine_of(run, sources, engine_override)
+    eng = get_engine(engine)
     fixed: dict[str, Any] = {}
     overlap: dict[str, bool] = {}
 
@@ -626,13 +578,9 @@ def convert(run: dict[str, Any], sources: dict[str, Any] | None = None, plain: b
                 fixed["zero_stage"] = 0
         elif not zf:  # nothing said about sharding: plain data parallelism, ZeRO stage left open
             fixed.update(dp_shard=1, dp_replicate=dp)
-        if "ddp-impl local" in zf and switch("ddp_local_no_overlap"):
+        if "ddp-impl local" in zf and state("ddp_local_no_overlap"):
             overlap["dp"] = False
-        if src == "narayanan2021_sc21" and "zero-3" in zf and "deepspeed" in zf and switch("zero3_flat_ring"):
-            # one level: every GPU reaches the others through its own NIC, as a flat ring does
-            nic = cluster.levels[-1]
-            cluster = replace(cluster, levels=(replace(nic, size=0),))
-        if "no grad all-reduce overlap" in zf and switch("no_grad_overlap"):
+        if "no grad all-reduce overlap" in zf and state("no_grad_overlap"):
             overlap["dp"] = False
     # Expert parallelism borrows ranks from dp_shard·cp·tp, or spans it and some replicas
     # (specs/strategy.py): Megatron and DeepSeek-V3 carve EP out of replicated data parallelism.
@@ -665,9 +613,10 @@ def convert(run: dict[str, Any], sources: dict[str, Any] | None = None, plain: b
         mb = gb // (dp * (ga or 1))  # MaxText: per-chip batch x TP chips per data-parallel rank
     if mb is None and dp and _int(p.get("micro_batch_or_local_batch"), "parallelism.micro_batch_or_local_batch") and not (pp and pp > 1):
         mb = gb // dp  # TorchTitan without PP: the local batch is one micro-batch
-    titan_pp = src == "torchtitan" and pp is not None and pp > 1
-    if mb is None and dp and titan_pp and (gb // dp) % pp == 0 and switch("torchtitan_pp_defaults"):
-        mb = gb // dp // pp  # TorchTitan's default: as many micro-batches as pipeline stages
+    piped = pp is not None and pp > 1
+    if mb is None and dp and piped and eng.default("pipeline_microbatches") == "stages" and (gb // dp) % pp == 0:
+        mb = gb // dp // pp  # the engine's default: as many micro-batches as pipeline stages
+        notes.append(f"micro-batch from {eng.label}'s default: {pp} micro-batches, one per stage")
     if mb is not None:
         fixed["micro_batch"] = mb
 
@@ -680,15 +629,14 @@ def convert(run: dict[str, Any], sources: dict[str, Any] | None = None, plain: b
             schedules = (sched,)
             if v:
                 fixed["virtual_stages"] = v
-            elif titan_pp and switch("torchtitan_pp_defaults"):
-                fixed["virtual_stages"] = 2  # TorchTitan's default split: 2 stages per rank for looped schedules
+            elif piped and sched != "1F1B" and sched != "GPipe" and eng.default("virtual_stages"):
+                fixed["virtual_stages"] = eng.default("virtual_stages")  # the engine's default split
+                notes.append(f"virtual stages from {eng.label}'s default: {fixed['virtual_stages']}")
             else:
                 completed.append("virtual_stages")
         else:
             schedules = SCHEDULE_CHOICES
             completed.append("schedule")
-        if src in MEGATRON_SOURCES and "virtual_stages" not in fixed:
-            switch("megatron_equal_stages")
     elif pp == 1:
         fixed.update(schedule="1F1B", virtual_stages=1)
     split = (tp or 1) * (cp or 1)
@@ -706,8 +654,6 @@ def convert(run: dict[str, Any], sources: dict[str, Any] | None = None, plain: b
     if rec is None and re.search(r"\bfull\b[^.;,]*activation checkpointing", conventions):
         rec = "full"
         notes.append("recompute from the source's conventions: full")
-    if rec is None and src == "opt175b" and switch("metaseq_opt"):
-        rec = "full"
     if rec:
         fixed["recompute"] = rec
     prec = parse_precision(run.get("precision"))
@@ -716,16 +662,11 @@ def convert(run: dict[str, Any], sources: dict[str, Any] | None = None, plain: b
         notes.append("precision not stated: bf16")
     fixed["precision"] = prec
 
-    if src == "megatron_h100_2024" and switch("megatron_tp_overlap"):
+    if "--tp-comm-overlap" in conventions and state("tp_comm_overlap"):
         overlap["tp"] = True
-    if p.get("async_tp") and switch("async_tp"):
+    if p.get("async_tp") and state("async_tp"):
         overlap["tp"] = True
-    if src == "megatron_bridge_perf" and model.mtp_depth and pp and pp > 1:
-        switch("mbridge_deepseek_layout")
-    if "alibi" in str((run.get("model") or {}).get("position") or "").lower() and not params_for(get_engine(engine)).flash_attention:
-        switch("alibi_score_bias")
-    if "compile" in str(run.get("precision") or "").lower():
-        switch("torch_compile")
+    compiled = "compile" in str(run.get("precision") or "").lower() and state("compiled")
 
     for name in FIXABLE:
         if name not in fixed and name not in ("schedule", "virtual_stages") and not (name == "ep" and not model.is_moe):
@@ -736,6 +677,6 @@ def convert(run: dict[str, Any], sources: dict[str, Any] | None = None, plain: b
     return Case(
         id=rid, source=src, quality=str((run.get("target") or {}).get("quality") or "unknown"), target=float(target),
         model=model, cluster=cluster, devices=devices, global_batch=int(gb), fixed=fixed, schedules=schedules,
-        overlap=overlap, completed=sorted(set(completed)), assumptions=notes, switches=switches, engine=engine, token_scale=token_scale,
+        overlap=overlap, completed=sorted(set(completed)), assumptions=notes, stated=stated, compiled=compiled, engine=engine, token_scale=token_scale,
         memory=published_memory(run),
     )

@@ -24,8 +24,7 @@ from bandwise.errors import BandwiseError
 from bandwise.files import save_figure
 from bandwise.plan.runs import (  # noqa: F401  (re-exported: the validation API in one place)
     MEMORY_BASES,
-    PARAM_SWITCHES,
-    SWITCHES,
+    STATED,
     Case,
     convert,
     default_runs_path,
@@ -108,11 +107,13 @@ VIRTUAL_CHOICES = (2, 3, 4, 6, 8)
 
 
 def _completions(case: Case) -> list[dict[str, Any]]:
-    """Every value of the unstated non-degree fields (ZeRO stage, micro-batch, recompute, schedule)."""
+    """Every value of the unstated non-degree fields (ZeRO stage, micro-batch, recompute, schedule)
+    that the run's engine can run (its `layouts`)."""
     f = case.fixed
+    engine = get_engine(case.engine)
     dp = f["dp_replicate"] * f["dp_shard"]
     per_rank = case.global_batch // dp
-    zeros = [f["zero_stage"]] if "zero_stage" in f else ([0, 1, 2] if f["dp_shard"] == 1 else [0])
+    zeros = [f["zero_stage"]] if "zero_stage" in f else ([z for z in engine.zero_stages or (0, 1, 2)] if f["dp_shard"] == 1 else [0])
     mbs = [f["micro_batch"]] if "micro_batch" in f else [b for b in (1 << i for i in range(12)) if b <= per_rank and per_rank % b == 0]
     recs = [f["recompute"]] if "recompute" in f else ["none", "selective", "full"]
     if f["pp"] == 1:
@@ -123,10 +124,12 @@ def _completions(case: Case) -> list[dict[str, Any]]:
         scheds = [(f["schedule"], 1)] if f["schedule"] in ("1F1B", "GPipe") else [(f["schedule"], v) for v in VIRTUAL_CHOICES]
     else:
         scheds = [("1F1B", 1)] + [("Interleaved1F1B", v) for v in VIRTUAL_CHOICES]
-    if "megatron_equal_stages" in case.switches:  # stages of equal whole layers only
+    if engine.schedules is not None and "schedule" not in f:
+        scheds = [(sc, v) for sc, v in scheds if sc in engine.schedules] or scheds
+    if engine.stages != "even" and "virtual_stages" not in f:
+        # a job that states no layout ran the engine's equal whole-layer stages; layers not dividing
+        # over the stated pp at all mean a layout the source does not give, so nothing is ruled out
         L, pp = case.model.layers, f["pp"]
-        # layers not dividing over the stated pp at all: the run used a layout the source does not
-        # give, so no virtual-stage count is ruled out
         scheds = [(sc, v) for sc, v in scheds if L % pp == 0 and (L // pp) % v == 0] or scheds
     return [dict(zero_stage=z, micro_batch=b, recompute=r, schedule=sc, virtual_stages=v)
             for z in zeros for b in mbs for r in recs for sc, v in scheds]
@@ -168,12 +171,10 @@ def _complete(case: Case, params: CostParams, res: RunResult) -> tuple[Strategy,
 
 
 def priced(case: Case, params: CostParams = DEFAULT_PARAMS) -> CostParams:
-    """The parameters a run is priced with: its engine's behaviours on its device, then what the run
-    states of itself (its switches)."""
+    """The parameters a run is priced with: its engine's behaviours on its device, and torch.compile
+    where the run states it (as `plan --compiled` prices it, `cli.options`)."""
     params = params_for(get_engine(case.engine), case.cluster.device, params)
-    for switch in case.switches:
-        params = replace(params, **PARAM_SWITCHES.get(switch, {}))
-    return params
+    return replace(params, eager_elementwise=False) if case.compiled else params
 
 
 def predict(case: Case, params: CostParams = DEFAULT_PARAMS) -> RunResult:
@@ -181,7 +182,7 @@ def predict(case: Case, params: CostParams = DEFAULT_PARAMS) -> RunResult:
     params = priced(case, params)
     res = RunResult(id=case.id, source=case.source, quality=case.quality, target=case.target,
                     completed_fields=list(case.completed), engine=case.engine, model=case.model.name,
-                    notes=case.assumptions + [f"engine: {case.engine}"] + [f"switch: {s}" for s in case.switches],
+                    notes=case.assumptions + [f"engine: {case.engine}"] + [f"stated: {STATED[s]}" for s in case.stated],
                     device=case.cluster.device.name, moe=case.model.is_moe, devices=case.devices)
     try:
         if all(k in case.fixed for k in DEGREES):
@@ -197,7 +198,8 @@ def predict(case: Case, params: CostParams = DEFAULT_PARAMS) -> RunResult:
                 if "schedule" not in fixed:
                     fixed["schedule"] = sched
                 result = search(case.model, case.cluster, case.devices, case.global_batch, top=1, fixed=fixed,
-                                precisions=(case.fixed["precision"],), overlap=case.overlap, params=params)
+                                precisions=(case.fixed["precision"],), overlap=case.overlap, params=params,
+                                **get_engine(case.engine).search_space())
                 smallest = min(smallest, result.min_memory_gib)
                 if result.best and (best is None or result.best.estimate.tokens_per_s_per_device > best.estimate.tokens_per_s_per_device):
                     best = result.best
@@ -226,11 +228,10 @@ def comparable_memory_gib(est: Estimate, basis: str, params: CostParams) -> floa
 
 
 def run_all(runs: list[dict[str, Any]], source: str | None = None, params: CostParams = DEFAULT_PARAMS,
-            sources: dict[str, Any] | None = None, plain: bool = False, software: bool = False, engine: str | None = None) -> list[RunResult]:
+            sources: dict[str, Any] | None = None, engine: str | None = None) -> list[RunResult]:
     """Convert and predict every run (of one source if given), each priced as its engine (`engine`:
-    every run as that one); conversion failures carry the reason.
-    `plain`: without the runs' own switches, as `plan --engine E` predicts (`runs.convert`);
-    `software`: on the plain path, with the software each run states beyond its engine (`runs.STATED_SOFTWARE`)."""
+    every run as that one), as `plan --engine E` predicts it (`runs.convert`); conversion failures
+    carry the reason."""
     if source is not None:
         known = sorted({str(r.get("source")) for r in runs})
         if source not in known:
@@ -239,7 +240,7 @@ def run_all(runs: list[dict[str, Any]], source: str | None = None, params: CostP
     results = []
     for run in runs:
         try:
-            case = convert(run, sources, plain=plain, software=software, engine_override=engine)
+            case = convert(run, sources, engine_override=engine)
         except BandwiseError as exc:
             tgt = finite((run.get("target") or {}).get("tokens_per_sec_per_device"))
             results.append(RunResult(id=str(run.get("id")), source=str(run.get("source")),

@@ -152,8 +152,8 @@ def decide(result: SearchResult, cluster: Cluster, threshold: float = THRESHOLD)
 
 
 def close_call(margin: float) -> str:
-    """What the margin between two layouts is worth: where it is inside the error with which the plain
-    path predicts the throughput ratio of two published layouts (`bands.compute_ranking`), say so."""
+    """What the margin between two layouts is worth: where it is inside the error with which `validate`
+    predicts the throughput ratio of two published layouts of one job (`bands.compute_ranking`), say so."""
     r = shipped_ranking()
     err = r.get("median_ratio_error")
     if not err or not r.get("pairs") or abs(margin) > err:

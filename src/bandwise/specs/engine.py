@@ -50,7 +50,16 @@ class Engine:
     """The pipeline schedules it runs (None: every one bandwise knows)."""
     zero_stages: tuple[int, ...] | None = None
     """The ZeRO stages of its replicated data parallelism (None: 0, 1 and 2); FSDP is dp_shard, apart."""
+    stages: str = "even"
+    """How it cuts layers into pipeline stages (`STAGES`)."""
     layouts_source: str = ""
+    defaults: tuple[Behaviour, ...] = ()
+    """What it runs where a job leaves a field unset (`DEFAULT_FIELDS`): `validate` completes a
+    published run's unstated field with it, as the engine would have run it."""
+
+    def default(self, name: str) -> Any:
+        """The engine's value of an unset job field (`DEFAULT_FIELDS`), or None where it has none."""
+        return next((d.value for d in self.defaults if d.field == name), None)
 
     def search_space(self) -> dict[str, tuple]:
         """The search's bounds for layouts this engine can run (`plan.search.search`'s keywords)."""
@@ -65,27 +74,52 @@ class Engine:
         if version not in self.versions:
             raise BandwiseError(f"engine {self.name!r} has no version {brief(version)}; versions: {', '.join(self.versions) or 'none'}")
         entry = self.versions[version]
-        changed = _behaviours(entry.get("behaviours") or {}, f"engine {self.name}@{version}")
+        where = f"engine {self.name}@{version}"
+        changed = _behaviours(entry.get("behaviours") or {}, where)
         fields = {b.field for b in changed}
-        return replace(self, version=version, title=entry.get("title", self.title), versions={},
-                       behaviours=tuple(b for b in self.behaviours if b.field not in fields) + changed)
+        defaults = _defaults(entry.get("defaults") or {}, where)
+        unset = {d.field for d in defaults}
+        stages = (entry.get("layouts") or {}).get("stages", self.stages)
+        if stages not in STAGES:
+            raise BandwiseError(f"{where}: layouts.stages {brief(stages)}: one of {', '.join(STAGES)}")
+        return replace(self, version=version, title=entry.get("title", self.title), versions={}, stages=stages,
+                       behaviours=tuple(b for b in self.behaviours if b.field not in fields) + changed,
+                       defaults=tuple(d for d in self.defaults if d.field not in unset) + defaults)
 
     def to_dict(self) -> dict[str, Any]:
         """The engine as its YAML keys (what `bandwise engines --show NAME --yaml` prints)."""
         out: dict[str, Any] = {"name": self.name, "title": self.title}
         if self.exports:
             out["exports"] = self.exports
-        if self.schedules is not None or self.zero_stages is not None:
+        if self.schedules is not None or self.zero_stages is not None or self.stages != "even":
             out["layouts"] = {**({"schedules": list(self.schedules)} if self.schedules is not None else {}),
-                              **({"zero_stages": list(self.zero_stages)} if self.zero_stages is not None else {}), "source": self.layouts_source}
+                              **({"zero_stages": list(self.zero_stages)} if self.zero_stages is not None else {}),
+                              **({"stages": self.stages} if self.stages != "even" else {}), "source": self.layouts_source}
         out["behaviours"] = {b.field: {"value": list(b.value) if isinstance(b.value, tuple) else b.value, "source": b.source,
                                        **({"devices": list(b.devices)} if b.devices else {})} for b in self.behaviours}
+        if self.defaults:
+            out["defaults"] = {d.field: {"value": d.value, "source": d.source} for d in self.defaults}
         if self.versions:
             out["versions"] = self.versions
         return out
 
 
-ENGINE_KEYS = ("name", "title", "exports", "layouts", "behaviours", "versions")
+ENGINE_KEYS = ("name", "title", "exports", "layouts", "behaviours", "defaults", "versions")
+STAGES = ("even", "equal", "layout")
+"""How an engine cuts the layers into pipeline stages. `even`: as evenly as they go, earlier stages
+taking the remainder (torch.distributed.pipelining's split, TorchTitan's generate_split_points).
+`equal`: only equal whole-layer stages, layers divisible by pp·v (Megatron-LM before
+--decoder-first/last-pipeline-num-layers: arguments.py asserts it). `layout`: equal stages by
+default; layers that do not divide need an explicit layout, which places whole layers to balance
+the head's rank (Megatron-Core's --decoder-first/last-pipeline-num-layers and
+--pipeline-model-parallel-layout; Megatron-Bridge's DeepSeek-V3 recipes)."""
+DEFAULT_FIELDS: dict[str, tuple[type, tuple[Any, ...]]] = {
+    "pipeline_microbatches": (str, ("stages",)),
+    "virtual_stages": (int, ()),
+}
+"""Job fields an engine has a default for: the type and, where closed, the values it may take.
+`pipeline_microbatches: stages`: as many micro-batches as pipeline stages; `virtual_stages`: the
+stages per rank of a looped schedule."""
 
 
 def engine_from_dict(name: str, raw: Any, where: str) -> Engine:
@@ -99,8 +133,11 @@ def engine_from_dict(name: str, raw: Any, where: str) -> Engine:
     if not isinstance(versions, dict) or not all(isinstance(v, dict) for v in versions.values()):
         raise BandwiseError(f"{where}: versions is a mapping of version -> {{title, behaviours}}; got {brief(versions)}")
     layouts = raw.get("layouts") or {}
-    if not isinstance(layouts, dict) or set(layouts) - {"schedules", "zero_stages", "source"}:
-        raise BandwiseError(f"{where}: layouts has schedules, zero_stages and their source; got {brief(layouts)}")
+    if not isinstance(layouts, dict) or set(layouts) - {"schedules", "zero_stages", "stages", "source"}:
+        raise BandwiseError(f"{where}: layouts has schedules, zero_stages, stages and their source; got {brief(layouts)}")
+    stages = layouts.get("stages", "even")
+    if stages not in STAGES:
+        raise BandwiseError(f"{where}: layouts.stages {brief(stages)}: one of {', '.join(STAGES)}")
     if layouts and not str(layouts.get("source") or "").strip():
         raise BandwiseError(f"{where}: layouts needs its source (the engine's code or docs that say what it runs)")
     schedules = layouts.get("schedules")
@@ -117,22 +154,36 @@ def engine_from_dict(name: str, raw: Any, where: str) -> Engine:
     engine = Engine(name=str(raw.get("name", name)), title=str(raw.get("title", name)), exports=exports,
                     behaviours=_behaviours(raw.get("behaviours") or {}, where), versions={str(k): v for k, v in versions.items()},
                     schedules=tuple(schedules) if schedules is not None else None, zero_stages=tuple(zeros) if zeros is not None else None,
-                    layouts_source=str(layouts.get("source") or "").strip())
+                    stages=stages, layouts_source=str(layouts.get("source") or "").strip(),
+                    defaults=_defaults(raw.get("defaults") or {}, where))
     for version in engine.versions:
         engine.at(version)  # each version's behaviours are checked when the engine is read
     return engine
 
 
-def _behaviours(raw: Any, where: str) -> tuple[Behaviour, ...]:
+def _behaviours(raw: Any, where: str, section: str = "behaviours", key: str = "a cost-model field") -> tuple[Behaviour, ...]:
     if not isinstance(raw, dict):
-        raise BandwiseError(f"{where}: behaviours is a mapping of a cost-model field -> {{value, source}}; got {brief(raw)}")
+        raise BandwiseError(f"{where}: {section} is a mapping of {key} -> {{value, source}}; got {brief(raw)}")
     out = []
     for name, entry in raw.items():
         if not isinstance(entry, dict) or "value" not in entry or not str(entry.get("source") or "").strip():
-            raise BandwiseError(f"{where}: behaviour {name!r} needs a value and its source (the engine's code at a commit, or its docs)")
+            raise BandwiseError(f"{where}: {section} {name!r} needs a value and its source (the engine's code at a commit, or its docs)")
         value = tuple(entry["value"]) if isinstance(entry["value"], list) else entry["value"]
         devices = entry.get("devices") or ()
         if isinstance(devices, str) or not all(isinstance(d, str) for d in devices):
             raise BandwiseError(f"{where}: behaviour {name!r}: devices is a list of device names; got {brief(devices)}")
         out.append(Behaviour(field=str(name), value=value, source=str(entry["source"]).strip(), devices=tuple(d.lower() for d in devices)))
     return tuple(out)
+
+
+def _defaults(raw: Any, where: str) -> tuple[Behaviour, ...]:
+    """An engine's `defaults` section: each a known job field (`DEFAULT_FIELDS`), a value of its type, a source."""
+    out = _behaviours(raw, where, "defaults", "a job field")
+    for d in out:
+        if d.field not in DEFAULT_FIELDS:
+            raise BandwiseError(f"{where}: defaults has no field {d.field!r}; use one of {', '.join(DEFAULT_FIELDS)}")
+        kind, values = DEFAULT_FIELDS[d.field]
+        if type(d.value) is not kind or (values and d.value not in values) or (kind is int and d.value < 1):
+            want = ", ".join(map(str, values)) if values else f"a positive {kind.__name__}"
+            raise BandwiseError(f"{where}: defaults.{d.field}={brief(d.value)}: write {want}")
+    return out

@@ -210,6 +210,11 @@ class Cluster:
         levels[index] = replace(levels[index], **changes)
         return replace(self, levels=tuple(levels))
 
+    def flat(self) -> Cluster:
+        """One unbounded level, the outermost: every rank reaches every other through its own NIC, a
+        flat ring that ignores the faster levels inside (`CostParams.hierarchical_collectives` off)."""
+        return replace(self, levels=(replace(self.levels[-1], size=0),))
+
     def with_device(self, **changes: Any) -> Cluster:
         return replace(self, device=replace(self.device, **changes))
 

@@ -91,6 +91,10 @@ class ModelSpec:
     GPT-2/GPT-3 style models under Megatron-LM's defaults (--hidden-dropout 0.1, --attention-dropout
     0.1). Each dropout keeps a 1-byte mask for its backward (Korthikanti et al. 2022, Sec. 4.1);
     Llama-style models train without."""
+    alibi: bool = False
+    """Positions as ALiBi's additive bias on the attention scores (Press et al. 2022; BLOOM) rather
+    than rotary or learned embeddings: no parameters, but a kernel that materializes the scores
+    writes and reads the bias (`cost.terms.compute.ALIBI_BIAS_BYTES`)."""
     # --- mixture of experts (experts == 0 means dense) ---
     experts: int = 0
     """Routed experts per MoE layer E."""

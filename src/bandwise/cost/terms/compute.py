@@ -149,6 +149,14 @@ def gemms_time(gemms: list[Gemm], m: ModelSpec, s: Shape, rates: Rates) -> np.nd
     return total
 
 
+ALIBI_BIAS_BYTES = 2 + 2
+"""HBM bytes per score, each materialized attention forward, of ALiBi's additive bias. Megatron-DeepSpeed
+(BLOOM; megatron/model/transformer.py) runs Q·K^T as `torch.baddbmm(alibi, Q, K^T, beta=1.0)` with
+the bias broadcast over the queries; cuBLAS accumulates into the output it reads (beta = 1), so the
+broadcast bias is first written into the score buffer (2) and then read back (2). A fused kernel
+(FlashAttention's ALiBi) adds it in registers: no bytes."""
+
+
 def materialized_attention(
     m: ModelSpec, tokens: np.ndarray, tp: np.ndarray, peak: float, eff: float, bw: float, bias_bytes: float = 0.0
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -158,7 +166,7 @@ def materialized_attention(
     k-loop fill k/(k + 4·64) of its own reduction. Forward: S = Q·K^T reduces over the query/key
     width d, P·V over the sequence. Backward: dP = dO·V^T reduces over the value width d_v; dV =
     P^T·dO, dQ = dS·K and dK = dS^T·Q over the sequence. The score traffic is memory-bound:
-    `SCORE_BYTES_FORWARD` (and `bias_bytes` of an additive bias, `CostParams.score_bias_bytes`) per
+    `SCORE_BYTES_FORWARD` (and `bias_bytes` of an additive bias, `ALIBI_BIAS_BYTES`) per
     score forward, `SCORE_BYTES_BACKWARD` backward.
 
     A sliding window does not shrink this: eager attention (Hugging Face's `eager_attention_forward`,
@@ -181,7 +189,8 @@ def attention_core(m: ModelSpec, dev: Device, s: Shape, rates: Rates, P: CostPar
     """(forward, backward) seconds of the attention core: a fused kernel at its efficiency, or the
     materialized scores (`CostParams.flash_attention` off)."""
     if not P.flash_attention:
-        return materialized_attention(m, s.tokens, s.tp, rates.bf16_peak, rates.eff, rates.bw * rates.hbm_eff, P.score_bias_bytes)
+        return materialized_attention(m, s.tokens, s.tp, rates.bf16_peak, rates.eff, rates.bw * rates.hbm_eff,
+                                      ALIBI_BIAS_BYTES if m.alibi else 0.0)
     if P.attention == "fa2" and dev.fa2_attention_efficiency is None and P.attention_efficiency is None:
         raise BandwiseError(f"--attention fa2: bandwise has no FlashAttention-2 figure for {dev.name}; "
                             "use --attention flash (the chip's own fused kernel) or give fa2_attention_efficiency in a cluster file")

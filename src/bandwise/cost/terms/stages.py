@@ -98,16 +98,19 @@ def stage_compute(m: ModelSpec, dev: Device, s: Shape, schedule: np.ndarray, rec
     together = first_and_last_on_one_rank(pp, schedule)
     head_weights = local.out + np.where(together, local.emb, 0.0)
     head = head_c.out_total + head_c.mtp_total + np.where(rec == FULL, head_c.mtp_recompute, 0.0) + accumulate * head_weights
-    if P.balanced_stages:  # whole layers moved off the head's rank until it is no slower than the rest
-        layers_rank, head_layers, total = balanced_split(m.layers, pp, unit, head)
+    # even split: every stage holds ceil(L / (pp·v)) layers or fewer
+    layers_rank = np.ceil(m.layers / (pp * v)) * v
+    head_layers = last_stage_rank_layers(m.layers, pp, v, schedule)
+    total = np.maximum(layers_rank * unit, head_layers * unit + head)
+    chunk_ratio: np.ndarray | float = 1.0
+    balanced = np.asarray(P.balanced_stages | (P.balanced_when_uneven & (m.layers % (pp * v) != 0)))
+    if balanced.any():  # whole layers moved off the head's rank until it is no slower than the rest
+        b_rank, b_head, b_total = balanced_split(m.layers, pp, unit, head)
         # a rank's v stages hold whole layers too: the pipeline fills and drains at the pace of its
         # largest stage, ceil(layers/v) layers, not of the mean layers/v
-        chunk_ratio = np.ceil(layers_rank / v) * v / np.maximum(layers_rank, 1.0)
-    else:  # even split: every stage holds ceil(L / (pp·v)) layers or fewer
-        layers_rank = np.ceil(m.layers / (pp * v)) * v
-        head_layers = last_stage_rank_layers(m.layers, pp, v, schedule)
-        total = np.maximum(layers_rank * unit, head_layers * unit + head)
-        chunk_ratio = 1.0
+        b_ratio = np.ceil(b_rank / v) * v / np.maximum(b_rank, 1.0)
+        layers_rank, head_layers = np.where(balanced, b_rank, layers_rank), np.where(balanced, b_head, head_layers)
+        total, chunk_ratio = np.where(balanced, b_total, total), np.where(balanced, b_ratio, 1.0)
     recompute = layers_rank * layer_recompute
     return StageCompute(layer_recompute=layer_recompute, together=together, layers_rank=layers_rank, head_layers=head_layers,
                         total=total, compute=total - recompute, recompute=recompute, chunk_ratio=chunk_ratio)
