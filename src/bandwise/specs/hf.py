@@ -142,7 +142,7 @@ def from_hf_config(cfg: dict[str, Any], *, name: str = "hf-model", seq_len: int 
         if not isinstance(text, dict):
             raise BandwiseError("config.json (gemma3): missing field 'text_config'")
         return from_hf_config({**text, "model_type": "gemma3_text"}, name=name, seq_len=seq_len)
-    if kind not in FAMILIES:
+    if not isinstance(kind, str) or kind not in FAMILIES:
         raise BandwiseError(f"config.json: model_type={brief(kind)} is not supported; supported: {', '.join(SUPPORTED)}")
     r = _Keys(cfg, kind)
     fam = FAMILIES[kind]
