@@ -255,7 +255,7 @@ def differences(model: ModelSpec, arch: Architecture | None, preset: str) -> lis
     if spec is None:
         return []
     out = [f"{f}={getattr(model, f)} ({getattr(spec, f)})" for f in ModelSpec.__dataclass_fields__
-           if f not in ("name", "source", "seq_len") and getattr(model, f) != getattr(spec, f)]
+           if f not in ("name", "source", "seq_len", "vector_params") and getattr(model, f) != getattr(spec, f)]
     known = PRESETS.get(spec.name)
     if known is not None and arch is not None:
         for f in Architecture.__dataclass_fields__:
@@ -279,8 +279,9 @@ def _preset_spec(name: str) -> ModelSpec | None:
 
 
 def _shape(m: ModelSpec) -> ModelSpec:
-    """The fields that make the model: not its name, source or training sequence length."""
-    return replace(m, name="", source="", seq_len=1)
+    """The fields that make the model: not its name, source or training sequence length, nor its
+    norm and bias count (`vector_params`, which the presets leave at 0: they count weight matrices)."""
+    return replace(m, name="", source="", seq_len=1, vector_params=0)
 
 
 def _read(path: Path) -> Any:

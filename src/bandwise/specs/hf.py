@@ -1,24 +1,30 @@
 """ModelSpec from a Hugging Face `config.json`.
 
-Supported `model_type`s and the keys each reads (names as in the transformers configuration
-classes of those models):
-  llama, mistral, qwen2, qwen3, phi3  dense, GQA, SwiGLU (phi3's fused qkv and gate_up projections hold the same weights)
-  mixtral                             num_local_experts, num_experts_per_tok (expert = intermediate_size)
-  qwen2_moe, qwen3_moe                num_experts, moe_intermediate_size, shared_expert_intermediate_size,
-                                      decoder_sparse_step, mlp_only_layers
-  deepseek_v2, deepseek_v3, kimi_k2   n_routed_experts, n_shared_experts, first_k_dense_replace, MLA ranks
-                                      (DeepSeek-V2's configuration class has V3's keys, less multi-token prediction)
-  gpt_oss                             num_local_experts, experts_per_token / num_experts_per_tok
-A missing required key is an error that names it; keys the planner does not need are ignored.
+Each supported `model_type` is read from its own keys, with the defaults of its transformers
+configuration class where a published config leaves a key out; the shapes follow that family's
+modelling code in transformers (`src/transformers/models/<type>/modeling_<type>.py`, read at
+huggingface/transformers d98ac17 and neighbours) or, for remote-code models, the model's own file:
+  llama, mistral, qwen2, qwen3, phi3,      dense, GQA, SwiGLU; biases and q/k norms as each class has
+  gemma, gemma2, gemma3_text (gemma3),     them; Gemma ties the embeddings, has 2 (Gemma) or 4 (Gemma 2/3)
+  olmo2, granite, cohere, cohere2,         norms a layer; OLMo 2 norms q and k over all heads; Cohere runs
+  internlm2                                attention and MLP in parallel from one bias-free LayerNorm
+  gpt2, gpt_neox, falcon, starcoder2       two-matrix GELU MLP, LayerNorm with bias; GPT-2's learned
+                                           position table (`n_positions`); Falcon's multi-query / GQA
+  mixtral, qwen2_moe, qwen3_moe, olmoe,    routed experts (no shared one except Qwen2-MoE's, which every
+  granitemoe, dbrx, gpt_oss                Qwen2-MoE layer has, with a one-output gate)
+  deepseek_v2, deepseek_v3, kimi_k2        MLA, routed + shared experts, first_k_dense_replace dense layers
+Parameters outside the weight matrices (norms, biases, sinks, gates) land in `vector_params`, so
+`total_params` is the checkpoint's count.
 
-Sliding-window attention (`window_spec`), for mistral, mixtral, the qwen types and gpt_oss: the
-window is `sliding_window` (absent or null: none), switched off by `use_sliding_window: false`
-(Qwen2/Qwen3 ship a `sliding_window` value with the switch off). Which layers it covers:
-`layer_types` ("sliding_attention" / "full_attention" per layer) where given, else
-`sliding_window_pattern` n (every n-th layer full, Gemma 2/3 style), else the configuration
-class's rule: every layer (Mistral, Mixtral, Phi-3), layers from `max_window_layers` (default 28) on
-(Qwen, only with `use_sliding_window: true`, whose class default is false), every other layer
-starting with the first (gpt-oss).
+A config ModelSpec cannot describe is refused in one line that names the field: per-layer mixers
+(Mamba, linear attention), chunked attention, MoE interleaved with dense layers, per-layer widths.
+
+Sliding-window attention (`window_spec`): the window is `sliding_window` (absent or null: none),
+switched off by `use_sliding_window: false`. Which layers it covers: `layer_types`
+("sliding_attention" / "full_attention" per layer) where given, else `sliding_window_pattern` n
+(every n-th layer full), else the class's rule: every layer (Mistral, Mixtral, Phi-3, Starcoder2),
+layers from `max_window_layers` on (Qwen, only with `use_sliding_window: true`), every other layer
+from the first (gpt-oss, Gemma 2), every 6th full (Gemma 3), every 4th full (Cohere 2).
 """
 
 from __future__ import annotations
@@ -28,138 +34,294 @@ from typing import Any
 from bandwise.errors import BandwiseError
 from bandwise.specs.model import MAX_DIMENSION, ModelSpec, brief
 
-DENSE = {"llama", "mistral", "qwen2", "qwen3", "phi3"}
-WINDOWED = {"mistral", "mixtral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "gpt_oss", "phi3"}
-"""Model types whose transformers configuration reads `sliding_window` (Llama's and DeepSeek's do not)."""
 QWEN = {"qwen2", "qwen3", "qwen2_moe", "qwen3_moe"}
 QWEN_MAX_WINDOW_LAYERS = 28
 """`max_window_layers` default of transformers' Qwen2/Qwen3 (and MoE) configuration classes."""
 DEEPSEEK = ("deepseek_v2", "deepseek_v3", "kimi_k2")
-SUPPORTED = sorted(DENSE | {"mixtral", "qwen2_moe", "qwen3_moe", *DEEPSEEK, "gpt_oss"})
+
+FAMILIES: dict[str, dict[str, Any]] = {
+    # norms: per-layer norm vectors of width h; norm_bias: LayerNorm with a shift; qkv/o/mlp: bias
+    # switches (a key name, or a constant); tied: the class's tie_word_embeddings default;
+    # window: the class's default rule for windowed layers (None: the class reads no sliding_window).
+    "llama": {"norms": 2, "qkv": "attention_bias", "o": "attention_bias", "mlp": "mlp_bias"},
+    "mistral": {"norms": 2, "window": "all"},
+    "mixtral": {"norms": 2, "window": "all"},
+    "qwen2": {"norms": 2, "qkv": True, "window": "qwen"},
+    "qwen2_moe": {"norms": 2, "qkv": True, "window": "qwen"},
+    "qwen3": {"norms": 2, "qkv": "attention_bias", "o": "attention_bias", "qk_norm": "head", "window": "qwen"},
+    "qwen3_moe": {"norms": 2, "qkv": "attention_bias", "o": "attention_bias", "qk_norm": "head", "window": "qwen"},
+    "phi3": {"norms": 2, "window": "all"},
+    "gemma": {"norms": 2, "qkv": "attention_bias", "o": "attention_bias", "tied": True},
+    "gemma2": {"norms": 4, "qkv": "attention_bias", "o": "attention_bias", "tied": True, "window": 2},
+    "gemma3_text": {"norms": 4, "qkv": "attention_bias", "o": "attention_bias", "qk_norm": "head", "tied": True, "window": 6},
+    "olmo2": {"norms": 2, "qkv": "attention_bias", "o": "attention_bias", "qk_norm": "all"},
+    "olmoe": {"norms": 2, "qkv": "attention_bias", "o": "attention_bias", "qk_norm": "olmoe"},
+    "granite": {"norms": 2, "qkv": "attention_bias", "o": "attention_bias", "mlp": "mlp_bias"},
+    "granitemoe": {"norms": 2, "qkv": "attention_bias", "o": "attention_bias"},
+    "cohere": {"norms": 1, "qkv": "attention_bias", "o": "attention_bias", "qk_norm": "cohere", "tied": True},
+    "cohere2": {"norms": 1, "qkv": "attention_bias", "o": "attention_bias", "tied": True, "window": 4},
+    "internlm2": {"norms": 2, "qkv": "bias", "o": "bias"},
+    "gpt2": {"norms": 2, "norm_bias": True, "qkv": True, "o": True, "mlp": True, "gated": False, "tied": True},
+    "gpt_neox": {"norms": 2, "norm_bias": True, "qkv": "attention_bias", "o": "attention_bias", "mlp": True, "gated": False},
+    "falcon": {"norms": 1, "norm_bias": True, "qkv": "bias", "o": "bias", "mlp": "bias", "gated": False, "tied": True},
+    "starcoder2": {"norms": 2, "norm_bias": True, "qkv": "use_bias", "o": "use_bias", "mlp": "use_bias", "gated": False, "tied": True, "window": "all"},
+    "dbrx": {"norms": 2},
+    "gpt_oss": {"norms": 2, "qkv": True, "o": True, "window": 2},
+    **{k: {"norms": 2} for k in DEEPSEEK},
+}
+SUPPORTED = sorted({*FAMILIES, "gemma3"})
+
+CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
+    # Keys published configs leave to the class (transformers' configuration_<type>.py defaults).
+    "gemma3_text": {"vocab_size": 262_208, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
+                        "sliding_window": 4096, "sliding_window_pattern": 6},  # configuration_gemma3.py, d98ac17
+    "gpt_neox": {"attention_bias": True},  # configuration_gpt_neox.py
+    "starcoder2": {"use_bias": True},  # configuration_starcoder2.py
+}
+
+REFUSED = {
+    # model_type: (the config field, what ModelSpec lacks)
+    "llama4": ("interleave_moe_layer_step / attention_chunk_size", "MoE on every n-th layer and chunked attention on 3 of 4 layers"),
+    "llama4_text": ("interleave_moe_layer_step / attention_chunk_size", "MoE on every n-th layer and chunked attention on 3 of 4 layers"),
+    "nemotron_h": ("hybrid_override_pattern", "a Mamba-2 / attention / MLP kind per layer"),
+    "jamba": ("attn_layer_period / expert_layer_period", "Mamba layers between attention layers and MoE on every other layer"),
+    "qwen3_next": ("layer_types", "linear-attention (Gated DeltaNet) layers beside full attention"),
+    "nemotron-nas": ("block_configs", "per-layer widths and layers without attention or MLP"),
+    "deci": ("block_configs", "per-layer widths and layers without attention or MLP"),
+    "falcon_h1": ("mamba_d_ssm", "a Mamba-2 mixer beside attention in every layer"),
+    "granitemoehybrid": ("layer_types", "Mamba-2 layers between attention layers"),
+    "bamba": ("attn_layer_indices", "Mamba-2 layers between attention layers"),
+}
+
+
+class _Keys:
+    """One config.json mapping, its values checked and named by their own keys."""
+
+    def __init__(self, cfg: dict[str, Any], kind: str) -> None:
+        self.cfg, self.kind = cfg, kind
+        self.defaults = CLASS_DEFAULTS.get(kind, {})
+
+    def get(self, key: str) -> Any:
+        value = self.cfg.get(key)
+        return self.defaults.get(key) if value is None else value
+
+    def integer(self, key: str, value: Any, least: int = 0) -> int:
+        if not isinstance(value, int) or isinstance(value, bool) or not least <= value <= MAX_DIMENSION:
+            raise BandwiseError(f"config.json ({self.kind}): {key}={brief(value)} must be an integer from {least} to {MAX_DIMENSION:,}")
+        return value
+
+    def need(self, key: str, *alternatives: str) -> int:
+        for k in (key, *alternatives):
+            if self.get(k) is not None:
+                return self.integer(k, self.get(k), least=1)
+        raise BandwiseError(f"config.json ({self.kind}): missing field {' or '.join((key, *alternatives))!r}")
+
+    def opt(self, key: str, default: int = 0) -> int:
+        """An optional key, checked here so that a bad value is named by its config.json key."""
+        value = self.get(key)
+        return default if value is None else self.integer(key, value)
+
+    def flag(self, key: str | bool, default: bool = False) -> bool:
+        if isinstance(key, bool):
+            return key
+        value = self.get(key)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise BandwiseError(f"config.json ({self.kind}): {key}={brief(value)} must be true or false")
+        return value
 
 
 def from_hf_config(cfg: dict[str, Any], *, name: str = "hf-model", seq_len: int = 4096) -> ModelSpec:
     kind = cfg.get("model_type")
-    if kind not in SUPPORTED:
+    if isinstance(kind, str) and kind in REFUSED:
+        field, what = REFUSED[kind]
+        raise BandwiseError(f"config.json ({kind}): {field} describes {what}, which ModelSpec does not describe; not supported")
+    if kind == "gemma3":  # the multimodal wrapper: its language model (the SigLIP vision tower is not priced)
+        text = cfg.get("text_config")
+        if not isinstance(text, dict):
+            raise BandwiseError("config.json (gemma3): missing field 'text_config'")
+        return from_hf_config({**text, "model_type": "gemma3_text"}, name=name, seq_len=seq_len)
+    if not isinstance(kind, str) or kind not in FAMILIES:
         raise BandwiseError(f"config.json: model_type={brief(kind)} is not supported; supported: {', '.join(SUPPORTED)}")
+    r = _Keys(cfg, kind)
+    fam = FAMILIES[kind]
+    if kind == "gpt2":
+        if r.flag("add_cross_attention"):
+            raise BandwiseError("config.json (gpt2): add_cross_attention=true adds an encoder-decoder attention ModelSpec does not describe")
+        r.cfg = {**cfg, "hidden_size": r.need("n_embd"), "num_hidden_layers": r.need("n_layer"),
+                 "num_attention_heads": r.need("n_head"), "intermediate_size": r.opt("n_inner") or 4 * r.need("n_embd")}
+    elif kind == "falcon":
+        r.cfg = {**cfg, "num_hidden_layers": r.need("num_hidden_layers", "n_layer"),
+                 "num_attention_heads": r.need("num_attention_heads", "n_head"),
+                 "intermediate_size": r.opt("ffn_hidden_size") or 4 * r.need("hidden_size")}
+    elif kind == "dbrx":
+        return _dbrx(r, name, seq_len)
 
-    def integer(key: str, value: Any, least: int = 0) -> int:
-        if not isinstance(value, int) or isinstance(value, bool) or not least <= value <= MAX_DIMENSION:
-            raise BandwiseError(f"config.json ({kind}): {key}={brief(value)} must be an integer from {least} to {MAX_DIMENSION:,}")
-        return value
-
-    def need(key: str, *alternatives: str) -> int:
-        for k in (key, *alternatives):
-            if cfg.get(k) is not None:
-                return integer(k, cfg[k], least=1)
-        raise BandwiseError(f"config.json ({kind}): missing field {' or '.join((key, *alternatives))!r}")
-
-    # Optional keys are checked here too, so a bad value is named by its config.json key rather
-    # than by the ModelSpec field it lands in (and "false" as a string is not silently true).
-    def opt(key: str, default: int = 0) -> int:
-        value = cfg.get(key)
-        return default if value is None else integer(key, value)
-
-    def flag(key: str) -> bool:
-        value = cfg.get(key)
-        if value is None:
-            return False
-        if not isinstance(value, bool):
-            raise BandwiseError(f"config.json ({kind}): {key}={brief(value)} must be true or false")
-        return value
-
-    heads = need("num_attention_heads")
-    layers = need("num_hidden_layers")
-    spec: dict[str, Any] = dict(
-        name=name,
-        layers=layers,
-        hidden=need("hidden_size"),
-        ffn=need("intermediate_size"),
-        heads=heads,
-        kv_heads=opt("num_key_value_heads", heads),
-        head_dim=opt("head_dim", 0),
-        vocab=need("vocab_size"),
-        seq_len=seq_len,
-        gated_mlp=True,
-        tied_embeddings=flag("tie_word_embeddings"),
-        source=f"Hugging Face config.json (model_type {kind})",
-    )
-    if kind in WINDOWED:
-        spec.update(window_spec(cfg, kind, layers, integer))
-    if kind == "mixtral":
-        spec.update(experts=need("num_local_experts"), top_k=need("num_experts_per_tok"), expert_ffn=spec["ffn"])
-    elif kind in ("qwen2_moe", "qwen3_moe"):
-        step = opt("decoder_sparse_step", 1)
-        if cfg.get("mlp_only_layers") or step != 1:
-            raise BandwiseError(
-                f"config.json ({kind}): mlp_only_layers / decoder_sparse_step != 1 interleave dense and MoE layers, "
-                "which ModelSpec does not describe; only leading dense layers are supported"
-            )
-        shared = opt("shared_expert_intermediate_size", 0)
-        spec.update(
-            experts=need("num_experts"),
-            top_k=need("num_experts_per_tok"),
-            expert_ffn=need("moe_intermediate_size"),
-            shared_experts=1 if shared else 0,
-            shared_expert_ffn=shared,
-        )
-    elif kind in DEEPSEEK:
-        spec.update(
-            experts=need("n_routed_experts"),
-            top_k=need("num_experts_per_tok"),
-            expert_ffn=need("moe_intermediate_size"),
-            shared_experts=opt("n_shared_experts", 0),
-            dense_layers=opt("first_k_dense_replace", 0),
-            q_lora_rank=opt("q_lora_rank", 0),
-            kv_lora_rank=need("kv_lora_rank"),
-            qk_nope_head_dim=need("qk_nope_head_dim"),
-            qk_rope_head_dim=need("qk_rope_head_dim"),
-            v_head_dim=need("v_head_dim"),
-            kv_heads=0,
-            mtp_depth=opt("num_nextn_predict_layers", 0),
-        )
-        groups = opt("n_group", 1)
-        if isinstance(groups, int) and groups > 1:
-            spec.update(expert_groups=groups, groups_per_token=opt("topk_group", groups))
-    elif kind == "gpt_oss":
-        spec.update(
-            experts=need("num_local_experts"),
-            top_k=need("num_experts_per_tok", "experts_per_token"),
-            expert_ffn=spec["ffn"],
-        )
+    layers, heads, h = r.need("num_hidden_layers"), r.need("num_attention_heads"), r.need("hidden_size")
+    spec: dict[str, Any] = {
+        "name": name, "layers": layers, "hidden": h, "ffn": r.need("intermediate_size"), "heads": heads,
+        "kv_heads": r.opt("num_key_value_heads", heads), "head_dim": r.opt("head_dim", 0), "vocab": r.need("vocab_size"),
+        "seq_len": seq_len, "gated_mlp": fam.get("gated", True), "tied_embeddings": r.flag("tie_word_embeddings", fam.get("tied", False)),
+        "source": f"Hugging Face config.json (model_type {kind})",
+    }
+    if kind == "falcon":
+        spec["kv_heads"] = _falcon_kv_heads(r, heads)
+    if kind == "gpt2":
+        spec["position_embeddings"] = r.need("n_positions")
+    spec.update(window_spec(r, kind, layers, fam.get("window")))
+    spec.update(_moe(r, kind, spec))
+    probe = ModelSpec(**spec)  # the shapes, checked, before their vectors are counted
+    spec["vector_params"] = _vectors(r, kind, probe)
     return ModelSpec(**spec)
 
 
-def window_spec(cfg: dict[str, Any], kind: str, layers: int, integer: Any) -> dict[str, int]:
+def _falcon_kv_heads(r: _Keys, heads: int) -> int:
+    """FalconAttention (modeling_falcon.py): the new decoder architecture has `num_kv_heads` key/value
+    heads; the old one one head with `multi_query` (Falcon-7B), else one per query head."""
+    if r.flag("new_decoder_architecture"):
+        return r.opt("num_kv_heads", heads)
+    return 1 if r.flag("multi_query", True) else heads
+
+
+def _moe(r: _Keys, kind: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """The MoE fields of each family (empty for a dense one)."""
+    layers = spec["layers"]
+    if kind in ("mixtral", "gpt_oss", "granitemoe"):
+        # granitemoe's experts are `intermediate_size` wide (GraniteMoeParallelExperts), as Mixtral's
+        return {"experts": r.need("num_local_experts"), "top_k": r.need("num_experts_per_tok", "experts_per_token"), "expert_ffn": spec["ffn"]}
+    if kind == "olmoe":  # OlmoeSparseMoeBlock: num_experts experts of intermediate_size, no dense layer
+        return {"experts": r.need("num_experts"), "top_k": r.need("num_experts_per_tok"), "expert_ffn": spec["ffn"]}
+    if kind in ("qwen2_moe", "qwen3_moe"):
+        # Layer i is sparse when i is not in mlp_only_layers and (i + 1) % decoder_sparse_step == 0
+        # (Qwen2MoeDecoderLayer / Qwen3MoeDecoderLayer); only leading dense layers fit ModelSpec.
+        step = r.opt("decoder_sparse_step", 1)
+        only = r.get("mlp_only_layers") or []
+        if not isinstance(only, list) or step != 1 or sorted(only) != list(range(len(only))):
+            key = "decoder_sparse_step" if step != 1 else "mlp_only_layers"
+            raise BandwiseError(
+                f"config.json ({kind}): {key}={brief(r.get(key))} interleaves dense and MoE layers, which ModelSpec "
+                "does not describe; only leading dense layers are supported"
+            )
+        fields = {"experts": r.need("num_experts"), "top_k": r.need("num_experts_per_tok"),
+                      "expert_ffn": r.need("moe_intermediate_size"), "dense_layers": len(only)}
+        if kind == "qwen2_moe":
+            # Qwen2MoeSparseMoeBlock always holds one shared expert of shared_expert_intermediate_size;
+            # Qwen3MoeSparseMoeBlock has none, whatever the config says (modular_qwen3_moe.py, b282e23).
+            shared = r.need("shared_expert_intermediate_size")
+            fields.update(shared_experts=1, shared_expert_ffn=shared)
+        return fields
+    if kind in DEEPSEEK:
+        # MoE on layer i when i >= first_k_dense_replace and i % moe_layer_freq == 0 (DeepSeek's
+        # modeling_deepseek.py); a frequency above 1 puts dense layers between MoE ones.
+        freq = r.opt("moe_layer_freq", 1)
+        if freq != 1:
+            raise BandwiseError(
+                f"config.json ({kind}): moe_layer_freq={freq} puts dense layers between MoE layers, which ModelSpec "
+                "does not describe; only leading dense layers (first_k_dense_replace) are supported"
+            )
+        if r.flag("attention_bias"):
+            raise BandwiseError(f"config.json ({kind}): attention_bias=true on the MLA projections is not supported")
+        fields = {
+            "experts": r.need("n_routed_experts"), "top_k": r.need("num_experts_per_tok"), "expert_ffn": r.need("moe_intermediate_size"),
+            "shared_experts": r.opt("n_shared_experts", 0), "dense_layers": r.opt("first_k_dense_replace", 0),
+            "q_lora_rank": r.opt("q_lora_rank", 0), "kv_lora_rank": r.need("kv_lora_rank"),
+            "qk_nope_head_dim": r.need("qk_nope_head_dim"), "qk_rope_head_dim": r.need("qk_rope_head_dim"),
+            "v_head_dim": r.need("v_head_dim"), "kv_heads": 0, "mtp_depth": r.opt("num_nextn_predict_layers", 0),
+        }
+        groups = r.opt("n_group", 1)
+        if groups > 1:
+            fields.update(expert_groups=groups, groups_per_token=r.opt("topk_group", groups))
+        if fields["dense_layers"] >= layers:
+            raise BandwiseError(f"config.json ({kind}): first_k_dense_replace={fields['dense_layers']} leaves no MoE layer of {layers}")
+        return fields
+    return {}
+
+
+def _vectors(r: _Keys, kind: str, m: ModelSpec) -> int:
+    """Norm and bias parameters of the main model (not of multi-token-prediction modules), from the
+    family's modelling code: per layer its norms, q/k norms and biases, then the final norm."""
+    fam = FAMILIES[kind]
+    h, H, kv, d, f = m.hidden, m.heads, m.n_kv_heads, m.d_head, m.ffn
+    norm = 2 * h if fam.get("norm_bias") else h
+    per_layer = fam["norms"] * norm
+    if kind == "falcon" and (r.flag("new_decoder_architecture") and r.opt("num_ln_in_parallel_attn", 2) == 2 or not r.flag("parallel_attn", True)):
+        per_layer = 2 * norm  # ln_attn + ln_mlp, or input + post-attention norms
+    qk = fam.get("qk_norm")
+    if qk == "head":  # Qwen3 / Gemma 3: one RMSNorm of head_dim shared by all heads
+        per_layer += 2 * d
+    elif qk == "all":  # OLMo 2: RMSNorm over all heads' q (H·d) and k (kv·d)
+        per_layer += H * d + kv * d
+    elif qk == "olmoe":  # OlmoeAttention: q_norm over h, k_norm over h / H · kv
+        per_layer += h + h // H * kv
+    elif qk == "cohere" and r.flag("use_qk_norm"):  # CohereLayerNorm of (heads, head_dim)
+        per_layer += H * d + kv * d
+    if r.flag(fam.get("qkv", False)):
+        per_layer += H * d + 2 * kv * d
+    if r.flag(fam.get("o", False)):
+        per_layer += h
+    mlp_bias = r.flag(fam.get("mlp", False))
+    if m.is_mla:  # DeepSeek: q_a_layernorm (q_lora_rank) and kv_a_layernorm (kv_lora_rank)
+        per_layer += m.q_lora_rank + m.kv_lora_rank
+    total = m.layers * per_layer + norm  # the final norm
+    if mlp_bias:
+        total += m.n_dense_mlp_layers * ((2 if m.gated_mlp else 1) * f + h)
+    if kind == "gpt_oss":
+        # GptOssAttention.sinks (H); GptOssTopKRouter.bias (E); GptOssExperts biases (E·2f, E·h)
+        total += m.layers * (H + m.experts + m.experts * (2 * m.expert_ffn + h))
+    if kind == "qwen2_moe":  # shared_expert_gate, Linear(h, 1)
+        total += m.moe_layers * h
+    return total
+
+
+def _dbrx(r: _Keys, name: str, seq_len: int) -> ModelSpec:
+    """DBRX (modeling_dbrx.py): `d_model`, `n_heads`, `n_layers`, `attn_config.kv_n_heads`,
+    `ffn_config` (moe_num_experts experts of ffn_hidden_size, moe_top_k); bias-free LayerNorms."""
+    attn, ffn = r.get("attn_config") or {}, r.get("ffn_config") or {}
+    if not isinstance(attn, dict) or not isinstance(ffn, dict):
+        raise BandwiseError("config.json (dbrx): attn_config and ffn_config must be mappings")
+    sub = _Keys({**attn, **ffn}, "dbrx")
+    h, layers, heads = r.need("d_model"), r.need("n_layers"), r.need("n_heads")
+    f = sub.need("ffn_hidden_size")
+    m = ModelSpec(
+        name=name, layers=layers, hidden=h, ffn=f, heads=heads, kv_heads=sub.opt("kv_n_heads", 1), vocab=r.need("vocab_size"),
+        seq_len=seq_len, tied_embeddings=r.flag("tie_word_embeddings"), experts=sub.need("moe_num_experts"),
+        top_k=sub.need("moe_top_k"), expert_ffn=f, vector_params=(2 * layers + 1) * h,
+        source="Hugging Face config.json (model_type dbrx)",
+    )
+    return m
+
+
+def window_spec(r: _Keys, kind: str, layers: int, rule: Any) -> dict[str, int]:
     """`sliding_window` and `sliding_layers` of a ModelSpec from a config's window keys (module
-    docstring); {} when no layer is windowed."""
-    switch = cfg.get("use_sliding_window")
-    if switch is not None and not isinstance(switch, bool):
-        raise BandwiseError(f"config.json ({kind}): use_sliding_window={brief(switch)} must be true or false")
-    types = cfg.get("layer_types")
+    docstring); {} when no layer is windowed. `rule` is the class's default (FAMILIES)."""
+    types = r.cfg.get("layer_types")
     kinds = {"sliding_attention", "full_attention"}
     if types is not None and not (isinstance(types, list) and len(types) == layers and all(t in kinds for t in types)):
         raise BandwiseError(
             f"config.json ({kind}): layer_types={brief(types)} must list num_hidden_layers={layers} entries, "
-            "each \"sliding_attention\" or \"full_attention\""
+            "each \"sliding_attention\" or \"full_attention\" (other layer kinds are not supported)"
         )
-    if switch is False or cfg.get("sliding_window") is None:
+    if rule is None:
+        return {}  # the class reads no window
+    switch = r.flag("use_sliding_window", True)
+    if not switch or r.get("sliding_window") is None:
         return {}
-    window = integer("sliding_window", cfg["sliding_window"], 1)
+    window = r.integer("sliding_window", r.get("sliding_window"), 1)
     if types is not None:
         windowed = types.count("sliding_attention")
-    elif cfg.get("sliding_window_pattern") is not None:
-        # Gemma 3: layer i is global when (i + 1) % pattern == 0, so layers // pattern of them
-        windowed = layers - layers // integer("sliding_window_pattern", cfg["sliding_window_pattern"], 1)
-    elif kind in QWEN:
-        if switch is not True:  # the Qwen classes' default is off
+    elif r.get("sliding_window_pattern") is not None:
+        # Gemma 3 / Cohere 2: layer i is global when (i + 1) % pattern == 0, so layers // pattern of them
+        windowed = layers - layers // r.integer("sliding_window_pattern", r.get("sliding_window_pattern"), 1)
+    elif rule == "qwen":
+        if r.cfg.get("use_sliding_window") is not True:  # the Qwen classes' default is off
             return {}
-        first = cfg.get("max_window_layers")
-        first = QWEN_MAX_WINDOW_LAYERS if first is None else integer("max_window_layers", first)
+        first = r.cfg.get("max_window_layers")
+        first = QWEN_MAX_WINDOW_LAYERS if first is None else r.integer("max_window_layers", first)
         windowed = max(0, layers - first)
-    elif kind == "gpt_oss":
-        windowed = (layers + 1) // 2  # layers 0, 2, 4, ... (GptOssConfig's default layer_types)
-    else:  # mistral, mixtral: every layer
+    elif isinstance(rule, int):  # every rule-th layer full, counting from 1 (gpt-oss, Gemma 2: layers 0, 2, 4 windowed)
+        windowed = layers - layers // rule
+    else:  # every layer
         windowed = layers
     if not windowed:
         return {}

@@ -136,6 +136,16 @@ class ModelSpec:
     means every layer (Mistral 7B v0.1). An interleave (gpt-oss: every other layer, Hugging Face
     `layer_types`) is priced by its count: the cost is a mean over layers, so which layers are
     windowed does not change it."""
+    # --- parameters outside the GEMMs above (0 in the presets, which count weight matrices only) ---
+    position_embeddings: int = 0
+    """Rows of a learned absolute position-embedding table, each of width h (GPT-2's `wpe`,
+    `n_positions` rows; Radford et al. 2019). A lookup like the token embedding: parameters and
+    memory, no FLOPs. 0 = rotary or no position embedding."""
+    vector_params: int = 0
+    """Parameters of the whole model that no weight-matrix term counts: norm scales and shifts,
+    biases, attention sinks, one-output gates (Qwen2-MoE's shared-expert gate). Counted in
+    `total_params` so a checkpoint's count is matched exactly; left out of FLOPs (a norm or a bias
+    is O(h) per token, not O(h^2)) and of memory placement (under 0.2% of every model read)."""
     source: str = ""
     """Where the numbers come from."""
 
@@ -227,7 +237,7 @@ class ModelSpec:
     def shared_ffn(self) -> int:
         return self.shared_expert_ffn or self.expert_ffn
 
-    # ----- parameter counts (weights only; norms and biases are < 0.01% and left out) -----
+    # ----- parameter counts (weight matrices; norms and biases only through `vector_params`) -----
     @property
     def attn_params(self) -> int:
         """Attention weights of one layer.
@@ -268,7 +278,8 @@ class ModelSpec:
 
     @property
     def embedding_params(self) -> int:
-        return self.vocab * self.hidden
+        """Token embedding, and the learned position embedding where there is one."""
+        return (self.vocab + self.position_embeddings) * self.hidden
 
     @property
     def output_params(self) -> int:
@@ -304,7 +315,7 @@ class ModelSpec:
     @property
     def total_params(self) -> int:
         emb = self.embedding_params + (0 if self.tied_embeddings else self.output_params)
-        return self.non_expert_layer_params + self.routed_expert_params_total + emb
+        return self.non_expert_layer_params + self.routed_expert_params_total + emb + self.vector_params
 
     @property
     def active_nonembedding_params(self) -> int:

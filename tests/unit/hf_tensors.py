@@ -1,0 +1,211 @@
+"""An independent parameter count of a Hugging Face decoder: the named tensors its checkpoint holds.
+
+Written from each family's modelling code in transformers (`models/<type>/modeling_<type>.py`) or
+the model's own remote code, module by module and layer by layer, and summed. It shares no code
+with bandwise's reader: a test compares the two counts. The main model only (DeepSeek's multi-token
+prediction layers are counted by bandwise as `mtp_depth`, not here); a tied head is one tensor.
+"""
+
+from __future__ import annotations
+
+from math import prod
+
+
+def tensors(cfg: dict) -> dict[str, tuple[int, ...]]:
+    c = dict(cfg)
+    kind = c["model_type"]
+    if kind == "gemma3":
+        c = {**c["text_config"], "model_type": "gemma3_text"}
+        kind = "gemma3_text"
+    return {"gpt2": _gpt2, "gpt_neox": _neox, "falcon": _falcon, "dbrx": _dbrx}.get(kind, _llama_like)(c)
+
+
+def count(cfg: dict) -> int:
+    return sum(prod(shape) for shape in tensors(cfg).values())
+
+
+def _gpt2(c: dict) -> dict:
+    # modeling_gpt2.py: wte, wpe; per block ln_1, attn.c_attn (Conv1D h -> 3h), attn.c_proj, ln_2,
+    # mlp.c_fc (h -> n_inner, default 4h), mlp.c_proj; ln_f. lm_head is wte.
+    h, n = c["n_embd"], c.get("n_inner") or 4 * c["n_embd"]
+    t = {"wte": (c["vocab_size"], h), "wpe": (c["n_positions"], h), "ln_f.w": (h,), "ln_f.b": (h,)}
+    for i in range(c["n_layer"]):
+        p = f"h.{i}."
+        t |= {p + "ln_1.w": (h,), p + "ln_1.b": (h,), p + "c_attn.w": (h, 3 * h), p + "c_attn.b": (3 * h,),
+              p + "attn.c_proj.w": (h, h), p + "attn.c_proj.b": (h,), p + "ln_2.w": (h,), p + "ln_2.b": (h,),
+              p + "c_fc.w": (h, n), p + "c_fc.b": (n,), p + "mlp.c_proj.w": (n, h), p + "mlp.c_proj.b": (h,)}
+    return t
+
+
+def _neox(c: dict) -> dict:
+    # modeling_gpt_neox.py: embed_in; per layer input_layernorm, post_attention_layernorm (LayerNorm),
+    # attention.query_key_value (h -> 3h, bias=attention_bias, default True), attention.dense,
+    # mlp.dense_h_to_4h / dense_4h_to_h (bias=True); final_layer_norm; embed_out (no bias).
+    h, f, b = c["hidden_size"], c["intermediate_size"], c.get("attention_bias", True)
+    t = {"embed_in": (c["vocab_size"], h), "final_ln.w": (h,), "final_ln.b": (h,)}
+    if not c.get("tie_word_embeddings", False):
+        t["embed_out"] = (c["vocab_size"], h)
+    for i in range(c["num_hidden_layers"]):
+        p = f"layers.{i}."
+        t |= {p + "in_ln.w": (h,), p + "in_ln.b": (h,), p + "post_ln.w": (h,), p + "post_ln.b": (h,),
+              p + "qkv.w": (3 * h, h), p + "dense.w": (h, h), p + "h_to_4h.w": (f, h), p + "h_to_4h.b": (f,),
+              p + "4h_to_h.w": (h, f), p + "4h_to_h.b": (h,)}
+        if b:
+            t |= {p + "qkv.b": (3 * h,), p + "dense.b": (h,)}
+    return t
+
+
+def _falcon(c: dict) -> dict:
+    # modeling_falcon.py: word_embeddings; per layer self_attention.query_key_value, dense, mlp
+    # dense_h_to_4h / dense_4h_to_h (bias=config.bias); LayerNorms ln_attn + ln_mlp (new decoder
+    # architecture, num_ln_in_parallel_attn 2) or input_layernorm (+ post_attention_layernorm when
+    # not parallel_attn); ln_f; lm_head tied by default.
+    h = c["hidden_size"]
+    H = c.get("num_attention_heads") or c["n_head"]
+    d, f = h // H, c.get("ffn_hidden_size") or 4 * h
+    new = c.get("new_decoder_architecture", False)
+    kv = c.get("num_kv_heads") or H if new else (1 if c.get("multi_query", True) else H)
+    qkv = (H + 2 * kv) * d
+    bias = c.get("bias", False)
+    two_ln = (new and (c.get("num_ln_in_parallel_attn") or 2) == 2) or not c.get("parallel_attn", True)
+    t = {"word_embeddings": (c["vocab_size"], h), "ln_f.w": (h,), "ln_f.b": (h,)}
+    if not c.get("tie_word_embeddings", True):
+        t["lm_head"] = (c["vocab_size"], h)
+    for i in range(c.get("num_hidden_layers") or c["n_layer"]):
+        p = f"h.{i}."
+        t |= {p + "qkv.w": (qkv, h), p + "dense.w": (h, h), p + "h_to_4h.w": (f, h), p + "4h_to_h.w": (h, f)}
+        t |= {p + f"ln{j}.{x}": (h,) for j in range(2 if two_ln else 1) for x in "wb"}
+        if bias:
+            t |= {p + "qkv.b": (qkv,), p + "dense.b": (h,), p + "h_to_4h.b": (f,), p + "4h_to_h.b": (h,)}
+    return t
+
+
+def _dbrx(c: dict) -> dict:
+    # modeling_dbrx.py: wte; per block norm_1, norm_2 (LayerNorm without bias), attn.Wqkv, attn.out_proj,
+    # ffn.router.layer (h -> E), ffn.experts.mlp w1, v1, w2 (E * ffn_hidden_size, h each); norm_f; lm_head.
+    h, H, a, f = c["d_model"], c["n_heads"], c["attn_config"], c["ffn_config"]
+    d, kv, E, F = h // H, a.get("kv_n_heads", 1), f["moe_num_experts"], f["ffn_hidden_size"]
+    t = {"wte": (c["vocab_size"], h), "norm_f": (h,)}
+    if not c.get("tie_word_embeddings", False):
+        t["lm_head"] = (c["vocab_size"], h)
+    for i in range(c["n_layers"]):
+        p = f"blocks.{i}."
+        t |= {p + "norm_1": (h,), p + "norm_2": (h,), p + "Wqkv": ((H + 2 * kv) * d, h), p + "out_proj": (h, h),
+              p + "router": (E, h), p + "w1": (E * F, h), p + "v1": (E * F, h), p + "w2": (E * F, h)}
+    return t
+
+
+TIED_BY_DEFAULT = {"gemma", "gemma2", "gemma3_text", "cohere", "cohere2", "starcoder2"}
+"""Classes whose tie_word_embeddings default is true (the others' is false)."""
+
+
+def _llama_like(c: dict) -> dict:
+    """Llama and the families built like it: embed_tokens; per layer attention (q, k, v, o or fused
+    qkv), norms, an MLP or an MoE block; the final norm; lm_head unless tied."""
+    kind = c["model_type"]
+    defaults = {"gemma3_text": {"vocab_size": 262_208, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256}}
+    c = {**defaults.get(kind, {}), **{k: v for k, v in c.items() if v is not None}}
+    h, L, V = c["hidden_size"], c["num_hidden_layers"], c["vocab_size"]
+    H = c["num_attention_heads"]
+    kv = c.get("num_key_value_heads") or H
+    d = c.get("head_dim") or h // H
+    f = c["intermediate_size"]
+    layer_norm = kind == "starcoder2"  # nn.LayerNorm with a bias; the others RMSNorm (Cohere: LayerNorm, no bias)
+    t = {"embed_tokens": (V, h)}
+    t |= _norm("norm", h, layer_norm)
+    if not c.get("tie_word_embeddings", kind in TIED_BY_DEFAULT):
+        t["lm_head"] = (V, h)
+    for i in range(L):
+        p = f"layers.{i}."
+        t |= _attention(p, c, kind, h, H, kv, d)
+        norms = {"gemma2": 4, "gemma3_text": 4, "cohere": 1, "cohere2": 1}.get(kind, 2)
+        if kind == "olmo2":  # Olmo2DecoderLayer: post_attention_layernorm and post_feedforward_layernorm
+            names = ["post_attention_layernorm", "post_feedforward_layernorm"]
+        else:
+            names = ["input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm", "post_feedforward_layernorm"][:norms]
+        for n in names:
+            t |= _norm(p + n, h, layer_norm)
+        t |= _feed_forward(p, c, kind, i, h, f)
+    return t
+
+
+def _norm(name: str, width: int, bias: bool) -> dict:
+    return {name + ".weight": (width,), **({name + ".bias": (width,)} if bias else {})}
+
+
+def _attention(p: str, c: dict, kind: str, h: int, H: int, kv: int, d: int) -> dict:
+    if c.get("kv_lora_rank"):  # DeepSeek MLA (modeling_deepseek_v3.py)
+        q, r = c.get("q_lora_rank"), c["kv_lora_rank"]
+        nope, rope, v = c["qk_nope_head_dim"], c["qk_rope_head_dim"], c["v_head_dim"]
+        t = {p + "kv_a_proj_with_mqa": (r + rope, h), p + "kv_a_layernorm": (r,), p + "kv_b_proj": (H * (nope + v), r),
+             p + "o_proj": (h, H * v)}
+        if q:
+            t |= {p + "q_a_proj": (q, h), p + "q_a_layernorm": (q,), p + "q_b_proj": (H * (nope + rope), q)}
+        else:
+            t |= {p + "q_proj": (H * (nope + rope), h)}
+        return t
+    if kind == "internlm2":  # attention.wqkv, attention.wo (bias=config.bias)
+        qkv = {"wqkv": ((H + 2 * kv) * d, h)}
+    elif kind == "phi3":  # self_attn.qkv_proj
+        qkv = {"qkv_proj": ((H + 2 * kv) * d, h)}
+    else:
+        qkv = {"q_proj": (H * d, h), "k_proj": (kv * d, h), "v_proj": (kv * d, h)}
+    t = {p + k + ".weight": s for k, s in qkv.items()} | {p + "o_proj.weight": (h, H * d)}
+    qkv_bias = {"qwen2": True, "qwen2_moe": True, "gpt_oss": True, "internlm2": c.get("bias", False),
+                "starcoder2": c.get("use_bias", True)}.get(kind, c.get("attention_bias", False))
+    o_bias = {"qwen2": False, "qwen2_moe": False, "gpt_oss": True, "internlm2": c.get("bias", False),
+              "starcoder2": c.get("use_bias", True)}.get(kind, c.get("attention_bias", False))
+    if qkv_bias:
+        t |= {p + k + ".bias": (s[0],) for k, s in qkv.items()}
+    if o_bias:
+        t[p + "o_proj.bias"] = (h,)
+    if kind in ("qwen3", "qwen3_moe", "gemma3_text"):  # q_norm, k_norm over head_dim
+        t |= {p + "q_norm": (d,), p + "k_norm": (d,)}
+    elif kind == "olmo2":  # q_norm over H * d, k_norm over kv * d
+        t |= {p + "q_norm": (H * d,), p + "k_norm": (kv * d,)}
+    elif kind == "olmoe":  # q_norm over h, k_norm over h // H * kv
+        t |= {p + "q_norm": (h,), p + "k_norm": (h // H * kv,)}
+    elif kind == "cohere" and c.get("use_qk_norm"):
+        t |= {p + "q_norm": (H, d), p + "k_norm": (kv, d)}
+    if kind == "gpt_oss":
+        t[p + "sinks"] = (H,)
+    return t
+
+
+def _mlp(p: str, h: int, f: int, gated: bool = True, bias: bool = False) -> dict:
+    t = {p + "up": (f, h), p + "down": (h, f)} | ({p + "gate": (f, h)} if gated else {})
+    if bias:
+        t |= {p + "up.b": (f,), p + "down.b": (h,)} | ({p + "gate.b": (f,)} if gated else {})
+    return t
+
+
+def _feed_forward(p: str, c: dict, kind: str, i: int, h: int, f: int) -> dict:
+    p += "mlp."
+    if kind in ("mixtral", "granitemoe"):  # block_sparse_moe: gate (h -> E), E experts of intermediate_size
+        E = c["num_local_experts"]
+        return {p + "router": (E, h)} | {k: s for e in range(E) for k, s in _mlp(f"{p}e{e}.", h, f).items()}
+    if kind == "olmoe":
+        E = c["num_experts"]
+        return {p + "router": (E, h)} | {k: s for e in range(E) for k, s in _mlp(f"{p}e{e}.", h, f).items()}
+    if kind == "gpt_oss":  # router (weight + bias); experts gate_up_proj (E, h, 2f) + bias, down_proj (E, f, h) + bias
+        E = c["num_local_experts"]
+        return {p + "router.w": (E, h), p + "router.b": (E,), p + "gate_up": (E, h, 2 * f), p + "gate_up.b": (E, 2 * f),
+                p + "down": (E, f, h), p + "down.b": (E, h)}
+    if kind in ("qwen2_moe", "qwen3_moe"):
+        step, only = c.get("decoder_sparse_step", 1), c.get("mlp_only_layers") or []
+        if i in only or (i + 1) % step:
+            return _mlp(p, h, f)
+        E, m = c["num_experts"], c["moe_intermediate_size"]
+        t = {p + "router": (E, h)} | {k: s for e in range(E) for k, s in _mlp(f"{p}e{e}.", h, m).items()}
+        if kind == "qwen2_moe":  # shared_expert and shared_expert_gate (h -> 1)
+            t |= _mlp(p + "shared.", h, c["shared_expert_intermediate_size"]) | {p + "shared_gate": (1, h)}
+        return t
+    if c.get("n_routed_experts"):  # DeepSeek: dense before first_k_dense_replace, then routed + shared
+        if i < c.get("first_k_dense_replace", 0) or i % c.get("moe_layer_freq", 1):
+            return _mlp(p, h, f)
+        E, m, S = c["n_routed_experts"], c["moe_intermediate_size"], c.get("n_shared_experts") or 0
+        t = {p + "router": (E, h)} | {k: s for e in range(E) for k, s in _mlp(f"{p}e{e}.", h, m).items()}
+        return t | (_mlp(p + "shared.", h, m * S) if S else {})
+    if kind == "starcoder2":  # c_fc, c_proj with use_bias
+        return _mlp(p, h, f, gated=False, bias=c.get("use_bias", True))
+    return _mlp(p, h, f, bias=c.get("mlp_bias", False) if kind in ("llama", "granite") else False)
