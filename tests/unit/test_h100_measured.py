@@ -69,8 +69,9 @@ def test_the_layer_compute_of_the_shipped_h100_rows() -> None:
             ratios[res.id] = measured[key] / hk._model_layer_s(case, res.strategy, DEFAULT_PARAMS)[0]
     # 16 rows matched a measured layer when it was measured; since validate prices each run as its engine,
     # the Megatron GPT-175B 96-GPU row completes its unstated layout to DP6·TP8·PP2 (it was DP4·TP4·PP6,
-    # the TP4 layer measured), so 15 match
-    assert len(ratios) >= 15
+    # the TP4 layer measured), so 15 match; since completion stays inside Megatron's layouts (ZeRO-0/1,
+    # 2026-11-27), two more Megatron rows complete to layouts whose layer was not measured: 13
+    assert len(ratios) >= 13
     assert all(0.85 <= r <= 1.10 for r in ratios.values()), ratios
     assert 0.95 <= statistics.median(ratios.values()) <= 1.05
 
