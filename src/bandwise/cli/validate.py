@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from bandwise.errors import BandwiseError
+from bandwise import api
 from bandwise.plan.bands import write_bands as write_error_bands
 from bandwise.plan.validate import (
     MEMORY_BASES,
@@ -17,10 +17,7 @@ from bandwise.plan.validate import (
     by_engine,
     by_quality,
     by_source,
-    load_runs,
     parity_plot,
-    report_dict,
-    run_all,
 )
 from bandwise.report.output import Output
 from bandwise.report.tables import plain_table
@@ -99,17 +96,15 @@ def validate(
     software: bool = typer.Option(False, "--software", help="With --plain: keep the software each source states (pre-FlashAttention attention, FlashAttention-2 on Hopper, eager element-wise ops), as plan's --attention and --eager take it."),
 ) -> None:
     out = Output(json_mode=json_out)
-    if software and not plain:
-        raise BandwiseError("--software keeps the stated software on the plain path; add --plain (the default path applies every switch already)")
-    data, sources = load_runs(runs)
-    results = run_all(data, source, sources=sources, plain=plain, software=software, engine=engine)
+    checked = api.validate(runs, source=source, plain=plain, software=software, engine=engine)
+    results = checked.runs
     if plot is not None:
         parity_plot(results, plot)
     if write_bands is not None:
         # the bands stand beside plan's and estimate's figures, so they measure the path those take
-        write_error_bands(results if plain else run_all(data, source, sources=sources, plain=True, engine=engine), write_bands)
+        write_error_bands(results if plain else api.validate(runs, source=source, plain=True, engine=engine).runs, write_bands)
     if json_out:
-        out.emit_json(report_dict(results))
+        out.emit_json(checked.to_dict())
         return
     out.print(_runs_table(results))
     out.print(_summary_table("Per source", by_source(results)))

@@ -36,6 +36,17 @@ def _durations(t: Timeline) -> list[float]:
 
 def gantt(t: Timeline, path: str) -> None:
     """Draw one row per rank, F/B/I/W coloured, each bar labelled with its micro-batch."""
+    fig = gantt_figure(t)
+    try:
+        save_figure(fig, path, what="the Gantt chart", dpi=120)
+    finally:
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)
+
+
+def gantt_figure(t: Timeline, max_width: float | None = None):
+    """The Gantt chart as a figure, at most `max_width` inches wide."""
     try:
         import matplotlib
 
@@ -46,7 +57,8 @@ def gantt(t: Timeline, path: str) -> None:
         raise BandwiseError(f"--png needs matplotlib ({exc}); from the bandwise checkout run: {INSTALL['plot']}") from exc
     s = t.spec
     p = len(t.actions)
-    fig, ax = plt.subplots(figsize=(max(8.0, t.makespan * 0.22), 0.6 * p + 1.4))
+    width = max(8.0, t.makespan * 0.22)
+    fig, ax = plt.subplots(figsize=(min(width, max_width or width), 0.6 * p + 1.4))
     for r, seq in enumerate(t.actions):
         for a, t0, t1 in zip(seq, t.start[r], t.end[r]):
             # the second leg of a V or a later loop is drawn lighter, so stages can be told apart
@@ -65,7 +77,4 @@ def gantt(t: Timeline, path: str) -> None:
         fontsize=8,
     )
     fig.tight_layout()
-    try:
-        save_figure(fig, path, what="the Gantt chart", dpi=120)
-    finally:
-        plt.close(fig)
+    return fig
