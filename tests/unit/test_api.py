@@ -131,7 +131,7 @@ def test_the_layout_space_holds_what_the_search_counted():
 def _readme_python() -> str:
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     section = text.split("## From Python", 1)[1].split("\n## ", 1)[0]
-    blocks = re.findall(r"```python\n(.*?)```", section, flags=re.S)
+    blocks = re.findall(r"```python\n(.*?)```", section, flags=re.DOTALL)
     assert blocks, "the README's 'From Python' section has no python example"
     return "\n".join(blocks)
 

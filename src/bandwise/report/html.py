@@ -72,6 +72,7 @@ def svg(fig: Any, titles: dict[str, list[str]] | None = None) -> str:
         plt.close(fig)
     text = buf.getvalue()
     text = text[text.index("<svg"):]
+    text = re.sub(r"\s*<metadata>.*?</metadata>", "", text, count=1, flags=re.S)  # its date would make every page differ
     for gid, lines in (titles or {}).items():
         text = _titled(text, gid, lines)
     return text
