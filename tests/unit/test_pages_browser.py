@@ -26,8 +26,8 @@ def _open(page: Path, shot: Path) -> tuple[str, str]:
     """(the DOM after load, the browser's log), with a screenshot of the page written to `shot`."""
     base = [BROWSER, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--enable-logging=stderr", "--v=0",
             "--window-size=1200,2400"]
-    dom = subprocess.run([*base, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120)
-    subprocess.run([*base, f"--screenshot={shot}", page.as_uri()], capture_output=True, text=True, timeout=120)
+    dom = subprocess.run([*base, "--dump-dom", page.as_uri()], check=False, capture_output=True, text=True, timeout=120)
+    subprocess.run([*base, f"--screenshot={shot}", page.as_uri()], check=False, capture_output=True, text=True, timeout=120)
     return dom.stdout, dom.stderr
 
 
