@@ -139,9 +139,22 @@ def plan(
     if json_out or emit:
         planned = api.plan(model, cluster, devices, **asked)
     else:
-        with Progress(TextColumn("searching layouts"), BarColumn(), TextColumn("{task.completed:,} candidates"), TimeElapsedColumn(), transient=True, console=out.console) as bar:
-            task = bar.add_task("search", total=None)
-            planned = api.plan(model, cluster, devices, progress=lambda k: bar.advance(task, k), **asked)
+        bar = Progress(TextColumn("searching layouts"), BarColumn(), TextColumn("{task.completed:,} candidates"), TimeElapsedColumn(), transient=True, console=out.console)
+        task = bar.add_task("search", total=None)
+        # the bar starts with the search: an input the API refuses before it prints its line alone
+        started: list[bool] = []
+
+        def advance(k: int) -> None:
+            if not started:
+                bar.start()
+                started.append(True)
+            bar.advance(task, k)
+
+        try:
+            planned = api.plan(model, cluster, devices, progress=advance, **asked)
+        finally:
+            if started:
+                bar.stop()
     spec, clus, gb, params, kw = planned.model, planned.cluster, planned.global_batch, planned.params, planned.search_options
     result, verdict, chosen, listed, hidden = planned.search, planned.decision, planned.best, planned.top, planned.hidden
     if html_out or png:  # drawn before a layout that fits is asked for: a page shows why nothing fits too
