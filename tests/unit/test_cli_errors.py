@@ -29,12 +29,12 @@ def test_a_user_error_is_one_line_without_the_traceback_hint(argv, capsys):
 
 
 def test_an_internal_error_keeps_the_traceback_hint(monkeypatch, capsys):
-    import bandwise.cli.plan as plan_cli
+    import bandwise.api.planning as planning  # the command searches through the API
 
     def broken(*args, **kwargs):
         raise ZeroDivisionError("a bug")
 
-    monkeypatch.setattr(plan_cli, "search", broken)
+    monkeypatch.setattr(planning, "search", broken)
     code, _, err = run(["plan", "--model", "debug", "--devices", "2", "--json"], capsys)
     assert code == 1 and "internal error" in err and DEBUG_HINT in err
 

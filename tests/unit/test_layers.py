@@ -1,7 +1,7 @@
 """The import graph: no module imports from a layer above its own, and no two modules import each
 other, directly or round a loop (DESIGN.md, "Dependencies point one way"; issue 35, item 4).
 
-    base (errors, inputs, files) <- specs <- cost <- plan <- report / export / doctor / runtime <- cli
+    base (errors, inputs, files) <- specs <- cost <- plan <- report / export / doctor / runtime <- api <- cli
 
 Every `import` and `from ... import` of a bandwise module counts, at module level or inside a
 function: a deferred import still ties the two modules together."""
@@ -16,8 +16,13 @@ LAYERS = {
     "errors": 0, "inputs": 0, "files": 0, "heap": 0,
     "specs": 1, "cost": 2, "plan": 3,
     "report": 4, "export": 4, "doctor": 4, "runtime": 4,
-    "cli": 5, "__main__": 6,
+    "api": 5, "cli": 6, "__main__": 7,
 }
+FACADES = {
+    "bandwise": "api",  # `import bandwise` gives the API's names (loaded on first use)
+    "bandwise.plan": "api",  # the planner package is callable as the API's plan (src/bandwise/plan/__init__.py)
+}
+"""Packages whose `__init__` only forwards to the API: they sit in the API's layer."""
 
 
 def _module(path: Path) -> str:
@@ -27,6 +32,8 @@ def _module(path: Path) -> str:
 
 def _layer(module: str) -> int:
     """The layer of a bandwise module; the package itself holds only its version, the lowest."""
+    if module in FACADES:
+        return LAYERS[FACADES[module]]
     top = module.split(".")[1] if "." in module else "errors"
     assert top in LAYERS, f"{module}: a top-level part with no layer; add it to LAYERS"
     return LAYERS[top]

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import typer
 
+from bandwise import api
 from bandwise.cli.options import (
     ATTENTION,
     EAGER,
@@ -22,25 +24,18 @@ from bandwise.cli.options import (
     THRESHOLD_OPT,
     devices_option,
     model_option,
-    plan_inputs,
 )
 from bandwise.cli.points import (
     HELP_WORDS,
-    common,
     header,
     narrowed_lines,
     points_table,
     run_with_bar,
 )
-from bandwise.errors import BandwiseError
-from bandwise.plan.bands import band_dict
-from bandwise.plan.search import SEARCH_ROWS
 from bandwise.plan.sweep import Point
-from bandwise.plan.sweep import compare as compare_clusters
 from bandwise.report.output import Output
 from bandwise.report.plots import compare_chart
 from bandwise.report.tables import min_width
-from bandwise.specs.registry import DEFAULT_ENGINE, get_cluster
 
 DEFAULT_CLUSTERS = "h100,h800,gb200-nvl72,tpu-v5p"
 
@@ -53,11 +48,6 @@ The verdict is the one `bandwise plan` gives (see `bandwise plan --help`): PP is
 best layout without PP is within --threshold of the best overall, in tokens/s per device; a cluster
 where nothing fits has no verdict ("nothing fits").
 """
-
-
-def _check_jobs(jobs: int) -> None:
-    if jobs < 1:
-        raise BandwiseError(f"--jobs={jobs} must be a positive integer")
 
 
 def _point_line(p: Point) -> str:
@@ -87,25 +77,23 @@ def compare(
 ) -> None:
     out = Output(json_mode=json_out)
     names = [c.strip() for c in clusters.split(",") if c.strip()]
-    # the clusters share one command's bound on candidates
-    per_search = None if exhaustive else SEARCH_ROWS // max(1, len(names))
-    inputs = plan_inputs(model, devices, seq_len, global_batch, global_batch_tokens, precision, threshold, headroom, overlap_tp, overlap_ep, per_search,
-                         attention, eager, engine)
-    _check_jobs(jobs)
-    if len(set(names)) != len(names):
-        raise BandwiseError(f"--clusters {clusters!r}: a cluster repeats; give each once")
-    if not names:
-        raise BandwiseError("--clusters is empty; give cluster presets separated by commas, e.g. h100,gb200-nvl72")
-    cl = [get_cluster(n) for n in names]
-    for c in cl:  # refuse before the progress bar starts drawing
-        c.check_devices(inputs.devices)
-    points = run_with_bar(out, [c.name for c in cl], f"{inputs.model.name} on {len(cl)} clusters",
-                          lambda done: compare_clusters(inputs, cl, jobs=jobs, on_point=done))
+    asked = {"engine": engine, "seq_len": seq_len, "global_batch": global_batch, "global_batch_tokens": global_batch_tokens, "precision": precision,
+             "threshold": threshold, "headroom": headroom, "overlap_tp": overlap_tp, "overlap_ep": overlap_ep, "attention": attention, "eager": eager,
+             "jobs": jobs, "exhaustive": exhaustive}
+    held: list[api.CompareResult] = []
+
+    def run(done: Callable[[Point], None]) -> list[Point]:
+        held.append(api.compare(model, clusters, devices, on_point=done, **asked))
+        return held[0].points
+
+    points = run_with_bar(out, names, f"{model} on {len(names)} clusters", run)
+    compared = held[0]
+    inputs = compared.inputs
     if png is not None:
         compare_chart(points, inputs, str(png))
-    validation = {c.name: band_dict(c.device.name, inputs.model.is_moe, inputs.devices, inputs.pricing.engine.label if inputs.pricing else DEFAULT_ENGINE) for c in cl}
+    validation = compared.validation
     if json_out:
-        out.emit_json({**common(inputs), "clusters": points, "validation": validation, **({"png": str(png)} if png else {})})
+        out.emit_json({**compared.to_dict(), **({"png": str(png)} if png else {})})
         return
     header(out, inputs, ", ".join(names))
     table = points_table(points, "Best layout with and without pipeline parallelism", "cluster")

@@ -12,25 +12,23 @@ import re
 import subprocess
 import sys
 import tempfile
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import typer
 from rich.table import Table
 
-from bandwise.cli.options import ATTENTION, EAGER, cost_params, model_spec
+from bandwise import api
+from bandwise.cli.options import ATTENTION, EAGER
 from bandwise.cli.train import load_strategy
-from bandwise.cost.params import DEFAULT_PARAMS
-from bandwise.cost.step import estimate
-from bandwise.doctor.against_plan import compare
 from bandwise.doctor.live import watch
-from bandwise.doctor.ranks import input_straggler, live_rows, rank_rows, straggler
+from bandwise.doctor.ranks import input_straggler, live_rows
 from bandwise.doctor.report import merge, print_report, to_json, write_html
 from bandwise.doctor.rules import MIN_STEPS, diagnose
-from bandwise.doctor.signals import signals_from_live, signals_from_trace
+from bandwise.doctor.signals import signals_from_live
 from bandwise.errors import BandwiseError
 from bandwise.report.output import Output
-from bandwise.specs.registry import DEFAULT_ENGINE, get_cluster, get_model
+from bandwise.specs.registry import get_cluster, get_model
+from bandwise.specs.strategy import Strategy
 
 doctor_app = typer.Typer(help="Find why the accelerator is idle: measure a loop or read a profiler trace, name the bottleneck, the fix and its expected gain.", no_args_is_help=True)
 
@@ -63,106 +61,32 @@ def trace(
         raise BandwiseError(f"--max-mb={max_mb} must be >= 1")
     if jobs < 0:
         raise BandwiseError(f"--jobs={jobs} must be >= 0 (0: one per core)")
-    planned = _plan_for(strategy, pick, model, cluster, seq_len, attention, eager, engine)
+    loaded = _plan_for(strategy, pick, model, cluster, seq_len, attention, eager, engine)
     out = Output(json_mode=json_out)
-    paths = expand_trace_paths(paths)
-    diagnoses, names, analyses = [], [], []
-    for p, a in zip(paths, read_traces(paths, max_mb << 20, jobs)):
-        diagnoses.append(diagnose(signals_from_trace(a["signals"], bf16_available=bf16), a["breakdown"]))
-        names.append(p.name)
-        analyses.append(a)
-    d = merge(diagnoses, names)
-    rows = rank_rows(analyses, names)
-    add_ranks(d, rows)
-    if planned is not None:
-        add_plan(d, rows, {n: a for n, a in zip(names, analyses)}, *planned)
-    title = f"bandwise doctor: {len(paths)} trace(s)" if len(paths) > 1 else f"bandwise doctor: {paths[0].name}"
+    found = api.diagnose(paths, strategy=loaded, model=model, cluster=cluster, seq_len=seq_len, engine=engine, attention=attention, eager=eager,
+                         bf16=bf16, max_mb=max_mb, jobs=jobs)
+    d, title = found.diagnosis, found.title
     if html_out:
         write_html(html_out, d, title)
     if json_out:
-        out.emit_json(to_json(d, {"traces": [str(p) for p in paths]}))
+        out.emit_json(found.to_dict())
     else:
         print_report(out, d, title)
         if html_out:
             out.print(f"HTML report: {html_out}")
 
 
-def read_traces(paths: list[Path], max_bytes: int, jobs: int) -> list[dict]:
-    """Each trace's analysis (signals, breakdown, per-step rows), several ranks at once in worker
-    processes: the parse is CPU-bound Python, one core each, and each process keeps only its own
-    trace's intervals."""
-    # the trace parsers load only where a trace is read: at the top they cost every command ~25 ms of start-up
-    from bandwise.doctor.trace import analyze_for_report
-
-    workers = min(len(paths), jobs or os.cpu_count() or 1)
-    if workers <= 1:
-        return [analyze_for_report(p, max_bytes) for p in paths]
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(analyze_for_report, paths, [max_bytes] * len(paths)))
-
-
 def _plan_for(strategy: str | None, pick: int | None, model: str | None, cluster: str | None, seq_len: int | None,
-              attention: str | None = None, eager: bool | None = None, engine: str | None = None) -> tuple | None:
-    """(strategy, model, cluster, estimate) for --strategy, or None; the flags that need it say so.
-    --attention and --eager price the job's kernels as `plan` and `estimate` do."""
+              attention: str | None = None, eager: bool | None = None, engine: str | None = None) -> Strategy | None:
+    """The layout of --strategy, or None; the flags that need it say so. `api.diagnose` prices it
+    with --model and --cluster (and --attention and --eager, as `plan` and `estimate` do)."""
     if strategy is None:
         if any(v is not None for v in (pick, model, cluster, seq_len, attention, eager, engine)):
             raise BandwiseError("--pick, --model, --cluster, --seq-len, --engine, --attention and --eager set a trace against a plan: add --strategy plan.json")
         return None
     if model is None or cluster is None:
         raise BandwiseError("--strategy needs the job's --model and --cluster to price the layout, e.g. --model llama3-8b --cluster h100")
-    s = load_strategy(strategy, pick)
-    spec = model_spec(model, seq_len)
-    clus = get_cluster(cluster)
-    clus.check_devices(s.world_size)
-    s.check(s.world_size, spec)
-    params = cost_params(DEFAULT_PARAMS.headroom, attention, eager, engine or DEFAULT_ENGINE, clus.device)
-    return s, spec, clus, estimate(spec, clus, s, params)
-
-
-def add_plan(d, rows: list, analyses: dict[str, dict], s, spec, clus, est) -> None:  # noqa: ANN001
-    """The measured step beside the plan's, term by term (`doctor.against_plan`)."""
-    if not rows:
-        d.missing.append("against the plan (no rank has GPU steps)")
-        return
-    comm = [analyses[r.name]["signals"].get("comm_exposed_ms") or {} for r in rows]
-    terms = compare([r.to_dict() for r in rows], comm, s, est)
-    d.signals["against_plan"] = {
-        "strategy": s.describe(), "model": spec.name, "cluster": clus.name, "ranks_traced": len(rows), "world_size": s.world_size,
-        "terms": [t.to_dict() for t in terms],
-    }
-
-
-def add_ranks(d, rows: list) -> None:  # noqa: ANN001
-    """Several ranks: the per-rank table, and the straggler finding where one rank holds the others back."""
-    if len(rows) < 2:
-        return
-    d.signals["per_rank"] = [r.to_dict() for r in rows]
-    if min(r.steps for r in rows) < MIN_STEPS:  # as for every other finding: too few steps, no verdict
-        d.missing.append(f"straggler (every rank needs >= {MIN_STEPS} steps)")
-        return
-    found = straggler(rows)
-    if found is not None:
-        d.findings.append(found)
-        d.findings.sort(key=lambda f: -(f.expected_speedup or 1.0))
-
-
-TRACE_SUFFIXES = (".json", ".json.gz")
-
-
-def expand_trace_paths(paths: list[Path]) -> list[Path]:
-    """A directory stands for the trace files directly inside it (one per rank, as
-    torch.profiler.tensorboard_trace_handler writes them)."""
-    out: list[Path] = []
-    for p in paths:
-        if p.is_dir():
-            found = sorted(f for f in p.iterdir() if f.is_file() and f.name.endswith(TRACE_SUFFIXES))
-            if not found:
-                raise BandwiseError(f"directory {p} holds no .json or .json.gz trace files; pass the folder torch.profiler wrote, or the files themselves")
-            out += found
-        else:
-            out.append(p)
-    return out
+    return load_strategy(strategy, pick)
 
 
 @doctor_app.command("run", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

@@ -4,25 +4,22 @@ from __future__ import annotations
 
 import typer
 
+from bandwise import api
 from bandwise.cli.options import (
     ATTENTION,
     EAGER,
     EMIT,
     ENGINE,
     check_emit,
-    cost_params,
     model_option,
-    model_spec,
 )
 from bandwise.cli.points import priced_as
-from bandwise.cost.step import estimate as estimate_one
 from bandwise.export import export
-from bandwise.plan.bands import band_dict, band_line
-from bandwise.plan.search import Layout
+from bandwise.plan.bands import band_line
 from bandwise.report import glossary
 from bandwise.report.output import Output
 from bandwise.report.tables import breakdown, short_count
-from bandwise.specs.registry import get_cluster, get_engine
+from bandwise.specs.registry import get_engine
 from bandwise.specs.strategy import SCHEDULES, Strategy
 
 ESTIMATE_HELP = "Estimate one layout: step time split into compute, exposed communication per dim, bubble and optimizer; memory; MFU."
@@ -57,24 +54,18 @@ def estimate(
 ) -> None:
     out = Output(json_mode=json_out)
     check_emit(emit, json_out)
-    spec = model_spec(model, seq_len)
-    clus = get_cluster(cluster)
     strategy = Strategy(
         dp_replicate=dp_replicate, dp_shard=dp_shard, tp=tp, cp=cp, pp=pp, ep=ep, zero_stage=zero, schedule=schedule,
         virtual_stages=virtual_stages, micro_batch=micro_batch, global_batch=global_batch or 0, recompute=recompute,
         precision=precision, overlap_tp=overlap_tp, overlap_ep=overlap_ep,
     )
-    n = strategy.world_size if devices is None else devices
-    clus.check_devices(n)
-    strategy.check(n, spec)
-    params = cost_params(headroom, attention, eager, engine, clus.device)
-    est = estimate_one(spec, clus, strategy, params)
-    layout = Layout(strategy=strategy, estimate=est)
+    priced = api.estimate(model, cluster, devices, strategy=strategy, engine=engine, seq_len=seq_len, headroom=headroom, attention=attention, eager=eager)
+    spec, clus, n, est, params = priced.model, priced.cluster, priced.devices, priced.layout.estimate, priced.params
     if emit:
         typer.echo(export(emit, spec, clus, strategy, n, est, params, model_source=model).text, nl=False)
         return
     if json_out:
-        out.emit_json({**layout.to_dict(), "validation": band_dict(clus.device.name, spec.is_moe, n, get_engine(engine).label), "engine": get_engine(engine).label})
+        out.emit_json(priced.to_dict())
         return
     out.print(f"[b]{spec.name}[/b] ({short_count(spec.total_params)} parameters) on [b]{n} x {clus.name}[/b]: {strategy.describe()}, micro-batch {micro_batch}, {strategy.effective_global_batch} sequences per step")
     out.print(priced_as(get_engine(engine)))

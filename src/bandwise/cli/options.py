@@ -7,27 +7,27 @@ sets its place in that command's --help. An option whose default differs by comm
 from __future__ import annotations
 
 import difflib
-import math
+import shlex
 from typing import Any
 
 import typer
 
-from bandwise.cost.params import ATTENTION_KERNELS, CostParams
-from bandwise.cost.profiles import Pricing
+# the readers of a planning command's values live below the CLI, where the Python API reads them too;
+# they are named here as well so that every command imports its options from one place
+from bandwise.api.inputs import (  # noqa: F401
+    MAX_SEQ_LEN,
+    cost_params,
+    fraction,
+    model_spec,
+    plan_inputs,
+    precisions_of,
+    pricing,
+)
 from bandwise.errors import BandwiseError
 from bandwise.export import ENGINES
-from bandwise.plan.inputs import global_batch_of
-from bandwise.plan.search import SEARCH_ROWS
-from bandwise.plan.sweep import PlanInputs
 from bandwise.plan.verdict import THRESHOLD
-from bandwise.specs.hardware import MAX_DEVICES, Device
-from bandwise.specs.model import ModelSpec
-from bandwise.specs.registry import DEFAULT_ENGINE, get_engine, get_model
-from bandwise.specs.strategy import PRECISIONS
-
-MAX_SEQ_LEN = 1 << 24
-"""Longest training sequence the planner accepts: 16.8M tokens, 16 x the million-token contexts
-that published long-context training reaches."""
+from bandwise.specs.hardware import MAX_DEVICES
+from bandwise.specs.registry import DEFAULT_ENGINE
 
 
 def model_option(default: str) -> Any:
@@ -70,68 +70,6 @@ JSON_OUT = typer.Option(False, "--json", help="Print one JSON document.")
 EMIT = typer.Option(None, "--emit", help="Print the layout as a job for torchtitan, megatron or maxtext instead of the report.")
 
 
-def model_spec(name: str, seq_len: int | None) -> ModelSpec:
-    if seq_len is not None and seq_len > MAX_SEQ_LEN:
-        raise BandwiseError(f"--seq-len={seq_len} is past the planner's bound of {MAX_SEQ_LEN:,} tokens; use at most {MAX_SEQ_LEN}")
-    model = get_model(name)
-    return model.with_seq_len(seq_len) if seq_len is not None else model
-
-
-def pricing(headroom: float, attention: str | None = None, eager: bool | None = None, engine: str = DEFAULT_ENGINE) -> Pricing:
-    """How a planning command prices: the engine, the memory headroom, and the kernel and fusion the
-    user states over the engine's (`--attention`, `--eager/--compiled`)."""
-    stated: dict[str, object] = {}
-    if attention is not None:
-        if attention not in ATTENTION_KERNELS:
-            raise BandwiseError(f"--attention {attention!r}: not a kernel bandwise prices; use one of {', '.join(ATTENTION_KERNELS)}")
-        stated.update({"attention": "flash", "flash_attention": True, **ATTENTION_KERNELS[attention]})
-    if eager is not None:
-        stated["eager_elementwise"] = eager
-    return Pricing(get_engine(engine), CostParams(headroom=fraction("--headroom", headroom)), tuple(stated.items()))
-
-
-def cost_params(headroom: float, attention: str | None = None, eager: bool | None = None, engine: str = DEFAULT_ENGINE,
-                device: Device | None = None) -> CostParams:
-    """The cost model's parameters as `pricing` states them, on `device`."""
-    return pricing(headroom, attention, eager, engine).on(device)
-
-
-def fraction(name: str, value: float) -> float:
-    if not (math.isfinite(value) and 0 <= value < 1):
-        raise BandwiseError(f"{name}={value} must be a fraction in [0, 1)")
-    return value
-
-
-def precisions_of(text: str) -> tuple[str, ...]:
-    """'bf16,fp8' -> ('bf16', 'fp8'); an unknown or empty list is a one-line error."""
-    precisions = tuple(p.strip() for p in text.split(",") if p.strip())
-    if not precisions or any(p not in PRECISIONS for p in precisions):
-        raise BandwiseError(f"--precision {text!r}: valid values are {', '.join(PRECISIONS)} (comma-separated)")
-    return precisions
-
-
-def plan_inputs(model: str, devices: int, seq_len: int | None, global_batch: int | None, global_batch_tokens: int | None,
-                precision: str, threshold: float, headroom: float, overlap_tp: bool, overlap_ep: bool,
-                max_rows: int | None = SEARCH_ROWS, attention: str | None = None, eager: bool | None = None,
-                engine: str = DEFAULT_ENGINE) -> PlanInputs:
-    """What every point of `compare` and `sweep` shares, checked in the order the options are read."""
-    spec = model_spec(model, seq_len)
-    if not isinstance(devices, int) or devices < 1:
-        raise BandwiseError(f"devices={devices!r} must be a positive integer")
-    precisions = precisions_of(precision)
-    return PlanInputs(
-        model=spec,
-        devices=devices,
-        global_batch=global_batch_of(spec, global_batch, global_batch_tokens, devices),
-        threshold=fraction("--threshold", threshold),
-        precisions=precisions,
-        overlap={"tp": overlap_tp, "ep": overlap_ep},
-        params=cost_params(headroom, attention, eager, engine),
-        pricing=pricing(headroom, attention, eager, engine),
-        max_rows=max_rows,
-    )
-
-
 def check_emit(emit: str | None, json_out: bool) -> None:
     """--emit names an engine bandwise exports to, and is not combined with --json."""
     if emit is None:
@@ -147,3 +85,18 @@ def did_you_mean(word: str, choices: tuple[str, ...]) -> str:
     lower = {c.lower(): c for c in choices}
     close = difflib.get_close_matches(word.lower(), list(lower), n=1, cutoff=0.75)
     return f"; did you mean {lower[close[0]]}?" if close else ""
+
+
+def command_line(ctx: typer.Context) -> str:
+    """The command that is running, as one line a page can show: its name and each option that
+    differs from its default (a flag by its own name), in the order of --help."""
+    words = ctx.command_path.split()
+    for param in ctx.command.params:
+        v = ctx.params.get(param.name)
+        if v == param.default or not getattr(param, "opts", None):
+            continue
+        if getattr(param, "is_flag", False):
+            words.append(param.opts[0] if v else (param.secondary_opts or param.opts)[0])
+        else:
+            words += [param.opts[0], str(v)]
+    return shlex.join(words)

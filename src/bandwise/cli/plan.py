@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -9,6 +10,9 @@ from rich.panel import Panel
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
+from bandwise import api
+from bandwise.api.pictures import draw
+from bandwise.api.planning import MAX_TOP
 from bandwise.cli.options import (
     ATTENTION,
     EAGER,
@@ -24,33 +28,23 @@ from bandwise.cli.options import (
     SEQ_LEN,
     THRESHOLD_OPT,
     check_emit,
-    cost_params,
+    command_line,
     devices_option,
     did_you_mean,
-    fraction,
     model_option,
-    model_spec,
-    precisions_of,
 )
 from bandwise.cli.points import priced_as
 from bandwise.errors import BandwiseError, NothingFits
 from bandwise.export import EMIT_POOL, export_searched
-from bandwise.plan.advice import no_valid_layout
-from bandwise.plan.bands import band_dict, band_line
-from bandwise.plan.inputs import global_batch_of
+from bandwise.plan.bands import band_line
 from bandwise.plan.search import (
     FIXABLE,
-    SEARCH_ROWS,
-    Layout,
-    distinct,
     narrowed_note,
-    search,
 )
-from bandwise.plan.verdict import decide, recommended, suggest_fit
 from bandwise.report import glossary
 from bandwise.report.output import Output
 from bandwise.report.tables import breakdown, layouts_table, min_width, short_count
-from bandwise.specs.registry import get_cluster, get_engine
+from bandwise.specs.registry import get_engine
 from bandwise.specs.strategy import PRECISIONS, RECOMPUTE, SCHEDULES
 
 PLAN_HELP = """Find the parallel layout with the most tokens/s per device that fits in memory, and say whether
@@ -99,11 +93,6 @@ def _parse_fix(text: str | None) -> dict[str, Any]:
     return fixed
 
 
-MAX_TOP = 1000
-"""Layouts `plan` lists at most: the search keeps 20 x --top candidates to collapse near-duplicates,
-and each listed layout is a table row (`--top 1048576` took 13.7 s at a million devices)."""
-
-
 def plan(
     model: str = model_option("llama3-70b"),
     cluster: str = typer.Option("h100", "--cluster", "-c", help="Cluster preset (bandwise clusters) or a cluster file."),
@@ -127,55 +116,51 @@ def plan(
     json_out: bool = JSON_OUT,
     emit: str | None = EMIT,
     pick: int | None = typer.Option(None, "--pick", help="With --emit: the layout in row PICK of the table (default: the recommended one)."),
+    html_out: Path | None = typer.Option(None, "--html", help="Also write the plan as one self-contained HTML page (charts inline; opens offline) to this file."),
+    png: Path | None = typer.Option(None, "--png", help="Also draw the layout space and the top layouts' step time and memory to this PNG."),
+    ctx: typer.Context = typer.Option(None, hidden=True),
 ) -> None:
     out = Output(json_mode=json_out)
     check_emit(emit, json_out)
     if pick is not None and emit is None:
         raise BandwiseError("--pick chooses the layout --emit exports; add --emit torchtitan, megatron or maxtext")
-    spec = model_spec(model, seq_len)
-    clus = get_cluster(cluster)
-    clus.check_devices(devices)
-    if not 1 <= top <= MAX_TOP:
-        raise BandwiseError(f"--top={top} must be between 1 and {MAX_TOP}")
     if pick is not None and not 1 <= pick <= top:
         raise BandwiseError(f"--pick {pick}: the table lists rows 1 to {top}; use one of them (or a larger --top)")
-    gb = global_batch_of(spec, global_batch, global_batch_tokens, devices)
-    precisions = precisions_of(precision)
-    params = cost_params(headroom, attention, eager, engine, clus.device)
     # a pool deep enough that collapsing near-duplicates still leaves `top` distinct layouts
     pool = top if all_layouts else max(20 * top, 100)
     if emit:  # deep enough to find the best layout the engine can express when it cannot express the plan
         pool = max(pool, EMIT_POOL)
-    kw = dict(top=pool, allow_pp=not no_pp, fixed=_parse_fix(fix), precisions=precisions, overlap={"tp": overlap_tp}, params=params,
-              max_rows=None if exhaustive else SEARCH_ROWS, **get_engine(engine).search_space())  # only what the engine can run
+    asked: dict[str, Any] = {
+        "engine": engine, "seq_len": seq_len, "global_batch": global_batch, "global_batch_tokens": global_batch_tokens, "top": top,
+        "all_layouts": all_layouts, "allow_pp": not no_pp, "fix": _parse_fix(fix), "precision": precision, "threshold": threshold,
+        "headroom": headroom, "attention": attention, "eager": eager, "overlap_tp": overlap_tp, "exhaustive": exhaustive, "pool": pool,
+        "must_fit": False,
+    }
     if json_out or emit:
-        result = search(spec, clus, devices, gb, **kw)
+        planned = api.plan(model, cluster, devices, **asked)
     else:
-        with Progress(TextColumn("searching layouts"), BarColumn(), TextColumn("{task.completed:,} candidates"), TimeElapsedColumn(), transient=True, console=out.console) as bar:
-            task = bar.add_task("search", total=None)
-            result = search(spec, clus, devices, gb, progress=lambda k: bar.advance(task, k), **kw)
-    listed, hidden = _listed(result.top, top, all_layouts)
-    if result.searched == 0:
-        raise BandwiseError(no_valid_layout(spec, devices, gb, kw["fixed"], allow_pp=not no_pp, precisions=precisions))
-    verdict = decide(result, clus, fraction("--threshold", threshold))
-    chosen = recommended(result, verdict)
-    if chosen is None:
-        verdict.reason += "; " + suggest_fit(spec, clus, devices, gb, allow_pp=not no_pp, fixed=kw["fixed"], precisions=precisions, overlap=kw["overlap"], params=params)
+        bar = Progress(TextColumn("searching layouts"), BarColumn(), TextColumn("{task.completed:,} candidates"), TimeElapsedColumn(), transient=True, console=out.console)
+        task = bar.add_task("search", total=None)
+        # the bar starts with the search: an input the API refuses before it prints its line alone
+        started: list[bool] = []
+
+        def advance(k: int) -> None:
+            if not started:
+                bar.start()
+                started.append(True)
+            bar.advance(task, k)
+
+        try:
+            planned = api.plan(model, cluster, devices, progress=advance, **asked)
+        finally:
+            if started:
+                bar.stop()
+    spec, clus, gb, params, kw = planned.model, planned.cluster, planned.global_batch, planned.params, planned.search_options
+    result, verdict, chosen, listed, hidden = planned.search, planned.decision, planned.best, planned.top, planned.hidden
+    if html_out or png:  # drawn before a layout that fits is asked for: a page shows why nothing fits too
+        draw(planned, html_out, png, command_line(ctx))
     if json_out and not emit:
-        out.emit_json(
-            {
-                "searched": result.searched,
-                "fitting": result.fitting,
-                "seconds": result.seconds,
-                "narrowed": result.extra.get("narrowed"),
-                "best": chosen,
-                "best_without_pp": result.best_without_pp,
-                "verdict": {"needs_pp": verdict.needs_pp, "reason": verdict.reason},
-                "validation": band_dict(clus.device.name, spec.is_moe, devices, get_engine(engine).label),
-                "engine": get_engine(engine).label,
-                "top": listed,
-            }
-        )
+        out.emit_json(planned.to_dict())
     elif not emit:
         out.print(
             f"[b]{spec.name}[/b] ({short_count(spec.total_params)} parameters, {short_count(spec.active_nonembedding_params)} active) "
@@ -206,15 +191,9 @@ def plan(
     out.print(breakdown(chosen.estimate, f"recommended: {chosen.strategy.describe()}"))
     out.print(f"tokens/s and MFU {band_line(clus.device.name, spec.is_moe, devices, get_engine(engine).label)}")
     out.print(Text(glossary.RECOMMENDED, style="dim"))
-
-
-def _listed(ranked: list[Layout], top: int, all_layouts: bool) -> tuple[list[Layout], int]:
-    """The first `top` layouts, near-duplicates collapsed unless --all; and how many were hidden among them."""
-    if all_layouts:
-        return ranked[:top], 0
-    kept = distinct(ranked)[0][:top]
-    last = next((i for i, lay in enumerate(ranked) if lay is kept[-1]), -1) if kept else -1
-    return kept, last + 1 - len(kept)
+    for path, what in ((html_out, "HTML page"), (png, "picture")):
+        if path:
+            out.print(f"{what} written to {path}")
 
 
 def register(app: typer.Typer) -> None:

@@ -33,8 +33,11 @@ def run_with_bar(out: Output, labels: list[str], what: str, run: Callable[[Calla
     with _progress(out, what) as bar:
         task = bar.add_task(labels[0] if labels else "", total=len(labels))
 
-        def done(p: Point) -> None:
-            k = labels.index(p.label) + 1
+        finished = [0]
+
+        def done(p: Point) -> None:  # points finish in order (`plan.sweep._run`)
+            finished[0] += 1
+            k = finished[0]
             bar.update(task, advance=1, description=labels[k] if k < len(labels) else "")
 
         return run(done)
@@ -84,13 +87,6 @@ def header(out: Output, inputs: PlanInputs, where: str) -> None:
     )
     if inputs.pricing:
         out.print(priced_as(inputs.pricing.engine))
-
-
-def common(inputs: PlanInputs) -> dict[str, object]:
-    """The JSON fields every point shares."""
-    engine = inputs.pricing.engine.label if inputs.pricing else None
-    return {"model": inputs.model.name, "devices": inputs.devices, "global_batch": inputs.global_batch, "threshold": inputs.threshold,
-            "engine": engine}
 
 
 HELP_WORDS = f"\n\n[b]Words[/b]: {glossary.COMPARE}\n\n{glossary.LAYOUT}"

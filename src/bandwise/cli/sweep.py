@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import typer
 
+from bandwise import api
 from bandwise.cli.options import (
     ATTENTION,
     EAGER,
@@ -22,19 +24,15 @@ from bandwise.cli.options import (
     THRESHOLD_OPT,
     devices_option,
     model_option,
-    plan_inputs,
 )
 from bandwise.cli.points import (
     HELP_WORDS,
-    common,
     header,
     narrowed_lines,
     points_table,
     run_with_bar,
 )
-from bandwise.plan.search import SEARCH_ROWS
-from bandwise.plan.sweep import VARY_KINDS, SweepResult, parse_vary, vary_cluster
-from bandwise.plan.sweep import sweep as sweep_points
+from bandwise.plan.sweep import VARY_KINDS, Point, SweepResult, parse_vary, vary_cluster
 from bandwise.report.output import Output
 from bandwise.report.plots import sweep_chart
 from bandwise.report.tables import min_width
@@ -77,17 +75,22 @@ def sweep(
     out = Output(json_mode=json_out)
     spec = parse_vary(vary)
     base = get_cluster(base_cluster)
-    # the shared enumeration holds its candidates in memory and each value searches them again: half the bound
-    inputs = plan_inputs(model, devices, seq_len, global_batch, global_batch_tokens, precision, threshold, headroom, overlap_tp, overlap_ep,
-                         None if exhaustive else SEARCH_ROWS // 2, attention, eager, engine)
     labels = [vary_cluster(base, spec.kind, v).name for v in spec.values]
-    base.check_devices(inputs.devices)
-    points = run_with_bar(out, labels, f"{len(labels)} points", lambda done: sweep_points(inputs, base, spec, on_point=done).points)
-    result = SweepResult(base=base, vary=spec, points=points)
+    asked = {"base_cluster": base, "engine": engine, "seq_len": seq_len, "global_batch": global_batch, "global_batch_tokens": global_batch_tokens,
+             "precision": precision, "threshold": threshold, "headroom": headroom, "overlap_tp": overlap_tp, "overlap_ep": overlap_ep,
+             "attention": attention, "eager": eager, "exhaustive": exhaustive}
+    held: list[api.SweepOutcome] = []
+
+    def run(done: Callable[[Point], None]) -> list[Point]:
+        held.append(api.sweep(vary, model, devices, on_point=done, **asked))
+        return held[0].points
+
+    run_with_bar(out, labels, f"{len(labels)} points", run)
+    inputs, result = held[0].inputs, held[0].result
     if png is not None:
         sweep_chart(result, inputs, str(png))
     if json_out:
-        out.emit_json({**common(inputs), **result.to_dict(), **({"png": str(png)} if png else {})})
+        out.emit_json({**held[0].to_dict(), **({"png": str(png)} if png else {})})
         return
     header(out, inputs, f"{base.name}, {spec.kind} varied")
     table = points_table(result.points, VARY_KINDS[spec.kind].capitalize(), spec.kind)

@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
+from bandwise import api
 from bandwise.plan.bands import write_bands as write_error_bands
 from bandwise.plan.validate import (
     MEMORY_BASES,
@@ -16,10 +17,7 @@ from bandwise.plan.validate import (
     by_engine,
     by_quality,
     by_source,
-    load_runs,
     parity_plot,
-    report_dict,
-    run_all,
 )
 from bandwise.report.output import Output
 from bandwise.report.tables import plain_table
@@ -99,14 +97,14 @@ def validate(
     engine: str | None = typer.Option(None, "--engine", "-e", help="Price every run as this engine (bandwise engines), not as the engine each run's source names."),
 ) -> None:
     out = Output(json_mode=json_out)
-    data, sources = load_runs(runs)
-    results = run_all(data, source, sources=sources, engine=engine)
+    checked = api.validate(runs, source=source, engine=engine)
+    results = checked.runs
     if plot is not None:
         parity_plot(results, plot)
     if write_bands is not None:
         write_error_bands(results, write_bands)
     if json_out:
-        out.emit_json(report_dict(results))
+        out.emit_json(checked.to_dict())
         return
     out.print(_runs_table(results))
     out.print(_summary_table("Per source", by_source(results)))

@@ -27,6 +27,11 @@ def _jsonable(obj: Any) -> Any:
     return obj
 
 
+def plain(obj: Any) -> Any:
+    """`obj` as the plain JSON values `--json` prints: what the Python API's `to_dict()` returns."""
+    return _jsonable(obj)
+
+
 def make_console() -> Console:
     """The terminal's width, or COLUMNS when set; 160 when piped to a file (rich would say 80)."""
     console = Console(highlight=False)

@@ -8,6 +8,8 @@ from bandwise.cost.pipeline import Timeline
 from bandwise.errors import INSTALL, BandwiseError
 from bandwise.files import save_figure
 
+MANY_BARS = 300
+"""Bars past which a Gantt chart draws its bars as an image, without labels."""
 COLORS = {"F": "#4C72B0", "B": "#C44E52", "I": "#DD8452", "W": "#55A868"}
 
 
@@ -36,6 +38,17 @@ def _durations(t: Timeline) -> list[float]:
 
 def gantt(t: Timeline, path: str) -> None:
     """Draw one row per rank, F/B/I/W coloured, each bar labelled with its micro-batch."""
+    fig = gantt_figure(t)
+    try:
+        save_figure(fig, path, what="the Gantt chart", dpi=120)
+    finally:
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)
+
+
+def gantt_figure(t: Timeline, max_width: float | None = None):
+    """The Gantt chart as a figure, at most `max_width` inches wide."""
     try:
         import matplotlib
 
@@ -46,13 +59,19 @@ def gantt(t: Timeline, path: str) -> None:
         raise BandwiseError(f"--png needs matplotlib ({exc}); from the bandwise checkout run: {INSTALL['plot']}") from exc
     s = t.spec
     p = len(t.actions)
-    fig, ax = plt.subplots(figsize=(max(8.0, t.makespan * 0.22), 0.6 * p + 1.4))
+    width = max(8.0, t.makespan * 0.22)
+    fig, ax = plt.subplots(figsize=(min(width, max_width or width), 0.6 * p + 1.4))
+    # past a few hundred bars, an SVG of one path and one label per bar weighs megabytes: the bars are
+    # drawn as one embedded image then, without micro-batch labels (too small to read anyway)
+    many = sum(len(seq) for seq in t.actions) > MANY_BARS
     for r, seq in enumerate(t.actions):
         for a, t0, t1 in zip(seq, t.start[r], t.end[r]):
             # the second leg of a V or a later loop is drawn lighter, so stages can be told apart
             local = t.stage_of_rank[r].index(a.stage) if t.stage_of_rank else 0
-            ax.barh(r, t1 - t0, left=t0, height=0.8, color=COLORS[a.kind], alpha=1.0 if local == 0 else 0.6, edgecolor="black", linewidth=0.4)
-            ax.text((t0 + t1) / 2, r, str(a.mb), ha="center", va="center", fontsize=7, color="white")
+            ax.barh(r, t1 - t0, left=t0, height=0.8, color=COLORS[a.kind], alpha=1.0 if local == 0 else 0.6, edgecolor="black", linewidth=0.4,
+                    rasterized=many)
+            if not many:
+                ax.text((t0 + t1) / 2, r, str(a.mb), ha="center", va="center", fontsize=7, color="white")
     ax.set_yticks(range(p), [f"rank {r}" for r in range(p)])
     ax.invert_yaxis()
     ax.set_xlabel("time (units of one stage's forward)" if s.f == 1 else "time")
@@ -65,7 +84,4 @@ def gantt(t: Timeline, path: str) -> None:
         fontsize=8,
     )
     fig.tight_layout()
-    try:
-        save_figure(fig, path, what="the Gantt chart", dpi=120)
-    finally:
-        plt.close(fig)
+    return fig

@@ -1,0 +1,52 @@
+"""bandwise from Python: the commands as functions that return typed results.
+
+    >>> import bandwise
+    >>> result = bandwise.plan(model="llama3-8b", cluster="h100", devices=8)
+    >>> result.needs_pp
+    False
+
+Each result's `to_dict()` is the document the matching command prints with `--json`; bad input
+raises the `BandwiseError` whose message the command prints as its one line. The CLI is a layer
+over these functions.
+"""
+
+from __future__ import annotations
+
+from bandwise.api.doctoring import diagnose
+from bandwise.api.planning import (
+    compare,
+    estimate,
+    load_cluster,
+    load_model,
+    plan,
+    sweep,
+    validate,
+)
+from bandwise.api.results import (
+    CompareResult,
+    DoctorResult,
+    EstimateResult,
+    PlanResult,
+    SweepOutcome,
+    ValidateResult,
+)
+from bandwise.errors import BandwiseError, NothingFits
+
+__all__ = [
+    "BandwiseError",
+    "CompareResult",
+    "DoctorResult",
+    "EstimateResult",
+    "NothingFits",
+    "PlanResult",
+    "SweepOutcome",
+    "ValidateResult",
+    "compare",
+    "diagnose",
+    "estimate",
+    "load_cluster",
+    "load_model",
+    "plan",
+    "sweep",
+    "validate",
+]

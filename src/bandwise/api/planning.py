@@ -1,0 +1,236 @@
+"""The planning half of the Python API: what `plan`, `estimate`, `compare`, `sweep` and `validate` do,
+as functions with the commands' defaults and the commands' checks, returning typed results.
+
+Arguments are named as the commands' options are (`--global-batch` is `global_batch`); a model and a
+cluster are a preset's name, a file's path, or an already loaded `ModelSpec` / `Cluster`. Bad input
+raises the `BandwiseError` whose message the command prints as its one line; `plan` raises
+`NothingFits` when no layout fits in memory unless `must_fit=False`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bandwise.api.inputs import (
+    cost_params,
+    fraction,
+    model_spec,
+    plan_inputs,
+    precisions_of,
+)
+from bandwise.api.results import (
+    CompareResult,
+    EstimateResult,
+    PlanResult,
+    SweepOutcome,
+    ValidateResult,
+)
+from bandwise.cost.step import estimate as estimate_one
+from bandwise.errors import BandwiseError, NothingFits
+from bandwise.plan.advice import no_valid_layout
+from bandwise.plan.inputs import global_batch_of
+from bandwise.plan.search import SEARCH_ROWS, Layout, distinct, search
+from bandwise.plan.sweep import Point, parse_vary
+from bandwise.plan.sweep import compare as compare_clusters
+from bandwise.plan.sweep import sweep as sweep_points
+from bandwise.plan.validate import load_runs, run_all
+from bandwise.plan.verdict import THRESHOLD, decide, recommended, suggest_fit
+from bandwise.specs.hardware import Cluster
+from bandwise.specs.model import ModelSpec
+from bandwise.specs.registry import DEFAULT_ENGINE, get_cluster, get_engine
+from bandwise.specs.strategy import Strategy
+
+MAX_TOP = 1000
+"""Layouts `plan` lists at most: the search keeps 20 x `top` candidates to collapse near-duplicates,
+and each listed layout is a table row (`--top 1048576` took 13.7 s at a million devices)."""
+
+
+def load_model(model: str | ModelSpec, seq_len: int | None = None) -> ModelSpec:
+    """A model preset's name (`bandwise models`), a config.json or model file, or a `ModelSpec`;
+    `seq_len` overrides its training sequence length."""
+    return model_spec(model, seq_len)
+
+
+def load_cluster(cluster: str | Cluster) -> Cluster:
+    """A cluster preset's name (`bandwise clusters`), a cluster file, or a `Cluster`."""
+    return cluster if isinstance(cluster, Cluster) else get_cluster(cluster)
+
+
+def listed(ranked: list[Layout], top: int, all_layouts: bool) -> tuple[list[Layout], int]:
+    """The first `top` layouts, near-duplicates collapsed unless `all_layouts`; and how many were hidden among them."""
+    if all_layouts:
+        return ranked[:top], 0
+    kept = distinct(ranked)[0][:top]
+    last = next((i for i, lay in enumerate(ranked) if lay is kept[-1]), -1) if kept else -1
+    return kept, last + 1 - len(kept)
+
+
+def plan(
+    model: str | ModelSpec = "llama3-70b",
+    cluster: str | Cluster = "h100",
+    devices: int = 64,
+    *,
+    engine: str = DEFAULT_ENGINE,
+    seq_len: int | None = None,
+    global_batch: int | None = None,
+    global_batch_tokens: int | None = None,
+    top: int = 10,
+    all_layouts: bool = False,
+    allow_pp: bool = True,
+    fix: dict[str, Any] | None = None,
+    precision: str = "bf16",
+    threshold: float = THRESHOLD,
+    headroom: float = 0.1,
+    attention: str | None = None,
+    eager: bool | None = None,
+    overlap_tp: bool = False,
+    exhaustive: bool = False,
+    pool: int | None = None,
+    progress: Callable[[int], None] | None = None,
+    must_fit: bool = True,
+) -> PlanResult:
+    """Search every valid layout, rank those that fit by tokens/s per device, and decide whether
+    pipeline parallelism is worth it (`bandwise plan --help` says how). `fix` pins fields
+    ({"tp": 1, "schedule": "1F1B"}); `pool`: how many ranked layouts the search keeps (default
+    enough that `top` remain after collapsing near-duplicates)."""
+    spec = model_spec(model, seq_len)
+    clus = load_cluster(cluster)
+    clus.check_devices(devices)
+    if not 1 <= top <= MAX_TOP:
+        raise BandwiseError(f"--top={top} must be between 1 and {MAX_TOP}")
+    gb = global_batch_of(spec, global_batch, global_batch_tokens, devices)
+    precisions = precisions_of(precision)
+    params = cost_params(headroom, attention, eager, engine, clus.device)
+    if pool is None:  # a pool deep enough that collapsing near-duplicates still leaves `top` distinct layouts
+        pool = top if all_layouts else max(20 * top, 100)
+    kw = dict(top=pool, allow_pp=allow_pp, fixed=dict(fix or {}), precisions=precisions, overlap={"tp": overlap_tp}, params=params,
+              max_rows=None if exhaustive else SEARCH_ROWS, **get_engine(engine).search_space())  # only what the engine can run
+    result = search(spec, clus, devices, gb, progress=progress, **kw)
+    shown, hidden = listed(result.top, top, all_layouts)
+    if result.searched == 0:
+        raise BandwiseError(no_valid_layout(spec, devices, gb, kw["fixed"], allow_pp=allow_pp, precisions=precisions))
+    verdict = decide(result, clus, fraction("--threshold", threshold))
+    chosen = recommended(result, verdict)
+    if chosen is None:
+        verdict.reason += "; " + suggest_fit(spec, clus, devices, gb, allow_pp=allow_pp, fixed=kw["fixed"], precisions=precisions,
+                                             overlap=kw["overlap"], params=params)
+        if must_fit:
+            raise NothingFits(verdict.reason)
+    return PlanResult(model=spec, cluster=clus, devices=devices, global_batch=gb, engine=get_engine(engine), params=params, search=result,
+                      decision=verdict, best=chosen, top=shown, hidden=hidden, search_options=kw)
+
+
+def estimate(
+    model: str | ModelSpec = "llama3-70b",
+    cluster: str | Cluster = "h100",
+    devices: int | None = None,
+    *,
+    strategy: Strategy | None = None,
+    engine: str = DEFAULT_ENGINE,
+    seq_len: int | None = None,
+    headroom: float = 0.1,
+    attention: str | None = None,
+    eager: bool | None = None,
+    **degrees: Any,
+) -> EstimateResult:
+    """Price one layout: a `Strategy`, or its fields as keywords (dp_shard=8, tp=8, micro_batch=1,
+    global_batch=512, ...: `Strategy`'s names); `devices` defaults to the product of the degrees."""
+    spec = model_spec(model, seq_len)
+    clus = load_cluster(cluster)
+    if strategy is None:
+        strategy = Strategy(**degrees)
+    elif degrees:
+        raise BandwiseError(f"give a strategy or its fields ({', '.join(degrees)}), not both")
+    n = strategy.world_size if devices is None else devices
+    clus.check_devices(n)
+    strategy.check(n, spec)
+    params = cost_params(headroom, attention, eager, engine, clus.device)
+    layout = Layout(strategy=strategy, estimate=estimate_one(spec, clus, strategy, params))
+    return EstimateResult(model=spec, cluster=clus, devices=n, engine=get_engine(engine), params=params, layout=layout)
+
+
+def compare(
+    model: str | ModelSpec = "deepseek-v3",
+    clusters: str | list[str | Cluster] = "h100,h800,gb200-nvl72,tpu-v5p",
+    devices: int = 2048,
+    *,
+    engine: str = DEFAULT_ENGINE,
+    seq_len: int | None = None,
+    global_batch: int | None = None,
+    global_batch_tokens: int | None = None,
+    precision: str = "bf16",
+    threshold: float = THRESHOLD,
+    headroom: float = 0.1,
+    overlap_tp: bool = False,
+    overlap_ep: bool = False,
+    attention: str | None = None,
+    eager: bool | None = None,
+    jobs: int = 1,
+    exhaustive: bool = False,
+    on_point: Callable[[Point], None] | None = None,
+) -> CompareResult:
+    """Plan one model on each cluster (comma-separated names, or a list of names and `Cluster`s)."""
+    names = [c.strip() for c in clusters.split(",") if c.strip()] if isinstance(clusters, str) else list(clusters)
+    # the clusters share one command's bound on candidates
+    per_search = None if exhaustive else SEARCH_ROWS // max(1, len(names))
+    inputs = plan_inputs(model, devices, seq_len, global_batch, global_batch_tokens, precision, threshold, headroom, overlap_tp, overlap_ep,
+                     per_search, attention, eager, engine)
+    if jobs < 1:
+        raise BandwiseError(f"--jobs={jobs} must be a positive integer")
+    keys = [n if isinstance(n, str) else n.name for n in names]
+    if len(set(keys)) != len(keys):
+        raise BandwiseError(f"--clusters {','.join(keys)!r}: a cluster repeats; give each once")
+    if not names:
+        raise BandwiseError("--clusters is empty; give cluster presets separated by commas, e.g. h100,gb200-nvl72")
+    cl = [load_cluster(c) for c in names]
+    for c in cl:
+        c.check_devices(inputs.devices)
+    return CompareResult(inputs=inputs, clusters=cl, points=compare_clusters(inputs, cl, jobs=jobs, on_point=on_point))
+
+
+def sweep(
+    vary: str,
+    model: str | ModelSpec = "deepseek-v3",
+    devices: int = 2048,
+    *,
+    base_cluster: str | Cluster = "h100",
+    engine: str = DEFAULT_ENGINE,
+    seq_len: int | None = None,
+    global_batch: int | None = None,
+    global_batch_tokens: int | None = None,
+    precision: str = "bf16",
+    threshold: float = THRESHOLD,
+    headroom: float = 0.1,
+    overlap_tp: bool = False,
+    overlap_ep: bool = False,
+    attention: str | None = None,
+    eager: bool | None = None,
+    exhaustive: bool = False,
+    on_point: Callable[[Point], None] | None = None,
+) -> SweepOutcome:
+    """Re-plan one model while one interconnect quantity of a base cluster changes
+    (`vary="scale-up-size=8,16,72"` or `"scale-out-bandwidth=25,50,100"`, GB/s per device)."""
+    spec = parse_vary(vary)
+    base = load_cluster(base_cluster)
+    # the shared enumeration holds its candidates in memory and each value searches them again: half the bound
+    inputs = plan_inputs(model, devices, seq_len, global_batch, global_batch_tokens, precision, threshold, headroom, overlap_tp, overlap_ep,
+                     None if exhaustive else SEARCH_ROWS // 2, attention, eager, engine)
+    base.check_devices(inputs.devices)
+    return SweepOutcome(inputs=inputs, result=sweep_points(inputs, base, spec, on_point=on_point))
+
+
+def validate(
+    runs: str | Path | None = None,
+    *,
+    source: str | None = None,
+    engine: str | None = None,
+) -> ValidateResult:
+    """Predict published training runs (the shipped ones, or a YAML file in their schema), each as
+    `plan --engine E` predicts it (E its source's engine, or `engine` for all), and report the error per run."""
+    data, sources = load_runs(None if runs is None else Path(runs))
+    return ValidateResult(runs=run_all(data, source, sources=sources, engine=engine))
+
+
+__all__ = ["MAX_TOP", "compare", "estimate", "listed", "load_cluster", "load_model", "plan", "sweep", "validate"]
