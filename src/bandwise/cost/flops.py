@@ -38,7 +38,8 @@ def attention_gemms(m: ModelSpec) -> list[Gemm]:
             Gemm("o", h, H * m.v_head_dim, split="row"),
         ]
     d, kv = m.d_head, m.n_kv_heads
-    return [Gemm("qkv", (H + 2 * kv) * d, h), Gemm("o", h, H * d, split="row")]
+    gate = H if m.attention_output_gate else 0  # the output gate is projected beside the queries
+    return [Gemm("qkv", (H + gate + 2 * kv) * d, h), Gemm("o", h, H * d, split="row")]
 
 
 def mlp_gemms(m: ModelSpec, ffn: int, rows_per_token: float = 1.0, split_in: str = "col", split_out: str = "row") -> list[Gemm]:
@@ -70,7 +71,7 @@ def attention_core_flops_per_token(m: ModelSpec, causal: bool = True) -> float:
     (`ModelSpec.attention_share`).
     """
     flops = 2.0 * m.seq_len * m.heads * (m.d_head + m.d_value)
-    if m.windowed_layers:
+    if m.windowed_layers or m.attention_layers != m.layers:  # the mean counts layers without attention as none
         flops *= m.attention_share()
     return flops / 2 if causal else flops
 
@@ -99,6 +100,25 @@ def elementwise_bytes_per_token(m: ModelSpec, moe_layer: bool, eager: bool = Fal
     norm, rope = (36, 20) if eager else (4, 4)
     act = (10 if eager else 6) if m.gated_mlp else 4
     return 2 * norm * h + 2 * 6 * h + rope * qk + act * f_total + permute
+
+
+def hybrid_elementwise_bytes_per_token(m: ModelSpec, mixer_bytes: float, eager: bool = False) -> float:
+    """`elementwise_bytes_per_token` of the mean layer of a hybrid: each block (a mixer, attention or
+    an MLP) has its own norm and residual add; attention adds RoPE (and the output gate's sigmoid
+    and product, 2 + 2 + 2 per element), the MLPs their activation and MoE's permutation, the mixers
+    `mixer_bytes` (the mean over layers of `cost.mixers.mixer_elementwise_bytes_per_token`)."""
+    h, L = m.hidden, m.layers
+    norm, rope = (36, 20) if eager else (4, 4)
+    act = (10 if eager else 6) if m.gated_mlp else 4
+    block = norm * h + 6 * h
+    qk = m.heads * m.d_head + (m.heads if m.is_mla else m.n_kv_heads) * m.d_head
+    gate = 6 * m.heads * m.d_value if m.attention_output_gate else 0
+    mixers = m.mamba_layers + m.linear_attention_layers
+    attention = m.attention_layers * (block + rope * qk + gate) + mixers * block + L * mixer_bytes
+    mlps = m.n_dense_mlp_layers * (block + act * m.ffn)
+    if m.is_moe:
+        mlps += m.moe_layers * (block + act * (m.top_k * m.expert_ffn + m.shared_experts * m.shared_ffn) + BF16 * 2 * 2 * m.top_k * h)
+    return (attention + mlps) / L
 
 
 FP8_CAST_BYTES = 2 + 1 + 2

@@ -109,6 +109,9 @@ def activation_bytes_per_token(
     sequence_parallel: bool = True,
     fp8_act_cache: bool = False,
     gathered_gemm_inputs: bool = False,
+    attention: bool = True,
+    mlp: bool = True,
+    mixer: float = 0.0,
 ) -> tuple[float, float]:
     """(bytes saved for backward per token of one layer, the part replicated across TP ranks).
 
@@ -128,6 +131,10 @@ def activation_bytes_per_token(
     score matrix, only its per-row softmax statistics, so what a layer saves does not depend on
     how many keys a query sees; eager attention materializes the whole s x s matrix and applies the
     window as a mask. The KV cache a window bounds is an inference cost, not a training one.
+
+    A hybrid's layer may lack its attention or its MLP (`attention`, `mlp` false) or hold a mixer
+    that keeps `mixer` bytes (`cost.mixers.mixer_activation_bytes_per_token`, split over TP by
+    heads); each block present keeps its own norm's input and output (and dropout mask).
     """
     unknown = sorted(set(modules) - set(RECOMPUTE_MODULES))
     if unknown:
@@ -137,28 +144,35 @@ def activation_bytes_per_token(
     g = 1.0 if fp8 else float(BF16)  # bytes per element of a linear layer's saved input
     # outside the TP regions: two norm inputs, two GEMM inputs (the norms' outputs), two dropout masks
     norm_out = 0.0 if "layernorm" in re_run else g * h
-    outside = 2 * (BF16 * h + norm_out) + (2 * h if dropout else 0.0)
-    b = outside
+    blocks = int(attention) + int(mlp) + int(mixer > 0)
+    outside = blocks * (BF16 * h + norm_out) + (blocks * h if dropout else 0.0)
+    b = outside + mixer
     replicated = 0.0
     # attention: q/k/v as the kernel reads them, its output (kept by the kernel) = o-projection input
-    if m.is_mla:
+    if not attention:
+        pass
+    elif m.is_mla:
         if "mla_up_proj" not in re_run:
             b += BF16 * H * (2 * m.d_head + m.d_value)
         replicated = BF16 * ((m.q_lora_rank or 0) + m.kv_lora_rank + m.qk_rope_head_dim)
     else:
         b += BF16 * (H * m.d_head + m.n_kv_heads * (m.d_head + m.d_value))
+        if m.attention_output_gate:  # the gate's logits, for sigmoid's backward and the product's
+            b += BF16 * H * m.d_value
     # DeepSeek-V3 keeps the attention output, which the attention backward and the o-projection's
     # weight gradient both read, in a 12-bit E5M6 format (report Sec. 3.3.3, "Low-Precision Storage":
     # "Inputs of the Linear after the attention operator"): 1.5 bytes
-    b += (E5M6 if fp8 and fp8_act_cache else BF16) * H * m.d_value
-    if not flash and "core_attn" not in re_run:
+    b += (E5M6 if fp8 and fp8_act_cache else BF16) * H * m.d_value if attention else 0.0
+    if attention and not flash and "core_attn" not in re_run:
         # softmax output (2 bytes) + dropout mask (1) + dropout output (2) per score: 5·a·s per token
         b += (5 if dropout else 2) * H * s
     # MLP: gated: w1 and w3 outputs + their product; else: fc1 output + GELU output, in bytes per
     # intermediate element. Recomputing the activation function drops the product / GELU output.
     act_in = (2 if m.gated_mlp else 1) * (1.0 if fp8 and fp8_act_cache else float(BF16))
     per_f = act_in + (0.0 if "mlp_act" in re_run else g)  # the down-projection's input, quantized under fp8
-    if moe_layer:
+    if not mlp:
+        pass
+    elif moe_layer:
         b += per_f * m.shared_experts * m.shared_ffn
         # a token's K routed copies: the expert input and the intermediates. The gate's gradient needs
         # each expert's output (out = sum_k g_k·E_k(x), dL/dg_k = E_k(x)·dL/dout; Shazeer et al. 2017,

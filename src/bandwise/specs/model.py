@@ -1,4 +1,5 @@
-"""ModelSpec: the shape of a decoder-only transformer, dense or mixture-of-experts.
+"""ModelSpec: the shape of a decoder-only transformer, dense or mixture-of-experts, and of
+hybrids whose layers mix attention with Mamba-2 or linear-attention mixers (`specs.kinds`).
 
 Covers Llama-style dense models (GQA, SwiGLU), GPT-style (MHA, GELU), DeepSeek-style MoE
 (fine-grained routed experts + shared experts, leading dense layers, MLA attention) and
@@ -13,6 +14,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from bandwise.errors import BandwiseError
+from bandwise.specs.kinds import GatedDeltaNet, Mamba2
 
 MAX_DIMENSION = 2**31 - 1
 """The largest value any integer field may take: orders of magnitude past every real model (the
@@ -146,6 +148,24 @@ class ModelSpec:
     biases, attention sinks, one-output gates (Qwen2-MoE's shared-expert gate). Counted in
     `total_params` so a checkpoint's count is matched exactly; left out of FLOPs (a norm or a bias
     is O(h) per token, not O(h^2)) and of memory placement (under 0.2% of every model read)."""
+    # --- layer kinds besides attention + MLP (all 0 / None: every layer is attention + MLP) ---
+    mamba: Mamba2 | None = None
+    """The Mamba-2 mixer of the `mamba_layers` layers that have one instead of attention."""
+    mamba_layers: int = 0
+    linear_attention: GatedDeltaNet | None = None
+    """The Gated DeltaNet mixer of the `linear_attention_layers` layers that have one instead of attention."""
+    linear_attention_layers: int = 0
+    mlp_free_layers: int = 0
+    """Layers that are a mixer alone, without an MLP (Nemotron-H's "M" and "*" blocks)."""
+    mixer_free_layers: int = 0
+    """Layers that are an MLP alone, without attention or a mixer (Nemotron-H's "-" blocks). The rest
+    of the layers attend: layers - mamba_layers - linear_attention_layers - mixer_free_layers. Which
+    layers are which does not change the cost: it is a mean over layers, weighted by these counts."""
+    attention_output_gate: bool = False
+    """Attention output scaled by sigmoid(x·W_g), W_g projected beside the queries (Qiu et al. 2025,
+    "Gated Attention for Large Language Models"; Qwen3-Next's q_proj is 2·H·d wide)."""
+    squared_relu_mlp: bool = False
+    """Informational: the MLP is up -> ReLU^2 -> down (Nemotron-H); priced as a non-gated MLP."""
     source: str = ""
     """Where the numbers come from."""
 
@@ -153,7 +173,10 @@ class ModelSpec:
         positive = ("layers", "hidden", "ffn", "heads", "vocab", "seq_len")
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.type == "int":
+            if f.name in _KINDS:
+                if value is not None and not isinstance(value, _KINDS[f.name]):
+                    raise BandwiseError(f"model {brief(self.name)}: {f.name}={brief(value)} must be a {_KINDS[f.name].__name__} or none")
+            elif f.type == "int":
                 least = 1 if f.name in positive else 0
                 if not isinstance(value, int) or isinstance(value, bool) or not least <= value <= MAX_DIMENSION:
                     raise BandwiseError(f"model {brief(self.name)}: {f.name}={brief(value)} must be an integer from {least} to {MAX_DIMENSION:,}")
@@ -194,6 +217,27 @@ class ModelSpec:
             raise BandwiseError(
                 f"model {brief(self.name)}: sliding_layers={self.sliding_layers} is more than layers={self.layers}"
             )
+        for kind, count in (("mamba", "mamba_layers"), ("linear_attention", "linear_attention_layers")):
+            if bool(getattr(self, kind)) != bool(getattr(self, count)):
+                raise BandwiseError(f"model {brief(self.name)}: {count}={getattr(self, count)} and {kind} go together; give both or neither")
+        if self.attention_layers < 0:
+            raise BandwiseError(
+                f"model {brief(self.name)}: mamba_layers + linear_attention_layers + mixer_free_layers = "
+                f"{self.layers - self.attention_layers} is more than layers={self.layers}"
+            )
+        if self.mlp_free_layers > self.layers or self.mlp_free_layers + self.mixer_free_layers > self.layers:
+            raise BandwiseError(
+                f"model {brief(self.name)}: mlp_free_layers={self.mlp_free_layers} and mixer_free_layers={self.mixer_free_layers} "
+                f"leave a layer with neither (of {self.layers})"
+            )
+        if self.sliding_layers > self.attention_layers:
+            raise BandwiseError(
+                f"model {brief(self.name)}: sliding_layers={self.sliding_layers} is more than the {self.attention_layers} attention layers"
+            )
+        if self.is_moe and self.dense_layers >= self.mlp_layers:
+            raise BandwiseError(
+                f"model {brief(self.name)}: dense_layers={self.dense_layers} leaves no MoE layer of the {self.mlp_layers} with an MLP"
+            )
         if self.is_mla and not (self.qk_nope_head_dim and self.qk_rope_head_dim and self.v_head_dim):
             raise BandwiseError(
                 f"model {brief(self.name)}: MLA (kv_lora_rank={self.kv_lora_rank}) needs qk_nope_head_dim, "
@@ -226,12 +270,27 @@ class ModelSpec:
         return self.v_head_dim if self.is_mla else self.d_head
 
     @property
+    def attention_layers(self) -> int:
+        """Layers whose mixer is attention (full, windowed or MLA)."""
+        return self.layers - self.mamba_layers - self.linear_attention_layers - self.mixer_free_layers
+
+    @property
+    def mlp_layers(self) -> int:
+        """Layers with an MLP, dense or MoE."""
+        return self.layers - self.mlp_free_layers
+
+    @property
+    def is_hybrid(self) -> bool:
+        """Some layer is not attention + MLP: the cost is then a mean over layer kinds (`cost.mixers`)."""
+        return self.attention_layers != self.layers or self.mlp_layers != self.layers
+
+    @property
     def moe_layers(self) -> int:
-        return self.layers - self.dense_layers if self.is_moe else 0
+        return self.mlp_layers - self.dense_layers if self.is_moe else 0
 
     @property
     def n_dense_mlp_layers(self) -> int:
-        return self.layers - self.moe_layers
+        return self.mlp_layers - self.moe_layers
 
     @property
     def shared_ffn(self) -> int:
@@ -253,7 +312,8 @@ class ModelSpec:
             kv += self.kv_lora_rank * H * (self.qk_nope_head_dim + self.v_head_dim)
             return q + kv + H * self.v_head_dim * h
         d = self.d_head
-        return h * H * d + 2 * h * self.n_kv_heads * d + H * d * h
+        gate = h * H * d if self.attention_output_gate else 0
+        return h * H * d + 2 * h * self.n_kv_heads * d + H * d * h + gate
 
     def _mlp_params(self, ffn: int) -> int:
         return (3 if self.gated_mlp else 2) * self.hidden * ffn
@@ -307,10 +367,18 @@ class ModelSpec:
     def non_expert_layer_params(self) -> int:
         """All transformer-block weights except routed experts (attention, dense MLPs, shared, router)."""
         return (
-            self.layers * self.attn_params
+            self.attention_layers * self.attn_params
             + self.n_dense_mlp_layers * self.dense_mlp_params
             + self.moe_layers * (self.shared_params + self.router_params)
+            + self.mixer_params
         )
+
+    @property
+    def mixer_params(self) -> int:
+        """All Mamba-2 and Gated DeltaNet mixers' weights, exactly (`specs.kinds`)."""
+        mamba = self.mamba_layers * self.mamba.params(self.hidden) if self.mamba else 0
+        linear = self.linear_attention_layers * self.linear_attention.params(self.hidden) if self.linear_attention else 0
+        return mamba + linear
 
     @property
     def total_params(self) -> int:
@@ -326,20 +394,34 @@ class ModelSpec:
     @property
     def windowed_layers(self) -> int:
         """Layers whose attention is windowed (`sliding_window`, `sliding_layers`)."""
-        return (self.sliding_layers or self.layers) if self.sliding_window else 0
+        return (self.sliding_layers or self.attention_layers) if self.sliding_window else 0
 
     def attention_share(self, seq_len: int | None = None) -> float:
-        """Attention core work of the mean layer over that of full causal attention, in (0, 1].
+        """Attention core work of the mean layer over that of full causal attention, in [0, 1].
 
         A windowed layer computes `window_share(s, w)` of the (query, key) pairs of full causal
-        attention, the others all of them; the mean weights each by its number of layers. 1.0
-        exactly when no layer is windowed, or the sequence is no longer than the window.
+        attention, the other attention layers all of them, layers without attention (mixers, MLP
+        alone) none; the mean weights each by its number of layers. 1.0 exactly when every layer
+        attends and none is windowed, or the sequence is no longer than the window.
         """
-        windowed = self.windowed_layers
+        windowed, attending = self.windowed_layers, self.attention_layers
         if not windowed:
-            return 1.0
+            return attending / self.layers
         s = self.seq_len if seq_len is None else seq_len
-        return ((self.layers - windowed) + windowed * window_share(s, self.sliding_window)) / self.layers
+        return ((attending - windowed) + windowed * window_share(s, self.sliding_window)) / self.layers
+
+    def mixer_flops_per_token(self, seq_len: int | None = None) -> float:
+        """Forward+backward FLOPs per token, all layers, of the Mamba-2 and Gated DeltaNet scans
+        (`Mamba2.scan_flops_per_token`, `GatedDeltaNet.scan_flops_per_token`): 3 × the forward, as
+        PaLM's 12·L·H·Q·T is 3 × attention's 4·H·Q·T forward (the backward of each matrix product is
+        two of the same size). Their projections and convolutions are weights, in 6·N."""
+        s = self.seq_len if seq_len is None else seq_len
+        flops = 0.0
+        if self.mamba:
+            flops += self.mamba_layers * self.mamba.scan_flops_per_token(s)
+        if self.linear_attention:
+            flops += self.linear_attention_layers * self.linear_attention.scan_flops_per_token(s)
+        return 3.0 * flops
 
     def attention_flops_per_token(self, seq_len: int | None = None, causal: bool = False) -> float:
         """Forward+backward FLOPs of the score and value products, per token, all layers.
@@ -354,7 +436,7 @@ class ModelSpec:
         """
         s = self.seq_len if seq_len is None else seq_len
         flops = 6.0 * self.layers * self.heads * s * (self.d_head + self.d_value)
-        if self.windowed_layers:
+        if self.windowed_layers or self.attention_layers != self.layers:
             flops *= self.attention_share(s)
         return flops / 2 if causal else flops
 
@@ -366,9 +448,10 @@ class ModelSpec:
         their window (`attention_flops_per_token`): MFU of a windowed model is not inflated by
         attention its kernels never compute.
         """
-        return 6.0 * (self.active_nonembedding_params + self.output_params) + self.attention_flops_per_token(
-            seq_len, causal
-        )
+        flops = 6.0 * (self.active_nonembedding_params + self.output_params) + self.attention_flops_per_token(seq_len, causal)
+        if self.mamba or self.linear_attention:  # the scans of mixer layers (`mixer_flops_per_token`)
+            flops += self.mixer_flops_per_token(seq_len)
+        return flops
 
     # ----- conversion -----
     def to_dict(self) -> dict[str, Any]:
@@ -391,4 +474,9 @@ class ModelSpec:
         missing = [n for n in ("name", "layers", "hidden", "ffn", "heads", "vocab") if n not in data]
         if missing:
             raise BandwiseError(f"{where}: missing field(s) {', '.join(missing)}")
-        return cls(**data)
+        kinds = {k: _KINDS[k].from_dict(data[k], f"{where}: {k}") for k in _KINDS if data.get(k) is not None}
+        return cls(**{**data, **kinds})
+
+
+_KINDS: dict[str, type] = {"mamba": Mamba2, "linear_attention": GatedDeltaNet}
+"""ModelSpec fields that hold a mixer kind, and its class."""

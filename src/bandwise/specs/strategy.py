@@ -387,9 +387,32 @@ def _model_rules(m: ModelSpec) -> list[Rule]:
             lambda c, w: (m.seq_len % (2 * c.cp) == 0) | (c.cp == 1),
             lambda s, w: f"cp={s.cp} needs seq_len={m.seq_len} divisible by 2·cp = {2 * s.cp} (load-balanced ring attention)",
         ),
-    ]
+    ] + _mixer_rules(m)
     # No rule ties seq_len to tp: sequence parallelism pads the last shard when tp does not divide
     # the sequence (PaLM trained with 12-way model parallelism on 2048-token sequences).
+
+
+def _mixer_rules(m: ModelSpec) -> list[Rule]:
+    """Megatron-Core's checks on mixer layers (megatron-core 0.16.1): `MambaMixer` splits heads and
+    groups over TP ("nheads must be evenly divisble by tp_size", "ngroups must be evenly divisible by
+    tp_size") and `MambaContextParallel` heads over TP·CP; `GatedDeltaNet` splits value and key heads
+    over TP and has no context parallelism (its context-parallel module is not imported)."""
+    rules: list[Rule] = []
+    if m.mamba and m.mamba_layers:
+        heads, groups = m.mamba.heads, m.mamba.groups
+        rules.append((
+            lambda c, w: (heads % (c.tp * c.cp) == 0) & (groups % c.tp == 0),
+            lambda s, w: f"tp={s.tp}, cp={s.cp}: {m.name}'s Mamba-2 layers need tp·cp to divide heads={heads} and tp to divide "
+            f"groups={groups}; valid tp: {', '.join(str(t) for t in divisors(groups) if heads % t == 0)}",
+        ))
+    if m.linear_attention and m.linear_attention_layers:
+        kh = m.linear_attention.key_heads
+        rules.append((
+            lambda c, w: (c.cp == 1) & (kh % c.tp == 0),
+            lambda s, w: f"tp={s.tp}, cp={s.cp}: {m.name}'s Gated DeltaNet layers have no context parallelism (use cp=1) and need "
+            f"tp to divide key_heads={kh}; valid tp: {', '.join(map(str, divisors(kh)))}",
+        ))
+    return rules
 
 
 def _enum_message(s: Strategy) -> str:

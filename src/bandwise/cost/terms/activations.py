@@ -15,6 +15,7 @@ from bandwise.cost.memory import (
     logits_bytes_per_token,
     weight_output_grad_bytes_per_token,
 )
+from bandwise.cost.mixers import mixer_activation_bytes_per_token, mixer_kinds, mixer_output_grad_bytes_per_token
 from bandwise.cost.params import CostParams
 from bandwise.cost.pipeline import PipelineFactors
 from bandwise.cost.terms.roles import Roles
@@ -47,10 +48,41 @@ def kept_per_token(m: ModelSpec, s: Shape, selective: bool, P: CostParams) -> np
     for fp8 in (False, True):
         kw = dict(selective=selective, modules=P.selective_modules, flash=P.flash_attention, dropout=m.dropout, fp8=fp8,
                   sequence_parallel=P.sequence_parallel, fp8_act_cache=P.fp8_activation_cache, gathered_gemm_inputs=P.tp_gathered_inputs)
+        if m.is_hybrid:
+            a, r = hybrid_kept_per_token(m, kw)
+            per_precision.append(a / s.tp + r)
+            continue
         a_d, r_d = activation_bytes_per_token(m, moe_layer=False, **kw)
         a_m, r_m = activation_bytes_per_token(m, moe_layer=True, **kw) if m.is_moe else (0.0, 0.0)
         per_precision.append(((1 - frac_moe) * a_d + frac_moe * a_m) / s.tp + ((1 - frac_moe) * r_d + frac_moe * r_m))
     return np.where(s.fp8, per_precision[1], per_precision[0])
+
+
+def hybrid_kept_per_token(m: ModelSpec, kw: dict) -> tuple[float, float]:
+    """(bytes, the part replicated over TP) a token keeps in the mean layer of a hybrid: each block
+    (attention, a mixer, a dense or an MoE MLP) as `activation_bytes_per_token` counts it alone,
+    weighted by the share of layers that have it."""
+    L = m.layers
+    parts = [(m.attention_layers / L, dict(attention=True, mlp=False, moe_layer=False)),
+             (m.n_dense_mlp_layers / L, dict(attention=False, mlp=True, moe_layer=False)),
+             (m.moe_layers / L, dict(attention=False, mlp=True, moe_layer=True))]
+    parts += [(share, dict(attention=False, mlp=False, moe_layer=False, mixer=mixer_activation_bytes_per_token(kind)))
+              for kind, share in mixer_kinds(m)]
+    kept = [(share, activation_bytes_per_token(m, **kw, **part)) for share, part in parts if share]
+    return sum(share * a for share, (a, _) in kept), sum(share * r for share, (_, r) in kept)
+
+
+def hybrid_output_grads_per_token(m: ModelSpec) -> tuple[float, float]:
+    """`weight_output_grad_bytes_per_token` of the mean layer of a hybrid: attention's share of an
+    attention + dense layer less the MLP's, the MLPs' by their shares, the mixers' projections."""
+    L, h = m.layers, m.hidden
+    mlp = BF16 * ((2 if m.gated_mlp else 1) * m.ffn + h)
+    og_d, og_dr = weight_output_grad_bytes_per_token(m, moe_layer=False)
+    og_m, og_mr = weight_output_grad_bytes_per_token(m, moe_layer=True) if m.is_moe else (og_d, og_dr)
+    split = (m.attention_layers / L) * (og_d - mlp) + (m.n_dense_mlp_layers / L) * mlp + (m.moe_layers / L) * (og_m - og_d + mlp)
+    split += sum(share * mixer_output_grad_bytes_per_token(kind, h) for kind, share in mixer_kinds(m))
+    replicated = (m.attention_layers / L) * og_dr + (m.moe_layers / L) * (og_mr - og_dr)
+    return split, replicated
 
 
 def activations(m: ModelSpec, s: Shape, rec: np.ndarray, pf: PipelineFactors, stages: StageCompute, r: Roles, P: CostParams) -> Activations:
@@ -81,9 +113,13 @@ def activations(m: ModelSpec, s: Shape, rec: np.ndarray, pf: PipelineFactors, st
     # A split backward (zero-bubble schedules) keeps each waiting micro-batch's gradients at its GEMMs'
     # outputs for the weight pass (`pipeline.waiting_for_weights`); the output layer's is the logits'
     # gradient, bf16 as the logits are, beside the head's inputs that its weight gradient reads
-    og_d, og_dr = weight_output_grad_bytes_per_token(m, moe_layer=False)
-    og_m, og_mr = weight_output_grad_bytes_per_token(m, moe_layer=True) if m.is_moe else (0.0, 0.0)
-    out_grads = tokens * (((1 - frac_moe) * og_d + frac_moe * og_m) / tp + (1 - frac_moe) * og_dr + frac_moe * og_mr)
+    if m.is_hybrid:
+        og, og_r = hybrid_output_grads_per_token(m)
+        out_grads = tokens * (og / tp + og_r)
+    else:
+        og_d, og_dr = weight_output_grad_bytes_per_token(m, moe_layer=False)
+        og_m, og_mr = weight_output_grad_bytes_per_token(m, moe_layer=True) if m.is_moe else (0.0, 0.0)
+        out_grads = tokens * (((1 - frac_moe) * og_d + frac_moe * og_m) / tp + (1 - frac_moe) * og_dr + frac_moe * og_mr)
     head_waits = pf.head_waiting * ((1 + m.mtp_depth) * tokens * BF16 * m.vocab / tp + head_in)
     at_loss = np.maximum(working, head_logits + head_in)
     first_layers, head_layers, layers_rank = r.first.layers, stages.head_layers, stages.layers_rank

@@ -20,13 +20,16 @@ from bandwise.cost.flops import (
     attention_gemms,
     elementwise_bytes_per_token,
     fp8_cast_bytes_per_token,
+    hybrid_elementwise_bytes_per_token,
     mlp_gemms,
     moe_layer_gemms,
 )
+from bandwise.cost.mixers import mixer_elementwise_bytes_per_token, mixer_gemms, mixer_kinds
 from bandwise.cost.params import CostParams
 from bandwise.cost.terms.shape import Shape
 from bandwise.errors import BandwiseError
 from bandwise.specs.hardware import Device
+from bandwise.specs.kinds import GatedDeltaNet, Mamba2
 from bandwise.specs.model import ModelSpec
 
 CROSS_ENTROPY_BYTES_EAGER = (2 + 4) + 4 + (4 + 4) + (4 + 4) + 4 + (4 + 4) + (4 + 4) + (4 + 2)
@@ -101,6 +104,9 @@ class LayerCompute:
     bwd: np.ndarray
     selective: np.ndarray
     kernel_gaps: np.ndarray
+    mixers: MixerTimes | None = None
+    """A hybrid's mixer layers (`attn_in`, `attn_out` are then an attention layer's GEMMs, and `attn`
+    the mean layer's cores: attention and scans)."""
 
     @property
     def attn_total(self) -> np.ndarray:
@@ -112,6 +118,24 @@ class LayerCompute:
     def backward(self, fwd: np.ndarray) -> np.ndarray:
         """GEMMs twice, attention its own ratio."""
         return 2.0 * (fwd - self.attn) + self.attn_bwd
+
+
+@dataclass(frozen=True, slots=True)
+class MixerTimes:
+    """Forward seconds of one mixer layer's GEMMs on either side of its TP collectives, per kind
+    (zero where the model has none of that kind)."""
+
+    mamba_in: np.ndarray
+    mamba_out: np.ndarray
+    linear_in: np.ndarray
+    linear_out: np.ndarray
+
+
+SCAN_BACKWARD_RATIO = 2.0
+"""Backward over forward time of a chunked scan (SSD, the chunked delta rule): each of its matrix
+products has two of the same size in the backward (Narayanan et al. 2021, Sec. 3.3.1, for GEMMs),
+as the chunk algorithms are written (Dao & Gu 2024, Sec. 6; Yang et al. 2024, Sec. 3.3); the
+kernels also recompute the forward's chunk states, which this leaves out."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,6 +232,8 @@ def attention_core(m: ModelSpec, dev: Device, s: Shape, rates: Rates, P: CostPar
 
 def layer_compute(m: ModelSpec, dev: Device, s: Shape, rates: Rates, P: CostParams) -> LayerCompute:
     """One layer's compute; an MoE model's figures are the mean over its dense and MoE layers."""
+    if m.is_hybrid:
+        return hybrid_layer_compute(m, dev, s, rates, P)
     frac_moe = m.moe_layers / m.layers
     attn_fwd, attn_bwd = attention_core(m, dev, s, rates, P)
     casts = np.where(s.fp8, 1.0, 0.0)  # fp8 quantizes every GEMM input (and, backward, every output gradient)
@@ -245,6 +271,60 @@ def layer_compute(m: ModelSpec, dev: Device, s: Shape, rates: Rates, P: CostPara
         attn=attn_fwd, attn_bwd=attn_bwd, attn_in=attn_in, attn_out=attn_out, mlp_up=mlp_up, mlp_down=mlp_down, moe_mlp=moe_mlp,
         dense_fwd=dense_fwd, moe_fwd=moe_fwd, fwd=fwd, bwd=2.0 * (fwd - attn_fwd) + attn_bwd, selective=selective,
         kernel_gaps=np.full_like(s.tokens, kernel_gaps(P, frac_moe)),
+    )
+
+
+def hybrid_layer_compute(m: ModelSpec, dev: Device, s: Shape, rates: Rates, P: CostParams) -> LayerCompute:
+    """`layer_compute` of a model whose layers differ in kind: the mean over layers, each part
+    weighted by the share of layers that have it. A mixer layer's time is its projections (split
+    by heads over TP, `cost.mixers`) and its scan (`Mamba2.scan_flops_per_token`,
+    `GatedDeltaNet.scan_flops_per_token`) at the chip's fused-attention efficiency, the closest
+    measured figure for a fused kernel of chunked matrix products (an assumption: no published
+    per-chip SSD or delta-rule efficiency). Under CP each rank scans its share of the heads over
+    the whole sequence after the all-to-all, the same FLOPs as its share of the sequence."""
+    L = m.layers
+    att, dense, moe = m.attention_layers / L, m.n_dense_mlp_layers / L, m.moe_layers / L
+    gemms = lambda gs: gemms_time(gs, m, s, rates)  # noqa: E731
+    attn_fwd, attn_bwd = attention_core(m, dev, s, rates, P)  # already the mean over all layers
+    attn_gemms = attention_gemms(m)
+    attn_in, attn_out = gemms([g for g in attn_gemms if g.split != "row"]), gemms([g for g in attn_gemms if g.split == "row"])
+    mlp_up, mlp_down = (gemms([g]) for g in mlp_gemms(m, m.ffn))
+    scan_eff = P.attention_efficiency or dev.attention_efficiency
+    zero = np.zeros_like(attn_in)
+    times, scans, mixer_bytes, mixer_gemm_time = {}, zero, 0.0, zero
+    for kind, share in mixer_kinds(m):
+        g_in, g_out = mixer_gemms(kind, m.hidden)
+        t_in, t_out = gemms(g_in), gemms(g_out)
+        times[type(kind)] = (t_in, t_out)
+        scans = scans + share * kind.scan_flops_per_token(m.seq_len) * s.tokens / s.tp / (rates.bf16_peak * scan_eff)
+        mixer_gemm_time = mixer_gemm_time + share * (t_in + t_out)
+        mixer_bytes += share * mixer_elementwise_bytes_per_token(kind)
+    mamba_t, linear_t = times.get(Mamba2, (zero, zero)), times.get(GatedDeltaNet, (zero, zero))
+    mixers = MixerTimes(mamba_in=mamba_t[0], mamba_out=mamba_t[1], linear_in=linear_t[0], linear_out=linear_t[1])
+    casts = np.where(s.fp8, 1.0, 0.0) * (dense * fp8_cast_bytes_per_token(m, False) + moe * fp8_cast_bytes_per_token(m, True))
+    elementwise = rates.streamed((hybrid_elementwise_bytes_per_token(m, mixer_bytes, P.eager_elementwise) + casts) * s.tokens / s.tp)
+    mixing = att * (attn_in + attn_out) + attn_fwd + mixer_gemm_time + scans + elementwise
+    if m.is_moe:
+        moe_gemms = moe_layer_gemms(m)
+        moe_mlp = gemms(moe_gemms[len(attn_gemms):])
+        moe_ffn = moe_mlp + (P.expert_imbalance - 1.0) * gemms(moe_gemms[-2:])
+    else:
+        moe_mlp = moe_ffn = np.zeros_like(attn_in)
+    fwd = mixing + dense * (mlp_up + mlp_down) + moe * moe_ffn
+    core, core_bwd = attn_fwd + scans, attn_bwd + SCAN_BACKWARD_RATIO * scans
+    mods = P.selective_modules
+    act_elems = dense * m.ffn + moe * (m.top_k * m.expert_ffn + m.shared_experts * m.shared_ffn)
+    act_bytes = BF16 * 3 * act_elems if "mlp_act" in mods else 0.0
+    blocks = (L - m.mixer_free_layers + m.mlp_layers) / L  # norms per layer
+    norm_bytes = BF16 * 2 * m.hidden * blocks if "layernorm" in mods else 0.0
+    up_proj = att * gemms([g for g in attn_gemms if g.name in ("q_up", "kv_up")]) if "mla_up_proj" in mods else 0.0
+    selective = (rates.streamed((act_bytes + norm_bytes) * s.tokens / s.tp) + up_proj
+                 + (0.0 if P.flash_attention or "core_attn" not in mods else attn_fwd)
+                 + P.selective_forward_share * (fwd - core))
+    return LayerCompute(
+        attn=core, attn_bwd=core_bwd, attn_in=attn_in, attn_out=attn_out, mlp_up=mlp_up, mlp_down=mlp_down, moe_mlp=moe_mlp,
+        dense_fwd=fwd, moe_fwd=mixing + moe_ffn, fwd=fwd, bwd=2.0 * (fwd - core) + core_bwd, selective=selective,
+        kernel_gaps=np.full_like(s.tokens, kernel_gaps(P, moe)), mixers=mixers,
     )
 
 

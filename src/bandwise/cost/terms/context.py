@@ -32,4 +32,21 @@ def context_comm(m: ModelSpec, cluster: Cluster, s: Shape, groups: Groups, layer
     # of windowed layers (and their shorter attention hides less of it); kept whole as an
     # approximation.
     ring = 3.0 * (s.cp - 1) * comm.ring_p2p_time(cluster, kv_chunk, groups.cp, s.cp)
+    if m.is_hybrid:
+        ring = hybrid_context_comm(m, cluster, s, groups, ring)
     return ContextComm(layer=ring, exposed=np.maximum(0.0, ring - (layer.attn + layer.attn_bwd)))
+
+
+def hybrid_context_comm(m: ModelSpec, cluster: Cluster, s: Shape, groups: Groups, ring: np.ndarray) -> np.ndarray:
+    """Seconds per mean layer of a hybrid under CP: the ring on its attention layers only, and on
+    each Mamba-2 layer Megatron-Core's all-to-alls (`MambaContextParallel`, megatron-core 0.16.1
+    `ssm/mamba_context_parallel.py`): forward, the convolution's input (x, B, C) to a head split and
+    the scan's output y back; backward, their gradients. (Gated DeltaNet has no CP: `specs.strategy`
+    refuses cp > 1 for it.)"""
+    L = m.layers
+    mean = ring * (m.attention_layers / L)
+    if m.mamba and m.mamba_layers:
+        width = m.mamba.conv_channels + m.mamba.inner
+        a2a = comm.all_to_all_time(cluster, s.tokens * width * BF16 / s.tp, groups.cp, s.cp)
+        mean = mean + (m.mamba_layers / L) * 2.0 * np.where(s.cp > 1, a2a, 0.0)
+    return mean

@@ -33,6 +33,9 @@ class TensorComm:
     """Under an asynchronous backward (`CostParams.tp_backward_async`), its exposed time..."""
     bwd_total: np.ndarray | None = None
     """... and the collectives it moves."""
+    per_layer: float = 4.0
+    """Collectives per layer and pass: two around each block, a mixer (attention or another) or an
+    MLP; a hybrid's layers without one of them have two (Nemotron-H's "M", "*" and "-" blocks)."""
 
 
 def tensor_comm(m: ModelSpec, cluster: Cluster, s: Shape, groups: Groups, layer: LayerCompute, P: CostParams) -> TensorComm:
@@ -62,6 +65,8 @@ def tensor_comm(m: ModelSpec, cluster: Cluster, s: Shape, groups: Groups, layer:
     dense_pairs = pair(attn_in) + pair(attn_out) + pair(layer.mlp_up) + pair(layer.mlp_down)
     moe_pairs = pair(attn_in) + pair(attn_out) + 2.0 * pair(layer.moe_mlp / 2.0)
     pass_exposed = (1 - frac_moe) * dense_pairs + frac_moe * moe_pairs
+    if m.is_hybrid:
+        return hybrid_tensor_comm(m, one, overlappable, layer, P)
     if not P.tp_backward_async:
         return TensorComm(one=one, overlappable=overlappable, pass_exposed=pass_exposed)
     # Asynchronous backward, per column-parallel GEMM g (QKV, MLP-up; its input- and weight-gradient
@@ -83,6 +88,34 @@ def tensor_comm(m: ModelSpec, cluster: Cluster, s: Shape, groups: Groups, layer:
     return TensorComm(one=one, overlappable=overlappable, pass_exposed=pass_exposed, bwd_exposed=bwd_exposed, bwd_total=bwd_total)
 
 
+def hybrid_tensor_comm(m: ModelSpec, one: np.ndarray, overlappable: np.ndarray, layer: LayerCompute, P: CostParams) -> TensorComm:
+    """`tensor_comm` of a hybrid: each block's pair of collectives beside its own GEMMs (a mixer's
+    input and output projections, `cost.mixers`), weighted by the share of layers that have it."""
+    L = m.layers
+    att, dense, moe = m.attention_layers / L, m.n_dense_mlp_layers / L, m.moe_layers / L
+    pair = lambda gemm: np.maximum(0.0, one - gemm)  # noqa: E731
+    mx = layer.mixers
+    mixing = [(att, layer.attn_in, layer.attn_out), (m.mamba_layers / L, mx.mamba_in, mx.mamba_out),
+              (m.linear_attention_layers / L, mx.linear_in, mx.linear_out)]
+    ffns = [(dense, layer.mlp_up, layer.mlp_down), (moe, layer.moe_mlp / 2.0, layer.moe_mlp / 2.0)]
+    blocks = [b for b in mixing + ffns if b[0]]
+    per_layer = 2.0 * sum(share for share, _, _ in blocks)
+    pass_exposed = sum(share * (pair(g_in) + pair(g_out)) for share, g_in, g_out in blocks)
+    if not P.tp_backward_async:
+        return TensorComm(one=one, overlappable=overlappable, pass_exposed=pass_exposed, per_layer=per_layer)
+    # as `tensor_comm`, per block: the row-parallel gradient's all-gather waits, the column-parallel
+    # GEMM's collectives hide behind its input- and weight-gradient GEMMs
+    if P.sequence_parallel and not P.tp_gathered_inputs:
+        half, moved = lambda g_in: one + 2.0 * pair(g_in), 3.0  # noqa: E731
+    elif P.sequence_parallel:
+        half, moved = lambda g_in: one + pair(g_in), 2.0  # noqa: E731
+    else:
+        half, moved = lambda g_in: np.maximum(0.0, 2.0 * one - g_in), 2.0  # noqa: E731
+    bwd_exposed = sum(share * half(g_in) for share, g_in, _ in blocks)
+    return TensorComm(one=one, overlappable=overlappable, pass_exposed=pass_exposed, bwd_exposed=bwd_exposed,
+                      bwd_total=moved * per_layer / 2.0 * one, per_layer=per_layer)
+
+
 @dataclass(frozen=True, slots=True)
 class TensorTerms:
     """Seconds per layer and micro-batch of a row: every TP collective, and what is left exposed."""
@@ -93,11 +126,11 @@ class TensorTerms:
 
 def tensor_terms(tc: TensorComm, full_recompute: np.ndarray, overlap: np.ndarray, P: CostParams) -> TensorTerms:
     passes = 2.0 + np.where(full_recompute, 1.0, 0.0)
-    total = 4.0 * passes * tc.one
+    total = tc.per_layer * passes * tc.one
     overlapped = overlap & tc.overlappable
     exposed = np.where(overlapped, passes * tc.pass_exposed, total)
     if P.tp_backward_async:  # the forward passes wait; the backward runs its own way (`tensor_comm`)
-        forwards = 4.0 * (passes - 1.0) * tc.one
+        forwards = tc.per_layer * (passes - 1.0) * tc.one
         exposed = np.where(overlapped, exposed, forwards + tc.bwd_exposed)
         total = np.where(overlapped, total, forwards + tc.bwd_total)
     return TensorTerms(total=total, exposed=exposed)

@@ -1,0 +1,70 @@
+"""What a Mamba-2 or Gated DeltaNet layer costs: its GEMMs, element-wise bytes, saved activations.
+
+Tensor parallelism splits both kinds by heads: the input projection is column-parallel and the
+output projection row-parallel, so a mixer layer has one all-gather before and one reduce-scatter
+after it, as attention has (Megatron-Core `MambaMixer`: "nheads must be evenly divisible by
+tp_size", in_proj column-parallel, out_proj row-parallel; `GatedDeltaNet` likewise, per value head;
+megatron-core 0.16.1 `ssm/mamba_mixer.py`, `ssm/gated_delta_net.py`). Context parallelism:
+`MambaContextParallel` (0.16.1, `ssm/mamba_context_parallel.py`) swaps the sequence split for a
+head split by an all-to-all before the convolution and back after the scan, so nheads must divide
+by tp·cp; Gated DeltaNet has none (its context-parallel import is commented out), so a layout
+with cp > 1 is refused for it (`specs.strategy`).
+"""
+
+from __future__ import annotations
+
+from bandwise.cost.flops import BF16, Gemm
+from bandwise.specs.kinds import GatedDeltaNet, Mamba2
+from bandwise.specs.model import ModelSpec
+
+Mixer = Mamba2 | GatedDeltaNet
+
+
+def mixer_kinds(m: ModelSpec) -> list[tuple[Mixer, float]]:
+    """The model's mixer kinds with their share of the layers."""
+    kinds: list[tuple[Mixer, float]] = []
+    if m.mamba:
+        kinds.append((m.mamba, m.mamba_layers / m.layers))
+    if m.linear_attention:
+        kinds.append((m.linear_attention, m.linear_attention_layers / m.layers))
+    return kinds
+
+
+def mixer_gemms(kind: Mixer, hidden: int) -> tuple[list[Gemm], list[Gemm]]:
+    """(input projections, output projection) of one mixer: column- then row-parallel."""
+    out = [Gemm("mixer_out", hidden, kind.inner if isinstance(kind, Mamba2) else kind.value_width, split="row")]
+    return [Gemm("mixer_in", kind.in_proj_width, hidden)], out
+
+
+def mixer_elementwise_bytes_per_token(kind: Mixer) -> float:
+    """HBM bytes per token of a mixer's memory-bound kernels, forward, fused: the causal
+    convolution with its SiLU reads and writes each channel (2 + 2, `causal_conv1d`); the gated
+    RMSNorm reads the scan output and the gate and writes the product (2 + 2 + 2 per element of
+    d_inner or of the value width). Gated DeltaNet also L2-normalises q and k (2 + 2)."""
+    if isinstance(kind, Mamba2):
+        return 4.0 * kind.conv_channels + 6.0 * kind.inner
+    return 4.0 * kind.conv_channels + 4.0 * 2 * kind.key_width + 6.0 * kind.value_width
+
+
+def mixer_activation_bytes_per_token(kind: Mixer) -> float:
+    """Bytes a token keeps for the backward in one mixer (beside the block's norm input and output,
+    which `memory.activation_bytes_per_token` counts for every block), all split over TP by heads.
+
+    Mamba-2: mamba_ssm's `MambaSplitConv1dScanCombinedFn` saves the input projection's output
+    zxbcdt and the scan output out_x in bf16 and the norm's fp32 rstd per group, and recomputes the
+    convolution and the scan in its backward; Megatron-Core applies out_proj outside it, whose
+    input (d_inner) the linear layer keeps. Gated DeltaNet: the projections' output, the
+    convolution's output (q, k, v), what flash-linear-attention's chunked rule saves besides them
+    (the chunk-local inverse A, C values per head and token in bf16, and the fp32 cumulative gate),
+    the rule's output and the output projection's input.
+    """
+    if isinstance(kind, Mamba2):
+        return BF16 * (kind.in_proj_width + kind.inner + kind.inner) + 4.0 * kind.groups
+    return (BF16 * (kind.in_proj_width + kind.conv_channels + kind.value_heads * kind.chunk + 2 * kind.value_width)
+            + 4.0 * kind.value_heads)
+
+
+def mixer_output_grad_bytes_per_token(kind: Mixer, hidden: int) -> float:
+    """The gradients at a mixer's GEMM outputs that a split backward keeps (`memory.
+    weight_output_grad_bytes_per_token`): the input projection's width and the output's h."""
+    return BF16 * (kind.in_proj_width + hidden)

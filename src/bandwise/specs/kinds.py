@@ -1,0 +1,200 @@
+"""Mixer kinds that take attention's place in some layers: a Mamba-2 (SSD) layer and a Gated
+DeltaNet (chunked delta-rule linear attention) layer.
+
+Each kind supplies its shape, its exact parameter count and the forward FLOPs of its sequence
+mixing per token; `cost.mixers` turns them into GEMMs, time and bytes. A ModelSpec holds a kind
+with a count of layers (`ModelSpec.mamba_layers`, `ModelSpec.linear_attention_layers`) and prices
+the model as a mean over its layers, as it prices sliding windows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from bandwise.errors import BandwiseError
+
+_MAX = 2**31 - 1
+
+
+def _check_ints(obj: Any, where: str, positive: tuple[str, ...]) -> None:
+    for f in fields(obj):
+        value = getattr(obj, f.name)
+        least = 1 if f.name in positive else 0
+        if not isinstance(value, int) or isinstance(value, bool) or not least <= value <= _MAX:
+            raise BandwiseError(f"{where}: {f.name}={value!r:.60} must be an integer from {least} to {_MAX:,}")
+
+
+def _from_mapping(cls: type, data: Any, where: str) -> Any:
+    if isinstance(data, cls):
+        return data
+    if not isinstance(data, dict):
+        raise BandwiseError(f"{where}: expected a mapping of {cls.__name__} fields, got {type(data).__name__}")
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(map(str, set(data) - known))
+    if unknown:
+        raise BandwiseError(f"{where}: unknown field(s) {', '.join(unknown)[:200]}; valid fields: {', '.join(sorted(known))}")
+    return cls(**data)
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class Mamba2:
+    """A Mamba-2 mixer (Dao & Gu 2024, "Transformers are SSMs", Sec. 7 and Fig. 6; the `Mamba2`
+    module of state-spaces/mamba, `mamba_ssm/modules/mamba2.py`; Megatron-Core's `MambaMixer`).
+
+    One input projection gives z (the gate), x, B, C and dt; x, B and C pass a depthwise causal
+    convolution; the SSD scan mixes the sequence; a gated RMSNorm and the output projection follow.
+    """
+
+    heads: int
+    """SSM heads H (`nheads`, Hugging Face `mamba_num_heads`); d_inner = heads·head_dim."""
+    head_dim: int
+    """Channels per head P (`headdim`, `mamba_head_dim`)."""
+    state: int
+    """State size N (`d_state`, `ssm_state_size`)."""
+    groups: int = 1
+    """Groups sharing B and C (`ngroups`, `n_groups`); heads % groups == 0."""
+    conv_kernel: int = 4
+    """Width of the causal depthwise convolution (`d_conv`, `conv_kernel`)."""
+    chunk: int = 256
+    """SSD chunk length Q (`chunk_size`; mamba_ssm's default 256, Nemotron-H's config 128)."""
+
+    def __post_init__(self) -> None:
+        _check_ints(self, "mamba", ("heads", "head_dim", "state", "groups", "conv_kernel", "chunk"))
+        if self.heads % self.groups:
+            raise BandwiseError(f"mamba: heads={self.heads} is not a multiple of groups={self.groups}; B and C are shared by heads/groups heads")
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "mamba") -> Mamba2:
+        return _from_mapping(cls, data, where)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @property
+    def inner(self) -> int:
+        """d_inner = H·P, the width x, z and y carry (expand·d_model in the paper)."""
+        return self.heads * self.head_dim
+
+    @property
+    def conv_channels(self) -> int:
+        """Channels through the convolution: x, B and C (d_inner + 2·G·N)."""
+        return self.inner + 2 * self.groups * self.state
+
+    @property
+    def in_proj_width(self) -> int:
+        """Output width of the input projection: z, x, B, C, dt (2·d_inner + 2·G·N + H)."""
+        return 2 * self.inner + 2 * self.groups * self.state + self.heads
+
+    def params(self, hidden: int) -> int:
+        """Exact weights of one mixer: in_proj h·(2·d_inner + 2GN + H) without bias; conv1d weight
+        and bias (conv_channels·(k + 1)); dt_bias, A_log and D, one per head; the gated RMSNorm's
+        weight (d_inner); out_proj d_inner·h without bias (mamba_ssm `Mamba2.__init__` with its
+        defaults bias=False, conv_bias=True, D_has_hdim=False, rmsnorm=True; the same in
+        Megatron-Core's MambaMixer and transformers' NemotronHMamba2Mixer)."""
+        return (hidden * self.in_proj_width + self.conv_channels * (self.conv_kernel + 1) + 3 * self.heads
+                + self.inner + self.inner * hidden)
+
+    def scan_flops_per_token(self, seq_len: int) -> float:
+        """Forward FLOPs per token of the SSD algorithm (Dao & Gu 2024, Sec. 6, its four steps with
+        chunk length Q, and the chunked kernels of `mamba_ssm/ops/triton/ssd_combined.py`):
+          1. diagonal blocks: C·B^T within each chunk, once per group (2·Q·N·G a token), and that
+             masked matrix times X, per head (2·Q·P·H);
+          2. each chunk's final state B^T·X per head (2·N·P·H);
+          3. the state passed from chunk to chunk, one N×P multiply-add per head and chunk
+             (2·N·P·H/Q a token; a linear scan, `_state_passing_fwd`);
+          4. the states to the outputs, C·state per head (2·N·P·H).
+        The diagonal blocks are counted whole, as the paper's listing computes them; the kernel
+        skips the tiles above the diagonal, so this counts the causal mask's work as attention's
+        PaLM term does. Sequences shorter than a chunk run one chunk of length s.
+        """
+        q, n, p, h, g = min(self.chunk, seq_len), self.state, self.head_dim, self.heads, self.groups
+        return 2.0 * q * n * g + 2.0 * q * p * h + 4.0 * n * p * h + 2.0 * n * p * h / q
+
+    def state_bytes(self) -> int:
+        """Recurrent state of one sequence in one layer: H·P·N fp32 values plus the convolution's
+        last k - 1 inputs in bf16 (what inference carries instead of a KV cache)."""
+        return 4 * self.heads * self.head_dim * self.state + 2 * (self.conv_kernel - 1) * self.conv_channels
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class GatedDeltaNet:
+    """A Gated DeltaNet mixer (Yang, Kautz & Hatamizadeh 2025, "Gated Delta Networks", ICLR; the
+    `Qwen3NextGatedDeltaNet` module of transformers' qwen3_next; Megatron-Core's `GatedDeltaNet`).
+
+    One projection gives q, k, v and the output gate z, another beta and alpha per value head; q,
+    k and v pass a depthwise causal convolution; the chunked gated delta rule mixes the sequence;
+    a gated RMSNorm over each head and the output projection follow. Query and key heads are
+    repeated to the value heads before the rule.
+    """
+
+    key_heads: int
+    """`linear_num_key_heads`."""
+    value_heads: int
+    """`linear_num_value_heads`, a multiple of key_heads."""
+    key_head_dim: int
+    """`linear_key_head_dim` d_k."""
+    value_head_dim: int
+    """`linear_value_head_dim` d_v."""
+    conv_kernel: int = 4
+    """`linear_conv_kernel_dim`."""
+    chunk: int = 64
+    """Chunk length C of the chunked rule (flash-linear-attention's `chunk_gated_delta_rule`: 64)."""
+
+    def __post_init__(self) -> None:
+        _check_ints(self, "linear_attention", tuple(f.name for f in fields(self)))
+        if self.value_heads % self.key_heads:
+            raise BandwiseError(f"linear_attention: value_heads={self.value_heads} is not a multiple of key_heads={self.key_heads}")
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "linear_attention") -> GatedDeltaNet:
+        return _from_mapping(cls, data, where)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @property
+    def key_width(self) -> int:
+        return self.key_heads * self.key_head_dim
+
+    @property
+    def value_width(self) -> int:
+        return self.value_heads * self.value_head_dim
+
+    @property
+    def conv_channels(self) -> int:
+        """q, k and v through the convolution (2·key_width + value_width)."""
+        return 2 * self.key_width + self.value_width
+
+    @property
+    def in_proj_width(self) -> int:
+        """q, k, v, z, then beta and alpha (in_proj_qkvz + in_proj_ba)."""
+        return 2 * self.key_width + 2 * self.value_width + 2 * self.value_heads
+
+    def params(self, hidden: int) -> int:
+        """Exact weights of one mixer (transformers `Qwen3NextGatedDeltaNet.__init__`): in_proj_qkvz
+        h·(2·key_width + 2·value_width) and in_proj_ba h·2·value_heads, no biases; conv1d without
+        bias (conv_channels·k); dt_bias and A_log per value head; the gated norm's weight, one head
+        wide (d_v); out_proj value_width·h."""
+        return (hidden * self.in_proj_width + self.conv_channels * self.conv_kernel + 2 * self.value_heads
+                + self.value_head_dim + self.value_width * hidden)
+
+    def scan_flops_per_token(self, seq_len: int) -> float:
+        """Forward FLOPs per token of the chunked gated delta rule (Yang et al. 2024, "Parallelizing
+        Linear Transformers with the Delta Rule over Sequence Length", NeurIPS, Sec. 3.3, the UT
+        transform; gated as in Yang et al. 2025, Sec. 3.3), operation by operation as transformers'
+        `torch_chunk_gated_delta_rule` runs them, per value head with chunk C, d_k and d_v:
+          (beta·K)·K^T, A·(beta·K), Q·K^T                       3 × 2·C·d_k
+          A·(beta·V), (Q·K^T)·V_new                            2 × 2·C·d_v
+          W·S, (Q·decay)·S, K^T·V_new (the state update)       3 × 2·d_k·d_v
+          the lower-triangular solve for A, sum_i 2·i·i over a chunk, (C-1)(2C-1)/3 a token.
+        Sequences shorter than a chunk run one chunk of length s.
+        """
+        c, dk, dv = min(self.chunk, seq_len), self.key_head_dim, self.value_head_dim
+        per_head = 6.0 * c * dk + 4.0 * c * dv + 6.0 * dk * dv + (c - 1) * (2 * c - 1) / 3.0
+        return self.value_heads * per_head
+
+    def state_bytes(self) -> int:
+        """Recurrent state of one sequence in one layer: a d_k×d_v fp32 matrix per value head, plus
+        the convolution's last k - 1 inputs in bf16."""
+        return 4 * self.value_heads * self.key_head_dim * self.value_head_dim + 2 * (self.conv_kernel - 1) * self.conv_channels
