@@ -15,7 +15,11 @@ from bandwise.cost.memory import (
     logits_bytes_per_token,
     weight_output_grad_bytes_per_token,
 )
-from bandwise.cost.mixers import mixer_activation_bytes_per_token, mixer_kinds, mixer_output_grad_bytes_per_token
+from bandwise.cost.mixers import (
+    mixer_activation_bytes_per_token,
+    mixer_kinds,
+    mixer_output_grad_bytes_per_token,
+)
 from bandwise.cost.params import CostParams
 from bandwise.cost.pipeline import PipelineFactors
 from bandwise.cost.terms.roles import Roles
@@ -63,10 +67,10 @@ def hybrid_kept_per_token(m: ModelSpec, kw: dict) -> tuple[float, float]:
     (attention, a mixer, a dense or an MoE MLP) as `activation_bytes_per_token` counts it alone,
     weighted by the share of layers that have it."""
     L = m.layers
-    parts = [(m.attention_layers / L, dict(attention=True, mlp=False, moe_layer=False)),
-             (m.n_dense_mlp_layers / L, dict(attention=False, mlp=True, moe_layer=False)),
-             (m.moe_layers / L, dict(attention=False, mlp=True, moe_layer=True))]
-    parts += [(share, dict(attention=False, mlp=False, moe_layer=False, mixer=mixer_activation_bytes_per_token(kind)))
+    parts = [(m.attention_layers / L, {"attention": True, "mlp": False, "moe_layer": False}),
+             (m.n_dense_mlp_layers / L, {"attention": False, "mlp": True, "moe_layer": False}),
+             (m.moe_layers / L, {"attention": False, "mlp": True, "moe_layer": True})]
+    parts += [(share, {"attention": False, "mlp": False, "moe_layer": False, "mixer": mixer_activation_bytes_per_token(kind)})
               for kind, share in mixer_kinds(m)]
     kept = [(share, activation_bytes_per_token(m, **kw, **part)) for share, part in parts if share]
     return sum(share * a for share, (a, _) in kept), sum(share * r for share, (_, r) in kept)
