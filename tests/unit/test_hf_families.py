@@ -138,9 +138,7 @@ def test_deepseek_moe_layer_freq_above_one_is_refused_by_name():
     "cfg, field",
     [
         ({"model_type": "llama4", "text_config": {"interleave_moe_layer_step": 2, "attention_chunk_size": 8192}}, "interleave_moe_layer_step"),
-        ({"model_type": "nemotron_h", "hybrid_override_pattern": "M-M-M*-"}, "hybrid_override_pattern"),
         ({"model_type": "jamba", "attn_layer_period": 8, "expert_layer_period": 2}, "attn_layer_period"),
-        ({"model_type": "qwen3_next", "layer_types": ["linear_attention", "full_attention"]}, "layer_types"),
         ({"model_type": "nemotron-nas", "block_configs": [{"attention": {"no_op": True}}]}, "block_configs"),
     ],
 )

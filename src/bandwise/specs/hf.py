@@ -32,6 +32,7 @@ from __future__ import annotations
 from typing import Any
 
 from bandwise.errors import BandwiseError
+from bandwise.specs.hf_hybrid import HYBRID, from_hybrid_config
 from bandwise.specs.model import MAX_DIMENSION, ModelSpec, brief
 
 QWEN = {"qwen2", "qwen3", "qwen2_moe", "qwen3_moe"}
@@ -69,7 +70,7 @@ FAMILIES: dict[str, dict[str, Any]] = {
     "gpt_oss": {"norms": 2, "qkv": True, "o": True, "window": 2},
     **{k: {"norms": 2} for k in DEEPSEEK},
 }
-SUPPORTED = sorted({*FAMILIES, "gemma3"})
+SUPPORTED = sorted({*FAMILIES, "gemma3", *HYBRID})
 
 CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
     # Keys published configs leave to the class (transformers' configuration_<type>.py defaults).
@@ -83,9 +84,7 @@ REFUSED = {
     # model_type: (the config field, what ModelSpec lacks)
     "llama4": ("interleave_moe_layer_step / attention_chunk_size", "MoE on every n-th layer and chunked attention on 3 of 4 layers"),
     "llama4_text": ("interleave_moe_layer_step / attention_chunk_size", "MoE on every n-th layer and chunked attention on 3 of 4 layers"),
-    "nemotron_h": ("hybrid_override_pattern", "a Mamba-2 / attention / MLP kind per layer"),
     "jamba": ("attn_layer_period / expert_layer_period", "Mamba layers between attention layers and MoE on every other layer"),
-    "qwen3_next": ("layer_types", "linear-attention (Gated DeltaNet) layers beside full attention"),
     "nemotron-nas": ("block_configs", "per-layer widths and layers without attention or MLP"),
     "deci": ("block_configs", "per-layer widths and layers without attention or MLP"),
     "falcon_h1": ("mamba_d_ssm", "a Mamba-2 mixer beside attention in every layer"),
@@ -134,6 +133,8 @@ class _Keys:
 
 def from_hf_config(cfg: dict[str, Any], *, name: str = "hf-model", seq_len: int = 4096) -> ModelSpec:
     kind = cfg.get("model_type")
+    if isinstance(kind, str) and kind in HYBRID:  # layer kinds besides attention (specs/hf_hybrid.py)
+        return from_hybrid_config(cfg, name=name, seq_len=seq_len)
     if isinstance(kind, str) and kind in REFUSED:
         field, what = REFUSED[kind]
         raise BandwiseError(f"config.json ({kind}): {field} describes {what}, which ModelSpec does not describe; not supported")

@@ -226,7 +226,6 @@ def hf_model_name(path: Path) -> str:
 
 def load_model_file(path: Path) -> ModelSpec:
     from bandwise.specs.hf import from_hf_config
-    from bandwise.specs.hf_hybrid import HYBRID, from_hybrid_config
 
     if not path.is_file():
         raise BandwiseError(f"model file {str(path)!r} does not exist; give a preset name or a path to a config.json")
@@ -240,8 +239,6 @@ def load_model_file(path: Path) -> ModelSpec:
         raise BandwiseError(f"{path}: nested too deeply to be a model config; pass a model's config.json") from None
     if not isinstance(data, dict):
         raise BandwiseError(f"{path}: expected a mapping of fields at the top level")
-    if data.get("model_type") in HYBRID:  # hybrids' readers (specs/hf_hybrid.py)
-        return from_hybrid_config(data, name=hf_model_name(path))
     if "model_type" in data or "architectures" in data:
         return from_hf_config(data, name=hf_model_name(path))
     data.setdefault("name", path.stem)
