@@ -32,7 +32,7 @@ from bandwise.errors import BandwiseError, NothingFits
 from bandwise.plan.advice import no_valid_layout
 from bandwise.plan.inputs import global_batch_of
 from bandwise.plan.search import SEARCH_ROWS, Layout, distinct, search
-from bandwise.plan.sweep import Point, parse_vary
+from bandwise.plan.sweep import PlanInputs, Point, parse_vary
 from bandwise.plan.sweep import compare as compare_clusters
 from bandwise.plan.sweep import sweep as sweep_points
 from bandwise.plan.validate import load_runs, run_all
@@ -172,6 +172,17 @@ def compare(
     on_point: Callable[[Point], None] | None = None,
 ) -> CompareResult:
     """Plan one model on each cluster (comma-separated names, or a list of names and `Cluster`s)."""
+    inputs, cl = compare_inputs(model, clusters, devices, engine=engine, seq_len=seq_len, global_batch=global_batch,
+                                global_batch_tokens=global_batch_tokens, precision=precision, threshold=threshold, headroom=headroom,
+                                overlap_tp=overlap_tp, overlap_ep=overlap_ep, attention=attention, eager=eager, jobs=jobs, exhaustive=exhaustive)
+    return CompareResult(inputs=inputs, clusters=cl, points=compare_clusters(inputs, cl, jobs=jobs, on_point=on_point))
+
+
+def compare_inputs(model: str | ModelSpec, clusters: str | list[str | Cluster], devices: int, *, engine: str, seq_len: int | None,
+                   global_batch: int | None, global_batch_tokens: int | None, precision: str, threshold: float, headroom: float,
+                   overlap_tp: bool, overlap_ep: bool, attention: str | None, eager: bool | None, jobs: int,
+                   exhaustive: bool) -> tuple[PlanInputs, list[Cluster]]:
+    """`compare`'s inputs, every one checked before any planning starts (the command draws its bar after)."""
     names = [c.strip() for c in clusters.split(",") if c.strip()] if isinstance(clusters, str) else list(clusters)
     # the clusters share one command's bound on candidates
     per_search = None if exhaustive else SEARCH_ROWS // max(1, len(names))
@@ -187,7 +198,7 @@ def compare(
     cl = [load_cluster(c) for c in names]
     for c in cl:
         c.check_devices(inputs.devices)
-    return CompareResult(inputs=inputs, clusters=cl, points=compare_clusters(inputs, cl, jobs=jobs, on_point=on_point))
+    return inputs, cl
 
 
 def sweep(

@@ -80,6 +80,7 @@ def compare(
     asked = {"engine": engine, "seq_len": seq_len, "global_batch": global_batch, "global_batch_tokens": global_batch_tokens, "precision": precision,
              "threshold": threshold, "headroom": headroom, "overlap_tp": overlap_tp, "overlap_ep": overlap_ep, "attention": attention, "eager": eager,
              "jobs": jobs, "exhaustive": exhaustive}
+    api.planning.compare_inputs(model, clusters, devices, **{k: v for k, v in asked.items()})  # refuse before the bar draws
     held: list[api.CompareResult] = []
 
     def run(done: Callable[[Point], None]) -> list[Point]:
