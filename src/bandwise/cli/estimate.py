@@ -56,7 +56,7 @@ def estimate(
     emit: str | None = EMIT,
 ) -> None:
     out = Output(json_mode=json_out)
-    check_emit(emit, json_out)
+    emit = check_emit(emit, json_out, engine)
     spec = model_spec(model, seq_len)
     clus = get_cluster(cluster)
     strategy = Strategy(

@@ -129,9 +129,9 @@ def plan(
     pick: int | None = typer.Option(None, "--pick", help="With --emit: the layout in row PICK of the table (default: the recommended one)."),
 ) -> None:
     out = Output(json_mode=json_out)
-    check_emit(emit, json_out)
+    emit = check_emit(emit, json_out, engine)
     if pick is not None and emit is None:
-        raise BandwiseError("--pick chooses the layout --emit exports; add --emit torchtitan, megatron or maxtext")
+        raise BandwiseError("--pick chooses the layout --emit exports; add --emit (the --engine's job), or --emit torchtitan, megatron or maxtext")
     spec = model_spec(model, seq_len)
     clus = get_cluster(cluster)
     clus.check_devices(devices)
