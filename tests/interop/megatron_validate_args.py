@@ -126,10 +126,8 @@ def check(root: Path) -> None:
     import warnings
 
     warnings.simplefilter("ignore")  # "Transformer Engine and Apex are not installed", on every import
-    answers = []
-    for job in json.load(sys.stdin):
-        with contextlib.redirect_stderr(open(os.devnull, "w")):  # validate_args prints every argument of every job
-            answers.append(_check_one(job))
+    with open(os.devnull, "w") as quiet, contextlib.redirect_stderr(quiet):  # validate_args prints every argument of every job
+        answers = [_check_one(job) for job in json.load(sys.stdin)]
     json.dump(answers, answer_to)
 
 
