@@ -137,6 +137,9 @@ def judge_torchtitan(text: str, model: ModelSpec, devices: int, s: Strategy) -> 
     ac = {"none": "NoneType", "selective": "SelectiveAC", "full": "FullAC"}[s.recompute]
     got = type(cfg.activation_checkpoint).__qualname__.split(".")[0] if cfg.activation_checkpoint is not None else "NoneType"
     assert got == ac
+    # float8 is a converter the config applies to the model's linear layers (torchtitan/components/quantization/float8.py)
+    assert ("Float8" in repr(cfg.model_spec.model)) == (s.precision == "fp8"), f"TorchTitan's config trains in the other precision than {s.precision}"
+    assert s.zero_stage in (0, 3), f"ZeRO-{s.zero_stage}: TorchTitan shards with FSDP2 or replicates"
     return cfg
 
 
@@ -217,7 +220,7 @@ EXCLUDED = {
     "quant_recipe", "tp_comm_atomic_ag", "tp_comm_atomic_rs", "moe_router_topk_limited_devices", "inference_rng_tracker",
     "use_te_rng_tracker", "log_max_attention_logit", "barrier_with_L1_time", "num_moe_experts", "fp8_param", "fp4_param",
     "gradient_accumulation_fusion", "overlap_p2p_comm", "attention_softmax_in_fp32", "masked_softmax_fusion", "persist_layer_norm",
-    "bias_dropout_fusion", "apply_rope_fusion", "mamba_training_ssm_states_dtype", "gtp_weight_remat_size",
+    "bias_dropout_fusion", "mamba_training_ssm_states_dtype", "gtp_weight_remat_size",
     "expert_gtp_weight_remat_size",
 }
 
@@ -259,6 +262,8 @@ HAND_WRITTEN = {
     "--overlap-param-gather": ("ddp", "overlap_param_gather", True),
     "--data-parallel-sharding-strategy": ("ddp", "data_parallel_sharding_strategy", None),
     "--use-megatron-fsdp": ("ddp", "use_megatron_fsdp", True),  # DistributedInitConfig's generated flag
+    # _add_training_args: store_false into apply_rope_fusion, so Megatron-LM fuses RoPE unless told not to
+    "--no-rope-fusion": ("transformer", "apply_rope_fusion", False),
 }
 
 CKPT_FORMATS = ("torch", "torch_dist", "zarr", "torch_dcp", "fsdp_dtensor")
@@ -341,6 +346,7 @@ def megatron_configs(flags: dict[str, list[str]]) -> tuple[Any, Any]:
         transformer["activation_func"] = F.silu
     if "--bf16" in flags:  # arguments.py: params_dtype = bfloat16; core_transformer_config_from_args: pipeline_dtype = params_dtype
         transformer["params_dtype"] = transformer["pipeline_dtype"] = torch.bfloat16
+    transformer.setdefault("apply_rope_fusion", True)  # Megatron-LM's default (--no-rope-fusion), not the dataclass's False
     if "--group-query-attention" not in flags:
         transformer.pop("num_query_groups", None)
     if "--disable-bias-linear" not in flags:  # validate_args: "Keep the 'add bias' args in sync" (add_qkv_bias = True)
@@ -348,7 +354,12 @@ def megatron_configs(flags: dict[str, list[str]]) -> tuple[Any, Any]:
     cls = m.MLATransformerConfig if mla else m.TransformerConfig
     known = {f.name for f in dataclasses.fields(cls)}
     assert set(transformer) <= known, f"not fields of {cls.__name__}: {set(transformer) - known}"
-    with warnings.catch_warnings():
+    from megatron.core.models.common.embeddings import rope_utils
+
+    # the fused RoPE kernel comes from Transformer Engine, which a GPU job has and this machine lacks;
+    # TransformerConfig asks for it whenever apply_rope_fusion is on
+    fused = rope_utils.fused_apply_rotary_pos_emb or (lambda *a, **k: None)
+    with warnings.catch_warnings(), mock.patch.object(rope_utils, "fused_apply_rotary_pos_emb", fused):
         warnings.simplefilter("ignore")
         return cls(**transformer), m.DistributedDataParallelConfig(**ddp)
 
@@ -426,11 +437,38 @@ def validate_args_rules(flags: dict[str, list[str]], env: dict[str, str | None],
     # validate_args: without a layout, the layers divide over the pipeline
     if pp > 1 and "--pipeline-model-parallel-layout" not in flags:
         assert int(flags["--num-layers"][0]) % pp == 0, "Number of layers should be divisible by the pipeline-model-parallel size"
-    if "--expert-model-parallel-size" in flags:
+    if "--expert-model-parallel-size" in flags and "--num-experts" in flags:
         assert int(flags["--num-experts"][0]) % int(flags["--expert-model-parallel-size"][0]) == 0
     # validate_args: --rotary-base is type=int
     if "--rotary-base" in flags:
         int(flags["--rotary-base"][0])
+    # the rules below were found by running validate_args itself on the exports (megatron_validate_args.py)
+    # validate_args: "No more than one of the following arguments can be set at the same time:
+    # --num-layers-per-virtual-pipeline-stage, --num-virtual-stages-per-pipeline-rank, --pipeline-model-parallel-layout"
+    vpp_flags = ("--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank", "--pipeline-model-parallel-layout")
+    assert sum(f in flags for f in vpp_flags) <= 1, "No more than one of the following arguments can be set at the same time"
+    if "--pipeline-model-parallel-layout" in flags:  # "The length of pipeline_model_parallel_layout must be divisible by ..."
+        assert len(flags["--pipeline-model-parallel-layout"][0].split("|")) % pp == 0
+    vpp = int(flags.get("--num-virtual-stages-per-pipeline-rank", ["1"])[0])
+    if vpp > 1 or len(flags.get("--pipeline-model-parallel-layout", [""])[0].split("|")) > pp:
+        # "When interleaved schedule is used, pipeline-model-parallel size should be greater than 1"
+        # (> 2 under --no-overlap-p2p-communication; Megatron-LM overlaps the p2p by default)
+        assert pp > 2 or (pp > 1 and "--no-overlap-p2p-communication" not in flags), "interleaved schedule: pipeline-model-parallel size"
+    # validate_args: "Multi-Token Prediction (MTP) is not supported with ... position embedding type"
+    if "--mtp-num-layers" in flags:
+        assert flags.get("--position-embedding-type", ["learned_absolute"])[0] in ("rope", "none"), "MTP needs rope or none positions"
+    # validate_args: "Group query attention is mutually exclusive with multi latent attention."
+    if "--multi-latent-attention" in flags:
+        assert "--group-query-attention" not in flags, "Group query attention is mutually exclusive with multi latent attention."
+    # argument_utils.core_transformer_config_from_args: 'Common attention only support rope_type="rope"'
+    if "--rope-type" in flags and "--multi-latent-attention" not in flags:
+        assert flags["--rope-type"] == ["rope"], 'Common attention only support rope_type="rope"'
+    # validate_args: "Unsupported compute capability for GroupedGEMM kernels." (capability < 8)
+    if "--moe-grouped-gemm" in flags:
+        assert arch_major is None or arch_major >= 8, "Unsupported compute capability for GroupedGEMM kernels."
+    # validate_args: "num_experts must be non None to use expert model parallelism"
+    if int(flags.get("--expert-model-parallel-size", ["1"])[0]) > 1:
+        assert "--num-experts" in flags, "num_experts must be non None to use expert model parallelism"
 
 
 def judge_megatron_text(text: str, model: ModelSpec, cluster: Cluster, devices: int, arch: Architecture | None) -> dict[str, list[str]]:
@@ -470,7 +508,9 @@ def judge_megatron(text: str, model: ModelSpec, cluster: Cluster, devices: int, 
             cfg.expert_model_parallel_size) == (s.tp, s.pp, s.cp, s.ep)
     assert cfg.num_layers == model.layers and cfg.hidden_size == model.hidden and cfg.num_attention_heads == model.heads
     assert cfg.sequence_parallel == (s.tp > 1)
+    assert flags["--micro-batch-size"] == [str(s.micro_batch)] and flags["--global-batch-size"] == [str(s.effective_global_batch)]
     if s.pp > 1:
+        assert s.schedule in ("1F1B", "Interleaved1F1B"), f"{s.schedule}: Megatron-LM runs 1F1B and its interleaved form"
         layout = cfg.pipeline_model_parallel_layout
         vpp = cfg.virtual_pipeline_model_parallel_size if layout is None else len(layout.layout[0])
         assert (vpp or 1) == s.virtual_stages
@@ -554,8 +594,12 @@ def judge_maxtext(cfg: dict, answer: dict, model: ModelSpec, devices: int, s: St
     assert got["max_target_length"] == model.seq_len
     assert got["shard_optimizer_over_data"] == (s.zero_stage == 1 and s.dp_shard == 1)
     if s.pp > 1:
+        assert s.schedule in ("GPipe", "LoopedBFS"), f"{s.schedule}: MaxText's pipeline is GPipe, looped over repeats"
         assert got["num_pipeline_microbatches"] == s.microbatches
         assert got["num_pipeline_repeats"] == s.virtual_stages
+    assert (got["remat_policy"] == "full") == (s.recompute == "full")  # MaxText's 'full' recomputes every layer
+    assert s.recompute != "none", "MaxText has no policy that recomputes nothing ('minimal' recomputes the element-wise ops)"
+    assert (got["quantization"] == "fp8") == (s.precision == "fp8")
     assert got["num_decoder_layers"] == model.layers and got["emb_dim"] == model.hidden
     assert (got["num_query_heads"], got["num_kv_heads"], got["vocab_size"]) == (model.heads, model.n_kv_heads, model.vocab)
     if model.is_moe:

@@ -104,15 +104,20 @@ PLANS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def user_cluster(tmp_path_factory) -> str:
+def write_user_cluster(folder: Path) -> str:
+    """USER_CLUSTER's file, written in `folder`; its path."""
     data = yaml.safe_load(cluster_file_text(get_cluster("h100")))
     data["name"] = "lab-h100"
     data["device"]["name"] = "lab-h100-sxm"
     data["levels"][1]["bandwidth_bytes_per_s"] /= 2
-    path = tmp_path_factory.mktemp("cluster") / "lab-h100.yaml"
+    path = folder / "lab-h100.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return str(path)
+
+
+@pytest.fixture(scope="module")
+def user_cluster(tmp_path_factory) -> str:
+    return write_user_cluster(tmp_path_factory.mktemp("cluster"))
 
 
 @dataclasses.dataclass
@@ -124,7 +129,7 @@ class Planned:
     exports: dict[str, Export | BandwiseError]
 
 
-def _plan(p: Plan, user_cluster: str) -> Planned:
+def _plan(p: Plan, user_cluster: str, engines: tuple[str, ...] = ENGINES) -> Planned:
     """As `bandwise plan --model M --cluster C --devices N [--global-batch B] [--fix ...] [--pick K] --emit E`."""
     model, cluster = get_model(p.model), get_cluster(user_cluster if p.cluster == USER_CLUSTER else p.cluster)
     gb = global_batch_of(model, p.global_batch, None, p.devices)
@@ -135,7 +140,7 @@ def _plan(p: Plan, user_cluster: str) -> Planned:
     else:
         chosen = distinct(result.top)[0][p.pick - 1]  # row N of the table, near-duplicates collapsed
     exports: dict[str, Export | BandwiseError] = {}
-    for engine in ENGINES:
+    for engine in engines:
         try:
             exports[engine] = export_searched(engine, model, cluster, p.devices, gb, result, chosen, exact=p.pick is not None,
                                               model_source=p.model, **kw)
@@ -185,6 +190,20 @@ def test_each_export_launches_or_is_refused_by_name(planned, maxtext_answers, ma
         judges.judge_megatron(ex.text, m, c.cluster, n, s, c.arch)
     else:
         judges.judge_maxtext(yaml.safe_load(ex.text), maxtext_answers[pid], m, n, s, c.arch, maxtext)
+
+
+def test_megatron_lm_validate_args_passes_every_megatron_job(planned) -> None:
+    """Megatron-LM's own parse_args, validate_args and config builders, from a checkout
+    (megatron_validate_args.py; MEGATRON_LM names it), pass every Megatron job of the matrix."""
+    import megatron_validate_args as hand
+
+    root = hand.checkout()
+    if root is None:
+        pytest.skip("no Megatron-LM checkout: set MEGATRON_LM to one (git clone https://github.com/NVIDIA/Megatron-LM)")
+    jobs = {k: hand.megatron_job(c.exports["megatron"].text, c.cluster, c.plan.devices)
+            for k, c in planned.items() if isinstance(c.exports["megatron"], Export)}
+    refused = {k: a["error"] for k, a in zip(jobs, hand.validate(root, list(jobs.values()))) if not a["ok"]}
+    assert len(jobs) >= 30 and not refused, refused
 
 
 def test_refusals_are_errors_of_the_right_kind(planned) -> None:

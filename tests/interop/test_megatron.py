@@ -74,3 +74,84 @@ def test_stage_layout_is_one_megatron_accepts(layers: int, pp: int, v: int) -> N
     if layout:
         stages = [len([t for t in stage if t.name == "decoder"]) for row in cfg.pipeline_model_parallel_layout.layout for stage in row]
         assert sum(stages) == layers and max(stages) - min(stages) <= 1 and len(stages) == pp * v
+
+
+HF = __import__("pathlib").Path(__file__).parents[1] / "data" / "hf"
+
+
+@pytest.mark.parametrize("model", ["deepseek-v3", str(HF / "Kimi-K2-Instruct" / "config.json")], ids=["yarn", "rope"])
+def test_mla_fuses_rope_only_with_yarn(model: str) -> None:
+    """Megatron-LM fuses RoPE unless --no-rope-fusion (arguments.py, store_false into
+    apply_rope_fusion), and MLATransformerConfig.__post_init__ refuses the fusion for MLA without
+    YaRN: "apply_rope_fusion for MLA only works with YARN RoPE." The hand check of Megatron-LM at
+    d98e8a6 (megatron_validate_args.py) found the job of a Kimi K2 config.json without rope_scaling
+    refused so; the export turns the fusion off there, and only there."""
+    from bandwise.specs.registry import get_cluster, get_model
+    from bandwise.specs.strategy import Strategy
+
+    m, c = get_model(model), get_cluster("h100")
+    arch = architecture(m, model)
+    s = Strategy(dp_replicate=8, ep=8, zero_stage=1, micro_batch=1, global_batch=64)
+    text = mg.render(m, c, s, 8, arch)[0]
+    argv = mg.arguments(text)
+    yarn = arch.rope.scaling == "yarn"
+    assert ("--no-rope-fusion" in argv) == (not yarn)
+    judges.judge_megatron_text(text, m, c, 8, arch)
+    if not yarn:  # the same job with Megatron-LM's default fusion is refused by Megatron-Core itself
+        with pytest.raises(ValueError, match="apply_rope_fusion for MLA only works with YARN RoPE"):
+            _configs(_parse([a for a in argv if a != "--no-rope-fusion"]))
+
+
+BASE = ["--num-layers", "8", "--hidden-size", "1024", "--num-attention-heads", "16", "--seq-length", "1024",
+        "--max-position-embeddings", "1024", "--vocab-size", "32000", "--position-embedding-type", "rope", "--micro-batch-size", "1",
+        "--global-batch-size", "8", "--bf16"]
+"""A small job every rule passes: 8 layers on 8 GPUs, data parallel."""
+
+BROKEN = {
+    # one rule of validate_args broken each: (flags, compute capability major, Megatron-LM's words)
+    "two virtual-stage flags": (["--pipeline-model-parallel-size", "2", "--num-virtual-stages-per-pipeline-rank", "2",
+                                 "--pipeline-model-parallel-layout", "Ett|tt|tt|ttL"], 9, "No more than one of the following arguments"),
+    "layout stages not a multiple of PP": (["--pipeline-model-parallel-size", "4", "--pipeline-model-parallel-layout", "Etttt|tt|ttL"], 9,
+                                           "The length of pipeline_model_parallel_layout must be divisible"),
+    "interleaved PP2 without p2p overlap": (["--pipeline-model-parallel-size", "2", "--num-virtual-stages-per-pipeline-rank", "2",
+                                             "--no-overlap-p2p-communication"], 9, "pipeline-model-parallel size should be greater than 2"),
+    "MTP with learned positions": (["--mtp-num-layers", "1", "--position-embedding-type", "learned_absolute"], 9,
+                                   "Multi-Token Prediction (MTP) is not supported with learned_absolute"),
+    "MLA with grouped queries": (["--multi-latent-attention", "--group-query-attention", "--num-query-groups", "4"], 9,
+                                 "Group query attention is mutually exclusive with multi latent attention"),
+    "YaRN rope type without MLA": (["--rope-type", "yarn"], 9, 'Common attention only support rope_type="rope"'),
+    "grouped GEMM before Ampere": (["--num-experts", "8", "--moe-grouped-gemm"], 7, "Unsupported compute capability for GroupedGEMM"),
+    "EP without experts": (["--expert-model-parallel-size", "2"], 9, "num_experts must be non None to use expert model parallelism"),
+}
+"""Rules the hand check of Megatron-LM (megatron_validate_args.py) runs on every export, written out
+in judges.validate_args_rules so that a run without a checkout checks them too."""
+
+
+def _argv(extra: list[str]) -> list[str]:
+    flags = _parse(BASE)
+    flags.update(_parse(extra))
+    return [a for f, v in flags.items() for a in (f, *v)]
+
+
+@pytest.mark.parametrize("name", BROKEN)
+def test_validate_args_rules_refuse_what_megatron_lm_refuses(name: str) -> None:
+    """Each rule fails the job that breaks it and passes the same job without the break."""
+    extra, major, _ = BROKEN[name]
+    judges.validate_args_rules(_parse(_argv([])), {}, major, 8)
+    with pytest.raises(AssertionError):
+        judges.validate_args_rules(_parse(_argv(extra)), {}, major, 8)
+
+
+def test_megatron_lm_refuses_the_same_jobs_in_its_own_words() -> None:
+    """With a Megatron-LM checkout (MEGATRON_LM), Megatron-LM itself accepts the base job and refuses
+    each broken one with the message the rule cites: the rules are read right."""
+    import megatron_validate_args as hand
+
+    root = hand.checkout()
+    if root is None:
+        pytest.skip("no Megatron-LM checkout: set MEGATRON_LM to one")
+    jobs = [{"argv": _argv(extra), "devices": 8, "arch_major": major, "env": {}} for extra, major, _ in [([], 9, ""), *BROKEN.values()]]
+    base, *answers = hand.validate(root, jobs)
+    assert base["ok"], base
+    for (name, (_, _, words)), answer in zip(BROKEN.items(), answers):
+        assert not answer["ok"] and words in answer["error"], (name, answer)

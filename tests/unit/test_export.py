@@ -153,6 +153,31 @@ def test_cli_emit_bad_input_is_one_line(extra: list[str], says: str, capsys) -> 
     assert says in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize("engine", ["megatron", "torchtitan", "maxtext", None])
+def test_emit_alone_writes_the_plans_engines_job(engine: str | None, capsys) -> None:
+    """--emit with no engine, last or before another option, is --emit of the engine the plan is
+    priced as (--engine, default megatron): the same job, byte for byte, as naming it."""
+    from bandwise.specs.registry import DEFAULT_ENGINE, get_engine
+
+    args = ["plan", "--model", "llama3-8b", "--cluster", "h100", "--devices", "16", "--global-batch", "64"]
+    args += ["--engine", engine] if engine else []
+    jobs = []
+    for tail in (["--emit"], ["--emit", "--pick", "2"], ["--emit", get_engine(engine or DEFAULT_ENGINE).exports, "--pick", "2"]):
+        with pytest.raises(SystemExit) as exc:
+            main(args + tail + ["--debug"] * (tail[-1] == "--emit"))  # --debug is taken out before --emit is read
+        jobs.append((exc.value.code or 0, *capsys.readouterr()))
+    assert jobs[0][0] == 0 and jobs[0][1].startswith(f"# bandwise plan for {engine or 'megatron'}:"), jobs[0]
+    assert jobs[1] == jobs[2] and jobs[0] != jobs[1]  # row 2: its job, or the same refusal
+
+
+def test_emit_alone_for_an_engine_without_a_job_is_one_line(capsys) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["plan", "--model", "llama3-8b", "--devices", "16", "--engine", "deepspeed", "--emit"])
+    out, err = capsys.readouterr()
+    assert exc.value.code == 2 and not out and len(err.strip().splitlines()) == 1
+    assert "no job for the engine 'deepspeed'" in err and "--emit torchtitan, megatron or maxtext" in err
+
+
 def test_estimate_emits_its_layout() -> None:
     r = runner.invoke(app, ["estimate", "--model", "llama3-70b", "--dp-shard", "8", "--tp", "8", "--global-batch", "64",
                             "--recompute", "full", "--emit", "megatron"])

@@ -53,7 +53,7 @@ def estimate(
     emit: str | None = EMIT,
 ) -> None:
     out = Output(json_mode=json_out)
-    check_emit(emit, json_out)
+    emit = check_emit(emit, json_out, engine)
     strategy = Strategy(
         dp_replicate=dp_replicate, dp_shard=dp_shard, tp=tp, cp=cp, pp=pp, ep=ep, zero_stage=zero, schedule=schedule,
         virtual_stages=virtual_stages, micro_batch=micro_batch, global_batch=global_batch or 0, recompute=recompute,

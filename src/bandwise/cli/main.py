@@ -26,6 +26,7 @@ from bandwise.cli import schedule as schedule_commands
 from bandwise.cli import sweep as sweep_commands
 from bandwise.cli import train as train_commands
 from bandwise.cli import validate as validate_commands
+from bandwise.cli.options import bare_emit
 from bandwise.errors import INSTALL, NothingFits
 from bandwise.heap import keep_freed_memory
 
@@ -85,7 +86,7 @@ def main(argv: list[str] | None = None) -> None:
     keep_freed_memory()  # the planner's temporaries reuse pages instead of faulting them in again (bandwise/heap.py)
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args or os.environ.get("BANDWISE_DEBUG", "") not in ("", "0")
-    args = [a for a in args if a != "--debug"]
+    args = bare_emit([a for a in args if a != "--debug"])
     try:
         rv = app(args=args, prog_name="bandwise", standalone_mode=False)
     except typer.Abort:

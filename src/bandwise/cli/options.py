@@ -27,7 +27,7 @@ from bandwise.errors import BandwiseError
 from bandwise.export import ENGINES
 from bandwise.plan.verdict import THRESHOLD
 from bandwise.specs.hardware import MAX_DEVICES
-from bandwise.specs.registry import DEFAULT_ENGINE
+from bandwise.specs.registry import DEFAULT_ENGINE, get_engine
 
 
 def model_option(default: str) -> Any:
@@ -67,17 +67,39 @@ ENGINE = typer.Option(
     help="The training engine the plan is priced as: a preset (bandwise engines), a version (megatron@2022), or an engine file.",
 )
 JSON_OUT = typer.Option(False, "--json", help="Print one JSON document.")
-EMIT = typer.Option(None, "--emit", help="Print the layout as a job for torchtitan, megatron or maxtext instead of the report.")
+EMIT = typer.Option(
+    None, "--emit",
+    help="Print the layout as a job for torchtitan, megatron or maxtext instead of the report; --emit alone: the --engine's own job.",
+)
+PLAN_ENGINE = ""
+"""--emit's value when it is given alone (`bare_emit`): the job of the engine the plan is priced as."""
 
 
-def check_emit(emit: str | None, json_out: bool) -> None:
-    """--emit names an engine bandwise exports to, and is not combined with --json."""
+def bare_emit(args: list[str]) -> list[str]:
+    """The command line with PLAN_ENGINE after an --emit that names no engine (the last word, or one
+    followed by another option): the parser takes an option's value only when it is written."""
+    out = list(args)
+    for i in reversed(range(len(out))):
+        if out[i] == "--emit" and (i + 1 == len(out) or out[i + 1].startswith("-")):
+            out.insert(i + 1, PLAN_ENGINE)
+    return out
+
+
+def check_emit(emit: str | None, json_out: bool, engine: str = DEFAULT_ENGINE) -> str | None:
+    """The engine --emit writes a job for: the one it names, or the plan's `engine` when it names
+    none; not combined with --json."""
     if emit is None:
-        return
+        return None
+    if emit == PLAN_ENGINE:
+        emit = get_engine(engine).exports
+        if emit is None:
+            raise BandwiseError(f"--emit: bandwise writes no job for the engine {engine!r}; "
+                                f"name the engine to export to: --emit {', '.join(ENGINES[:-1])} or {ENGINES[-1]}")
     if emit not in ENGINES:
         raise BandwiseError(f"--emit {emit!r}: expected one of {', '.join(ENGINES)}{did_you_mean(emit, ENGINES)}")
     if json_out:
         raise BandwiseError("--emit prints a job file and --json a report: choose one")
+    return emit
 
 
 def did_you_mean(word: str, choices: tuple[str, ...]) -> str:

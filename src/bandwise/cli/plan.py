@@ -121,9 +121,9 @@ def plan(
     ctx: typer.Context = typer.Option(None, hidden=True),
 ) -> None:
     out = Output(json_mode=json_out)
-    check_emit(emit, json_out)
+    emit = check_emit(emit, json_out, engine)
     if pick is not None and emit is None:
-        raise BandwiseError("--pick chooses the layout --emit exports; add --emit torchtitan, megatron or maxtext")
+        raise BandwiseError("--pick chooses the layout --emit exports; add --emit (the --engine's job), or --emit torchtitan, megatron or maxtext")
     if pick is not None and not 1 <= pick <= top:
         raise BandwiseError(f"--pick {pick}: the table lists rows 1 to {top}; use one of them (or a larger --top)")
     # a pool deep enough that collapsing near-duplicates still leaves `top` distinct layouts

@@ -99,7 +99,10 @@ def export(engine: str, model: ModelSpec, cluster: Cluster, strategy: Strategy, 
     try:
         adapted = eng.adapt(model, cluster, strategy, devices, arch)
     except BandwiseError as unfit:  # no layout near the plan's is one the engine holds
-        if exact or research is None and not ranked:
+        if exact:
+            why = str(unfit).removeprefix(f"{strategy.describe()}: ")
+            raise BandwiseError(f"--pick: {engine} cannot run {strategy.describe()} as it is: {why}") from None
+        if research is None and not ranked:
             raise
         adapted = Adapted(strategy, [str(unfit)])
         impossible = True

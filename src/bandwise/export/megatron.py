@@ -258,6 +258,10 @@ def _model_args(m: ModelSpec, arch: Architecture) -> list[tuple[str, object]]:
             a += [("use-rope-scaling", None), ("rope-scaling-factor", _num(rope.factor))]
         if m.is_mla:  # Megatron-LM's MLA takes YaRN unless told otherwise
             a.append(("rope-type", rope.scaling or "rope"))
+            if rope.scaling != "yarn":
+                # Megatron-LM fuses RoPE by default (arguments.py, --no-rope-fusion), and
+                # MLATransformerConfig.__post_init__ fuses it for MLA with YaRN only
+                a.append(("no-rope-fusion", None))
             if rope.scaling == "yarn":
                 a += [("rotary-scaling-factor", _num(rope.factor)), ("mscale", _num(rope.mscale)), ("mscale-all-dim", _num(rope.mscale_all_dim))]
     a += [("normalization", arch.norm), ("norm-epsilon", _num(arch.norm_eps))]
