@@ -175,8 +175,9 @@ def assert_torchtitan_model(cfg: Any, model: ModelSpec) -> None:
 def _preset_name(model: ModelSpec) -> str:
     from bandwise.specs.registry import model_presets
 
-    return next((n for n, p in model_presets().items() if dataclasses.replace(p, name="", source="", seq_len=1)
-                 == dataclasses.replace(model, name="", source="", seq_len=1)), "")
+    # the presets count weight matrices only: a config's norms and biases (vector_params) are no part of the identity
+    blank = {"name": "", "source": "", "seq_len": 1, "vector_params": 0}
+    return next((n for n, p in model_presets().items() if dataclasses.replace(p, **blank) == dataclasses.replace(model, **blank)), "")
 
 
 # ---------------------------------------------------------------- Megatron

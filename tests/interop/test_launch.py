@@ -46,7 +46,7 @@ def test_1_torchtitan_pipelined_llama3_turns_cuda_graphs_off() -> None:
     code, out, err = emit("--model", "llama3-8b", "--cluster", "h100", "--devices", "24", "--emit", "torchtitan")
     assert code == 0, err
     cfg = judges.torchtitan_config(out)  # Trainer.Config.__post_init__ runs in the parse
-    assert cfg.parallelism.pipeline_parallel_degree == 3 and cfg.training.disable_cuda_graphs
+    assert cfg.parallelism.pipeline_parallel_degree > 1 and cfg.training.disable_cuda_graphs  # the plan pipelines (PP3 or PP6)
     judges.torchtitan_layout(cfg, get_model("llama3-8b"), 24)
 
 

@@ -20,6 +20,7 @@ from bandwise.specs.registry import (
     engine_presets,
     get_cluster,
     get_engine,
+    get_model,
     load_engine_file,
 )
 
@@ -100,6 +101,48 @@ def test_the_search_lists_only_layouts_the_engine_runs(engine, capsys):
         s = row["strategy"]
         assert s["zero_stage"] in (e.zero_stages or (0, 1, 2))
         assert s["pp"] == 1 or s["schedule"] in (e.schedules or (s["schedule"],))
+
+
+@pytest.mark.parametrize("engine, model, devices, batch", [
+    ("torchtitan", "llama3-70b", 64, 512), ("maxtext", "llama3-70b", 64, 512), ("megatron", "llama3-70b", 64, 512),
+    ("torchtitan", "mixtral-8x7b", 32, 256), ("maxtext", "mixtral-8x7b", 32, 256), ("maxtext", "llama3-8b", 24, 96),
+])
+def test_every_row_priced_as_an_engine_is_one_its_export_runs_as_it_is(engine, model, devices, batch):
+    """The user's path: `plan --engine E` then `--pick N --emit E`. The engine's own exporter
+    (`export.<engine>.adapt`, written from the engine's code) changes nothing of any listed row's
+    layout: the search enumerated only what the engine runs (`specs.engine_rules`)."""
+    import importlib
+
+    from bandwise.plan.search import search
+
+    exporter = importlib.import_module(f"bandwise.export.{engine}")
+    spec, cluster = get_model(model), get_cluster("h100")
+    e = get_engine(engine)
+    result = search(spec, cluster, devices, batch, top=30, params=params_for(e, cluster.device), **e.search_space())
+    assert result.top
+    for layout in result.top:
+        s = layout.strategy
+        assert e.rules.why(s, spec) is None, s.describe()
+        adapted = exporter.adapt(spec, cluster, s, devices)
+        assert adapted.changes == [], (s.describe(), adapted.changes)
+
+
+def test_layout_rules_refuse_what_their_engines_cannot_run():
+    """Each rule against a layout built to break it (and one that keeps it), as one line naming what."""
+    from bandwise.specs.strategy import Strategy
+
+    titan, maxtext = get_engine("torchtitan").rules, get_engine("maxtext").rules
+    spec = get_model("mixtral-8x7b")  # 32 layers, 8 experts
+    assert "across data-parallel replicas" in titan.why(Strategy(dp_replicate=8, ep=8, micro_batch=1, global_batch=64), spec)
+    assert titan.why(Strategy(dp_shard=8, ep=8, micro_batch=1, global_batch=64), spec) is None
+    assert "without sharded data parallelism" in titan.why(Strategy(dp_replicate=4, cp=2, micro_batch=1, global_batch=64), spec)
+    assert "recomputation other than" in maxtext.why(Strategy(dp_shard=8, recompute="none", micro_batch=1, global_batch=64), spec)
+    s = Strategy(dp_shard=4, pp=2, schedule="GPipe", recompute="full", micro_batch=4, global_batch=48)  # 3 micro-batches
+    assert "multiple of the pipeline stages" in maxtext.why(s, spec)
+    assert maxtext.why(s.replace(global_batch=64), spec) is None
+    uneven = Strategy(dp_shard=1, pp=6, schedule="GPipe", recompute="full", micro_batch=1, global_batch=6)
+    assert "unequal whole layers" in maxtext.why(uneven, spec)
+    assert get_engine("megatron").rules.why(uneven, spec) is None
 
 
 def test_every_header_says_which_engine_prices_it(capsys):

@@ -25,6 +25,7 @@ from bandwise.cost.params import DEFAULT_PARAMS, CostParams
 from bandwise.cost.results import Estimate, StepResult
 from bandwise.cost.step import ROWS_AT_ONCE, capacity_bytes, evaluate
 from bandwise.errors import BandwiseError
+from bandwise.specs.engine_rules import LayoutRules
 from bandwise.specs.hardware import Cluster
 from bandwise.specs.model import ModelSpec
 from bandwise.specs.schedules import PAIRED
@@ -260,8 +261,9 @@ def candidate_chunks(
             )
 
 
-def _with_overlap(c: Layouts, overlap: dict[str, bool]) -> Layouts:
+def _with_overlap(c: Layouts, overlap: dict[str, bool], rules: LayoutRules | None = None) -> Layouts:
     n = len(c)
+    paired = rules is None or rules.paired_hides_ep
     return replace(
         c,
         overlap_dp=np.full(n, overlap.get("dp", True)),
@@ -269,7 +271,7 @@ def _with_overlap(c: Layouts, overlap: dict[str, bool]) -> Layouts:
         overlap_tp=np.full(n, overlap.get("tp", False)),
         # a schedule that pairs micro-batches (DualPipe(V)) exists to hide the expert all-to-all behind
         # another micro-batch's compute (DeepSeek-V3 report, Sec. 3.2.1); others get it only when asked
-        overlap_ep=np.isin(c.schedule, [SCHEDULES.index(name) for name in PAIRED]) | overlap.get("ep", False),
+        overlap_ep=(np.isin(c.schedule, [SCHEDULES.index(name) for name in PAIRED]) & paired) | overlap.get("ep", False),
     )
 
 
@@ -320,17 +322,19 @@ class _Scan:
 def _scan(
     scan: _Scan, chunks: Iterator[Layouts], model: ModelSpec, cluster: Cluster, devices: int, cap: float,
     overlap: dict[str, bool], order: tuple[str, ...], params: CostParams, progress: Callable[[int], None] | None,
-    skip: Callable[[Layouts], np.ndarray] | None = None,
+    skip: Callable[[Layouts], np.ndarray] | None = None, rules: LayoutRules | None = None,
 ) -> None:
     for chunk in chunks:
         ok = valid_mask(chunk, devices, model)
+        if rules is not None:
+            ok &= rules.mask(chunk, model)
         if skip is not None:
             ok &= ~skip(chunk)
         scan.searched += int(ok.sum())
         if progress:
             progress(len(chunk.tp))
         if ok.any():
-            c = _with_overlap(chunk.take(np.flatnonzero(ok)), overlap)
+            c = _with_overlap(chunk.take(np.flatnonzero(ok)), overlap, rules)
             for start in range(0, len(c), ROWS_AT_ONCE):  # in the cost model's own blocks: nothing to join
                 block = c.take(slice(start, start + ROWS_AT_ONCE))
                 scan.add(block, evaluate(model, cluster, block, order, params, capacity=cap), cap)
@@ -354,6 +358,7 @@ def search(
     degrees: np.ndarray | None = None,
     schedules: tuple[str, ...] = SCHEDULES,
     zero_stages: tuple[int, ...] = (0, 1, 2),
+    rules: LayoutRules | None = None,
 ) -> SearchResult:
     """Rank every valid, fitting Strategy by tokens/s per device; keep the best with and without PP.
 
@@ -364,7 +369,8 @@ def search(
     result's `extra["narrowed"]` says so and gives the counts; `benchmarks/search_budget.py`
     measures how often the two passes find the exhaustive search's best layout. `degrees`: search
     only these (dp_replicate, dp_shard, tp, cp, pp, ep, zero_stage) rows, in full. `schedules` and
-    `zero_stages` (of replicated data parallelism; FSDP is dp_shard) are those the engine can run.
+    `zero_stages` (of replicated data parallelism; FSDP is dp_shard) are those the engine can run,
+    `rules` what else it can run (`specs.engine_rules`): rows it refuses are not searched.
     """
     cluster.check_devices(devices)
     cluster = cluster.placed(devices)
@@ -386,7 +392,8 @@ def search(
     rows = space_rows(model, devices, global_batch, degrees=degrees, **space)
     level = _coarse_level(model, devices, global_batch, degrees, rows, max_rows, space)
     scan = _Scan(len(degrees), top)
-    run = dict(model=model, cluster=cluster, devices=devices, cap=cap, overlap=overlap, order=order, params=params, progress=progress)
+    run = dict(model=model, cluster=cluster, devices=devices, cap=cap, overlap=overlap, order=order, params=params, progress=progress,
+               rules=rules)
     _scan(scan, candidate_chunks(model, devices, global_batch, degrees=degrees, coarse=level, **space), **run)
     extra: dict[str, Any] = {}
     if level:
@@ -503,13 +510,13 @@ class NetworkSearch:
         self, model: ModelSpec, cluster: Cluster, devices: int, global_batch: int, *, top: int = 10, allow_pp: bool = True,
         fixed: dict[str, Any] | None = None, precisions: tuple[str, ...] = ("bf16",), overlap: dict[str, bool] | None = None,
         params: CostParams = DEFAULT_PARAMS, order: tuple[str, ...] = DIMS, max_rows: int | None = SEARCH_ROWS,
-        schedules: tuple[str, ...] = SCHEDULES, zero_stages: tuple[int, ...] = (0, 1, 2),
+        schedules: tuple[str, ...] = SCHEDULES, zero_stages: tuple[int, ...] = (0, 1, 2), rules: LayoutRules | None = None,
     ) -> None:
         cluster.check_devices(devices)
         for p in precisions:
             cluster.device.peak(p)
         self.model, self.device, self.devices, self.top = model, cluster.device, devices, top
-        self.params, self.order = params, order
+        self.params, self.order, self.rules = params, order, rules
         fixed = dict(fixed or {})
         self.space = dict(fixed=fixed, allow_pp=allow_pp, precisions=precisions, schedules=schedules)
         self.global_batch, self.overlap = global_batch, overlap or {}
@@ -521,8 +528,10 @@ class NetworkSearch:
         chunks = []
         for chunk in candidate_chunks(model, devices, global_batch, degrees=self.degrees, coarse=level, **self.space):
             ok = valid_mask(chunk, devices, model)
+            if rules is not None:
+                ok &= rules.mask(chunk, model)
             if ok.any():
-                chunks.append(_with_overlap(chunk.take(np.flatnonzero(ok)), overlap or {}))
+                chunks.append(_with_overlap(chunk.take(np.flatnonzero(ok)), overlap or {}, rules))
         if not chunks:
             raise BandwiseError(f"no valid layout of {model.name} on {devices} devices with a global batch of {global_batch} sequences")
         self.cols = Layouts.concat(chunks)
@@ -566,7 +575,7 @@ class NetworkSearch:
         placed = cluster.placed(self.devices)
         rows = np.sort(np.concatenate([self._best_degree_rows(placed, idx) for idx in self.subsets]))
         r = search(self.model, cluster, self.devices, self.global_batch, top=self.top, overlap=self.overlap, params=self.params,
-                   order=self.order, max_rows=None, degrees=self.degrees[rows], **self.space)
+                   order=self.order, max_rows=None, degrees=self.degrees[rows], rules=self.rules, **self.space)
         r.searched, r.fitting = self.searched + r.searched, self.fitting + r.fitting
         r.min_memory_gib = min(r.min_memory_gib, self.min_memory / 2**30)
         r.min_memory_gib_without_pp = min(r.min_memory_gib_without_pp, self.min_memory_nopp / 2**30)

@@ -77,9 +77,11 @@ def layout_space(model: ModelSpec, cluster: Cluster, devices: int, global_batch:
     edge: dict[bool, list[tuple[Layouts, np.ndarray, np.ndarray]]] = {False: [], True: []}
     for chunk in candidate_chunks(model, devices, global_batch, degrees=degrees, coarse=level, **space):
         ok = valid_mask(chunk, devices, model)
+        if options.get("rules") is not None:
+            ok &= options["rules"].mask(chunk, model)
         if not ok.any():
             continue
-        c = _with_overlap(chunk.take(np.flatnonzero(ok)), overlap)
+        c = _with_overlap(chunk.take(np.flatnonzero(ok)), overlap, options.get("rules"))
         for start in range(0, len(c), ROWS_AT_ONCE):
             block = c.take(slice(start, start + ROWS_AT_ONCE))
             r = evaluate(model, cluster, block, DIMS, params, capacity=cap)

@@ -141,8 +141,9 @@ def _strategy(case: Case, fields: dict[str, Any]) -> Strategy:
         **{k: f[k] for k in DEGREES}, zero_stage=f["zero_stage"], micro_batch=f["micro_batch"], global_batch=case.global_batch,
         schedule=f["schedule"], virtual_stages=f["virtual_stages"], recompute=f["recompute"], precision=f["precision"],
         overlap_dp=case.overlap.get("dp", True), overlap_fsdp=case.overlap.get("fsdp", True), overlap_tp=case.overlap.get("tp", False),
-        # a schedule that pairs micro-batches hides the expert all-to-all behind another (DeepSeek-V3 report, Sec. 3.2.1)
-        overlap_ep=case.overlap.get("ep", f["schedule"] in PAIRED),
+        # a schedule that pairs micro-batches hides the expert all-to-all behind another (DeepSeek-V3 report,
+        # Sec. 3.2.1), where the engine runs it so (`LayoutRules.paired_hides_ep`)
+        overlap_ep=case.overlap.get("ep", f["schedule"] in PAIRED and get_engine(case.engine).rules.paired_hides_ep),
     )
 
 
@@ -152,7 +153,8 @@ def _complete(case: Case, params: CostParams, res: RunResult) -> tuple[Strategy,
     Where no completion fits by the cost model's memory, the run still ran, so the completion
     that needs the least memory is predicted and the run is flagged.
     """
-    scored = []
+    scored, runnable = [], []
+    rules = get_engine(case.engine).rules
     for fields in _completions(case):
         strategy = _strategy(case, fields)
         try:
@@ -160,6 +162,9 @@ def _complete(case: Case, params: CostParams, res: RunResult) -> tuple[Strategy,
         except BandwiseError:
             continue
         scored.append((strategy, estimate(case.model, case.cluster, strategy, params)))
+        runnable.append(rules.why(strategy, case.model) is None)
+    if any(runnable):  # completions the engine can run; a stated layout it cannot is still the run's
+        scored = [s for s, ok in zip(scored, runnable) if ok]
     if not scored:
         return None
     fitting = [s for s in scored if s[1].fits]
@@ -192,17 +197,10 @@ def predict(case: Case, params: CostParams = DEFAULT_PARAMS) -> RunResult:
                 return res
             res.strategy, res.estimate = found
         else:
-            best, smallest = None, math.inf
-            for sched in case.schedules:
-                fixed = dict(case.fixed)
-                if "schedule" not in fixed:
-                    fixed["schedule"] = sched
-                result = search(case.model, case.cluster, case.devices, case.global_batch, top=1, fixed=fixed,
-                                precisions=(case.fixed["precision"],), overlap=case.overlap, params=params,
-                                **get_engine(case.engine).search_space())
-                smallest = min(smallest, result.min_memory_gib)
-                if result.best and (best is None or result.best.estimate.tokens_per_s_per_device > best.estimate.tokens_per_s_per_device):
-                    best = result.best
+            space = get_engine(case.engine).search_space()
+            best, smallest = _search_completion(case, params, space)
+            if best is None and "rules" in space:  # what the run states breaks the engine's rules: it is still the run's
+                best, smallest = _search_completion(case, params, {k: v for k, v in space.items() if k != "rules"})
             if best is None:
                 res.reason = (f"no layout under the stated constraints fits: the smallest needs {smallest:.1f} GiB per device"
                               if math.isfinite(smallest) else "no valid layout under the stated constraints")
@@ -215,6 +213,21 @@ def predict(case: Case, params: CostParams = DEFAULT_PARAMS) -> RunResult:
     except BandwiseError as exc:
         res.reason = str(exc)
     return res
+
+
+def _search_completion(case: Case, params: CostParams, space: dict[str, Any]) -> tuple[Any, float]:
+    """(the best layout the search completes the stated fields to, or None; the least memory any needs)."""
+    best, smallest = None, math.inf
+    for sched in case.schedules:
+        fixed = dict(case.fixed)
+        if "schedule" not in fixed:
+            fixed["schedule"] = sched
+        result = search(case.model, case.cluster, case.devices, case.global_batch, top=1, fixed=fixed,
+                        precisions=(case.fixed["precision"],), overlap=case.overlap, params=params, **space)
+        smallest = min(smallest, result.min_memory_gib)
+        if result.best and (best is None or result.best.estimate.tokens_per_s_per_device > best.estimate.tokens_per_s_per_device):
+            best = result.best
+    return best, smallest
 
 
 def comparable_memory_gib(est: Estimate, basis: str, params: CostParams) -> float:

@@ -18,8 +18,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from bandwise.errors import BandwiseError
+from bandwise.specs.engine_rules import EP_FROM, LayoutRules
 from bandwise.specs.model import brief
 from bandwise.specs.schedules import SCHEDULES
+from bandwise.specs.strategy import RECOMPUTE
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +54,8 @@ class Engine:
     """The ZeRO stages of its replicated data parallelism (None: 0, 1 and 2); FSDP is dp_shard, apart."""
     stages: str = "even"
     """How it cuts layers into pipeline stages (`STAGES`)."""
+    rules: LayoutRules = LayoutRules()
+    """What else it can and cannot run (`specs.engine_rules`); `equal_stages` follows `stages`."""
     layouts_source: str = ""
     defaults: tuple[Behaviour, ...] = ()
     """What it runs where a job leaves a field unset (`DEFAULT_FIELDS`): `validate` completes a
@@ -61,9 +65,10 @@ class Engine:
         """The engine's value of an unset job field (`DEFAULT_FIELDS`), or None where it has none."""
         return next((d.value for d in self.defaults if d.field == name), None)
 
-    def search_space(self) -> dict[str, tuple]:
+    def search_space(self) -> dict[str, Any]:
         """The search's bounds for layouts this engine can run (`plan.search.search`'s keywords)."""
-        return {k: v for k, v in (("schedules", self.schedules), ("zero_stages", self.zero_stages)) if v is not None}
+        bounds: dict[str, Any] = {k: v for k, v in (("schedules", self.schedules), ("zero_stages", self.zero_stages)) if v is not None}
+        return {**bounds, "rules": self.rules} if self.rules != LayoutRules() else bounds
 
     @property
     def label(self) -> str:
@@ -79,10 +84,13 @@ class Engine:
         fields = {b.field for b in changed}
         defaults = _defaults(entry.get("defaults") or {}, where)
         unset = {d.field for d in defaults}
-        stages = (entry.get("layouts") or {}).get("stages", self.stages)
+        layouts = entry.get("layouts") or {}
+        stages = layouts.get("stages", self.stages)
         if stages not in STAGES:
             raise BandwiseError(f"{where}: layouts.stages {brief(stages)}: one of {', '.join(STAGES)}")
-        return replace(self, version=version, title=entry.get("title", self.title), versions={}, stages=stages,
+        rules = _rules({**{k: getattr(self.rules, k) for k in RULE_KEYS}, **{k: v for k, v in layouts.items() if k in RULE_KEYS}},
+                       stages, where)
+        return replace(self, version=version, title=entry.get("title", self.title), versions={}, stages=stages, rules=rules,
                        behaviours=tuple(b for b in self.behaviours if b.field not in fields) + changed,
                        defaults=tuple(d for d in self.defaults if d.field not in unset) + defaults)
 
@@ -91,10 +99,12 @@ class Engine:
         out: dict[str, Any] = {"name": self.name, "title": self.title}
         if self.exports:
             out["exports"] = self.exports
-        if self.schedules is not None or self.zero_stages is not None or self.stages != "even":
+        default = LayoutRules()
+        rules = {k: (list(v) if isinstance(v, tuple) else v) for k in RULE_KEYS if (v := getattr(self.rules, k)) != getattr(default, k)}
+        if self.schedules is not None or self.zero_stages is not None or self.stages != "even" or rules:
             out["layouts"] = {**({"schedules": list(self.schedules)} if self.schedules is not None else {}),
                               **({"zero_stages": list(self.zero_stages)} if self.zero_stages is not None else {}),
-                              **({"stages": self.stages} if self.stages != "even" else {}), "source": self.layouts_source}
+                              **({"stages": self.stages} if self.stages != "even" else {}), **rules, "source": self.layouts_source}
         out["behaviours"] = {b.field: {"value": list(b.value) if isinstance(b.value, tuple) else b.value, "source": b.source,
                                        **({"devices": list(b.devices)} if b.devices else {})} for b in self.behaviours}
         if self.defaults:
@@ -105,6 +115,8 @@ class Engine:
 
 
 ENGINE_KEYS = ("name", "title", "exports", "layouts", "behaviours", "defaults", "versions")
+RULE_KEYS = ("recompute", "hsdp", "ep_from", "cp_needs_fsdp", "microbatches_of_stages", "paired_hides_ep")
+"""`layouts` keys that are `LayoutRules` fields (their meanings there)."""
 STAGES = ("even", "equal", "layout")
 """How an engine cuts the layers into pipeline stages. `even`: as evenly as they go, earlier stages
 taking the remainder (torch.distributed.pipelining's split, TorchTitan's generate_split_points).
@@ -133,8 +145,9 @@ def engine_from_dict(name: str, raw: Any, where: str) -> Engine:
     if not isinstance(versions, dict) or not all(isinstance(v, dict) for v in versions.values()):
         raise BandwiseError(f"{where}: versions is a mapping of version -> {{title, behaviours}}; got {brief(versions)}")
     layouts = raw.get("layouts") or {}
-    if not isinstance(layouts, dict) or set(layouts) - {"schedules", "zero_stages", "stages", "source"}:
-        raise BandwiseError(f"{where}: layouts has schedules, zero_stages, stages and their source; got {brief(layouts)}")
+    if not isinstance(layouts, dict) or set(layouts) - {"schedules", "zero_stages", "stages", "source", *RULE_KEYS}:
+        raise BandwiseError(f"{where}: layouts has schedules, zero_stages, stages, {', '.join(RULE_KEYS)} and their source; "
+                            f"got {brief(layouts)}")
     stages = layouts.get("stages", "even")
     if stages not in STAGES:
         raise BandwiseError(f"{where}: layouts.stages {brief(stages)}: one of {', '.join(STAGES)}")
@@ -154,7 +167,8 @@ def engine_from_dict(name: str, raw: Any, where: str) -> Engine:
     engine = Engine(name=str(raw.get("name", name)), title=str(raw.get("title", name)), exports=exports,
                     behaviours=_behaviours(raw.get("behaviours") or {}, where), versions={str(k): v for k, v in versions.items()},
                     schedules=tuple(schedules) if schedules is not None else None, zero_stages=tuple(zeros) if zeros is not None else None,
-                    stages=stages, layouts_source=str(layouts.get("source") or "").strip(),
+                    stages=stages, rules=_rules({k: v for k, v in layouts.items() if k in RULE_KEYS}, stages, where),
+                    layouts_source=str(layouts.get("source") or "").strip(),
                     defaults=_defaults(raw.get("defaults") or {}, where))
     for version in engine.versions:
         engine.at(version)  # each version's behaviours are checked when the engine is read
@@ -187,3 +201,19 @@ def _defaults(raw: Any, where: str) -> tuple[Behaviour, ...]:
             want = ", ".join(map(str, values)) if values else f"a positive {kind.__name__}"
             raise BandwiseError(f"{where}: defaults.{d.field}={brief(d.value)}: write {want}")
     return out
+
+
+def _rules(raw: dict[str, Any], stages: str, where: str) -> LayoutRules:
+    """`LayoutRules` from an engine's `layouts` keys, each checked for its type."""
+    recompute = raw.get("recompute")
+    if recompute is not None and (not isinstance(recompute, (list, tuple)) or not recompute or not all(r in RECOMPUTE for r in recompute)):
+        raise BandwiseError(f"{where}: layouts.recompute {brief(recompute)}: a list, each one of {', '.join(RECOMPUTE)}")
+    for key in ("hsdp", "cp_needs_fsdp", "microbatches_of_stages", "paired_hides_ep"):
+        if key in raw and not isinstance(raw[key], bool):
+            raise BandwiseError(f"{where}: layouts.{key} {brief(raw[key])}: true or false")
+    ep_from = raw.get("ep_from", "any")
+    if ep_from not in EP_FROM:
+        raise BandwiseError(f"{where}: layouts.ep_from {brief(ep_from)}: one of {', '.join(EP_FROM)}")
+    return LayoutRules(recompute=tuple(recompute) if recompute is not None else None, hsdp=raw.get("hsdp", True), ep_from=ep_from,
+                       cp_needs_fsdp=raw.get("cp_needs_fsdp", False), microbatches_of_stages=raw.get("microbatches_of_stages", False),
+                       equal_stages=stages == "equal", paired_hides_ep=raw.get("paired_hides_ep", True))
