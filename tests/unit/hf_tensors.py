@@ -17,7 +17,11 @@ def tensors(cfg: dict) -> dict[str, tuple[int, ...]]:
     if kind == "gemma3":
         c = {**c["text_config"], "model_type": "gemma3_text"}
         kind = "gemma3_text"
-    return {"gpt2": _gpt2, "gpt_neox": _neox, "falcon": _falcon, "dbrx": _dbrx}.get(kind, _llama_like)(c)
+    if kind == "llama4":  # the language model; `llama4_vision_tensors` lists the vision side
+        c = {**c["text_config"], "model_type": "llama4_text"}
+        kind = "llama4_text"
+    return {"gpt2": _gpt2, "gpt_neox": _neox, "falcon": _falcon, "dbrx": _dbrx, "llama4_text": _llama4,
+            "jamba": _jamba}.get(kind, _llama_like)(c)
 
 
 def count(cfg: dict) -> int:
@@ -209,3 +213,92 @@ def _feed_forward(p: str, c: dict, kind: str, i: int, h: int, f: int) -> dict:
     if kind == "starcoder2":  # c_fc, c_proj with use_bias
         return _mlp(p, h, f, gated=False, bias=c.get("use_bias", True))
     return _mlp(p, h, f, bias=c.get("mlp_bias", False) if kind in ("llama", "granite") else False)
+
+
+def _llama4(c: dict) -> dict:
+    # modeling_llama4.py (Llama4ForCausalLM): embed_tokens; per layer self_attn q/k/v/o (bias=attention_bias,
+    # no QK-norm weights: Llama4TextL2Norm has none), input_layernorm, post_attention_layernorm, and
+    # feed_forward: on moe_layers (default range(step - 1, L, step)) Llama4TextMoe = experts.gate_up_proj
+    # (E, h, 2f), experts.down_proj (E, f, h), router (E, h), shared_expert gate/up/down of intermediate_size;
+    # elsewhere Llama4TextMLP of intermediate_size_mlp; norm; lm_head (tie_word_embeddings default false).
+    h, L, V = c.get("hidden_size", 5120), c.get("num_hidden_layers", 48), c.get("vocab_size", 202048)
+    H, kv, d = c.get("num_attention_heads", 40), c.get("num_key_value_heads", 8), c.get("head_dim", 128)
+    f, f_mlp = c.get("intermediate_size", 8192), c.get("intermediate_size_mlp", 16384)
+    E, step = c.get("num_local_experts", 16), c.get("interleave_moe_layer_step", 1)
+    moe = c.get("moe_layers")
+    moe = range(step - 1, L, step) if moe is None else moe
+    t = {"embed_tokens": (V, h), "norm": (h,)}
+    if not c.get("tie_word_embeddings", False):
+        t["lm_head"] = (V, h)
+    for i in range(L):
+        p = f"layers.{i}."
+        t |= {p + "q": (H * d, h), p + "k": (kv * d, h), p + "v": (kv * d, h), p + "o": (h, H * d),
+              p + "input_layernorm": (h,), p + "post_attention_layernorm": (h,)}
+        if c.get("attention_bias", False):
+            t |= {p + "q.b": (H * d,), p + "k.b": (kv * d,), p + "v.b": (kv * d,), p + "o.b": (h,)}
+        if i in moe:
+            t |= {p + "experts.gate_up_proj": (E, h, 2 * f), p + "experts.down_proj": (E, f, h), p + "router": (E, h)}
+            t |= _mlp(p + "shared_expert.", h, f)
+        else:
+            t |= _mlp(p + "feed_forward.", h, f_mlp)
+    return t
+
+
+def llama4_vision_tensors(cfg: dict) -> dict[str, tuple[int, ...]]:
+    """The vision side of Llama4ForConditionalGeneration (modeling_llama4.py): Llama4VisionModel's
+    patch embedding (a bias-free linear of channels·patch² -> hidden), class embedding, positional
+    embedding ((image/patch)² + 1 rows), LayerNorms pre and post, its encoder layers (q/k/v/o with
+    biases, fc1/fc2 with biases, two LayerNorms), the pixel-shuffle adapter (fc1 intermediate_size ->
+    projector_input_dim, fc2 projector_output_dim squared, no biases); and the multi-modal projector
+    (vision_output_dim -> the text hidden size, no bias)."""
+    v, h_text = cfg["vision_config"], cfg["text_config"]["hidden_size"]
+    h, f, n = v["hidden_size"], v["intermediate_size"], v["num_hidden_layers"]
+    patches = (v["image_size"] // v["patch_size"]) ** 2 + 1
+    t = {"patch": (h, v["num_channels"] * v["patch_size"] ** 2), "class": (h,), "pos": (patches, h),
+         "pre.w": (h,), "pre.b": (h,), "post.w": (h,), "post.b": (h,),
+         "adapter.fc1": (v["projector_input_dim"], f), "adapter.fc2": (v["projector_output_dim"], v["projector_output_dim"]),
+         "projector": (h_text, v["vision_output_dim"])}
+    for i in range(n):
+        p = f"vision.{i}."
+        for proj in "qkvo":
+            t |= {p + proj: (h, h), p + proj + ".b": (h,)}
+        t |= {p + "fc1": (f, h), p + "fc1.b": (f,), p + "fc2": (h, f), p + "fc2.b": (h,)}
+        t |= {p + ln + x: (h,) for ln in ("ln1.", "ln2.") for x in "wb"}
+    return t
+
+
+def _jamba(c: dict) -> dict:
+    # modeling_jamba.py: embed_tokens; layer i attention (q, k, v, o, no bias) when i % attn_layer_period ==
+    # attn_layer_offset, else JambaMambaMixer: in_proj (2·d_inner, h) (+ bias with mamba_proj_bias), conv1d
+    # (d_inner, 1, d_conv) + bias (mamba_conv_bias), x_proj (R + 2N, d_inner), dt_proj (d_inner, R) + bias,
+    # A_log (d_inner, N), D (d_inner), out_proj (h, d_inner) (+ bias), dt/b/c_layernorm (R, N, N); then
+    # feed_forward: JambaSparseMoeBlock (router (E, h), experts e{k} gate/up/down) when i % expert_layer_period
+    # == expert_layer_offset and E > 1, else JambaMLP; input_layernorm, pre_ff_layernorm; final_layernorm; lm_head.
+    h, L, V = c.get("hidden_size", 4096), c.get("num_hidden_layers", 32), c.get("vocab_size", 65536)
+    H, kv, f = c.get("num_attention_heads", 32), c.get("num_key_value_heads", 8), c.get("intermediate_size", 14336)
+    d = h // H
+    E = c.get("num_experts", 16)
+    inner, N, k = c.get("mamba_expand", 2) * h, c.get("mamba_d_state", 16), c.get("mamba_d_conv", 4)
+    R = c.get("mamba_dt_rank", "auto")
+    R = -(-h // 16) if R == "auto" else R
+    t = {"embed_tokens": (V, h), "final_layernorm": (h,)}
+    if not c.get("tie_word_embeddings", False):
+        t["lm_head"] = (V, h)
+    for i in range(L):
+        p = f"layers.{i}."
+        if i % c.get("attn_layer_period", 8) == c.get("attn_layer_offset", 4):
+            t |= {p + "q": (H * d, h), p + "k": (kv * d, h), p + "v": (kv * d, h), p + "o": (h, H * d)}
+        else:
+            t |= {p + "in_proj": (2 * inner, h), p + "conv1d": (inner, 1, k), p + "x_proj": (R + 2 * N, inner),
+                  p + "dt_proj": (inner, R), p + "dt_proj.b": (inner,), p + "A_log": (inner, N), p + "D": (inner,),
+                  p + "out_proj": (h, inner), p + "dt_norm": (R,), p + "b_norm": (N,), p + "c_norm": (N,)}
+            if c.get("mamba_conv_bias", True):
+                t[p + "conv1d.b"] = (inner,)
+            if c.get("mamba_proj_bias", False):
+                t |= {p + "in_proj.b": (2 * inner,), p + "out_proj.b": (h,)}
+        t |= {p + "input_layernorm": (h,), p + "pre_ff_layernorm": (h,)}
+        if E > 1 and i % c.get("expert_layer_period", 2) == c.get("expert_layer_offset", 1):
+            t |= {p + "mlp.router": (E, h)} | {k2: s for e in range(E) for k2, s in _mlp(f"{p}mlp.e{e}.", h, f).items()}
+        else:
+            t |= _mlp(p + "ffn.", h, f)
+    return t

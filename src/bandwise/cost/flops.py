@@ -68,10 +68,12 @@ def attention_core_flops_per_token(m: ModelSpec, causal: bool = True) -> float:
     at most w keys, w - w(w - 1)/(2s) on average (`specs.model.causal_window_pairs`), and fused
     kernels skip the blocks outside the band as they skip the masked ones (FlashAttention-2's
     `window_size`); the figure is the mean over layers, windowed and full
-    (`ModelSpec.attention_share`).
+    (`ModelSpec.attention_share`). Chunked layers (Llama 4) score a query against the keys of its
+    own chunk (`specs.model.causal_chunk_pairs`); a block-sparse kernel (FlexAttention's block
+    mask, which transformers builds from `create_chunked_causal_mask`) skips the other blocks.
     """
     flops = 2.0 * m.seq_len * m.heads * (m.d_head + m.d_value)
-    if m.windowed_layers or m.attention_layers != m.layers:  # the mean counts layers without attention as none
+    if m.has_local_attention or m.attention_layers != m.layers:  # the mean counts layers without attention as none
         flops *= m.attention_share()
     return flops / 2 if causal else flops
 

@@ -66,8 +66,8 @@ def attention_efficiency(spec: ModelSpec, micro_batch: int, device: torch.device
     from bandwise.cost.flops import attention_core_flops_per_token
 
     seconds = measure_attention_seconds((micro_batch, spec.heads, spec.seq_len), spec.d_head, spec.d_value, device, dtype)
-    # the kernel timed is full causal attention, so its FLOPs are counted without any window
-    full = dataclasses.replace(spec, sliding_window=0, sliding_layers=0)
+    # the kernel timed is full causal attention, so its FLOPs are counted without any window or chunk
+    full = dataclasses.replace(spec, sliding_window=0, sliding_layers=0, attention_chunk=0, chunked_layers=0)
     flops = attention_core_flops_per_token(full, causal=True) * micro_batch * spec.seq_len
     return min(1.0, flops / seconds / peak_flops)
 

@@ -13,11 +13,15 @@ huggingface/transformers d98ac17 and neighbours) or, for remote-code models, the
   mixtral, qwen2_moe, qwen3_moe, olmoe,    routed experts (no shared one except Qwen2-MoE's, which every
   granitemoe, dbrx, gpt_oss                Qwen2-MoE layer has, with a one-output gate)
   deepseek_v2, deepseek_v3, kimi_k2        MLA, routed + shared experts, first_k_dense_replace dense layers
+  llama4 (llama4_text)                     MoE (one shared expert, top-1 routed) on `moe_layers`, dense
+                                           `intermediate_size_mlp` MLPs on the others; chunked attention
+                                           on the RoPE layers (`_llama4`)
 Parameters outside the weight matrices (norms, biases, sinks, gates) land in `vector_params`, so
-`total_params` is the checkpoint's count.
+`total_params` is the checkpoint's count. Hybrids (nemotron_h, qwen3_next, jamba) are read by
+`specs.hf_hybrid`.
 
-A config ModelSpec cannot describe is refused in one line that names the field: per-layer mixers
-(Mamba, linear attention), chunked attention, MoE interleaved with dense layers, per-layer widths.
+A config ModelSpec cannot describe is refused in one line that names the field: per-layer widths,
+a Mamba-2 mixer beside attention in one layer, and the hybrids not read yet.
 
 Sliding-window attention (`window_spec`): the window is `sliding_window` (absent or null: none),
 switched off by `use_sliding_window: false`. Which layers it covers: `layer_types`
@@ -70,7 +74,7 @@ FAMILIES: dict[str, dict[str, Any]] = {
     "gpt_oss": {"norms": 2, "qkv": True, "o": True, "window": 2},
     **{k: {"norms": 2} for k in DEEPSEEK},
 }
-SUPPORTED = sorted({*FAMILIES, "gemma3", *HYBRID})
+SUPPORTED = sorted({*FAMILIES, "gemma3", "llama4", "llama4_text", *HYBRID})
 
 CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
     # Keys published configs leave to the class (transformers' configuration_<type>.py defaults).
@@ -78,13 +82,15 @@ CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
                         "sliding_window": 4096, "sliding_window_pattern": 6},  # configuration_gemma3.py, d98ac17
     "gpt_neox": {"attention_bias": True},  # configuration_gpt_neox.py
     "starcoder2": {"use_bias": True},  # configuration_starcoder2.py
+    # Llama4TextConfig's defaults (configuration_llama4.py, huggingface/transformers 008e574): Scout's shape
+    "llama4_text": {"vocab_size": 202048, "hidden_size": 5120, "intermediate_size": 8192, "intermediate_size_mlp": 16384,
+                    "num_hidden_layers": 48, "num_attention_heads": 40, "num_key_value_heads": 8, "head_dim": 128,
+                    "num_experts_per_tok": 1, "num_local_experts": 16, "interleave_moe_layer_step": 1,
+                    "no_rope_layer_interval": 4, "attention_chunk_size": 8192},
 }
 
 REFUSED = {
     # model_type: (the config field, what ModelSpec lacks)
-    "llama4": ("interleave_moe_layer_step / attention_chunk_size", "MoE on every n-th layer and chunked attention on 3 of 4 layers"),
-    "llama4_text": ("interleave_moe_layer_step / attention_chunk_size", "MoE on every n-th layer and chunked attention on 3 of 4 layers"),
-    "jamba": ("attn_layer_period / expert_layer_period", "Mamba layers between attention layers and MoE on every other layer"),
     "nemotron-nas": ("block_configs", "per-layer widths and layers without attention or MLP"),
     "deci": ("block_configs", "per-layer widths and layers without attention or MLP"),
     "falcon_h1": ("mamba_d_ssm", "a Mamba-2 mixer beside attention in every layer"),
@@ -138,6 +144,13 @@ def from_hf_config(cfg: dict[str, Any], *, name: str = "hf-model", seq_len: int 
     if isinstance(kind, str) and kind in REFUSED:
         field, what = REFUSED[kind]
         raise BandwiseError(f"config.json ({kind}): {field} describes {what}, which ModelSpec does not describe; not supported")
+    if kind == "llama4":  # the multimodal wrapper: its language model (the vision encoder is not priced)
+        text = cfg.get("text_config")
+        if not isinstance(text, dict):
+            raise BandwiseError("config.json (llama4): missing field 'text_config'")
+        return from_hf_config({**text, "model_type": "llama4_text"}, name=name, seq_len=seq_len)
+    if kind == "llama4_text":
+        return _llama4(_Keys(cfg, kind), name, seq_len)
     if kind == "gemma3":  # the multimodal wrapper: its language model (the SigLIP vision tower is not priced)
         text = cfg.get("text_config")
         if not isinstance(text, dict):
@@ -291,6 +304,68 @@ def _dbrx(r: _Keys, name: str, seq_len: int) -> ModelSpec:
         source="Hugging Face config.json (model_type dbrx)",
     )
     return m
+
+
+def _layer_list(r: _Keys, key: str, layers: int) -> list[int] | None:
+    """A config's per-layer list of integers (`moe_layers`, `no_rope_layers`), checked; None if absent."""
+    value = r.cfg.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        raise BandwiseError(f"config.json ({r.kind}): {key}={brief(value)} must be a list of integers")
+    return value
+
+
+def _llama4(r: _Keys, name: str, seq_len: int) -> ModelSpec:
+    """Llama 4's language model (transformers `modeling_llama4.py`, `Llama4TextDecoderLayer`):
+
+    - layer i is MoE when i is in `moe_layers` (default: every `interleave_moe_layer_step`-th,
+      from step - 1): `Llama4TextMoe`, a router h -> E without bias (top-k scores through a
+      sigmoid), E routed experts of `intermediate_size` (gate_up_proj E·h·2f, down_proj E·f·h) and
+      one shared expert of `intermediate_size`; the other layers a SwiGLU MLP of
+      `intermediate_size_mlp`. Scout: 48 MoE layers; Maverick (step 2): 24 MoE and 24 dense;
+    - attention q, k, v, o (bias `attention_bias`); layer i uses RoPE when `no_rope_layers[i]` is
+      truthy (default: all but every `no_rope_layer_interval`-th, counting from 1), and those
+      layers are `chunked_attention` (`layer_types`), the others global; the QK norm of the RoPE
+      layers (`use_qk_norm`) is an L2 norm without weights (`Llama4TextL2Norm`), no parameters;
+    - two RMSNorms a layer and a final one; lm_head untied by default.
+    """
+    layers, h, heads = r.need("num_hidden_layers"), r.need("hidden_size"), r.need("num_attention_heads")
+    step = r.need("interleave_moe_layer_step")
+    moe = _layer_list(r, "moe_layers", layers)
+    moe = set(range(step - 1, layers, step)) if moe is None else set(moe)
+    if not moe <= set(range(layers)):
+        raise BandwiseError(f"config.json (llama4_text): moe_layers={brief(sorted(moe))} must be layer indices below num_hidden_layers={layers}")
+    types = r.cfg.get("layer_types")
+    if types is not None:
+        if not (isinstance(types, list) and len(types) == layers and set(types) <= {"chunked_attention", "full_attention"}):
+            raise BandwiseError(f"config.json (llama4_text): layer_types={brief(types)} must list {layers} entries, "
+                                "each \"chunked_attention\" or \"full_attention\"")
+        chunked = types.count("chunked_attention")
+    else:
+        rope = _layer_list(r, "no_rope_layers", layers)  # 1: the layer uses RoPE (configuration_llama4.py)
+        if rope and len(rope) != layers:
+            raise BandwiseError(f"config.json (llama4_text): no_rope_layers has {len(rope)} entries; num_hidden_layers={layers}")
+        if not rope:  # absent or empty: the class's default
+            interval = r.need("no_rope_layer_interval")
+            rope = [int((i + 1) % interval != 0) for i in range(layers)]
+        chunked = sum(1 for v in rope if v)
+    # an explicit null turns chunking off (the class's default, 8192, stands only where the key is absent)
+    chunk = 0 if "attention_chunk_size" in r.cfg and r.cfg["attention_chunk_size"] is None else r.opt("attention_chunk_size", 0)
+    f = r.need("intermediate_size")
+    spec: dict[str, Any] = {
+        "name": name, "layers": layers, "hidden": h, "ffn": r.need("intermediate_size_mlp"), "heads": heads,
+        "kv_heads": r.opt("num_key_value_heads", heads), "head_dim": r.opt("head_dim", 0), "vocab": r.need("vocab_size"),
+        "seq_len": seq_len, "tied_embeddings": r.flag("tie_word_embeddings"),
+        "attention_chunk": chunk if chunked else 0, "chunked_layers": 0 if not chunk or chunked == layers else chunked,
+        "source": "Hugging Face config.json (model_type llama4)",
+    }
+    if moe:
+        spec.update(experts=r.need("num_local_experts"), top_k=r.need("num_experts_per_tok"), expert_ffn=f,
+                    shared_experts=1, shared_expert_ffn=f, dense_layers=layers - len(moe))
+    probe = ModelSpec(**spec)
+    per_layer = 2 * h + ((heads + 2 * probe.n_kv_heads) * probe.d_head + h if r.flag("attention_bias") else 0)
+    return ModelSpec(**spec, vector_params=layers * per_layer + h)
 
 
 def window_spec(r: _Keys, kind: str, layers: int, rule: Any) -> dict[str, int]:

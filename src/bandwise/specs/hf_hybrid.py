@@ -6,6 +6,11 @@
   qwen3_next   full_attention_interval (or layer_types), linear_num_key_heads, linear_num_value_heads,
                linear_key_head_dim, linear_value_head_dim, linear_conv_kernel_dim, num_experts,
                num_experts_per_tok, moe_intermediate_size, shared_expert_intermediate_size
+  jamba        attn_layer_period, attn_layer_offset (attention on layer i when i % period == offset,
+               Mamba-1 on the others), expert_layer_period, expert_layer_offset (MoE likewise, the
+               others a dense MLP), num_experts, num_experts_per_tok, intermediate_size (experts and
+               dense MLPs alike), mamba_d_state, mamba_d_conv, mamba_expand, mamba_dt_rank,
+               mamba_conv_bias, mamba_proj_bias (`_jamba`)
 """
 
 from __future__ import annotations
@@ -13,10 +18,18 @@ from __future__ import annotations
 from typing import Any
 
 from bandwise.errors import BandwiseError
-from bandwise.specs.kinds import GatedDeltaNet, Mamba2
+from bandwise.specs.kinds import GatedDeltaNet, Mamba1, Mamba2
 from bandwise.specs.model import MAX_DIMENSION, ModelSpec, brief
 
-HYBRID = ("nemotron_h", "qwen3_next")
+HYBRID = ("nemotron_h", "qwen3_next", "jamba")
+
+JAMBA_DEFAULTS: dict[str, Any] = {
+    # JambaConfig's defaults (transformers `configuration_jamba.py`), which published configs repeat
+    "vocab_size": 65536, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
+    "num_key_value_heads": 8, "num_experts_per_tok": 2, "num_experts": 16, "expert_layer_period": 2, "expert_layer_offset": 1,
+    "attn_layer_period": 8, "attn_layer_offset": 4, "mamba_d_state": 16, "mamba_d_conv": 4, "mamba_expand": 2,
+    "mamba_dt_rank": "auto", "mamba_conv_bias": True, "mamba_proj_bias": False,
+}
 
 
 def from_hybrid_config(cfg: dict[str, Any], *, name: str = "hf-model", seq_len: int = 4096) -> ModelSpec:
@@ -30,6 +43,8 @@ def from_hybrid_config(cfg: dict[str, Any], *, name: str = "hf-model", seq_len: 
             raise BandwiseError(f"config.json ({kind}): {key}={brief(value)} must be an integer from 1 to {MAX_DIMENSION:,}")
         return value
 
+    if kind == "jamba":
+        cfg = {**JAMBA_DEFAULTS, **{k: v for k, v in cfg.items() if v is not None}}
     heads = need("num_attention_heads")
     base: dict[str, Any] = {
         "name": name, "hidden": need("hidden_size"), "ffn": need("intermediate_size"), "heads": heads, "vocab": need("vocab_size"),
@@ -60,4 +75,43 @@ def from_hybrid_config(cfg: dict[str, Any], *, name: str = "hf-model", seq_len: 
         return ModelSpec(**base, layers=layers, attention_output_gate=True, linear_attention=mixer, linear_attention_layers=linear,
                          experts=need("num_experts"), top_k=need("num_experts_per_tok"), expert_ffn=need("moe_intermediate_size"),
                          shared_experts=1 if shared else 0, shared_expert_ffn=shared)
+    if kind == "jamba":
+        return _jamba(cfg, need, base)
     raise BandwiseError(f"config.json: model_type={brief(kind)} is not a hybrid bandwise reads; hybrids: {', '.join(HYBRID)}")
+
+
+def _jamba(cfg: dict[str, Any], need: Any, base: dict[str, Any]) -> ModelSpec:
+    """Jamba (transformers `modeling_jamba.py`): layer i is a `JambaAttentionDecoderLayer` when
+    i % attn_layer_period == attn_layer_offset, else a `JambaMambaDecoderLayer` whose
+    `JambaMambaMixer` is a Mamba-1 mixer with RMSNorms over dt, B and C (`specs.kinds.Mamba1`);
+    either way its feed-forward is a `JambaSparseMoeBlock` (router h -> E without bias, E SwiGLU
+    experts of intermediate_size) when i % expert_layer_period == expert_layer_offset, else a SwiGLU
+    MLP of intermediate_size; two RMSNorms a layer (input, pre-feed-forward) and a final one.
+    Attention has no biases and no position encoding."""
+    layers = need("num_hidden_layers")
+
+    def every(period_key: str, offset_key: str) -> int:
+        period, offset = need(period_key), cfg.get(offset_key)
+        if not isinstance(offset, int) or isinstance(offset, bool) or not 0 <= offset < period:
+            raise BandwiseError(f"config.json (jamba): {offset_key}={brief(offset)} must be an integer from 0 to {period_key} - 1 = {period - 1}")
+        return sum(1 for i in range(layers) if i % period == offset)
+
+    attention, moe = every("attn_layer_period", "attn_layer_offset"), every("expert_layer_period", "expert_layer_offset")
+    if cfg.get("sliding_window") is not None:
+        raise BandwiseError(f"config.json (jamba): sliding_window={brief(cfg.get('sliding_window'))} is not supported; "
+                            "the published Jamba configs set it to null")
+    h = base["hidden"]
+    rank = cfg.get("mamba_dt_rank")
+    rank = Mamba1.auto_dt_rank(h) if rank == "auto" else need("mamba_dt_rank")
+    flags = {}
+    for key in ("mamba_conv_bias", "mamba_proj_bias"):
+        if not isinstance(cfg.get(key), bool):
+            raise BandwiseError(f"config.json (jamba): {key}={brief(cfg.get(key))} must be true or false")
+        flags[key] = cfg[key]
+    mixer = Mamba1(inner=need("mamba_expand") * h, state=need("mamba_d_state"), dt_rank=rank, conv_kernel=need("mamba_d_conv"),
+                   conv_bias=flags["mamba_conv_bias"], proj_bias=flags["mamba_proj_bias"], dt_norms=True)
+    experts = need("num_experts")
+    # a block with one expert is a plain JambaMLP (`layers_num_experts`, JambaDecoderLayer)
+    fields = ({"experts": experts, "top_k": need("num_experts_per_tok"), "expert_ffn": base["ffn"], "dense_layers": layers - moe}
+              if experts > 1 and moe else {})
+    return ModelSpec(**base, layers=layers, mamba=mixer, mamba_layers=layers - attention, vector_params=(2 * layers + 1) * h, **fields)

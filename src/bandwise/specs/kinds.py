@@ -1,16 +1,18 @@
-"""Mixer kinds that take attention's place in some layers: a Mamba-2 (SSD) layer and a Gated
-DeltaNet (chunked delta-rule linear attention) layer.
+"""Mixer kinds that take attention's place in some layers: a Mamba-1 (selective scan) layer, a
+Mamba-2 (SSD) layer and a Gated DeltaNet (chunked delta-rule linear attention) layer.
 
-Each kind supplies its shape, its exact parameter count and the forward FLOPs of its sequence
-mixing per token; `cost.mixers` turns them into GEMMs, time and bytes. A ModelSpec holds a kind
-with a count of layers (`ModelSpec.mamba_layers`, `ModelSpec.linear_attention_layers`) and prices
-the model as a mean over its layers, as it prices sliding windows.
+Each kind supplies what `MixerKind` names: its shape, its exact parameter count and the forward
+FLOPs of its sequence mixing per token; `cost.mixers` turns them into GEMMs, time and bytes. A
+ModelSpec holds a kind with a count of layers (`ModelSpec.mamba_layers`,
+`ModelSpec.linear_attention_layers`) and prices the model as a mean over its layers, as it prices
+sliding windows.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, fields
-from typing import Any
+from typing import Any, Protocol
 
 from bandwise.errors import BandwiseError
 
@@ -35,6 +37,131 @@ def _from_mapping(cls: type, data: Any, where: str) -> Any:
     if unknown:
         raise BandwiseError(f"{where}: unknown field(s) {', '.join(unknown)[:200]}; valid fields: {', '.join(sorted(known))}")
     return cls(**data)
+
+
+class MixerKind(Protocol):
+    """What the cost model reads of a mixer kind, whichever it is."""
+
+    @property
+    def in_proj_width(self) -> int:
+        """Output width of the input projection(s) from h (column-parallel under TP)."""
+        ...
+
+    @property
+    def out_width(self) -> int:
+        """Input width of the output projection to h (row-parallel under TP)."""
+        ...
+
+    @property
+    def conv_channels(self) -> int:
+        """Channels through the causal depthwise convolution."""
+        ...
+
+    def params(self, hidden: int) -> int: ...
+
+    def scan_flops_per_token(self, seq_len: int) -> float: ...
+
+    def state_bytes(self) -> int: ...
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class Mamba1:
+    """A Mamba-1 mixer (Gu & Dao 2023, "Mamba", Sec. 3 and Fig. 3; the `Mamba` module of
+    state-spaces/mamba, `mamba_ssm/modules/mamba_simple.py`; transformers' `JambaMambaMixer`).
+
+    One input projection gives x and the gate z (2·d_inner); x passes a depthwise causal
+    convolution; x_proj gives each token's dt (rank R), B and C (N each) from x; dt_proj widens dt
+    back to d_inner; the selective scan mixes the sequence channel by channel; y·silu(z) goes
+    through the output projection. Jamba adds RMSNorms over dt, B and C (`dt_norms`).
+    """
+
+    inner: int
+    """d_inner = expand·d_model (`mamba_expand`·hidden_size in Jamba's config)."""
+    state: int
+    """State size N per channel (`d_state`, `mamba_d_state`)."""
+    dt_rank: int
+    """Rank R of the time-step projection (`dt_rank`, `mamba_dt_rank`; "auto" = ceil(d_model/16))."""
+    conv_kernel: int = 4
+    """Width of the causal depthwise convolution (`d_conv`, `mamba_d_conv`)."""
+    conv_bias: bool = True
+    """conv1d has a bias (`conv_bias`, `mamba_conv_bias`)."""
+    proj_bias: bool = False
+    """in_proj and out_proj have biases (`bias`, `mamba_proj_bias`)."""
+    dt_norms: bool = False
+    """RMSNorms over dt (R), B and C (N each) before the scan (Jamba: `dt_layernorm`, `b_layernorm`,
+    `c_layernorm` in transformers' JambaMambaMixer)."""
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.type == "bool":
+                if not isinstance(value, bool):
+                    raise BandwiseError(f"mamba: {f.name}={value!r:.60} must be true or false")
+            elif not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= _MAX:
+                raise BandwiseError(f"mamba: {f.name}={value!r:.60} must be an integer from 1 to {_MAX:,}")
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "mamba") -> Mamba1:
+        return _from_mapping(cls, data, where)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @staticmethod
+    def auto_dt_rank(hidden: int) -> int:
+        """mamba_ssm's `dt_rank="auto"`: ceil(d_model / 16) (`Mamba.__init__`; Jamba's config alike)."""
+        return math.ceil(hidden / 16)
+
+    @property
+    def conv_channels(self) -> int:
+        """x alone passes the convolution (d_inner)."""
+        return self.inner
+
+    @property
+    def in_proj_width(self) -> int:
+        """in_proj's x and z (2·d_inner)."""
+        return 2 * self.inner
+
+    @property
+    def out_width(self) -> int:
+        return self.inner
+
+    @property
+    def x_proj_width(self) -> int:
+        """x_proj's output: dt (R), B and C (N each)."""
+        return self.dt_rank + 2 * self.state
+
+    def params(self, hidden: int) -> int:
+        """Exact weights of one mixer (`Mamba.__init__` of mamba_simple.py, `JambaMambaMixer.__init__`):
+        in_proj h·2·d_inner (+ 2·d_inner bias), conv1d d_inner·k (+ d_inner bias), x_proj
+        d_inner·(R + 2N) without bias, dt_proj R·d_inner + d_inner bias, A_log d_inner·N, D d_inner,
+        out_proj d_inner·h (+ h bias), and Jamba's three norms R + 2N."""
+        d, n, r = self.inner, self.state, self.dt_rank
+        total = hidden * 2 * d + d * self.conv_kernel + d * (r + 2 * n) + r * d + d + d * n + d + d * hidden
+        total += d if self.conv_bias else 0
+        total += 2 * d + hidden if self.proj_bias else 0
+        return total + (r + 2 * n if self.dt_norms else 0)
+
+    def scan_flops_per_token(self, seq_len: int) -> float:
+        """Forward FLOPs per token of the selective scan: 9·D·N with D = d_inner, whatever the
+        sequence length. The scan is O(B·L·D·N) (Gu & Dao 2023, Sec. 3.3.2); the constant 9 is the
+        authors' count for `selective_scan_fn` (state-spaces/mamba issue #110, A. Gu, 2024-02-01),
+        which runs a work-efficient parallel (associative) scan of 2·L combine steps per channel
+        and state. A sequential recurrence does 7·D·N (exp(Δ·A) 1 multiply, Δ·B·u 2, h = Ā·h + B̄u
+        2, y = C·h 2); the skip D·u and the gate y·silu(z) are O(D) and left out, as a norm is."""
+        return 9.0 * self.inner * self.state
+
+    def scan_bytes_per_token(self) -> float:
+        """HBM bytes per token of the fused selective-scan kernel's forward (mamba_ssm
+        `selective_scan_fwd`): it reads u, Δ and z (bf16, d_inner each) and B and C (bf16, N
+        each) and writes y (bf16, d_inner); the state stays on chip. The kernel runs on the vector
+        units, not the matrix units, so `cost.mixers` streams these bytes for its time."""
+        return 2.0 * (3 * self.inner + 2 * self.state) + 2.0 * self.inner
+
+    def state_bytes(self) -> int:
+        """Recurrent state of one sequence in one layer: d_inner·N fp32 values plus the
+        convolution's last k - 1 inputs in bf16."""
+        return 4 * self.inner * self.state + 2 * (self.conv_kernel - 1) * self.inner
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -85,6 +212,10 @@ class Mamba2:
     def in_proj_width(self) -> int:
         """Output width of the input projection: z, x, B, C, dt (2·d_inner + 2·G·N + H)."""
         return 2 * self.inner + 2 * self.groups * self.state + self.heads
+
+    @property
+    def out_width(self) -> int:
+        return self.inner
 
     def params(self, hidden: int) -> int:
         """Exact weights of one mixer: in_proj h·(2·d_inner + 2GN + H) without bias; conv1d weight
@@ -170,6 +301,10 @@ class GatedDeltaNet:
     def in_proj_width(self) -> int:
         """q, k, v, z, then beta and alpha (in_proj_qkvz + in_proj_ba)."""
         return 2 * self.key_width + 2 * self.value_width + 2 * self.value_heads
+
+    @property
+    def out_width(self) -> int:
+        return self.value_width
 
     def params(self, hidden: int) -> int:
         """Exact weights of one mixer (transformers `Qwen3NextGatedDeltaNet.__init__`): in_proj_qkvz

@@ -1,5 +1,5 @@
 """ModelSpec: the shape of a decoder-only transformer, dense or mixture-of-experts, and of
-hybrids whose layers mix attention with Mamba-2 or linear-attention mixers (`specs.kinds`).
+hybrids whose layers mix attention with Mamba-1, Mamba-2 or linear-attention mixers (`specs.kinds`).
 
 Covers Llama-style dense models (GQA, SwiGLU), GPT-style (MHA, GELU), DeepSeek-style MoE
 (fine-grained routed experts + shared experts, leading dense layers, MLA attention) and
@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from bandwise.errors import BandwiseError
-from bandwise.specs.kinds import GatedDeltaNet, Mamba2
+from bandwise.specs.kinds import GatedDeltaNet, Mamba1, Mamba2
 
 MAX_DIMENSION = 2**31 - 1
 """The largest value any integer field may take: orders of magnitude past every real model (the
@@ -56,6 +56,22 @@ def causal_window_pairs(seq_len: int, window: int) -> int:
     if not w or s <= w:
         return s * (s + 1) // 2
     return s * w - w * (w - 1) // 2
+
+
+def causal_chunk_pairs(seq_len: int, chunk: int) -> int:
+    """(query, key) pairs a chunked-attention layer scores over a sequence of s tokens.
+
+    The sequence is cut into chunks of c tokens and a query attends causally within its own chunk
+    only (Llama 4's local layers: transformers `create_chunked_causal_mask`, key j visible to query
+    i when j <= i and i // c == j // c; Meta's `attention_chunk_size` 8192). Each full chunk scores
+    c(c + 1)/2 pairs, and the last, r = s mod c tokens long, r(r + 1)/2: in all
+    (s // c)·c(c + 1)/2 + r(r + 1)/2, against a window's s·c - c(c - 1)/2. c = 0 means no chunking.
+    """
+    s, c = seq_len, chunk
+    if not c or s <= c:
+        return s * (s + 1) // 2
+    r = s % c
+    return (s // c) * c * (c + 1) // 2 + r * (r + 1) // 2
 
 
 def window_share(seq_len: int, window: int) -> float:
@@ -109,7 +125,11 @@ class ModelSpec:
     shared_expert_ffn: int = 0
     """Intermediate size of one shared expert; 0 means = expert_ffn."""
     dense_layers: int = 0
-    """Leading layers that use the dense MLP instead of MoE (DeepSeek-V3: 3, Kimi K2: 1)."""
+    """Layers that use the dense MLP instead of MoE: DeepSeek-V3's 3 and Kimi K2's 1 leading ones, or
+    Llama 4 Maverick's 24 interleaved with 24 MoE layers (`interleave_moe_layer_step` 2). The cost
+    is a mean over layers, so where the dense layers sit does not change a layer's figures; the
+    pipeline splits layers evenly (`cost.terms.stages`), so stage-by-stage imbalance from dense
+    layers bunched on one stage (the leading ones) is not priced either way."""
     expert_groups: int = 0
     """Group-limited routing (DeepSeek-V2 Sec. 2.2.2, V3 Sec. 3.2.2): experts split into this many
     groups, placed on separate nodes under expert parallelism; 0 = no grouping."""
@@ -138,6 +158,15 @@ class ModelSpec:
     means every layer (Mistral 7B v0.1). An interleave (gpt-oss: every other layer, Hugging Face
     `layer_types`) is priced by its count: the cost is a mean over layers, so which layers are
     windowed does not change it."""
+    # --- chunked attention (attention_chunk == 0 means no layer is chunked) ---
+    attention_chunk: int = 0
+    """Chunk length c of chunked attention: a query attends causally to the keys of its own
+    c-token chunk only (Meta 2025, Llama 4 model card and transformers' `Llama4TextConfig.
+    attention_chunk_size`, 8192; the local layers of Llama 4's interleaved attention)."""
+    chunked_layers: int = 0
+    """How many attention layers are chunked; 0 with a chunk set means every attention layer. Llama 4
+    chunks the layers that use RoPE and leaves every `no_rope_layer_interval`-th (4th) layer, which
+    uses no position encoding, global: 36 of 48. Priced by count, as `sliding_layers`."""
     # --- parameters outside the GEMMs above (0 in the presets, which count weight matrices only) ---
     position_embeddings: int = 0
     """Rows of a learned absolute position-embedding table, each of width h (GPT-2's `wpe`,
@@ -149,8 +178,9 @@ class ModelSpec:
     `total_params` so a checkpoint's count is matched exactly; left out of FLOPs (a norm or a bias
     is O(h) per token, not O(h^2)) and of memory placement (under 0.2% of every model read)."""
     # --- layer kinds besides attention + MLP (all 0 / None: every layer is attention + MLP) ---
-    mamba: Mamba2 | None = None
-    """The Mamba-2 mixer of the `mamba_layers` layers that have one instead of attention."""
+    mamba: Mamba1 | Mamba2 | None = None
+    """The Mamba-1 (Jamba) or Mamba-2 (Nemotron-H) mixer of the `mamba_layers` layers that have one
+    instead of attention."""
     mamba_layers: int = 0
     linear_attention: GatedDeltaNet | None = None
     """The Gated DeltaNet mixer of the `linear_attention_layers` layers that have one instead of attention."""
@@ -175,7 +205,8 @@ class ModelSpec:
             value = getattr(self, f.name)
             if f.name in _KINDS:
                 if value is not None and not isinstance(value, _KINDS[f.name]):
-                    raise BandwiseError(f"model {brief(self.name)}: {f.name}={brief(value)} must be a {_KINDS[f.name].__name__} or none")
+                    kinds = " or ".join(k.__name__ for k in _KINDS[f.name])
+                    raise BandwiseError(f"model {brief(self.name)}: {f.name}={brief(value)} must be a {kinds} or none")
             elif f.type == "int":
                 least = 1 if f.name in positive else 0
                 if not isinstance(value, int) or isinstance(value, bool) or not least <= value <= MAX_DIMENSION:
@@ -217,6 +248,8 @@ class ModelSpec:
             raise BandwiseError(
                 f"model {brief(self.name)}: sliding_layers={self.sliding_layers} is more than layers={self.layers}"
             )
+        if self.chunked_layers and not self.attention_chunk:
+            raise BandwiseError(f"model {brief(self.name)}: chunked_layers={self.chunked_layers} needs attention_chunk > 0")
         for kind, count in (("mamba", "mamba_layers"), ("linear_attention", "linear_attention_layers")):
             if bool(getattr(self, kind)) != bool(getattr(self, count)):
                 raise BandwiseError(f"model {brief(self.name)}: {count}={getattr(self, count)} and {kind} go together; give both or neither")
@@ -233,6 +266,11 @@ class ModelSpec:
         if self.sliding_layers > self.attention_layers:
             raise BandwiseError(
                 f"model {brief(self.name)}: sliding_layers={self.sliding_layers} is more than the {self.attention_layers} attention layers"
+            )
+        if self.attention_chunk and self.windowed_layers + self.chunked_count > self.attention_layers:
+            raise BandwiseError(
+                f"model {brief(self.name)}: {self.windowed_layers} windowed and {self.chunked_count} chunked layers are more than the "
+                f"{self.attention_layers} attention layers; give sliding_layers and chunked_layers so that they add up to at most that"
             )
         if self.is_moe and self.dense_layers >= self.mlp_layers:
             raise BandwiseError(
@@ -396,19 +434,33 @@ class ModelSpec:
         """Layers whose attention is windowed (`sliding_window`, `sliding_layers`)."""
         return (self.sliding_layers or self.attention_layers) if self.sliding_window else 0
 
+    @property
+    def chunked_count(self) -> int:
+        """Layers whose attention is chunked (`attention_chunk`, `chunked_layers`)."""
+        return (self.chunked_layers or self.attention_layers) if self.attention_chunk else 0
+
+    @property
+    def has_local_attention(self) -> bool:
+        """Some attention layer sees fewer keys than its whole prefix (a window or a chunk)."""
+        return bool(self.windowed_layers or self.chunked_count)
+
     def attention_share(self, seq_len: int | None = None) -> float:
         """Attention core work of the mean layer over that of full causal attention, in [0, 1].
 
         A windowed layer computes `window_share(s, w)` of the (query, key) pairs of full causal
-        attention, the other attention layers all of them, layers without attention (mixers, MLP
-        alone) none; the mean weights each by its number of layers. 1.0 exactly when every layer
-        attends and none is windowed, or the sequence is no longer than the window.
+        attention, a chunked one `causal_chunk_pairs(s, c)` over s(s + 1)/2, the other attention
+        layers all of them, layers without attention (mixers, MLP alone) none; the mean weights
+        each by its number of layers. 1.0 exactly when every layer attends and none is windowed or
+        chunked, or the sequence is no longer than the window and the chunk.
         """
-        windowed, attending = self.windowed_layers, self.attention_layers
-        if not windowed:
+        windowed, chunked, attending = self.windowed_layers, self.chunked_count, self.attention_layers
+        if not windowed and not chunked:
             return attending / self.layers
         s = self.seq_len if seq_len is None else seq_len
-        return ((attending - windowed) + windowed * window_share(s, self.sliding_window)) / self.layers
+        local = windowed * window_share(s, self.sliding_window) if windowed else 0.0
+        if chunked:
+            local += chunked * causal_chunk_pairs(s, self.attention_chunk) / causal_window_pairs(s, 0)
+        return ((attending - windowed - chunked) + local) / self.layers
 
     def mixer_flops_per_token(self, seq_len: int | None = None) -> float:
         """Forward+backward FLOPs per token, all layers, of the Mamba-2 and Gated DeltaNet scans
@@ -431,12 +483,13 @@ class ModelSpec:
         MLA uses qk width for scores and v width for values: 6·L·H·T·(d_qk + d_v).
         Sliding-window layers (Longformer, Beltagy et al. 2020; Mistral 7B, Jiang et al. 2023,
         Sec. 2) multiply fewer keys per query, so the term scales by `attention_share`: PaLM's T is
-        the keys a query's products run over, and a windowed layer's run over at most w of them.
+        the keys a query's products run over, and a windowed layer's run over at most w of them (a
+        chunked layer's over those of its chunk, `causal_chunk_pairs`).
         The causal and non-causal conventions keep their factor of 2.
         """
         s = self.seq_len if seq_len is None else seq_len
         flops = 6.0 * self.layers * self.heads * s * (self.d_head + self.d_value)
-        if self.windowed_layers or self.attention_layers != self.layers:
+        if self.has_local_attention or self.attention_layers != self.layers:
             flops *= self.attention_share(s)
         return flops / 2 if causal else flops
 
@@ -474,9 +527,19 @@ class ModelSpec:
         missing = [n for n in ("name", "layers", "hidden", "ffn", "heads", "vocab") if n not in data]
         if missing:
             raise BandwiseError(f"{where}: missing field(s) {', '.join(missing)}")
-        kinds = {k: _KINDS[k].from_dict(data[k], f"{where}: {k}") for k in _KINDS if data.get(k) is not None}
+        kinds = {k: _kind_from_dict(k, data[k], f"{where}: {k}") for k in _KINDS if data.get(k) is not None}
         return cls(**{**data, **kinds})
 
 
-_KINDS: dict[str, type] = {"mamba": Mamba2, "linear_attention": GatedDeltaNet}
-"""ModelSpec fields that hold a mixer kind, and its class."""
+_KINDS: dict[str, tuple[type, ...]] = {"mamba": (Mamba2, Mamba1), "linear_attention": (GatedDeltaNet,)}
+"""ModelSpec fields that hold a mixer kind, and the classes each may hold."""
+
+
+def _kind_from_dict(field: str, data: Any, where: str) -> Any:
+    """A mixer kind from its mapping: `mamba` is a Mamba-1 when it names a `dt_rank` (Mamba-1's
+    time-step projection, which Mamba-2 replaces by one dt per head), else a Mamba-2."""
+    if isinstance(data, _KINDS[field]):
+        return data
+    if field == "mamba" and isinstance(data, dict) and "dt_rank" in data:
+        return Mamba1.from_dict(data, where)
+    return _KINDS[field][0].from_dict(data, where)

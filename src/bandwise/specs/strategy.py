@@ -21,6 +21,7 @@ import numpy as np
 
 from bandwise.errors import BandwiseError
 from bandwise.specs.hardware import MAX_DEVICES
+from bandwise.specs.kinds import Mamba1
 from bandwise.specs.model import ModelSpec, brief, clip
 from bandwise.specs.schedules import (  # noqa: F401 (their home is specs.schedules)
     BY_NAME,
@@ -396,9 +397,18 @@ def _mixer_rules(m: ModelSpec) -> list[Rule]:
     """Megatron-Core's checks on mixer layers (megatron-core 0.16.1): `MambaMixer` splits heads and
     groups over TP ("nheads must be evenly divisble by tp_size", "ngroups must be evenly divisible by
     tp_size") and `MambaContextParallel` heads over TP·CP; `GatedDeltaNet` splits value and key heads
-    over TP and has no context parallelism (its context-parallel module is not imported)."""
+    over TP and has no context parallelism (its context-parallel module is not imported). Mamba-1 has
+no Megatron-Core module; split by channels (`cost.mixers`), it needs tp to divide d_inner, and no
+engine runs it under context parallelism."""
     rules: list[Rule] = []
-    if m.mamba and m.mamba_layers:
+    if isinstance(m.mamba, Mamba1) and m.mamba_layers:
+        inner = m.mamba.inner
+        rules.append((
+            lambda c, w: (c.cp == 1) & (inner % c.tp == 0),
+            lambda s, w: f"tp={s.tp}, cp={s.cp}: {m.name}'s Mamba-1 layers have no context parallelism (use cp=1) and need tp to "
+            f"divide d_inner={inner}",
+        ))
+    elif m.mamba and m.mamba_layers:
         heads, groups = m.mamba.heads, m.mamba.groups
         rules.append((
             lambda c, w: (heads % (c.tp * c.cp) == 0) & (groups % c.tp == 0),

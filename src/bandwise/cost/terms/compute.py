@@ -24,12 +24,12 @@ from bandwise.cost.flops import (
     mlp_gemms,
     moe_layer_gemms,
 )
-from bandwise.cost.mixers import mixer_elementwise_bytes_per_token, mixer_gemms, mixer_kinds
+from bandwise.cost.mixers import mixer_elementwise_bytes_per_token, mixer_gemms, mixer_kinds, scan_streamed_bytes_per_token
 from bandwise.cost.params import CostParams
 from bandwise.cost.terms.shape import Shape
 from bandwise.errors import BandwiseError
 from bandwise.specs.hardware import Device
-from bandwise.specs.kinds import GatedDeltaNet, Mamba2
+from bandwise.specs.kinds import GatedDeltaNet
 from bandwise.specs.model import ModelSpec
 
 CROSS_ENTROPY_BYTES_EAGER = (2 + 4) + 4 + (4 + 4) + (4 + 4) + 4 + (4 + 4) + (4 + 4) + (4 + 2)
@@ -222,10 +222,11 @@ def attention_core(m: ModelSpec, dev: Device, s: Shape, rates: Rates, P: CostPar
     # short sequences leave each query tile's fixed cost less loop to hide behind; under context
     # parallelism each kernel call sees one chunk of seq_len / cp keys (`Device.attention_fill_tokens`)
     keys = m.seq_len / s.cp
-    # (windowed layers loop over at most w keys per query tile, less loop than this; the fill
-    # is left at the whole chunk's, which flatters a small window such as gpt-oss's 128)
+    # (windowed layers loop over at most w keys per query tile, chunked ones over at most their
+    # chunk, less loop than this; the fill is left at the whole chunk's, which flatters a small
+    # window such as gpt-oss's 128, and hardly a chunk of 8192)
     attn_eff = attn_eff * keys / (keys + dev.attention_fill_tokens)
-    # the FLOPs are the windowed mean over layers (`attention_core_flops_per_token`)
+    # the FLOPs are the windowed and chunked mean over layers (`attention_core_flops_per_token`)
     fwd = attention_core_flops_per_token(m, causal=True) * s.tokens / s.tp / (rates.bf16_peak * attn_eff)
     return fwd, P.attention_backward_ratio * fwd
 
@@ -280,8 +281,12 @@ def hybrid_layer_compute(m: ModelSpec, dev: Device, s: Shape, rates: Rates, P: C
     by heads over TP, `cost.mixers`) and its scan (`Mamba2.scan_flops_per_token`,
     `GatedDeltaNet.scan_flops_per_token`) at the chip's fused-attention efficiency, the closest
     measured figure for a fused kernel of chunked matrix products (an assumption: no published
-    per-chip SSD or delta-rule efficiency). Under CP each rank scans its share of the heads over
-    the whole sequence after the all-to-all, the same FLOPs as its share of the sequence."""
+    per-chip SSD or delta-rule efficiency). Mamba-1's selective scan runs on the vector units, not
+    the matrix units: it is timed by the bytes its fused kernel streams (`cost.mixers.
+    scan_streamed_bytes_per_token`), an assumption: at N = 16 its 9·N FLOPs over about 8 bytes per
+    channel, 18 FLOP/byte, sit near an H100's fp32 vector rate over its HBM bandwidth (67 TFLOP/s
+    over 3.35 TB/s, 20; NVIDIA H100 Tensor Core GPU datasheet, SXM). Under CP each rank scans its share of the heads over the whole
+    sequence after the all-to-all, the same FLOPs as its share of the sequence."""
     L = m.layers
     att, dense, moe = m.attention_layers / L, m.n_dense_mlp_layers / L, m.moe_layers / L
     gemms = lambda gs: gemms_time(gs, m, s, rates)  # noqa: E731
@@ -295,11 +300,15 @@ def hybrid_layer_compute(m: ModelSpec, dev: Device, s: Shape, rates: Rates, P: C
     for kind, share in mixer_kinds(m):
         g_in, g_out = mixer_gemms(kind, m.hidden)
         t_in, t_out = gemms(g_in), gemms(g_out)
-        times[type(kind)] = (t_in, t_out)
-        scans = scans + share * kind.scan_flops_per_token(m.seq_len) * s.tokens / s.tp / (rates.bf16_peak * scan_eff)
+        times["linear" if isinstance(kind, GatedDeltaNet) else "mamba"] = (t_in, t_out)
+        streamed = scan_streamed_bytes_per_token(kind)
+        if streamed:
+            scans = scans + share * rates.streamed(streamed * s.tokens / s.tp)
+        else:
+            scans = scans + share * kind.scan_flops_per_token(m.seq_len) * s.tokens / s.tp / (rates.bf16_peak * scan_eff)
         mixer_gemm_time = mixer_gemm_time + share * (t_in + t_out)
         mixer_bytes += share * mixer_elementwise_bytes_per_token(kind)
-    mamba_t, linear_t = times.get(Mamba2, (zero, zero)), times.get(GatedDeltaNet, (zero, zero))
+    mamba_t, linear_t = times.get("mamba", (zero, zero)), times.get("linear", (zero, zero))
     mixers = MixerTimes(mamba_in=mamba_t[0], mamba_out=mamba_t[1], linear_in=linear_t[0], linear_out=linear_t[1])
     casts = np.where(s.fp8, 1.0, 0.0) * (dense * fp8_cast_bytes_per_token(m, False) + moe * fp8_cast_bytes_per_token(m, True))
     elementwise = rates.streamed((hybrid_elementwise_bytes_per_token(m, mixer_bytes, P.eager_elementwise) + casts) * s.tokens / s.tp)

@@ -13,6 +13,7 @@ from bandwise.cost.terms.compute import LayerCompute
 from bandwise.cost.terms.placement import Groups
 from bandwise.cost.terms.shape import Shape
 from bandwise.specs.hardware import Cluster
+from bandwise.specs.kinds import Mamba2
 from bandwise.specs.model import ModelSpec
 
 
@@ -30,7 +31,8 @@ def context_comm(m: ModelSpec, cluster: Cluster, s: Shape, groups: Groups, layer
     # Sliding windows are not applied to the ring: with a window shorter than the sequence a rank
     # needs only the chunks within w tokens before its own, so the full ring overstates the traffic
     # of windowed layers (and their shorter attention hides less of it); kept whole as an
-    # approximation.
+    # approximation. Chunked layers likewise: a rank needs only the chunks of its own attention
+    # chunk, none at all when the attention chunk fits inside its share of the sequence.
     ring = 3.0 * (s.cp - 1) * comm.ring_p2p_time(cluster, kv_chunk, groups.cp, s.cp)
     if m.is_hybrid:
         ring = hybrid_context_comm(m, cluster, s, groups, ring)
@@ -45,7 +47,7 @@ def hybrid_context_comm(m: ModelSpec, cluster: Cluster, s: Shape, groups: Groups
     refuses cp > 1 for it.)"""
     L = m.layers
     mean = ring * (m.attention_layers / L)
-    if m.mamba and m.mamba_layers:
+    if isinstance(m.mamba, Mamba2) and m.mamba_layers:  # Mamba-1 has no CP (`specs.strategy`)
         width = m.mamba.conv_channels + m.mamba.inner
         a2a = comm.all_to_all_time(cluster, s.tokens * width * BF16 / s.tp, groups.cp, s.cp)
         mean = mean + (m.mamba_layers / L) * 2.0 * np.where(s.cp > 1, a2a, 0.0)

@@ -16,6 +16,7 @@ from bandwise.cost.terms.compute import LayerCompute
 from bandwise.cost.terms.placement import Groups
 from bandwise.cost.terms.shape import Shape
 from bandwise.specs.hardware import Cluster
+from bandwise.specs.kinds import Mamba1
 from bandwise.specs.model import ModelSpec
 
 
@@ -99,10 +100,13 @@ def hybrid_tensor_comm(m: ModelSpec, one: np.ndarray, overlappable: np.ndarray, 
               (m.linear_attention_layers / L, mx.linear_in, mx.linear_out)]
     ffns = [(dense, layer.mlp_up, layer.mlp_down), (moe, layer.moe_mlp / 2.0, layer.moe_mlp / 2.0)]
     blocks = [b for b in mixing + ffns if b[0]]
+    # Mamba-1's x_proj is row-parallel: its R + 2N outputs are all-reduced (two collectives) in each
+    # pass (`cost.mixers`), a small collective beside no GEMM of its own, left exposed
+    x_proj = (m.mamba_layers / L) * 2.0 * m.mamba.x_proj_width / m.hidden if isinstance(m.mamba, Mamba1) else 0.0
     per_layer = 2.0 * sum(share for share, _, _ in blocks)
-    pass_exposed = sum(share * (pair(g_in) + pair(g_out)) for share, g_in, g_out in blocks)
+    pass_exposed = sum(share * (pair(g_in) + pair(g_out)) for share, g_in, g_out in blocks) + x_proj * one
     if not P.tp_backward_async:
-        return TensorComm(one=one, overlappable=overlappable, pass_exposed=pass_exposed, per_layer=per_layer)
+        return TensorComm(one=one, overlappable=overlappable, pass_exposed=pass_exposed, per_layer=per_layer + x_proj)
     # as `tensor_comm`, per block: the row-parallel gradient's all-gather waits, the column-parallel
     # GEMM's collectives hide behind its input- and weight-gradient GEMMs
     if P.sequence_parallel and not P.tp_gathered_inputs:
@@ -111,9 +115,9 @@ def hybrid_tensor_comm(m: ModelSpec, one: np.ndarray, overlappable: np.ndarray, 
         half, moved = lambda g_in: one + pair(g_in), 2.0  # noqa: E731
     else:
         half, moved = lambda g_in: np.maximum(0.0, 2.0 * one - g_in), 2.0  # noqa: E731
-    bwd_exposed = sum(share * half(g_in) for share, g_in, _ in blocks)
+    bwd_exposed = sum(share * half(g_in) for share, g_in, _ in blocks) + x_proj * one
     return TensorComm(one=one, overlappable=overlappable, pass_exposed=pass_exposed, bwd_exposed=bwd_exposed,
-                      bwd_total=moved * per_layer / 2.0 * one, per_layer=per_layer)
+                      bwd_total=(moved * per_layer / 2.0 + x_proj) * one, per_layer=per_layer + x_proj)
 
 
 @dataclass(frozen=True, slots=True)
