@@ -263,6 +263,7 @@ HAND_WRITTEN = {
     "--overlap-param-gather": ("ddp", "overlap_param_gather", True),
     "--data-parallel-sharding-strategy": ("ddp", "data_parallel_sharding_strategy", None),
     "--use-megatron-fsdp": ("ddp", "use_megatron_fsdp", True),  # DistributedInitConfig's generated flag
+    "--num-distributed-optimizer-instances": ("ddp", "num_distributed_optimizer_instances", None),
     # _add_training_args: store_false into apply_rope_fusion, so Megatron-LM fuses RoPE unless told not to
     "--no-rope-fusion": ("transformer", "apply_rope_fusion", False),
 }
@@ -523,6 +524,8 @@ def judge_megatron(text: str, model: ModelSpec, cluster: Cluster, devices: int, 
     assert micro.get() == s.microbatches
     assert ddp.use_distributed_optimizer == (s.dp_shard > 1 or s.zero_stage == 1)
     assert ddp.use_megatron_fsdp == (s.dp_shard > 1)
+    # HSDP: Megatron-FSDP shards inside each distributed-optimizer instance and replicates across them
+    assert int(getattr(ddp, "num_distributed_optimizer_instances", 1) or 1) == (s.dp_replicate if s.dp_shard > 1 else 1)
     assert (cfg.recompute_granularity or "none") == s.recompute
     assert (cfg.fp8 is not None) == (s.precision == "fp8")
     if arch is not None:

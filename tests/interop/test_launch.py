@@ -249,3 +249,27 @@ def test_13_a_model_from_a_file_is_not_the_preset_of_its_folders_name(short_llam
                           "--emit", "torchtitan")
     assert code == 0 and "--config llama3_8b" in out
     assert len(judges.torchtitan_config(out).model_spec.model.layers) == 32
+
+
+# HSDP ------------------------------------------------------------------------------------------
+
+def test_an_hsdp_row_is_megatron_fsdp_in_its_hybrid_mode() -> None:
+    """Before: an HSDP row (FSDP inside, replicas across) was flattened into FSDP over every
+    data-parallel rank, another job than the one priced, so `--pick` of it was refused. Megatron-FSDP
+    runs it as --num-distributed-optimizer-instances R (mcore_fsdp_adapter.py: enable_hsdp); the
+    judge builds DistributedDataParallelConfig from the flags and checks the instances against the row
+    (Megatron-LM's own validate_args accepts the job: RESULTS.md)."""
+    import json
+
+    from bandwise.specs.strategy import Strategy
+
+    base = ("--model", "llama3-8b", "--cluster", "h100", "--devices", "16", "--engine", "megatron")
+    code, out, err = emit(*base, "--json", "--top", "10")
+    assert code == 0, err
+    rows = [Strategy.from_dict(r["strategy"]) for r in json.loads(out)["top"]]
+    n, row = next((i + 1, s) for i, s in enumerate(rows) if s.dp_shard > 1 and s.dp_replicate > 1)
+    code, out, err = emit(*base, "--emit", "--pick", str(n))
+    assert code == 0, err
+    _, ddp, flags = judges.judge_megatron(out, get_model("llama3-8b"), get_cluster("h100"), 16, row,
+                                          architecture(get_model("llama3-8b"), "llama3-8b"))
+    assert ddp.use_megatron_fsdp and flags["--num-distributed-optimizer-instances"] == [str(row.dp_replicate)]

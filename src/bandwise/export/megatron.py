@@ -18,7 +18,10 @@ What Megatron-LM's layout can hold:
 - ZeRO-1 as the distributed optimizer (`--use-distributed-optimizer`: optimizer states and fp32
   master weights sharded, gradient buffer whole: docs/source/api-guide/dist_optimizer.md), so
   ZeRO-2's sharded gradients are not expressed; ZeRO-3 as Megatron FSDP (`--use-megatron-fsdp
-  --data-parallel-sharding-strategy optim_grads_params`) over the whole data-parallel group;
+  --data-parallel-sharding-strategy optim_grads_params`) over the data-parallel group, and HSDP as
+  its hybrid mode: `--num-distributed-optimizer-instances R` shards inside each of R groups and
+  replicates across them (megatron/core/distributed/fsdp/mcore_fsdp_adapter.py at d98e8a6:
+  enable_hsdp when the instances exceed 1; `--outer-dp-sharding-strategy` no_shard by default);
 - expert parallelism carved from data · context · tensor ranks with experts not split by TP
   (`--expert-tensor-parallel-size 1`), the all-to-all overlapped with another micro-batch by
   `--overlap-moe-expert-parallel-comm`;
@@ -68,9 +71,6 @@ def adapt(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int, arch: A
         changes.append(f"{s.schedule}: Megatron-LM has no such schedule; {to}"
                        + (f" with {s.virtual_stages} stages per rank" if to == "Interleaved1F1B" else ""))
         s = s.replace(schedule=to, virtual_stages=s.virtual_stages if to == "Interleaved1F1B" else 1)
-    if s.dp_shard > 1 and s.dp_replicate > 1:
-        changes.append(f"HSDP DP{s.dp_replicate}·FSDP{s.dp_shard}: exported as Megatron FSDP over all {s.dp} data-parallel ranks")
-        s = s.replace(dp_shard=s.dp, dp_replicate=1)
     if s.dp_shard == 1 and s.zero_stage == 2:
         changes.append("ZeRO-2: Megatron's distributed optimizer shards optimizer states and master weights but keeps the "
                        "whole gradient buffer (ZeRO-1)")
@@ -184,6 +184,8 @@ def render(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int,
         # and saves only the fsdp_dtensor checkpoint format (validate_args asserts it)
         args += [("use-megatron-fsdp", None), ("data-parallel-sharding-strategy", "optim_grads_params"), ("use-distributed-optimizer", None),
                  ("ckpt-format", "fsdp_dtensor")]
+        if s.dp_replicate > 1:  # HSDP: FSDP inside each of dp_replicate groups, replicas across them
+            args.append(("num-distributed-optimizer-instances", s.dp_replicate))
     elif s.zero_stage == 1:
         args.append(("use-distributed-optimizer", None))
     if s.overlap_dp and s.dp > 1:
