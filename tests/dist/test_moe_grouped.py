@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from _train_harness import spawn
 
 pytestmark = pytest.mark.dist
