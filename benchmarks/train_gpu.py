@@ -136,7 +136,7 @@ def section_models(models, batches_of, args, device, peak) -> list[dict[str, Any
         batch = batches_of[key]
         tokens = batch * spec.seq_len
         for compile_ in ([False] if args.no_compile else [False, True]):
-            cfg = lambda: TrainConfig(steps=args.steps, seq_len=spec.seq_len, lr=1e-3, progress=False, compare=False, compile=compile_, data=DataConfig(num_workers=2))
+            cfg = lambda spec=spec, compile_=compile_: TrainConfig(steps=args.steps, seq_len=spec.seq_len, lr=1e-3, progress=False, compare=False, compile=compile_, data=DataConfig(num_workers=2))
             bare, ours, experts, first = [], [], None, None
             for _ in range(args.compile_rounds if compile_ else args.rounds):
                 data = _batches(spec, cfg(), batch, device)
@@ -201,7 +201,7 @@ def section_torchtitan(args, device, dense_rows) -> dict[str, Any]:
 
         version = getattr(torchtitan, "__version__", "?")
         model = torchtitan_llama(spec, device)
-    except Exception as exc:  # any failure to import or build: report it, keep the other sections
+    except Exception as exc:  # noqa: BLE001 (any failure to import or build: report it, keep the other sections)
         print(f"torchtitan: not run ({type(exc).__name__}: {exc})")
         return {"ran": False, "reason": f"{type(exc).__name__}: {exc}"}
     positions = torch.arange(spec.seq_len, device=device).repeat(batch, 1)
@@ -250,10 +250,10 @@ def section_trace(args, device, trace_dir: Path) -> dict[str, Any]:
     # the planner's figures the doctor sets the trace against (a CPU smoke run borrows the H100's)
     cluster = "h200" if device.type == "cuda" and "H200" in torch.cuda.get_device_name(device) else "h100"
     plan = subprocess.run(bw + ["estimate", "--model", str(model_yaml), "--cluster", cluster, "--micro-batch", str(batch),
-                                "--global-batch", str(batch), "--json"], capture_output=True, text=True)
+                                "--global-batch", str(batch), "--json"], capture_output=True, text=True, check=False)
     (trace_dir / "plan.json").write_text(plan.stdout)
     doctor = subprocess.run(bw + ["doctor", "trace", str(trace) + ".gz", "--strategy", str(trace_dir / "plan.json"),
-                                  "--model", str(model_yaml), "--cluster", cluster], capture_output=True, text=True)
+                                  "--model", str(model_yaml), "--cluster", cluster], capture_output=True, text=True, check=False)
     (trace_dir / "doctor.txt").write_text(doctor.stdout + doctor.stderr)
     print(f"trace: {trace}.gz ({res.experts}); doctor exit {doctor.returncode}, estimate exit {plan.returncode}")
     print(doctor.stdout[-4000:] or doctor.stderr[-2000:])
