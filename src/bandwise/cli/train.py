@@ -212,7 +212,7 @@ def _table(s: dict[str, Any]) -> Table:
     if p.get("peak_flops"):
         t.add_row("  of a peak of", f"{p['peak_flops'] / 1e12:.3g} TFLOP/s")
     if s.get("experts"):
-        t.add_row("experts", s["experts"].removeprefix("experts: "))
+        t.add_row("experts", s["experts"].removeprefix("experts: ").split(" (")[0])  # the header line has the details
     t.add_row("data-wait share", fmt(s["median_data_wait_share"] and 100 * s["median_data_wait_share"], "{:.1f}%"))
     if p.get("predicted_step_s") is not None:
         t.add_row("planner's step, same layout", f"{p['predicted_step_s']:.4f} s")
