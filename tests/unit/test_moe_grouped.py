@@ -179,6 +179,8 @@ def test_moe_layer_compiles_whole():
     spec = get_model("debug-moe")
     torch.manual_seed(0)
     moe = MoE(spec, MoEConfig(balance="aux_free+seq_aux", seq_alpha=0.1))
+    for p in moe.parameters():  # the experts are built empty (the trainer initialises after sharding)
+        torch.nn.init.normal_(p, std=0.1)
     moe.train()
     x = torch.randn(2, 16, spec.hidden, generator=torch.Generator().manual_seed(2))
     y_eager = moe(x)
