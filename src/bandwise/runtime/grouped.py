@@ -6,7 +6,8 @@ replaces E small matmuls, and nothing is copied to the host to slice the rows.
 
 Kernels, chosen once when the model is built (`choose_kernel`) and named in the run's header:
 
-- `grouped_mm`: `torch._grouped_mm` (torch >= 2.9; private, hence looked up by name). On CUDA with
+- `grouped_mm`: `torch._grouped_mm` (private; looked up by name, so a torch without it takes the loop;
+  run here on 2.13's CPU build, whose fp32, bf16 and fp16 it takes). On CUDA with
   bf16 on compute capability 9.x/10.x it is one CUTLASS grouped GEMM, "fast path, no d2h sync
   needed"; otherwise torch runs `_grouped_mm_fallback`, which copies the offsets to the host and
   calls `mm_out` group by group, so on the CPU it computes exactly what the per-expert loop does,

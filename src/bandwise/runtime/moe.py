@@ -361,8 +361,10 @@ def update_router_biases(moes: list[MoE], group=None, *, lr_scale: float = 1.0) 
         dist.all_reduce(loads_LE, group=group)
     mean_L1 = loads_LE.mean(-1, keepdim=True)
     maxvio = ((loads_LE.max(-1, keepdim=True).values - mean_L1) / mean_L1.clamp_min(1e-12)).squeeze(-1)
+    # No `float(mean) > 0` guard (a host copy a layer): loads are counts, so a zero mean means zero
+    # loads, whose sign is 0 and moves nothing. The MaxVio list below is the step's one copy.
     for m, load_E, mean in zip(moes, loads_LE, mean_L1):
-        if m.cfg.aux_free and float(mean) > 0:
+        if m.cfg.aux_free:
             gamma = m.cfg.gamma * lr_scale if m.cfg.gamma_follows_lr else m.cfg.gamma
             m.expert_bias += gamma * torch.sign(mean - load_E)
         m.tokens_per_expert.zero_()
