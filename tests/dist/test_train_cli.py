@@ -41,6 +41,7 @@ def test_one_process_loss_falls_on_default_corpus(tmp_path, capsys):
     assert max(losses[-3:]) < losses[0] - 1.0
     summary = json.loads(out)
     assert summary["steps"] == 12 and summary["val_loss"] < losses[0]
+    assert summary["experts"].startswith("experts: torch._grouped_mm")  # fp32 on CPU: the grouped kernel, named
     rec = json.loads(log.read_text().splitlines()[-2])
     assert {"loss", "tokens_per_s", "mfu", "data_wait_share", "grad_norm", "maxvio", "peak_mem_bytes"} <= set(rec)
     assert rec["maxvio"][0] is None and all(v >= 0 for v in rec["maxvio"][1:])  # layer 0 is dense
@@ -55,13 +56,14 @@ def test_summary_names_the_per_device_rate_and_the_peak(capsys):
 
     summary = {"model": "debug", "layout": "1 device", "strategy": {}, "steps": 3, "first_loss": 5.5, "last_loss": 4.0,
                "val_loss": 4.1, "median_step_s": 0.03, "median_tokens_per_s_per_device": 8000.0, "median_mfu": 0.3,
-               "median_data_wait_share": 0.05,
+               "median_data_wait_share": 0.05, "experts": "experts: per-expert loop (why; what it costs)",
                "planner": {"peak_flops": 1.9e11, "device": "cpu (measured)", "dtype": "float32", "predicted_step_s": 0.03,
                            "ratio": 1.0, "predicted_mfu": 0.3}}
     console = Console(width=100, record=True)
     console.print(_table(summary))
     text = console.export_text()
     assert "tokens/s per device" in text and "0.19 TFLOP/s" in text
+    assert "per-expert loop" in text and "why" not in text  # the kernel, its reasons left to the header
     assert "float32 matmul timed on this cpu" in " ".join(text.split())
 
 
@@ -112,6 +114,8 @@ def test_strategy_file_forms(tmp_path):
         (["--model", "debug", "--dp-shard", "2", "--ep", "2"], "2", "no experts (use ep=1)"),  # model cannot be split so
         (["--model", "debug", "--tp", "2", "--seq-len", "63"], "2", "seq_len=63"),
         (["--model", "debug", "--data", "/nonexistent/tokens.bin"], "1", "'/nonexistent/tokens.bin' does not exist"),
+        (["--model", "debug-moe", "--expert-kernel", "cutlass"], "1", "expert_kernel='cutlass' is unknown; use one of: auto, grouped_mm, loop"),
+        (["--model", "debug-moe", "--dtype", "fp64", "--expert-kernel", "grouped_mm"], "1", "not float64; use --expert-kernel loop or auto"),
     ],
 )
 def test_bad_input_is_one_line(capsys, monkeypatch, args, env_world, needle):

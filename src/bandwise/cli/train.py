@@ -105,6 +105,7 @@ def train(
     grad_clip: float = typer.Option(1.0, "--grad-clip"),
     dtype: str = typer.Option("auto", "--dtype", help="auto (bf16 on CUDA, fp32 on CPU), bf16, fp32 or fp64 (parity checks)."),
     compile_: bool = typer.Option(False, "--compile", help="torch.compile each block."),
+    expert_kernel: str = typer.Option("auto", "--expert-kernel", help="MoE experts: auto (grouped_mm where torch and the dtype allow it), grouped_mm or loop."),
     seed: int = typer.Option(0, "--seed"),
     on_nonfinite: str = typer.Option("stop", "--on-nonfinite", help="stop or skip."),
     log: str = typer.Option("", "--metrics", "--log", help="JSONL metrics file (under torchrun write --metrics: its parser takes --log for its --log-dir)."),
@@ -157,7 +158,7 @@ def train(
 
     cfg = TrainConfig(
         steps=steps, seq_len=seq_len or spec.seq_len, lr=lr, warmup=warmup, grad_clip=grad_clip, dtype=dtype,
-        compile=compile_, seed=seed, on_nonfinite=on_nonfinite, log=log, eval_every=eval_every, check_memory=check_memory,
+        compile=compile_, expert_kernel=expert_kernel, seed=seed, on_nonfinite=on_nonfinite, log=log, eval_every=eval_every, check_memory=check_memory,
         checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every, resume=resume,
         data=DataConfig(path=data, token_dtype=token_dtype, num_workers=num_workers, prefetch_factor=prefetch_factor, pin_memory=pin_memory, persistent_workers=persistent_workers, seed=seed),
         moe=MoEConfig(router=router, balance=balance, gamma=gamma_for_lr(lr) if gamma is None else gamma, gamma_follows_lr=gamma is None, aux_alpha=aux_alpha, seq_alpha=seq_alpha),
@@ -192,6 +193,7 @@ def _summary(model: str, s: Strategy, result: Any) -> dict[str, Any]:
         "median_mfu": med(mfus),
         "median_data_wait_share": med(waits),
         "planner": result.comparison,
+        "experts": getattr(result, "experts", None),
     }
 
 
@@ -209,6 +211,8 @@ def _table(s: dict[str, Any]) -> Table:
     p = s.get("planner") or {}
     if p.get("peak_flops"):
         t.add_row("  of a peak of", f"{p['peak_flops'] / 1e12:.3g} TFLOP/s")
+    if s.get("experts"):
+        t.add_row("experts", s["experts"].removeprefix("experts: ").split(" (")[0])  # the header line has the details
     t.add_row("data-wait share", fmt(s["median_data_wait_share"] and 100 * s["median_data_wait_share"], "{:.1f}%"))
     if p.get("predicted_step_s") is not None:
         t.add_row("planner's step, same layout", f"{p['predicted_step_s']:.4f} s")

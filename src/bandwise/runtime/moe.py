@@ -37,6 +37,7 @@ import torch
 from torch import nn
 
 from bandwise.errors import BandwiseError
+from bandwise.runtime import grouped
 from bandwise.runtime.layers import FeedForward, recomputing
 from bandwise.runtime.ops import recomputed_between, swiglu
 from bandwise.specs.model import ModelSpec
@@ -129,7 +130,13 @@ def cast_matmul(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 
 
 class GroupedExperts(nn.Module):
-    """E SwiGLU experts stored as stacked matrices; holds E/ep of them under expert parallelism."""
+    """E SwiGLU experts stored as stacked matrices; holds E/ep of them under expert parallelism.
+
+    `kernel` runs them: "grouped_mm" (one grouped matmul per projection, the group offsets on the
+    device; `runtime/grouped.py`) or "loop" (a matmul per expert over a host list of counts). It is
+    chosen from the widths and the default dtype when built and again by the trainer from the
+    compute dtype (`set_expert_kernel`); inputs the grouped op cannot take (fp64, or bf16 rows
+    off its 16-byte grid) take the loop whatever was chosen."""
 
     def __init__(self, num_experts: int, dim: int, hidden: int) -> None:
         super().__init__()
@@ -141,19 +148,41 @@ class GroupedExperts(nn.Module):
         self.recompute_core = False
         """Selective recomputation: re-run each expert's gated SwiGLU in backward instead of keeping it
         for the down-projection's weight gradient (`ops.recomputed_between`; Megatron-Core's `moe_act`)."""
+        self.kernel = grouped.choose_kernel(torch.get_default_dtype(), self.widths)
 
-    def forward(self, x_ND: torch.Tensor, counts: list[int], gates_N: torch.Tensor | None = None) -> torch.Tensor:
-        """x_ND rows are grouped by local expert, `counts[e]` rows for expert e; each row's output is
+    @property
+    def widths(self) -> tuple[int, int]:
+        """(D, F): the widths the grouped kernel needs on its 16-byte grid."""
+        return self.w1.shape[1], self.w1.shape[2]
+
+    def forward(self, x_ND: torch.Tensor, counts_E: torch.Tensor | list[int], gates_N: torch.Tensor | None = None) -> torch.Tensor:
+        """x_ND rows are grouped by local expert, `counts_E[e]` rows for expert e; each row's output is
         scaled by its gate in gates_N, applied before the down-projection (`ops._SwiGLU`)."""
         weights = (self.w1, self.w2, self.w3)
         if self.grad_scale != 1.0:
             weights = tuple(_ScaleGrad.apply(w, self.grad_scale) for w in weights)
+        if self.kernel == "grouped_mm":
+            dtype = torch.get_autocast_dtype(x_ND.device.type) if torch.is_autocast_enabled(x_ND.device.type) else x_ND.dtype
+            if grouped.unsupported(dtype, self.widths) is None:
+                return self._grouped(x_ND.to(dtype), counts_E, gates_N, *weights)
         # Experts left out of FSDP (expert parallel, no data-parallel peer) miss its bf16 cast:
         # `cast_matmul` casts them per use and keeps the fp32 weight, not the copy.
         w1, w2, w3 = weights
+        counts = counts_E if isinstance(counts_E, list) else counts_E.tolist()
         gates = torch.split(gates_N, counts) if gates_N is not None else [None] * len(counts)
         outs = [self._expert(x, w1[e], w2[e], w3[e], gates[e]) for e, x in enumerate(torch.split(x_ND, counts))]
         return torch.cat(outs) if outs else x_ND
+
+    def _grouped(self, x_ND, counts_E, gates_N, w1, w2, w3) -> torch.Tensor:
+        """All experts at once: w2(silu(x w1) · (x w3) · gate) with one grouped matmul a projection."""
+        if isinstance(counts_E, list):  # balanced loads of the dry run
+            counts_E = torch.tensor(counts_E, device=x_ND.device)
+        offsets_E = grouped.group_offsets(counts_E)
+        args = (grouped.grouped_linear(x_ND, w1, offsets_E), grouped.grouped_linear(x_ND, w3, offsets_E), gates_N)
+        down = lambda h: grouped.grouped_linear(h, w2, offsets_E)
+        if self.recompute_core:
+            return recomputed_between(swiglu, args, down)
+        return down(swiglu(*args))
 
     def _expert(self, x, w1, w2, w3, gate) -> torch.Tensor:
         """w2(silu(x w1) · (x w3) · gate) for one expert's rows: (n_e, D)."""
@@ -161,6 +190,19 @@ class GroupedExperts(nn.Module):
         if self.recompute_core:
             return recomputed_between(swiglu, args, lambda h: cast_matmul(h, w2))
         return cast_matmul(swiglu(*args), w2)
+
+
+def set_expert_kernel(model: nn.Module, dtype: torch.dtype, kernel: str | None = None) -> str:
+    """Choose (or force) the kernel of every expert module in `model` for compute dtype `dtype`;
+    returns the kernel chosen ("grouped_mm" if any module runs it)."""
+    if kernel is not None and kernel not in grouped.KERNELS:
+        raise BandwiseError(f"expert kernel {kernel!r} is unknown; use one of: {', '.join(grouped.KERNELS)}")
+    chosen = set()
+    for m in model.modules():
+        if isinstance(m, GroupedExperts):
+            m.kernel = kernel or grouped.choose_kernel(dtype, m.widths)
+            chosen.add(m.kernel)
+    return "grouped_mm" if "grouped_mm" in chosen else "loop"
 
 
 class _ScaleGrad(torch.autograd.Function):
@@ -182,7 +224,17 @@ Dispatch = Callable[[torch.Tensor, torch.Tensor, torch.Tensor | list[int], Group
 
 def local_dispatch(x_ND: torch.Tensor, gates_N: torch.Tensor, counts_E: torch.Tensor | list[int], experts: GroupedExperts) -> torch.Tensor:
     """All experts are on this rank: run them in place. Expert parallelism swaps this out."""
-    return experts(x_ND, counts_E if isinstance(counts_E, list) else counts_E.tolist(), gates_N)
+    return experts(x_ND, counts_E, gates_N)
+
+
+def expert_counts(idx_TK: torch.Tensor, num_experts: int) -> torch.Tensor:
+    """Token-expert pairs per expert (int64, on the device). Not `torch.bincount`: its output size
+    depends on the largest id, which its CUDA kernel copies to the host with the smallest
+    (`_bincount_cuda_template`, pytorch/pytorch aten/src/ATen/native/cuda/SummaryOps.cu at 006048e),
+    and which `torch.compile` cannot trace without a graph break; scattered into a fixed E the
+    count needs neither."""
+    idx_N = idx_TK.flatten()
+    return torch.zeros(num_experts, dtype=torch.int64, device=idx_N.device).scatter_add_(0, idx_N, torch.ones_like(idx_N))
 
 
 def balanced_counts(pairs: int, experts: int) -> list[int]:
@@ -260,7 +312,7 @@ class MoE(nn.Module):
         if self.assume_balanced:
             counts_E = balanced_counts(idx_TK.numel(), self.num_experts)
         else:
-            counts_E = torch.bincount(idx_TK.flatten(), minlength=self.num_experts)
+            counts_E = expert_counts(idx_TK, self.num_experts)
         if self.training and torch.is_grad_enabled() and not recomputing() and not self.assume_balanced:
             with torch.no_grad():
                 self.tokens_per_expert += counts_E.to(self.tokens_per_expert.dtype)
@@ -309,8 +361,10 @@ def update_router_biases(moes: list[MoE], group=None, *, lr_scale: float = 1.0) 
         dist.all_reduce(loads_LE, group=group)
     mean_L1 = loads_LE.mean(-1, keepdim=True)
     maxvio = ((loads_LE.max(-1, keepdim=True).values - mean_L1) / mean_L1.clamp_min(1e-12)).squeeze(-1)
+    # No `float(mean) > 0` guard (a host copy a layer): loads are counts, so a zero mean means zero
+    # loads, whose sign is 0 and moves nothing. The MaxVio list below is the step's one copy.
     for m, load_E, mean in zip(moes, loads_LE, mean_L1):
-        if m.cfg.aux_free and float(mean) > 0:
+        if m.cfg.aux_free:
             gamma = m.cfg.gamma * lr_scale if m.cfg.gamma_follows_lr else m.cfg.gamma
             m.expert_bias += gamma * torch.sign(mean - load_E)
         m.tokens_per_expert.zero_()

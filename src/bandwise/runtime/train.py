@@ -32,6 +32,9 @@ from bandwise.doctor.monitor import Monitor
 from bandwise.errors import BandwiseError
 from bandwise.runtime import checkpoint as ckpt
 from bandwise.runtime.data import DataConfig, make_splits, train_loader, val_batches
+from bandwise.runtime.grouped import KERNELS as EXPERT_KERNELS
+from bandwise.runtime.grouped import describe as describe_kernel
+from bandwise.runtime.grouped import unsupported as kernel_unsupported
 from bandwise.runtime.metrics import (
     JsonlLog,
     grad_norm_and_clip,
@@ -39,7 +42,13 @@ from bandwise.runtime.metrics import (
     peak_memory_bytes,
 )
 from bandwise.runtime.model import ModelConfig, Transformer
-from bandwise.runtime.moe import MoE, MoEConfig, update_router_biases
+from bandwise.runtime.moe import (
+    GroupedExperts,
+    MoE,
+    MoEConfig,
+    set_expert_kernel,
+    update_router_biases,
+)
 from bandwise.runtime.ops import cross_entropy
 from bandwise.runtime.parallel.apply import Parallel, parallelize
 from bandwise.runtime.parallel.expert import expert_parameters
@@ -74,6 +83,9 @@ class TrainConfig:
     bf16 on CUDA, fp32 on CPU (CPU bf16 matmuls without AMX run several times slower than fp32)."""
     compile: bool = False
     """torch.compile each block (slow first step; not used in tests)."""
+    expert_kernel: str = "auto"
+    """How MoE experts run (`runtime/grouped.py`): grouped_mm, loop, or auto (grouped_mm where
+    torch and the compute dtype allow it, else the loop). The run's header names the choice."""
     seed: int = 0
     on_nonfinite: str = "stop"
     """stop: raise naming the step; skip: drop that step's update and go on."""
@@ -101,6 +113,8 @@ class TrainConfig:
             raise BandwiseError(f"steps={self.steps} must be >= 1")
         if self.dtype not in (*DTYPES, "auto"):
             raise BandwiseError(f"dtype={self.dtype!r} is unknown; use one of: auto, {', '.join(DTYPES)}")
+        if self.expert_kernel not in ("auto", *EXPERT_KERNELS):
+            raise BandwiseError(f"expert_kernel={self.expert_kernel!r} is unknown; use one of: auto, {', '.join(EXPERT_KERNELS)}")
         if self.on_nonfinite not in ("stop", "skip"):
             raise BandwiseError(f"on_nonfinite={self.on_nonfinite!r} must be 'stop' or 'skip'")
         if not (self.lr > 0 and 0 <= self.min_lr_ratio <= 1 and self.warmup >= 0 and self.grad_clip >= 0):
@@ -141,17 +155,20 @@ class RunResult:
     records: list[dict[str, Any]]
     """The per-step records written to the JSONL log (this rank's view)."""
     comparison: dict[str, Any] | None
+    experts: str | None = None
+    """Which kernel ran the MoE experts, as the header said (None: no MoE layer)."""
 
 
 def build_parallel_model(
     spec: ModelSpec, strategy: Strategy, meshes: Meshes | None, device: torch.device, *,
     dtype: torch.dtype, seed: int, moe: MoEConfig, compile: bool = False, materialize: bool = True,
+    expert_kernel: str = "auto",
 ) -> Parallel:
     """Build on `meta`, parallelise, then allocate and initialise only this rank's shards.
 
     The values equal those of the whole model built in one process with the same seed, whatever
     the layout (`runtime/init.py`). `materialize=False` leaves the parts on `meta` (the dry run
-    moves them itself, under fake tensors).
+    moves them itself, under fake tensors). The experts' kernel is chosen here, once, for `dtype`.
     """
     storage = torch.float64 if dtype == torch.float64 else torch.float32  # weights in fp32 under bf16 compute
     previous = torch.get_default_dtype()
@@ -161,6 +178,11 @@ def build_parallel_model(
             model = Transformer(spec, ModelConfig(moe=moe, seed=seed))
     finally:
         torch.set_default_dtype(previous)
+    if expert_kernel == "grouped_mm" and spec.is_moe:
+        why = kernel_unsupported(dtype, (spec.hidden, spec.expert_ffn))
+        if why:
+            raise BandwiseError(f"--expert-kernel grouped_mm cannot run here: {why}; use --expert-kernel loop or auto")
+    set_expert_kernel(model, dtype, None if expert_kernel == "auto" else expert_kernel)
     par = parallelize(model, strategy, meshes, param_dtype=dtype, compile=compile)
     if materialize:
         for part in par.parts:
@@ -237,8 +259,12 @@ def _run(spec, strategy, cfg, splits, device, rank, world, on_step, out) -> RunR
     dtype = compute_dtype(cfg, device)
     meshes: Meshes | None = build_meshes(strategy, device.type) if world > 1 else None
     torch.manual_seed(cfg.seed)
-    par = build_parallel_model(spec, strategy, meshes, device, dtype=dtype, seed=cfg.seed, moe=cfg.moe, compile=cfg.compile)
+    par = build_parallel_model(spec, strategy, meshes, device, dtype=dtype, seed=cfg.seed, moe=cfg.moe, compile=cfg.compile, expert_kernel=cfg.expert_kernel)
     parts = par.parts
+    experts = next((m for p in parts for m in p.modules() if isinstance(m, GroupedExperts)), None)
+    experts_line = describe_kernel(experts.kernel, device, dtype, experts.widths) if experts is not None else None
+    if experts_line and rank == 0 and out is not None:
+        out.print(experts_line)
     moes = [m for p in parts for m in p.modules() if isinstance(m, MoE)]
     fused = device.type == "cuda" and meshes is None
     optimizers = [
@@ -378,7 +404,7 @@ def _run(spec, strategy, cfg, splits, device, rank, world, on_step, out) -> RunR
         from bandwise.runtime.compare import compare_with_plan
 
         comparison = compare_with_plan(spec, strategy, device, world, dtype, median, peak)
-    return RunResult(losses=losses, val_loss=val_loss, median_step_s=median, records=history, comparison=comparison)
+    return RunResult(losses=losses, val_loss=val_loss, median_step_s=median, records=history, comparison=comparison, experts=experts_line)
 
 
 def _router_update(moes, dp_group, meshes, strategy, spec, finite: bool, device, lr_scale: float = 1.0) -> list[float | None]:

@@ -4,10 +4,12 @@ Sec. 3.2; the dispatch/combine of DeepSpeed-MoE and torchtitan).
 
 Per MoE layer and micro-batch:
 1. every rank counts its token→expert pairs per expert and exchanges the counts (one small
-   all-to-all), so each rank knows how many rows it sends to and receives from every peer;
+   all-to-all), so each rank knows how many rows it sends to and receives from every peer; the
+   split sizes are copied to the host once, because `all_to_all_single` takes them as Python
+   ints (the layer's only host sync; the backward reuses them);
 2. dispatch: rows, already sorted by global expert id, go to the rank owning the expert;
-3. received rows arrive grouped by source rank; they are regrouped by local expert, run,
-   and put back in arrival order;
+3. received rows arrive grouped by source rank; they are regrouped by local expert (a stable
+   sort on the device), run, and put back in arrival order;
 4. combine: the reverse all-to-all returns each row to the rank and position it came from.
 
 The autograd function below makes both all-to-alls differentiable (the backward of an
@@ -52,36 +54,32 @@ class AllToAllDispatch:
         self.group, self.ep, self.local = group, ep, num_experts // ep
 
     def __call__(self, x_ND: torch.Tensor, gates_N: torch.Tensor, counts_E: torch.Tensor | list[int], experts: GroupedExperts) -> torch.Tensor:
-        if isinstance(counts_E, list):  # balanced loads (the dry run): every peer sends what this rank sends
-            recv = [counts_E[p * self.local : (p + 1) * self.local] for p in range(self.ep)]
-            in_splits = out_splits = [sum(row) for row in recv]
+        if isinstance(counts_E, list):  # balanced loads (the dry run, fake tensors): every peer sends what this rank sends
+            in_splits = out_splits = [sum(counts_E[p * self.local : (p + 1) * self.local]) for p in range(self.ep)]
+            per_expert: torch.Tensor | list[int] = [sum(counts_E[e :: self.local]) for e in range(self.local)]
+            recv_PL = torch.tensor(counts_E, dtype=torch.int64, device=x_ND.device).view(self.ep, self.local)
         else:
             send_PL = counts_E.to(torch.int64).view(self.ep, self.local)  # rows for peer p, its local expert l
             recv_PL = torch.empty_like(send_PL)
             dist.all_to_all_single(recv_PL, send_PL, group=self.group)  # (source peer, local expert)
-            in_splits = send_PL.sum(1).tolist()
-            out_splits = recv_PL.sum(1).tolist()
-            recv = recv_PL.tolist()
+            # the one host copy of the layer: all_to_all_single takes its split sizes as Python ints
+            in_splits, out_splits = torch.stack([send_PL.sum(1), recv_PL.sum(1)]).tolist()
+            per_expert = recv_PL.sum(0)
         x_recv = _AllToAll.apply(x_ND, out_splits, in_splits, self.group)
         g_recv = _AllToAll.apply(gates_N[:, None], out_splits, in_splits, self.group)[:, 0]  # 4 bytes a row beside 2·D
 
-        # Regroup the received rows, ordered (source, expert), into (expert, source) order.
-        starts, offset = [], 0
-        for row in recv:
-            starts.append([])
-            for n in row:
-                starts[-1].append(offset)
-                offset += n
-        perm = [i for e in range(self.local) for p in range(self.ep) for i in range(starts[p][e], starts[p][e] + recv[p][e])]
-        perm_t = torch.tensor(perm, dtype=torch.int64, device=x_ND.device)
-        per_expert = [sum(recv[p][e] for p in range(self.ep)) for e in range(self.local)]
-        y_sorted = experts(x_recv[perm_t], per_expert, g_recv[perm_t])
-        # Back to arrival order by gathering with the inverse permutation: indexing keeps only the
-        # indices for its backward, where `index_copy`'s autograd formula keeps its whole source
-        # (torch's derivatives.yaml: `expand_as(source)`), one expert output a routed token a layer
-        back = torch.empty_like(perm_t)
-        back[perm_t] = torch.arange(len(perm), device=x_ND.device)
-        return _AllToAll.apply(y_sorted[back], in_splits, out_splits, self.group)
+        # Received rows arrive in (source, expert) blocks; the experts want them in (expert, source)
+        # order. A stable sort by local expert id does that on the device; its inverse puts the
+        # outputs back in arrival order. Gathering with the inverse keeps only the indices for
+        # backward, where `index_copy`'s autograd formula keeps its whole source (torch's
+        # derivatives.yaml: `expand_as(source)`), one expert output a routed token a layer.
+        expert_R = torch.arange(self.local, device=x_ND.device).repeat(self.ep)
+        expert_R = torch.repeat_interleave(expert_R, recv_PL.flatten(), output_size=sum(out_splits))
+        perm_R = torch.argsort(expert_R, stable=True)
+        back_R = torch.empty_like(perm_R)
+        back_R[perm_R] = torch.arange(perm_R.numel(), device=x_ND.device)
+        y_sorted = experts(x_recv[perm_R], per_expert, g_recv[perm_R])
+        return _AllToAll.apply(y_sorted[back_R], in_splits, out_splits, self.group)
 
 
 def apply_expert_parallel(model: nn.Module, group, ep_rank: int, ep: int) -> None:

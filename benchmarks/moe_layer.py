@@ -1,0 +1,112 @@
+"""One MoE layer's forward + backward: the grouped expert kernel against the per-expert loop, and
+against a dense SwiGLU layer of the same active FLOPs.
+
+The layer is bandwise's `MoE` (router, sort, experts, combine, one shared expert) at E experts,
+top-K, expert width F, on T tokens of width D; the dense layer is a `FeedForward` of width
+K·F + shared width, which does the same matmul FLOPs per token (DeepSeekMoE's fine-grained
+accounting: Dai et al. 2024, Sec. 3). Rounds alternate the variants; each round's ratio compares
+runs made moments apart, so load drifting on a shared machine cancels, and the figure is the
+median of the per-round ratios (with their quartiles).
+
+    python benchmarks/moe_layer.py                                    # CPU: 8, 40, 64 experts
+    python benchmarks/moe_layer.py --experts 40 --dim 1024 --ffn 704 --tokens 8192   # the GPU shape
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+from bandwise.runtime.layers import FeedForward
+from bandwise.runtime.moe import MoE, MoEConfig
+from bandwise.specs.model import ModelSpec
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_fwd_bwd(layer: torch.nn.Module, x: torch.Tensor, reps: int, dtype: torch.dtype) -> float:
+    """Median seconds of forward + backward over `reps` calls (after one untimed call)."""
+    times = []
+    for i in range(reps + 1):
+        _sync(x.device)
+        t0 = time.perf_counter()
+        with torch.autocast(x.device.type, dtype=dtype, enabled=dtype != torch.float32):
+            y = layer(x)
+        y.float().square().mean().backward()
+        _sync(x.device)
+        if i:
+            times.append(time.perf_counter() - t0)
+        layer.zero_grad(set_to_none=True)
+    return statistics.median(times)
+
+
+def layers(experts: int, top_k: int, dim: int, ffn: int, device: torch.device) -> dict[str, torch.nn.Module]:
+    spec = ModelSpec(name=f"moe-{experts}", layers=1, hidden=dim, ffn=4 * dim, heads=max(1, dim // 64), vocab=256, seq_len=128,
+                     experts=experts, top_k=top_k, expert_ffn=ffn, shared_experts=1)
+    torch.manual_seed(0)
+    moe = MoE(spec, MoEConfig(balance="none")).to(device)
+    for p in moe.parameters():
+        torch.nn.init.normal_(p, std=0.02)
+    moe.train()
+    dense = FeedForward(dim, top_k * ffn + ffn).to(device)  # K routed experts + 1 shared, as one SwiGLU
+    return {"moe": moe, "dense": dense}
+
+
+def measure(experts: int, args, device: torch.device, dtype: torch.dtype) -> dict[str, float]:
+    mods = layers(experts, args.top_k, args.dim, args.ffn, device)
+    x = torch.randn(1, args.tokens, args.dim, device=device, requires_grad=True)
+    moe = mods["moe"]
+    runs: dict[str, list[float]] = {"grouped_mm": [], "loop": [], "dense": []}
+    for _ in range(args.rounds):
+        for kernel in ("grouped_mm", "loop"):
+            moe.experts.kernel = kernel
+            runs[kernel].append(time_fwd_bwd(moe, x, args.reps, dtype))
+        runs["dense"].append(time_fwd_bwd(mods["dense"], x, args.reps, dtype))
+    loop_over_grouped = sorted(b / a for a, b in zip(runs["grouped_mm"], runs["loop"]))
+    grouped_over_dense = sorted(a / b for a, b in zip(runs["grouped_mm"], runs["dense"]))
+    q = lambda r: statistics.quantiles(r, n=4) if len(r) > 1 else [r[0]] * 3
+    return {
+        "experts": experts,
+        **{f"{k}_ms": 1e3 * statistics.median(v) for k, v in runs.items()},
+        "loop_over_grouped": statistics.median(loop_over_grouped), "loop_over_grouped_q": (q(loop_over_grouped)[0], q(loop_over_grouped)[2]),
+        "grouped_over_dense": statistics.median(grouped_over_dense), "grouped_over_dense_q": (q(grouped_over_dense)[0], q(grouped_over_dense)[2]),
+    }
+
+
+def main(argv: list[str] | None = None) -> list[dict[str, float]]:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--experts", default="8,40,64")
+    ap.add_argument("--top-k", type=int, default=4)
+    ap.add_argument("--dim", type=int, default=256)
+    ap.add_argument("--ffn", type=int, default=176, help="Expert width (moe-1b's 704 over 4, as --dim is its 1024 over 4).")
+    ap.add_argument("--tokens", type=int, default=2048)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--cpu", action="store_true", help="Stay on the CPU even where a GPU is present.")
+    args = ap.parse_args(argv)
+    device = torch.device("cuda") if torch.cuda.is_available() and not args.cpu else torch.device("cpu")
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    if device.type == "cpu":
+        torch.set_num_threads(args.threads)
+    print(f"{torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}, torch {torch.__version__}, {str(dtype)[6:]}, "
+          f"{args.tokens} tokens x width {args.dim}, top-{args.top_k} of E experts of width {args.ffn} + 1 shared, "
+          f"{args.reps} reps x {args.rounds} rounds{f', {torch.get_num_threads()} threads' if device.type == 'cpu' else ''}")
+    rows = []
+    for e in (int(v) for v in args.experts.split(",")):
+        r = measure(e, args, device, dtype)
+        rows.append(r)
+        print(f"E={e:3d}  grouped {r['grouped_mm_ms']:8.2f} ms  loop {r['loop_ms']:8.2f} ms  dense {r['dense_ms']:8.2f} ms  "
+              f"loop/grouped {r['loop_over_grouped']:.3f} (q {r['loop_over_grouped_q'][0]:.3f}..{r['loop_over_grouped_q'][1]:.3f})  "
+              f"grouped/dense {r['grouped_over_dense']:.3f} (q {r['grouped_over_dense_q'][0]:.3f}..{r['grouped_over_dense_q'][1]:.3f})")
+    return rows
+
+
+if __name__ == "__main__":
+    main()
