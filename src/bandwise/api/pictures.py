@@ -1,14 +1,16 @@
-"""A plan as a page or a picture: `plan_html` and `plan_png` (what `plan --html` and `--png` write)."""
+"""A plan as a page or a picture: `plan_html` and `plan_png` (what `plan --html` and `--png` write);
+a doctor's report as a page: `doctor_html` (what `doctor trace --html` writes)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from bandwise.api.results import PlanResult
+from bandwise.api.results import DoctorResult, PlanResult
 from bandwise.cost.pipeline import PipelineSpec, Timeline, simulate
 from bandwise.errors import BandwiseError
 from bandwise.files import write_text_atomic
 from bandwise.plan.space import LayoutSpace, layout_space
+from bandwise.report.doctor_page import doctor_page
 from bandwise.report.plan_page import plan_page, plan_picture
 from bandwise.specs.strategy import Strategy
 
@@ -68,3 +70,12 @@ def draw(result: PlanResult, html: str | Path | None, png: str | Path | None, co
         write_text_atomic(html, plan_html(result, command, space), what="the HTML page")
     if png:
         plan_png(result, png, space)
+
+
+def doctor_html(result: DoctorResult, command: str) -> str:
+    """The page: breakdown, step timeline, kernel classes, findings, ranks and the plan's terms."""
+    return doctor_page(result.to_dict(), result.title, command, result.analyses)
+
+
+def write_doctor_html(result: DoctorResult, path: str | Path, command: str) -> None:
+    write_text_atomic(path, doctor_html(result, command), what="the HTML report")
