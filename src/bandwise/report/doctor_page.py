@@ -100,18 +100,21 @@ def timeline_section(analyses: dict[str, dict[str, Any]] | None, straggler: str 
                  BUCKET_COLOURS, BUCKET_WORDS, unit="ms")
         ax.set_title(f"{name}: each ProfilerStep window", fontsize=9)
     else:
+        # the ranks of a synchronous job share each step's length: what differs is each one's own work
         fig, ax = _fig(10, 4.2)
         for name, steps in rows.items():
             slow = straggler is not None and name == straggler
-            ax.plot(range(1, len(steps) + 1), [r["step_us"] / 1e3 for r in steps], marker="o", markersize=3,
-                    linewidth=2.2 if slow else 0.9, color="#C44E52" if slow else None, alpha=1.0 if slow else 0.6,
-                    label=f"{name} (straggler)" if slow else None)
+            ax.plot(range(1, len(steps) + 1), [(r.get("compute", 0.0) + r.get("memcpy", 0.0)) * r["step_us"] / 1e3 for r in steps],
+                    marker="o", markersize=3, linewidth=2.2 if slow else 0.9, color="#C44E52" if slow else "#4c78a8",
+                    alpha=1.0 if slow else 0.5, label=f"{name} (the straggler)" if slow else None)
+            ax.plot(range(1, len(steps) + 1), [r["step_us"] / 1e3 for r in steps], linestyle=":", linewidth=0.8, color="#555555")
         ax.set_xlabel("step")
         ax.set_ylabel("ms")
+        ax.set_ylim(bottom=0)
         ax.grid(alpha=0.25)
-        ax.set_title(f"{len(rows)} traces: each step's duration, one line per trace", fontsize=9)
+        ax.set_title(f"{len(rows)} traces: each step's busy time (compute + memcpy), one line per trace; dotted: the step", fontsize=9)
         if straggler in rows:
-            ax.legend(fontsize=7)
+            ax.legend(fontsize=7, loc="lower right")
     return ("<h2>Step timeline</h2><figure>" + svg(fig) + "<figcaption class=\"note\">Each ProfilerStep window the trace "
             "recorded, as the doctor cut it; the medians of these are the figures above.</figcaption></figure>")
 
@@ -120,7 +123,9 @@ def kernel_section(doc: dict[str, Any]) -> str:
     """Device time per step by kernel class, one bar per trace."""
     sig = doc.get("signals") or {}
     ranks = sig.get("ranks")
-    per = ({name: (f"signals.ranks.{name}.kernel_ms", s.get("kernel_ms")) for name, s in ranks.items()} if ranks is not None
+    order = {r["name"]: _rank_name(r) for r in sig.get("per_rank") or []}  # by rank, where the ranks are known
+    names = [n for n in order if n in (ranks or {})] + sorted(set(ranks or {}) - set(order))
+    per = ({order.get(n, n): (f"signals.ranks.{n}.kernel_ms", ranks[n].get("kernel_ms")) for n in names} if ranks is not None
            else {"this trace": ("signals.kernel_ms", sig.get("kernel_ms"))})
     per = {n: pk for n, pk in per.items() if pk[1]}
     if not per:
