@@ -171,3 +171,22 @@ def test_the_doctor_page_of_a_16_rank_job_against_its_plan(cli, tmp_path):
     straggler = next(f for f in doc["findings"] if f["id"] == "straggler")
     assert straggler["evidence"]["rank"] == f"rank {job_gen.SLOW_RANK}"
     assert "Exposed time per collective" in dom and "Against the plan" in dom
+
+
+POINTS = {
+    "compare": ("compare", "--model", "llama3-8b", "--devices", "64", "--clusters", "h100,tpu-v5p"),
+    "sweep": ("sweep", "--model", "llama3-70b", "--devices", "256", "--vary", "scale-up-size=8,16,72"),
+}
+
+
+@pytest.mark.parametrize("command", list(POINTS))
+def test_the_compare_and_sweep_pages(cli, tmp_path, command):
+    args = POINTS[command]
+    page = tmp_path / "points.html"
+    made = cli(*args, "--html", str(page))
+    assert made.returncode == 0, made.stderr
+    doc = json.loads(cli(*args, "--json").stdout)
+    key = "clusters" if command == "compare" else "points"
+    paths = {f["path"] for f in figures_match(opens_clean(page, tmp_path / "points.png", 0.05), doc)}
+    assert {f"{key}.{i}.{side}.estimate.mfu" for i, p in enumerate(doc[key]) for side in ("best", "best_without_pp") if p[side]} <= paths
+    assert {f"{key}.{i}.verdict.reason" for i in range(len(doc[key]))} <= paths

@@ -1,5 +1,6 @@
-"""The doctor's page without a browser: kernel time per class against a job whose kernels are
-known (`job_gen`), and every figure the page prints against the `--json` document."""
+"""The pages without a browser: kernel time per class against a job whose kernels are known
+(`job_gen`), and every figure the doctor's, compare's and sweep's pages print against the
+`--json` document (test_pages_browser.py opens them in Chromium too)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 import job_gen  # noqa: E402
-from test_pages_browser import MAX_PAGE_BYTES, figures_match  # noqa: E402
+from test_pages_browser import MAX_PAGE_BYTES, POINTS, figures_match  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -75,3 +76,14 @@ def test_a_page_of_a_live_run_draws_what_it_has():
     assert "Kernel classes" not in text and "Step timeline" not in text and "healthy" in text
     paths = {f["path"] for f in figures_match(text, doc)}
     assert {"breakdown.compute", "breakdown.data_wait", "signals.per_rank_live.1.data_wait_ms"} <= paths
+
+
+@pytest.mark.parametrize("command", list(POINTS))
+def test_every_figure_on_a_compare_or_sweep_page_is_the_documents(cli, tmp_path, command):
+    page = tmp_path / "p.html"
+    assert cli(*POINTS[command], "--html", str(page)).returncode == 0
+    doc = _doc(cli, *POINTS[command])
+    key = "clusters" if command == "compare" else "points"
+    found = figures_match(page.read_text(encoding="utf-8"), doc)
+    assert len(found) >= 8 * len(doc[key])
+    assert "<svg" in page.read_text(encoding="utf-8")
