@@ -8,7 +8,6 @@ from pathlib import Path
 import typer
 
 from bandwise import api
-from bandwise.api.pictures import sweep_html
 from bandwise.cli.options import (
     ATTENTION,
     EAGER,
@@ -95,6 +94,8 @@ def sweep(
     if png is not None:
         sweep_chart(result, inputs, str(png))
     if html_out is not None:
+        from bandwise.api.pictures import sweep_html  # the page's modules load only where a page is asked for
+
         write_text_atomic(html_out, sweep_html(held[0], command_line(ctx)), what="the HTML page")
     if json_out:
         out.emit_json({**held[0].to_dict(), **({"png": str(png)} if png else {}), **({"html": str(html_out)} if html_out else {})})
