@@ -96,7 +96,9 @@ def compare(
     if png is not None:
         compare_chart(points, inputs, str(png))
     if html_out is not None:
-        from bandwise.api.pictures import compare_html  # the page's modules load only where a page is asked for
+        from bandwise.api.pictures import (
+            compare_html,  # the page's modules load only where a page is asked for
+        )
 
         write_text_atomic(html_out, compare_html(compared, command_line(ctx)), what="the HTML page")
     validation = compared.validation

@@ -94,7 +94,9 @@ def sweep(
     if png is not None:
         sweep_chart(result, inputs, str(png))
     if html_out is not None:
-        from bandwise.api.pictures import sweep_html  # the page's modules load only where a page is asked for
+        from bandwise.api.pictures import (
+            sweep_html,  # the page's modules load only where a page is asked for
+        )
 
         write_text_atomic(html_out, sweep_html(held[0], command_line(ctx)), what="the HTML page")
     if json_out:
