@@ -26,7 +26,7 @@ PAGE = ROOT / "docs" / "bandwidth-simplicity.md"
 DATA = ROOT / "docs" / "bandwidth-simplicity.json"
 sys.path.insert(0, str(ROOT / "src"))
 
-from bandwise.specs.strategy import Strategy  # noqa: E402
+from bandwise.specs.strategy import Strategy
 
 CLUSTERS = "h100,h800,gb200-nvl72,tpu-v5p"
 COMMON = ["--devices", "2048", "--global-batch", "15360"]
@@ -167,7 +167,7 @@ def tables(data: dict[str, Any]) -> dict[str, str]:
     }
 
 
-BLOCK = re.compile(r"(<!-- table: (?P<name>[\w.-]+) -->\n)(?P<body>(?:(?!<!-- ).)*?)\n?(<!-- end table -->)", re.S)
+BLOCK = re.compile(r"(<!-- table: (?P<name>[\w.-]+) -->\n)(?P<body>(?:(?!<!-- ).)*?)\n?(<!-- end table -->)", re.DOTALL)
 """A generated block: its body holds no other marker, so an empty block ends at its own end line."""
 
 

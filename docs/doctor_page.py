@@ -18,7 +18,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests" / "unit")]
-import job_gen  # noqa: E402
+import job_gen
 
 WIDTH, HEIGHT = 1100, 6000
 

@@ -13,7 +13,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "docs"))
-import bandwidth_simplicity as page  # noqa: E402
+import bandwidth_simplicity as page
 
 
 def test_the_pages_tables_are_its_documents():

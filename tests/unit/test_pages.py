@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-import job_gen  # noqa: E402
-from test_pages_browser import MAX_PAGE_BYTES, POINTS, figures_match  # noqa: E402
+import job_gen
+from test_pages_browser import MAX_PAGE_BYTES, POINTS, figures_match
 
 
 @pytest.fixture(scope="module")

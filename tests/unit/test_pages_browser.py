@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-import job_gen  # noqa: E402
+import job_gen
 
 BROWSER = next((b for b in ("chromium", "chromium-browser", "google-chrome") if shutil.which(b)), None)
 pytestmark = pytest.mark.skipif(BROWSER is None, reason="no chromium: the browser tests need it (apt-get install chromium)")
