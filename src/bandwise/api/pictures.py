@@ -1,15 +1,22 @@
-"""A plan as a page or a picture: `plan_html` and `plan_png` (what `plan --html` and `--png` write)."""
+"""A plan as a page or a picture: `plan_html` and `plan_png` (what `plan --html` and `--png` write);
+a doctor's report as a page: `doctor_html` (what `doctor trace --html` writes); a comparison and a
+sweep as pages: `compare_html` and `sweep_html`."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from bandwise.api.results import PlanResult
+from bandwise.api.results import CompareResult, DoctorResult, PlanResult, SweepOutcome
 from bandwise.cost.pipeline import PipelineSpec, Timeline, simulate
 from bandwise.errors import BandwiseError
 from bandwise.files import write_text_atomic
 from bandwise.plan.space import LayoutSpace, layout_space
+from bandwise.plan.sweep import Point
+from bandwise.report.doctor_page import doctor_page
+from bandwise.report.html import esc, value
 from bandwise.report.plan_page import plan_page, plan_picture
+from bandwise.report.plots import compare_figure, sweep_figure
+from bandwise.report.points_page import points_page
 from bandwise.specs.strategy import Strategy
 
 DRAWN_MICROBATCHES = 2
@@ -68,3 +75,39 @@ def draw(result: PlanResult, html: str | Path | None, png: str | Path | None, co
         write_text_atomic(html, plan_html(result, command, space), what="the HTML page")
     if png:
         plan_png(result, png, space)
+
+
+def doctor_html(result: DoctorResult, command: str) -> str:
+    """The page: breakdown, step timeline, kernel classes, findings, ranks and the plan's terms."""
+    return doctor_page(result.to_dict(), result.title, command, result.analyses)
+
+
+def write_doctor_html(result: DoctorResult, path: str | Path, command: str) -> None:
+    write_text_atomic(path, doctor_html(result, command), what="the HTML report")
+
+
+def _names(points: list[Point]) -> list[tuple[str, str]]:
+    return [(p.best.strategy.describe() if p.best else "", p.best_without_pp.strategy.describe() if p.best_without_pp else "") for p in points]
+
+
+def compare_html(result: CompareResult, command: str) -> str:
+    """The page of `compare --html`: the chart of `--png`, each cluster's verdict and layouts."""
+    m = result.inputs.model
+    heading = f"{m.name} on {result.inputs.devices} devices of {len(result.points)} clusters, seq {m.seq_len}"
+    return points_page(result.to_dict(), "clusters", _names(result.points), heading, compare_figure(result.points, result.inputs), command)
+
+
+def sweep_html(outcome: SweepOutcome, command: str) -> str:
+    """The page of `sweep --html`: the chart of `--png`, each value's verdict and layouts, the crossover."""
+    m, r = outcome.inputs.model, outcome.result
+    heading = f"{m.name} on {outcome.inputs.devices} devices, {r.base.name} with its {r.vary.kind} varied"
+    doc = outcome.to_dict()
+    return points_page(doc, "points", _names(outcome.points), heading, sweep_figure(r, outcome.inputs), command, value_line(doc))
+
+
+def value_line(doc: dict) -> str:
+    """The crossover as a figure of the document."""
+    x = doc["crossover"]
+    unit = esc(doc["unit"])
+    return (f"No crossover: PP still pays off, or nothing fits, at the largest value ({unit})." if x is None
+            else f"Crossover at {value('crossover', x, format(x, 'g'))}: PP is not needed from there on ({unit}).")

@@ -22,6 +22,7 @@ from bandwise.cli.options import (
     PRECISION,
     SEQ_LEN,
     THRESHOLD_OPT,
+    command_line,
     devices_option,
     model_option,
 )
@@ -32,6 +33,7 @@ from bandwise.cli.points import (
     points_table,
     run_with_bar,
 )
+from bandwise.files import write_text_atomic
 from bandwise.plan.sweep import Point
 from bandwise.report.output import Output
 from bandwise.report.plots import compare_chart
@@ -56,6 +58,7 @@ def _point_line(p: Point) -> str:
 
 
 def compare(
+    ctx: typer.Context,
     model: str = model_option("deepseek-v3"),
     devices: int = devices_option(2048),
     clusters: str = typer.Option(DEFAULT_CLUSTERS, "--clusters", "-c", help="Cluster presets or cluster files, comma-separated."),
@@ -72,6 +75,7 @@ def compare(
     eager: bool = EAGER,
     jobs: int = typer.Option(1, "--jobs", "-j", help="Plan this many points at once in worker processes."),
     png: Path | None = typer.Option(None, "--png", help="Also draw the grouped bar chart to this PNG file."),
+    html_out: Path | None = typer.Option(None, "--html", help="Also write the result as one self-contained HTML page (the chart inline; opens offline) to this file."),
     exhaustive: bool = EXHAUSTIVE,
     json_out: bool = JSON_OUT,
 ) -> None:
@@ -92,9 +96,15 @@ def compare(
     inputs = compared.inputs
     if png is not None:
         compare_chart(points, inputs, str(png))
+    if html_out is not None:
+        from bandwise.api.pictures import (
+            compare_html,  # the page's modules load only where a page is asked for
+        )
+
+        write_text_atomic(html_out, compare_html(compared, command_line(ctx)), what="the HTML page")
     validation = compared.validation
     if json_out:
-        out.emit_json({**compared.to_dict(), **({"png": str(png)} if png else {})})
+        out.emit_json({**compared.to_dict(), **({"png": str(png)} if png else {}), **({"html": str(html_out)} if html_out else {})})
         return
     header(out, inputs, ", ".join(names))
     table = points_table(points, "Best layout with and without pipeline parallelism", "cluster")
@@ -106,6 +116,8 @@ def compare(
     narrowed_lines(out, points)
     if png is not None:
         out.print(f"chart written to {png}")
+    if html_out is not None:
+        out.print(f"page written to {html_out}")
 
 
 def register(app: typer.Typer) -> None:

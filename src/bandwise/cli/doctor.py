@@ -18,26 +18,30 @@ import typer
 from rich.table import Table
 
 from bandwise import api
-from bandwise.cli.options import ATTENTION, EAGER
+from bandwise.api.pictures import write_doctor_html
+from bandwise.cli.options import ATTENTION, EAGER, command_line
 from bandwise.cli.train import load_strategy
 from bandwise.doctor.live import watch
 from bandwise.doctor.ranks import input_straggler, live_rows
-from bandwise.doctor.report import merge, print_report, to_json, write_html
+from bandwise.doctor.report import merge, print_report, to_json
 from bandwise.doctor.rules import MIN_STEPS, diagnose
 from bandwise.doctor.signals import signals_from_live
 from bandwise.errors import BandwiseError
-from bandwise.report.output import Output
+from bandwise.files import write_text_atomic
+from bandwise.report.doctor_page import doctor_page
+from bandwise.report.output import Output, plain
 from bandwise.specs.registry import get_cluster, get_model
 from bandwise.specs.strategy import Strategy
 
 doctor_app = typer.Typer(help="Find why the accelerator is idle: measure a loop or read a profiler trace, name the bottleneck, the fix and its expected gain.", no_args_is_help=True)
 
 JSON_OPT = typer.Option(False, "--json", help="Print one JSON document: steps, breakdown, findings, missing.")
-HTML_OPT = typer.Option(None, "--html", help="Also write a self-contained HTML report here.")
+HTML_OPT = typer.Option(None, "--html", help="Also write the report as one self-contained HTML page (charts inline; opens offline) to this file.")
 
 
 @doctor_app.command("trace")
 def trace(
+    ctx: typer.Context,
     paths: list[Path] = typer.Argument(..., help="Kineto chrome traces (.json or .json.gz), one per rank, or a directory holding them."),
     json_out: bool = JSON_OPT,
     html_out: Path = HTML_OPT,
@@ -67,7 +71,7 @@ def trace(
                          bf16=bf16, max_mb=max_mb, jobs=jobs)
     d, title = found.diagnosis, found.title
     if html_out:
-        write_html(html_out, d, title)
+        write_doctor_html(found, html_out, command_line(ctx))
     if json_out:
         out.emit_json(found.to_dict())
     else:
@@ -134,14 +138,20 @@ def run(
         raise BandwiseError(f"doctor run: the script exited with code {proc.returncode} before any step was recorded (its own error is above)")
     d = diagnose(signals_from_live(summary, global_batch=global_batch), summary["breakdown"])
     title = f"bandwise doctor: {' '.join(argv)}"
+    doc = to_json(d, {"exit_code": proc.returncode, "medians": summary["medians"]})
     if html_out:
-        write_html(html_out, d, title)
+        _write_page(html_out, doc, title, f"bandwise doctor run -- {' '.join(command[1:] if command[:1] == ['--'] else command)}")
     if json_out:
-        out.emit_json(to_json(d, {"exit_code": proc.returncode, "medians": summary["medians"]}))
+        out.emit_json(doc)
     else:
         print_report(out, d, title)
     if proc.returncode:
         raise typer.Exit(proc.returncode)
+
+
+def _write_page(path: Path, doc: dict, title: str, command: str) -> None:
+    """The report as the page `doctor trace --html` writes, from the document `--json` prints."""
+    write_text_atomic(path, doctor_page(plain(doc), title, command), what="the HTML report")
 
 
 def _mfu_env(model: str | None, cluster: str | None, precision: str) -> dict[str, str]:
@@ -211,10 +221,11 @@ def _run_torchrun(launcher: list[str], script: list[str], *, json_out: bool, htm
                 merged.findings.append(found[1])
                 merged.findings.sort(key=lambda f: -(f.expected_speedup or 1.0))
     title = f"bandwise doctor: {' '.join([*launcher, *script])} ({len(data)} rank(s))"
+    doc = to_json(merged, {"exit_code": proc.returncode, "ranks": len(data), "live": live})
     if html_out:
-        write_html(html_out, merged, title)
+        _write_page(html_out, doc, title, f"bandwise doctor run -- {' '.join([*launcher, *script])}")
     if json_out:
-        out.emit_json(to_json(merged, {"exit_code": proc.returncode, "ranks": len(data), "live": live}))
+        out.emit_json(doc)
     else:
         print_report(out, merged, title)
     if proc.returncode:

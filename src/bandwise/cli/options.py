@@ -111,13 +111,16 @@ def did_you_mean(word: str, choices: tuple[str, ...]) -> str:
 
 def command_line(ctx: typer.Context) -> str:
     """The command that is running, as one line a page can show: its name and each option that
-    differs from its default (a flag by its own name), in the order of --help."""
+    differs from its default (a flag by its own name), in the order of --help; arguments (a
+    command's files) by their values."""
     words = ctx.command_path.split()
     for param in ctx.command.params:
         v = ctx.params.get(param.name)
         if v == param.default or not getattr(param, "opts", None):
             continue
-        if getattr(param, "is_flag", False):
+        if param.param_type_name == "argument":
+            words += [str(x) for x in (v if isinstance(v, (list, tuple)) else [v])]
+        elif getattr(param, "is_flag", False):
             words.append(param.opts[0] if v else (param.secondary_opts or param.opts)[0])
         else:
             words += [param.opts[0], str(v)]

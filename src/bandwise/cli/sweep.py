@@ -22,6 +22,7 @@ from bandwise.cli.options import (
     PRECISION,
     SEQ_LEN,
     THRESHOLD_OPT,
+    command_line,
     devices_option,
     model_option,
 )
@@ -32,6 +33,7 @@ from bandwise.cli.points import (
     points_table,
     run_with_bar,
 )
+from bandwise.files import write_text_atomic
 from bandwise.plan.sweep import VARY_KINDS, Point, SweepResult, parse_vary, vary_cluster
 from bandwise.report.output import Output
 from bandwise.report.plots import sweep_chart
@@ -53,6 +55,7 @@ is within --threshold of the best overall there, exactly as `bandwise plan` deci
 
 
 def sweep(
+    ctx: typer.Context,
     vary: str = typer.Option(..., "--vary", help="scale-up-size=8,16,36,72,144 or scale-out-bandwidth=25,50,100,200,400 (GB/s per device)."),
     model: str = model_option("deepseek-v3"),
     devices: int = devices_option(2048),
@@ -69,6 +72,7 @@ def sweep(
     attention: str = ATTENTION,
     eager: bool = EAGER,
     png: Path | None = typer.Option(None, "--png", help="Also draw MFU against the varied quantity, and the exposed communication by dim, to this PNG file."),
+    html_out: Path | None = typer.Option(None, "--html", help="Also write the result as one self-contained HTML page (the chart inline; opens offline) to this file."),
     exhaustive: bool = EXHAUSTIVE,
     json_out: bool = JSON_OUT,
 ) -> None:
@@ -89,8 +93,14 @@ def sweep(
     inputs, result = held[0].inputs, held[0].result
     if png is not None:
         sweep_chart(result, inputs, str(png))
+    if html_out is not None:
+        from bandwise.api.pictures import (
+            sweep_html,  # the page's modules load only where a page is asked for
+        )
+
+        write_text_atomic(html_out, sweep_html(held[0], command_line(ctx)), what="the HTML page")
     if json_out:
-        out.emit_json({**held[0].to_dict(), **({"png": str(png)} if png else {})})
+        out.emit_json({**held[0].to_dict(), **({"png": str(png)} if png else {}), **({"html": str(html_out)} if html_out else {})})
         return
     header(out, inputs, f"{base.name}, {spec.kind} varied")
     table = points_table(result.points, VARY_KINDS[spec.kind].capitalize(), spec.kind)
@@ -101,6 +111,8 @@ def sweep(
     narrowed_lines(out, result.points[:1])
     if png is not None:
         out.print(f"chart written to {png}")
+    if html_out is not None:
+        out.print(f"page written to {html_out}")
 
 
 def _crossover_line(result: SweepResult) -> str:

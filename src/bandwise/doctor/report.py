@@ -1,9 +1,7 @@
-"""Render a `Diagnosis`: rich terminal report, JSON document, self-contained HTML (inline SVG)."""
+"""Render a `Diagnosis`: rich terminal report and JSON document (the page: `report/doctor_page.py`)."""
 
 from __future__ import annotations
 
-import html
-from pathlib import Path
 from typing import Any
 
 from rich.table import Table
@@ -11,19 +9,8 @@ from rich.text import Text
 
 from bandwise.doctor.rules import MIN_STEPS, Diagnosis, Finding
 from bandwise.errors import BandwiseError
-from bandwise.files import write_text_atomic
 from bandwise.report.output import Output
 
-_COLORS = {
-    "compute": "#4c78a8",
-    "comm": "#f58518",
-    "memcpy": "#72b7b2",
-    "h2d": "#72b7b2",
-    "data_wait": "#e45756",
-    "preprocess": "#eeca3b",
-    "optimizer": "#54a24b",
-    "idle": "#bab0ac",
-}
 _RICH = {"compute": "blue", "comm": "dark_orange", "memcpy": "cyan", "h2d": "cyan", "data_wait": "red", "preprocess": "yellow", "optimizer": "green", "idle": "grey50"}
 
 
@@ -144,37 +131,3 @@ def _fmt(v: Any) -> str:
     if isinstance(v, float):
         return f"{v:.3g}"
     return str(v)
-
-
-def write_html(path: str | Path, d: Diagnosis, title: str) -> None:
-    """A self-contained page: inline SVG breakdown bar and the findings table; no scripts, no network."""
-    w, h, x = 800, 40, 0.0
-    rects, legend = [], []
-    for k, v in d.breakdown.items():
-        if v <= 0:
-            continue
-        rects.append(f'<rect x="{x:.1f}" y="0" width="{v * w:.1f}" height="{h}" fill="{_COLORS.get(k, "#999")}"><title>{html.escape(k)} {v:.1%}</title></rect>')
-        legend.append(f'<span style="color:{_COLORS.get(k, "#999")}">&#9632;</span> {html.escape(k)} {v:.1%}')
-        x += v * w
-    rows = "".join(
-        f"<tr><td><b>{html.escape(f.id)}</b><br>{html.escape(f.title)}</td><td>{html.escape(f.severity)}</td>"
-        f"<td>{html.escape(', '.join(f'{k}={_fmt(v)}' for k, v in f.evidence.items() if v is not None))}</td>"
-        f"<td>{f'{f.expected_speedup:.2f}x' if f.expected_speedup else 'n/a'}</td><td><code>{html.escape(f.fix)}</code></td></tr>"
-        for f in d.findings
-    )
-    verdict = "healthy: no bottleneck above its threshold" if d.healthy else f"{len(d.findings)} finding(s)" if d.verdict else f"no verdict ({MIN_STEPS} steps needed)"
-    page = f"""<!doctype html>
-<html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
-<style>body{{font-family:sans-serif;max-width:1000px;margin:2em auto}}td,th{{border:1px solid #ccc;padding:4px;vertical-align:top}}table{{border-collapse:collapse}}</style>
-</head><body>
-<h1>{html.escape(title)}</h1>
-<p>{d.steps} steps measured &middot; {html.escape(verdict)}</p>
-<h2>Step-time breakdown</h2>
-<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" role="img" aria-label="step-time breakdown">{''.join(rects)}</svg>
-<p>{' &nbsp; '.join(legend)}</p>
-<h2>Findings, by expected gain</h2>
-<table><tr><th>finding</th><th>severity</th><th>evidence</th><th>expected</th><th>fix</th></tr>{rows}</table>
-<p>Not measured: {html.escape(', '.join(d.missing) or 'nothing')}</p>
-</body></html>
-"""
-    write_text_atomic(path, page, what="the HTML report")

@@ -43,6 +43,7 @@ from bandwise.doctor.collect import (
     K_GEMM_LOWP,
     K_GEMM_TF32,
     K_GEMM_UNKNOWN,
+    K_OPTIMIZER,
     K_OTHER,
     K_SOFTMAX,
     M_COPY,
@@ -68,6 +69,11 @@ from bandwise.doctor.intervals import covered, long_gaps, union
 from bandwise.errors import BandwiseError
 
 __all__ = ["analyze_trace", "covered", "long_gaps", "union"]
+
+KERNEL_CLASSES = {K_GEMM_LOWP: "gemm_bf16_fp16_fp8", K_GEMM_TF32: "gemm_tf32", K_GEMM_FP32: "gemm_fp32", K_GEMM_UNKNOWN: "gemm_dtype_unknown",
+                  K_ATTN_FUSED: "attention_fused", K_SOFTMAX: "softmax", K_EMBEDDING: "embedding", K_OPTIMIZER: "optimizer_multi_tensor",
+                  K_OTHER: "elementwise_reduction", **COLLECTIVES, M_H2D: "memcpy_h2d", M_COPY: "memcpy_other", M_SET: "memset"}
+"""Names of the device-activity classes of `kernel_ms` (`collect.kernel_class`), matmuls by input dtype."""
 
 LONG_GAP_US = 1000.0
 """A host gap with no operator this long is Python work, not dispatch: eager dispatch costs
@@ -251,6 +257,11 @@ def _gpu_signals(c: Collected, code: np.ndarray, per_step: list[dict[str, float]
         "embedding_us": float(dur[code == K_EMBEDDING].sum()),
         "elementwise_us": float(dur[(code == K_OTHER) & inside].sum()),
         "attention_fused_kernels": int(np.sum(code == K_ATTN_FUSED)),
+        # Device time per step by class: the summed durations of what runs inside the steps, as
+        # HTA's kernel breakdown sums them (hta.readthedocs.io, "Kernel Breakdown"); concurrent
+        # streams overlap, so the classes can add up to more than the step.
+        "kernel_ms": {name: float(dur[(code == k) & inside].sum()) / n_steps / 1e3 for k, name in KERNEL_CLASSES.items()
+                      if ((code == k) & inside).any()},
         "idle_share": med("idle"),
         "softmax_kernels": int(np.sum(code == K_SOFTMAX)),
     }

@@ -1,4 +1,4 @@
-"""Charts for `bandwise compare` and `bandwise sweep` (matplotlib, imported only when a PNG is asked for).
+"""Charts for `bandwise compare` and `bandwise sweep` (matplotlib, imported only when a PNG or a page is asked for).
 
 Both charts have two panels: MFU of the best layout with and without pipeline parallelism, and
 below it the exposed communication per step split by parallel dim, so a reader sees which
@@ -56,6 +56,23 @@ def _title(inputs: PlanInputs) -> str:
 
 
 def compare_chart(points: list[Point], inputs: PlanInputs, path: str) -> None:
+    """`compare_figure` to a PNG file."""
+    _save(compare_figure(points, inputs), path)
+
+
+def sweep_chart(result: SweepResult, inputs: PlanInputs, path: str) -> None:
+    """`sweep_figure` to a PNG file."""
+    _save(sweep_figure(result, inputs), path)
+
+
+def _save(fig: Any, path: str) -> None:
+    try:
+        save_figure(fig, path, what="the chart", dpi=120)
+    finally:
+        _pyplot().close(fig)
+
+
+def compare_figure(points: list[Point], inputs: PlanInputs) -> Any:
     """Grouped MFU bars (with / without PP) per cluster, verdict above; exposed comm by dim below."""
     plt = _pyplot()
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(max(7.0, 1.9 * len(points) + 3), 7.5), sharex=True, gridspec_kw={"height_ratios": [3, 2]})
@@ -76,13 +93,10 @@ def compare_chart(points: list[Point], inputs: PlanInputs, path: str) -> None:
     _exposed_bars(bottom, xs, points, w)
     bottom.set_xticks(xs, [p.label for p in points])
     fig.tight_layout()
-    try:
-        save_figure(fig, path, what="the chart", dpi=120)
-    finally:
-        plt.close(fig)
+    return fig
 
 
-def sweep_chart(result: SweepResult, inputs: PlanInputs, path: str) -> None:
+def sweep_figure(result: SweepResult, inputs: PlanInputs) -> Any:
     """MFU against the varied quantity (two lines, crossover marked); exposed comm by dim below."""
     plt = _pyplot()
     pts = sorted(result.points, key=lambda p: p.value)
@@ -109,7 +123,4 @@ def sweep_chart(result: SweepResult, inputs: PlanInputs, path: str) -> None:
     bottom.set_xticks(xs, [f"{p.value:g}" for p in pts])
     bottom.set_xlabel(result.vary.kind.replace("-", " ") + (" (devices)" if result.vary.kind == "scale-up-size" else " (GB/s per device)"))
     fig.tight_layout()
-    try:
-        save_figure(fig, path, what="the chart", dpi=120)
-    finally:
-        plt.close(fig)
+    return fig
