@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from bandwise.cli.main import app, main
+from bandwise.cli.main import app
 
 README = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
 

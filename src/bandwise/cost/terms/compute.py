@@ -24,7 +24,12 @@ from bandwise.cost.flops import (
     mlp_gemms,
     moe_layer_gemms,
 )
-from bandwise.cost.mixers import mixer_elementwise_bytes_per_token, mixer_gemms, mixer_kinds, scan_streamed_bytes_per_token
+from bandwise.cost.mixers import (
+    mixer_elementwise_bytes_per_token,
+    mixer_gemms,
+    mixer_kinds,
+    scan_streamed_bytes_per_token,
+)
 from bandwise.cost.params import CostParams
 from bandwise.cost.terms.shape import Shape
 from bandwise.errors import BandwiseError
