@@ -218,3 +218,24 @@ def test_trainer_names_the_kernel():
               TrainConfig(steps=1, seq_len=32, dtype="fp64", expert_kernel="grouped_mm", progress=False, compare=False, data=DataConfig(num_workers=0)))
     assert train(get_model("debug"), Strategy(micro_batch=1, global_batch=1),
                  TrainConfig(steps=1, seq_len=32, progress=False, compare=False, data=DataConfig(num_workers=0))).experts is None
+
+
+def test_a_rank_that_receives_no_rows_and_empty_experts():
+    """Under EP a rank's experts may receive no row at all: the grouped path returns the loop's empty
+    result with a graph to back through; an expert without rows gets a zero weight gradient, exactly,
+    whatever the backend's kernel leaves there (pytorch/pytorch#172439)."""
+    torch.manual_seed(0)
+    experts = GroupedExperts(4, 32, 64)
+    for p in experts.parameters():
+        torch.nn.init.normal_(p, std=0.02)
+    assert experts.kernel == "grouped_mm"
+    x = torch.randn(0, 32, requires_grad=True)
+    y = experts(x, torch.zeros(4, dtype=torch.long))
+    y.sum().backward()
+    assert y.shape == (0, 32) and x.grad is not None and x.grad.shape == (0, 32)
+    experts.zero_grad()
+    y = experts(torch.randn(6, 32), torch.tensor([3, 0, 3, 0]))
+    y.square().sum().backward()
+    for w in (experts.w1, experts.w2, experts.w3):
+        assert torch.equal(w.grad[1], torch.zeros_like(w.grad[1])) and torch.equal(w.grad[3], torch.zeros_like(w.grad[3]))
+        assert w.grad[0].abs().sum() > 0

@@ -82,7 +82,7 @@ def _(x_ND, w_EDF, offsets_E):
 
 @torch.library.custom_op("bandwise::grouped_mm_weight_grad", mutates_args=())
 def _grouped_weight_grad(x_ND: torch.Tensor, g_NF: torch.Tensor, offsets_E: torch.Tensor) -> torch.Tensor:
-    """(E, D, F): X_eᵀ · dY_e per group; zero for an empty group."""
+    """(E, D, F): X_eᵀ · dY_e per group (an empty group's is zeroed by `_GroupedLinear.backward`)."""
     return _TORCH_GROUPED_MM(x_ND.mT, g_NF, offs=offsets_E)
 
 
@@ -102,7 +102,12 @@ class _GroupedLinear(torch.autograd.Function):
         x_ND, w_EDF, offsets_E = ctx.saved_tensors
         g_NF = g_NF.contiguous()
         dx = _grouped_mm(g_NF, w_EDF.to(g_NF.dtype).mT, offsets_E) if ctx.needs_input_grad[0] else None
-        dw = _grouped_weight_grad(x_ND, g_NF, offsets_E).to(w_EDF.dtype) if ctx.needs_input_grad[1] else None
+        dw = None
+        if ctx.needs_input_grad[1]:
+            # an empty group's gradient is zero by definition; set it so here rather than trust each
+            # backend's kernel with it (pytorch/pytorch#172439 reports stale values on sm100)
+            counts_E = torch.diff(offsets_E, prepend=offsets_E.new_zeros(1))
+            dw = _grouped_weight_grad(x_ND, g_NF, offsets_E).to(w_EDF.dtype) * (counts_E > 0).to(w_EDF.dtype)[:, None, None]
         return dx, dw, None
 
 

@@ -161,7 +161,7 @@ class GroupedExperts(nn.Module):
         weights = (self.w1, self.w2, self.w3)
         if self.grad_scale != 1.0:
             weights = tuple(_ScaleGrad.apply(w, self.grad_scale) for w in weights)
-        if self.kernel == "grouped_mm":
+        if self.kernel == "grouped_mm" and x_ND.shape[0] > 0:  # no rows (an EP rank sent none): the loop's empty result
             dtype = torch.get_autocast_dtype(x_ND.device.type) if torch.is_autocast_enabled(x_ND.device.type) else x_ND.dtype
             if grouped.unsupported(dtype, self.widths) is None:
                 return self._grouped(x_ND.to(dtype), counts_E, gates_N, *weights)
