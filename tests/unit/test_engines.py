@@ -213,3 +213,31 @@ def test_flat_collectives_price_every_level_as_the_nic():
     assert estimate(model, cluster, s, flat).step_time_s == pytest.approx(estimate(model, cluster.flat(), s).step_time_s, rel=1e-12)
     assert estimate(model, cluster, s, flat).step_time_s > estimate(model, cluster, s).step_time_s
     assert params_for(get_engine("deepspeed@2021")).hierarchical_collectives is False
+
+
+def test_estimate_says_when_its_engine_would_not_run_the_layout(capsys):
+    """`estimate` prices any layout, and says in one line which part of it the engine does not run."""
+    res = in_process(capsys, "estimate", "--model", "llama3-8b", "--dp-replicate", "8", "--zero", "2", "--micro-batch", "1",
+                     "--global-batch", "64")
+    assert res.returncode == 0 and "megatron does not run this layout as priced: ZeRO-2" in res.stdout
+    res = in_process(capsys, "estimate", "--model", "llama3-8b", "--dp-shard", "8", "--micro-batch", "1", "--global-batch", "64")
+    assert res.returncode == 0 and "does not run this layout" not in res.stdout
+
+
+def test_a_versions_entry_is_checked_like_the_engine(tmp_path, capsys):
+    """A version lists what changed: an unknown key, a layouts that is not a mapping, or one without a
+    source is one line, not an internal error or a silent no-op."""
+    for body, says in (("layouts: [1, 2]", "a version's layouts has stages"), ("behaviors: {}", "unknown key 'behaviors'"),
+                       ("layouts: {stages: equal}", "layouts needs its source"),
+                       ("layouts: {schedules: [GPipe], source: s}", "schedules and ZeRO stages are the engine's")):
+        path = tmp_path / "engine.yaml"
+        path.write_text(f"name: mine\ntitle: mine\nversions:\n  v1:\n    {body}\n")
+        res = in_process(capsys, "estimate", "--model", "debug", "--dp-shard", "2", "--engine", str(path))
+        assert res.returncode == 2 and says in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
+
+
+def test_an_engine_files_exports_that_names_no_format_is_the_files_fault(tmp_path, capsys):
+    path = tmp_path / "engine.yaml"
+    path.write_text("name: mine\ntitle: mine\nexports: bogus\n")
+    res = in_process(capsys, "plan", "--model", "debug", "--devices", "2", "--engine", str(path), "--emit")
+    assert res.returncode == 2 and "exports='bogus' is not an --emit format" in res.stderr, res.stderr

@@ -240,6 +240,8 @@ def validate(
 ) -> ValidateResult:
     """Predict published training runs (the shipped ones, or a YAML file in their schema), each as
     `plan --engine E` predicts it (E its source's engine, or `engine` for all), and report the error per run."""
+    if engine is not None:
+        get_engine(engine)  # a name that is no engine is one line, not a reason on every run
     data, sources = load_runs(None if runs is None else Path(runs))
     return ValidateResult(runs=run_all(data, source, sources=sources, engine=engine))
 

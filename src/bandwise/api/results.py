@@ -105,6 +105,17 @@ class EstimateResult:
     def strategy(self) -> Strategy:
         return self.layout.strategy
 
+    @property
+    def engine_cannot(self) -> str | None:
+        """What of this layout the engine does not run as priced (its schedules, ZeRO stages and
+        `layouts` rules, `specs.engine_rules`), or None: the search would not have listed it."""
+        s, e = self.strategy, self.engine
+        if e.zero_stages is not None and s.dp_shard == 1 and s.zero_stage not in e.zero_stages:
+            return f"ZeRO-{s.zero_stage} (it runs ZeRO {', '.join(map(str, e.zero_stages))})"
+        if e.schedules is not None and s.pp > 1 and s.schedule not in e.schedules:
+            return f"the {s.schedule} schedule (it runs {', '.join(e.schedules)})"
+        return e.rules.why(s, self.model)
+
     def to_dict(self) -> dict[str, Any]:
         """`bandwise estimate --json`."""
         validation = band_dict(self.cluster.device.name, self.model.is_moe, self.devices, self.engine.label)

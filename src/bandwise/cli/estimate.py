@@ -69,6 +69,9 @@ def estimate(
         return
     out.print(f"[b]{spec.name}[/b] ({short_count(spec.total_params)} parameters) on [b]{n} x {clus.name}[/b]: {strategy.describe()}, micro-batch {micro_batch}, {strategy.effective_global_batch} sequences per step")
     out.print(priced_as(get_engine(engine)))
+    if priced.engine_cannot:
+        out.print(f"[yellow]{priced.engine.label} does not run this layout as priced: {priced.engine_cannot}; "
+                  f"`bandwise plan --engine {priced.engine.label}` lists only layouts it runs[/yellow]")
     out.print(breakdown(est, "estimate"))
     out.print(f"tokens/s and MFU {band_line(clus.device.name, spec.is_moe, n, get_engine(engine).label)}")
 

@@ -95,6 +95,9 @@ def check_emit(emit: str | None, json_out: bool, engine: str = DEFAULT_ENGINE) -
         if emit is None:
             raise BandwiseError(f"--emit: bandwise writes no job for the engine {engine!r}; "
                                 f"name the engine to export to: --emit {', '.join(ENGINES[:-1])} or {ENGINES[-1]}")
+        if emit not in ENGINES:  # the engine file's own `exports` names no format
+            raise BandwiseError(f"engine {engine!r}: exports={emit!r} is not an --emit format; write one of {', '.join(ENGINES)} "
+                                f"in its file, or leave it out")
     if emit not in ENGINES:
         raise BandwiseError(f"--emit {emit!r}: expected one of {', '.join(ENGINES)}{did_you_mean(emit, ENGINES)}")
     if json_out:

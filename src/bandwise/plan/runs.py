@@ -32,6 +32,7 @@ from bandwise.plan.search import FIXABLE
 from bandwise.specs.hardware import MAX_DEVICES, SLICE_SHAPES, Cluster, torus_slice
 from bandwise.specs.model import MAX_DIMENSION, ModelSpec, brief
 from bandwise.specs.registry import DEFAULT_ENGINE, cluster_for_accelerator, get_engine
+from bandwise.specs.schedules import LOOPED
 from bandwise.specs.strategy import ep_fits
 
 STATED: dict[str, str] = {
@@ -629,7 +630,7 @@ def convert(run: dict[str, Any], sources: dict[str, Any] | None = None, engine_o
             schedules = (sched,)
             if v:
                 fixed["virtual_stages"] = v
-            elif piped and sched != "1F1B" and sched != "GPipe" and eng.default("virtual_stages"):
+            elif piped and sched in LOOPED and eng.default("virtual_stages"):
                 fixed["virtual_stages"] = eng.default("virtual_stages")  # the engine's default split
                 notes.append(f"virtual stages from {eng.label}'s default: {fixed['virtual_stages']}")
             else:

@@ -80,11 +80,19 @@ class Engine:
             raise BandwiseError(f"engine {self.name!r} has no version {brief(version)}; versions: {', '.join(self.versions) or 'none'}")
         entry = self.versions[version]
         where = f"engine {self.name}@{version}"
+        unknown = sorted(set(entry) - set(VERSION_KEYS))
+        if unknown:
+            raise BandwiseError(f"{where}: unknown key {unknown[0]!r}; a version has {', '.join(VERSION_KEYS)}")
+        layouts = entry.get("layouts") or {}
+        if not isinstance(layouts, dict) or set(layouts) - {"stages", "source", *RULE_KEYS}:
+            raise BandwiseError(f"{where}: a version's layouts has stages, {', '.join(RULE_KEYS)} and their source "
+                                f"(schedules and ZeRO stages are the engine's); got {brief(layouts)}")
+        if layouts and not str(layouts.get("source") or "").strip():
+            raise BandwiseError(f"{where}: layouts needs its source (the engine's code or docs that say what it runs)")
         changed = _behaviours(entry.get("behaviours") or {}, where)
         fields = {b.field for b in changed}
         defaults = _defaults(entry.get("defaults") or {}, where)
         unset = {d.field for d in defaults}
-        layouts = entry.get("layouts") or {}
         stages = layouts.get("stages", self.stages)
         if stages not in STAGES:
             raise BandwiseError(f"{where}: layouts.stages {brief(stages)}: one of {', '.join(STAGES)}")
@@ -115,6 +123,8 @@ class Engine:
 
 
 ENGINE_KEYS = ("name", "title", "exports", "layouts", "behaviours", "defaults", "versions")
+VERSION_KEYS = ("title", "behaviours", "defaults", "layouts")
+"""What a version entry may hold: what changed from its engine."""
 RULE_KEYS = ("recompute", "hsdp", "ep_from", "cp_needs_fsdp", "microbatches_of_stages", "paired_hides_ep")
 """`layouts` keys that are `LayoutRules` fields (their meanings there)."""
 STAGES = ("even", "equal", "layout")

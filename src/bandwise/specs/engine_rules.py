@@ -4,7 +4,8 @@ An engine's `layouts` section (`specs/presets/engines.yaml`) names its schedules
 (the search's bounds, `Engine.search_space`) and the rules below, each with the engine's code or
 docs as its source there. The search drops every row a rule refuses (`mask`), so each row of a plan
 priced as an engine is one that engine runs as priced and `plan --pick N --emit` exports exactly;
-`why` says, for one layout, which rule refuses it (the exporters and `estimate` name it).
+`why` says, for one layout, which rule refuses it (`estimate` prints it beside a layout the
+engine would not run; validate's completion keeps to the layouts it allows).
 """
 
 from __future__ import annotations
