@@ -388,7 +388,8 @@ def test_cli_json_has_exactly_the_issue_keys(capsys):
         assert run["error"] == pytest.approx(run["predicted_tokens_per_s_per_device"] / run["target_tokens_per_s_per_device"] - 1)
 
 
-def test_cli_human_tables_and_plot(tmp_path, capsys):
+def test_cli_human_tables_and_plot(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")  # a run id unfolded, whatever terminal (or test worker) this runs in
     png = tmp_path / "parity.png"
     assert exit_code(["validate", "--source", "palm2022", "--plot", str(png)]) == 0
     out = capsys.readouterr().out
