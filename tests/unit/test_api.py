@@ -142,3 +142,13 @@ def test_the_readme_python_examples_run():
     assert test.examples, "the README's Python examples have no >>> lines"
     runner.run(test)
     assert runner.failures == 0
+
+
+def test_the_package_and_the_api_name_the_same_things():
+    """`import bandwise` stays light (its names load on first use), so it lists them itself: the list
+    must be the API's, every name reachable."""
+    import bandwise
+    import bandwise.api
+
+    assert set(bandwise.__all__) - {"__version__"} == set(bandwise.api.__all__)
+    assert all(getattr(bandwise, name) is not None for name in bandwise.api.__all__)
