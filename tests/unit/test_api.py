@@ -152,3 +152,15 @@ def test_the_package_and_the_api_name_the_same_things():
 
     assert set(bandwise.__all__) - {"__version__"} == set(bandwise.api.__all__)
     assert all(getattr(bandwise, name) is not None for name in bandwise.api.__all__)
+
+
+@pytest.mark.parametrize("kw, says", [
+    ({"model": None}, "model=None"), ({"model": 3}, "model=3"), ({"cluster": 3}, "cluster=3"),
+    ({"top": "3"}, "--top='3'"), ({"threshold": "x"}, "--threshold=x"), ({"seq_len": "4"}, "--seq-len='4'"),
+])
+def test_inputs_of_the_wrong_type_are_one_line_errors(kw, says):
+    """From Python a value can be of any type: each wrong one is the BandwiseError the CLI would print."""
+    import bandwise
+
+    with pytest.raises(bandwise.BandwiseError, match=re.escape(says)):
+        bandwise.plan(**{"model": "debug", "cluster": "h100", "devices": 2, **kw})

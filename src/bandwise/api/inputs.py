@@ -25,6 +25,10 @@ that published long-context training reaches."""
 
 def model_spec(name: str | ModelSpec, seq_len: int | None) -> ModelSpec:
     """A preset's name, a model file's path, or a `ModelSpec` (from Python), at `seq_len` if given."""
+    if not isinstance(name, (str, ModelSpec)):
+        raise BandwiseError(f"model={name!r}: give a preset's name (bandwise models), a config.json's path or a ModelSpec")
+    if seq_len is not None and (not isinstance(seq_len, int) or isinstance(seq_len, bool) or seq_len < 1):
+        raise BandwiseError(f"--seq-len={seq_len!r} must be a positive whole number of tokens")
     if seq_len is not None and seq_len > MAX_SEQ_LEN:
         raise BandwiseError(f"--seq-len={seq_len} is past the planner's bound of {MAX_SEQ_LEN:,} tokens; use at most {MAX_SEQ_LEN}")
     model = name if isinstance(name, ModelSpec) else get_model(name)
@@ -51,7 +55,7 @@ def cost_params(headroom: float, attention: str | None = None, eager: bool | Non
 
 
 def fraction(name: str, value: float) -> float:
-    if not (math.isfinite(value) and 0 <= value < 1):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and 0 <= value < 1):
         raise BandwiseError(f"{name}={value} must be a fraction in [0, 1)")
     return value
 

@@ -55,6 +55,8 @@ def load_model(model: str | ModelSpec, seq_len: int | None = None) -> ModelSpec:
 
 def load_cluster(cluster: str | Cluster) -> Cluster:
     """A cluster preset's name (`bandwise clusters`), a cluster file, or a `Cluster`."""
+    if not isinstance(cluster, (str, Cluster)):
+        raise BandwiseError(f"cluster={cluster!r}: give a preset's name (bandwise clusters), a cluster file's path or a Cluster")
     return cluster if isinstance(cluster, Cluster) else get_cluster(cluster)
 
 
@@ -98,8 +100,8 @@ def plan(
     spec = model_spec(model, seq_len)
     clus = load_cluster(cluster)
     clus.check_devices(devices)
-    if not 1 <= top <= MAX_TOP:
-        raise BandwiseError(f"--top={top} must be between 1 and {MAX_TOP}")
+    if not isinstance(top, int) or isinstance(top, bool) or not 1 <= top <= MAX_TOP:
+        raise BandwiseError(f"--top={top!r} must be a whole number between 1 and {MAX_TOP}")
     gb = global_batch_of(spec, global_batch, global_batch_tokens, devices)
     precisions = precisions_of(precision)
     params = cost_params(headroom, attention, eager, engine, clus.device)
