@@ -261,6 +261,12 @@ def candidate_chunks(
             )
 
 
+def runnable_mask(c: Layouts, devices: int, model: ModelSpec, rules: LayoutRules | None) -> np.ndarray:
+    """Rows that are valid layouts (`specs.strategy.valid_mask`) and that the engine runs (`rules`)."""
+    ok = valid_mask(c, devices, model)
+    return ok & rules.mask(c, model) if rules is not None else ok
+
+
 def _with_overlap(c: Layouts, overlap: dict[str, bool], rules: LayoutRules | None = None) -> Layouts:
     n = len(c)
     paired = rules is None or rules.paired_hides_ep
@@ -325,9 +331,7 @@ def _scan(
     skip: Callable[[Layouts], np.ndarray] | None = None, rules: LayoutRules | None = None,
 ) -> None:
     for chunk in chunks:
-        ok = valid_mask(chunk, devices, model)
-        if rules is not None:
-            ok &= rules.mask(chunk, model)
+        ok = runnable_mask(chunk, devices, model, rules)
         if skip is not None:
             ok &= ~skip(chunk)
         scan.searched += int(ok.sum())
@@ -527,9 +531,7 @@ class NetworkSearch:
         self.narrowed = {"rows": rows, "max_rows": max_rows, "level": level} if level else None
         chunks = []
         for chunk in candidate_chunks(model, devices, global_batch, degrees=self.degrees, coarse=level, **self.space):
-            ok = valid_mask(chunk, devices, model)
-            if rules is not None:
-                ok &= rules.mask(chunk, model)
+            ok = runnable_mask(chunk, devices, model, rules)
             if ok.any():
                 chunks.append(_with_overlap(chunk.take(np.flatnonzero(ok)), overlap or {}, rules))
         if not chunks:

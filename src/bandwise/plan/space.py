@@ -25,10 +25,11 @@ from bandwise.plan.search import (
     _degree_tuples,  # the search's own enumeration, so that the picture shows exactly its candidates
     _with_overlap,
     candidate_chunks,
+    runnable_mask,
 )
 from bandwise.specs.hardware import Cluster
 from bandwise.specs.model import ModelSpec
-from bandwise.specs.strategy import DIMS, SCHEDULES, Layouts, valid_mask
+from bandwise.specs.strategy import DIMS, SCHEDULES, Layouts
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,9 +77,7 @@ def layout_space(model: ModelSpec, cluster: Cluster, devices: int, global_batch:
     mem, tps, pp = [], [], []
     edge: dict[bool, list[tuple[Layouts, np.ndarray, np.ndarray]]] = {False: [], True: []}
     for chunk in candidate_chunks(model, devices, global_batch, degrees=degrees, coarse=level, **space):
-        ok = valid_mask(chunk, devices, model)
-        if options.get("rules") is not None:
-            ok &= options["rules"].mask(chunk, model)
+        ok = runnable_mask(chunk, devices, model, options.get("rules"))
         if not ok.any():
             continue
         c = _with_overlap(chunk.take(np.flatnonzero(ok)), overlap, options.get("rules"))
