@@ -115,6 +115,13 @@ class CostParams:
     rounding to 512-byte blocks and 2 MiB segments; PyTorch "CUDA semantics", memory management).
     Published peaks (TorchTitan's `max_reserved_gib`) are reserved figures: the headroom is the
     allowance for reserved over allocated, plus transient workspaces not itemized."""
+    persistent_state: bool = False
+    """The engine allocates the weights, their gradients and the optimizer state once and keeps them
+    from step to step, so only what is allocated and freed within a step (activations, gathered
+    weights, workspaces) needs the headroom: a layout fits if persistent + the rest / (1 - headroom)
+    <= HBM (`PeakMemory.charged`). The caching allocator's slack is split and cached blocks of
+    tensors freed and allocated again (PyTorch "CUDA semantics", memory management); a tensor kept
+    for the whole job leaves none. Off where gradients are freed each step (`zero_grad(set_to_none=True)`)."""
     kernel_gap_s: float = 2.0e-6
     """Idle time between two dependent kernels on the device (launch latency not hidden by the
     queue, tail of the previous kernel): a few microseconds ("Accelerating PyTorch with CUDA

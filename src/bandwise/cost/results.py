@@ -47,7 +47,7 @@ class CommTotals:
 BREAKDOWN_TERMS = tuple(f.name for f in fields(StepTime))
 BREAKDOWN_LABELS = {f.name: f.metadata["label"] for f in fields(StepTime)}
 """What a table prints beside each term."""
-MEMORY_TERMS = tuple(f.name for f in fields(PeakMemory) if f.name != "total")
+MEMORY_TERMS = tuple(f.name for f in fields(PeakMemory) if f.name not in ("total", "charged"))
 """The per-rank peak, term by term; `grads_not_at_peak` is zero or negative (`CostParams.fsdp_grads_freed`)."""
 
 
@@ -95,12 +95,17 @@ class StepResult:
     def memory_bytes(self) -> np.ndarray:
         return self.memory.total
 
+    @property
+    def fit_bytes(self) -> np.ndarray:
+        """What is set against the capacity (`PeakMemory.charged`)."""
+        return self.memory.charged
+
     def estimate(self, i: int, capacity: float) -> Estimate:
         """Row `i` as an Estimate; it fits where its peak is within `capacity` bytes."""
         at = lambda a: float(a[i])  # noqa: E731
         return Estimate(
             step_time_s=at(self.step_time_s), tokens_per_s_per_device=at(self.tokens_per_s_per_device), mfu=at(self.mfu), hfu=at(self.hfu),
-            memory_gib_per_device=at(self.memory.total) / GIB, fits=at(self.memory.total) <= capacity,
+            memory_gib_per_device=at(self.memory.total) / GIB, fits=at(self.memory.charged) <= capacity,
             breakdown={k: at(getattr(self.time, k)) for k in BREAKDOWN_TERMS},
             memory_gib={k: at(getattr(self.memory, k)) / GIB for k in MEMORY_TERMS}, microbatches=int(self.microbatches[i]),
             comm_total_s={f.name: at(getattr(self.comm_total, f.name)) for f in fields(CommTotals)},

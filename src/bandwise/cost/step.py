@@ -151,7 +151,7 @@ def _evaluate_block(m: ModelSpec, cluster: Cluster, c: Layouts, order: tuple[str
 
     dense, experts = most_dense(r)
     rows = _Rows(c, s, gb, n_mb, lt, stages, pf.overhead, dense, experts)
-    fit = None if capacity is None else np.flatnonzero(memory.total <= capacity)
+    fit = None if capacity is None else np.flatnonzero(memory.charged <= capacity)
     if fit is None or len(fit) == len(c):
         t = _time(m, dev, rows, take_rows(comm_terms(m, cluster, keyed, order, lt_key, P), inverse), P)
     elif len(fit) == 0:  # a layout that does not fit has no step time

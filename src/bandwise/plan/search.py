@@ -303,7 +303,7 @@ class _Scan:
         for side in (False, True):
             if (with_pp == side).any():
                 self.min_mem[side] = min(self.min_mem[side], float(mem[with_pp == side].min()))
-        fits = mem <= cap
+        fits = r.fit_bytes <= cap
         self.fitting += int(fits.sum())
         if not fits.any():
             return
@@ -540,14 +540,15 @@ class NetworkSearch:
         ideal = cluster
         for i in range(len(cluster.levels)):
             ideal = ideal.with_level(i, bandwidth=1e30, latency=0.0)
-        lower, memory = [], []
+        lower, memory, charged = [], [], []
         for start in range(0, len(self.cols.tp), CHUNK):
             r = evaluate(model, ideal, self.cols.take(slice(start, start + CHUNK)), order, params, capacity=capacity_bytes(cluster, params))
             lower.append(r.step_time_s)
             memory.append(r.memory_bytes)
+            charged.append(r.fit_bytes)
         self.lower, self.memory = np.concatenate(lower), np.concatenate(memory)
         self.capacity = capacity_bytes(cluster, params)
-        fits = self.memory <= self.capacity
+        fits = np.concatenate(charged) <= self.capacity
         nopp = self.cols.pp == 1
         self.subsets = [idx[np.argsort(self.lower[idx], kind="stable")] for idx in (np.flatnonzero(fits & nopp), np.flatnonzero(fits & ~nopp))]
         self.searched, self.fitting = len(self.cols.tp), int(fits.sum())

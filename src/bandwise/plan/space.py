@@ -42,6 +42,8 @@ class LayoutSpace:
     """Tokens/s per device (float32)."""
     with_pp: np.ndarray
     """The layout pipelines (pp > 1)."""
+    fitting: np.ndarray
+    """The layout fits: its charged bytes (`PeakMemory.charged`) within the capacity."""
     capacity_gib: float
     """Memory a layout may use: the device's, less the headroom; above it a layout does not fit."""
     frontier: dict[bool, list[Layout]]
@@ -51,7 +53,7 @@ class LayoutSpace:
 
     @property
     def fits(self) -> np.ndarray:
-        return self.memory_gib <= self.capacity_gib
+        return self.fitting
 
 
 def pareto(memory: np.ndarray, tps: np.ndarray) -> np.ndarray:
@@ -74,7 +76,7 @@ def layout_space(model: ModelSpec, cluster: Cluster, devices: int, global_batch:
     degrees = degrees[np.isin(degrees[:, DEGREE_COLUMNS.index("zero_stage")], zero_stages)]
     level = (result.extra.get("narrowed") or {}).get("level", 0)
     space = {"fixed": fixed, "allow_pp": allow_pp, "precisions": options.get("precisions", ("bf16",)), "schedules": options.get("schedules", SCHEDULES)}
-    mem, tps, pp = [], [], []
+    mem, tps, pp, fit = [], [], [], []
     edge: dict[bool, list[tuple[Layouts, np.ndarray, np.ndarray]]] = {False: [], True: []}
     for chunk in candidate_chunks(model, devices, global_batch, degrees=degrees, coarse=level, **space):
         ok = runnable_mask(chunk, devices, model, options.get("rules"))
@@ -88,15 +90,16 @@ def layout_space(model: ModelSpec, cluster: Cluster, devices: int, global_batch:
             mem.append(m.astype(np.float32))
             tps.append(t.astype(np.float32))
             pp.append(p)
+            fit.append(r.fit_bytes <= cap)
             for side in (False, True):
-                idx = np.flatnonzero((p == side) & (r.memory_bytes <= cap))
+                idx = np.flatnonzero((p == side) & fit[-1])
                 if len(idx):
                     keep = idx[pareto(m[idx], t[idx])]
                     edge[side].append((block.take(keep), m[keep], t[keep]))
     frontier = {side: _named(model, cluster, edge[side], params, cap) for side in (False, True)}
     join = lambda xs, dt: np.concatenate(xs) if xs else np.zeros(0, dtype=dt)
     return LayoutSpace(memory_gib=join(mem, np.float32), tokens_per_s=join(tps, np.float32), with_pp=join(pp, bool),
-                       capacity_gib=cap / GIB, frontier=frontier, coarse=bool(level))
+                       fitting=join(fit, bool), capacity_gib=cap / GIB, frontier=frontier, coarse=bool(level))
 
 
 def _named(model: ModelSpec, cluster: Cluster, parts: list[tuple[Layouts, np.ndarray, np.ndarray]], params: Any, cap: float) -> list[Layout]:

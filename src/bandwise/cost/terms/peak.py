@@ -30,6 +30,10 @@ class PeakMemory:
     activations: np.ndarray
     buffers: np.ndarray
     total: np.ndarray
+    charged: np.ndarray
+    """What is set against the capacity, `total` less the headroom's share of the state an engine
+    allocates once and keeps (`CostParams.persistent_state`): with `h` the headroom, persistent +
+    the rest / (1 - h) <= HBM is total - h x persistent <= (1 - h) x HBM."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,5 +100,7 @@ def peak_memory(s: Shape, n_mb: np.ndarray, local: LocalParams, r: Roles, a: Act
         freed = np.where(moment_rows, grads_rank - of_each(at, [mo[1] for mo in moments]), freed)
         fsdp = np.where(moment_rows, of_each(at, [mo[2] for mo in moments]), fsdp)
     buffers = fsdp + a2a_buffers + P.reserved_bytes
+    total = full.states - freed + activations + buffers
+    charged = total - P.headroom * (full.states - freed) if P.persistent_state else total
     return PeakMemory(params=full.weights, grads_optimizer=full.states - full.weights, grads_not_at_peak=-freed, activations=activations,
-                      buffers=buffers, total=full.states - freed + activations + buffers)
+                      buffers=buffers, total=total, charged=charged)
