@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
+
 import typer
 import yaml
 
@@ -9,6 +12,9 @@ from bandwise.errors import BandwiseError
 from bandwise.report import glossary
 from bandwise.report.output import Output
 from bandwise.report.tables import min_width, plain_table, short_count
+from bandwise.specs.hf_fields import ConfigRead
+from bandwise.specs.layer_summary import LayerCounts, layer_counts
+from bandwise.specs.model import MAX_DIMENSION, ModelSpec
 from bandwise.specs.registry import (
     DEFAULT_ENGINE,
     cluster_file_text,
@@ -18,6 +24,7 @@ from bandwise.specs.registry import (
     get_engine,
     get_model,
     model_presets,
+    read_model_file,
 )
 
 JSON_TABLE = typer.Option(False, "--json", help="Print JSON instead of a table.")
@@ -26,13 +33,21 @@ JSON_TABLE = typer.Option(False, "--json", help="Print JSON instead of a table."
 def models(
     json_out: bool = JSON_TABLE,
     show: str = typer.Option("", "--show", help="Only this model, every field as read: a preset, a config.json or a model file."),
+    seq_len: int = typer.Option(None, "--seq-len", help="With --show: the sequence length its FLOPs per token are counted at (default: the model's)."),
 ) -> None:
-    """List the model presets, or show one model as bandwise read it (--show), with its parameter counts."""
+    """List the model presets, or show one model as bandwise read it (--show): its fields, layers by kind,
+    parameter counts, model FLOPs per token, and which fields of a config.json were read and which not."""
     out = Output(json_mode=json_out)
-    presets = {show: get_model(show)} if show else model_presets()
-    if show and not json_out:
-        _show_model(out, presets[show])
+    if seq_len is not None and not show:
+        raise BandwiseError(f"--seq-len {seq_len} counts one model's FLOPs; name it with --show, e.g. --show llama3-8b --seq-len {seq_len}")
+    if show:
+        shown = ModelShown.of(show, seq_len)
+        if json_out:
+            out.emit_json({show: shown.to_dict()})
+        else:
+            _show_model(out, shown)
         return
+    presets = model_presets()
     if json_out:
         out.emit_json({name: {**m.to_dict(), "total_params": m.total_params, "active_nonembedding_params": m.active_nonembedding_params} for name, m in presets.items()})
         return
@@ -48,17 +63,59 @@ def models(
     out.print(table, min_width=min_width(table))
 
 
-def _show_model(out: Output, m) -> None:  # noqa: ANN001 (a ModelSpec)
+@dataclass(frozen=True, slots=True)
+class ModelShown:
+    """One model as bandwise read it: its spec, the counts a plan prices, its layers by kind and,
+    from a config.json, which of the file's fields were read (`specs.hf_fields`)."""
+
+    model: ModelSpec
+    seq_len: int
+    layers: LayerCounts
+    config: ConfigRead | None
+
+    @classmethod
+    def of(cls, name_or_path: str, seq_len: int | None) -> ModelShown:
+        path = Path(name_or_path)
+        if name_or_path.lower() not in model_presets() and (path.suffix.lower() in (".json", ".yaml", ".yml") or path.exists()):
+            model, config = read_model_file(path)
+        else:
+            model, config = get_model(name_or_path), None
+        if seq_len is not None and (isinstance(seq_len, bool) or not 1 <= seq_len <= MAX_DIMENSION):
+            raise BandwiseError(f"--seq-len {seq_len} must be a positive number of tokens up to {MAX_DIMENSION:,}")
+        return cls(model=model, seq_len=seq_len or model.seq_len, layers=layer_counts(model), config=config)
+
+    def counts(self) -> dict[str, float]:
+        m = self.model
+        return {"total parameters": m.total_params, "active, non-embedding": m.active_nonembedding_params,
+                "embedding": m.embedding_params, "output projection": m.output_params,
+                f"model FLOPs per token at {self.seq_len:,} tokens (6N + attention)": m.model_flops_per_token(self.seq_len)}
+
+    def to_dict(self) -> dict[str, object]:
+        m = self.model
+        return {**m.to_dict(), "total_params": m.total_params, "active_nonembedding_params": m.active_nonembedding_params,
+                "layers_by_kind": self.layers.to_dict(), "flops_seq_len": self.seq_len,
+                "model_flops_per_token": m.model_flops_per_token(self.seq_len),
+                "config_fields": None if self.config is None else self.config.to_dict()}
+
+
+def _show_model(out: Output, shown: ModelShown) -> None:
     """Every field as read and the counts derived from them: what a plan of this model prices."""
-    counts = {"total parameters": m.total_params, "active, non-embedding": m.active_nonembedding_params,
-              "embedding": m.embedding_params, "output projection": m.output_params,
-              "model FLOPs per token (6N + attention)": m.model_flops_per_token()}
+    m = shown.model
+    mixers, ffn = shown.layers.lines()
+    rows = {**m.to_dict(), "mixers by layer": mixers, "feed-forward by layer": ffn or "none",
+            **{k: f"{v:,.0f}" for k, v in shown.counts().items()}}
     cols: dict[str, list[str]] = {"field": [], "value": []}
-    for key, value in {**m.to_dict(), **{k: f"{v:,.0f}" for k, v in counts.items()}}.items():
+    for key, value in rows.items():
         if value not in (None, 0, "", False) or key in ("layers", "hidden", "heads"):
             cols["field"].append(key)
             cols["value"].append(str(value))
-    table = plain_table(f"{m.name} as read", cols, ("value",), "fields left at their defaults (0, none) are not listed")
+    note = "fields left at their defaults (0, none) are not listed"
+    if shown.config is not None:
+        c = shown.config
+        note += (f"\nconfig.json fields read ({len(c.read)}): {', '.join(c.read)}"
+                 f"\nconfig.json fields not read ({len(c.not_read)}), so nothing a plan prices depends on them: "
+                 f"{', '.join(c.not_read) or 'none'}")
+    table = plain_table(f"{m.name} as read", cols, ("value",), note)
     out.print(table, min_width=min_width(table))
 
 

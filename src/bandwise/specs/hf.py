@@ -33,9 +33,12 @@ from the first (gpt-oss, Gemma 2), every 6th full (Gemma 3), every 4th full (Coh
 
 from __future__ import annotations
 
+from collections import ChainMap
+from collections.abc import Mapping
 from typing import Any
 
 from bandwise.errors import BandwiseError
+from bandwise.specs.hf_fields import ConfigRead, Fields
 from bandwise.specs.hf_hybrid import HYBRID, from_hybrid_config
 from bandwise.specs.model import MAX_DIMENSION, ModelSpec, brief
 
@@ -102,7 +105,7 @@ REFUSED = {
 class _Keys:
     """One config.json mapping, its values checked and named by their own keys."""
 
-    def __init__(self, cfg: dict[str, Any], kind: str) -> None:
+    def __init__(self, cfg: Mapping[str, Any], kind: str) -> None:
         self.cfg, self.kind = cfg, kind
         self.defaults = CLASS_DEFAULTS.get(kind, {})
 
@@ -137,7 +140,18 @@ class _Keys:
         return value
 
 
-def from_hf_config(cfg: dict[str, Any], *, name: str = "hf-model", seq_len: int = 4096) -> ModelSpec:
+def read_hf_config(cfg: Mapping[str, Any], *, name: str = "hf-model", seq_len: int = 4096) -> tuple[ModelSpec, ConfigRead]:
+    """The model a config.json describes, and which of its fields were read (`hf_fields`)."""
+    fields = cfg if isinstance(cfg, Fields) else Fields(cfg)
+    model = _from_fields(fields, name=name, seq_len=seq_len)
+    return model, ConfigRead(read=fields.read(), not_read=fields.not_read())
+
+
+def from_hf_config(cfg: Mapping[str, Any], *, name: str = "hf-model", seq_len: int = 4096) -> ModelSpec:
+    return read_hf_config(cfg, name=name, seq_len=seq_len)[0]
+
+
+def _from_fields(cfg: Fields, *, name: str, seq_len: int) -> ModelSpec:
     kind = cfg.get("model_type")
     if isinstance(kind, str) and kind in HYBRID:  # layer kinds besides attention (specs/hf_hybrid.py)
         return from_hybrid_config(cfg, name=name, seq_len=seq_len)
@@ -148,14 +162,14 @@ def from_hf_config(cfg: dict[str, Any], *, name: str = "hf-model", seq_len: int 
         text = cfg.get("text_config")
         if not isinstance(text, dict):
             raise BandwiseError("config.json (llama4): missing field 'text_config'")
-        return from_hf_config({**text, "model_type": "llama4_text"}, name=name, seq_len=seq_len)
+        return _from_fields(cfg.nested("text_config").with_values(model_type="llama4_text"), name=name, seq_len=seq_len)
     if kind == "llama4_text":
         return _llama4(_Keys(cfg, kind), name, seq_len)
     if kind == "gemma3":  # the multimodal wrapper: its language model (the SigLIP vision tower is not priced)
         text = cfg.get("text_config")
         if not isinstance(text, dict):
             raise BandwiseError("config.json (gemma3): missing field 'text_config'")
-        return from_hf_config({**text, "model_type": "gemma3_text"}, name=name, seq_len=seq_len)
+        return _from_fields(cfg.nested("text_config").with_values(model_type="gemma3_text"), name=name, seq_len=seq_len)
     if not isinstance(kind, str) or kind not in FAMILIES:
         raise BandwiseError(f"config.json: model_type={brief(kind)} is not supported; supported: {', '.join(SUPPORTED)}")
     r = _Keys(cfg, kind)
@@ -163,12 +177,12 @@ def from_hf_config(cfg: dict[str, Any], *, name: str = "hf-model", seq_len: int 
     if kind == "gpt2":
         if r.flag("add_cross_attention"):
             raise BandwiseError("config.json (gpt2): add_cross_attention=true adds an encoder-decoder attention ModelSpec does not describe")
-        r.cfg = {**cfg, "hidden_size": r.need("n_embd"), "num_hidden_layers": r.need("n_layer"),
-                 "num_attention_heads": r.need("n_head"), "intermediate_size": r.opt("n_inner") or 4 * r.need("n_embd")}
+        r.cfg = cfg.with_values(hidden_size=r.need("n_embd"), num_hidden_layers=r.need("n_layer"),
+                                num_attention_heads=r.need("n_head"), intermediate_size=r.opt("n_inner") or 4 * r.need("n_embd"))
     elif kind == "falcon":
-        r.cfg = {**cfg, "num_hidden_layers": r.need("num_hidden_layers", "n_layer"),
-                 "num_attention_heads": r.need("num_attention_heads", "n_head"),
-                 "intermediate_size": r.opt("ffn_hidden_size") or 4 * r.need("hidden_size")}
+        r.cfg = cfg.with_values(num_hidden_layers=r.need("num_hidden_layers", "n_layer"),
+                                num_attention_heads=r.need("num_attention_heads", "n_head"),
+                                intermediate_size=r.opt("ffn_hidden_size") or 4 * r.need("hidden_size"))
     elif kind == "dbrx":
         return _dbrx(r, name, seq_len)
 
@@ -294,7 +308,8 @@ def _dbrx(r: _Keys, name: str, seq_len: int) -> ModelSpec:
     attn, ffn = r.get("attn_config") or {}, r.get("ffn_config") or {}
     if not isinstance(attn, dict) or not isinstance(ffn, dict):
         raise BandwiseError("config.json (dbrx): attn_config and ffn_config must be mappings")
-    sub = _Keys({**attn, **ffn}, "dbrx")
+    cfg = r.cfg if isinstance(r.cfg, Fields) else Fields(r.cfg)
+    sub = _Keys(ChainMap(cfg.nested("ffn_config"), cfg.nested("attn_config")), "dbrx")
     h, layers, heads = r.need("d_model"), r.need("n_layers"), r.need("n_heads")
     f = sub.need("ffn_hidden_size")
     m = ModelSpec(

@@ -15,9 +15,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from bandwise.errors import BandwiseError
+from bandwise.specs.hf_fields import Fields
 from bandwise.specs.kinds import GatedDeltaNet, Mamba1, Mamba2
 from bandwise.specs.model import MAX_DIMENSION, ModelSpec, brief
 
@@ -32,7 +34,7 @@ JAMBA_DEFAULTS: dict[str, Any] = {
 }
 
 
-def from_hybrid_config(cfg: dict[str, Any], *, name: str = "hf-model", seq_len: int = 4096) -> ModelSpec:
+def from_hybrid_config(cfg: Mapping[str, Any], *, name: str = "hf-model", seq_len: int = 4096) -> ModelSpec:
     kind = cfg.get("model_type")
 
     def need(key: str) -> int:
@@ -44,7 +46,7 @@ def from_hybrid_config(cfg: dict[str, Any], *, name: str = "hf-model", seq_len: 
         return value
 
     if kind == "jamba":
-        cfg = {**JAMBA_DEFAULTS, **{k: v for k, v in cfg.items() if v is not None}}
+        cfg = (cfg if isinstance(cfg, Fields) else Fields(cfg)).with_defaults(JAMBA_DEFAULTS)
     heads = need("num_attention_heads")
     base: dict[str, Any] = {
         "name": name, "hidden": need("hidden_size"), "ffn": need("intermediate_size"), "heads": heads, "vocab": need("vocab_size"),
@@ -80,7 +82,7 @@ def from_hybrid_config(cfg: dict[str, Any], *, name: str = "hf-model", seq_len: 
     raise BandwiseError(f"config.json: model_type={brief(kind)} is not a hybrid bandwise reads; hybrids: {', '.join(HYBRID)}")
 
 
-def _jamba(cfg: dict[str, Any], need: Any, base: dict[str, Any]) -> ModelSpec:
+def _jamba(cfg: Mapping[str, Any], need: Any, base: dict[str, Any]) -> ModelSpec:
     """Jamba (transformers `modeling_jamba.py`): layer i is a `JambaAttentionDecoderLayer` when
     i % attn_layer_period == attn_layer_offset, else a `JambaMambaDecoderLayer` whose
     `JambaMambaMixer` is a Mamba-1 mixer with RMSNorms over dt, B and C (`specs.kinds.Mamba1`);

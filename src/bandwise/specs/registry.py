@@ -27,6 +27,7 @@ from bandwise.specs.hardware import (
     cluster_to_file_dict,
     device_from_dict,
 )
+from bandwise.specs.hf_fields import ConfigRead
 from bandwise.specs.model import ModelSpec
 
 
@@ -225,7 +226,12 @@ def hf_model_name(path: Path) -> str:
 
 
 def load_model_file(path: Path) -> ModelSpec:
-    from bandwise.specs.hf import from_hf_config
+    return read_model_file(path)[0]
+
+
+def read_model_file(path: Path) -> tuple[ModelSpec, ConfigRead | None]:
+    """A model file's ModelSpec and, for a Hugging Face config.json, which of its fields were read."""
+    from bandwise.specs.hf import read_hf_config
 
     if not path.is_file():
         raise BandwiseError(f"model file {str(path)!r} does not exist; give a preset name or a path to a config.json")
@@ -240,6 +246,6 @@ def load_model_file(path: Path) -> ModelSpec:
     if not isinstance(data, dict):
         raise BandwiseError(f"{path}: expected a mapping of fields at the top level")
     if "model_type" in data or "architectures" in data:
-        return from_hf_config(data, name=hf_model_name(path))
+        return read_hf_config(data, name=hf_model_name(path))
     data.setdefault("name", path.stem)
-    return ModelSpec.from_dict(data, where=str(path))
+    return ModelSpec.from_dict(data, where=str(path)), None
