@@ -133,3 +133,10 @@ def test_layers_by_kind_count_every_layer_once():
         m = get_model(name)
         c = layer_counts(m)
         assert sum(c.mixers.values()) == m.layers and sum(c.feed_forward.values()) == m.layers, name
+
+
+def test_falcon_reads_its_alibi_switch():
+    """Falcon-RW trains with ALiBi (FalconAttention adds its bias when config.alibi): a plan prices the bias."""
+    cfg = json.loads((HF / "falcon-40b-instruct" / "config.json").read_text())
+    assert not read_hf_config(cfg, name="m")[0].alibi
+    assert read_hf_config({**cfg, "alibi": True}, name="m")[0].alibi

@@ -195,6 +195,7 @@ def _from_fields(cfg: Fields, *, name: str, seq_len: int) -> ModelSpec:
     }
     if kind == "falcon":
         spec["kv_heads"] = _falcon_kv_heads(r, heads)
+        spec["alibi"] = r.flag("alibi")  # Falcon-RW's ALiBi bias in place of RoPE (FalconAttention, modeling_falcon.py)
     if kind == "gpt2":
         spec["position_embeddings"] = r.need("n_positions")
     spec.update(window_spec(r, kind, layers, fam.get("window")))
