@@ -49,8 +49,9 @@ class Export:
 
 class Engine(NamedTuple):
     adapt: Callable[[ModelSpec, Cluster, Strategy, int, Architecture | None], Adapted]
-    render: Callable[[ModelSpec, Cluster, Strategy, int, Architecture | None], tuple[str, list[str]]]
-    """(text without the header, notes)"""
+    render: Callable[[ModelSpec, Cluster, Strategy, int, Architecture | None, float], tuple[str, list[str]]]
+    """(text without the header, notes); the last argument is the bytes gradients are reduced in
+    (`CostParams.grad_reduce_bytes`): an engine writes the setting, or refuses one it cannot state."""
     check_model: Callable[[ModelSpec, Architecture | None], None]
     """Raises, naming the field, for a model the engine's job cannot state."""
     searches: tuple[dict[str, object], ...]
@@ -134,7 +135,7 @@ def export(engine: str, model: ModelSpec, cluster: Cluster, strategy: Strategy, 
         capacity = cluster.device.hbm_bytes * (1 - params.headroom) / 2**30
         raise NothingFits(f"{engine} would run {_layout(ran)} at {runs.memory_gib_per_device:,.1f} GiB per device, which does not fit "
                           f"in {capacity:,.1f} GiB; export a layout that fits (plan ... --pick N), or give it more devices or recomputation")
-    text, notes = eng.render(model, cluster, ran, devices, arch)
+    text, notes = eng.render(model, cluster, ran, devices, arch, params.grad_reduce_bytes)
     header = _header(engine, model, cluster, strategy, devices, planned, adapted, ran, searched, broken, est, notes)
     # every emitted format (a shell script, a YAML file) comments with '#'
     body = "\n".join(f"# {line}" if line else "#" for line in header) + "\n" + text

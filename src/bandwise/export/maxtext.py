@@ -211,7 +211,7 @@ def check_model(model: ModelSpec, arch: Architecture | None) -> None:
 
 
 def render(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int,
-           arch: Architecture | None = None) -> tuple[str, list[str]]:
+           arch: Architecture | None = None, grad_bytes: float = 4) -> tuple[str, list[str]]:
     notes: list[str] = []
     check_model(model, arch)
     assert arch is not None
@@ -241,6 +241,10 @@ def render(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int,
     if s.zero_stage == 1 and s.dp_shard == 1:
         keys.append(("shard_optimizer_over_data", True))
     keys.append(("dtype", "bfloat16"))
+    if grad_bytes == 2:  # train.py casts the fp32 gradients to `grad_dtype` before they are reduced (configs/types.py)
+        keys.append(("grad_dtype", "bfloat16"))
+    elif grad_bytes != 4:
+        raise BandwiseError(f"maxtext cannot keep gradients in {grad_bytes:g}-byte words: grad_dtype takes float32 or bfloat16")
     if s.precision == "fp8":
         if not gpu:
             notes.append("fp8 GEMMs: MaxText's 'fp8' quantization is for NVIDIA GPUs; this TPU config asks for it as planned")

@@ -160,7 +160,7 @@ def check_model(model: ModelSpec, arch: Architecture | None) -> None:
 
 
 def render(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int,
-           arch: Architecture | None = None) -> tuple[str, list[str]]:
+           arch: Architecture | None = None, grad_bytes: float = 4) -> tuple[str, list[str]]:
     notes: list[str] = []
     check_model(model, arch)
     assert arch is not None
@@ -200,6 +200,11 @@ def render(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int,
     elif s.recompute == "full":
         args += [("recompute-granularity", "full"), ("recompute-method", "uniform"), ("recompute-num-layers", 1)]
     args.append(("bf16", None))
+    if grad_bytes == 2:  # the grad buffer in the parameters' dtype: arguments.py turns accumulate_allreduce_grads_in_fp32 off
+        args.append(("grad-reduce-in-bf16", None))
+    elif grad_bytes != 4:
+        raise BandwiseError(f"megatron cannot keep gradients in {grad_bytes:g}-byte words: it reduces them in fp32 or, "
+                            f"with --grad-reduce-in-bf16, in bf16")
     if s.precision == "fp8":
         args.append(("fp8-format", "hybrid"))
     if s.overlap_tp and s.tp > 1:

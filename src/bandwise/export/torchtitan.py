@@ -132,9 +132,12 @@ def check_model(model: ModelSpec, arch: Architecture | None) -> None:
 
 
 def render(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int,
-           arch: Architecture | None = None) -> tuple[str, list[str]]:
+           arch: Architecture | None = None, grad_bytes: float = 4) -> tuple[str, list[str]]:
     notes: list[str] = []
     check_model(model, arch)
+    if grad_bytes != 4:  # TorchTitan 0.3.0, torchtitan/config/configs.py: mixed_precision_reduce: Literal["float32"]
+        raise BandwiseError("torchtitan cannot reduce gradients in bf16: training.mixed_precision_reduce accepts only float32; "
+                            "leave out --grad-reduce bf16, or export to megatron or maxtext")
     preset = is_preset(model, arch) or ""
     module, fn = CONFIGS[preset][s.precision]
     for field, value in DEPARTURES.get(preset, {}).items():
