@@ -132,3 +132,13 @@ def test_maxtext_writes_grad_dtype():
     s = Strategy(dp_replicate=8, zero_stage=1, micro_batch=1, global_batch=64, recompute="full")
     assert 'grad_dtype: "bfloat16"\n' in maxtext_render(m, c, s, 8, PRESETS["llama3-8b"], 2)[0]
     assert "grad_dtype" not in maxtext_render(m, c, s, 8, PRESETS["llama3-8b"], 4)[0]
+
+
+def test_doctor_prices_the_plan_with_it():
+    """`doctor trace --strategy ... --grad-reduce bf16` sets the trace beside the plan as `estimate` prices it."""
+    from bandwise.api.doctoring import priced as doctor_priced
+
+    s = Strategy(dp_replicate=8, zero_stage=1, micro_batch=1, global_batch=8, recompute="full")
+    fp32, bf16 = (doctor_priced(s, "llama3-8b", "h100", None, grad_reduce=g)[3] for g in (None, "bf16"))
+    plain = bandwise.estimate("llama3-8b", "h100", strategy=s, grad_reduce="bf16").layout.estimate
+    assert bf16.memory_gib_per_device == plain.memory_gib_per_device < fp32.memory_gib_per_device
