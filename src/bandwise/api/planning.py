@@ -97,7 +97,9 @@ def plan(
     """Search every valid layout, rank those that fit by tokens/s per device, and decide whether
     pipeline parallelism is worth it (`bandwise plan --help` says how). `fix` pins fields
     ({"tp": 1, "schedule": "1F1B"}); `pool`: how many ranked layouts the search keeps (default
-    enough that `top` remain after collapsing near-duplicates)."""
+    enough that `top` remain after collapsing near-duplicates). `attention`, `eager` and `grad_reduce`
+    ('fp32' or 'bf16': Megatron-LM's --grad-reduce-in-bf16, `cost.params.GRAD_REDUCE`) state the job's
+    kernels, fusion and gradient dtype over the engine's, as in `estimate`, `compare` and `sweep`."""
     spec = model_spec(model, seq_len)
     clus = load_cluster(cluster)
     clus.check_devices(devices)

@@ -184,7 +184,8 @@ GRAD_REDUCE: dict[str, int] = {"fp32": 4, "bf16": 2}
 """`--grad-reduce` of the planning commands: the `grad_reduce_bytes` each dtype sets. bf16 is
 Megatron-LM's `--grad-reduce-in-bf16` (megatron/training/arguments.py; Megatron-Core's
 `DistributedDataParallelConfig.grad_reduce_in_fp32=False`: the grad buffer takes the parameters'
-dtype, param_and_grad_buffer.py), NeMo's `optim.grad_sync_dtype: bf16`."""
+dtype, param_and_grad_buffer.py), NeMo's `optim.grad_sync_dtype: bf16`, MaxText's `grad_dtype: bfloat16`.
+TorchTitan 0.3.0 has no such setting: `mixed_precision_reduce` is `Literal["float32"]` (config/configs.py)."""
 
 
 def grad_reduce_name(grad_bytes: float) -> str:
