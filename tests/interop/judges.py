@@ -264,6 +264,9 @@ HAND_WRITTEN = {
     "--data-parallel-sharding-strategy": ("ddp", "data_parallel_sharding_strategy", None),
     "--use-megatron-fsdp": ("ddp", "use_megatron_fsdp", True),  # DistributedInitConfig's generated flag
     "--num-distributed-optimizer-instances": ("ddp", "num_distributed_optimizer_instances", None),
+    # arguments.py (_add_mixed_precision_args, validate_args): --grad-reduce-in-bf16 turns
+    # accumulate_allreduce_grads_in_fp32 off, which training.py copies into grad_reduce_in_fp32
+    "--grad-reduce-in-bf16": ("ddp", "grad_reduce_in_fp32", False),
     # _add_training_args: store_false into apply_rope_fusion, so Megatron-LM fuses RoPE unless told not to
     "--no-rope-fusion": ("transformer", "apply_rope_fusion", False),
 }

@@ -59,3 +59,21 @@ def test_palm_splits_into_two_slices_as_it_trained() -> None:
     from bandwise.specs.registry import get_cluster
 
     assert mx.slices(get_cluster("tpu-v4"), 6144) == (3072, 2)
+
+
+def test_maxtext_accepts_bf16_gradients(maxtext) -> None:
+    """`--grad-reduce bf16` is MaxText's `grad_dtype: bfloat16`, a key of base.yml that its config accepts."""
+    from bandwise.api.inputs import cost_params
+    from bandwise.cost.params import DEFAULT_PARAMS
+    from bandwise.export import export
+    from bandwise.specs.registry import get_cluster, get_model
+    from bandwise.specs.strategy import Strategy
+
+    m, c = get_model("llama3-8b"), get_cluster("h100")
+    s = Strategy(dp_replicate=8, zero_stage=1, micro_batch=1, global_batch=64, recompute="full")
+    params = cost_params(DEFAULT_PARAMS.headroom, None, None, "maxtext", c.device, "bf16")
+    job = export("maxtext", m, c, s, 8, params=params, exact=True)
+    cfg = yaml.safe_load(job.text)
+    assert cfg["grad_dtype"] == "bfloat16" and "grad_dtype" in maxtext["base"]
+    answer = judges.maxtext_validate(maxtext["root"], [(job.text, 8)])[0]
+    assert answer["ok"], answer

@@ -155,3 +155,21 @@ def test_megatron_lm_refuses_the_same_jobs_in_its_own_words() -> None:
     assert base["ok"], base
     for (name, (_, _, words)), answer in zip(BROKEN.items(), answers):
         assert not answer["ok"] and words in answer["error"], (name, answer)
+
+
+def test_bf16_gradient_reduction_is_megatrons_own_setting() -> None:
+    """`--grad-reduce bf16` emits --grad-reduce-in-bf16, which Megatron-LM turns into
+    DistributedDataParallelConfig(grad_reduce_in_fp32=False) (arguments.py; training.py copies
+    accumulate_allreduce_grads_in_fp32 into the config): the grad buffer in the parameters' bf16."""
+    from bandwise.api.inputs import cost_params
+    from bandwise.cost.params import DEFAULT_PARAMS
+    from bandwise.export import export
+    from bandwise.specs.registry import get_cluster, get_model
+    from bandwise.specs.strategy import Strategy
+
+    m, c = get_model("llama3-8b"), get_cluster("h100")
+    s = Strategy(dp_replicate=8, zero_stage=1, micro_batch=1, global_batch=64, recompute="full")
+    params = cost_params(DEFAULT_PARAMS.headroom, None, None, "megatron", c.device, "bf16")
+    job = export("megatron", m, c, s, 8, params=params, exact=True)
+    _, ddp, flags = judges.judge_megatron(job.text, m, c, 8, s, architecture(m, m.name))
+    assert "--grad-reduce-in-bf16" in flags and ddp.grad_reduce_in_fp32 is False

@@ -43,6 +43,7 @@ def diagnose(
     engine: str | None = None,
     attention: str | None = None,
     eager: bool | None = None,
+    grad_reduce: str | None = None,
     bf16: bool | None = None,
     max_mb: int = MAX_MB,
     jobs: int = 0,
@@ -54,7 +55,7 @@ def diagnose(
         raise BandwiseError(f"--max-mb={max_mb} must be >= 1")
     if jobs < 0:
         raise BandwiseError(f"--jobs={jobs} must be >= 0 (0: one per core)")
-    planned = priced(strategy, model, cluster, seq_len, attention, eager, engine) if strategy is not None else None
+    planned = priced(strategy, model, cluster, seq_len, attention, eager, engine, grad_reduce) if strategy is not None else None
     paths = expand_trace_paths([Path(p) for p in (traces if isinstance(traces, list) else [traces])])
     diagnoses, names, analyses = [], [], []
     for p, a in zip(paths, read_traces(paths, max_mb << 20, jobs)):
@@ -71,7 +72,8 @@ def diagnose(
 
 
 def priced(s: Strategy, model: str | ModelSpec | None, cluster: str | Cluster | None, seq_len: int | None,
-           attention: str | None = None, eager: bool | None = None, engine: str | None = None) -> tuple[Any, ...]:
+           attention: str | None = None, eager: bool | None = None, engine: str | None = None,
+           grad_reduce: str | None = None) -> tuple[Any, ...]:
     """(strategy, model, cluster, estimate): the layout priced as `plan` and `estimate` price it."""
     if model is None or cluster is None:
         raise BandwiseError("--strategy needs the job's --model and --cluster to price the layout, e.g. --model llama3-8b --cluster h100")
@@ -79,7 +81,7 @@ def priced(s: Strategy, model: str | ModelSpec | None, cluster: str | Cluster | 
     clus = cluster if isinstance(cluster, Cluster) else get_cluster(cluster)
     clus.check_devices(s.world_size)
     s.check(s.world_size, spec)
-    params = cost_params(DEFAULT_PARAMS.headroom, attention, eager, engine or DEFAULT_ENGINE, clus.device)
+    params = cost_params(DEFAULT_PARAMS.headroom, attention, eager, engine or DEFAULT_ENGINE, clus.device, grad_reduce)
     return s, spec, clus, estimate(spec, clus, s, params)
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-from bandwise.cost.params import ATTENTION_KERNELS, CostParams
+from bandwise.cost.params import ATTENTION_KERNELS, GRAD_REDUCE, CostParams
 from bandwise.cost.profiles import Pricing
 from bandwise.errors import BandwiseError
 from bandwise.plan.inputs import global_batch_of
@@ -35,9 +35,10 @@ def model_spec(name: str | ModelSpec, seq_len: int | None) -> ModelSpec:
     return model.with_seq_len(seq_len) if seq_len is not None else model
 
 
-def pricing(headroom: float, attention: str | None = None, eager: bool | None = None, engine: str = DEFAULT_ENGINE) -> Pricing:
-    """How a planning command prices: the engine, the memory headroom, and the kernel and fusion the
-    user states over the engine's (`--attention`, `--eager/--compiled`)."""
+def pricing(headroom: float, attention: str | None = None, eager: bool | None = None, engine: str = DEFAULT_ENGINE,
+            grad_reduce: str | None = None) -> Pricing:
+    """How a planning command prices: the engine, the memory headroom, and the kernel, fusion and
+    gradient dtype the user states over the engine's (`--attention`, `--eager/--compiled`, `--grad-reduce`)."""
     stated: dict[str, object] = {}
     if attention is not None:
         if attention not in ATTENTION_KERNELS:
@@ -45,13 +46,22 @@ def pricing(headroom: float, attention: str | None = None, eager: bool | None = 
         stated.update({"attention": "flash", "flash_attention": True, **ATTENTION_KERNELS[attention]})
     if eager is not None:
         stated["eager_elementwise"] = eager
+    if grad_reduce is not None:
+        stated["grad_reduce_bytes"] = grad_reduce_bytes(grad_reduce)
     return Pricing(get_engine(engine), CostParams(headroom=fraction("--headroom", headroom)), tuple(stated.items()))
 
 
 def cost_params(headroom: float, attention: str | None = None, eager: bool | None = None, engine: str = DEFAULT_ENGINE,
-                device: Device | None = None) -> CostParams:
+                device: Device | None = None, grad_reduce: str | None = None) -> CostParams:
     """The cost model's parameters as `pricing` states them, on `device`."""
-    return pricing(headroom, attention, eager, engine).on(device)
+    return pricing(headroom, attention, eager, engine, grad_reduce).on(device)
+
+
+def grad_reduce_bytes(grad_reduce: str) -> int:
+    """`--grad-reduce fp32|bf16` as the bytes each gradient is kept and reduced in (`cost.params.GRAD_REDUCE`)."""
+    if not isinstance(grad_reduce, str) or grad_reduce not in GRAD_REDUCE:
+        raise BandwiseError(f"--grad-reduce {grad_reduce!r}: gradients are reduced in one of {', '.join(GRAD_REDUCE)}; use one of them")
+    return GRAD_REDUCE[grad_reduce]
 
 
 def fraction(name: str, value: float) -> float:
@@ -71,7 +81,7 @@ def precisions_of(text: str) -> tuple[str, ...]:
 def plan_inputs(model: str | ModelSpec, devices: int, seq_len: int | None, global_batch: int | None, global_batch_tokens: int | None,
                 precision: str, threshold: float, headroom: float, overlap_tp: bool, overlap_ep: bool,
                 max_rows: int | None = SEARCH_ROWS, attention: str | None = None, eager: bool | None = None,
-                engine: str = DEFAULT_ENGINE) -> PlanInputs:
+                engine: str = DEFAULT_ENGINE, grad_reduce: str | None = None) -> PlanInputs:
     """What every point of `compare` and `sweep` shares, checked in the order the options are read."""
     spec = model_spec(model, seq_len)
     if not isinstance(devices, int) or devices < 1:
@@ -84,7 +94,7 @@ def plan_inputs(model: str | ModelSpec, devices: int, seq_len: int | None, globa
         threshold=fraction("--threshold", threshold),
         precisions=precisions,
         overlap={"tp": overlap_tp, "ep": overlap_ep},
-        params=cost_params(headroom, attention, eager, engine),
-        pricing=pricing(headroom, attention, eager, engine),
+        params=cost_params(headroom, attention, eager, engine, grad_reduce=grad_reduce),
+        pricing=pricing(headroom, attention, eager, engine, grad_reduce),
         max_rows=max_rows,
     )

@@ -87,6 +87,7 @@ def plan(
     headroom: float = 0.1,
     attention: str | None = None,
     eager: bool | None = None,
+    grad_reduce: str | None = None,
     overlap_tp: bool = False,
     exhaustive: bool = False,
     pool: int | None = None,
@@ -96,7 +97,9 @@ def plan(
     """Search every valid layout, rank those that fit by tokens/s per device, and decide whether
     pipeline parallelism is worth it (`bandwise plan --help` says how). `fix` pins fields
     ({"tp": 1, "schedule": "1F1B"}); `pool`: how many ranked layouts the search keeps (default
-    enough that `top` remain after collapsing near-duplicates)."""
+    enough that `top` remain after collapsing near-duplicates). `attention`, `eager` and `grad_reduce`
+    ('fp32' or 'bf16': Megatron-LM's --grad-reduce-in-bf16, `cost.params.GRAD_REDUCE`) state the job's
+    kernels, fusion and gradient dtype over the engine's, as in `estimate`, `compare` and `sweep`."""
     spec = model_spec(model, seq_len)
     clus = load_cluster(cluster)
     clus.check_devices(devices)
@@ -104,7 +107,7 @@ def plan(
         raise BandwiseError(f"--top={top!r} must be a whole number between 1 and {MAX_TOP}")
     gb = global_batch_of(spec, global_batch, global_batch_tokens, devices)
     precisions = precisions_of(precision)
-    params = cost_params(headroom, attention, eager, engine, clus.device)
+    params = cost_params(headroom, attention, eager, engine, clus.device, grad_reduce)
     if pool is None:  # a pool deep enough that collapsing near-duplicates still leaves `top` distinct layouts
         pool = top if all_layouts else max(20 * top, 100)
     kw = dict(top=pool, allow_pp=allow_pp, fixed=dict(fix or {}), precisions=precisions, overlap={"tp": overlap_tp}, params=params,
@@ -135,6 +138,7 @@ def estimate(
     headroom: float = 0.1,
     attention: str | None = None,
     eager: bool | None = None,
+    grad_reduce: str | None = None,
     **degrees: Any,
 ) -> EstimateResult:
     """Price one layout: a `Strategy`, or its fields as keywords (dp_shard=8, tp=8, micro_batch=1,
@@ -148,7 +152,7 @@ def estimate(
     n = strategy.world_size if devices is None else devices
     clus.check_devices(n)
     strategy.check(n, spec)
-    params = cost_params(headroom, attention, eager, engine, clus.device)
+    params = cost_params(headroom, attention, eager, engine, clus.device, grad_reduce)
     layout = Layout(strategy=strategy, estimate=estimate_one(spec, clus, strategy, params))
     return EstimateResult(model=spec, cluster=clus, devices=n, engine=get_engine(engine), params=params, layout=layout)
 
@@ -169,6 +173,7 @@ def compare(
     overlap_ep: bool = False,
     attention: str | None = None,
     eager: bool | None = None,
+    grad_reduce: str | None = None,
     jobs: int = 1,
     exhaustive: bool = False,
     on_point: Callable[[Point], None] | None = None,
@@ -176,20 +181,21 @@ def compare(
     """Plan one model on each cluster (comma-separated names, or a list of names and `Cluster`s)."""
     inputs, cl = compare_inputs(model, clusters, devices, engine=engine, seq_len=seq_len, global_batch=global_batch,
                                 global_batch_tokens=global_batch_tokens, precision=precision, threshold=threshold, headroom=headroom,
-                                overlap_tp=overlap_tp, overlap_ep=overlap_ep, attention=attention, eager=eager, jobs=jobs, exhaustive=exhaustive)
+                                overlap_tp=overlap_tp, overlap_ep=overlap_ep, attention=attention, eager=eager, grad_reduce=grad_reduce, jobs=jobs,
+                                exhaustive=exhaustive)
     return CompareResult(inputs=inputs, clusters=cl, points=compare_clusters(inputs, cl, jobs=jobs, on_point=on_point))
 
 
 def compare_inputs(model: str | ModelSpec, clusters: str | list[str | Cluster], devices: int, *, engine: str, seq_len: int | None,
                    global_batch: int | None, global_batch_tokens: int | None, precision: str, threshold: float, headroom: float,
                    overlap_tp: bool, overlap_ep: bool, attention: str | None, eager: bool | None, jobs: int,
-                   exhaustive: bool) -> tuple[PlanInputs, list[Cluster]]:
+                   exhaustive: bool, grad_reduce: str | None = None) -> tuple[PlanInputs, list[Cluster]]:
     """`compare`'s inputs, every one checked before any planning starts (the command draws its bar after)."""
     names = [c.strip() for c in clusters.split(",") if c.strip()] if isinstance(clusters, str) else list(clusters)
     # the clusters share one command's bound on candidates
     per_search = None if exhaustive else SEARCH_ROWS // max(1, len(names))
     inputs = plan_inputs(model, devices, seq_len, global_batch, global_batch_tokens, precision, threshold, headroom, overlap_tp, overlap_ep,
-                     per_search, attention, eager, engine)
+                     per_search, attention, eager, engine, grad_reduce)
     if jobs < 1:
         raise BandwiseError(f"--jobs={jobs} must be a positive integer")
     keys = [n if isinstance(n, str) else n.name for n in names]
@@ -220,6 +226,7 @@ def sweep(
     overlap_ep: bool = False,
     attention: str | None = None,
     eager: bool | None = None,
+    grad_reduce: str | None = None,
     exhaustive: bool = False,
     on_point: Callable[[Point], None] | None = None,
 ) -> SweepOutcome:
@@ -229,7 +236,7 @@ def sweep(
     base = load_cluster(base_cluster)
     # the shared enumeration holds its candidates in memory and each value searches them again: half the bound
     inputs = plan_inputs(model, devices, seq_len, global_batch, global_batch_tokens, precision, threshold, headroom, overlap_tp, overlap_ep,
-                     None if exhaustive else SEARCH_ROWS // 2, attention, eager, engine)
+                     None if exhaustive else SEARCH_ROWS // 2, attention, eager, engine, grad_reduce)
     base.check_devices(inputs.devices)
     return SweepOutcome(inputs=inputs, result=sweep_points(inputs, base, spec, on_point=on_point))
 

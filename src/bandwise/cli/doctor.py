@@ -19,7 +19,7 @@ from rich.table import Table
 
 from bandwise import api
 from bandwise.api.pictures import write_doctor_html
-from bandwise.cli.options import ATTENTION, EAGER, command_line
+from bandwise.cli.options import ATTENTION, EAGER, GRAD_REDUCE, command_line
 from bandwise.cli.train import load_strategy
 from bandwise.doctor.live import watch
 from bandwise.doctor.ranks import input_straggler, live_rows
@@ -56,6 +56,7 @@ def trace(
     engine: str = typer.Option(None, "--engine", "-e", help="With --strategy: the engine the job runs (default: megatron; bandwise engines)."),
     attention: str = ATTENTION,
     eager: bool = EAGER,
+    grad_reduce: str | None = GRAD_REDUCE,
 ) -> None:
     """Analyse PyTorch profiler traces: per-step breakdown, findings sorted by expected gain, fixes.
 
@@ -65,9 +66,10 @@ def trace(
         raise BandwiseError(f"--max-mb={max_mb} must be >= 1")
     if jobs < 0:
         raise BandwiseError(f"--jobs={jobs} must be >= 0 (0: one per core)")
-    loaded = _plan_for(strategy, pick, model, cluster, seq_len, attention, eager, engine)
+    loaded = _plan_for(strategy, pick, model, cluster, seq_len, attention, eager, engine, grad_reduce)
     out = Output(json_mode=json_out)
     found = api.diagnose(paths, strategy=loaded, model=model, cluster=cluster, seq_len=seq_len, engine=engine, attention=attention, eager=eager,
+                         grad_reduce=grad_reduce,
                          bf16=bf16, max_mb=max_mb, jobs=jobs)
     d, title = found.diagnosis, found.title
     if html_out:
@@ -81,12 +83,14 @@ def trace(
 
 
 def _plan_for(strategy: str | None, pick: int | None, model: str | None, cluster: str | None, seq_len: int | None,
-              attention: str | None = None, eager: bool | None = None, engine: str | None = None) -> Strategy | None:
+              attention: str | None = None, eager: bool | None = None, engine: str | None = None,
+              grad_reduce: str | None = None) -> Strategy | None:
     """The layout of --strategy, or None; the flags that need it say so. `api.diagnose` prices it
-    with --model and --cluster (and --attention and --eager, as `plan` and `estimate` do)."""
+    with --model and --cluster (and --attention, --eager and --grad-reduce, as `plan` and `estimate` do)."""
     if strategy is None:
-        if any(v is not None for v in (pick, model, cluster, seq_len, attention, eager, engine)):
-            raise BandwiseError("--pick, --model, --cluster, --seq-len, --engine, --attention and --eager set a trace against a plan: add --strategy plan.json")
+        if any(v is not None for v in (pick, model, cluster, seq_len, attention, eager, engine, grad_reduce)):
+            raise BandwiseError("--pick, --model, --cluster, --seq-len, --engine, --attention, --eager and --grad-reduce set a trace "
+                                "against a plan: add --strategy plan.json")
         return None
     if model is None or cluster is None:
         raise BandwiseError("--strategy needs the job's --model and --cluster to price the layout, e.g. --model llama3-8b --cluster h100")

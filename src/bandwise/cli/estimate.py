@@ -10,6 +10,7 @@ from bandwise.cli.options import (
     EAGER,
     EMIT,
     ENGINE,
+    GRAD_REDUCE,
     check_emit,
     model_option,
 )
@@ -49,6 +50,7 @@ def estimate(
     headroom: float = typer.Option(0.1, "--headroom"),
     attention: str = ATTENTION,
     eager: bool = EAGER,
+    grad_reduce: str | None = GRAD_REDUCE,
     json_out: bool = typer.Option(False, "--json", help="Print one JSON layout {strategy, estimate}."),
     emit: str | None = EMIT,
 ) -> None:
@@ -59,7 +61,8 @@ def estimate(
         virtual_stages=virtual_stages, micro_batch=micro_batch, global_batch=global_batch or 0, recompute=recompute,
         precision=precision, overlap_tp=overlap_tp, overlap_ep=overlap_ep,
     )
-    priced = api.estimate(model, cluster, devices, strategy=strategy, engine=engine, seq_len=seq_len, headroom=headroom, attention=attention, eager=eager)
+    priced = api.estimate(model, cluster, devices, strategy=strategy, engine=engine, seq_len=seq_len, headroom=headroom, attention=attention, eager=eager,
+                          grad_reduce=grad_reduce)
     spec, clus, n, est, params = priced.model, priced.cluster, priced.devices, priced.layout.estimate, priced.params
     if emit:
         typer.echo(export(emit, spec, clus, strategy, n, est, params, model_source=model).text, nl=False)
@@ -68,7 +71,7 @@ def estimate(
         out.emit_json(priced.to_dict())
         return
     out.print(f"[b]{spec.name}[/b] ({short_count(spec.total_params)} parameters) on [b]{n} x {clus.name}[/b]: {strategy.describe()}, micro-batch {micro_batch}, {strategy.effective_global_batch} sequences per step")
-    out.print(priced_as(get_engine(engine)))
+    out.print(priced_as(get_engine(engine), params))
     if priced.engine_cannot:
         out.print(f"[yellow]{priced.engine.label} does not run this layout as priced: {priced.engine_cannot}; "
                   f"`bandwise plan --engine {priced.engine.label}` lists only layouts it runs[/yellow]")

@@ -62,6 +62,12 @@ ATTENTION = typer.Option(
     "fa2 (FlashAttention-2, PyTorch SDPA's flash backend: 35% of the H100 peak), materialized (s x s scores in memory).",
 )
 EAGER = typer.Option(None, "--eager/--compiled", help="Element-wise ops as separate eager kernels, or fused (torch.compile); default: the engine's.")
+GRAD_REDUCE = typer.Option(
+    None, "--grad-reduce",
+    help="fp32 or bf16: the dtype gradients are kept and reduced in; default: the engine's (fp32 for every preset). bf16 is "
+    "Megatron-LM's --grad-reduce-in-bf16 (Megatron-Core DistributedDataParallelConfig.grad_reduce_in_fp32=False), NeMo's "
+    "optim.grad_sync_dtype: bf16.",
+)
 ENGINE = typer.Option(
     DEFAULT_ENGINE, "--engine", "-e",
     help="The training engine the plan is priced as: a preset (bandwise engines), a version (megatron@2022), or an engine file.",

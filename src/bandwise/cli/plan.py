@@ -21,6 +21,7 @@ from bandwise.cli.options import (
     EXHAUSTIVE,
     GLOBAL_BATCH,
     GLOBAL_BATCH_TOKENS,
+    GRAD_REDUCE,
     HEADROOM,
     JSON_OUT,
     OVERLAP_TP,
@@ -111,6 +112,7 @@ def plan(
     headroom: float = HEADROOM,
     attention: str = ATTENTION,
     eager: bool = EAGER,
+    grad_reduce: str | None = GRAD_REDUCE,
     overlap_tp: bool = OVERLAP_TP,
     exhaustive: bool = EXHAUSTIVE,
     json_out: bool = JSON_OUT,
@@ -133,7 +135,7 @@ def plan(
     asked: dict[str, Any] = {
         "engine": engine, "seq_len": seq_len, "global_batch": global_batch, "global_batch_tokens": global_batch_tokens, "top": top,
         "all_layouts": all_layouts, "allow_pp": not no_pp, "fix": _parse_fix(fix), "precision": precision, "threshold": threshold,
-        "headroom": headroom, "attention": attention, "eager": eager, "overlap_tp": overlap_tp, "exhaustive": exhaustive, "pool": pool,
+        "headroom": headroom, "attention": attention, "eager": eager, "grad_reduce": grad_reduce, "overlap_tp": overlap_tp, "exhaustive": exhaustive, "pool": pool,
         "must_fit": False,
     }
     if json_out or emit:
@@ -167,7 +169,7 @@ def plan(
             f"on [b]{devices} x {clus.name}[/b] ({clus.device.name}), seq {spec.seq_len}, "
             f"global batch {gb} sequences = {short_count(gb * spec.seq_len, tokens=True)} tokens"
         )
-        out.print(priced_as(get_engine(engine)))
+        out.print(priced_as(get_engine(engine), params))
         out.print(f"searched {result.searched:,} valid layouts in {result.seconds:.2f} s; {result.fitting:,} fit in {result.capacity_gib:.1f} GiB per device")
         if "narrowed" in result.extra:
             out.print(narrowed_note(result.extra["narrowed"]))

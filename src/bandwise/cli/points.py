@@ -13,6 +13,7 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
+from bandwise.cost.params import GRAD_REDUCE, CostParams, grad_reduce_name
 from bandwise.plan.search import Layout, narrowed_note
 from bandwise.plan.sweep import PlanInputs, Point
 from bandwise.report import glossary
@@ -73,9 +74,13 @@ def narrowed_lines(out: Output, points: list[Point]) -> None:
         out.print(f"[b]{', '.join(labels)}[/b]: {note}" if len(points) > 1 else note)
 
 
-def priced_as(engine: Engine) -> str:
-    """The line under every planning header that says which software the figures assume."""
-    return f"priced as [b]{engine.label}[/b] runs it: {engine.title} (bandwise engines --show {engine.name}; --engine to change)"
+def priced_as(engine: Engine, params: CostParams | None = None) -> str:
+    """The line under every planning header that says which software the figures assume, and the
+    gradient dtype where it is not fp32 (`--grad-reduce`)."""
+    line = f"priced as [b]{engine.label}[/b] runs it: {engine.title} (bandwise engines --show {engine.name}; --engine to change)"
+    if params is not None and params.grad_reduce_bytes != GRAD_REDUCE["fp32"]:
+        line += f"; gradients kept and reduced in [b]{grad_reduce_name(params.grad_reduce_bytes)}[/b] (--grad-reduce)"
+    return line
 
 
 def header(out: Output, inputs: PlanInputs, where: str) -> None:
@@ -86,7 +91,7 @@ def header(out: Output, inputs: PlanInputs, where: str) -> None:
         f"layout without PP is within {inputs.threshold:.0%} of its best"
     )
     if inputs.pricing:
-        out.print(priced_as(inputs.pricing.engine))
+        out.print(priced_as(inputs.pricing.engine, inputs.params))
 
 
 HELP_WORDS = f"\n\n[b]Words[/b]: {glossary.COMPARE}\n\n{glossary.LAYOUT}"

@@ -180,4 +180,15 @@ ATTENTION_KERNELS: dict[str, dict[str, Any]] = {
 current fused kernel (FlashAttention-3 or cuDNN on Hopper, FlashAttention-2 on Ampere); fa2:
 FlashAttention-2, as PyTorch's `scaled_dot_product_attention` runs it; materialized: attention
 that writes the s x s scores to memory (Megatron-LM's 2022 CoreAttention, eager PyTorch)."""
+GRAD_REDUCE: dict[str, int] = {"fp32": 4, "bf16": 2}
+"""`--grad-reduce` of the planning commands: the `grad_reduce_bytes` each dtype sets. bf16 is
+Megatron-LM's `--grad-reduce-in-bf16` (megatron/training/arguments.py; Megatron-Core's
+`DistributedDataParallelConfig.grad_reduce_in_fp32=False`: the grad buffer takes the parameters'
+dtype, param_and_grad_buffer.py), NeMo's `optim.grad_sync_dtype: bf16`, MaxText's `grad_dtype: bfloat16`.
+TorchTitan 0.3.0 has no such setting: `mixed_precision_reduce` is `Literal["float32"]` (config/configs.py)."""
+
+
+def grad_reduce_name(grad_bytes: float) -> str:
+    """The dtype `grad_bytes` stands for in `GRAD_REDUCE` ('fp32', 'bf16'), else the bytes themselves."""
+    return next((k for k, v in GRAD_REDUCE.items() if v == grad_bytes), f"{grad_bytes:g}-byte words")
 DEFAULT_PARAMS = CostParams()

@@ -49,10 +49,13 @@ class Export:
 
 class Engine(NamedTuple):
     adapt: Callable[[ModelSpec, Cluster, Strategy, int, Architecture | None], Adapted]
-    render: Callable[[ModelSpec, Cluster, Strategy, int, Architecture | None], tuple[str, list[str]]]
-    """(text without the header, notes)"""
+    render: Callable[[ModelSpec, Cluster, Strategy, int, Architecture | None, float], tuple[str, list[str]]]
+    """(text without the header, notes); the last argument is the bytes gradients are reduced in
+    (`CostParams.grad_reduce_bytes`): an engine writes the setting, or refuses one it cannot state."""
     check_model: Callable[[ModelSpec, Architecture | None], None]
     """Raises, naming the field, for a model the engine's job cannot state."""
+    check_grads: Callable[[float], None]
+    """Raises, naming the field, for a gradient dtype (`CostParams.grad_reduce_bytes`) the job cannot state."""
     searches: tuple[dict[str, object], ...]
     """Fields to pin in searches for the best layout the engine expresses, when the ranking has none."""
 
@@ -65,9 +68,9 @@ def _engines() -> dict[str, Engine]:
     from bandwise.export import maxtext, megatron, torchtitan
 
     return {
-        "torchtitan": Engine(torchtitan.adapt, torchtitan.render, torchtitan.check_model, torchtitan.SEARCHES),
-        "megatron": Engine(megatron.adapt, megatron.render, megatron.check_model, megatron.SEARCHES),
-        "maxtext": Engine(maxtext.adapt, maxtext.render, maxtext.check_model, maxtext.SEARCHES),
+        "torchtitan": Engine(torchtitan.adapt, torchtitan.render, torchtitan.check_model, torchtitan.check_grads, torchtitan.SEARCHES),
+        "megatron": Engine(megatron.adapt, megatron.render, megatron.check_model, megatron.check_grads, megatron.SEARCHES),
+        "maxtext": Engine(maxtext.adapt, maxtext.render, maxtext.check_model, maxtext.check_grads, maxtext.SEARCHES),
     }
 
 
@@ -83,7 +86,8 @@ def export(engine: str, model: ModelSpec, cluster: Cluster, strategy: Strategy, 
     (`adapt`), and the best layout the engine expresses as it is (but for a precision its config
     forces): the first such layout of the search's ranking (`ranked`, objects with .strategy and
     .estimate, best first), or, when the ranking holds none, of searches with the engine's
-    limits pinned (`research`). Either is priced by the cost model.
+    limits pinned (`research`). Either is priced by the cost model. The job states the gradients'
+    dtype the plan was priced with (`params.grad_reduce_bytes`), or is refused naming the field.
 
     `exact` (a row picked by the user): `strategy` as it is, or a one-line refusal naming what the
     engine cannot hold. A model the engine's job cannot state is refused naming the field
@@ -95,6 +99,7 @@ def export(engine: str, model: ModelSpec, cluster: Cluster, strategy: Strategy, 
     eng = engines[engine]
     arch = architecture(model, model_source)
     eng.check_model(model, arch)
+    eng.check_grads(params.grad_reduce_bytes)
     planned = planned or estimate(model, cluster, strategy, params)
     try:
         adapted = eng.adapt(model, cluster, strategy, devices, arch)
@@ -134,7 +139,7 @@ def export(engine: str, model: ModelSpec, cluster: Cluster, strategy: Strategy, 
         capacity = cluster.device.hbm_bytes * (1 - params.headroom) / 2**30
         raise NothingFits(f"{engine} would run {_layout(ran)} at {runs.memory_gib_per_device:,.1f} GiB per device, which does not fit "
                           f"in {capacity:,.1f} GiB; export a layout that fits (plan ... --pick N), or give it more devices or recomputation")
-    text, notes = eng.render(model, cluster, ran, devices, arch)
+    text, notes = eng.render(model, cluster, ran, devices, arch, params.grad_reduce_bytes)
     header = _header(engine, model, cluster, strategy, devices, planned, adapted, ran, searched, broken, est, notes)
     # every emitted format (a shell script, a YAML file) comments with '#'
     body = "\n".join(f"# {line}" if line else "#" for line in header) + "\n" + text

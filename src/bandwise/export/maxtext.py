@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import math
 
+from bandwise.cost.params import grad_reduce_name
 from bandwise.errors import BandwiseError
 from bandwise.export.architecture import Architecture, is_preset, refusals
 from bandwise.export.common import Adapted
@@ -210,8 +211,14 @@ def check_model(model: ModelSpec, arch: Architecture | None) -> None:
         raise BandwiseError(f"maxtext cannot run {model.name} as planned: {out[0]}; export to another engine")
 
 
+def check_grads(grad_bytes: float) -> None:
+    """MaxText's `grad_dtype` (configs/types.py, maxtext 0.2.5): float32, its default, or bfloat16."""
+    if grad_bytes not in (2, 4):
+        raise BandwiseError(f"maxtext cannot reduce gradients in {grad_reduce_name(grad_bytes)}: grad_dtype float32 or bfloat16")
+
+
 def render(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int,
-           arch: Architecture | None = None) -> tuple[str, list[str]]:
+           arch: Architecture | None = None, grad_bytes: float = 4) -> tuple[str, list[str]]:
     notes: list[str] = []
     check_model(model, arch)
     assert arch is not None
@@ -241,6 +248,9 @@ def render(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int,
     if s.zero_stage == 1 and s.dp_shard == 1:
         keys.append(("shard_optimizer_over_data", True))
     keys.append(("dtype", "bfloat16"))
+    check_grads(grad_bytes)
+    if grad_bytes == 2:  # train.py casts the fp32 gradients to `grad_dtype` before they are reduced (configs/types.py)
+        keys.append(("grad_dtype", "bfloat16"))
     if s.precision == "fp8":
         if not gpu:
             notes.append("fp8 GEMMs: MaxText's 'fp8' quantization is for NVIDIA GPUs; this TPU config asks for it as planned")

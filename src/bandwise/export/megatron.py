@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import shlex
 
+from bandwise.cost.params import grad_reduce_name
 from bandwise.errors import BandwiseError
 from bandwise.export.architecture import Architecture, refusals
 from bandwise.export.common import TORCHRUN, Adapted, script_head, stage_layers
@@ -159,8 +160,14 @@ def check_model(model: ModelSpec, arch: Architecture | None) -> None:
         raise BandwiseError(f"megatron cannot run {model.name} as planned: {out[0]}; export to another engine")
 
 
+def check_grads(grad_bytes: float) -> None:
+    """Megatron-LM reduces gradients in fp32, or in bf16 with --grad-reduce-in-bf16 (megatron/training/arguments.py)."""
+    if grad_bytes not in (2, 4):
+        raise BandwiseError(f"megatron cannot reduce gradients in {grad_reduce_name(grad_bytes)}: --grad-reduce-in-bf16 or fp32 (its default)")
+
+
 def render(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int,
-           arch: Architecture | None = None) -> tuple[str, list[str]]:
+           arch: Architecture | None = None, grad_bytes: float = 4) -> tuple[str, list[str]]:
     notes: list[str] = []
     check_model(model, arch)
     assert arch is not None
@@ -200,6 +207,9 @@ def render(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int,
     elif s.recompute == "full":
         args += [("recompute-granularity", "full"), ("recompute-method", "uniform"), ("recompute-num-layers", 1)]
     args.append(("bf16", None))
+    check_grads(grad_bytes)
+    if grad_bytes == 2:  # the grad buffer in the parameters' dtype: arguments.py turns accumulate_allreduce_grads_in_fp32 off
+        args.append(("grad-reduce-in-bf16", None))
     if s.precision == "fp8":
         args.append(("fp8-format", "hybrid"))
     if s.overlap_tp and s.tp > 1:

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import shlex
 
+from bandwise.cost.params import grad_reduce_name
 from bandwise.errors import BandwiseError
 from bandwise.export.architecture import Architecture, differences, is_preset
 from bandwise.export.common import TORCHRUN, Adapted, script_head, stage_layers
@@ -131,10 +132,19 @@ def check_model(model: ModelSpec, arch: Architecture | None) -> None:
                         f"export to megatron or maxtext")
 
 
+def check_grads(grad_bytes: float) -> None:
+    """TorchTitan reduces gradients in fp32 only: `mixed_precision_reduce: Literal["float32"]` (torchtitan 0.3.0,
+    torchtitan/config/configs.py)."""
+    if grad_bytes != 4:
+        raise BandwiseError(f"torchtitan cannot reduce gradients in {grad_reduce_name(grad_bytes)}: training.mixed_precision_reduce "
+                            "accepts only float32; leave out --grad-reduce, or export to megatron or maxtext")
+
+
 def render(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int,
-           arch: Architecture | None = None) -> tuple[str, list[str]]:
+           arch: Architecture | None = None, grad_bytes: float = 4) -> tuple[str, list[str]]:
     notes: list[str] = []
     check_model(model, arch)
+    check_grads(grad_bytes)
     preset = is_preset(model, arch) or ""
     module, fn = CONFIGS[preset][s.precision]
     for field, value in DEPARTURES.get(preset, {}).items():

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from bandwise.cost.params import GRAD_REDUCE
 from bandwise.errors import BandwiseError
 from bandwise.inputs import read_text, shipped_yaml
 from bandwise.plan.search import FIXABLE
@@ -41,6 +42,7 @@ STATED: dict[str, str] = {
     "ddp_local_no_overlap": "the run states Megatron's 'DDP-impl local' (2021): gradients all-reduced after the backward, not overlapped",
     "no_grad_overlap": "the run states no gradient all-reduce overlap",
     "compiled": "the run states torch.compile: the element-wise ops are fused, whatever the engine's default (as plan --compiled)",
+    "grad_reduce": "the run states the dtype its gradients are kept and reduced in, whatever the engine's default (as plan --grad-reduce)",
 }
 """What a run may state of its own job beyond its layout, as `plan`'s flags would: each is applied to
 the run as stated and named in its notes. What an engine does by itself is the engine's
@@ -142,6 +144,9 @@ class Case:
     """What the run states of its own job beyond the layout (`STATED` keys), applied as stated."""
     compiled: bool = False
     """The run states torch.compile (element-wise ops fused), as `plan --compiled`."""
+    grad_reduce: str | None = None
+    """The dtype the run states its gradients are kept and reduced in ('fp32', 'bf16'), as `plan
+    --grad-reduce`; None: its engine's."""
     engine: str = DEFAULT_ENGINE
     """The engine (and version) the run was trained with: the source's, or the run's own `engine`."""
     token_scale: float = 1.0
@@ -668,6 +673,11 @@ def convert(run: dict[str, Any], sources: dict[str, Any] | None = None, engine_o
     if p.get("async_tp") and state("async_tp"):
         overlap["tp"] = True
     compiled = "compile" in str(run.get("precision") or "").lower() and state("compiled")
+    grad_reduce = run.get("grad_reduce")
+    if grad_reduce is not None:
+        if grad_reduce not in GRAD_REDUCE:
+            raise BandwiseError(f"run {brief(rid)}: grad_reduce {brief(grad_reduce)}: write one of {', '.join(GRAD_REDUCE)}")
+        state("grad_reduce")
 
     for name in FIXABLE:
         if name not in fixed and name not in ("schedule", "virtual_stages") and not (name == "ep" and not model.is_moe):
@@ -678,6 +688,6 @@ def convert(run: dict[str, Any], sources: dict[str, Any] | None = None, engine_o
     return Case(
         id=rid, source=src, quality=str((run.get("target") or {}).get("quality") or "unknown"), target=float(target),
         model=model, cluster=cluster, devices=devices, global_batch=int(gb), fixed=fixed, schedules=schedules,
-        overlap=overlap, completed=sorted(set(completed)), assumptions=notes, stated=stated, compiled=compiled, engine=engine, token_scale=token_scale,
+        overlap=overlap, completed=sorted(set(completed)), assumptions=notes, stated=stated, compiled=compiled, grad_reduce=grad_reduce, engine=engine, token_scale=token_scale,
         memory=published_memory(run),
     )

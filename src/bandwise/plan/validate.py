@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from bandwise.cost.memory import GIB
-from bandwise.cost.params import DEFAULT_PARAMS, CostParams
+from bandwise.cost.params import DEFAULT_PARAMS, GRAD_REDUCE, CostParams
 from bandwise.cost.profiles import params_for
 from bandwise.cost.results import Estimate
 from bandwise.cost.step import estimate
@@ -177,8 +177,11 @@ def _complete(case: Case, params: CostParams, res: RunResult) -> tuple[Strategy,
 
 def priced(case: Case, params: CostParams = DEFAULT_PARAMS) -> CostParams:
     """The parameters a run is priced with: its engine's behaviours on its device, and torch.compile
-    where the run states it (as `plan --compiled` prices it, `cli.options`)."""
+    and the gradients' dtype where the run states them (as `plan --compiled` and `--grad-reduce`
+    price them, `api.inputs.pricing`)."""
     params = params_for(get_engine(case.engine), case.cluster.device, params)
+    if case.grad_reduce is not None:
+        params = replace(params, grad_reduce_bytes=GRAD_REDUCE[case.grad_reduce])
     return replace(params, eager_elementwise=False) if case.compiled else params
 
 
