@@ -27,11 +27,11 @@ class ExpertComm:
 
 def dispatch_buffers(m: ModelSpec, s: Shape) -> np.ndarray:
     """Bytes of one MoE layer's dispatched and combined tokens, held while the all-to-alls run."""
-    return 2.0 * s.tokens / s.tp * m.top_k * m.hidden * BF16 if m.is_moe else np.zeros_like(s.tokens)
+    return 2.0 * s.tokens / s.tp * m.top_k * m.hidden * BF16 if m.ffn_kind.routed else np.zeros_like(s.tokens)
 
 
 def expert_comm(m: ModelSpec, cluster: Cluster, s: Shape, groups: Groups, P: CostParams) -> ExpertComm:
-    if not m.is_moe:
+    if not m.ffn_kind.routed:
         return ExpertComm(one=np.zeros_like(s.tokens))
     # fp8 recipes dispatch the quantized activations and their gradients in 1 byte, and
     # combine in bf16 (DeepSeek-V3 report, Sec. 3.3.2): 1.5 bytes per element on average
