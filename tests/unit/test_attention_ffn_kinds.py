@@ -142,3 +142,21 @@ def test_the_model_picks_its_kinds_from_its_fields():
     assert dsv3.is_moe and dsv3.is_mla
     assert [(type(k).__name__, n) for k, n in dsv3.ffn_layers] == [("DenseMLP", 3), ("MixtureOfExperts", 58)]
     assert [(type(k).__name__, n) for k, n in llama.ffn_layers] == [("DenseMLP", 32)]
+
+
+@pytest.mark.parametrize("protocol, kinds", [
+    ("AttentionKind", [GroupedQueryAttention(hidden=64, heads=4, kv_heads=2, head_dim=16),
+                       LatentAttention(hidden=64, heads=4, q_lora_rank=8, kv_lora_rank=8, qk_nope_head_dim=8, qk_rope_head_dim=4, v_head_dim=8)]),
+    ("FfnKind", [DenseMLP(hidden=64, ffn=128), MixtureOfExperts(hidden=64, experts=8, top_k=2, expert_ffn=32, shared_experts=1, shared_ffn=32)]),
+])
+def test_every_kind_supplies_what_its_protocol_names(protocol, kinds):
+    """The cost model reads only the protocol: a kind that misses a member would fail there, not here."""
+    import bandwise.specs.attention as attention
+    import bandwise.specs.ffn as ffn
+
+    proto = getattr(attention, protocol, None) or getattr(ffn, protocol)
+    members = {n for n in vars(proto) if not n.startswith("_")} | set(getattr(proto, "__annotations__", {}))
+    assert members
+    for kind in kinds:
+        missing = sorted(n for n in members if not hasattr(kind, n))
+        assert not missing, (type(kind).__name__, missing)
