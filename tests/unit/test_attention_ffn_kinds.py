@@ -94,6 +94,7 @@ def test_a_dense_mlp_has_two_or_three_matrices():
     gelu = DenseMLP(hidden=12288, ffn=49152, gated=False)  # GPT-3 175B (Brown et al. 2020, Table 2.1): 4h
     assert gelu.params == 2 * 12288 * 49152
     assert not llama.routed and llama.routed_params == 0 and llama.non_routed_params == llama.params
+    assert llama.dispatch_copies == 0 and llama.permute_bytes_per_token == 0
 
 
 def test_deepseek_v3_moe_total_and_active_weights_from_its_config():
@@ -110,6 +111,7 @@ def test_deepseek_v3_moe_total_and_active_weights_from_its_config():
     # a token's forward: the router, the shared expert and its top_k routed experts, 2 FLOPs a weight
     assert layer_flops_per_token(moe.gemms()) == 2 * (c["top_k"] * expert + shared + router)
     assert layer_flops_per_token(moe.routed_gemms()) == 2 * c["top_k"] * expert
+    assert moe.dispatch_copies == c["top_k"]  # a token is sent to each of its top_k experts
 
     # the whole model, layer kind by layer kind, against the report's 671B total and 37B activated
     attn = c["hidden"] * c["q_lora"] + c["q_lora"] * c["heads"] * 192 + c["hidden"] * 576 + c["kv_lora"] * c["heads"] * 256 + c["heads"] * 128 * c["hidden"]

@@ -57,6 +57,11 @@ class FfnKind(Protocol):
         """HBM bytes of reordering tokens to and from experts, forward."""
         ...
 
+    @property
+    def dispatch_copies(self) -> int:
+        """Copies of a token's h-wide activation that expert parallelism's all-to-all sends each way."""
+        ...
+
     def gemms(self) -> list[Gemm]: ...
 
     def routed_gemms(self) -> list[Gemm]:
@@ -117,6 +122,10 @@ class DenseMLP:
 
     @property
     def permute_bytes_per_token(self) -> int:
+        return 0
+
+    @property
+    def dispatch_copies(self) -> int:
         return 0
 
     def gemms(self, rows_per_token: float = 1.0, split_in: str = "col", split_out: str = "row") -> list[Gemm]:
@@ -194,6 +203,11 @@ class MixtureOfExperts:
     def permute_bytes_per_token(self) -> int:
         """The token permutation before and after the experts reads and writes top_k·h each way."""
         return BF16 * 2 * 2 * self.top_k * self.hidden
+
+    @property
+    def dispatch_copies(self) -> int:
+        """One per chosen expert (the shared experts run where the token is)."""
+        return self.top_k
 
     def gemms(self) -> list[Gemm]:
         """Router (replicated), shared experts (tensor-parallel like a dense MLP), routed experts."""
