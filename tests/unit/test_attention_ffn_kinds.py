@@ -152,9 +152,8 @@ def test_the_model_picks_its_kinds_from_its_fields():
     ("FfnKind", [DenseMLP(hidden=64, ffn=128), MixtureOfExperts(hidden=64, experts=8, top_k=2, expert_ffn=32, shared_experts=1, shared_ffn=32)]),
 ])
 def test_every_kind_supplies_what_its_protocol_names(protocol, kinds):
-    """The cost model reads only the protocol: a kind that misses a member would fail there, not here."""
-    import bandwise.specs.attention as attention
-    import bandwise.specs.ffn as ffn
+    """The cost model reads only the protocol: a kind that misses a member fails here, not deep in a cost term."""
+    from bandwise.specs import attention, ffn
 
     proto = getattr(attention, protocol, None) or getattr(ffn, protocol)
     members = {n for n in vars(proto) if not n.startswith("_")} | set(getattr(proto, "__annotations__", {}))
