@@ -32,7 +32,6 @@ from typing import Any
 import yaml
 
 from bandwise.cost.compute import K_FIXED, gemm_time
-from bandwise.cost.flops import attention_gemms, mlp_gemms
 from bandwise.cost.params import DEFAULT_PARAMS
 from bandwise.cost.terms.compute import SCORE_BYTES_FORWARD
 from bandwise.cost.terms.keyed import layer_terms
@@ -52,7 +51,7 @@ def _layer_gemms(case, strategy) -> list[tuple[str, int, int, int]]:  # noqa: AN
     m_, tp = case.model, strategy.tp
     tokens = strategy.micro_batch * m_.seq_len // strategy.cp
     out = []
-    for g in attention_gemms(m_) + mlp_gemms(m_, m_.ffn):
+    for g in m_.attention_kind.gemms() + m_.dense_mlp.gemms():
         n, k = (g.n // tp, g.k) if g.split == "col" else (g.n, g.k // tp)
         out.append((g.name, tokens, n, k))
     out.append(("head", tokens, -(-m_.vocab // tp), m_.hidden))

@@ -200,7 +200,8 @@ def test_leading_mlp_only_layers_are_the_dense_layers():
     m = from_hf_config({**cfg, "mlp_only_layers": [0, 1]})
     base = from_hf_config(cfg)
     assert m.dense_layers == 2 and m.moe_layers == base.layers - 2
-    per_layer_moe = base.experts * base.expert_params + base.shared_params + base.router_params + base.hidden  # + shared gate
+    moe = base.ffn_kind
+    per_layer_moe = base.experts * moe.expert.params + moe.shared_params + moe.router_params + base.hidden  # + shared gate
     assert base.total_params - m.total_params == 2 * (per_layer_moe - base.dense_mlp_params)
 
 

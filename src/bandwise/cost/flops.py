@@ -1,57 +1,16 @@
 """The GEMMs of one transformer layer, and its memory-bound element-wise traffic.
 
-Each GEMM is (name, n_out, k_in, tokens_per_token, split) for Y[m, n] = X[m, k] · W[k, n] with
-m = tokens: a forward GEMM costs 2·m·n·k FLOPs, its backward twice that (input and weight
-gradients; Narayanan et al. 2021, Sec. 3.3.1). `split` says how tensor parallelism divides it:
-'col' splits n, 'row' splits k (Megatron-LM, Shoeybi et al. 2019, Sec. 3); 'expert' GEMMs are
-not tensor-parallel (experts shard over EP), and `tokens_per_token` is how many rows each token
-contributes (top_k for routed experts).
+The layer kinds state their GEMMs (`specs.attention`, `specs.ffn`, `specs.gemm.Gemm`): a forward
+GEMM costs 2·m·n·k FLOPs for m tokens, its backward twice that (Narayanan et al. 2021, Sec. 3.3.1);
+`Gemm.split` says how tensor and expert parallelism divide it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from bandwise.specs.gemm import BF16, Gemm
 from bandwise.specs.model import ModelSpec
 
-BF16 = 2  # bytes per element of activations and communicated weights
-
-
-@dataclass(frozen=True, slots=True)
-class Gemm:
-    name: str
-    n: int
-    k: int
-    rows_per_token: float = 1.0
-    split: str = "col"  # 'col', 'row', 'expert' or 'none'
-
-
-def attention_gemms(m: ModelSpec) -> list[Gemm]:
-    h, H = m.hidden, m.heads
-    if m.is_mla:
-        # DeepSeek-V2 Sec. 2.1: queries through a low-rank bottleneck, keys/values from the
-        # compressed latent c_KV; the down-projections are replicated across TP ranks.
-        q = [Gemm("q_down", m.q_lora_rank, h, split="none"), Gemm("q_up", H * m.d_head, m.q_lora_rank)] if m.q_lora_rank else [Gemm("q", H * m.d_head, h)]
-        return q + [
-            Gemm("kv_down", m.kv_lora_rank + m.qk_rope_head_dim, h, split="none"),
-            Gemm("kv_up", H * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank),
-            Gemm("o", h, H * m.v_head_dim, split="row"),
-        ]
-    d, kv = m.d_head, m.n_kv_heads
-    gate = H if m.attention_output_gate else 0  # the output gate is projected beside the queries
-    return [Gemm("qkv", (H + gate + 2 * kv) * d, h), Gemm("o", h, H * d, split="row")]
-
-
-def mlp_gemms(m: ModelSpec, ffn: int, rows_per_token: float = 1.0, split_in: str = "col", split_out: str = "row") -> list[Gemm]:
-    up = Gemm("mlp_up", (2 if m.gated_mlp else 1) * ffn, m.hidden, rows_per_token, split_in)
-    return [up, Gemm("mlp_down", m.hidden, ffn, rows_per_token, split_out)]
-
-
-def moe_layer_gemms(m: ModelSpec) -> list[Gemm]:
-    """Attention, router, shared experts (tensor-parallel like a dense MLP) and routed experts."""
-    shared = mlp_gemms(m, m.shared_ffn * m.shared_experts) if m.shared_experts else []
-    routed = mlp_gemms(m, m.expert_ffn, rows_per_token=m.top_k, split_in="expert", split_out="expert")
-    return attention_gemms(m) + [Gemm("router", m.experts, m.hidden, split="none")] + shared + routed
+__all__ = ["BF16", "Gemm"]  # their home is specs.gemm; re-exported for the cost model's modules
 
 
 def layer_flops_per_token(gemms: list[Gemm]) -> float:
@@ -92,16 +51,18 @@ def elementwise_bytes_per_token(m: ModelSpec, moe_layer: bool, eager: bool = Fal
     MoE layers add the token permutation before and after the experts (read and write top_k·h
     each way).
     """
-    h = m.hidden
-    qk = m.heads * m.d_head + (m.heads if m.is_mla else m.n_kv_heads) * m.d_head
-    if moe_layer:
-        f_total = m.top_k * m.expert_ffn + m.shared_experts * m.shared_ffn
-        permute = BF16 * 2 * 2 * m.top_k * h
-    else:
-        f_total, permute = m.ffn, 0
+    h, ffn = m.hidden, m.ffn_kind if moe_layer else m.dense_mlp
+    f_total, permute = ffn.intermediate_per_token, ffn.permute_bytes_per_token
     norm, rope = (36, 20) if eager else (4, 4)
     act = (10 if eager else 6) if m.gated_mlp else 4
-    return 2 * norm * h + 2 * 6 * h + rope * qk + act * f_total + permute
+    return 2 * norm * h + 2 * 6 * h + rope * rope_width(m) + act * f_total + permute
+
+
+def rope_width(m: ModelSpec) -> int:
+    """q and k elements per token that the rotary pass reads and writes, counted on whole heads: H
+    query heads and the key heads the core reads (`AttentionKind.key_value_heads`), d_head each."""
+    a = m.attention_kind
+    return a.heads * a.d_head + a.key_value_heads * a.d_head
 
 
 def hybrid_elementwise_bytes_per_token(m: ModelSpec, mixer_bytes: float, eager: bool = False) -> float:
@@ -113,13 +74,10 @@ def hybrid_elementwise_bytes_per_token(m: ModelSpec, mixer_bytes: float, eager: 
     norm, rope = (36, 20) if eager else (4, 4)
     act = (10 if eager else 6) if m.gated_mlp else 4
     block = norm * h + 6 * h
-    qk = m.heads * m.d_head + (m.heads if m.is_mla else m.n_kv_heads) * m.d_head
-    gate = 6 * m.heads * m.d_value if m.attention_output_gate else 0
+    gate = 6 * m.attention_kind.gate_width
     mixers = m.mamba_layers + m.linear_attention_layers
-    attention = m.attention_layers * (block + rope * qk + gate) + mixers * block + L * mixer_bytes
-    mlps = m.n_dense_mlp_layers * (block + act * m.ffn)
-    if m.is_moe:
-        mlps += m.moe_layers * (block + act * (m.top_k * m.expert_ffn + m.shared_experts * m.shared_ffn) + BF16 * 2 * 2 * m.top_k * h)
+    attention = m.attention_layers * (block + rope * rope_width(m) + gate) + mixers * block + L * mixer_bytes
+    mlps = sum(count * (block + act * ffn.intermediate_per_token + ffn.permute_bytes_per_token) for ffn, count in m.ffn_layers)
     return (attention + mlps) / L
 
 
@@ -132,6 +90,6 @@ Formats for Deep Learning", Sec. 4: per-tensor scaling from the amax; Transforme
 def fp8_cast_bytes_per_token(m: ModelSpec, moe_layer: bool) -> float:
     """Bytes per token of one layer's forward fp8 casts: the inputs of the QKV, output, MLP-up and
     MLP-down GEMMs (the backward casts the matching output gradients, twice the traffic in all)."""
-    f_total = m.top_k * m.expert_ffn + m.shared_experts * m.shared_ffn if moe_layer else m.ffn
-    up_inputs = m.hidden * (1 + (m.top_k + m.shared_experts if moe_layer else 1))
-    return FP8_CAST_BYTES * (up_inputs + m.heads * m.d_value + f_total)
+    ffn = m.ffn_kind if moe_layer else m.dense_mlp
+    up_inputs = m.hidden * (1 + ffn.up_inputs_per_token)
+    return FP8_CAST_BYTES * (up_inputs + m.heads * m.d_value + ffn.intermediate_per_token)

@@ -115,6 +115,9 @@ def activation_bytes_per_token(
 ) -> tuple[float, float]:
     """(bytes saved for backward per token of one layer, the part replicated across TP ranks).
 
+    The layer's blocks are the model's kinds (`ModelSpec.attention_kind`; `ModelSpec.ffn_kind` where
+    `moe_layer`, else `ModelSpec.dense_mlp`), each supplying what it keeps.
+
     The first number is for the whole hidden width; tensor parallelism divides it by t except for
     the second number: MLA's low-rank latents, computed on every TP rank, and, without sequence
     parallelism, the 10 bytes per hidden element outside the tensor-parallel regions (Korthikanti
@@ -148,17 +151,13 @@ def activation_bytes_per_token(
     outside = blocks * (BF16 * h + norm_out) + (blocks * h if dropout else 0.0)
     b = outside + mixer
     replicated = 0.0
-    # attention: q/k/v as the kernel reads them, its output (kept by the kernel) = o-projection input
-    if not attention:
-        pass
-    elif m.is_mla:
-        if "mla_up_proj" not in re_run:
-            b += BF16 * H * (2 * m.d_head + m.d_value)
-        replicated = BF16 * ((m.q_lora_rank or 0) + m.kv_lora_rank + m.qk_rope_head_dim)
-    else:
-        b += BF16 * (H * m.d_head + m.n_kv_heads * (m.d_head + m.d_value))
-        if m.attention_output_gate:  # the gate's logits, for sigmoid's backward and the product's
-            b += BF16 * H * m.d_value
+    # attention: q/k/v as the kernel reads them, its output (kept by the kernel) = o-projection input;
+    # MLA's q/k/v only where its up-projections are not re-run, and its latents on every TP rank
+    if attention:
+        kind = m.attention_kind
+        b += BF16 * kind.saved_qkv_width("mla_up_proj" in re_run)
+        b += BF16 * kind.gate_width  # the output gate's logits, for sigmoid's backward and the product's
+        replicated += BF16 * kind.latent_width
     # DeepSeek-V3 keeps the attention output, which the attention backward and the o-projection's
     # weight gradient both read, in a 12-bit E5M6 format (report Sec. 3.3.3, "Low-Precision Storage":
     # "Inputs of the Linear after the attention operator"): 1.5 bytes
@@ -170,20 +169,8 @@ def activation_bytes_per_token(
     # intermediate element. Recomputing the activation function drops the product / GELU output.
     act_in = (2 if m.gated_mlp else 1) * (1.0 if fp8 and fp8_act_cache else float(BF16))
     per_f = act_in + (0.0 if "mlp_act" in re_run else g)  # the down-projection's input, quantized under fp8
-    if not mlp:
-        pass
-    elif moe_layer:
-        b += per_f * m.shared_experts * m.shared_ffn
-        # a token's K routed copies: the expert input and the intermediates. The gate's gradient needs
-        # each expert's output (out = sum_k g_k·E_k(x), dL/dg_k = E_k(x)·dL/dout; Shazeer et al. 2017,
-        # Eq. 1) unless the gate scales the activation before the down-projection, which is linear:
-        # then dL/dg_k comes from the kept intermediates (Megatron-Core's `activation_func_with_probs`;
-        # bandwise's `ops._SwiGLU`). Scaled after, the output is kept too: 2·h bytes a copy (measured on one
-        # Qwen3 block, benchmarks/RESULTS.md, "The MoE combine kept every expert output twice")
-        b += m.top_k * (g * h + per_f * m.expert_ffn)
-        b += 4 * m.experts  # fp32 router scores
-    else:
-        b += per_f * m.ffn
+    if mlp:
+        b += (m.ffn_kind if moe_layer else m.dense_mlp).saved_bytes_per_token(g, per_f)
     if not sequence_parallel:
         b, replicated = b - outside, replicated + outside
     elif gathered_gemm_inputs:
@@ -216,21 +203,9 @@ def weight_output_grad_bytes_per_token(m: ModelSpec, *, moe_layer: bool) -> tupl
     GEMM: the query, key, value and output projections (MLA: the two down-projections, whole on
     every TP rank, and the two up-projections), the MLP's two or three; in an MoE layer the top-k
     routed experts' and the shared experts', and the router's scores.""" 
-    h, H = m.hidden, m.heads
-    replicated = 0.0
-    if m.is_mla:
-        split = H * m.d_head + H * (m.qk_nope_head_dim + m.d_value) + h
-        replicated = (m.q_lora_rank or 0) + m.kv_lora_rank + m.qk_rope_head_dim
-    else:
-        split = H * m.d_head + m.n_kv_heads * (m.d_head + m.d_value) + h
-    mlp = lambda ffn: (2 if m.gated_mlp else 1) * ffn + h  # noqa: E731
-    if moe_layer:
-        # n shared experts of width f run as one MLP of width n·f (Megatron-Core's shared_experts, this runtime's MoE)
-        split += m.top_k * mlp(m.expert_ffn) + (mlp(m.shared_experts * m.shared_ffn) if m.shared_experts else 0)
-        replicated += m.experts
-    else:
-        split += mlp(m.ffn)
-    return BF16 * split, BF16 * replicated
+    split, replicated = m.attention_kind.output_grad_widths()
+    ffn_split, ffn_replicated = (m.ffn_kind if moe_layer else m.dense_mlp).output_grad_widths()
+    return BF16 * (split + ffn_split), BF16 * (replicated + ffn_replicated)
 
 
 def logits_bytes_per_token(m: ModelSpec) -> float:

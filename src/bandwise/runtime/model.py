@@ -219,7 +219,7 @@ class Transformer(nn.Module):
     @staticmethod
     def rope_dim(spec: ModelSpec) -> int:
         """Width rotated by RoPE: the whole head, or MLA's decoupled rope part."""
-        return spec.qk_rope_head_dim if spec.is_mla else spec.d_head
+        return spec.attention_kind.rope_dim
 
     def init_weights(self, seed: int | None = None) -> None:
         """N(0, init_std) for matrices, GPT-2's 1/sqrt(2·layers) scaling on the residual outputs,

@@ -14,6 +14,12 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from bandwise.errors import BandwiseError
+from bandwise.specs.attention import (
+    AttentionKind,
+    GroupedQueryAttention,
+    LatentAttention,
+)
+from bandwise.specs.ffn import DenseMLP, FfnKind, MixtureOfExperts
 from bandwise.specs.kinds import GatedDeltaNet, Mamba1, Mamba2
 
 MAX_DIMENSION = 2**31 - 1
@@ -220,7 +226,7 @@ class ModelSpec:
                 f"model {brief(self.name)}: heads={self.heads} is not a multiple of kv_heads={self.kv_heads}; "
                 "grouped-query attention needs heads = k * kv_heads"
             )
-        if not self.head_dim and not self.is_mla and self.hidden % self.heads:
+        if not self.head_dim and not self.kv_lora_rank and self.hidden % self.heads:
             raise BandwiseError(
                 f"model {brief(self.name)}: hidden={self.hidden} is not divisible by heads={self.heads}; set head_dim"
             )
@@ -272,24 +278,57 @@ class ModelSpec:
                 f"model {brief(self.name)}: {self.windowed_layers} windowed and {self.chunked_count} chunked layers are more than the "
                 f"{self.attention_layers} attention layers; give sliding_layers and chunked_layers so that they add up to at most that"
             )
-        if self.is_moe and self.dense_layers >= self.mlp_layers:
+        if self.experts and self.dense_layers >= self.mlp_layers:
             raise BandwiseError(
                 f"model {brief(self.name)}: dense_layers={self.dense_layers} leaves no MoE layer of the {self.mlp_layers} with an MLP"
             )
-        if self.is_mla and not (self.qk_nope_head_dim and self.qk_rope_head_dim and self.v_head_dim):
+        if self.kv_lora_rank and not (self.qk_nope_head_dim and self.qk_rope_head_dim and self.v_head_dim):
             raise BandwiseError(
                 f"model {brief(self.name)}: MLA (kv_lora_rank={self.kv_lora_rank}) needs qk_nope_head_dim, "
                 "qk_rope_head_dim and v_head_dim"
             )
 
-    # ----- derived shapes -----
+    # ----- layer kinds (`specs.attention`, `specs.ffn`, `specs.kinds`) -----
+    @property
+    def attention_kind(self) -> AttentionKind:
+        """The attention of the attention layers: MLA where a KV latent rank is given, else
+        grouped-query attention (multi-head where kv_heads = heads)."""
+        if self.kv_lora_rank:
+            return LatentAttention(hidden=self.hidden, heads=self.heads, q_lora_rank=self.q_lora_rank,
+                                   kv_lora_rank=self.kv_lora_rank, qk_nope_head_dim=self.qk_nope_head_dim,
+                                   qk_rope_head_dim=self.qk_rope_head_dim, v_head_dim=self.v_head_dim)
+        return GroupedQueryAttention(hidden=self.hidden, heads=self.heads, kv_heads=self.n_kv_heads,
+                                     head_dim=self.head_dim or self.hidden // self.heads, output_gate=self.attention_output_gate)
+
+    @property
+    def dense_mlp(self) -> DenseMLP:
+        """The MLP of the layers without experts (all of a dense model's, an MoE's `dense_layers`)."""
+        return DenseMLP(hidden=self.hidden, ffn=self.ffn, gated=self.gated_mlp)
+
+    @property
+    def ffn_kind(self) -> FfnKind:
+        """The feed-forward block of the model's main layers: a mixture of experts where experts are
+        given (its `dense_layers` keep `dense_mlp`), else the dense MLP."""
+        if self.experts:
+            return MixtureOfExperts(hidden=self.hidden, experts=self.experts, top_k=self.top_k, expert_ffn=self.expert_ffn,
+                                    shared_experts=self.shared_experts, shared_ffn=self.shared_ffn, gated=self.gated_mlp)
+        return self.dense_mlp
+
+    @property
+    def ffn_layers(self) -> tuple[tuple[FfnKind, int], ...]:
+        """Each feed-forward kind with its number of layers, dense first; kinds with no layer left out."""
+        kinds = ((self.dense_mlp, self.n_dense_mlp_layers), (self.ffn_kind, self.moe_layers))
+        return tuple((kind, count) for kind, count in kinds if count)
+
     @property
     def is_moe(self) -> bool:
-        return self.experts > 0
+        """Some layers route tokens to experts: for labels and engine flags; the cost reads the kinds."""
+        return self.ffn_kind.routed
 
     @property
     def is_mla(self) -> bool:
-        return self.kv_lora_rank > 0
+        """The attention is MLA: for labels and engine flags; the cost reads the kinds."""
+        return isinstance(self.attention_kind, LatentAttention)
 
     @property
     def n_kv_heads(self) -> int:
@@ -298,14 +337,12 @@ class ModelSpec:
     @property
     def d_head(self) -> int:
         """Width of one head in the attention score (q·k) product."""
-        if self.is_mla:
-            return self.qk_nope_head_dim + self.qk_rope_head_dim
-        return self.head_dim or self.hidden // self.heads
+        return self.attention_kind.d_head
 
     @property
     def d_value(self) -> int:
         """Width of one head's value vector."""
-        return self.v_head_dim if self.is_mla else self.d_head
+        return self.attention_kind.d_value
 
     @property
     def attention_layers(self) -> int:
@@ -324,7 +361,7 @@ class ModelSpec:
 
     @property
     def moe_layers(self) -> int:
-        return self.mlp_layers - self.dense_layers if self.is_moe else 0
+        return self.mlp_layers - self.dense_layers if self.experts else 0
 
     @property
     def n_dense_mlp_layers(self) -> int:
@@ -337,42 +374,12 @@ class ModelSpec:
     # ----- parameter counts (weight matrices; norms and biases only through `vector_params`) -----
     @property
     def attn_params(self) -> int:
-        """Attention weights of one layer.
-
-        Standard: q h·H·d, k and v h·kv·d each, o H·d·h. MLA (DeepSeek-V2 paper, Sec. 2.1):
-        W_DQ h·q_lora, W_UQ q_lora·H·(nope+rope), W_DKV+W_KR h·(kv_lora+rope),
-        W_UK/W_UV kv_lora·H·(nope+v), W_O H·v·h.
-        """
-        h, H = self.hidden, self.heads
-        if self.is_mla:
-            q = h * self.q_lora_rank + self.q_lora_rank * H * self.d_head if self.q_lora_rank else h * H * self.d_head
-            kv = h * (self.kv_lora_rank + self.qk_rope_head_dim)
-            kv += self.kv_lora_rank * H * (self.qk_nope_head_dim + self.v_head_dim)
-            return q + kv + H * self.v_head_dim * h
-        d = self.d_head
-        gate = h * H * d if self.attention_output_gate else 0
-        return h * H * d + 2 * h * self.n_kv_heads * d + H * d * h + gate
-
-    def _mlp_params(self, ffn: int) -> int:
-        return (3 if self.gated_mlp else 2) * self.hidden * ffn
+        """Attention weights of one layer (`attention_kind.params`)."""
+        return self.attention_kind.params
 
     @property
     def dense_mlp_params(self) -> int:
-        return self._mlp_params(self.ffn)
-
-    @property
-    def expert_params(self) -> int:
-        """One routed expert."""
-        return self._mlp_params(self.expert_ffn) if self.is_moe else 0
-
-    @property
-    def router_params(self) -> int:
-        return self.hidden * self.experts
-
-    @property
-    def shared_params(self) -> int:
-        """Shared experts of one MoE layer."""
-        return self.shared_experts * self._mlp_params(self.shared_ffn) if self.is_moe else 0
+        return self.dense_mlp.params
 
     @property
     def embedding_params(self) -> int:
@@ -386,30 +393,24 @@ class ModelSpec:
 
     @property
     def routed_expert_params_total(self) -> int:
-        return self.moe_layers * self.experts * self.expert_params
+        return sum(count * kind.routed_params for kind, count in self.ffn_layers)
 
     @property
     def mtp_expert_params(self) -> int:
         """Routed experts of one MTP module's block (they shard over EP like the model's own)."""
-        return self.experts * self.expert_params
+        return self.ffn_kind.routed_params
 
     @property
     def mtp_module_params(self) -> int:
-        """One MTP module: the 2h -> h projection and its block (embedding and head are shared)."""
-        block = self.attn_params + (
-            self.shared_params + self.router_params + self.mtp_expert_params if self.is_moe else self.dense_mlp_params
-        )
-        return 2 * self.hidden * self.hidden + block
+        """One MTP module: the 2h -> h projection and its block, of the main layers' kinds (embedding
+        and head are shared)."""
+        return 2 * self.hidden * self.hidden + self.attn_params + self.ffn_kind.params
 
     @property
     def non_expert_layer_params(self) -> int:
         """All transformer-block weights except routed experts (attention, dense MLPs, shared, router)."""
-        return (
-            self.attention_layers * self.attn_params
-            + self.n_dense_mlp_layers * self.dense_mlp_params
-            + self.moe_layers * (self.shared_params + self.router_params)
-            + self.mixer_params
-        )
+        ffn = sum(count * kind.non_routed_params for kind, count in self.ffn_layers)
+        return self.attention_layers * self.attn_params + ffn + self.mixer_params
 
     @property
     def mixer_params(self) -> int:
@@ -426,7 +427,7 @@ class ModelSpec:
     @property
     def active_nonembedding_params(self) -> int:
         """Weights one token multiplies by in the blocks (top_k routed experts of each MoE layer)."""
-        return self.non_expert_layer_params + self.moe_layers * self.top_k * self.expert_params
+        return self.non_expert_layer_params + sum(count * kind.active_routed_params for kind, count in self.ffn_layers)
 
     # ----- FLOPs -----
     @property

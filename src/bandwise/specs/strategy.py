@@ -364,23 +364,23 @@ def _rules(model: ModelSpec | None) -> list[Rule]:
 
 
 def _model_rules(m: ModelSpec) -> list[Rule]:
-    kv = m.n_kv_heads
+    kv = m.attention_kind.key_value_heads  # MLA's are its query heads: no rule beyond heads
     return [
         (
             lambda c, w: c.pp * c.virtual_stages <= m.layers,
             lambda s, w: f"pp·virtual_stages = {s.pp * s.virtual_stages} stages exceeds the {m.layers} layers of {m.name}; use fewer stages",
         ),
         (
-            lambda c, w: (m.heads % c.tp == 0) & ((kv % c.tp == 0) | (c.tp % kv == 0) | np.full_like(c.tp, m.is_mla, dtype=bool)),
+            lambda c, w: (m.heads % c.tp == 0) & ((kv % c.tp == 0) | (c.tp % kv == 0)),
             lambda s, w: f"tp={s.tp} must divide heads={m.heads}" + ("" if m.is_mla else f" and divide or be a multiple of kv_heads={kv}")
-            + f" of {m.name}; valid tp: {', '.join(str(t) for t in divisors(m.heads) if m.is_mla or kv % t == 0 or t % kv == 0)}",
+            + f" of {m.name}; valid tp: {', '.join(str(t) for t in divisors(m.heads) if kv % t == 0 or t % kv == 0)}",
         ),
         (
             lambda c, w: (m.ffn % c.tp == 0) & ((m.expert_ffn or m.ffn) % c.tp == 0),
             lambda s, w: f"tp={s.tp} must divide the MLP width ffn={m.ffn}" + (f" and expert_ffn={m.expert_ffn}" if m.is_moe else "") + f" of {m.name}",
         ),
         (
-            lambda c, w: (c.ep == 1) | np.full_like(c.ep, m.is_moe, dtype=bool) & (max(m.experts, 1) % np.maximum(c.ep, 1) == 0),
+            lambda c, w: (c.ep == 1) | (max(m.experts, 1) % np.maximum(c.ep, 1) == 0),  # no experts: 1 % ep, ep = 1 only
             lambda s, w: f"ep={s.ep} needs an MoE model whose experts it divides; {m.name} has "
             + (f"{m.experts} experts (valid ep: {', '.join(map(str, divisors(m.experts)))})" if m.is_moe else "no experts (use ep=1)"),
         ),

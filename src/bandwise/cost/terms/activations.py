@@ -57,7 +57,7 @@ def kept_per_token(m: ModelSpec, s: Shape, selective: bool, P: CostParams) -> np
             per_precision.append(a / s.tp + r)
             continue
         a_d, r_d = activation_bytes_per_token(m, moe_layer=False, **kw)
-        a_m, r_m = activation_bytes_per_token(m, moe_layer=True, **kw) if m.is_moe else (0.0, 0.0)
+        a_m, r_m = activation_bytes_per_token(m, moe_layer=True, **kw)  # the main layers' (`ModelSpec.ffn_kind`)
         per_precision.append(((1 - frac_moe) * a_d + frac_moe * a_m) / s.tp + ((1 - frac_moe) * r_d + frac_moe * r_m))
     return np.where(s.fp8, per_precision[1], per_precision[0])
 
@@ -82,7 +82,7 @@ def hybrid_output_grads_per_token(m: ModelSpec) -> tuple[float, float]:
     L, h = m.layers, m.hidden
     mlp = BF16 * ((2 if m.gated_mlp else 1) * m.ffn + h)
     og_d, og_dr = weight_output_grad_bytes_per_token(m, moe_layer=False)
-    og_m, og_mr = weight_output_grad_bytes_per_token(m, moe_layer=True) if m.is_moe else (og_d, og_dr)
+    og_m, og_mr = weight_output_grad_bytes_per_token(m, moe_layer=True)
     split = (m.attention_layers / L) * (og_d - mlp) + (m.n_dense_mlp_layers / L) * mlp + (m.moe_layers / L) * (og_m - og_d + mlp)
     split += sum(share * mixer_output_grad_bytes_per_token(kind, h) for kind, share in mixer_kinds(m))
     replicated = (m.attention_layers / L) * og_dr + (m.moe_layers / L) * (og_mr - og_dr)
@@ -122,7 +122,7 @@ def activations(m: ModelSpec, s: Shape, rec: np.ndarray, pf: PipelineFactors, st
         out_grads = tokens * (og / tp + og_r)
     else:
         og_d, og_dr = weight_output_grad_bytes_per_token(m, moe_layer=False)
-        og_m, og_mr = weight_output_grad_bytes_per_token(m, moe_layer=True) if m.is_moe else (0.0, 0.0)
+        og_m, og_mr = weight_output_grad_bytes_per_token(m, moe_layer=True)
         out_grads = tokens * (((1 - frac_moe) * og_d + frac_moe * og_m) / tp + (1 - frac_moe) * og_dr + frac_moe * og_mr)
     head_waits = pf.head_waiting * ((1 + m.mtp_depth) * tokens * BF16 * m.vocab / tp + head_in)
     at_loss = np.maximum(working, head_logits + head_in)

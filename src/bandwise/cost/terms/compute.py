@@ -8,6 +8,7 @@ at its power limit, not the datasheet's boost (`Device.sustained_clock_ratio`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,12 +18,9 @@ from bandwise.cost.flops import (
     BF16,
     Gemm,
     attention_core_flops_per_token,
-    attention_gemms,
     elementwise_bytes_per_token,
     fp8_cast_bytes_per_token,
     hybrid_elementwise_bytes_per_token,
-    mlp_gemms,
-    moe_layer_gemms,
 )
 from bandwise.cost.mixers import (
     mixer_elementwise_bytes_per_token,
@@ -236,6 +234,20 @@ def attention_core(m: ModelSpec, dev: Device, s: Shape, rates: Rates, P: CostPar
     return fwd, P.attention_backward_ratio * fwd
 
 
+def attention_gemm_times(m: ModelSpec, gemms: Callable[[list[Gemm]], np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Forward seconds of the attention block's GEMMs before its output projection (column-parallel
+    and replicated) and of that row-parallel projection (`AttentionKind.gemms`)."""
+    attn_gemms = m.attention_kind.gemms()
+    return gemms([g for g in attn_gemms if g.split != "row"]), gemms([g for g in attn_gemms if g.split == "row"])
+
+
+def routed_ffn_times(m: ModelSpec, gemms: Callable[[list[Gemm]], np.ndarray], P: CostParams) -> tuple[np.ndarray, np.ndarray]:
+    """(forward seconds of the main layers' feed-forward GEMMs, the extra seconds of the most loaded
+    expert's share, `CostParams.expert_imbalance`, on its routed GEMMs)."""
+    ffn = m.ffn_kind
+    return gemms(ffn.gemms()), (P.expert_imbalance - 1.0) * gemms(ffn.routed_gemms())
+
+
 def layer_compute(m: ModelSpec, dev: Device, s: Shape, rates: Rates, P: CostParams) -> LayerCompute:
     """One layer's compute; an MoE model's figures are the mean over its dense and MoE layers."""
     if m.is_hybrid:
@@ -246,19 +258,17 @@ def layer_compute(m: ModelSpec, dev: Device, s: Shape, rates: Rates, P: CostPara
     gemms = lambda gs: gemms_time(gs, m, s, rates)  # noqa: E731
     # the GEMMs on either side of each tensor-parallel collective: the attention block's input
     # projections and its output projection, the MLP's up and down projections
-    attn_gemms = attention_gemms(m)
-    attn_in, attn_out = gemms([g for g in attn_gemms if g.split != "row"]), gemms([g for g in attn_gemms if g.split == "row"])
-    mlp_up, mlp_down = (gemms([g]) for g in mlp_gemms(m, m.ffn))
+    attn_in, attn_out = attention_gemm_times(m, gemms)
+    mlp_up, mlp_down = (gemms([g]) for g in m.dense_mlp.gemms())
     elementwise = lambda moe: rates.streamed(  # noqa: E731
         (elementwise_bytes_per_token(m, moe, P.eager_elementwise) + casts * fp8_cast_bytes_per_token(m, moe)) * s.tokens / s.tp)
     dense_fwd = attn_in + attn_out + mlp_up + mlp_down + attn_fwd
     dense_fwd += elementwise(False)
-    if m.is_moe:
-        moe_gemms = moe_layer_gemms(m)
-        moe_mlp = gemms(moe_gemms[len(attn_gemms):])  # router, shared and routed experts
+    if m.moe_layers:  # the main layers' feed-forward, where it is not the dense MLP
+        moe_mlp, imbalance = routed_ffn_times(m, gemms, P)
         moe_fwd = attn_in + attn_out + moe_mlp + attn_fwd
         moe_fwd += elementwise(True)
-        moe_fwd += (P.expert_imbalance - 1.0) * gemms(moe_gemms[-2:])
+        moe_fwd += imbalance
     else:
         moe_mlp = moe_fwd = np.zeros_like(dense_fwd)
     fwd = (1 - frac_moe) * dense_fwd + frac_moe * moe_fwd
@@ -266,10 +276,10 @@ def layer_compute(m: ModelSpec, dev: Device, s: Shape, rates: Rates, P: CostPara
     # element-wise passes (read the input, write the output); the attention core only when it is
     # not flash (flash already recomputes scores inside its backward); MLA's up-projections their GEMMs
     mods = P.selective_modules
-    act_elems = (1 - frac_moe) * m.ffn + frac_moe * (m.top_k * m.expert_ffn + m.shared_experts * m.shared_ffn)
+    act_elems = (1 - frac_moe) * m.dense_mlp.intermediate_per_token + frac_moe * m.ffn_kind.intermediate_per_token
     act_bytes = BF16 * 3 * act_elems if "mlp_act" in mods else 0.0
     norm_bytes = 2 * BF16 * 2 * m.hidden if "layernorm" in mods else 0.0
-    up_proj = gemms([g for g in attn_gemms if g.name in ("q_up", "kv_up")]) if "mla_up_proj" in mods else 0.0
+    up_proj = gemms(m.attention_kind.recomputed_gemms()) if "mla_up_proj" in mods else 0.0
     selective = (rates.streamed((act_bytes + norm_bytes) * s.tokens / s.tp) + up_proj
                  + (0.0 if P.flash_attention or "core_attn" not in mods else attn_fwd)
                  + P.selective_forward_share * (fwd - attn_fwd))
@@ -296,9 +306,8 @@ def hybrid_layer_compute(m: ModelSpec, dev: Device, s: Shape, rates: Rates, P: C
     att, dense, moe = m.attention_layers / L, m.n_dense_mlp_layers / L, m.moe_layers / L
     gemms = lambda gs: gemms_time(gs, m, s, rates)  # noqa: E731
     attn_fwd, attn_bwd = attention_core(m, dev, s, rates, P)  # already the mean over all layers
-    attn_gemms = attention_gemms(m)
-    attn_in, attn_out = gemms([g for g in attn_gemms if g.split != "row"]), gemms([g for g in attn_gemms if g.split == "row"])
-    mlp_up, mlp_down = (gemms([g]) for g in mlp_gemms(m, m.ffn))
+    attn_in, attn_out = attention_gemm_times(m, gemms)
+    mlp_up, mlp_down = (gemms([g]) for g in m.dense_mlp.gemms())
     scan_eff = P.attention_efficiency or dev.attention_efficiency
     zero = np.zeros_like(attn_in)
     times, scans, mixer_bytes, mixer_gemm_time = {}, zero, 0.0, zero
@@ -318,20 +327,19 @@ def hybrid_layer_compute(m: ModelSpec, dev: Device, s: Shape, rates: Rates, P: C
     casts = np.where(s.fp8, 1.0, 0.0) * (dense * fp8_cast_bytes_per_token(m, False) + moe * fp8_cast_bytes_per_token(m, True))
     elementwise = rates.streamed((hybrid_elementwise_bytes_per_token(m, mixer_bytes, P.eager_elementwise) + casts) * s.tokens / s.tp)
     mixing = att * (attn_in + attn_out) + attn_fwd + mixer_gemm_time + scans + elementwise
-    if m.is_moe:
-        moe_gemms = moe_layer_gemms(m)
-        moe_mlp = gemms(moe_gemms[len(attn_gemms):])
-        moe_ffn = moe_mlp + (P.expert_imbalance - 1.0) * gemms(moe_gemms[-2:])
+    if m.moe_layers:
+        moe_mlp, imbalance = routed_ffn_times(m, gemms, P)
+        moe_ffn = moe_mlp + imbalance
     else:
         moe_mlp = moe_ffn = np.zeros_like(attn_in)
     fwd = mixing + dense * (mlp_up + mlp_down) + moe * moe_ffn
     core, core_bwd = attn_fwd + scans, attn_bwd + SCAN_BACKWARD_RATIO * scans
     mods = P.selective_modules
-    act_elems = dense * m.ffn + moe * (m.top_k * m.expert_ffn + m.shared_experts * m.shared_ffn)
+    act_elems = dense * m.dense_mlp.intermediate_per_token + moe * m.ffn_kind.intermediate_per_token
     act_bytes = BF16 * 3 * act_elems if "mlp_act" in mods else 0.0
     blocks = (L - m.mixer_free_layers + m.mlp_layers) / L  # norms per layer
     norm_bytes = BF16 * 2 * m.hidden * blocks if "layernorm" in mods else 0.0
-    up_proj = att * gemms([g for g in attn_gemms if g.name in ("q_up", "kv_up")]) if "mla_up_proj" in mods else 0.0
+    up_proj = att * gemms(m.attention_kind.recomputed_gemms()) if "mla_up_proj" in mods else 0.0
     selective = (rates.streamed((act_bytes + norm_bytes) * s.tokens / s.tp) + up_proj
                  + (0.0 if P.flash_attention or "core_attn" not in mods else attn_fwd)
                  + P.selective_forward_share * (fwd - core))
@@ -365,7 +373,8 @@ def head_compute(m: ModelSpec, s: Shape, rates: Rates, layer: LayerCompute, P: C
     out_total = 3.0 * out_fwd + rates.streamed(ce_bytes * s.tokens * m.vocab / s.tp)
     # multi-token prediction, beside the output head (DeepSeek-V3 Sec. 2.2): per module a 2h -> h
     # projection, one block of the model's last kind and a second pass through the head and loss
-    block_fwd = layer.moe_fwd if m.is_moe else layer.dense_fwd
+    routed = m.ffn_kind.routed
+    block_fwd = layer.moe_fwd if routed else layer.dense_fwd
     proj_fwd = gemm_time(s.tokens, m.hidden / s.tp, 2 * m.hidden, rates.linear_peak, rates.linear_eff, rates.bw, sm_count=rates.sm_count)
-    mtp_total = m.mtp_depth * (block_fwd + layer.backward(block_fwd) + kernel_gaps(P, float(m.is_moe)) + 3.0 * proj_fwd + out_total)
+    mtp_total = m.mtp_depth * (block_fwd + layer.backward(block_fwd) + kernel_gaps(P, float(routed)) + 3.0 * proj_fwd + out_total)
     return HeadCompute(out_total=out_total, mtp_total=mtp_total, mtp_recompute=m.mtp_depth * block_fwd)

@@ -26,8 +26,9 @@ class ContextComm:
 
 
 def context_comm(m: ModelSpec, cluster: Cluster, s: Shape, groups: Groups, layer: LayerCompute) -> ContextComm:
-    kv_width = (m.heads * (m.d_head + m.d_value)) if m.is_mla else m.n_kv_heads * (m.d_head + m.d_value)
-    kv_chunk = s.tokens * kv_width * BF16 / np.minimum(s.tp, m.heads if m.is_mla else m.n_kv_heads)
+    # K and V of the heads the core reads (MLA's up-projected per query head), split over TP by those heads
+    kv_heads = m.attention_kind.key_value_heads
+    kv_chunk = s.tokens * (kv_heads * (m.d_head + m.d_value)) * BF16 / np.minimum(s.tp, kv_heads)
     # Sliding windows are not applied to the ring: with a window shorter than the sequence a rank
     # needs only the chunks within w tokens before its own, so the full ring overstates the traffic
     # of windowed layers (and their shorter attention hides less of it); kept whole as an

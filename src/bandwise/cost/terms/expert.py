@@ -26,17 +26,19 @@ class ExpertComm:
 
 
 def dispatch_buffers(m: ModelSpec, s: Shape) -> np.ndarray:
-    """Bytes of one MoE layer's dispatched and combined tokens, held while the all-to-alls run."""
-    return 2.0 * s.tokens / s.tp * m.top_k * m.hidden * BF16 if m.is_moe else np.zeros_like(s.tokens)
+    """Bytes of one MoE layer's dispatched and combined tokens, held while the all-to-alls run (none
+    without routed experts: `FfnKind.dispatch_copies`)."""
+    return 2.0 * s.tokens / s.tp * m.ffn_kind.dispatch_copies * m.hidden * BF16
 
 
 def expert_comm(m: ModelSpec, cluster: Cluster, s: Shape, groups: Groups, P: CostParams) -> ExpertComm:
-    if not m.is_moe:
+    ffn = m.ffn_kind
+    if not ffn.routed:
         return ExpertComm(one=np.zeros_like(s.tokens))
     # fp8 recipes dispatch the quantized activations and their gradients in 1 byte, and
     # combine in bf16 (DeepSeek-V3 report, Sec. 3.3.2): 1.5 bytes per element on average
     elem = np.where(s.fp8, 1.5, float(BF16))
-    ep_bytes = s.tokens / s.tp * m.top_k * m.hidden * elem * P.expert_imbalance
+    ep_bytes = s.tokens / s.tp * ffn.dispatch_copies * m.hidden * elem * P.expert_imbalance
     outer = min(1.0, m.groups_per_token / m.top_k) if m.groups_per_token else 1.0
     one = comm.all_to_all_time(cluster, ep_bytes, groups.ep, s.ep, outer_scale=outer) * (s.ep > 1)
     return ExpertComm(one=one)
