@@ -35,7 +35,7 @@ READ = {
               "mtp_depth", "attention", "tied_embeddings", "dropout"),
     "parallelism": ("tp", "pp", "cp", "ep", "dp", "fsdp", "dp_over_dcn", "zero_or_fsdp", "global_batch_seqs", "global_batch_tokens",
                     "batch_size_per_dp", "micro_batch_or_local_batch", "micro_batch", "grad_accum", "per_device_batch_seqs",
-                    "pp_schedule", "vpp", "recompute", "async_tp"),
+                    "pp_schedule", "vpp", "recompute", "async_tp", "tp_comm_overlap", "moe_a2a_overlap", "recompute_modules"),
     "target": ("tokens_per_sec_per_device", "quality"),
     "reported": ("peak_memory_gib", "memory_gib"),
 }
@@ -111,6 +111,8 @@ STATED = [
     ("maxtext_v5e_32b_16x256", ("reported", "peak_memory_gib"), 0, "reported.peak_memory_gib=0"),
     ("maxtext_v5e_32b_16x256", ("reported", "peak_memory_gib"), "80 GiB", "reported.peak_memory_gib"),
     ("korthikanti2022_175B", ("reported", "memory_gib"), {"params_and_optimizer_state": -1, "activations_selective_sp": 1}, "params_and_optimizer_state"),
+    ("mbridge_b200_deepseekv3_2511", ("parallelism", "recompute_modules"), [[1], {"a": 1}], "recompute_modules"),
+    ("mbridge_b200_deepseekv3_2511", ("parallelism", "recompute_modules"), ["mla_up_proj", "moe"], "recompute_modules moe"),
 ]
 """Stated values that crashed `convert` (exit 1) or hung it: each now a reason in the run's row."""
 

@@ -368,6 +368,63 @@ def test_a_run_that_states_compile_is_priced_as_plan_compiled():
     assert not eager.compiled and priced(eager).eager_elementwise
 
 
+@pytest.mark.parametrize("run_id, key, switch", [
+    ("mbridge_h100_qwen3_30b_a3b_2511", "moe_a2a_overlap", "overlap_ep"),  # plan --overlap-ep
+    ("mbridge_h100_llama3_70b_2511", "tp_comm_overlap", "overlap_tp"),  # plan --overlap-tp
+])
+def test_a_run_that_states_an_overlap_is_priced_as_the_plan_flag(run_id, key, switch):
+    """A recipe's `moe_a2a_overlap` / `tp_comm_overlap` prices the run as `plan --overlap-ep` / `--overlap-tp`
+    do: the Strategy's `overlap_ep` / `overlap_tp` switched on (`plan.search` sets them from the flags), the
+    same layout otherwise, estimated with the same parameters; stating it moves the prediction."""
+    from bandwise.cost.step import estimate
+
+    case = convert(shipped_run(run_id), SOURCES)
+    assert key in case.stated
+    res = predict(case)
+    assert getattr(res.strategy, switch) is True
+    assert res.predicted == pytest.approx(estimate(case.model, case.cluster, res.strategy, priced(case)).tokens_per_s_per_device * case.token_scale, rel=1e-12)
+    plain = shipped_run(run_id)
+    del plain["parallelism"][key]
+    plain_case = convert(plain, SOURCES)
+    unstated = predict(plain_case)
+    assert key not in plain_case.stated and unstated.strategy == res.strategy.replace(**{switch: False})
+    assert res.predicted > unstated.predicted * 1.001
+
+
+def test_a_run_that_states_its_recompute_modules_is_priced_with_them():
+    """Megatron-Bridge's DeepSeek-V3 B200 recipe re-runs only MLA's up-projections (recompute_modules=[mla_up_proj]):
+    the run is priced with that module set in place of its engine's `selective_modules` ([core_attn]) and
+    nothing else changed; it drops the up-projections' outputs and re-runs their GEMMs."""
+    from dataclasses import replace
+
+    from bandwise.cost.step import estimate
+
+    case = convert(shipped_run("mbridge_b200_deepseekv3_2511"), SOURCES)
+    assert case.selective_modules == ("mla_up_proj",) and "recompute_modules" in case.stated
+    plain_run = shipped_run("mbridge_b200_deepseekv3_2511")
+    del plain_run["parallelism"]["recompute_modules"]
+    plain = convert(plain_run, SOURCES)
+    assert plain.selective_modules is None and priced(plain).selective_modules == ("core_attn",)
+    assert priced(case) == replace(priced(plain), selective_modules=("mla_up_proj",))
+    strategy = predict(case).strategy
+    assert strategy.recompute == "selective"
+    mods, default = (estimate(case.model, case.cluster, strategy, priced(c)) for c in (case, plain))
+    assert mods.memory_gib["activations"] < default.memory_gib["activations"]
+    assert mods.tokens_per_s_per_device < default.tokens_per_s_per_device
+
+
+@pytest.mark.parametrize("change, match", [
+    ({"recompute_modules": ["mla_up_proj", "mlp"]}, "mlp: not priced"),
+    ({"recompute_modules": "mla_up_proj"}, "write a list"),
+    ({"recompute": "full"}, "needs recompute: selective"),
+])
+def test_a_recompute_module_set_the_cost_model_cannot_price_is_refused(change, match):
+    run = shipped_run("mbridge_b200_deepseekv3_2511")
+    run["parallelism"].update(change)
+    with pytest.raises(BandwiseError, match=match):
+        convert(run, SOURCES)
+
+
 def test_accuracy_meets_the_issue_targets(guarded_results):
     """The acceptance lines themselves: median <= 10 %, p90 <= 25 %, no source above 15 %."""
     s = summarize(guarded_results)

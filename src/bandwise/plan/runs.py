@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from bandwise.cost.memory import RECOMPUTE_MODULES
 from bandwise.cost.params import GRAD_REDUCE
 from bandwise.errors import BandwiseError
 from bandwise.inputs import read_text, shipped_yaml
@@ -37,7 +38,9 @@ from bandwise.specs.schedules import LOOPED
 from bandwise.specs.strategy import ep_fits
 
 STATED: dict[str, str] = {
-    "tp_comm_overlap": "the source states Megatron's --tp-comm-overlap: TP collectives overlap the GEMMs (a TP group inside one NVLink domain)",
+    "tp_comm_overlap": "the source or run states Megatron's --tp-comm-overlap: TP collectives overlap the GEMMs (a TP group inside one NVLink domain)",
+    "moe_a2a_overlap": "the run states Megatron's expert-parallel all-to-all overlapped with computation (overlap_moe_expert_parallel_comm; as plan --overlap-ep)",
+    "recompute_modules": "the run states the modules its selective recomputation re-runs, whatever the engine's default (the engine behaviour selective_modules)",
     "async_tp": "the run states TorchTitan's async tensor parallelism: TP collectives overlap the GEMMs (a TP group inside one NVLink domain)",
     "ddp_local_no_overlap": "the run states Megatron's 'DDP-impl local' (2021): gradients all-reduced after the backward, not overlapped",
     "no_grad_overlap": "the run states no gradient all-reduce overlap",
@@ -147,6 +150,9 @@ class Case:
     grad_reduce: str | None = None
     """The dtype the run states its gradients are kept and reduced in ('fp32', 'bf16'), as `plan
     --grad-reduce`; None: its engine's."""
+    selective_modules: tuple[str, ...] | None = None
+    """The modules the run states its selective recomputation re-runs (`cost.memory.RECOMPUTE_MODULES`),
+    priced as the engine behaviour `selective_modules`; None: its engine's."""
     engine: str = DEFAULT_ENGINE
     """The engine (and version) the run was trained with: the source's, or the run's own `engine`."""
     token_scale: float = 1.0
@@ -275,6 +281,24 @@ def parse_recompute(text: Any) -> str | None:
     if "full" in t or "rematerial" in t or "checkpoint" in t:
         return "full"
     raise BandwiseError(f"recompute {text!r}: not recognised; write none, selective or full")
+
+
+def _recompute_modules(value: Any, recompute: str | None, rid: str) -> tuple[str, ...] | None:
+    """`parallelism.recompute_modules` as a tuple of `RECOMPUTE_MODULES` names; None when unstated.
+
+    Megatron-Core re-runs `recompute_modules` only under recompute_granularity 'selective'
+    (TransformerConfig.__post_init__), so the list needs `recompute: selective` beside it. Its other
+    modules ('mlp', 'moe', 'moe_act', 'shared_experts') are not priced: such a run leaves the field out."""
+    if value is None:
+        return None
+    if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
+        raise BandwiseError(f"run {brief(rid)}: recompute_modules {brief(value)}: write a list of some of {', '.join(RECOMPUTE_MODULES)}")
+    unknown = sorted(set(value) - set(RECOMPUTE_MODULES))
+    if unknown:
+        raise BandwiseError(f"run {brief(rid)}: recompute_modules {', '.join(unknown)}: not priced; use some of {', '.join(RECOMPUTE_MODULES)} or leave the field out")
+    if recompute != "selective":
+        raise BandwiseError(f"run {brief(rid)}: recompute_modules needs recompute: selective (it is {recompute}); state it or leave the modules out")
+    return tuple(dict.fromkeys(value))
 
 
 def _int(value: Any, name: str = "value", least: int = 0) -> int | None:
@@ -668,8 +692,13 @@ def convert(run: dict[str, Any], sources: dict[str, Any] | None = None, engine_o
         notes.append("precision not stated: bf16")
     fixed["precision"] = prec
 
-    if "--tp-comm-overlap" in conventions and state("tp_comm_overlap"):
+    if ("--tp-comm-overlap" in conventions or p.get("tp_comm_overlap") is True) and state("tp_comm_overlap"):
         overlap["tp"] = True
+    if p.get("moe_a2a_overlap") is True and state("moe_a2a_overlap"):
+        overlap["ep"] = True
+    modules = _recompute_modules(p.get("recompute_modules"), rec, rid)
+    if modules is not None:
+        state("recompute_modules")
     if p.get("async_tp") and state("async_tp"):
         overlap["tp"] = True
     compiled = "compile" in str(run.get("precision") or "").lower() and state("compiled")
@@ -688,6 +717,6 @@ def convert(run: dict[str, Any], sources: dict[str, Any] | None = None, engine_o
     return Case(
         id=rid, source=src, quality=str((run.get("target") or {}).get("quality") or "unknown"), target=float(target),
         model=model, cluster=cluster, devices=devices, global_batch=int(gb), fixed=fixed, schedules=schedules,
-        overlap=overlap, completed=sorted(set(completed)), assumptions=notes, stated=stated, compiled=compiled, grad_reduce=grad_reduce, engine=engine, token_scale=token_scale,
+        overlap=overlap, completed=sorted(set(completed)), assumptions=notes, stated=stated, compiled=compiled, grad_reduce=grad_reduce, selective_modules=modules, engine=engine, token_scale=token_scale,
         memory=published_memory(run),
     )

@@ -178,8 +178,11 @@ def _complete(case: Case, params: CostParams, res: RunResult) -> tuple[Strategy,
 def priced(case: Case, params: CostParams = DEFAULT_PARAMS) -> CostParams:
     """The parameters a run is priced with: its engine's behaviours on its device, and torch.compile
     and the gradients' dtype where the run states them (as `plan --compiled` and `--grad-reduce`
-    price them, `api.inputs.pricing`)."""
+    price them, `api.inputs.pricing`), and its selective recomputation's modules as the engine
+    behaviour `selective_modules` prices them."""
     params = params_for(get_engine(case.engine), case.cluster.device, params)
+    if case.selective_modules is not None:
+        params = replace(params, selective_modules=case.selective_modules)
     if case.grad_reduce is not None:
         params = replace(params, grad_reduce_bytes=GRAD_REDUCE[case.grad_reduce])
     return replace(params, eager_elementwise=False) if case.compiled else params
