@@ -41,7 +41,7 @@ class RMSNorm(nn.Module):
         return rms_norm(x, self.weight, self.eps)  # saves x and 1/rms only (runtime/ops.py)
 
 
-def squared_relu(a: torch.Tensor) -> torch.Tensor:
+def _squared_relu(a: torch.Tensor) -> torch.Tensor:
     """relu(a)² (So et al. 2021, "Primer", Sec. 4; Nemotron-H's MLP): keeps relu's output, which
     its backward and the square's both read, and not its input."""
     return F.relu(a).square()
@@ -57,7 +57,7 @@ class FeedForward(nn.Module):
         self.w1 = nn.Linear(dim, hidden, bias=False)
         self.w2 = nn.Linear(hidden, dim, bias=False)
         self.w3: nn.Module | None = nn.Linear(dim, hidden, bias=False) if gated else None
-        self.act = squared_relu if squared_relu and not gated else F.gelu
+        self.act = _squared_relu if squared_relu and not gated else F.gelu
         self.recompute_core = False
         """Selective recomputation: re-run silu(a)·b (or gelu(a)) in backward instead of keeping it
         for w2's weight gradient (`ops.recomputed_between`)."""
