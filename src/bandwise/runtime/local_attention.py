@@ -74,7 +74,7 @@ _COMPILED: list = []
 
 def _flex():
     """flex_attention compiled once (eager flex_attention materialises the scores; TorchTitan
-    compiles it likewise, `torchtitan/models/attention.py`)."""
+    compiles it likewise: torchtitan 0.3.0, `models/common/attention.py`, `FlexAttention._compiled_flex_attn`)."""
     if not _COMPILED:
         from torch.nn.attention.flex_attention import flex_attention
 
