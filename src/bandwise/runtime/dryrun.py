@@ -435,6 +435,9 @@ def dry_run(spec: ModelSpec, s: Strategy, *, seq_len: int | None = None, layers:
     if layers is not None:
         if not 1 <= layers <= spec.layers:
             raise BandwiseError(f"--layers {layers}: choose 1..{spec.layers} (the model's depth)")
+        if spec.is_hybrid and layers != spec.layers:
+            raise BandwiseError(f"--layers {layers}: {spec.name} mixes layer kinds, whose counts a cut depth would not keep; "
+                                "leave out --layers (the dry run builds it at full depth on fake tensors)")
         spec = dataclasses.replace(spec, layers=layers, dense_layers=min(spec.dense_layers, layers))
     spec = spec.with_seq_len(seq_len or spec.seq_len)
     s.check(s.world_size, spec)

@@ -41,22 +41,30 @@ class RMSNorm(nn.Module):
         return rms_norm(x, self.weight, self.eps)  # saves x and 1/rms only (runtime/ops.py)
 
 
+def _squared_relu(a: torch.Tensor) -> torch.Tensor:
+    """relu(a)² (So et al. 2021, "Primer", Sec. 4; Nemotron-H's MLP): keeps relu's output, which
+    its backward and the square's both read, and not its input."""
+    return F.relu(a).square()
+
+
 class FeedForward(nn.Module):
     """SwiGLU: w2(silu(w1 x) · w3 x) (Shazeer 2020, "GLU Variants Improve Transformer"); without
-    the gate, GPT's w2(gelu(w1 x)) (Radford et al. 2019; Brown et al. 2020)."""
+    the gate, GPT's w2(gelu(w1 x)) (Radford et al. 2019; Brown et al. 2020), or w2(relu(w1 x)²)
+    with `squared_relu`."""
 
-    def __init__(self, dim: int, hidden: int, gated: bool = True) -> None:
+    def __init__(self, dim: int, hidden: int, gated: bool = True, *, squared_relu: bool = False) -> None:
         super().__init__()
         self.w1 = nn.Linear(dim, hidden, bias=False)
         self.w2 = nn.Linear(hidden, dim, bias=False)
         self.w3: nn.Module | None = nn.Linear(dim, hidden, bias=False) if gated else None
+        self.act = _squared_relu if squared_relu and not gated else F.gelu
         self.recompute_core = False
         """Selective recomputation: re-run silu(a)·b (or gelu(a)) in backward instead of keeping it
         for w2's weight gradient (`ops.recomputed_between`)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         args = (self.w1(x), self.w3(x)) if self.w3 is not None else (self.w1(x),)
-        fn = swiglu if self.w3 is not None else F.gelu
+        fn = swiglu if self.w3 is not None else self.act
         if self.recompute_core:
             return recomputed_between(fn, args, self.w2)
         return self.w2(fn(*args))

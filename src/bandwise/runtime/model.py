@@ -21,6 +21,7 @@ by `bandwise.runtime.parallel`.
 from __future__ import annotations
 
 import contextlib
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -30,7 +31,10 @@ from torch.utils.checkpoint import checkpoint
 
 from bandwise.errors import BandwiseError
 from bandwise.runtime.init import init_parameters
+from bandwise.runtime.layer_plan import LayerKind, layer_kinds
 from bandwise.runtime.layers import FeedForward, RMSNorm, recompute_guard
+from bandwise.runtime.local_attention import MaskCache, local_attention
+from bandwise.runtime.mamba import Mamba2Mixer
 from bandwise.runtime.moe import MoE, MoEConfig
 from bandwise.runtime.ops import apply_rope
 from bandwise.specs.model import ModelSpec
@@ -60,11 +64,14 @@ def rope_tables(seq_len: int, head_dim: int, theta: float) -> torch.Tensor:
 
 class Attention(nn.Module):
     """Causal GQA. Head counts are read from the weight shapes at run time, so the same code
-    runs on a tensor-parallel shard that holds H/tp query heads and Hkv/tp key/value heads."""
+    runs on a tensor-parallel shard that holds H/tp query heads and Hkv/tp key/value heads.
+    With a window or a chunk the layer attends locally (`runtime.local_attention`)."""
 
-    def __init__(self, spec: ModelSpec) -> None:
+    def __init__(self, spec: ModelSpec, *, window: int = 0, chunk: int = 0, masks: MaskCache | None = None) -> None:
         super().__init__()
         self.head_dim = spec.d_head
+        self.window, self.chunk = window, chunk
+        self.masks = masks if masks is not None else MaskCache()
         self.wq = nn.Linear(spec.hidden, spec.heads * self.head_dim, bias=False)
         self.wk = nn.Linear(spec.hidden, spec.n_kv_heads * self.head_dim, bias=False)
         self.wv = nn.Linear(spec.hidden, spec.n_kv_heads * self.head_dim, bias=False)
@@ -83,10 +90,14 @@ class Attention(nn.Module):
         # and saved so for backward (the dry run measured 3.5x the saved bytes of one Llama 3 8B
         # attention call with the expansion)
         gqa = k.shape[1] != q.shape[1]
-        if self.recompute_core and torch.is_grad_enabled():
-            out = checkpoint(F.scaled_dot_product_attention, q, k, v, is_causal=True, enable_gqa=gqa, use_reentrant=False)
+        if self.window or self.chunk:
+            core = functools.partial(local_attention, window=self.window, chunk=self.chunk, masks=self.masks)
         else:
-            out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)  # (B, H, T, Dh)
+            core = functools.partial(F.scaled_dot_product_attention, is_causal=True, enable_gqa=gqa)
+        if self.recompute_core and torch.is_grad_enabled():
+            out = checkpoint(core, q, k, v, use_reentrant=False)
+        else:
+            out = core(q, k, v)  # (B, H, T, Dh)
         return self.wo(out.transpose(1, 2).reshape(B, T, -1))
 
 
@@ -176,15 +187,34 @@ def _recompute_contexts() -> tuple[contextlib.AbstractContextManager, contextlib
 
 
 class Block(nn.Module):
-    def __init__(self, spec: ModelSpec, cfg: ModelConfig, layer: int) -> None:
+    """A pre-norm residual block of one `LayerKind`: attention or a Mamba-2 mixer, then a dense or
+    MoE MLP; a hybrid's block may hold a mixer alone or an MLP alone (Nemotron-H's "M", "*" and "-"
+    blocks), whose absent half is None."""
+
+    def __init__(self, spec: ModelSpec, cfg: ModelConfig, layer: int, kind: LayerKind | None = None,
+                 masks: MaskCache | None = None) -> None:
         super().__init__()
-        self.attention_norm = RMSNorm(spec.hidden, cfg.norm_eps)
-        self.attention: nn.Module = LatentAttention(spec, cfg.norm_eps) if spec.is_mla else Attention(spec)
-        self.ffn_norm = RMSNorm(spec.hidden, cfg.norm_eps)
-        self.moe_layer = spec.is_moe and layer >= spec.dense_layers
-        self.feed_forward: nn.Module = (
-            MoE(spec, cfg.moe or MoEConfig()) if self.moe_layer else FeedForward(spec.hidden, spec.ffn, spec.gated_mlp)
-        )
+        kind = kind or LayerKind(mixer="attention", mlp="moe" if spec.is_moe and layer >= spec.dense_layers else "dense")
+        self.kind = kind
+        self.attention_norm: nn.Module | None = None
+        self.attention: nn.Module | None = None
+        self.mixer_norm: nn.Module | None = None
+        self.mixer: nn.Module | None = None
+        if kind.mixer == "attention":
+            self.attention_norm = RMSNorm(spec.hidden, cfg.norm_eps)
+            self.attention = LatentAttention(spec, cfg.norm_eps) if spec.is_mla else Attention(spec, window=kind.window, chunk=kind.chunk, masks=masks)
+        elif kind.mixer == "mamba2":
+            self.mixer_norm = RMSNorm(spec.hidden, cfg.norm_eps)
+            self.mixer = Mamba2Mixer(spec.mamba, spec.hidden, cfg.norm_eps)
+        self.moe_layer = kind.mlp == "moe"
+        self.ffn_norm: nn.Module | None = None
+        self.feed_forward: nn.Module | None = None
+        if kind.mlp != "none":
+            self.ffn_norm = RMSNorm(spec.hidden, cfg.norm_eps)
+            self.feed_forward = (
+                MoE(spec, cfg.moe or MoEConfig()) if self.moe_layer
+                else FeedForward(spec.hidden, spec.ffn, spec.gated_mlp, squared_relu=spec.squared_relu_mlp)
+            )
         if isinstance(self.feed_forward, MoE):
             self.feed_forward.layer_id = layer
         self.recompute_full = False
@@ -196,8 +226,14 @@ class Block(nn.Module):
         return self._forward(x_BTD, rope)
 
     def _forward(self, x_BTD: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
-        h = x_BTD + self.attention(self.attention_norm(x_BTD), rope)
-        return h + self.feed_forward(self.ffn_norm(h))
+        h = x_BTD
+        if self.attention is not None:
+            h = h + self.attention(self.attention_norm(h), rope)
+        if self.mixer is not None:
+            h = h + self.mixer(self.mixer_norm(h))
+        if self.feed_forward is not None:
+            h = h + self.feed_forward(self.ffn_norm(h))
+        return h
 
 
 class Transformer(nn.Module):
@@ -208,7 +244,8 @@ class Transformer(nn.Module):
             raise BandwiseError(f"model {spec.name!r}: rotary width {self.rope_dim(spec)} must be even for rotary embeddings")
         self.spec, self.cfg = spec, cfg
         self.tok_embeddings: nn.Module | None = nn.Embedding(spec.vocab, spec.hidden)
-        self.layers = nn.ModuleDict({str(i): Block(spec, cfg, i) for i in range(spec.layers)})
+        masks = MaskCache()  # one window / chunk mask for all the layers that use it
+        self.layers = nn.ModuleDict({str(i): Block(spec, cfg, i, kind, masks) for i, kind in enumerate(layer_kinds(spec))})
         self.norm: nn.Module | None = RMSNorm(spec.hidden, cfg.norm_eps)
         self.output: nn.Module | None = nn.Linear(spec.hidden, spec.vocab, bias=False)
         # Not persistent: derived from the spec, and a pipeline stage may hold no block at all.
@@ -231,8 +268,11 @@ class Transformer(nn.Module):
         std = self.cfg.init_std
         init_parameters(
             self, seed=seed, std=std, residual_std=std / (2 * self.spec.layers) ** 0.5,
-            residual_names=("wo.weight", "w2.weight", "w2"),
+            residual_names=("wo.weight", "w2.weight", "w2", "out_proj.weight"),
         )
+        for m in self.modules():
+            if isinstance(m, Mamba2Mixer):
+                m.init_ssm()
         self.init_buffers()
 
     @torch.no_grad()

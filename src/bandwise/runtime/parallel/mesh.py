@@ -17,12 +17,22 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh
 
 from bandwise.errors import BandwiseError
+from bandwise.runtime.layer_plan import unsupported
 from bandwise.specs.model import ModelSpec
 from bandwise.specs.strategy import Strategy
 
 
 def check_runtime_support(s: Strategy, model: ModelSpec) -> None:
-    """What `Strategy.check` accepts but this runtime does not execute (yet), as one line each."""
+    """What `Strategy.check` accepts but this runtime does not execute (yet), as one line each:
+    layer kinds it does not build (`layer_plan.unsupported`), then layouts."""
+    why = unsupported(model)
+    if why:
+        raise BandwiseError(why)
+    if s.tp > 1 and model.mamba is not None:
+        raise BandwiseError(
+            f"tp={s.tp}: the trainer does not split Mamba-2 mixers over tensor parallelism (their packed input projection "
+            "is not cut by heads); use tp=1 and give its ranks to dp_shard"
+        )
     if s.cp > 1:
         raise BandwiseError(f"cp={s.cp}: the trainer does not run context parallelism; use cp=1 and give its ranks to dp_shard")
     if s.ep > 1 and s.dp_shard % s.ep:

@@ -76,35 +76,46 @@ def apply_tensor_parallel(model: nn.Module, tp_mesh: DeviceMesh) -> None:
     if top:
         parallelize_module(model, tp_mesh, top)
     for block in model.layers.values():
-        plan: dict[str, object] = {"attention_norm": SequenceParallel(), "ffn_norm": SequenceParallel()}
-        if isinstance(block.attention, LatentAttention):
-            # latents whole on every rank (local tensors), up-projections split by heads
-            plan["attention"] = PrepareModuleInput(input_layouts=(Shard(1), None), desired_input_layouts=(Replicate(), None), use_local_output=True)
-            up = ("wq_b" if block.attention.wq is None else "wq", "wkv_b")
-            plan.update({f"attention.{name}": ColwiseParallel() for name in up})
-            block.attention.tp_group = tp_mesh.get_group()
-        else:
-            plan["attention"] = PrepareModuleInput(input_layouts=(Shard(1), None), desired_input_layouts=(Replicate(), None))
-            plan.update({f"attention.{name}": ColwiseParallel() for name in ("wq", "wk", "wv")})
-        plan["attention.wo"] = RowwiseParallel(output_layouts=Shard(1))
-        if isinstance(block.feed_forward, MoE):
-            plan["feed_forward"] = PrepareModuleInputOutput(
-                input_layouts=(Shard(1),),
-                desired_input_layouts=(Replicate(),),
-                use_local_input=True,
-                output_layouts=(Replicate(),),
-                desired_output_layouts=(Shard(1),),
-                use_local_output=True,
-            )
-        else:
-            plan.update(
-                {
-                    "feed_forward": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
-                    "feed_forward.w1": ColwiseParallel(),
-                    "feed_forward.w2": RowwiseParallel(output_layouts=Shard(1)),
-                }
-            )
-            if block.feed_forward.w3 is not None:
-                plan["feed_forward.w3"] = ColwiseParallel()
+        plan: dict[str, object] = {}
+        if block.attention is not None:
+            plan["attention_norm"] = SequenceParallel()
+            _attention_plan(block, tp_mesh, plan)
+        if block.feed_forward is not None:
+            plan["ffn_norm"] = SequenceParallel()
+            _mlp_plan(block, plan)
         parallelize_module(block, tp_mesh, plan)
 
+
+def _attention_plan(block: nn.Module, tp_mesh: DeviceMesh, plan: dict[str, object]) -> None:
+    if isinstance(block.attention, LatentAttention):
+        # latents whole on every rank (local tensors), up-projections split by heads
+        plan["attention"] = PrepareModuleInput(input_layouts=(Shard(1), None), desired_input_layouts=(Replicate(), None), use_local_output=True)
+        up = ("wq_b" if block.attention.wq is None else "wq", "wkv_b")
+        plan.update({f"attention.{name}": ColwiseParallel() for name in up})
+        block.attention.tp_group = tp_mesh.get_group()
+    else:
+        plan["attention"] = PrepareModuleInput(input_layouts=(Shard(1), None), desired_input_layouts=(Replicate(), None))
+        plan.update({f"attention.{name}": ColwiseParallel() for name in ("wq", "wk", "wv")})
+    plan["attention.wo"] = RowwiseParallel(output_layouts=Shard(1))
+
+
+def _mlp_plan(block: nn.Module, plan: dict[str, object]) -> None:
+    if isinstance(block.feed_forward, MoE):
+        plan["feed_forward"] = PrepareModuleInputOutput(
+            input_layouts=(Shard(1),),
+            desired_input_layouts=(Replicate(),),
+            use_local_input=True,
+            output_layouts=(Replicate(),),
+            desired_output_layouts=(Shard(1),),
+            use_local_output=True,
+        )
+        return
+    plan.update(
+        {
+            "feed_forward": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
+            "feed_forward.w1": ColwiseParallel(),
+            "feed_forward.w2": RowwiseParallel(output_layouts=Shard(1)),
+        }
+    )
+    if block.feed_forward.w3 is not None:
+        plan["feed_forward.w3"] = ColwiseParallel()
