@@ -143,6 +143,12 @@ def test_layout_rules_refuse_what_their_engines_cannot_run():
     uneven = Strategy(dp_shard=1, pp=6, schedule="GPipe", recompute="full", micro_batch=1, global_batch=6)
     assert "unequal whole layers" in maxtext.why(uneven, spec)
     assert get_engine("megatron").rules.why(uneven, spec) is None
+    # the bandwise trainer does not split Mamba-2 over TP (runtime/parallel/mesh.py), and its engine says so
+    hybrid, tp2 = get_model("nemotron-h-8b"), Strategy(dp_shard=4, tp=2, micro_batch=1, global_batch=64)
+    own = get_engine("bandwise").rules
+    assert "over Mamba or linear-attention mixers" in own.why(tp2, hybrid)
+    assert own.why(tp2.replace(tp=1, dp_shard=8), hybrid) is None and own.why(tp2, spec) is None
+    assert get_engine("megatron").rules.why(tp2, hybrid) is None
 
 
 def test_every_header_says_which_engine_prices_it(capsys):

@@ -45,6 +45,9 @@ class LayoutRules:
     paired_hides_ep: bool = True
     """A schedule that pairs micro-batches (DualPipeV) hides the expert all-to-all behind the other's
     compute; off where the engine runs the schedule without that overlap."""
+    tp_over_mixers: bool = True
+    """Tensor parallelism over a model with Mamba or linear-attention mixers; off where the engine
+    does not split a mixer's projections over TP ranks."""
 
     def checks(self, model: ModelSpec | None) -> list[tuple[Callable[[Layouts], np.ndarray], str]]:
         """(rule over columns, what it refuses) for each restriction this engine has."""
@@ -61,6 +64,8 @@ class LayoutRules:
                         "expert parallelism that does not divide the FSDP degree"))
         if self.cp_needs_fsdp:
             out.append((lambda c: (c.cp == 1) | (c.dp_shard > 1), "context parallelism without sharded data parallelism"))
+        if not self.tp_over_mixers and model is not None and (model.mamba_layers or model.linear_attention_layers):
+            out.append((lambda c: c.tp == 1, "tensor parallelism over Mamba or linear-attention mixers"))
         if self.microbatches_of_stages:
             def stages_divide(c: Layouts) -> np.ndarray:
                 n_mb = c.global_batch // np.maximum(c.dp_replicate * c.dp_shard * c.micro_batch, 1)
