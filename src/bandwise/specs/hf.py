@@ -378,7 +378,8 @@ def _llama4(r: _Keys, name: str, seq_len: int) -> ModelSpec:
     }
     if moe:
         spec.update(experts=r.need("num_local_experts"), top_k=r.need("num_experts_per_tok"), expert_ffn=f,
-                    shared_experts=1, shared_expert_ffn=f, dense_layers=layers - len(moe))
+                    shared_experts=1, shared_expert_ffn=f, dense_layers=layers - len(moe),
+                    interleaved_dense=moe != set(range(layers - len(moe), layers)))
     probe = ModelSpec(**spec)
     per_layer = 2 * h + ((heads + 2 * probe.n_kv_heads) * probe.d_head + h if r.flag("attention_bias") else 0)
     return ModelSpec(**spec, vector_params=layers * per_layer + h)

@@ -114,6 +114,7 @@ def _jamba(cfg: Mapping[str, Any], need: Any, base: dict[str, Any]) -> ModelSpec
                    conv_bias=flags["mamba_conv_bias"], proj_bias=flags["mamba_proj_bias"], dt_norms=True)
     experts = need("num_experts")
     # a block with one expert is a plain JambaMLP (`layers_num_experts`, JambaDecoderLayer)
-    fields = ({"experts": experts, "top_k": need("num_experts_per_tok"), "expert_ffn": base["ffn"], "dense_layers": layers - moe}
+    fields = ({"experts": experts, "top_k": need("num_experts_per_tok"), "expert_ffn": base["ffn"], "dense_layers": layers - moe,
+               "interleaved_dense": moe < layers}
               if experts > 1 and moe else {})
     return ModelSpec(**base, layers=layers, mamba=mixer, mamba_layers=layers - attention, vector_params=(2 * layers + 1) * h, **fields)

@@ -132,10 +132,13 @@ class ModelSpec:
     """Intermediate size of one shared expert; 0 means = expert_ffn."""
     dense_layers: int = 0
     """Layers that use the dense MLP instead of MoE: DeepSeek-V3's 3 and Kimi K2's 1 leading ones, or
-    Llama 4 Maverick's 24 interleaved with 24 MoE layers (`interleave_moe_layer_step` 2). The cost
-    is a mean over layers, so where the dense layers sit does not change a layer's figures; the
-    pipeline splits layers evenly (`cost.terms.stages`), so stage-by-stage imbalance from dense
-    layers bunched on one stage (the leading ones) is not priced either way."""
+    Llama 4 Maverick's 24 interleaved with 24 MoE layers (`interleave_moe_layer_step` 2, with
+    `interleaved_dense`). A layer's figures are a mean over layers; where the dense layers sit
+    decides which pipeline stage holds them (`specs.layer_order`, `cost.terms.stages`)."""
+    interleaved_dense: bool = False
+    """The `dense_layers` alternate with the MoE layers, spread evenly (Llama 4 Maverick's
+    `interleave_moe_layer_step`, Jamba's `expert_layer_period`), instead of leading them
+    (DeepSeek's `first_k_dense_replace`)."""
     expert_groups: int = 0
     """Group-limited routing (DeepSeek-V2 Sec. 2.2.2, V3 Sec. 3.2.2): experts split into this many
     groups, placed on separate nodes under expert parallelism; 0 = no grouping."""
@@ -246,8 +249,8 @@ class ModelSpec:
                     f"model {brief(self.name)}: groups_per_token={self.groups_per_token} needs expert_groups dividing "
                     f"experts={self.experts} and >= groups_per_token (got expert_groups={self.expert_groups})"
                 )
-        elif self.top_k or self.shared_experts or self.dense_layers:
-            raise BandwiseError(f"model {brief(self.name)}: top_k/shared_experts/dense_layers need experts > 0")
+        elif self.top_k or self.shared_experts or self.dense_layers or self.interleaved_dense:
+            raise BandwiseError(f"model {brief(self.name)}: top_k/shared_experts/dense_layers/interleaved_dense need experts > 0")
         if self.sliding_layers and not self.sliding_window:
             raise BandwiseError(f"model {brief(self.name)}: sliding_layers={self.sliding_layers} needs sliding_window > 0")
         if self.sliding_layers > self.layers:

@@ -12,6 +12,7 @@ from bandwise.cost.terms.compute import HeadCompute, LayerPasses
 from bandwise.cost.terms.placement import LocalParams
 from bandwise.cost.terms.shape import Shape
 from bandwise.specs.hardware import Device
+from bandwise.specs.layer_order import stage_weights
 from bandwise.specs.model import ModelSpec
 from bandwise.specs.strategy import RECOMPUTE, SCHEDULES, V_SHAPED
 
@@ -38,6 +39,22 @@ def last_stage_rank_layers(layers: int, pp: np.ndarray, v: np.ndarray, schedule:
     # looped: stages pp-1, 2pp-1, ... of which those below `extra` carry one more layer
     looped = v * base + np.clip(np.ceil((extra - (pp - 1)) / pp), 0, v)
     return np.where(v_shaped, 2 * base + (extra > 0), looped)
+
+
+def kind_weights(m: ModelSpec, pp: np.ndarray, v: np.ndarray, v_shaped: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per row, (the heaviest rank's compute over its layers' mean, the head's rank's likewise), where
+    a model's layers differ in kind (`specs.layer_order.stage_weights`); 1.0 for a model of one kind."""
+    pp, v, v_shaped = np.broadcast_arrays(np.asarray(pp), np.asarray(v), np.asarray(v_shaped))
+    heavy, head = np.ones(pp.shape), np.ones(pp.shape)
+    if m.layers <= 1:
+        return heavy, head
+    keys = np.stack([pp.ravel(), v.ravel(), v_shaped.ravel().astype(pp.dtype)], axis=1)
+    combos, inverse = np.unique(keys, axis=0, return_inverse=True)
+    found = np.array([stage_weights(m, int(a), int(b), bool(c)) for a, b, c in combos]).reshape(-1, 2)
+    if np.all(found == 1.0):
+        return heavy, head
+    inverse = inverse.reshape(-1)
+    return found[inverse, 0].reshape(pp.shape), found[inverse, 1].reshape(pp.shape)
 
 
 def balanced_split(layers: int, pp: np.ndarray, unit: np.ndarray, head: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -101,7 +118,10 @@ def stage_compute(m: ModelSpec, dev: Device, s: Shape, schedule: np.ndarray, rec
     # even split: every stage holds ceil(L / (pp·v)) layers or fewer
     layers_rank = np.ceil(m.layers / (pp * v)) * v
     head_layers = last_stage_rank_layers(m.layers, pp, v, schedule)
-    total = np.maximum(layers_rank * unit, head_layers * unit + head)
+    # where layers differ in kind (a hybrid's mixers, MoE beside dense MLPs, windows), the ranks'
+    # layers are not alike: the heaviest rank and the head's rank compute their layers' share
+    heavy, on_head = kind_weights(m, pp, v, together & (pp > 1))
+    total = np.maximum(layers_rank * heavy * unit, head_layers * on_head * unit + head)
     chunk_ratio: np.ndarray | float = 1.0
     balanced = np.asarray(P.balanced_stages | (P.balanced_when_uneven & (m.layers % (pp * v) != 0)))
     if balanced.any():  # whole layers moved off the head's rank until it is no slower than the rest
@@ -111,6 +131,6 @@ def stage_compute(m: ModelSpec, dev: Device, s: Shape, schedule: np.ndarray, rec
         b_ratio = np.ceil(b_rank / v) * v / np.maximum(b_rank, 1.0)
         layers_rank, head_layers = np.where(balanced, b_rank, layers_rank), np.where(balanced, b_head, head_layers)
         total, chunk_ratio = np.where(balanced, b_total, total), np.where(balanced, b_ratio, 1.0)
-    recompute = layers_rank * layer_recompute
+    recompute = layers_rank * np.where(balanced, 1.0, heavy) * layer_recompute
     return StageCompute(layer_recompute=layer_recompute, together=together, layers_rank=layers_rank, head_layers=head_layers,
                         total=total, compute=total - recompute, recompute=recompute, chunk_ratio=chunk_ratio)
