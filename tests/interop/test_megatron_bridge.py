@@ -56,6 +56,7 @@ def test_bridge_validates_every_megatron_job(jobs) -> None:
     out = bridge.validate(PYTHON, list(jobs.values()))
     refused = {k: a["error"] for k, a in zip(jobs, out["answers"]) if not a["ok"]}
     assert len(jobs) >= 30 and not refused, refused
+    assert any("--fp8-format" in j["argv"] and "--num-experts" in j["argv"] for j in jobs.values())
     for name, job in jobs.items():
         got = out["answers"][list(jobs).index(name)]["layout"]
         tp, pp, cp, ep = (int(_flag(job, f"--{d}-parallel-size", "1")) for d in
@@ -67,7 +68,13 @@ def test_bridge_validates_every_megatron_job(jobs) -> None:
                 "experts": None if _flag(job, "--num-experts") is None else int(_flag(job, "--num-experts")),
                 "megatron_fsdp": fsdp, "distributed_optimizer": fsdp or "--use-distributed-optimizer" in job["argv"],
                 "recompute": _flag(job, "--recompute-granularity"), "bf16": "--bf16" in job["argv"],
+                "fp8": _flag(job, "--fp8-format"), "tp_comm_overlap": "--tp-comm-overlap" in job["argv"],
                 "provider": "MLAModelProvider" if "--multi-latent-attention" in job["argv"] else "GPTModelProvider"}
+        # virtual stages: the flag, or the layout's stages over PP (Megatron-LM's validate_args), None for one
+        layout = _flag(job, "--pipeline-model-parallel-layout")
+        vpp = int(_flag(job, "--num-virtual-stages-per-pipeline-rank", "0")) or (
+            (layout.count("|") + 1) // pp if layout else 0)
+        want["vpp"] = vpp if vpp > 1 else None
         assert {k: got[k] for k in want} == want, name
 
 
@@ -80,6 +87,7 @@ BROKEN = {
     "attention heads TP does not divide": ("tp", "must be a multiple of tensor_model_parallel_size"),
     "a global batch micro-batch x DP does not divide": ("tp", "must be divisible by eval_micro_batch_size"),
     "a flag the mapping does not place": ("tp", "mapping gap"),
+    "the expert all-to-all overlap with full recomputation": ("ep_overlap", "when enabling overlap_moe_expert_parallel_comm"),
 }
 
 
@@ -97,12 +105,15 @@ def _break(name: str, job: dict) -> dict:
         return _with_flag(job, "--num-attention-heads", str(int(_flag(job, "--num-attention-heads")) + 1))
     if name.startswith("a global batch"):
         return _with_flag(job, "--global-batch-size", str(int(_flag(job, "--global-batch-size")) + 1))
+    if name.startswith("the expert all-to-all"):
+        return _with_flag(job, "--recompute-granularity", "full")
     return {**copy.deepcopy(job), "argv": [*job["argv"], "--use-flash-attn"]}
 
 
 def test_bridge_refuses_a_job_broken_in_each_way_it_checks(jobs) -> None:
     """The check can fail: from an exported job that passes, one change each, and Bridge's own message."""
     base = {
+        "ep_overlap": next(j for j in jobs.values() if "--overlap-moe-expert-parallel-comm" in j["argv"]),
         "fsdp": next(j for j in jobs.values() if "--use-megatron-fsdp" in j["argv"]),
         "cp": next(j for j in jobs.values() if int(_flag(j, "--context-parallel-size", "1")) > 1),
         # TP > 1, and an even global batch over an even micro-batch x DP (so one more sample does not divide)
