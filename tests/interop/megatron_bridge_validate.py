@@ -308,13 +308,10 @@ def _device(arch_major: int) -> None:
 
 
 def _check_one(b, job: dict) -> dict:
+    from megatron_validate_args import job_environment
+
     _device(int(job["arch_major"]))
-    for name, value in job["env"].items():
-        if value is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = value
-    os.environ.update(WORLD_SIZE=str(job["devices"]), RANK="0", LOCAL_RANK="0")
+    job_environment(job)
     try:
         cfg = container(b, [*job["argv"], *USER_FLAGS])
         b.config.runtime_config_update(cfg)  # what pretrain() runs first (training/pretrain.py)

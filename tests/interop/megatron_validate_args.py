@@ -85,6 +85,16 @@ def _stand_ins(arch_major: int) -> None:
         rope_utils.fused_apply_rotary_pos_emb = lambda *a, **k: None
 
 
+def job_environment(job: dict) -> None:
+    """The environment the job's launch script sets (a None value unsets), as rank 0 of its world."""
+    for name, value in job["env"].items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    os.environ.update(WORLD_SIZE=str(job["devices"]), RANK="0", LOCAL_RANK="0")
+
+
 def _check_one(job: dict) -> dict:
     from megatron.training import arguments
     from megatron.training.argument_utils import (
@@ -93,12 +103,7 @@ def _check_one(job: dict) -> dict:
     )
 
     _stand_ins(int(job["arch_major"]))
-    for name, value in job["env"].items():
-        if value is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = value
-    os.environ.update(WORLD_SIZE=str(job["devices"]), RANK="0", LOCAL_RANK="0")
+    job_environment(job)
     sys.argv = ["pretrain_gpt.py", *job["argv"], *USER_FLAGS]
     try:
         args = arguments.parse_args()
