@@ -170,7 +170,11 @@ def plan(
             f"global batch {gb} sequences = {short_count(gb * spec.seq_len, tokens=True)} tokens"
         )
         out.print(priced_as(get_engine(engine), params))
-        out.print(f"searched {result.searched:,} valid layouts in {result.seconds:.2f} s; {result.fitting:,} fit in {result.capacity_gib:.1f} GiB per device")
+        fit = f"fit in {result.capacity_gib:.1f} GiB per device"
+        if params.persistent_state:  # `CostParams.persistent_state`: the headroom is on what a step allocates and frees
+            fit = (f"fit in {clus.device.hbm_bytes / 2**30:.1f} GiB per device, {params.headroom:.0%} of what each step allocates and "
+                   "frees kept free (the state the engine keeps from step to step needs none)")
+        out.print(f"searched {result.searched:,} valid layouts in {result.seconds:.2f} s; {result.fitting:,} {fit}")
         if "narrowed" in result.extra:
             out.print(narrowed_note(result.extra["narrowed"]))
     if chosen is None:
