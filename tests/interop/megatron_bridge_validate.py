@@ -413,9 +413,9 @@ def main() -> None:
         return
     jobs = cases()
     out = validate(python, list(jobs.values()))
-    for name, answer in zip(jobs, out["answers"]):
-        print(f"{'ok  ' if answer['ok'] else 'FAIL'} {name}" + ("" if answer["ok"] else f": {answer['error'][:400]}"))
-    passed = sum(a["ok"] for a in out["answers"])
+    from megatron_validate_args import report
+
+    passed = report(jobs, out["answers"], 400)
     v = out["versions"]
     print(f"Megatron-Bridge {v['megatron-bridge']} (megatron-core {v['megatron-core']}, torch {v['torch']}, Python {v['python']}): "
           f"runtime_config_update + ConfigContainer.validate passed {passed} of {len(out['answers'])} jobs")

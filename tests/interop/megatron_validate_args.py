@@ -186,6 +186,13 @@ def cases() -> dict[str, dict]:
     return jobs
 
 
+def report(jobs: dict[str, dict], answers: list[dict], width: int) -> int:
+    """One line a job: ok, or FAIL with the first `width` characters of the engine's refusal; the number that passed."""
+    for name, answer in zip(jobs, answers):
+        print(f"{'ok  ' if answer['ok'] else 'FAIL'} {name}" + ("" if answer["ok"] else f": {answer['error'][:width]}"))
+    return sum(a["ok"] for a in answers)
+
+
 def main() -> None:
     if sys.argv[1:2] == ["--check"]:
         check(Path(sys.argv[2]))
@@ -196,9 +203,7 @@ def main() -> None:
         return
     jobs = cases()
     answers = validate(root, list(jobs.values()))
-    for name, answer in zip(jobs, answers):
-        print(f"{'ok  ' if answer['ok'] else 'FAIL'} {name}" + ("" if answer["ok"] else f": {answer['error'][:300]}"))
-    passed = sum(a["ok"] for a in answers)
+    passed = report(jobs, answers, 300)
     print(f"Megatron-LM {commit(root)[:10]}: parse_args + validate_args + config builders passed {passed} of {len(answers)} jobs")
     sys.exit(0 if passed == len(answers) else 1)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from bandwise.runtime.layer_plan import layer_kinds
+from bandwise.specs.layer_order import layer_kinds
 from bandwise.runtime.local_attention import MaskCache, local_attention
 from bandwise.runtime.model import Attention, Transformer
 from bandwise.specs.hf import from_hf_config

@@ -12,7 +12,7 @@ import torch
 from entry import in_process
 
 from bandwise.errors import BandwiseError
-from bandwise.runtime.layer_plan import layer_kinds
+from bandwise.specs.layer_order import layer_kinds
 from bandwise.runtime.layers import RMSNorm
 from bandwise.runtime.model import Transformer
 from bandwise.runtime.parallel.mesh import check_runtime_support

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import typer
 import yaml
@@ -22,9 +21,8 @@ from bandwise.specs.registry import (
     engine_presets,
     get_cluster,
     get_engine,
-    get_model,
     model_presets,
-    read_model_file,
+    read_model,
 )
 
 JSON_TABLE = typer.Option(False, "--json", help="Print JSON instead of a table.")
@@ -75,11 +73,7 @@ class ModelShown:
 
     @classmethod
     def of(cls, name_or_path: str, seq_len: int | None) -> ModelShown:
-        path = Path(name_or_path)
-        if name_or_path.lower() not in model_presets() and (path.suffix.lower() in (".json", ".yaml", ".yml") or path.exists()):
-            model, config = read_model_file(path)
-        else:
-            model, config = get_model(name_or_path), None
+        model, config = read_model(name_or_path)
         if seq_len is not None and (isinstance(seq_len, bool) or not 1 <= seq_len <= MAX_DIMENSION):
             raise BandwiseError(f"--seq-len {seq_len} must be a positive number of tokens up to {MAX_DIMENSION:,}")
         return cls(model=model, seq_len=seq_len or model.seq_len, layers=layer_counts(model), config=config)

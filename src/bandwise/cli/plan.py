@@ -35,6 +35,7 @@ from bandwise.cli.options import (
     model_option,
 )
 from bandwise.cli.points import priced_as
+from bandwise.cost.memory import GIB
 from bandwise.errors import BandwiseError, NothingFits
 from bandwise.export import EMIT_POOL, export_searched
 from bandwise.plan.bands import band_line
@@ -172,7 +173,7 @@ def plan(
         out.print(priced_as(get_engine(engine), params))
         fit = f"fit in {result.capacity_gib:.1f} GiB per device"
         if params.persistent_state:  # `CostParams.persistent_state`: the headroom is on what a step allocates and frees
-            fit = (f"fit in {clus.device.hbm_bytes / 2**30:.1f} GiB per device, {params.headroom:.0%} of what each step allocates and "
+            fit = (f"fit in {clus.device.hbm_bytes / GIB:.1f} GiB per device, {params.headroom:.0%} of what each step allocates and "
                    "frees kept free (the state the engine keeps from step to step needs none)")
         out.print(f"searched {result.searched:,} valid layouts in {result.seconds:.2f} s; {result.fitting:,} {fit}")
         if "narrowed" in result.extra:

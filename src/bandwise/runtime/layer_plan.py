@@ -10,7 +10,6 @@ MLPs.
 from __future__ import annotations
 
 from bandwise.specs.kinds import GatedDeltaNet, Mamba1
-from bandwise.specs.layer_order import MIXERS, LayerKind, layer_kinds, spread  # noqa: F401  (the trainer's names)
 from bandwise.specs.model import ModelSpec
 
 

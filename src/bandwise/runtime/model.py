@@ -31,12 +31,12 @@ from torch.utils.checkpoint import checkpoint
 
 from bandwise.errors import BandwiseError
 from bandwise.runtime.init import init_parameters
-from bandwise.runtime.layer_plan import LayerKind, layer_kinds
 from bandwise.runtime.layers import FeedForward, RMSNorm, recompute_guard
 from bandwise.runtime.local_attention import MaskCache, local_attention
 from bandwise.runtime.mamba import Mamba2Mixer
 from bandwise.runtime.moe import MoE, MoEConfig
 from bandwise.runtime.ops import apply_rope
+from bandwise.specs.layer_order import LayerKind, layer_kinds
 from bandwise.specs.model import ModelSpec
 
 

@@ -15,6 +15,7 @@ layer.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -127,16 +128,28 @@ def layer_flops(m: ModelSpec) -> np.ndarray:
     return np.asarray(out, dtype=float)
 
 
+@lru_cache(maxsize=64)
+def _normalized_flops(m: ModelSpec) -> np.ndarray | None:
+    """`layer_flops` over the mean layer's; None where every layer is alike (read-only, cached:
+    the search prices each chunk of its rows with the same model)."""
+    w = layer_flops(m)
+    if not w.size or np.ptp(w) == 0.0:
+        return None
+    w = w / w.mean()
+    w.setflags(write=False)
+    return w
+
+
+@lru_cache(maxsize=4096)
 def stage_weights(m: ModelSpec, pp: int, v: int, v_shaped: bool) -> tuple[float, float]:
     """(heaviest rank's compute over its share by layer count, the output head's rank's likewise)
     when the layers are cut into pp·v stages as evenly as they go, earlier stages taking the
     remainder (`cost.terms.stages`), a rank holding stages r, r + pp, ... (looped schedules) or r and
     2pp - 1 - r (V-shaped ones). Each layer weighs its `layer_flops` over the mean layer's: 1.0 and
     1.0 where every layer is alike, as the cost model's mean layer prices it."""
-    w = layer_flops(m)
-    if pp <= 1 or not w.size or np.ptp(w) == 0.0:
+    w = _normalized_flops(m)
+    if pp <= 1 or w is None:
         return 1.0, 1.0
-    w = w / w.mean()
     n, L = pp * v, m.layers
     base, extra = divmod(L, n)
     bounds = np.concatenate([[0], np.cumsum([base + (j < extra) for j in range(n)])])

@@ -7,8 +7,10 @@ of the model's paper would name them.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
+from bandwise.specs.layer_order import LayerKind, layer_kinds
 from bandwise.specs.model import ModelSpec
 
 
@@ -38,22 +40,25 @@ def attention_name(m: ModelSpec) -> str:
 
 
 def layer_counts(m: ModelSpec) -> LayerCounts:
-    attending = m.attention_layers
-    windowed = (m.sliding_layers or attending) if m.sliding_window else 0
-    chunked = (m.chunked_layers or attending) if m.attention_chunk else 0
-    name = attention_name(m)
-    mixers = {
-        f"{name}, full": attending - windowed - chunked,
-        f"{name}, sliding window {m.sliding_window:,}": windowed,
-        f"{name}, chunks of {m.attention_chunk:,}": chunked,
-        type(m.mamba).__name__.replace("Mamba", "Mamba-") if m.mamba is not None else "Mamba": m.mamba_layers,
-        "Gated DeltaNet": m.linear_attention_layers,
-        "no mixer": m.mixer_free_layers,
-    }
+    """The kinds of `specs.layer_order.layer_kinds`, counted: the placement the trainer builds and the
+    pipeline balance prices, named."""
+    attention = attention_name(m)
+    other = m.mamba if m.mamba is not None else m.linear_attention  # the one mixer kind beside attention
+    other_name = {"Mamba1": "Mamba-1", "Mamba2": "Mamba-2", "GatedDeltaNet": "Gated DeltaNet"}.get(type(other).__name__, "")
     shared = f", {m.shared_experts} shared" if m.shared_experts else ""
-    ffn = {
-        f"MoE ({m.experts} experts, top-{m.top_k}{shared})": m.moe_layers,
-        "dense MLP": m.n_dense_mlp_layers,
-        "no feed-forward": m.mlp_free_layers,
-    }
-    return LayerCounts(mixers={k: v for k, v in mixers.items() if v}, feed_forward={k: v for k, v in ffn.items() if v})
+
+    def mixer(k: LayerKind) -> str:
+        if k.mixer == "none":
+            return "no mixer"
+        if k.mixer != "attention":
+            return other_name
+        return (f"{attention}, sliding window {k.window:,}" if k.window else f"{attention}, chunks of {k.chunk:,}" if k.chunk
+                else f"{attention}, full")
+
+    ffn = {"moe": f"MoE ({m.experts} experts, top-{m.top_k}{shared})", "dense": "dense MLP", "none": "no feed-forward"}
+    kinds = layer_kinds(m)
+    order = [f"{attention}, full", *sorted({mixer(k) for k in kinds} - {f"{attention}, full", other_name, "no mixer"}), other_name,
+             "no mixer"]
+    mixers, feed_forward = Counter(mixer(k) for k in kinds), Counter(ffn[k.mlp] for k in kinds)
+    return LayerCounts(mixers={name: mixers[name] for name in order if mixers[name]},
+                       feed_forward={name: feed_forward[name] for name in ffn.values() if feed_forward[name]})

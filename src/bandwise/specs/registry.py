@@ -98,13 +98,18 @@ def load_engine_file(path: Path) -> Engine:
 
 def get_model(name_or_path: str) -> ModelSpec:
     """A preset by name, or a model file: Hugging Face config.json, or YAML/JSON of ModelSpec fields."""
+    return read_model(name_or_path)[0]
+
+
+def read_model(name_or_path: str) -> tuple[ModelSpec, ConfigRead | None]:
+    """`get_model`'s model and, for a Hugging Face config.json, which of its fields were read."""
     presets = model_presets()
     key = name_or_path.lower()
     if key in presets:
-        return presets[key]
+        return presets[key], None
     path = Path(name_or_path)
     if path.suffix.lower() in (".json", ".yaml", ".yml") or path.exists():
-        return load_model_file(path)
+        return read_model_file(path)
     raise BandwiseError(f"unknown model {name_or_path!r}; {_did_you_mean(key, presets)}presets: {', '.join(presets)} (or a path to a config.json)")
 
 
