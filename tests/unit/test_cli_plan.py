@@ -23,7 +23,7 @@ def test_plan_json_has_exactly_the_documented_keys(capsys):
     code, out, _ = run(["plan", "--model", "debug-moe", "--cluster", "h100", "--devices", "8", "--global-batch", "32", "--json", "--top", "3"], capsys)
     assert code == 0
     doc = json.loads(out)
-    assert set(doc) == {"searched", "fitting", "seconds", "narrowed", "best", "best_without_pp", "verdict", "validation", "engine", "top"}
+    assert set(doc) == {"searched", "fitting", "seconds", "narrowed", "best", "best_without_pp", "verdict", "validation", "engine", "pricing", "top"}
     assert doc["engine"] == DEFAULT_ENGINE  # the prices say which engine they assume
     assert set(doc["verdict"]) == {"needs_pp", "reason"} and isinstance(doc["verdict"]["needs_pp"], bool)
     assert len(doc["top"]) == 3 and doc["top"][0] == doc["best"]
@@ -39,7 +39,7 @@ def test_estimate_json_is_one_layout_that_plan_would_print(capsys):
                         "--schedule", "1F1B", "--micro-batch", "1", "--global-batch", "8", "--json"], capsys)
     assert code == 0
     doc = json.loads(out)
-    assert set(doc) == {"strategy", "estimate", "validation", "engine"}
+    assert set(doc) == {"strategy", "estimate", "validation", "engine", "pricing"}
     assert doc["strategy"]["pp"] == 2 and doc["estimate"]["step_time_s"] > 0
 
 

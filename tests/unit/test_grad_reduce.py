@@ -142,3 +142,19 @@ def test_doctor_prices_the_plan_with_it():
     fp32, bf16 = (doctor_priced(s, "llama3-8b", "h100", None, grad_reduce=g)[3] for g in (None, "bf16"))
     plain = bandwise.estimate("llama3-8b", "h100", strategy=s, grad_reduce="bf16").layout.estimate
     assert bf16.memory_gib_per_device == plain.memory_gib_per_device < fp32.memory_gib_per_device
+
+
+@pytest.mark.parametrize("argv, engine, attention, eager, grad", [
+    ([], "megatron", "flash", False, "fp32"),
+    (["--grad-reduce", "bf16", "--attention", "materialized"], "megatron", "materialized", False, "bf16"),
+    (["--engine", "torchtitan"], "torchtitan", "fa2", True, "fp32"),  # its SDPA on Hopper, eager unless compiled
+    (["--engine", "torchtitan", "--compiled", "--attention", "flash"], "torchtitan", "flash", False, "fp32"),
+])
+def test_plan_and_estimate_json_say_what_the_prices_assume(argv, engine, attention, eager, grad, capsys):
+    """A plan read from its --json alone names the engine and every job setting stated on top of it, as the
+    layouts were priced (the same fields the table's header line words)."""
+    import json
+    for cmd in (["plan", "--model", "debug", "--devices", "2"], ["estimate", "--model", "debug", "--dp-replicate", "2"]):
+        assert exit_code([*cmd, "--cluster", "h100", "--json", *argv]) == 0, cmd + argv
+        pricing = json.loads(capsys.readouterr().out)["pricing"]
+        assert pricing == {"engine": engine, "attention": attention, "eager_elementwise": eager, "grad_reduce": grad, "headroom": 0.1}

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bandwise.cost.params import CostParams
+from bandwise.cost.profiles import pricing_dict
 from bandwise.doctor.rules import Diagnosis
 from bandwise.plan.bands import band_dict
 from bandwise.plan.search import Layout, SearchResult
@@ -86,6 +87,7 @@ class PlanResult:
             "verdict": {"needs_pp": self.decision.needs_pp, "reason": self.decision.reason},
             "validation": self.validation,
             "engine": self.engine.label,
+            "pricing": pricing_dict(self.engine, self.params),
             "top": self.top,
         })
 
@@ -119,7 +121,8 @@ class EstimateResult:
     def to_dict(self) -> dict[str, Any]:
         """`bandwise estimate --json`."""
         validation = band_dict(self.cluster.device.name, self.model.is_moe, self.devices, self.engine.label)
-        return plain({**self.layout.to_dict(), "validation": validation, "engine": self.engine.label})
+        return plain({**self.layout.to_dict(), "validation": validation, "engine": self.engine.label,
+                      "pricing": pricing_dict(self.engine, self.params)})
 
 
 def _common(inputs: PlanInputs) -> dict[str, Any]:

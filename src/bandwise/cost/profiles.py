@@ -13,7 +13,12 @@ import math
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from bandwise.cost.params import ATTENTION_KERNELS, DEFAULT_PARAMS, CostParams
+from bandwise.cost.params import (
+    ATTENTION_KERNELS,
+    DEFAULT_PARAMS,
+    CostParams,
+    grad_reduce_name,
+)
 from bandwise.errors import BandwiseError
 from bandwise.specs.engine import Engine
 from bandwise.specs.hardware import Device
@@ -84,3 +89,13 @@ class Pricing:
 
     def on(self, device: Device | None) -> CostParams:
         return replace(params_for(self.engine, device, self.base), **dict(self.stated))
+
+
+def pricing_dict(engine: Engine, params: CostParams) -> dict[str, Any]:
+    """What a plan or an estimate was priced as, for its `--json`: the engine and the job settings a
+    user can state on top of it (`--attention`, `--eager`/`--compiled`, `--grad-reduce`, `--headroom`),
+    as the parameters on the plan's device hold them (an engine's Hopper-only kernel reads 'flash'
+    on an A100, `params_for`)."""
+    attention = params.attention if params.flash_attention else "materialized"
+    return {"engine": engine.label, "attention": attention, "eager_elementwise": params.eager_elementwise,
+            "grad_reduce": grad_reduce_name(params.grad_reduce_bytes), "headroom": params.headroom}
