@@ -694,3 +694,24 @@ def test_attention_efficiency_falls_at_short_sequences(seq, cp):
 def test_attention_fill_tokens_is_checked():
     with pytest.raises(BandwiseError, match="attention_fill_tokens"):
         replace(get_cluster("h100").device, attention_fill_tokens=-1.0)
+
+
+def test_all_gather_context_parallelism_exposes_one_gather_and_one_reduce_scatter_per_layer():
+    """Llama 3's CP gathers K and V before attention and waits for it (Llama Team 2024, Sec. 3.3.2): per
+    layer and micro-batch, an all-gather of the cp chunks of K and V and a reduce-scatter of their
+    gradients, each the ring formula V·(D-1)/(D·bw) over the group, and all of it exposed; the ring CP
+    it replaces hides behind a long sequence's attention."""
+    c = two_level(inner=8, w_in=400 * GB)
+    m = get_model("llama3-8b")
+    seq, cp = 32768, 8
+    m = replace(m, seq_len=seq)
+    s = Strategy(cp=cp, micro_batch=1, global_batch=1, recompute="none")
+    cols = Layouts.of([s])
+    chunk = (seq // cp) * m.kv_heads * 2 * m.d_head * 2  # K and V of the rank's tokens, bf16
+    closed = 2 * chunk * cp * (cp - 1) / (cp * 400 * GB)
+    gather = comm_terms(m, c, cols, s.order, layer_terms(m, c, cols), replace(DEFAULT_PARAMS, cp_all_gather=True)).context
+    ring = comm_terms(m, c, cols, s.order, layer_terms(m, c, cols)).context
+    assert one(gather.layer) == pytest.approx(closed) and one(gather.exposed) == pytest.approx(closed)
+    assert one(ring.exposed) == 0.0 < one(ring.layer)
+    llama3 = estimate(m, c.placed(cp), s, replace(DEFAULT_PARAMS, cp_all_gather=True))
+    assert llama3.breakdown["cp"] == pytest.approx(m.layers * closed)

@@ -139,6 +139,12 @@ class CostParams:
     Megatron's selective recomputation (Korthikanti et al. 2022: only the attention core, and here
     the activation function); TorchTitan's selective AC re-runs half (its op policy saves every
     other matmul and no element-wise output; its layer policy checkpoints every other layer)."""
+    cp_all_gather: bool = False
+    """Context parallelism gathers the whole sequence's K and V before attention (and reduce-scatters
+    their gradients after its backward) instead of passing chunks round a ring behind the attention
+    core, and waits for it: Llama 3's CP, whose "all-gather communication latency is exposed in the
+    critical path" (Llama Team 2024, Sec. 3.3.2). Off: the ring of Megatron-Core and torch's CP,
+    hidden behind attention where attention is long enough (`terms.context`)."""
     balanced_stages: bool = False
     """Whole layers placed to balance the rank of the output head, loss and MTP modules (fewer layers
     there; Llama 3 Sec. 3.3.2, Megatron-LM's pipeline layouts, `balanced_split`). Off: the frameworks'

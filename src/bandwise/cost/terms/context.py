@@ -1,5 +1,7 @@
 """Context parallelism: the ring passes K and V forward and K, V, dK, dV backward, one chunk per
-hop, hidden behind the attention core (Liu et al. 2023, "Ring Attention"; Megatron-Core's CP)."""
+hop, hidden behind the attention core (Liu et al. 2023, "Ring Attention"; Megatron-Core's CP); or,
+where the engine gathers instead (`CostParams.cp_all_gather`, Llama 3), one all-gather of K and V
+before attention and one reduce-scatter of their gradients after it, both exposed."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import numpy as np
 
 from bandwise.cost import comm
 from bandwise.cost.flops import BF16
+from bandwise.cost.params import CostParams
 from bandwise.cost.terms.compute import LayerCompute
 from bandwise.cost.terms.placement import Groups
 from bandwise.cost.terms.shape import Shape
@@ -25,7 +28,7 @@ class ContextComm:
     exposed: np.ndarray
 
 
-def context_comm(m: ModelSpec, cluster: Cluster, s: Shape, groups: Groups, layer: LayerCompute) -> ContextComm:
+def context_comm(m: ModelSpec, cluster: Cluster, s: Shape, groups: Groups, layer: LayerCompute, P: CostParams) -> ContextComm:
     # K and V of the heads the core reads (MLA's up-projected per query head), split over TP by those heads
     kv_heads = m.attention_kind.key_value_heads
     kv_chunk = s.tokens * (kv_heads * (m.d_head + m.d_value)) * BF16 / np.minimum(s.tp, kv_heads)
@@ -34,6 +37,14 @@ def context_comm(m: ModelSpec, cluster: Cluster, s: Shape, groups: Groups, layer
     # of windowed layers (and their shorter attention hides less of it); kept whole as an
     # approximation. Chunked layers likewise: a rank needs only the chunks of its own attention
     # chunk, none at all when the attention chunk fits inside its share of the sequence.
+    if P.cp_all_gather:
+        # forward: every rank gathers all cp chunks; backward: the full-sequence dK, dV it computed are
+        # reduce-scattered back to their owners (the same bytes). The minimum such a scheme moves: a
+        # backward that gathers K and V again, or a full recomputation's second forward, adds one more.
+        gather = 2.0 * comm.all_gather_time(cluster, kv_chunk * s.cp, groups.cp, s.cp)
+        if m.is_hybrid:
+            gather = gather * (m.attention_layers / m.layers)
+        return ContextComm(layer=gather, exposed=gather)
     ring = 3.0 * (s.cp - 1) * comm.ring_p2p_time(cluster, kv_chunk, groups.cp, s.cp)
     if m.is_hybrid:
         ring = hybrid_context_comm(m, cluster, s, groups, ring)

@@ -82,7 +82,7 @@ def comm_terms(m: ModelSpec, cluster: Cluster, c: Layouts, order: tuple[str, ...
     s = Shape.of(m, c)
     groups = Groups.of(order, c, s)
     return CommTerms(
-        tensor=tensor_comm(m, cluster, s, groups, lt.compute, P), context=context_comm(m, cluster, s, groups, lt.compute),
+        tensor=tensor_comm(m, cluster, s, groups, lt.compute, P), context=context_comm(m, cluster, s, groups, lt.compute, P),
         expert=expert_comm(m, cluster, s, groups, P), fsdp=fsdp_comm(cluster, s, groups, lt.local, P),
         sync=SyncGroups.of(cluster, s, groups, lt.local), p2p=pipe.p2p_time(m, cluster, s, groups.pp),
     )
