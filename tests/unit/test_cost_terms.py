@@ -29,7 +29,7 @@ GB = 1e9
 
 
 def two_level(inner=8, w_in=400 * GB, w_out=50 * GB, a_in=0.0, a_out=0.0) -> Cluster:
-    dev = Device(name="d", peak_flops={"bf16": 1e15}, hbm_bytes=80 * GB, hbm_bandwidth=3e12)
+    dev = Device(name="d", peak_flops={"bf16": 1e15, "fp8": 2e15}, hbm_bytes=80 * GB, hbm_bandwidth=3e12)
     return Cluster(
         name="t",
         device=dev,
@@ -715,3 +715,24 @@ def test_all_gather_context_parallelism_exposes_one_gather_and_one_reduce_scatte
     assert one(ring.exposed) == 0.0 < one(ring.layer)
     llama3 = estimate(m, c.placed(cp), s, replace(DEFAULT_PARAMS, cp_all_gather=True))
     assert llama3.breakdown["cp"] == pytest.approx(m.layers * closed)
+
+
+@pytest.mark.parametrize("recompute", ["none", "full"])
+def test_fp8_forward_all_gathers_move_one_byte_an_element(recompute):
+    """Under fp8 with sequence parallelism the forward's two all-gathers carry the quantized GEMM input
+    (Transformer Engine's layernorm_linear.py at v2.8; torchao's Float8ColwiseParallel at 0.7.0), the
+    reduce-scatters and the backward bf16: with nothing overlapped, TP time per layer is
+    F·(2·AG(1 byte) + 2·RS(2 bytes)) + 4·AG(2 bytes), F the forward passes (2 under full recomputation),
+    each term the ring formula on one NVLink domain."""
+    m, c = get_model("llama3-70b"), two_level(inner=8, w_in=400 * GB)
+    kw = {"dp_replicate": 1, "tp": 8, "micro_batch": 1, "global_batch": 1, "recompute": recompute, "overlap_tp": False}
+    fp8 = estimate(m, c.placed(8), Strategy(**kw, precision="fp8"), replace(DEFAULT_PARAMS, tp_backward_async=False))
+    bf16 = estimate(m, c.placed(8), Strategy(**kw, precision="bf16"), replace(DEFAULT_PARAMS, tp_backward_async=False))
+    ring = lambda nbytes: m.seq_len * m.hidden * nbytes * 7 / (8 * 400 * GB)  # noqa: E731
+    forwards = 2 if recompute == "full" else 1
+    per_layer = forwards * (2 * ring(1) + 2 * ring(2)) + 4 * ring(2)
+    assert fp8.comm_total_s["tp"] == pytest.approx(m.layers * per_layer)
+    assert bf16.comm_total_s["tp"] == pytest.approx(m.layers * (forwards + 1) * 4 * ring(2))
+    # without sequence parallelism the collectives are all-reduces of bf16 outputs: fp8 moves what bf16 does
+    no_sp = replace(DEFAULT_PARAMS, tp_backward_async=False, sequence_parallel=False)
+    assert estimate(m, c.placed(8), Strategy(**kw, precision="fp8"), no_sp).comm_total_s["tp"] == pytest.approx(bf16.comm_total_s["tp"])

@@ -1,7 +1,8 @@
 """Tensor parallelism: per layer, 4 collectives forward and 4 backward (Korthikanti et al. 2022,
 Sec. 4.2.2: all-gather / reduce-scatter around attention and the MLP), 4 more to recompute under
 full recomputation; each hidden behind the GEMM it feeds where the group stays inside one NVLink
-domain and overlap is on."""
+domain and overlap is on. Under fp8 the forward's two all-gathers move the quantized input, one
+byte an element (`FP8_GATHER_SOURCE`)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,17 @@ import numpy as np
 
 from bandwise.cost import comm
 from bandwise.cost.flops import BF16
+
+FP8_BYTES = 1.0
+FP8_GATHER_SOURCE = (
+    "Under fp8 with sequence parallelism a forward all-gather moves the GEMM's quantized input: Transformer Engine "
+    "quantizes the norm's output before gathering it (transformer_engine/pytorch/module/layernorm_linear.py at v2.8, "
+    "gather_along_first_dim(ln_out, tp_group, quantizer=...)), and torchao's Float8ColwiseParallel and "
+    "PrepareFloat8ModuleInput, which TorchTitan applies with Float8 and TP (torchtitan/parallelisms/parallelize_llama.py, apply_tp, at 9dec370, the commit of its H100 benchmarks), cast 'before the all-gather ... so that "
+    "the collective op happens in float8' (torchao/float8/float8_tensor_parallel.py at 0.7.0). The reduce-scatters "
+    "carry the GEMMs' bf16 outputs; the backward's collectives are kept in bf16 here (torchao casts the row-parallel "
+    "output gradient to e5m2 before its all-gather, so its backward moves a little less than priced)."
+)
 from bandwise.cost.params import CostParams
 from bandwise.cost.terms.compute import LayerCompute
 from bandwise.cost.terms.placement import Groups
@@ -37,11 +49,23 @@ class TensorComm:
     per_layer: float = 4.0
     """Collectives per layer and pass: two around each block, a mixer (attention or another) or an
     MLP; a hybrid's layers without one of them have two (Nemotron-H's "M", "*" and "-" blocks)."""
+    fwd_total: np.ndarray | None = None
+    """A forward pass's collectives where they differ from a backward's (fp8 all-gathers), ..."""
+    fwd_exposed: np.ndarray | None = None
+    """... and what an overlapped forward pass leaves exposed. None: as the backward (`per_layer` x `one`, `pass_exposed`)."""
+
+    def forward(self) -> tuple[np.ndarray, np.ndarray]:
+        """(every collective, what overlap leaves exposed) of one forward pass."""
+        total = self.per_layer * self.one if self.fwd_total is None else self.fwd_total
+        return total, (self.pass_exposed if self.fwd_exposed is None else self.fwd_exposed)
 
 
 def tensor_comm(m: ModelSpec, cluster: Cluster, s: Shape, groups: Groups, layer: LayerCompute, P: CostParams) -> TensorComm:
     frac_moe = m.moe_layers / m.layers
     one = comm.all_gather_time(cluster, s.tokens * m.hidden * BF16, groups.tp, s.tp)
+    # the forward's all-gathers under fp8 (`FP8_GATHER_SOURCE`); without sequence parallelism the
+    # collectives are all-reduces of bf16 outputs
+    gather = np.where(s.fp8 & P.sequence_parallel, comm.all_gather_time(cluster, s.tokens * m.hidden * FP8_BYTES, groups.tp, s.tp), one)
     # TP collectives overlap GEMMs only inside one NVLink domain: Transformer Engine's userbuffers
     # map the peers' buffers by CUDA IPC and multicast handles, which exist only over NVLink
     # (NVIDIA/TransformerEngine issue #1071, 2024: "comm+GEMM overlap is currently only possible
@@ -61,15 +85,20 @@ def tensor_comm(m: ModelSpec, cluster: Cluster, s: Shape, groups: Groups, layer:
     # gathers once for several matmuls; Megatron-Core instead gathers the small latents, so the
     # window is overstated there); an MoE layer's router and experts stand on the MLP side, half
     # behind each collective, an assumption: no source pairs grouped expert GEMMs with them.
-    pair = lambda gemm: np.maximum(0.0, one - gemm)  # noqa: E731
+    pair = lambda gemm, c=one: np.maximum(0.0, c - gemm)  # noqa: E731
     attn_in, attn_out = layer.attn_in, layer.attn_out
-    dense_pairs = pair(attn_in) + pair(attn_out) + pair(layer.mlp_up) + pair(layer.mlp_down)
-    moe_pairs = pair(attn_in) + pair(attn_out) + 2.0 * pair(layer.moe_mlp / 2.0)
-    pass_exposed = (1 - frac_moe) * dense_pairs + frac_moe * moe_pairs
+
+    def exposed(c_in: np.ndarray) -> np.ndarray:  # the gathers in front of attention and the MLP cost c_in
+        dense_pairs = pair(attn_in, c_in) + pair(attn_out) + pair(layer.mlp_up, c_in) + pair(layer.mlp_down)
+        moe_pairs = pair(attn_in, c_in) + pair(attn_out) + pair(layer.moe_mlp / 2.0, c_in) + pair(layer.moe_mlp / 2.0)
+        return (1 - frac_moe) * dense_pairs + frac_moe * moe_pairs
+
+    pass_exposed = exposed(one)
+    fwd = {"fwd_total": 2.0 * (gather + one), "fwd_exposed": exposed(gather)}
     if m.is_hybrid:
-        return hybrid_tensor_comm(m, one, overlappable, layer, P)
+        return hybrid_tensor_comm(m, one, gather, overlappable, layer, P)
     if not P.tp_backward_async:
-        return TensorComm(one=one, overlappable=overlappable, pass_exposed=pass_exposed)
+        return TensorComm(one=one, overlappable=overlappable, pass_exposed=pass_exposed, **fwd)
     # Asynchronous backward, per column-parallel GEMM g (QKV, MLP-up; its input- and weight-gradient
     # GEMMs each take as long as its forward): without SP its input gradient's all-reduce (2 units)
     # hides behind the weight gradient, max(0, 2c - g); under SP the re-gather hides behind the input
@@ -86,15 +115,16 @@ def tensor_comm(m: ModelSpec, cluster: Cluster, s: Shape, groups: Groups, layer:
         async_pass = lambda up: np.maximum(0.0, 2.0 * one - attn_in) + np.maximum(0.0, 2.0 * one - up)  # noqa: E731
         bwd_total = 4.0 * one
     bwd_exposed = (1 - frac_moe) * async_pass(layer.mlp_up) + frac_moe * async_pass(layer.moe_mlp / 2.0)
-    return TensorComm(one=one, overlappable=overlappable, pass_exposed=pass_exposed, bwd_exposed=bwd_exposed, bwd_total=bwd_total)
+    return TensorComm(one=one, overlappable=overlappable, pass_exposed=pass_exposed, bwd_exposed=bwd_exposed, bwd_total=bwd_total, **fwd)
 
 
-def hybrid_tensor_comm(m: ModelSpec, one: np.ndarray, overlappable: np.ndarray, layer: LayerCompute, P: CostParams) -> TensorComm:
+def hybrid_tensor_comm(m: ModelSpec, one: np.ndarray, gather: np.ndarray, overlappable: np.ndarray, layer: LayerCompute,
+                       P: CostParams) -> TensorComm:
     """`tensor_comm` of a hybrid: each block's pair of collectives beside its own GEMMs (a mixer's
     input and output projections, `cost.mixers`), weighted by the share of layers that have it."""
     L = m.layers
     att, dense, moe = m.attention_layers / L, m.n_dense_mlp_layers / L, m.moe_layers / L
-    pair = lambda gemm: np.maximum(0.0, one - gemm)  # noqa: E731
+    pair = lambda gemm, c=one: np.maximum(0.0, c - gemm)  # noqa: E731
     mx = layer.mixers
     mixing = [(att, layer.attn_in, layer.attn_out), (m.mamba_layers / L, mx.mamba_in, mx.mamba_out),
               (m.linear_attention_layers / L, mx.linear_in, mx.linear_out)]
@@ -105,8 +135,11 @@ def hybrid_tensor_comm(m: ModelSpec, one: np.ndarray, overlappable: np.ndarray, 
     x_proj = (m.mamba_layers / L) * 2.0 * m.mamba.x_proj_width / m.hidden if isinstance(m.mamba, Mamba1) else 0.0
     per_layer = 2.0 * sum(share for share, _, _ in blocks)
     pass_exposed = sum(share * (pair(g_in) + pair(g_out)) for share, g_in, g_out in blocks) + x_proj * one
+    # forward: each block's input gather at `gather` (fp8 under fp8, `FP8_GATHER_SOURCE`); x_proj's all-reduce stays bf16
+    fwd = {"fwd_total": per_layer / 2.0 * (gather + one) + x_proj * one,
+           "fwd_exposed": sum(share * (pair(g_in, gather) + pair(g_out)) for share, g_in, g_out in blocks) + x_proj * one}
     if not P.tp_backward_async:
-        return TensorComm(one=one, overlappable=overlappable, pass_exposed=pass_exposed, per_layer=per_layer + x_proj)
+        return TensorComm(one=one, overlappable=overlappable, pass_exposed=pass_exposed, per_layer=per_layer + x_proj, **fwd)
     # as `tensor_comm`, per block: the row-parallel gradient's all-gather waits, the column-parallel
     # GEMM's collectives hide behind its input- and weight-gradient GEMMs
     if P.sequence_parallel and not P.tp_gathered_inputs:
@@ -117,7 +150,7 @@ def hybrid_tensor_comm(m: ModelSpec, one: np.ndarray, overlappable: np.ndarray, 
         half, moved = lambda g_in: np.maximum(0.0, 2.0 * one - g_in), 2.0  # noqa: E731
     bwd_exposed = sum(share * half(g_in) for share, g_in, _ in blocks) + x_proj * one
     return TensorComm(one=one, overlappable=overlappable, pass_exposed=pass_exposed, bwd_exposed=bwd_exposed,
-                      bwd_total=(moved * per_layer / 2.0 + x_proj) * one, per_layer=per_layer + x_proj)
+                      bwd_total=(moved * per_layer / 2.0 + x_proj) * one, per_layer=per_layer + x_proj, **fwd)
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,12 +162,14 @@ class TensorTerms:
 
 
 def tensor_terms(tc: TensorComm, full_recompute: np.ndarray, overlap: np.ndarray, P: CostParams) -> TensorTerms:
-    passes = 2.0 + np.where(full_recompute, 1.0, 0.0)
-    total = tc.per_layer * passes * tc.one
+    forwards = 1.0 + np.where(full_recompute, 1.0, 0.0)  # the forward, and its re-run under full recomputation
+    fwd_total, fwd_exposed = tc.forward()
+    forwards_total = forwards * fwd_total
+    total = forwards_total + tc.per_layer * tc.one
     overlapped = overlap & tc.overlappable
-    exposed = np.where(overlapped, passes * tc.pass_exposed, total)
+    exposed = np.where(overlapped, forwards * fwd_exposed + tc.pass_exposed, total)
     if P.tp_backward_async:  # the forward passes wait; the backward runs its own way (`tensor_comm`)
-        forwards = tc.per_layer * (passes - 1.0) * tc.one
+        forwards = forwards_total
         exposed = np.where(overlapped, exposed, forwards + tc.bwd_exposed)
         total = np.where(overlapped, total, forwards + tc.bwd_total)
     return TensorTerms(total=total, exposed=exposed)
