@@ -269,6 +269,9 @@ HAND_WRITTEN = {
     "--grad-reduce-in-bf16": ("ddp", "grad_reduce_in_fp32", False),
     # _add_training_args: store_false into apply_rope_fusion, so Megatron-LM fuses RoPE unless told not to
     "--no-rope-fusion": ("transformer", "apply_rope_fusion", False),
+    # store_false into bias_gelu_fusion (arguments.py), which argument_utils.py copies into bias_activation_fusion
+    # for a GELU MLP (set in megatron_configs with the swiglu case)
+    "--no-bias-gelu-fusion": (None, None, None),
 }
 
 CKPT_FORMATS = ("torch", "torch_dist", "zarr", "torch_dcp", "fsdp_dtensor")
@@ -349,6 +352,10 @@ def megatron_configs(flags: dict[str, list[str]]) -> tuple[Any, Any]:
         (ddp if config == "ddp" else transformer)[field] = value
     if "--swiglu" in flags:
         transformer["activation_func"] = F.silu
+    # argument_utils.py core_transformer_config_from_args: bias_activation_fusion is --bias-swiglu-fusion's or
+    # --bias-gelu-fusion's (both on by default), and validate_args turns the GELU one off without biases
+    transformer["bias_activation_fusion"] = ("--no-bias-swiglu-fusion" not in flags if "--swiglu" in flags else
+                                             "--no-bias-gelu-fusion" not in flags and "--disable-bias-linear" not in flags)
     if "--bf16" in flags:  # arguments.py: params_dtype = bfloat16; core_transformer_config_from_args: pipeline_dtype = params_dtype
         transformer["params_dtype"] = transformer["pipeline_dtype"] = torch.bfloat16
     transformer.setdefault("apply_rope_fusion", True)  # Megatron-LM's default (--no-rope-fusion), not the dataclass's False
@@ -558,6 +565,19 @@ def assert_megatron_model(cfg: Any, flags: dict[str, list[str]], model: ModelSpe
     assert cfg.add_bias_linear == arch.bias
     assert cfg.add_qkv_bias == (arch.qkv_bias or arch.bias)  # validate_args: add_bias_linear sets add_qkv_bias
     assert cfg.gated_linear_unit == arch.gated
+    if not arch.gated:
+        # core/transformer/mlp.py: with biases and the fusion on, bias_gelu_impl (tanh approximation); else
+        # activation_func, F.gelu (exact) by default
+        import torch.nn.functional as F
+
+        assert cfg.activation_func is F.gelu
+        tanh = bool(cfg.bias_activation_fusion and cfg.add_bias_linear)
+        assert tanh == (arch.activation == "gelu_tanh"), f"Megatron's GELU is {'tanh' if tanh else 'exact'}, the model's {arch.activation}"
+    if rope is None and arch.positions:
+        assert int(flags["--max-position-embeddings"][0]) >= arch.positions
+    default = 0.1 if model.dropout else 0.0  # Megatron-LM's --hidden-dropout / --attention-dropout default 0.1
+    want = [default if r is None else r for r in (arch.hidden_dropout, arch.attention_dropout)]
+    assert [cfg.hidden_dropout, cfg.attention_dropout] == want, f"dropout {cfg.hidden_dropout}, {cfg.attention_dropout}; the model's {want}"
     if model.is_moe:
         assert cfg.num_moe_experts == model.experts and cfg.moe_router_topk == model.top_k
         assert cfg.moe_router_score_function == arch.router
@@ -620,6 +640,15 @@ def judge_maxtext(cfg: dict, answer: dict, model: ModelSpec, devices: int, s: St
             assert llama31 == (arch.rope.scaling == "llama3")
             if arch.rope.scaling == "yarn":
                 assert got["rope_type"] == "yarn" and math.isclose(got["rope_factor"], arch.rope.factor)
+        acts = list(got["mlp_activations"])
+        assert acts == (["silu", "linear"] if arch.gated else ["gelu"]), acts
+        assert arch.gated or arch.activation == "gelu_tanh"  # MaxText's gelu is jax.nn.gelu's tanh approximation
+        assert got["enable_dropout"] == model.dropout
+        if model.dropout:
+            want = 0.1 if arch.hidden_dropout is None else arch.hidden_dropout
+            assert math.isclose(got["dropout_rate"], want) and arch.attention_dropout in (None, want)
+        if arch.rope is None and arch.positions:
+            assert got["trainable_position_size"] >= arch.positions
         if model.is_moe and arch.router == "sigmoid":
             assert got["routed_score_func"] == "sigmoid" and got["routed_bias"] == arch.expert_bias
             assert math.isclose(got["routed_scaling_factor"], arch.routed_scale)

@@ -34,7 +34,7 @@ KEYS = ("decoder_block", "num_decoder_layers", "emb_dim", "num_query_heads", "nu
         "original_max_position_embeddings", "normalization_layer_epsilon", "use_qk_norm", "attention_bias", "num_experts",
         "num_experts_per_tok", "first_num_dense_layers", "shared_experts", "routed_score_func", "routed_bias",
         "routed_scaling_factor", "n_routing_groups", "topk_routing_group", "norm_topk_prob", "attention_type", "model_name",
-        "mlp_activations", "logits_via_embedding", "enable_dropout", "trainable_position_size", "mtp_num_layers",
+        "mlp_activations", "logits_via_embedding", "enable_dropout", "dropout_rate", "trainable_position_size", "mtp_num_layers",
         "num_target_devices", "num_slices", "mesh_axes", "ici_parallelism", "dcn_parallelism", "using_pipeline_parallelism",
         "num_pipeline_microbatches", "num_pipeline_repeats", "num_layers_per_pipeline_stage", "pipeline_parallel_layers",
         "global_batch_size_to_train_on", "micro_batch_size_to_train_on", "gradient_accumulation_steps",

@@ -76,6 +76,9 @@ RENAMED = {
     "use_rope_scaling": "rope_scaling",
     # validate_args derives virtual_pipeline_model_parallel_size from it (megatron/training/arguments.py)
     "num_virtual_stages_per_pipeline_rank": "virtual_pipeline_model_parallel_size",
+    # a GELU MLP's fusion (mlm_compat/arguments.py, _transformer_config_from_args: bias_activation_fusion =
+    # args.bias_gelu_fusion without --swiglu); the job writes --no-bias-gelu-fusion only for a GELU MLP
+    "bias_gelu_fusion": "bias_activation_fusion",
 }
 """Flag destinations whose provider field has another name."""
 

@@ -42,6 +42,7 @@ class Plan:
     global_batch: int | None = None
     pick: int | None = None
     fix: tuple[tuple[str, Any], ...] = ()
+    seq_len: int | None = None
 
 
 def hf(name: str) -> str:
@@ -94,6 +95,20 @@ PLANS = [
     Plan("Kimi-K2.json@512xh100", hf("Kimi-K2-Instruct"), "h100", 512, expect(torchtitan=NO_TT, maxtext="model_name")),
     Plan("gpt-oss-120b.json@64xh100", hf("gpt-oss-120b"), "h100", 64,
          expect(torchtitan=NO_TT, megatron="attention sinks", maxtext="attention sinks")),
+    # families beyond Llama's block: GPT-2's learned positions, biases and tanh GELU; StarCoder2's LayerNorm, biases and
+    # tanh GELU with RoPE; GPT-NeoX's exact GELU; DeepSeek-V2's softmax router without renormalization; and what no
+    # engine here writes, refused by the config's own field names
+    Plan("gpt2.json@8xh100-seq1024", hf("gpt2"), "h100", 8, expect(torchtitan=NO_TT), seq_len=1024),
+    Plan("gpt2.json@8xh100", hf("gpt2"), "h100", 8, expect(NO_TT, *(["n_positions=1024"] * 2))),
+    Plan("starcoder2-7b.json@16xh100", hf("starcoder2-7b"), "h100", 16, expect(torchtitan=NO_TT, maxtext="model_type starcoder2")),
+    Plan("RedPajama-3B.json@8xa100", hf("RedPajama-INCITE-Chat-3B-v1"), "a100-80g", 8,
+         expect(torchtitan=NO_TT, maxtext="model_type gpt_neox"), seq_len=2048),
+    Plan("DeepSeek-V2-Lite.json@32xh100", hf("DeepSeek-V2-Lite"), "h100", 32, expect(torchtitan=NO_TT, maxtext="model_name")),
+    Plan("InternLM2-7B.json@16xh100", hf("internlm2-chat-7b"), "h100", 16, expect(torchtitan=NO_TT)),
+    Plan("Phi-3-mini.json@8xh100", hf("Phi-3-mini-4k-instruct"), "h100", 8, expect(torchtitan=NO_TT), seq_len=1024),
+    Plan("Phi-3-mini.json@8xh100-seq4096", hf("Phi-3-mini-4k-instruct"), "h100", 8, expect(NO_TT, *(["sliding_window=2047"] * 2))),
+    Plan("OLMo-2-7B.json@16xh100", hf("OLMo-2-1124-7B"), "h100", 16, expect(NO_TT, *(["post_feedforward_layernorm"] * 2))),
+    Plan("gemma-2-9b.json@16xh100", hf("gemma-2-9b"), "h100", 16, expect(NO_TT, *(["sqrt(hidden_size)"] * 2))),
     # a cluster file of the user's
     Plan("llama3-8b@32xuser", "llama3-8b", USER_CLUSTER, 32, expect()),
     Plan("mixtral-8x7b@64xuser", "mixtral-8x7b", USER_CLUSTER, 64, expect(torchtitan=NO_TT)),
@@ -132,6 +147,7 @@ class Planned:
 def _plan(p: Plan, user_cluster: str, engines: tuple[str, ...] = ENGINES) -> Planned:
     """As `bandwise plan --model M --cluster C --devices N [--global-batch B] [--fix ...] [--pick K] --emit E`."""
     model, cluster = get_model(p.model), get_cluster(user_cluster if p.cluster == USER_CLUSTER else p.cluster)
+    model = model.with_seq_len(p.seq_len) if p.seq_len else model
     gb = global_batch_of(model, p.global_batch, None, p.devices)
     kw = {"top": EMIT_POOL, "fixed": dict(p.fix), "max_rows": SEARCH_ROWS}
     result = search(model, cluster, p.devices, gb, **kw)

@@ -268,3 +268,64 @@ def test_a_job_that_does_not_fit_is_refused_with_exit_3(capsys) -> None:
         main(["estimate", "--model", "llama3-70b", "--dp-replicate", "8", "--global-batch", "64", "--emit", "megatron"])
     out, err = capsys.readouterr()
     assert exc.value.code == 3 and not out and "does not fit in 71.7 GiB" in err and len(err.strip().splitlines()) == 1
+
+
+CONFIGS = sorted(p.parent.name for p in HF.glob("*/config.json"))
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_every_config_read_has_an_architecture_or_a_refusal_naming_its_field(name: str) -> None:
+    """Each family `bandwise models` reads is written by an engine's export, or refused in one line that names
+    the config's field (or the family's part) that no engine here writes; never 'no architecture record'."""
+    from bandwise.errors import BandwiseError
+    from bandwise.export.architecture import architecture
+
+    path = str(HF / name / "config.json")
+    model = get_model(path)
+    arch = architecture(model, path)
+    assert arch is not None and arch.family
+    for check in (megatron.check_model, maxtext.check_model):
+        try:
+            check(model, arch)
+        except BandwiseError as refused:
+            text = str(refused)
+            assert "\n" not in text and "cannot run" in text and "no architecture record" not in text, text
+
+
+@pytest.mark.parametrize("name, activation, fused_off", [
+    ("gpt2", "gelu_tanh", False),  # activation_function gelu_new: the tanh approximation, Megatron's fused bias-GELU
+    ("starcoder2-7b", "gelu_tanh", False),  # hidden_act gelu_pytorch_tanh (its legacy activation_function key is not read)
+    ("RedPajama-INCITE-Chat-3B-v1", "gelu", True),  # GPT-NeoX hidden_act gelu: exact, so the tanh fusion is switched off
+])
+def test_a_gelu_mlp_is_written_as_the_config_computes_it(name: str, activation: str, fused_off: bool) -> None:
+    """transformers' ACT2FN: gelu_new and gelu_pytorch_tanh are the tanh approximation, gelu the exact one.
+    Megatron-LM's tanh GELU is its fused bias-GELU kernel (core/fusions/fused_bias_gelu.py); with
+    --no-bias-gelu-fusion the MLP runs F.gelu, the exact one (core/transformer/mlp.py)."""
+    from bandwise.export.architecture import architecture
+
+    path = str(HF / name / "config.json")
+    model = get_model(path).with_seq_len(1024)
+    arch = architecture(model, path)
+    assert (arch.gated, arch.activation, arch.bias) == (False, activation, True)
+    flags = [flag for flag, _ in megatron._model_args(model, arch)]
+    assert ("no-bias-gelu-fusion" in flags) == fused_off and "swiglu" not in flags
+
+
+def test_dropout_rates_come_from_the_config_or_its_class_defaults() -> None:
+    """GPT2Config defaults resid_pdrop, attn_pdrop and embd_pdrop to 0.1 (transformers configuration_gpt2.py); a
+    config that leaves them out trains with dropout at 0.1, and the Megatron job says so; Llama's attention_dropout
+    0.0 trains without it."""
+    from bandwise.export.architecture import from_hf
+    from bandwise.specs.hf import from_hf_config
+
+    gpt2 = json.loads((HF / "gpt2" / "config.json").read_text())
+    bare = {k: v for k, v in gpt2.items() if not k.endswith("pdrop")}
+    for cfg, rate in ((bare, 0.1), ({**bare, "resid_pdrop": 0.2, "attn_pdrop": 0.0, "embd_pdrop": 0.2}, 0.2)):
+        model, arch = from_hf_config(cfg, seq_len=1024), from_hf(cfg)
+        assert model.dropout and arch.hidden_dropout == rate
+        args = dict(megatron._model_args(model, arch))
+        assert float(args["hidden-dropout"]) == rate and float(args["attention-dropout"]) == cfg.get("attn_pdrop", 0.1)
+    llama = json.loads((HF / "Meta-Llama-3.1-8B" / "config.json").read_text())
+    assert not from_hf_config(llama).dropout and from_hf(llama).attention_dropout == 0.0
+    with pytest.raises(Exception, match="resid_pdrop=1.5 must be a dropout rate"):
+        from_hf_config({**gpt2, "resid_pdrop": 1.5})

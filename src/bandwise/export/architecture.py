@@ -58,7 +58,18 @@ class Architecture:
     bias: bool = False
     """Biases on every linear layer and norm (GPT-2/3)."""
     gated: bool = True
-    """SwiGLU MLP (SiLU gate); else a GELU MLP."""
+    """SwiGLU MLP (SiLU gate); else a two-matrix MLP of `activation`."""
+    activation: str = "silu"
+    """The MLP's activation: 'silu' (SwiGLU), 'gelu_tanh' (GELU's tanh approximation: transformers'
+    gelu_new and gelu_pytorch_tanh, GPT-2's), 'gelu' (the exact, erf GELU: transformers' gelu)."""
+    positions: int = 0
+    """Rows of a learned position table (GPT-2's n_positions); 0 where positions are rotary or the
+    table is as long as the training sequence."""
+    hidden_dropout: float | None = None
+    """Dropout after attention and the MLP (GPT-2's resid_pdrop); None: not stated, the engine's default
+    where the model trains with dropout (`ModelSpec.dropout`)."""
+    attention_dropout: float | None = None
+    """Dropout on the attention probabilities; None as `hidden_dropout`."""
     router: str = ""
     """MoE gate scores: 'softmax' or 'sigmoid'; '' for a dense model."""
     topk_norm: bool = True
@@ -118,9 +129,10 @@ PRESETS: dict[str, Architecture] = {
                "norm_topk_prob true; RMSNorm on each head's query and key (transformers Qwen3MoeAttention)",
     ),
     "gpt3-175b": Architecture(
-        family="gpt3", rope=None, norm="LayerNorm", norm_eps=1e-5, bias=True, gated=False,
+        family="gpt3", rope=None, norm="LayerNorm", norm_eps=1e-5, bias=True, gated=False, activation="gelu_tanh",
         source="Brown et al. 2020, Sec. 2.1: GPT-2's architecture (learned positions, pre-LayerNorm with epsilon 1e-5, "
-               "biases, GELU); the planner prices dense attention in every layer, and so does the export",
+               "biases, GELU, which GPT-2's code computes by its tanh approximation: transformers' gelu_new); the "
+               "planner prices dense attention in every layer, and so does the export",
     ),
     "palm-540b": Architecture(
         family="palm", rope=Rope(10_000.0), norm="LayerNorm", norm_eps=1e-6,
@@ -145,6 +157,53 @@ TRANSFORMERS_DEFAULTS: dict[str, dict[str, Any]] = {
     "kimi_k2": {"rope_theta": 50000.0, "rms_norm_eps": 1e-6, "scoring_func": "sigmoid", "topk_method": "noaux_tc",
                 "norm_topk_prob": True, "routed_scaling_factor": 2.827},
     "gpt_oss": {"rope_theta": 150000.0, "rms_norm_eps": 1e-5},
+    # transformers 4.57.1 configuration classes (InternLM2's is the model's own remote code)
+    "deepseek_v2": {"rope_theta": 10000.0, "rms_norm_eps": 1e-6, "scoring_func": "softmax", "topk_method": "greedy",
+                    "norm_topk_prob": False, "routed_scaling_factor": 1.0},
+    "phi3": {"rope_theta": 10000.0, "rms_norm_eps": 1e-5, "partial_rotary_factor": 1.0},
+    "internlm2": {"rope_theta": 10000.0, "rms_norm_eps": 1e-6, "bias": True},
+    "granite": {"rope_theta": 10000.0, "rms_norm_eps": 1e-6, "embedding_multiplier": 1.0, "residual_multiplier": 1.0,
+                "attention_multiplier": 1.0, "logits_scaling": 1.0},
+    "granitemoe": {"rope_theta": 10000.0, "rms_norm_eps": 1e-6, "embedding_multiplier": 1.0, "residual_multiplier": 1.0,
+                   "attention_multiplier": 1.0, "logits_scaling": 1.0},
+    "olmo2": {"rope_theta": 10000.0, "rms_norm_eps": 1e-5},
+    "olmoe": {"rope_theta": 10000.0, "rms_norm_eps": 1e-5, "norm_topk_prob": False},
+    "gemma": {"rope_theta": 10000.0, "rms_norm_eps": 1e-6, "hidden_act": "gelu_pytorch_tanh"},
+    "gemma2": {"rope_theta": 10000.0, "rms_norm_eps": 1e-6, "hidden_activation": "gelu_pytorch_tanh",
+               "final_logit_softcapping": 30.0, "attn_logit_softcapping": 50.0},
+    "gemma3_text": {"rope_theta": 1_000_000.0, "rms_norm_eps": 1e-6, "hidden_activation": "gelu_pytorch_tanh"},
+    "cohere": {"rope_theta": 10000.0, "layer_norm_eps": 1e-5, "logit_scale": 0.0625},
+    "cohere2": {"rope_theta": 10000.0, "layer_norm_eps": 1e-5, "logit_scale": 0.0625},
+    "gpt2": {"layer_norm_epsilon": 1e-5, "activation_function": "gelu_new", "n_positions": 1024},
+    "gpt_neox": {"rotary_emb_base": 10000.0, "layer_norm_eps": 1e-5, "hidden_act": "gelu", "rotary_pct": 0.25,
+                 "use_parallel_residual": True},
+    # FalconMLP's activation is nn.GELU(), the exact one; its config has no key for it
+    "falcon": {"rope_theta": 10000.0, "layer_norm_epsilon": 1e-5, "parallel_attn": True, "alibi": False, "hidden_act": "gelu"},
+    "starcoder2": {"rope_theta": 10000.0, "norm_epsilon": 1e-5, "hidden_act": "gelu_pytorch_tanh", "use_bias": True},
+    "dbrx": {},
+    "llama4": {}, "llama4_text": {}, "gemma3": {},
+}
+ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu"}
+"""transformers' activation names (activations.py, ACT2FN): gelu_new and gelu_pytorch_tanh are GELU's tanh
+approximation, gelu the exact (erf) one."""
+ACT_KEYS = {"gpt2": "activation_function", "gemma2": "hidden_activation", "gemma3_text": "hidden_activation"}
+"""Where a family names its MLP's activation (else hidden_act)."""
+NORM_EPS_KEYS = {"gpt2": "layer_norm_epsilon", "falcon": "layer_norm_epsilon", "starcoder2": "norm_epsilon",
+                 "gpt_neox": "layer_norm_eps", "cohere": "layer_norm_eps", "cohere2": "layer_norm_eps"}
+"""Where a family keeps its norm's epsilon (else rms_norm_eps); these are LayerNorm families."""
+WHOLE_MODEL_PARTS: dict[str, str] = {
+    # parts of a family no export here writes, named as its config and modelling code name them
+    "gemma": "embeddings scaled by sqrt(hidden_size) and RMSNorm applied as (1 + weight) (Gemma)",
+    "gemma2": "post_attention_layernorm and post_feedforward_layernorm on the block outputs (Gemma 2's sandwich norms)",
+    "gemma3_text": "post_attention_layernorm and post_feedforward_layernorm on the block outputs (Gemma 3's sandwich norms)",
+    "olmo2": "post_attention_layernorm and post_feedforward_layernorm on the block outputs, no norm before them (OLMo 2)",
+    "olmoe": "q_norm and k_norm over all heads' projections (OLMoE)",
+    "cohere": "attention and the MLP in parallel from one LayerNorm (Cohere)",
+    "cohere2": "attention and the MLP in parallel from one LayerNorm (Cohere 2)",
+    "dbrx": "attn_config.clip_qkv and bias-free LayerNorms (DBRX)",
+    "llama4_text": "chunked attention on the RoPE layers and no_rope_layer_interval layers without positions (Llama 4)",
+    "llama4": "chunked attention on the RoPE layers and no_rope_layer_interval layers without positions (Llama 4)",
+    "gemma3": "the Gemma 3 language model inside a vision-language config",
 }
 
 
@@ -153,8 +212,15 @@ def from_hf(cfg: dict[str, Any], where: str = "config.json") -> Architecture:
     kind = cfg.get("model_type")
     defaults = TRANSFORMERS_DEFAULTS.get(kind)
     if defaults is None:
+        from bandwise.specs.hf_hybrid import HYBRID
+
+        if kind in HYBRID:  # Mamba or linear-attention mixers: no export here writes one
+            return Architecture(family=kind, rope=None, unsupported=(f"model_type {kind}: Mamba or linear-attention mixers "
+                                                                     "between the attention layers",), source=where)
         raise BandwiseError(f"{where}: model_type={brief(kind)} has no architecture record for the engines; "
                             f"known: {', '.join(TRANSFORMERS_DEFAULTS)}")
+    if kind in ("dbrx", "llama4", "llama4_text", "gemma3"):  # nested or multimodal configs: named, not read
+        return Architecture(family=kind, rope=None, unsupported=(WHOLE_MODEL_PARTS[kind],), source=f"{where} (model_type {kind})")
 
     def get(key: str) -> Any:
         value = cfg.get(key)
@@ -166,9 +232,18 @@ def from_hf(cfg: dict[str, Any], where: str = "config.json") -> Architecture:
             raise BandwiseError(f"{where}: {key}={brief(value)} must be a positive number")
         return float(value)
 
-    unsupported: list[str] = []
-    rope = Rope(number("rope_theta"))
-    scaling = cfg.get("rope_scaling")
+    unsupported: list[str] = [WHOLE_MODEL_PARTS[kind]] if kind in WHOLE_MODEL_PARTS else []
+    if kind == "gemma2":  # Gemma 1's scaled embedding and (1 + w) norms are Gemma 2's and 3's too
+        unsupported.insert(0, WHOLE_MODEL_PARTS["gemma"])
+    if kind == "gemma3_text":
+        unsupported.insert(0, WHOLE_MODEL_PARTS["gemma"])
+    positions = 0
+    if kind == "gpt2":  # learned positions (GPT2Model.wpe: an Embedding of n_positions rows)
+        rope = None
+        positions = int(number("n_positions"))
+    else:
+        rope = Rope(number("rotary_emb_base" if kind == "gpt_neox" else "rope_theta"))
+    scaling = cfg.get("rope_scaling") if rope is not None else None
     if scaling:
         if not isinstance(scaling, dict):
             raise BandwiseError(f"{where}: rope_scaling={brief(scaling)} must be a mapping")
@@ -185,13 +260,51 @@ def from_hf(cfg: dict[str, Any], where: str = "config.json") -> Architecture:
                            mscale=float(scaling.get("mscale", 1.0)), mscale_all_dim=float(scaling.get("mscale_all_dim", 0.0)))
         elif rtype != "default":
             unsupported.append(f"rope_scaling type {rtype!r}")
-    act = cfg.get("hidden_act", "silu")
-    if act != "silu":
-        unsupported.append(f"hidden_act={act!r} (a SwiGLU MLP takes silu)")
+    from bandwise.specs.hf import FAMILIES
+
+    gated = FAMILIES.get(kind, {}).get("gated", True)
+    act_key = ACT_KEYS.get(kind, "hidden_act")
+    act_name = get(act_key) if get(act_key) is not None else get("hidden_act") or "silu"
+    activation = ACTIVATIONS.get(act_name, act_name)
+    if gated and activation != "silu":
+        unsupported.append(f"{act_key}={act_name!r} (a SwiGLU MLP takes silu)")
+    elif not gated and activation not in ("gelu", "gelu_tanh"):
+        unsupported.append(f"{act_key}={act_name!r} (a two-matrix MLP here takes a GELU)")
     if cfg.get("mlp_bias"):
         unsupported.append("mlp_bias=true")
+    bias = False  # biases on every linear layer (and LayerNorm shifts): the GPT-2 families
     qkv_bias = kind in ("qwen2", "qwen2_moe")  # transformers Qwen2Attention / Qwen2MoeAttention: bias on q, k, v
-    if cfg.get("attention_bias") and kind != "gpt_oss":
+    if kind == "gpt2":  # Conv1D layers with biases throughout (modeling_gpt2.py)
+        bias = True
+    elif kind == "starcoder2":  # every projection takes use_bias (modeling_starcoder2.py)
+        bias = bool(get("use_bias"))
+    elif kind == "gpt_neox":  # the MLP's dense_h_to_4h / dense_4h_to_h always have biases; attention's follow attention_bias
+        if get("attention_bias") is False:
+            unsupported.append("attention_bias=false with the MLP's biases (GPT-NeoX)")
+        bias = True
+        if get("use_parallel_residual"):
+            unsupported.append("use_parallel_residual=true (attention and the MLP in parallel)")
+        if get("rotary_pct") != 1:
+            unsupported.append(f"rotary_pct={get('rotary_pct')} (rotary positions on part of each head)")
+    elif kind == "falcon":
+        if get("parallel_attn") or cfg.get("new_decoder_architecture"):
+            unsupported.append("parallel_attn=true (attention and the MLP in parallel)")
+        if get("alibi"):
+            unsupported.append("alibi=true (ALiBi position biases)")
+        if cfg.get("bias"):
+            unsupported.append("bias=true")
+    elif kind == "internlm2" and get("bias"):
+        unsupported.append("bias=true (biases on wqkv and wo only)")
+    elif kind == "phi3" and get("partial_rotary_factor") != 1:
+        unsupported.append(f"partial_rotary_factor={get('partial_rotary_factor')} (rotary positions on part of each head)")
+    elif kind in ("granite", "granitemoe"):
+        unsupported += [f"{k}={get(k)}" for k in ("embedding_multiplier", "residual_multiplier", "attention_multiplier", "logits_scaling")
+                        if get(k) != 1]
+    elif kind in ("cohere", "cohere2") and get("logit_scale") not in (None, 1):
+        unsupported.append(f"logit_scale={get('logit_scale')}")
+    elif kind == "gemma2":
+        unsupported += [f"{k}={get(k)}" for k in ("attn_logit_softcapping", "final_logit_softcapping") if get(k)]
+    if cfg.get("attention_bias") and kind not in ("gpt_oss", "gpt_neox"):
         unsupported.append("attention_bias=true (a bias on the output projection as well as on q, k, v)")
     window = 0
     if kind == "mistral" or (kind in ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe") and cfg.get("use_sliding_window")) \
@@ -199,15 +312,28 @@ def from_hf(cfg: dict[str, Any], where: str = "config.json") -> Architecture:
         window = int(get("sliding_window") or 0)
         if kind in ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe") and cfg.get("max_window_layers") not in (None, 0):
             unsupported.append(f"sliding windows below layer max_window_layers={cfg.get('max_window_layers')}")
-    arch = Architecture(family=kind, rope=rope, norm_eps=number("rms_norm_eps"), qk_norm=kind in ("qwen3", "qwen3_moe"),
-                        qkv_bias=qkv_bias, sliding_window=window,
+    if kind in ("phi3", "starcoder2") and cfg.get("sliding_window"):  # every layer windowed (specs.hf window rule "all")
+        window = int(cfg["sliding_window"])
+    from bandwise.specs.hf import dropout_rates
+
+    rates = dropout_rates(cfg, kind)
+    attn_dropout = next(v for k, v in rates.items() if "att" in k)
+    hidden_dropout = next((v for k, v in rates.items() if "att" not in k and "emb" not in k and "embd" not in k), 0.0)
+    embedding = [(k, v) for k, v in rates.items() if "emb" in k and v != hidden_dropout]
+    if embedding:  # Megatron-LM drops the embeddings' output at its hidden dropout; MaxText has one rate
+        unsupported.append(f"{embedding[0][0]}={embedding[0][1]:g}, unlike the hidden dropout {hidden_dropout:g}")
+    eps_key = NORM_EPS_KEYS.get(kind, "rms_norm_eps")
+    arch = Architecture(family=kind, rope=rope, norm="LayerNorm" if kind in NORM_EPS_KEYS else "RMSNorm", norm_eps=number(eps_key),
+                        qk_norm=kind in ("qwen3", "qwen3_moe"), qkv_bias=qkv_bias, bias=bias, gated=gated, activation=activation,
+                        positions=positions, sliding_window=window, hidden_dropout=hidden_dropout, attention_dropout=attn_dropout,
                         source=f"{where} (model_type {kind})")
-    if kind in ("mixtral", "qwen2_moe", "qwen3_moe"):
-        norm = get("norm_topk_prob") if kind != "mixtral" else True
+    if kind in ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "granitemoe"):
+        # granitemoe: GraniteMoeTopKGating takes the softmax over the top-k logits, renormalized weights
+        norm = get("norm_topk_prob") if kind not in ("mixtral", "granitemoe") else True
         arch = replace(arch, router="softmax", topk_norm=bool(norm), shared_expert_gate=kind == "qwen2_moe")
         if kind in ("qwen2_moe", "qwen3_moe") and cfg.get("mlp_only_layers"):
             unsupported.append("mlp_only_layers")
-    elif kind in ("deepseek_v3", "kimi_k2"):
+    elif kind in ("deepseek_v2", "deepseek_v3", "kimi_k2"):
         score = get("scoring_func")
         if score not in ("sigmoid", "softmax"):
             unsupported.append(f"scoring_func={score!r}")
@@ -244,9 +370,16 @@ def is_preset(model: ModelSpec, arch: Architecture | None) -> str | None:
         return None
     for name, preset in model_presets().items():
         known = PRESETS.get(name)
-        if known is not None and _shape(preset) == _shape(model) and replace(known, source="") == replace(arch, source=""):
+        if known is not None and _shape(preset) == _shape(model) and _settled(known, preset) == _settled(arch, model):
             return name
     return None
+
+
+def _settled(arch: Architecture, model: ModelSpec) -> Architecture:
+    """`arch` without its source, and its unstated dropout rates as a job takes them: none where the model
+    trains without dropout, so a preset's unstated rates equal a config's stated zeros."""
+    rate = lambda r: r if r is not None or model.dropout else 0.0  # noqa: E731
+    return replace(arch, source="", hidden_dropout=rate(arch.hidden_dropout), attention_dropout=rate(arch.attention_dropout))
 
 
 def differences(model: ModelSpec, arch: Architecture | None, preset: str) -> list[str]:
@@ -258,6 +391,7 @@ def differences(model: ModelSpec, arch: Architecture | None, preset: str) -> lis
            if f not in ("name", "source", "seq_len", "vector_params") and getattr(model, f) != getattr(spec, f)]
     known = PRESETS.get(spec.name)
     if known is not None and arch is not None:
+        arch, known = _settled(arch, model), _settled(known, spec)
         for f in Architecture.__dataclass_fields__:
             mine, theirs = getattr(arch, f), getattr(known, f)
             if f in ("source", "family") or mine == theirs:
@@ -305,4 +439,6 @@ def refusals(model: ModelSpec, arch: Architecture | None) -> list[str]:
     out = list(arch.unsupported)
     if arch.sliding_window and arch.sliding_window < model.seq_len:
         out.append(f"sliding_window={arch.sliding_window}, shorter than the {model.seq_len}-token sequence")
+    if arch.rope is None and arch.positions and arch.positions < model.seq_len:
+        out.append(f"n_positions={arch.positions}: its learned position table is shorter than the {model.seq_len}-token sequence")
     return out

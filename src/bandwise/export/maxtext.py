@@ -55,6 +55,10 @@ DECODERS = {
     # Hugging Face model_type: MaxText's decoder_block (common/common_types.py, DecoderBlockType)
     "llama": "llama2", "mistral": "mistral", "qwen2": "qwen2", "qwen3": "qwen3", "qwen3_moe": "qwen3_moe", "mixtral": "mixtral",
     "deepseek_v3": "deepseek", "kimi_k2": "deepseek", "gpt3": "gpt3",
+    # blocks whose math these families share: Llama's (RMSNorm, SwiGLU, RoPE, no bias) for Phi-3, InternLM2 and
+    # Granite with their packed projections split, where their config leaves nothing else set (`architecture.from_hf`
+    # names what is); GPT-3's (LayerNorm and biases, GELU, learned positions) for GPT-2; DeepSeek's for DeepSeek-V2
+    "phi3": "llama2", "internlm2": "llama2", "granite": "llama2", "gpt2": "gpt3", "deepseek_v2": "deepseek",
 }
 REMAT = {"selective": "minimal", "full": "full"}
 AXES = ("data", "stage", "fsdp", "context", "tensor", "expert")
@@ -196,8 +200,17 @@ def check_model(model: ModelSpec, arch: Architecture | None) -> None:
             why = " (the sigmoid gate on its shared expert)" if arch.shared_expert_gate else ""
             out.append(f"model_type {arch.family}{why}: MaxText has no decoder block for it")
         elif decoder == "deepseek" and MODEL_NAMES.get(is_preset(model, arch) or "") is None:
-            out.append("router (sigmoid scores, expert bias, group limit): MaxText selects DeepSeek's routing by the model_name "
+            out.append("router (score function, expert bias, group limit): MaxText selects DeepSeek's routing by the model_name "
                        "of its own DeepSeek and Kimi configs (layers/moe.py, get_topk), and this model is not one of them")
+        elif not arch.gated and arch.activation != "gelu_tanh":
+            out.append(f"the exact (erf) GELU: MaxText's 'gelu' is flax's, the tanh approximation (jax.nn.gelu, approximate=True)")
+        elif decoder == "gpt3" and not arch.bias:
+            out.append("a GPT block without biases: MaxText's gpt3 decoder has them on every layer")
+        elif decoder == "llama2" and (arch.bias or arch.norm != "RMSNorm"):
+            out.append(f"{'biases' if arch.bias else arch.norm}: MaxText's llama2 decoder has RMSNorm and no biases")
+        elif model.dropout and arch.hidden_dropout is not None and arch.attention_dropout != arch.hidden_dropout:
+            out.append(f"attention dropout {arch.attention_dropout:g} beside hidden dropout {arch.hidden_dropout:g}: MaxText has one "
+                       "dropout_rate (configs/types.py)")
         elif model.dense_layers and decoder != "deepseek":
             out.append(f"dense_layers={model.dense_layers}: MaxText's {decoder} decoder has MoE in every layer")
         elif arch.router == "softmax" and not arch.topk_norm:
@@ -268,11 +281,13 @@ def model_keys(m: ModelSpec, arch: Architecture) -> list[tuple[str, object]]:
         ("mlp_activations", ["silu", "linear"] if arch.gated else ["gelu"]), ("logits_via_embedding", m.tied_embeddings),
         ("enable_dropout", m.dropout), ("normalization_layer_epsilon", arch.norm_eps),
     ]
+    if m.dropout:  # base.yml's dropout_rate is 0.0; a preset trained with dropout takes Megatron-LM's 0.1 (`ModelSpec.dropout`)
+        keys.append(("dropout_rate", _plain(arch.hidden_dropout if arch.hidden_dropout is not None else 0.1)))
     if not m.is_mla:
         keys.append(("head_dim", m.d_head))
     rope = arch.rope
     if rope is None:
-        keys.append(("trainable_position_size", m.seq_len))  # learned positions (the gpt3 decoder)
+        keys.append(("trainable_position_size", max(m.seq_len, arch.positions)))  # learned positions (the gpt3 decoder)
     else:
         keys.append(("rope_max_timescale", _plain(rope.theta)))
         if rope.scaling == "llama3":

@@ -154,8 +154,10 @@ def check_model(model: ModelSpec, arch: Architecture | None) -> None:
         if arch.router == "softmax" and model.top_k == 1 and arch.topk_norm:
             out.append("top-1 routing with weight 1: Megatron needs --moe-router-pre-softmax at top-1, which weights the "
                        "expert by its softmax probability")
-        if not arch.gated and arch.rope is not None:
-            out.append("a GELU MLP with rotary positions: not a Megatron-LM GPT block this export writes")
+        if not arch.gated and arch.activation == "gelu_tanh" and not arch.bias:
+            # the tanh GELU is Megatron's fused bias-GELU kernel (core/fusions/fused_bias_gelu.py, bias_gelu_impl); without
+            # biases arguments.py turns the fusion off and the MLP runs F.gelu, the exact GELU (core/transformer/mlp.py)
+            out.append("GELU's tanh approximation without biases: Megatron-LM computes it only in its fused bias-GELU kernel")
     if out:
         raise BandwiseError(f"megatron cannot run {model.name} as planned: {out[0]}; export to another engine")
 
@@ -247,7 +249,7 @@ def _model_args(m: ModelSpec, arch: Architecture) -> list[tuple[str, object]]:
     MLATransformerConfig's same-named fields."""
     a: list[tuple[str, object]] = [
         ("num-layers", m.layers), ("hidden-size", m.hidden), ("ffn-hidden-size", m.ffn), ("num-attention-heads", m.heads),
-        ("seq-length", m.seq_len), ("max-position-embeddings", m.seq_len), ("vocab-size", m.vocab),
+        ("seq-length", m.seq_len), ("max-position-embeddings", max(m.seq_len, arch.positions)), ("vocab-size", m.vocab),
     ]
     if m.is_mla:
         a += [("multi-latent-attention", None), ("kv-lora-rank", m.kv_lora_rank), ("qk-head-dim", m.qk_nope_head_dim),
@@ -261,6 +263,10 @@ def _model_args(m: ModelSpec, arch: Architecture) -> list[tuple[str, object]]:
             a.append(("kv-channels", m.d_head))
     if arch.gated:
         a.append(("swiglu", None))
+    elif arch.activation == "gelu" and arch.bias:
+        # with biases Megatron-LM fuses bias and GELU into its tanh approximation (bias_gelu_impl); the exact GELU
+        # (F.gelu, TransformerConfig.activation_func's default) needs the fusion off
+        a.append(("no-bias-gelu-fusion", None))
     rope = arch.rope
     if rope is None:
         a.append(("position-embedding-type", "learned_absolute"))
@@ -285,8 +291,10 @@ def _model_args(m: ModelSpec, arch: Architecture) -> list[tuple[str, object]]:
             a.append(("add-qkv-bias", None))
     if not m.tied_embeddings:
         a.append(("untie-embeddings-and-output-weights", None))
-    if not m.dropout:
-        a += [("hidden-dropout", 0.0), ("attention-dropout", 0.0)]
+    # the config's rates where it states them; a preset trained with dropout keeps Megatron-LM's 0.1 (arguments.py)
+    for flag, rate in (("hidden-dropout", arch.hidden_dropout), ("attention-dropout", arch.attention_dropout)):
+        if rate is not None or not m.dropout:
+            a.append((flag, _num(rate or 0.0)))
     if m.is_moe:
         a += [("num-experts", m.experts), ("moe-router-topk", m.top_k), ("moe-ffn-hidden-size", m.expert_ffn)]
         if m.shared_experts:

@@ -92,6 +92,32 @@ CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
                     "no_rope_layer_interval": 4, "attention_chunk_size": 8192},
 }
 
+DROPOUT_KEYS: dict[str, tuple[str, ...]] = {
+    # where a family keeps its dropout rates: after attention and the MLP, on the attention probabilities (and on the
+    # embeddings); transformers' configuration_<type>.py (4.57.1) defaults them to 0.0, GPT-2's to 0.1
+    "gpt2": ("resid_pdrop", "attn_pdrop", "embd_pdrop"),
+    "gpt_neox": ("hidden_dropout", "attention_dropout"),
+    "falcon": ("hidden_dropout", "attention_dropout"),
+    "phi3": ("resid_pdrop", "attention_dropout", "embd_pdrop"),
+    "starcoder2": ("residual_dropout", "attention_dropout", "embedding_dropout"),
+}
+"""Every other family has `attention_dropout` alone (LlamaConfig and its kin)."""
+DROPOUT_DEFAULTS = {"resid_pdrop": 0.1, "attn_pdrop": 0.1, "embd_pdrop": 0.1}  # GPT2Config
+
+
+def dropout_rates(cfg: Mapping[str, Any], kind: str) -> dict[str, float]:
+    """The family's dropout rates by their config keys, checked: each a number from 0 to 1."""
+    out = {}
+    for key in DROPOUT_KEYS.get(kind, ("attention_dropout",)):
+        value = cfg.get(key)
+        if value is None:
+            value = DROPOUT_DEFAULTS.get(key, 0.0) if kind == "gpt2" else 0.0
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value < 1:
+            raise BandwiseError(f"config.json ({kind}): {key}={brief(value)} must be a dropout rate from 0 to below 1")
+        out[key] = float(value)
+    return out
+
+
 REFUSED = {
     # model_type: (the config field, what ModelSpec lacks)
     "nemotron-nas": ("block_configs", "per-layer widths and layers without attention or MLP"),
@@ -198,6 +224,8 @@ def _from_fields(cfg: Fields, *, name: str, seq_len: int) -> ModelSpec:
         spec["alibi"] = r.flag("alibi")  # Falcon-RW's ALiBi bias in place of RoPE (FalconAttention, modeling_falcon.py)
     if kind == "gpt2":
         spec["position_embeddings"] = r.need("n_positions")
+    # trained with dropout: each dropout keeps a mask for its backward (`ModelSpec.dropout`)
+    spec["dropout"] = any(rate > 0 for rate in dropout_rates(r.cfg, kind).values())
     spec.update(window_spec(r, kind, layers, fam.get("window")))
     spec.update(_moe(r, kind, spec))
     probe = ModelSpec(**spec)  # the shapes, checked, before their vectors are counted
