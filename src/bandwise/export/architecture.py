@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from bandwise.errors import BandwiseError
+from bandwise.specs.hf import FAMILIES, dropout_rates
+from bandwise.specs.hf_hybrid import HYBRID
 from bandwise.specs.model import ModelSpec, brief
 
 
@@ -212,11 +214,9 @@ def from_hf(cfg: dict[str, Any], where: str = "config.json") -> Architecture:
     kind = cfg.get("model_type")
     defaults = TRANSFORMERS_DEFAULTS.get(kind)
     if defaults is None:
-        from bandwise.specs.hf_hybrid import HYBRID
-
         if kind in HYBRID:  # Mamba or linear-attention mixers: no export here writes one
-            return Architecture(family=kind, rope=None, unsupported=(f"model_type {kind}: Mamba or linear-attention mixers "
-                                                                     "between the attention layers",), source=where)
+            mixers = f"model_type {kind}: Mamba or linear-attention mixers between the attention layers"
+            return Architecture(family=kind, rope=None, unsupported=(mixers,), source=where)
         raise BandwiseError(f"{where}: model_type={brief(kind)} has no architecture record for the engines; "
                             f"known: {', '.join(TRANSFORMERS_DEFAULTS)}")
     if kind in ("dbrx", "llama4", "llama4_text", "gemma3"):  # nested or multimodal configs: named, not read
@@ -260,8 +260,6 @@ def from_hf(cfg: dict[str, Any], where: str = "config.json") -> Architecture:
                            mscale=float(scaling.get("mscale", 1.0)), mscale_all_dim=float(scaling.get("mscale_all_dim", 0.0)))
         elif rtype != "default":
             unsupported.append(f"rope_scaling type {rtype!r}")
-    from bandwise.specs.hf import FAMILIES
-
     gated = FAMILIES.get(kind, {}).get("gated", True)
     act_key = ACT_KEYS.get(kind, "hidden_act")
     act_name = get(act_key) if get(act_key) is not None else get("hidden_act") or "silu"
@@ -314,11 +312,9 @@ def from_hf(cfg: dict[str, Any], where: str = "config.json") -> Architecture:
             unsupported.append(f"sliding windows below layer max_window_layers={cfg.get('max_window_layers')}")
     if kind in ("phi3", "starcoder2") and cfg.get("sliding_window"):  # every layer windowed (specs.hf window rule "all")
         window = int(cfg["sliding_window"])
-    from bandwise.specs.hf import dropout_rates
-
     rates = dropout_rates(cfg, kind)
     attn_dropout = next(v for k, v in rates.items() if "att" in k)
-    hidden_dropout = next((v for k, v in rates.items() if "att" not in k and "emb" not in k and "embd" not in k), 0.0)
+    hidden_dropout = next((v for k, v in rates.items() if "att" not in k and "emb" not in k), 0.0)
     embedding = [(k, v) for k, v in rates.items() if "emb" in k and v != hidden_dropout]
     if embedding:  # Megatron-LM drops the embeddings' output at its hidden dropout; MaxText has one rate
         unsupported.append(f"{embedding[0][0]}={embedding[0][1]:g}, unlike the hidden dropout {hidden_dropout:g}")

@@ -203,7 +203,7 @@ def check_model(model: ModelSpec, arch: Architecture | None) -> None:
             out.append("router (score function, expert bias, group limit): MaxText selects DeepSeek's routing by the model_name "
                        "of its own DeepSeek and Kimi configs (layers/moe.py, get_topk), and this model is not one of them")
         elif not arch.gated and arch.activation != "gelu_tanh":
-            out.append(f"the exact (erf) GELU: MaxText's 'gelu' is flax's, the tanh approximation (jax.nn.gelu, approximate=True)")
+            out.append("the exact (erf) GELU: MaxText's 'gelu' is flax's, the tanh approximation (jax.nn.gelu, approximate=True)")
         elif decoder == "gpt3" and not arch.bias:
             out.append("a GPT block without biases: MaxText's gpt3 decoder has them on every layer")
         elif decoder == "llama2" and (arch.bias or arch.norm != "RMSNorm"):
