@@ -109,6 +109,10 @@ PLANS = [
     Plan("Phi-3-mini.json@8xh100-seq4096", hf("Phi-3-mini-4k-instruct"), "h100", 8, expect(NO_TT, *(["sliding_window=2047"] * 2))),
     Plan("OLMo-2-7B.json@16xh100", hf("OLMo-2-1124-7B"), "h100", 16, expect(NO_TT, *(["post_feedforward_layernorm"] * 2))),
     Plan("gemma-2-9b.json@16xh100", hf("gemma-2-9b"), "h100", 16, expect(NO_TT, *(["sqrt(hidden_size)"] * 2))),
+    # MaxText reads per_device_batch_size back as a float: tokens per device must be whole, and int(devices x it) the batch
+    Plan("SmolLM2.json@48xgb200-seq2048", hf("SmolLM2-135M"), "gb200-nvl72", 48,
+         expect(NO_TT, maxtext="--global-batch a multiple of 3"), global_batch=2048, seq_len=2048),
+    Plan("SmolLM2.json@48xh100-seq3072", hf("SmolLM2-135M"), "h100", 48, expect(torchtitan=NO_TT), global_batch=2048, seq_len=3072),
     # a cluster file of the user's
     Plan("llama3-8b@32xuser", "llama3-8b", USER_CLUSTER, 32, expect()),
     Plan("mixtral-8x7b@64xuser", "mixtral-8x7b", USER_CLUSTER, 64, expect(torchtitan=NO_TT)),

@@ -329,3 +329,18 @@ def test_dropout_rates_come_from_the_config_or_its_class_defaults() -> None:
     assert not from_hf_config(llama).dropout and from_hf(llama).attention_dropout == 0.0
     with pytest.raises(Exception, match="resid_pdrop=1.5 must be a dropout rate"):
         from_hf_config({**gpt2, "resid_pdrop": 1.5})
+
+
+def test_maxtext_batch_share_reads_back_whole_or_is_refused_naming_the_batch() -> None:
+    """MaxText (configs/types.py, 0.2.5) trains int(devices x per_device_batch_size) sequences and refuses a size whose
+    tokens per device (x max_target_length) are not whole, both in floating point: 2048 sequences of 3072 tokens over 48
+    devices are 131,072 tokens each (42.67 sequences, written so both checks pass); of 2048 tokens, 87,381.33, refused
+    naming the multiple of 48 / gcd(48, 2048) = 3 that a batch must be."""
+    from bandwise.errors import BandwiseError
+
+    model = get_model("debug")
+    share = maxtext.per_device_batch(model.with_seq_len(3072), 2048, 48)
+    assert int(48 * share) == 2048 and (share * 3072) % 1 == 0 and abs(share - 2048 / 48) < 1e-8
+    assert maxtext.per_device_batch(model.with_seq_len(2048), 96, 48, 2) == 1
+    with pytest.raises(BandwiseError, match=r"87,381.33 tokens per device.*--global-batch a multiple of 3$"):
+        maxtext.per_device_batch(model.with_seq_len(2048), 2048, 48)

@@ -35,6 +35,7 @@ DeepSeek-style model that is not one of its configs is refused.
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 from bandwise.cost.params import grad_reduce_name
 from bandwise.errors import BandwiseError
@@ -254,9 +255,9 @@ def render(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int,
         keys += [("num_layers_per_pipeline_stage", per), ("num_pipeline_repeats", s.virtual_stages), ("num_pipeline_microbatches", m)]
         if piped % stages:
             keys.append(("pipeline_parallel_layers", per * stages))
-        keys += [("per_device_batch_size", _number(s.effective_global_batch / devices)), ("gradient_accumulation_steps", 1)]
+        keys += [("per_device_batch_size", per_device_batch(model, s.effective_global_batch, devices)), ("gradient_accumulation_steps", 1)]
     else:
-        keys += [("per_device_batch_size", _number(s.effective_global_batch / (devices * m))), ("gradient_accumulation_steps", m)]
+        keys += [("per_device_batch_size", per_device_batch(model, s.effective_global_batch, devices, m)), ("gradient_accumulation_steps", m)]
     keys.append(("remat_policy", REMAT[s.recompute]))
     if s.zero_stage == 1 and s.dp_shard == 1:
         keys.append(("shard_optimizer_over_data", True))
@@ -328,10 +329,28 @@ def _plain(x: float) -> int | float:
     return int(x) if float(x).is_integer() else x
 
 
-def _number(x: float) -> int | float:
-    """A batch share as MaxText reads it: it trains int(devices x per_device_batch_size) sequences,
-    so a fraction is rounded up at the 9th decimal (1/3 would otherwise give 2,047 of 2,048)."""
-    return int(x) if float(x).is_integer() else math.ceil(x * 1e9) / 1e9
+def per_device_batch(model: ModelSpec, global_batch: int, devices: int, steps: int = 1) -> int | float:
+    """`per_device_batch_size` for `global_batch` sequences over `devices` in `steps` accumulation steps, as MaxText
+    reads it back (configs/types.py, maxtext 0.2.5): it trains int(devices x per_device_batch_size) sequences a step
+    (`calculate_global_batch_sizes`), and refuses a size whose tokens per device, per_device_batch_size x
+    max_target_length, are not a whole multiple of num_vocab_tiling (1 here), computed in floating point. The first
+    decimal form that passes both as MaxText computes them; a share that cannot is refused naming the batch to plan."""
+    share = Fraction(global_batch, devices * steps)
+    if share.denominator == 1:
+        return int(share)
+    need = devices * steps // math.gcd(devices * steps, model.seq_len)  # the batch multiple whose tokens split evenly
+    if (share * model.seq_len).denominator != 1:
+        raise BandwiseError(f"maxtext cannot run a global batch of {global_batch} sequences of {model.seq_len} tokens over "
+                            f"{devices} devices{f' in {steps} steps' if steps > 1 else ''}: {float(share * model.seq_len):,.2f} "
+                            f"tokens per device, and MaxText needs a whole number (per_device_batch_size x max_target_length, "
+                            f"configs/types.py); plan with --global-batch a multiple of {need * steps if steps > 1 else need}")
+    sequences = global_batch // steps
+    for written in (math.ceil(float(share) * 1e9) / 1e9, float(share)):
+        if int(devices * written) == sequences and (written * model.seq_len) % 1 == 0:
+            return written
+    raise BandwiseError(f"maxtext cannot state a per-device batch of {share} sequences that it reads back exactly "
+                        f"(int(devices x per_device_batch_size) and per_device_batch_size x max_target_length); plan with "
+                        f"--global-batch a multiple of {devices * steps}")
 
 
 def _yaml(v: object) -> str:
