@@ -718,21 +718,24 @@ def test_all_gather_context_parallelism_exposes_one_gather_and_one_reduce_scatte
 
 
 @pytest.mark.parametrize("recompute", ["none", "full"])
-def test_fp8_forward_all_gathers_move_one_byte_an_element(recompute):
-    """Under fp8 with sequence parallelism the forward's two all-gathers carry the quantized GEMM input
-    (Transformer Engine's layernorm_linear.py at v2.8; torchao's Float8ColwiseParallel at 0.7.0), the
-    reduce-scatters and the backward bf16: with nothing overlapped, TP time per layer is
-    F·(2·AG(1 byte) + 2·RS(2 bytes)) + 4·AG(2 bytes), F the forward passes (2 under full recomputation),
-    each term the ring formula on one NVLink domain."""
+def test_fp8_all_gathers_move_one_byte_an_element(recompute):
+    """Under fp8 with sequence parallelism every TP all-gather carries quantized data, forward and backward (Transformer
+    Engine v2.8 quantizes before gathering the norm's output, the output gradient and the re-gathered input; torchao
+    0.7.0 casts the input to e4m3 and the output gradient to e5m2 before theirs), and the reduce-scatters bf16 GEMM
+    outputs: with nothing overlapped, each pass costs 2·AG(1 byte) + 2·RS(2 bytes), over 2 passes (3 under full
+    recomputation), each term the ring formula on one NVLink domain."""
     m, c = get_model("llama3-70b"), two_level(inner=8, w_in=400 * GB)
     kw = {"dp_replicate": 1, "tp": 8, "micro_batch": 1, "global_batch": 1, "recompute": recompute, "overlap_tp": False}
-    fp8 = estimate(m, c.placed(8), Strategy(**kw, precision="fp8"), replace(DEFAULT_PARAMS, tp_backward_async=False))
-    bf16 = estimate(m, c.placed(8), Strategy(**kw, precision="bf16"), replace(DEFAULT_PARAMS, tp_backward_async=False))
+    P = replace(DEFAULT_PARAMS, tp_backward_async=False)
+    fp8 = estimate(m, c.placed(8), Strategy(**kw, precision="fp8"), P)
+    bf16 = estimate(m, c.placed(8), Strategy(**kw, precision="bf16"), P)
     ring = lambda nbytes: m.seq_len * m.hidden * nbytes * 7 / (8 * 400 * GB)  # noqa: E731
-    forwards = 2 if recompute == "full" else 1
-    per_layer = forwards * (2 * ring(1) + 2 * ring(2)) + 4 * ring(2)
-    assert fp8.comm_total_s["tp"] == pytest.approx(m.layers * per_layer)
-    assert bf16.comm_total_s["tp"] == pytest.approx(m.layers * (forwards + 1) * 4 * ring(2))
+    passes = 3 if recompute == "full" else 2
+    assert fp8.comm_total_s["tp"] == pytest.approx(m.layers * passes * (2 * ring(1) + 2 * ring(2)))
+    assert bf16.comm_total_s["tp"] == pytest.approx(m.layers * passes * 4 * ring(2))
+    # Megatron's asynchronous backward re-gathers the input for the weight gradient: one more gather, also fp8
+    async_fp8 = estimate(m, c.placed(8), Strategy(**kw, precision="fp8"), replace(DEFAULT_PARAMS, tp_backward_async=True))
+    assert async_fp8.comm_total_s["tp"] == pytest.approx(m.layers * ((passes - 1) * (2 * ring(1) + 2 * ring(2)) + 4 * ring(1) + 2 * ring(2)))
     # without sequence parallelism the collectives are all-reduces of bf16 outputs: fp8 moves what bf16 does
-    no_sp = replace(DEFAULT_PARAMS, tp_backward_async=False, sequence_parallel=False)
+    no_sp = replace(P, sequence_parallel=False)
     assert estimate(m, c.placed(8), Strategy(**kw, precision="fp8"), no_sp).comm_total_s["tp"] == pytest.approx(bf16.comm_total_s["tp"])

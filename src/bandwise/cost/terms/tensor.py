@@ -1,8 +1,8 @@
 """Tensor parallelism: per layer, 4 collectives forward and 4 backward (Korthikanti et al. 2022,
 Sec. 4.2.2: all-gather / reduce-scatter around attention and the MLP), 4 more to recompute under
 full recomputation; each hidden behind the GEMM it feeds where the group stays inside one NVLink
-domain and overlap is on. Under fp8 the forward's two all-gathers move the quantized input, one
-byte an element (`FP8_GATHER_SOURCE`)."""
+domain and overlap is on. Under fp8 the all-gathers move quantized data, one byte an element
+(`FP8_GATHER_SOURCE`)."""
 
 from __future__ import annotations
 
@@ -15,13 +15,15 @@ from bandwise.cost.flops import BF16
 
 FP8_BYTES = 1.0
 FP8_GATHER_SOURCE = (
-    "Under fp8 with sequence parallelism a forward all-gather moves the GEMM's quantized input: Transformer Engine "
-    "quantizes the norm's output before gathering it (transformer_engine/pytorch/module/layernorm_linear.py at v2.8, "
-    "gather_along_first_dim(ln_out, tp_group, quantizer=...)), and torchao's Float8ColwiseParallel and "
-    "PrepareFloat8ModuleInput, which TorchTitan applies with Float8 and TP (torchtitan/parallelisms/parallelize_llama.py, apply_tp, at 9dec370, the commit of its H100 benchmarks), cast 'before the all-gather ... so that "
-    "the collective op happens in float8' (torchao/float8/float8_tensor_parallel.py at 0.7.0). The reduce-scatters "
-    "carry the GEMMs' bf16 outputs; the backward's collectives are kept in bf16 here (torchao casts the row-parallel "
-    "output gradient to e5m2 before its all-gather, so its backward moves a little less than priced)."
+    "Under fp8 with sequence parallelism every TP all-gather moves quantized data, one byte an element; the "
+    "reduce-scatters carry bf16 GEMM outputs and gradients. Transformer Engine (v2.8) quantizes before it gathers: the "
+    "norm's output in the forward (module/layernorm_linear.py, gather_along_first_dim(ln_out, tp_group, quantizer=...)), "
+    "the row-parallel layer's output gradient and the re-gathered input in the backward (module/base.py "
+    "grad_output_preprocess and module/linear.py, gather_along_first_dim(..., quantizer=...)). torchao (0.7.0, "
+    "float8/float8_tensor_parallel.py), which TorchTitan applies with Float8 and TP (torchtitan/parallelisms/"
+    "parallelize_llama.py, apply_tp, at 9dec370, the commit of its H100 benchmarks), casts the input 'before the "
+    "all-gather ... so that the collective op happens in float8' and the output gradient to e5m2 before the backward's "
+    "all-gather (NoopFwToFloat8E5M2BwDynamic)."
 )
 from bandwise.cost.params import CostParams
 from bandwise.cost.terms.compute import LayerCompute
@@ -37,11 +39,16 @@ class TensorComm:
     """Seconds per layer and micro-batch, before the recomputation and overlap of a row are known."""
 
     one: np.ndarray
-    """One all-gather or reduce-scatter of the sequence-parallel activations."""
+    """One all-gather or reduce-scatter of the sequence-parallel activations in bf16."""
     overlappable: np.ndarray
     """The group lies inside the first level (NVLink), where collectives can overlap GEMMs."""
+    pass_total: np.ndarray
+    """Every collective of one pass, forward or backward: half all-gathers (fp8 under fp8,
+    `FP8_GATHER_SOURCE`), half reduce-scatters."""
+    fwd_exposed: np.ndarray
+    """What one overlapped forward pass leaves exposed: sum over the 4 (collective, GEMM) pairs of max(0, c - GEMM)."""
     pass_exposed: np.ndarray
-    """What one overlapped pass leaves exposed: sum over the 4 (collective, GEMM) pairs of max(0, c - GEMM)."""
+    """The same for the backward, whose all-gathers feed the row-parallel GEMMs' input gradients."""
     bwd_exposed: np.ndarray | None = None
     """Under an asynchronous backward (`CostParams.tp_backward_async`), its exposed time..."""
     bwd_total: np.ndarray | None = None
@@ -49,15 +56,6 @@ class TensorComm:
     per_layer: float = 4.0
     """Collectives per layer and pass: two around each block, a mixer (attention or another) or an
     MLP; a hybrid's layers without one of them have two (Nemotron-H's "M", "*" and "-" blocks)."""
-    fwd_total: np.ndarray | None = None
-    """A forward pass's collectives where they differ from a backward's (fp8 all-gathers), ..."""
-    fwd_exposed: np.ndarray | None = None
-    """... and what an overlapped forward pass leaves exposed. None: as the backward (`per_layer` x `one`, `pass_exposed`)."""
-
-    def forward(self) -> tuple[np.ndarray, np.ndarray]:
-        """(every collective, what overlap leaves exposed) of one forward pass."""
-        total = self.per_layer * self.one if self.fwd_total is None else self.fwd_total
-        return total, (self.pass_exposed if self.fwd_exposed is None else self.fwd_exposed)
 
 
 def tensor_comm(m: ModelSpec, cluster: Cluster, s: Shape, groups: Groups, layer: LayerCompute, P: CostParams) -> TensorComm:
@@ -66,6 +64,8 @@ def tensor_comm(m: ModelSpec, cluster: Cluster, s: Shape, groups: Groups, layer:
     # the forward's all-gathers under fp8 (`FP8_GATHER_SOURCE`); without sequence parallelism the
     # collectives are all-reduces of bf16 outputs
     gather = np.where(s.fp8 & P.sequence_parallel, comm.all_gather_time(cluster, s.tokens * m.hidden * FP8_BYTES, groups.tp, s.tp), one)
+    # the collectives of one pass, forward or backward: two all-gathers and two reduce-scatters (all-reduces without SP)
+    pass_total = 2.0 * (gather + one)
     # TP collectives overlap GEMMs only inside one NVLink domain: Transformer Engine's userbuffers
     # map the peers' buffers by CUDA IPC and multicast handles, which exist only over NVLink
     # (NVIDIA/TransformerEngine issue #1071, 2024: "comm+GEMM overlap is currently only possible
@@ -88,34 +88,35 @@ def tensor_comm(m: ModelSpec, cluster: Cluster, s: Shape, groups: Groups, layer:
     pair = lambda gemm, c=one: np.maximum(0.0, c - gemm)  # noqa: E731
     attn_in, attn_out = layer.attn_in, layer.attn_out
 
-    def exposed(c_in: np.ndarray) -> np.ndarray:  # the gathers in front of attention and the MLP cost c_in
-        dense_pairs = pair(attn_in, c_in) + pair(attn_out) + pair(layer.mlp_up, c_in) + pair(layer.mlp_down)
-        moe_pairs = pair(attn_in, c_in) + pair(attn_out) + pair(layer.moe_mlp / 2.0, c_in) + pair(layer.moe_mlp / 2.0)
+    def exposed(c_in: np.ndarray, c_out: np.ndarray) -> np.ndarray:  # the collectives beside the input and output GEMMs
+        dense_pairs = pair(attn_in, c_in) + pair(attn_out, c_out) + pair(layer.mlp_up, c_in) + pair(layer.mlp_down, c_out)
+        moe_pairs = pair(attn_in, c_in) + pair(attn_out, c_out) + pair(layer.moe_mlp / 2.0, c_in) + pair(layer.moe_mlp / 2.0, c_out)
         return (1 - frac_moe) * dense_pairs + frac_moe * moe_pairs
 
-    pass_exposed = exposed(one)
-    fwd = {"fwd_total": 2.0 * (gather + one), "fwd_exposed": exposed(gather)}
+    # forward: the gathers feed the QKV and MLP-up GEMMs; backward: they feed the output and MLP-down projections'
+    # input gradients, and the reduce-scatters leave the QKV and MLP-up ones
+    passes = {"pass_total": pass_total, "fwd_exposed": exposed(gather, one), "pass_exposed": exposed(one, gather)}
     if m.is_hybrid:
         return hybrid_tensor_comm(m, one, gather, overlappable, layer, P)
     if not P.tp_backward_async:
-        return TensorComm(one=one, overlappable=overlappable, pass_exposed=pass_exposed, **fwd)
+        return TensorComm(one=one, overlappable=overlappable, **passes)
     # Asynchronous backward, per column-parallel GEMM g (QKV, MLP-up; its input- and weight-gradient
     # GEMMs each take as long as its forward): without SP its input gradient's all-reduce (2 units)
     # hides behind the weight gradient, max(0, 2c - g); under SP the re-gather hides behind the input
     # gradient and the reduce-scatter behind the weight gradient, 2·max(0, c - g) (one max(0, c - g)
     # where the gathered input was kept, `tp_gathered_inputs`), and the two row-parallel gradients'
-    # all-gathers wait (2c). 4c, or 6c with the re-gathers, move.
+    # all-gathers wait (2c). 4c, or 6c with the re-gathers, move; under fp8 each all-gather at its fp8 width.
     if P.sequence_parallel and not P.tp_gathered_inputs:
-        async_pass = lambda up: 2.0 * one + 2.0 * (pair(attn_in) + pair(up))  # noqa: E731
-        bwd_total = 6.0 * one
+        async_pass = lambda up: 2.0 * gather + pair(attn_in, gather) + pair(attn_in) + pair(up, gather) + pair(up)  # noqa: E731
+        bwd_total = 4.0 * gather + 2.0 * one
     elif P.sequence_parallel:  # the gathered input was kept: nothing to gather again
-        async_pass = lambda up: 2.0 * one + pair(attn_in) + pair(up)  # noqa: E731
-        bwd_total = 4.0 * one
+        async_pass = lambda up: 2.0 * gather + pair(attn_in) + pair(up)  # noqa: E731
+        bwd_total = pass_total
     else:
         async_pass = lambda up: np.maximum(0.0, 2.0 * one - attn_in) + np.maximum(0.0, 2.0 * one - up)  # noqa: E731
         bwd_total = 4.0 * one
     bwd_exposed = (1 - frac_moe) * async_pass(layer.mlp_up) + frac_moe * async_pass(layer.moe_mlp / 2.0)
-    return TensorComm(one=one, overlappable=overlappable, pass_exposed=pass_exposed, bwd_exposed=bwd_exposed, bwd_total=bwd_total, **fwd)
+    return TensorComm(one=one, overlappable=overlappable, bwd_exposed=bwd_exposed, bwd_total=bwd_total, **passes)
 
 
 def hybrid_tensor_comm(m: ModelSpec, one: np.ndarray, gather: np.ndarray, overlappable: np.ndarray, layer: LayerCompute,
@@ -134,23 +135,24 @@ def hybrid_tensor_comm(m: ModelSpec, one: np.ndarray, gather: np.ndarray, overla
     # pass (`cost.mixers`), a small collective beside no GEMM of its own, left exposed
     x_proj = (m.mamba_layers / L) * 2.0 * m.mamba.x_proj_width / m.hidden if isinstance(m.mamba, Mamba1) else 0.0
     per_layer = 2.0 * sum(share for share, _, _ in blocks)
-    pass_exposed = sum(share * (pair(g_in) + pair(g_out)) for share, g_in, g_out in blocks) + x_proj * one
-    # forward: each block's input gather at `gather` (fp8 under fp8, `FP8_GATHER_SOURCE`); x_proj's all-reduce stays bf16
-    fwd = {"fwd_total": per_layer / 2.0 * (gather + one) + x_proj * one,
-           "fwd_exposed": sum(share * (pair(g_in, gather) + pair(g_out)) for share, g_in, g_out in blocks) + x_proj * one}
+    # each block's all-gathers at `gather` (fp8 under fp8, `FP8_GATHER_SOURCE`): the input's forward, the output
+    # gradient's backward; x_proj's all-reduce stays bf16
+    passes = {"pass_total": per_layer / 2.0 * (gather + one) + x_proj * one,
+              "fwd_exposed": sum(share * (pair(g_in, gather) + pair(g_out)) for share, g_in, g_out in blocks) + x_proj * one,
+              "pass_exposed": sum(share * (pair(g_in) + pair(g_out, gather)) for share, g_in, g_out in blocks) + x_proj * one}
     if not P.tp_backward_async:
-        return TensorComm(one=one, overlappable=overlappable, pass_exposed=pass_exposed, per_layer=per_layer + x_proj, **fwd)
+        return TensorComm(one=one, overlappable=overlappable, per_layer=per_layer + x_proj, **passes)
     # as `tensor_comm`, per block: the row-parallel gradient's all-gather waits, the column-parallel
     # GEMM's collectives hide behind its input- and weight-gradient GEMMs
     if P.sequence_parallel and not P.tp_gathered_inputs:
-        half, moved = lambda g_in: one + 2.0 * pair(g_in), 3.0  # noqa: E731
+        half, moved = (lambda g_in: gather + pair(g_in, gather) + pair(g_in)), 2.0 * gather + one  # noqa: E731
     elif P.sequence_parallel:
-        half, moved = lambda g_in: one + pair(g_in), 2.0  # noqa: E731
+        half, moved = (lambda g_in: gather + pair(g_in)), gather + one  # noqa: E731
     else:
-        half, moved = lambda g_in: np.maximum(0.0, 2.0 * one - g_in), 2.0  # noqa: E731
+        half, moved = (lambda g_in: np.maximum(0.0, 2.0 * one - g_in)), 2.0 * one  # noqa: E731
     bwd_exposed = sum(share * half(g_in) for share, g_in, _ in blocks) + x_proj * one
-    return TensorComm(one=one, overlappable=overlappable, pass_exposed=pass_exposed, bwd_exposed=bwd_exposed,
-                      bwd_total=(moved * per_layer / 2.0 + x_proj) * one, per_layer=per_layer + x_proj, **fwd)
+    return TensorComm(one=one, overlappable=overlappable, bwd_exposed=bwd_exposed,
+                      bwd_total=moved * per_layer / 2.0 + x_proj * one, per_layer=per_layer + x_proj, **passes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,11 +165,10 @@ class TensorTerms:
 
 def tensor_terms(tc: TensorComm, full_recompute: np.ndarray, overlap: np.ndarray, P: CostParams) -> TensorTerms:
     forwards = 1.0 + np.where(full_recompute, 1.0, 0.0)  # the forward, and its re-run under full recomputation
-    fwd_total, fwd_exposed = tc.forward()
-    forwards_total = forwards * fwd_total
-    total = forwards_total + tc.per_layer * tc.one
+    forwards_total = forwards * tc.pass_total
+    total = forwards_total + tc.pass_total
     overlapped = overlap & tc.overlappable
-    exposed = np.where(overlapped, forwards * fwd_exposed + tc.pass_exposed, total)
+    exposed = np.where(overlapped, forwards * tc.fwd_exposed + tc.pass_exposed, total)
     if P.tp_backward_async:  # the forward passes wait; the backward runs its own way (`tensor_comm`)
         forwards = forwards_total
         exposed = np.where(overlapped, exposed, forwards + tc.bwd_exposed)
