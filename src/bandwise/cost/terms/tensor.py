@@ -12,6 +12,13 @@ import numpy as np
 
 from bandwise.cost import comm
 from bandwise.cost.flops import BF16
+from bandwise.cost.params import CostParams
+from bandwise.cost.terms.compute import LayerCompute
+from bandwise.cost.terms.placement import Groups
+from bandwise.cost.terms.shape import Shape
+from bandwise.specs.hardware import Cluster
+from bandwise.specs.kinds import Mamba1
+from bandwise.specs.model import ModelSpec
 
 FP8_BYTES = 1.0
 FP8_GATHER_SOURCE = (
@@ -25,13 +32,6 @@ FP8_GATHER_SOURCE = (
     "all-gather ... so that the collective op happens in float8' and the output gradient to e5m2 before the backward's "
     "all-gather (NoopFwToFloat8E5M2BwDynamic)."
 )
-from bandwise.cost.params import CostParams
-from bandwise.cost.terms.compute import LayerCompute
-from bandwise.cost.terms.placement import Groups
-from bandwise.cost.terms.shape import Shape
-from bandwise.specs.hardware import Cluster
-from bandwise.specs.kinds import Mamba1
-from bandwise.specs.model import ModelSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,8 +43,9 @@ class TensorComm:
     overlappable: np.ndarray
     """The group lies inside the first level (NVLink), where collectives can overlap GEMMs."""
     pass_total: np.ndarray
-    """Every collective of one pass, forward or backward: half all-gathers (fp8 under fp8,
-    `FP8_GATHER_SOURCE`), half reduce-scatters."""
+    """Every collective of one pass, forward or backward: two around each block, a mixer (attention or
+    another) or an MLP, so four a layer (two where a hybrid's layer lacks one: Nemotron-H's "M", "*"
+    and "-" blocks); half all-gathers (fp8 under fp8, `FP8_GATHER_SOURCE`), half reduce-scatters."""
     fwd_exposed: np.ndarray
     """What one overlapped forward pass leaves exposed: sum over the 4 (collective, GEMM) pairs of max(0, c - GEMM)."""
     pass_exposed: np.ndarray
@@ -53,16 +54,13 @@ class TensorComm:
     """Under an asynchronous backward (`CostParams.tp_backward_async`), its exposed time..."""
     bwd_total: np.ndarray | None = None
     """... and the collectives it moves."""
-    per_layer: float = 4.0
-    """Collectives per layer and pass: two around each block, a mixer (attention or another) or an
-    MLP; a hybrid's layers without one of them have two (Nemotron-H's "M", "*" and "-" blocks)."""
 
 
 def tensor_comm(m: ModelSpec, cluster: Cluster, s: Shape, groups: Groups, layer: LayerCompute, P: CostParams) -> TensorComm:
     frac_moe = m.moe_layers / m.layers
     one = comm.all_gather_time(cluster, s.tokens * m.hidden * BF16, groups.tp, s.tp)
-    # the forward's all-gathers under fp8 (`FP8_GATHER_SOURCE`); without sequence parallelism the
-    # collectives are all-reduces of bf16 outputs
+    # an all-gather under fp8 (`FP8_GATHER_SOURCE`); without sequence parallelism the collectives are
+    # all-reduces of bf16 outputs
     gather = np.where(s.fp8 & P.sequence_parallel, comm.all_gather_time(cluster, s.tokens * m.hidden * FP8_BYTES, groups.tp, s.tp), one)
     # the collectives of one pass, forward or backward: two all-gathers and two reduce-scatters (all-reduces without SP)
     pass_total = 2.0 * (gather + one)
@@ -141,7 +139,7 @@ def hybrid_tensor_comm(m: ModelSpec, one: np.ndarray, gather: np.ndarray, overla
               "fwd_exposed": sum(share * (pair(g_in, gather) + pair(g_out)) for share, g_in, g_out in blocks) + x_proj * one,
               "pass_exposed": sum(share * (pair(g_in) + pair(g_out, gather)) for share, g_in, g_out in blocks) + x_proj * one}
     if not P.tp_backward_async:
-        return TensorComm(one=one, overlappable=overlappable, per_layer=per_layer + x_proj, **passes)
+        return TensorComm(one=one, overlappable=overlappable, **passes)
     # as `tensor_comm`, per block: the row-parallel gradient's all-gather waits, the column-parallel
     # GEMM's collectives hide behind its input- and weight-gradient GEMMs
     if P.sequence_parallel and not P.tp_gathered_inputs:
@@ -152,7 +150,7 @@ def hybrid_tensor_comm(m: ModelSpec, one: np.ndarray, gather: np.ndarray, overla
         half, moved = (lambda g_in: np.maximum(0.0, 2.0 * one - g_in)), 2.0 * one  # noqa: E731
     bwd_exposed = sum(share * half(g_in) for share, g_in, _ in blocks) + x_proj * one
     return TensorComm(one=one, overlappable=overlappable, bwd_exposed=bwd_exposed,
-                      bwd_total=moved * per_layer / 2.0 + x_proj * one, per_layer=per_layer + x_proj, **passes)
+                      bwd_total=moved * per_layer / 2.0 + x_proj * one, **passes)
 
 
 @dataclass(frozen=True, slots=True)
