@@ -327,7 +327,9 @@ def test_dropout_rates_come_from_the_config_or_its_class_defaults() -> None:
         assert float(args["hidden-dropout"]) == rate and float(args["attention-dropout"]) == cfg.get("attn_pdrop", 0.1)
     llama = json.loads((HF / "Meta-Llama-3.1-8B" / "config.json").read_text())
     assert not from_hf_config(llama).dropout and from_hf(llama).attention_dropout == 0.0
-    with pytest.raises(Exception, match="resid_pdrop=1.5 must be a dropout rate"):
+    from bandwise.errors import BandwiseError
+
+    with pytest.raises(BandwiseError, match="resid_pdrop=1.5 must be a dropout rate"):
         from_hf_config({**gpt2, "resid_pdrop": 1.5})
 
 

@@ -313,15 +313,13 @@ def from_hf(cfg: dict[str, Any], where: str = "config.json") -> Architecture:
     if kind in ("phi3", "starcoder2") and cfg.get("sliding_window"):  # every layer windowed (specs.hf window rule "all")
         window = int(cfg["sliding_window"])
     rates = dropout_rates(cfg, kind)
-    attn_dropout = next(v for k, v in rates.items() if "att" in k)
-    hidden_dropout = next((v for k, v in rates.items() if "att" not in k and "emb" not in k), 0.0)
-    embedding = [(k, v) for k, v in rates.items() if "emb" in k and v != hidden_dropout]
-    if embedding:  # Megatron-LM drops the embeddings' output at its hidden dropout; MaxText has one rate
-        unsupported.append(f"{embedding[0][0]}={embedding[0][1]:g}, unlike the hidden dropout {hidden_dropout:g}")
+    if rates.embedding is not None and rates.embedding != rates.hidden:
+        # Megatron-LM drops the embeddings' output at its hidden dropout; MaxText has one rate
+        unsupported.append(f"{rates.embedding_key}={rates.embedding:g}, unlike the hidden dropout {rates.hidden:g}")
     eps_key = NORM_EPS_KEYS.get(kind, "rms_norm_eps")
     arch = Architecture(family=kind, rope=rope, norm="LayerNorm" if kind in NORM_EPS_KEYS else "RMSNorm", norm_eps=number(eps_key),
                         qk_norm=kind in ("qwen3", "qwen3_moe"), qkv_bias=qkv_bias, bias=bias, gated=gated, activation=activation,
-                        positions=positions, sliding_window=window, hidden_dropout=hidden_dropout, attention_dropout=attn_dropout,
+                        positions=positions, sliding_window=window, hidden_dropout=rates.hidden, attention_dropout=rates.attention,
                         source=f"{where} (model_type {kind})")
     if kind in ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "granitemoe"):
         # granitemoe: GraniteMoeTopKGating takes the softmax over the top-k logits, renormalized weights

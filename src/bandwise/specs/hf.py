@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from collections import ChainMap
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from bandwise.errors import BandwiseError
@@ -92,12 +93,12 @@ CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
                     "no_rope_layer_interval": 4, "attention_chunk_size": 8192},
 }
 
-DROPOUT_KEYS: dict[str, tuple[str, ...]] = {
-    # where a family keeps its dropout rates: after attention and the MLP, on the attention probabilities (and on the
+DROPOUT_KEYS: dict[str, tuple[str | None, str, str | None]] = {
+    # where a family keeps its dropout rates: (after attention and the MLP, on the attention probabilities, on the
     # embeddings); transformers' configuration_<type>.py (4.57.1) defaults them to 0.0, GPT-2's to 0.1
     "gpt2": ("resid_pdrop", "attn_pdrop", "embd_pdrop"),
-    "gpt_neox": ("hidden_dropout", "attention_dropout"),
-    "falcon": ("hidden_dropout", "attention_dropout"),
+    "gpt_neox": ("hidden_dropout", "attention_dropout", None),
+    "falcon": ("hidden_dropout", "attention_dropout", None),
     "phi3": ("resid_pdrop", "attention_dropout", "embd_pdrop"),
     "starcoder2": ("residual_dropout", "attention_dropout", "embedding_dropout"),
 }
@@ -105,17 +106,37 @@ DROPOUT_KEYS: dict[str, tuple[str, ...]] = {
 DROPOUT_DEFAULTS = {"resid_pdrop": 0.1, "attn_pdrop": 0.1, "embd_pdrop": 0.1}  # GPT2Config
 
 
-def dropout_rates(cfg: Mapping[str, Any], kind: str) -> dict[str, float]:
-    """The family's dropout rates by their config keys, checked: each a number from 0 to 1."""
-    out = {}
-    for key in DROPOUT_KEYS.get(kind, ("attention_dropout",)):
+@dataclass(frozen=True)
+class Dropout:
+    """A config's dropout rates, each checked and named by its key (`DROPOUT_KEYS`)."""
+
+    hidden: float
+    """After attention and the MLP; 0 where the family has no key for it."""
+    attention: float
+    embedding: float | None
+    """On the embeddings' output, where the family has its own key; None: none of its own."""
+    embedding_key: str | None
+
+    @property
+    def any(self) -> bool:
+        return any(rate > 0 for rate in (self.hidden, self.attention, self.embedding or 0.0))
+
+
+def dropout_rates(cfg: Mapping[str, Any], kind: str) -> Dropout:
+    """The family's dropout rates, checked: each a number from 0 to below 1."""
+
+    def rate(key: str | None) -> float | None:
+        if key is None:
+            return None
         value = cfg.get(key)
         if value is None:
             value = DROPOUT_DEFAULTS.get(key, 0.0) if kind == "gpt2" else 0.0
         if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value < 1:
             raise BandwiseError(f"config.json ({kind}): {key}={brief(value)} must be a dropout rate from 0 to below 1")
-        out[key] = float(value)
-    return out
+        return float(value)
+
+    hidden, attention, embedding = DROPOUT_KEYS.get(kind, (None, "attention_dropout", None))
+    return Dropout(hidden=rate(hidden) or 0.0, attention=rate(attention) or 0.0, embedding=rate(embedding), embedding_key=embedding)
 
 
 REFUSED = {
@@ -225,7 +246,7 @@ def _from_fields(cfg: Fields, *, name: str, seq_len: int) -> ModelSpec:
     if kind == "gpt2":
         spec["position_embeddings"] = r.need("n_positions")
     # trained with dropout: each dropout keeps a mask for its backward (`ModelSpec.dropout`)
-    spec["dropout"] = any(rate > 0 for rate in dropout_rates(r.cfg, kind).values())
+    spec["dropout"] = dropout_rates(r.cfg, kind).any
     spec.update(window_spec(r, kind, layers, fam.get("window")))
     spec.update(_moe(r, kind, spec))
     probe = ModelSpec(**spec)  # the shapes, checked, before their vectors are counted
