@@ -44,10 +44,10 @@ REPS = 5
 
 
 class Clocks:
-    """NVML samples (time, SM MHz, watts, throttle-reason bits) in a background thread."""
+    """NVML samples (time, SM MHz, watts, throttle-reason bits, °C) in a background thread."""
 
     def __init__(self, period_s: float = 0.1) -> None:
-        self.samples: list[tuple[float, int, float, int]] = []
+        self.samples: list[tuple[float, int, float, int, int]] = []
         self.info: dict[str, Any] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -86,7 +86,8 @@ class Clocks:
         while not self._stop.is_set():
             try:
                 self.samples.append((time.perf_counter(), nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM),
-                                     nv.nvmlDeviceGetPowerUsage(h) / 1000, self._reasons()))
+                                     nv.nvmlDeviceGetPowerUsage(h) / 1000, self._reasons(),
+                                     nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU)))
             except Exception:
                 pass
             self._stop.wait(0.1)
@@ -100,7 +101,8 @@ class Clocks:
         for x in s:
             reasons |= max(x[3], 0)
         return {"samples": len(s), "sm_mhz_median": statistics.median(x[1] for x in s), "sm_mhz_min": min(x[1] for x in s),
-                "watts_median": statistics.median(x[2] for x in s), "throttle_reasons_or": reasons}
+                "watts_median": statistics.median(x[2] for x in s), "throttle_reasons_or": reasons,
+                "temp_c_median": statistics.median(x[4] for x in s)}
 
     def close(self) -> None:
         self._stop.set()

@@ -51,8 +51,6 @@ STATED: dict[str, str] = {
 the run as stated and named in its notes. What an engine does by itself is the engine's
 (`specs/presets/engines.yaml`), never keyed here to a source."""
 
-H100_500W_PEAK_RATIO = (989.4 + 835.5) / 2 / 989.4
-"""TorchTitan's 500 W H100: the midpoint of the SXM and NVL dense bf16 peaks, over the SXM peak."""
 H100_HBM2E_BANDWIDTH = 2.4e12
 """TorchTitan's 96 GB HBM2e H100: "2.4 TB/sec peak memory bandwidth" (its H100 benchmark doc, "Hardware")."""
 H100_HBM2E_BYTES = 95 * 2**30
@@ -335,6 +333,14 @@ def _digits(text: str, name: str) -> int:
     return int(text)
 
 
+def _watts(value: Any, name: str) -> float:
+    """A stated power limit, '500W' or 500, in watts; anything else is an error that names it."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(?:W|watts?)?\s*", str(value), flags=re.IGNORECASE)
+    if not m or isinstance(value, bool):
+        raise BandwiseError(f"{name}: {brief(str(value))} is not a power limit; write watts, e.g. 500W")
+    return float(m.group(1))
+
+
 def _last_int(value: Any, name: str = "value") -> int | None:
     """'512 -> 1024 -> 2048 (ramp)' -> 2048: the batch the quoted throughput was measured at."""
     nums = re.findall(r"\d+", str(value).split("(")[0]) if value is not None else []
@@ -490,15 +496,17 @@ def _cluster(run: dict[str, Any], devices: int, notes: list[str], completed: lis
             raise BandwiseError(f"run {run.get('id')}: no known {cluster.device.name} slice shape for {chips} chips; known: {', '.join(map(str, known))}")
         return replace(cluster, levels=(sliced, *cluster.levels[1:]))
     if cluster.device.name == "h100-sxm" and "96gb" in a.replace(" ", ""):
-        # TorchTitan's H100 SXM with 96 GB HBM2e at 500 W (benchmarks/llama3_h100_202412_torchtitan.md,
-        # "Hardware": 96GB HBM2e with 2.4 TB/sec peak memory bandwidth, 500 W power limit). The
-        # doc places its peak "between SXM and NVL": the midpoint of the SXM (989 TFLOPS) and
-        # the H100 NVL datasheet (1,671 sparse = 835 dense) figures.
+        # TorchTitan's H100 SXM with 96 GB HBM2e (benchmarks/llama3_h100_202412_torchtitan.md,
+        # "Hardware": 96GB HBM2e with 2.4 TB/sec peak memory bandwidth); its 500 W limit is the run's `power`
+        cluster = cluster.with_device(name="h100-sxm-96g", hbm_bytes=H100_HBM2E_BYTES, hbm_bandwidth=H100_HBM2E_BANDWIDTH)
+        notes.append(f"H100 96GB HBM2e: HBM {H100_HBM2E_BANDWIDTH / 1e12:.1f} TB/s, as TorchTitan states")
+    if hw.get("power") is not None:
+        watts = _watts(hw.get("power"), "hardware.power")
         dev = cluster.device
-        peak = {k: v * H100_500W_PEAK_RATIO for k, v in dev.peak_flops.items()}
-        cluster = cluster.with_device(name="h100-sxm-96g-500w", hbm_bytes=H100_HBM2E_BYTES, hbm_bandwidth=H100_HBM2E_BANDWIDTH, peak_flops=peak)
-        notes.append(f"H100 96GB HBM2e @500W: peak {peak['bf16'] / 1e12:.0f} TFLOPS (between SXM and NVL), "
-                     f"HBM {H100_HBM2E_BANDWIDTH / 1e12:.1f} TB/s, as TorchTitan states")
+        limited = dev.power_limited(watts)
+        cluster = cluster.with_device(name=f"{dev.name}-{watts:g}w", sustained_clock_ratio=limited.sustained_clock_ratio)
+        notes.append(f"power limit {watts:g} W: GEMMs at {limited.sustained_clock_ratio / dev.sustained_clock_ratio:.3f} of the clock "
+                     f"held at {dev.power_curve.rated_w:g} W (the device's measured power_curve)")
     gpn = _int(hw.get("gpus_per_node"), "hardware.gpus_per_node") or cluster.levels[0].size
     domain = _int(hw.get("nvlink_domain"), "hardware.nvlink_domain")
     if domain and domain != cluster.levels[0].size:

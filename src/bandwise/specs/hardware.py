@@ -16,7 +16,7 @@ think about TPUs", ICI section).
 from __future__ import annotations
 
 import math
-from dataclasses import MISSING, dataclass, field, fields, replace
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from typing import Any
 
 from bandwise.errors import BandwiseError
@@ -25,6 +25,43 @@ MAX_DEVICES = 1 << 20
 """The most accelerators a plan may have: 1,048,576, 64 times the largest run in the validation data
 (Llama 3 405B on 16,384 H100s; Dubey et al. 2024, Sec. 3.3.1). Past it a mistyped count would
 only keep the search busy."""
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class PowerCurve:
+    """How far the clock a chip holds under GEMM load falls when its power limit is lowered.
+
+    Under a limit W the chip draws `static_w`, which does not follow the clock, and switching power,
+    activity · C · V(f)² · f (CMOS dynamic power), which over the clocks a capped chip holds goes as
+    f^`alpha`. Its `sustained_clock_ratio` holds at `rated_w`; at W it holds
+    ((W - static_w) / (rated_w - static_w)) ** (1 / alpha) of that clock. The kernel's activity cancels:
+    both limits run the same GEMMs on every SM. `benchmarks/power_clock.py` reads the curve at the
+    card's own limit, from GEMMs confined to k of the SMs."""
+
+    rated_w: float
+    """The power limit the device's `sustained_clock_ratio` was measured at."""
+    static_w: float
+    """Watts drawn whatever the clock: memory, board, and the intercept of power over busy SMs."""
+    alpha: float
+    """Exponent of switching power in the clock, f·V(f)² ∝ f^alpha."""
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        for name in ("rated_w", "alpha"):
+            _positive(f"power_curve: {name}", getattr(self, name))
+        if not (isinstance(self.static_w, (int, float)) and not isinstance(self.static_w, bool) and 0 <= self.static_w < self.rated_w):
+            raise BandwiseError(f"power_curve: static_w={self.static_w!r} must be in [0, rated_w={self.rated_w!r})")
+
+    def clock_ratio(self, watts: float, device: str) -> float:
+        """The clock held under a `watts` limit over the one held at `rated_w`."""
+        ok = isinstance(watts, (int, float)) and not isinstance(watts, bool) and math.isfinite(watts)
+        if not ok or not self.static_w < watts <= self.rated_w:
+            raise BandwiseError(f"power_limit_w={watts!r} for {device}: give watts above its static {self.static_w:g} W "
+                                f"and at most its rated {self.rated_w:g} W, where its power curve was measured")
+        return ((watts - self.static_w) / (self.rated_w - self.static_w)) ** (1.0 / self.alpha)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -59,6 +96,8 @@ class Device:
     comm_sm_share: float = 0.0
     """Share of the compute units a running collective occupies (NCCL runs its channels as thread
     blocks on the SMs); 0 where collectives run on dedicated engines (TPU ICI DMA)."""
+    power_curve: PowerCurve | None = None
+    """How the sustained clock falls under a lower power limit (`power_limited`); None: not measured."""
     aliases: tuple[str, ...] = ()
     """Names a published run may give the accelerator ("H100", "TPU v5p"), matched by `registry.cluster_for_accelerator`."""
     source: str = ""
@@ -86,6 +125,16 @@ class Device:
             raise BandwiseError(f"device {self.name!r}: comm_sm_share={self.comm_sm_share!r} must be in [0, 1)")
         if not isinstance(self.sm_count, int) or self.sm_count < 0:
             raise BandwiseError(f"device {self.name!r}: sm_count={self.sm_count!r} must be an integer >= 0")
+
+    def power_limited(self, watts: float) -> Device:
+        """This device run under a `watts` power limit: its sustained clock scaled by its `power_curve`."""
+        if self.power_curve is None:
+            raise BandwiseError(f"power_limit_w={watts!r}: device {self.name!r} has no power_curve, so its clock under a lower limit "
+                                f"is not known; drop power_limit_w, or give the device a measured power_curve (benchmarks/power_clock.py)")
+        ratio = self.power_curve.clock_ratio(watts, self.name)
+        if watts == self.power_curve.rated_w:
+            return self
+        return replace(self, name=f"{self.name}@{watts:g}W", sustained_clock_ratio=self.sustained_clock_ratio * ratio)
 
     def peak(self, precision: str) -> float:
         try:
@@ -290,7 +339,8 @@ def to_file_dict(obj: Device | Level) -> dict[str, Any]:
         value = getattr(obj, f.name)
         if f.name == "name" or (f.default is not MISSING and value == f.default):
             continue
-        out[names[f.name]] = list(value) if isinstance(value, tuple) else dict(value) if isinstance(value, dict) else value
+        out[names[f.name]] = (list(value) if isinstance(value, tuple) else dict(value) if isinstance(value, dict)
+                              else value.to_dict() if isinstance(value, PowerCurve) else value)
     return out
 
 
@@ -321,6 +371,8 @@ def device_from_dict(data: dict[str, Any], where: str) -> Device:
         if not (isinstance(aliases, list) and all(isinstance(a, str) and a.strip() for a in aliases)):
             raise BandwiseError(f"{where}: aliases={aliases!r} must be a list of names")
         values["aliases"] = tuple(aliases)
+    if values.get("power_curve") is not None:
+        values["power_curve"] = PowerCurve(**_from_file(values["power_curve"], PowerCurve, f"{where} power_curve"))
     return Device(**values)
 
 
@@ -333,7 +385,7 @@ def level_from_dict(data: dict[str, Any], where: str) -> Level:
 
 def cluster_from_dict(name: str, data: dict[str, Any], devices: dict[str, Device]) -> Cluster:
     where = f"cluster {name!r}"
-    allowed = {"device", "levels", "description", "source"}
+    allowed = {"device", "levels", "description", "source", "power_limit_w"}
     if not isinstance(data, dict):
         raise BandwiseError(f"{where}: expected a mapping")
     unknown = sorted(str(k) for k in set(data) - allowed)
@@ -351,6 +403,8 @@ def cluster_from_dict(name: str, data: dict[str, Any], devices: dict[str, Device
         # a device written out in the file (`bandwise clusters --show NAME --yaml`); its name is optional
         dev = {"name": f"{name} device", **dev} if isinstance(dev, dict) else dev
         device = device_from_dict(dev, f"{where} device")
+    if data.get("power_limit_w") is not None:  # the limit the cluster's GPUs run under (nvidia-smi -pl)
+        device = device.power_limited(data["power_limit_w"])
     if not isinstance(data["levels"], list):
         raise BandwiseError(f"{where}: levels must be a list of levels, innermost first")
     levels = tuple(level_from_dict(lv, f"{where} level {i}") for i, lv in enumerate(data["levels"]))
