@@ -77,6 +77,16 @@ def test_power_limited_scales_only_the_sustained_clock() -> None:
     assert capped.sustained_clock_ratio < dev.sustained_clock_ratio
     assert (capped.peak_flops, capped.hbm_bandwidth, capped.gemm_efficiency) == (dev.peak_flops, dev.hbm_bandwidth, dev.gemm_efficiency)
     assert dev.power_limited(700) is dev
+    assert capped.power_curve.rated_w == 500
+
+
+def test_limits_compose() -> None:
+    """A device written out at 500 W and limited again to 400 W is the device limited to 400 W at once."""
+    dev = get_cluster("h100").device
+    twice, once = dev.power_limited(500).power_limited(400), dev.power_limited(400)
+    assert twice.sustained_clock_ratio == pytest.approx(once.sustained_clock_ratio, rel=1e-12)
+    with pytest.raises(BandwiseError, match="at most its rated 500 W"):
+        dev.power_limited(500).power_limited(600)
 
 
 def _cluster_file(tmp_path: Path, limit: object) -> Path:

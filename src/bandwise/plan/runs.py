@@ -504,7 +504,7 @@ def _cluster(run: dict[str, Any], devices: int, notes: list[str], completed: lis
         watts = _watts(hw.get("power"), "hardware.power")
         dev = cluster.device
         limited = dev.power_limited(watts)
-        cluster = cluster.with_device(name=f"{dev.name}-{watts:g}w", sustained_clock_ratio=limited.sustained_clock_ratio)
+        cluster = replace(cluster, device=replace(limited, name=f"{dev.name}-{watts:g}w"))
         notes.append(f"power limit {watts:g} W: GEMMs at {limited.sustained_clock_ratio / dev.sustained_clock_ratio:.3f} of the clock "
                      f"held at {dev.power_curve.rated_w:g} W (the device's measured power_curve)")
     gpn = _int(hw.get("gpus_per_node"), "hardware.gpus_per_node") or cluster.levels[0].size

@@ -39,7 +39,7 @@ class PowerCurve:
     card's own limit, from GEMMs confined to k of the SMs."""
 
     rated_w: float
-    """The power limit the device's `sustained_clock_ratio` was measured at."""
+    """The power limit at which the device's `sustained_clock_ratio` holds (measured there, or set by `power_limited`)."""
     static_w: float
     """Watts drawn whatever the clock: memory, board, and the intercept of power over busy SMs."""
     alpha: float
@@ -134,7 +134,9 @@ class Device:
         ratio = self.power_curve.clock_ratio(watts, self.name)
         if watts == self.power_curve.rated_w:
             return self
-        return replace(self, name=f"{self.name}@{watts:g}W", sustained_clock_ratio=self.sustained_clock_ratio * ratio)
+        # the curve moves with the clock, so a device written out and limited again composes
+        return replace(self, name=f"{self.name}@{watts:g}W", sustained_clock_ratio=self.sustained_clock_ratio * ratio,
+                       power_curve=replace(self.power_curve, rated_w=watts))
 
     def peak(self, precision: str) -> float:
         try:
