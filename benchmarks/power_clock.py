@@ -29,8 +29,9 @@ import math
 import statistics
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 SWEEP = (8, 128, 16, 120, 24, 112, 32, 104, 40, 96, 48, 88, 56, 80, 64, 72)
 """SM counts in the order run: small and large alternate, so the chip's temperature (and with it

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
+from typing import Any
 
 from bandwise.cli.main import main
 
@@ -26,3 +28,10 @@ def in_process(capture, *args: str) -> subprocess.CompletedProcess:
         code = exc.code if isinstance(exc.code, int) else 1
     out, err = capture.readouterr()
     return subprocess.CompletedProcess(args, code, out, err)
+
+
+def json_of(capture, *args: str) -> Any:
+    """Run `bandwise args` (a `--json` command) in this process; it must exit 0, and its output is parsed."""
+    done = in_process(capture, *args)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return json.loads(done.stdout)

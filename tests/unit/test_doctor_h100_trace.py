@@ -10,8 +10,8 @@ import statistics
 from pathlib import Path
 
 import pytest
+from entry import json_of
 
-from bandwise.cli.main import main
 from bandwise.specs.strategy import Strategy
 
 HERE = Path(__file__).parents[1] / "data" / "traces" / "h100_dense1b"
@@ -34,15 +34,11 @@ def events() -> dict:
             "gemm_share": gemm / total, "elementwise_share": other / total}
 
 
-def doctor(argv: list[str], capsys) -> dict:  # noqa: ANN001
-    with pytest.raises(SystemExit) as exc:
-        main(["doctor", "trace", str(TRACE), "--json", *argv])
-    out = capsys.readouterr().out
-    assert (exc.value.code or 0) == 0, out
-    return json.loads(out)
+def doctor(argv: list[str], capsys) -> dict:
+    return json_of(capsys, "doctor", "trace", str(TRACE), "--json", *argv)
 
 
-def test_steps_and_kernel_classes_match_the_events(events, capsys) -> None:  # noqa: ANN001
+def test_steps_and_kernel_classes_match_the_events(events, capsys) -> None:
     doc = doctor([], capsys)
     s = doc["signals"]
     assert events["steps"] == s["steps"] == 3
@@ -51,7 +47,7 @@ def test_steps_and_kernel_classes_match_the_events(events, capsys) -> None:  # n
     assert s["elementwise_share"] == pytest.approx(events["elementwise_share"], abs=0.01)
 
 
-def test_unfused_elementwise_work_is_found(events, capsys) -> None:  # noqa: ANN001
+def test_unfused_elementwise_work_is_found(events, capsys) -> None:
     doc = doctor([], capsys)
     found = {f["id"]: f for f in doc["findings"]}
     assert set(found) == {"memory_bound"}, found  # the rest of this job is healthy: no data wait, no comm
@@ -59,7 +55,7 @@ def test_unfused_elementwise_work_is_found(events, capsys) -> None:  # noqa: ANN
     assert found["memory_bound"]["expected_speedup"] == pytest.approx(1 / (1 - events["elementwise_share"] / 2), rel=0.05)
 
 
-def test_against_the_plan_for_its_layout(tmp_path, events, capsys) -> None:  # noqa: ANN001
+def test_against_the_plan_for_its_layout(tmp_path, events, capsys) -> None:
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps({"strategy": Strategy(micro_batch=4, global_batch=4).to_dict()}))
     base = ["--strategy", str(plan), "--model", str(MODEL), "--cluster", "h100"]
