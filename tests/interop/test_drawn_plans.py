@@ -2,7 +2,8 @@
 length, global batch, engine, --pick) cases, each planned as `bandwise plan --engine E [--pick N] --emit E`
 plans it (`api.plan`, then `export_searched` as cli/plan.py calls it) and judged by the engine's own
 code (judges.py); a refusal must be one line. The draw is seeded, so every run tries the same cases;
-BANDWISE_SWEEP_PLANS widens it (the matrix's fixed cases are in test_matrix.py).
+BANDWISE_SWEEP_PLANS widens it and BANDWISE_SWEEP_SEED draws other cases (the matrix's fixed cases are in
+test_matrix.py).
 
 A wider sweep (about 500 plans) found that MaxText rejected a per-device batch whose tokens are not whole
 (benchmarks/RESULTS.md, "A random sweep of the user's path").
@@ -29,7 +30,7 @@ pytest.importorskip("megatron.core", reason="Megatron-Core is not installed: pip
 
 HF = Path(__file__).parents[1] / "data" / "hf"
 PLANS = int(os.environ.get("BANDWISE_SWEEP_PLANS", "12"))
-SEED = 2026
+SEED = int(os.environ.get("BANDWISE_SWEEP_SEED", "2026"))
 MODELS = ["llama3-8b", "llama3-70b", "llama3-405b", "mixtral-8x7b", "deepseek-v3", "qwen3-235b-a22b", "gpt3-175b"]
 CLUSTERS = ["h100", "h200", "b200", "a100-80g", "mi300x", "gb200-nvl72", "tpu-v5p", "tpu-v5e", "h100-roce", "h800"]
 DEVICES = [8, 16, 24, 32, 48, 64, 96, 128, 256, 512, 1024]

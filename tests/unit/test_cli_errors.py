@@ -57,6 +57,28 @@ def test_a_missing_extra_names_a_command_that_works_from_a_checkout(blocked, arg
     assert where == sorted(where)
 
 
+def test_a_missing_dependency_is_an_incomplete_install_not_a_bug(tmp_path):
+    """A Python without msgspec (which `doctor trace` imports when it runs) is told to install bandwise, in one line."""
+    trace = tmp_path / "t.json"
+    trace.write_text('{"traceEvents": []}')
+    code = f"import sys; sys.modules['msgspec'] = None\nfrom bandwise.cli.main import main\nmain(['doctor', 'trace', {str(trace)!r}])\n"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and DEBUG_HINT not in proc.stderr
+    assert "bandwise needs msgspec" in proc.stderr and "pip install -e ." in proc.stderr
+
+
+def test_the_required_imports_are_pyproject_dependencies():
+    import tomllib
+    from pathlib import Path
+
+    from bandwise.cli.main import REQUIRED
+
+    deps = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())["project"]["dependencies"]
+    names = {d.split(">")[0].split("=")[0].split("<")[0].strip() for d in deps}
+    assert set(REQUIRED.values()) == names
+
+
 @pytest.mark.parametrize("flag, typo, presets", [("--model", "lama3-70b", model_presets), ("--cluster", "gb200-nvl27", cluster_presets), ("--model", "Llama3-8", model_presets)])
 def test_a_near_miss_preset_name_suggests_the_preset(flag, typo, presets, capsys):
     code, _, err = run(["plan", flag, typo], capsys)

@@ -70,6 +70,9 @@ def _click_class(name: str) -> type[BaseException]:
 ClickException = _click_class("ClickException")
 OPTIONAL_EXTRAS = {"torch": "train", "matplotlib": "plot"}
 """Packages only some commands need, and the extra that installs each (`errors.INSTALL`)."""
+REQUIRED = {"msgspec": "msgspec", "numpy": "numpy", "yaml": "pyyaml", "typer": "typer", "rich": "rich"}
+"""The import names of pyproject.toml's `dependencies`, and the distribution each comes in: one missing
+is an incomplete install, not a bug (a command imports msgspec or numpy only when it runs)."""
 USER_ERRORS = (ValueError, OSError, yaml.YAMLError, json.JSONDecodeError, KeyError)
 
 
@@ -107,6 +110,9 @@ def main(argv: list[str] | None = None) -> None:
         package = (exc.name or "").split(".")[0]
         if package in OPTIONAL_EXTRAS:
             _fail(f"this command needs {package}, which is not installed; from the bandwise checkout run: {INSTALL[OPTIONAL_EXTRAS[package]]}", 2)
+        if package in REQUIRED:
+            _fail(f"bandwise needs {REQUIRED[package]}, which is not installed in this Python ({sys.executable}): the install is "
+                  f"incomplete; from the bandwise checkout run: pip install -e .", 2)
         _fail(f"internal error (ModuleNotFoundError: {exc}); please report it", 1, internal=True)
     except NothingFits as exc:
         if debug:
