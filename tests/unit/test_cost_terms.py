@@ -258,17 +258,39 @@ def test_score_traffic_is_what_torchs_kernels_move():
     assert SCORE_BYTES_FORWARD == 13 - 1 and SCORE_BYTES_BACKWARD == 19 - 2
 
 
-def test_flash_attention_2_on_hopper_runs_at_the_papers_35_percent():
-    """`attention="fa2"` takes the device's FlashAttention-2 figure: on H100 the 35% utilization of
-    FlashAttention-3's abstract, on A100 (where FA2 is the current kernel) the device's own."""
+def test_flash_attention_2_on_hopper_keeps_its_measured_ratio_to_cudnn():
+    """`attention="fa2"` takes the device's FlashAttention-2 figure and fill. On the H100 its speed
+    against cuDNN's fused attention is the one measured at the 16 shapes of the H100 runs (both
+    kernels, one chip, one session: benchmarks/data/h100_kernels_2026-11-26.json), at every length;
+    on the A100, where FA2 is the current kernel, it is the device's own."""
+    import json
+    from pathlib import Path
+
     from bandwise.cost.params import ATTENTION_KERNELS
+
+    rows = json.loads((Path(__file__).parents[2] / "benchmarks" / "data" / "h100_kernels_2026-11-26.json").read_text())["attention"]
+    timed: dict[tuple, dict[str, float]] = {}
+    for r in rows:
+        if r["backend"] in ("flash", "cudnn"):
+            timed.setdefault((r["b"], r["h"], r["s"]), {})[r["backend"]] = r["fwd_bwd_s"]
+    dev = get_cluster("h100").device
+
+    def eff(kernel: str, keys: float) -> float:
+        e = dev.fa2_attention_efficiency if kernel == "fa2" else dev.attention_efficiency
+        return e * keys / (keys + dev.attention_fill(kernel))
+
+    assert len(timed) == 16
+    for (_, _, keys), t in timed.items():
+        # within 0.06 from 1k keys (the published runs' shortest sequence is 1,024); at 512 the two
+        # fitted fills, 890 and 750, leave FA2 0.10 slower than measured
+        tolerance = 0.06 if keys >= 1024 else 0.11
+        assert eff("fa2", keys) / eff("flash", keys) == pytest.approx(t["cudnn"] / t["flash"], abs=tolerance), keys
 
     m = replace(get_model("llama3-8b"), seq_len=8192)
     s = Strategy(dp_shard=8, micro_batch=1, global_batch=8)
     fa2 = replace(DEFAULT_PARAMS, **ATTENTION_KERNELS["fa2"])
     h100, a100 = get_cluster("h100"), get_cluster("a100-80g")
-    assert estimate(m, h100, s, fa2).tokens_per_s_per_device == pytest.approx(
-        estimate(m, h100, s, replace(DEFAULT_PARAMS, attention_efficiency=0.35)).tokens_per_s_per_device, rel=1e-12)
+    assert estimate(m, h100, s, fa2).tokens_per_s_per_device < estimate(m, h100, s).tokens_per_s_per_device
     assert estimate(m, a100, s, fa2).tokens_per_s_per_device == estimate(m, a100, s).tokens_per_s_per_device
 
 

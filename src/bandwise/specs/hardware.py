@@ -91,6 +91,8 @@ class Device:
     """Sequence length (keys per kernel call) at which fused attention runs at half its
     `attention_efficiency`: each query tile pays a fixed cost (load Q, rescale, write O, accumulate dQ)
     that the loop over keys amortizes, so the efficiency is eff · s / (s + this). 0: no fall-off known."""
+    fa2_attention_fill_tokens: float | None = None
+    """The same for FlashAttention-2 (`--attention fa2`); None: `attention_fill_tokens`."""
     sm_count: int = 0
     """Streaming multiprocessors (GPUs): GEMM tiles run in waves of this many; 0 for TPUs."""
     comm_sm_share: float = 0.0
@@ -118,13 +120,22 @@ class Device:
                 continue
             if not (isinstance(value, (int, float)) and 0 < value <= 1):
                 raise BandwiseError(f"device {self.name!r}: {name}={value!r} must be in (0, 1]")
-        fill = self.attention_fill_tokens
-        if not (isinstance(fill, (int, float)) and not isinstance(fill, bool) and math.isfinite(fill) and fill >= 0):
-            raise BandwiseError(f"device {self.name!r}: attention_fill_tokens={fill!r} must be a number of tokens >= 0")
+        for name in ("attention_fill_tokens", "fa2_attention_fill_tokens"):
+            fill = getattr(self, name)
+            if fill is None and name == "fa2_attention_fill_tokens":
+                continue
+            if not (isinstance(fill, (int, float)) and not isinstance(fill, bool) and math.isfinite(fill) and fill >= 0):
+                raise BandwiseError(f"device {self.name!r}: {name}={fill!r} must be a number of tokens >= 0")
         if not (isinstance(self.comm_sm_share, (int, float)) and 0 <= self.comm_sm_share < 1):
             raise BandwiseError(f"device {self.name!r}: comm_sm_share={self.comm_sm_share!r} must be in [0, 1)")
         if not isinstance(self.sm_count, int) or self.sm_count < 0:
             raise BandwiseError(f"device {self.name!r}: sm_count={self.sm_count!r} must be an integer >= 0")
+
+    def attention_fill(self, kernel: str) -> float:
+        """Keys per call at which `kernel` (the cost model's `attention`: 'fa2', else the chip's own) runs at half its efficiency."""
+        if kernel == "fa2" and self.fa2_attention_fill_tokens is not None:
+            return self.fa2_attention_fill_tokens
+        return self.attention_fill_tokens
 
     def power_limited(self, watts: float) -> Device:
         """This device run under a `watts` power limit: its sustained clock scaled by its `power_curve`."""

@@ -223,12 +223,12 @@ def attention_core(m: ModelSpec, dev: Device, s: Shape, rates: Rates, P: CostPar
                             "use --attention flash (the chip's own fused kernel) or give fa2_attention_efficiency in a cluster file")
     attn_eff = P.attention_efficiency or (dev.fa2_attention_efficiency if P.attention == "fa2" else None) or dev.attention_efficiency
     # short sequences leave each query tile's fixed cost less loop to hide behind; under context
-    # parallelism each kernel call sees one chunk of seq_len / cp keys (`Device.attention_fill_tokens`)
+    # parallelism each kernel call sees one chunk of seq_len / cp keys (`Device.attention_fill`)
     keys = m.seq_len / s.cp
     # (windowed layers loop over at most w keys per query tile, chunked ones over at most their
     # chunk, less loop than this; the fill is left at the whole chunk's, which flatters a small
     # window such as gpt-oss's 128, and hardly a chunk of 8192)
-    attn_eff = attn_eff * keys / (keys + dev.attention_fill_tokens)
+    attn_eff = attn_eff * keys / (keys + dev.attention_fill(P.attention))
     # the FLOPs are the windowed and chunked mean over layers (`attention_core_flops_per_token`)
     fwd = attention_core_flops_per_token(m, causal=True) * s.tokens / s.tp / (rates.bf16_peak * attn_eff)
     return fwd, P.attention_backward_ratio * fwd
