@@ -215,14 +215,14 @@ def test_worker_processes_give_the_same_points(capsys):
 def test_compare_and_sweep_price_the_stated_kernels(flags, capsys) -> None:
     """--attention and --eager reach every search, as in `plan`: each point's best layout is priced
     as `estimate` prices it with the same kernels, and no cheaper than with the default ones."""
-    from dataclasses import replace
-
-    from bandwise.cost.params import ATTENTION_KERNELS, DEFAULT_PARAMS
-
+    from bandwise.api.inputs import cost_params
     from bandwise.cost.step import estimate
     from bandwise.specs.strategy import Strategy
 
-    params = replace(DEFAULT_PARAMS, eager_elementwise=True) if flags == ["--eager"] else replace(DEFAULT_PARAMS, **ATTENTION_KERNELS["fa2"])
+    # as `estimate` prices it: the default engine's parameters with the flag stated over them (not
+    # DEFAULT_PARAMS, which lacks the engine's behaviours, e.g. Megatron's balanced uneven stages)
+    flag = {"eager": True} if flags == ["--eager"] else {"attention": "fa2"}
+    params = cost_params(0.1, device=get_cluster("h100").device, **flag)
     common = ["--model", SMALL["model"], "--devices", str(SMALL["devices"]), "--global-batch", str(SMALL["global_batch"]), "--json"]
     docs = {}
     for extra in ([], flags):
