@@ -50,3 +50,18 @@ def test_stage_modules_are_torchtitans_own_split(layers: int, stages: int) -> No
     """TorchTitan's own split with the embedding and head weighing nothing gives the same stages,
     whether or not the layers divide (both give the remainder to the earlier stages)."""
     assert tt.stage_modules(layers, stages) == pipeline_parallel._generate_llm_fqn_per_model_part(stages, layers, 0, 0)
+
+
+def test_the_preset_attention_is_the_one_torchtitan_asks_sdpa_for() -> None:
+    """The `torchtitan` preset prices the chip's own fused attention because TorchTitan asks SDPA for
+    cuDNN's kernel first; `torchtitan@2024` ran torch's default, FlashAttention-2 on Hopper. Read from
+    the installed TorchTitan, so a release that changes its order fails here."""
+    from torch.nn.attention import SDPBackend
+
+    from bandwise.cost.profiles import params_for
+    from bandwise.specs.registry import get_cluster, get_engine
+
+    attention = pytest.importorskip("torchtitan.models.common.attention")
+    order = attention.ScaledDotProductAttention(attention.ScaledDotProductAttention.Config()).sdpa_backends
+    assert order[0] == SDPBackend.CUDNN_ATTENTION
+    assert params_for(get_engine("torchtitan"), get_cluster("h100").device).attention == "flash"

@@ -48,9 +48,17 @@ def test_the_trainer_is_the_bandwise_engine():
 
 
 def test_a_behaviour_on_some_devices_applies_there_only():
-    titan = get_engine("torchtitan")
+    titan = get_engine("torchtitan@2024")
     assert params_for(titan, get_cluster("h100").device).attention == "fa2"
     assert params_for(titan, get_cluster("a100-80g").device).attention == "flash"  # FlashAttention-2 is Ampere's own kernel
+
+
+def test_torchtitan_of_today_runs_the_chips_own_attention():
+    """Since late 2025 TorchTitan asks SDPA for cuDNN first (checked against its code in tests/interop); its
+    2024 version ran FlashAttention-2 on Hopper, and a plan priced as either says so in its pricing."""
+    h100 = get_cluster("h100").device
+    assert params_for(get_engine("torchtitan"), h100).attention == "flash"
+    assert params_for(get_engine("torchtitan@2024"), h100).attention == "fa2"
 
 
 def test_a_version_replaces_only_what_changed():
@@ -64,7 +72,8 @@ def test_a_version_replaces_only_what_changed():
 @pytest.mark.parametrize("run_id, engine, check", [
     ("narayanan2021_t1_145B", "megatron@2021", lambda p: not p.flash_attention and p.grad_accumulation_skips_first),
     ("deepseek_v3_2048_h800", "hai-llm", lambda p: p.adam_moment_bytes == 2 and p.balanced_stages and p.fp8_activation_cache),
-    ("torchtitan_a100x64_llama2_13b_sel_op", "torchtitan", lambda p: p.selective_forward_share == 0.5 and p.attention == "flash"),
+    ("torchtitan_a100x64_llama2_13b_sel_op", "torchtitan@2024", lambda p: p.selective_forward_share == 0.5 and p.attention == "flash"),
+    ("torchtitan_h100_t1_fsdp", "torchtitan@2024", lambda p: p.attention == "fa2"),
 ])
 def test_each_published_run_is_priced_as_its_engine(run_id, engine, check):
     case = convert(shipped_run(run_id), SOURCES)

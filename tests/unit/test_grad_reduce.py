@@ -147,8 +147,9 @@ def test_doctor_prices_the_plan_with_it():
 @pytest.mark.parametrize("argv, engine, attention, eager, grad", [
     ([], "megatron", "flash", False, "fp32"),
     (["--grad-reduce", "bf16", "--attention", "materialized"], "megatron", "materialized", False, "bf16"),
-    (["--engine", "torchtitan"], "torchtitan", "fa2", True, "fp32"),  # its SDPA on Hopper, eager unless compiled
-    (["--engine", "torchtitan", "--compiled", "--attention", "flash"], "torchtitan", "flash", False, "fp32"),
+    (["--engine", "torchtitan"], "torchtitan", "flash", True, "fp32"),  # cuDNN's attention first, eager unless compiled
+    (["--engine", "torchtitan@2024"], "torchtitan@2024", "fa2", True, "fp32"),  # its SDPA on Hopper in 2024
+    (["--engine", "torchtitan@2024", "--compiled", "--attention", "flash"], "torchtitan@2024", "flash", False, "fp32"),
 ])
 def test_plan_and_estimate_json_say_what_the_prices_assume(argv, engine, attention, eager, grad, capsys):
     """A plan read from its --json alone names the engine and every job setting stated on top of it, as the

@@ -152,7 +152,7 @@ def test_torchtitan_selective_ac_costs_about_half_a_forward():
     """TorchTitan's A100 table: Llama 2 13B on 64 GPUs, no AC 2162 WPS vs op-level selective AC 1904
     (-12%); Megatron-style selective recomputation alone would cost almost nothing."""
     noac, sel = (predict(convert(shipped_run(f"torchtitan_a100x64_llama2_13b_{k}"), SOURCES)) for k in ("noac", "sel_op"))
-    assert sel.engine == "torchtitan" and "engine: torchtitan" in sel.notes  # TorchTitan's op-level policy is its engine's
+    assert sel.engine == "torchtitan@2024" and "engine: torchtitan@2024" in sel.notes  # TorchTitan's op-level policy is its engine's
     assert sel.predicted / noac.predicted == pytest.approx(1904 / 2162, abs=0.03)
 
 
