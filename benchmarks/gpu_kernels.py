@@ -81,13 +81,19 @@ class Clocks:
                 return int(getattr(nv, name)(h))
         return -1
 
+    def _temperature(self) -> int:
+        """°C, or -1 where NVML gives none (the other figures are sampled without it)."""
+        try:
+            return int(self._nv.nvmlDeviceGetTemperature(self._h, self._nv.NVML_TEMPERATURE_GPU))
+        except Exception:
+            return -1
+
     def _run(self) -> None:
         nv, h = self._nv, self._h
         while not self._stop.is_set():
             try:
                 self.samples.append((time.perf_counter(), nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM),
-                                     nv.nvmlDeviceGetPowerUsage(h) / 1000, self._reasons(),
-                                     nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU)))
+                                     nv.nvmlDeviceGetPowerUsage(h) / 1000, self._reasons(), self._temperature()))
             except Exception:
                 pass
             self._stop.wait(0.1)
@@ -102,7 +108,7 @@ class Clocks:
             reasons |= max(x[3], 0)
         return {"samples": len(s), "sm_mhz_median": statistics.median(x[1] for x in s), "sm_mhz_min": min(x[1] for x in s),
                 "watts_median": statistics.median(x[2] for x in s), "throttle_reasons_or": reasons,
-                "temp_c_median": statistics.median(x[4] for x in s)}
+                "temp_c_median": statistics.median(t) if (t := [x[4] for x in s if x[4] >= 0]) else None}
 
     def close(self) -> None:
         self._stop.set()

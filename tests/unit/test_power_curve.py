@@ -85,7 +85,7 @@ def test_limits_compose() -> None:
     dev = get_cluster("h100").device
     twice, once = dev.power_limited(500).power_limited(400), dev.power_limited(400)
     assert twice.sustained_clock_ratio == pytest.approx(once.sustained_clock_ratio, rel=1e-12)
-    with pytest.raises(BandwiseError, match="at most its rated 500 W"):
+    with pytest.raises(BandwiseError, match="at most 500 W"):
         dev.power_limited(500).power_limited(600)
 
 
@@ -121,5 +121,13 @@ def test_a_bad_limit_in_a_cluster_file_is_one_line(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-m", "bandwise", "plan", "--model", "llama3-8b", "--cluster", str(_cluster_file(tmp_path, 900)),
                           "--devices", "8"], check=False, capture_output=True, text=True)
     assert out.returncode != 0
-    assert "power_limit_w=900" in out.stderr and "at most its rated 700 W" in out.stderr
+    assert "power_limit_w=900" in out.stderr and "at most 700 W" in out.stderr
     assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
+def test_a_power_curve_given_as_anything_else_is_refused_by_name() -> None:
+    """From Python a device may be built directly; a dict where the curve goes is one line, not a later AttributeError."""
+    from dataclasses import replace
+
+    with pytest.raises(BandwiseError, match="power_curve=.* must be a PowerCurve"):
+        replace(get_cluster("h100").device, power_curve={"rated_w": 700, "static_w": 100, "alpha": 3})

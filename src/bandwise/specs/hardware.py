@@ -57,7 +57,7 @@ class PowerCurve:
         ok = isinstance(watts, (int, float)) and not isinstance(watts, bool) and math.isfinite(watts)
         if not ok or not self.static_w < watts <= self.rated_w:
             raise BandwiseError(f"power_limit_w={watts!r} for {device}: give watts above its static {self.static_w:g} W "
-                                f"and at most its rated {self.rated_w:g} W, where its power curve was measured")
+                                f"and at most {self.rated_w:g} W, the limit its sustained clock holds at")
         return ((watts - self.static_w) / (self.rated_w - self.static_w)) ** (1.0 / self.alpha)
 
     def to_dict(self) -> dict[str, Any]:
@@ -120,6 +120,9 @@ class Device:
                 continue
             if not (isinstance(value, (int, float)) and 0 < value <= 1):
                 raise BandwiseError(f"device {self.name!r}: {name}={value!r} must be in (0, 1]")
+        if self.power_curve is not None and not isinstance(self.power_curve, PowerCurve):
+            raise BandwiseError(f"device {self.name!r}: power_curve={self.power_curve!r} must be a PowerCurve "
+                                f"(in a file: a mapping of rated_w, static_w, alpha and source)")
         for name in ("attention_fill_tokens", "fa2_attention_fill_tokens"):
             fill = getattr(self, name)
             if fill is None and name == "fa2_attention_fill_tokens":
