@@ -9,6 +9,9 @@ Apache-2.0) is fetched by `pip download` (conftest.py); nothing of it is stored 
 
 from __future__ import annotations
 
+import re
+from dataclasses import replace
+
 import judges
 import pytest
 import yaml
@@ -17,6 +20,8 @@ from bandwise.errors import BandwiseError
 from bandwise.export import maxtext as mx
 from bandwise.export.architecture import architecture
 from bandwise.plan.verdict import REFERENCE_CASES
+from bandwise.specs.registry import get_cluster, get_model
+from bandwise.specs.strategy import Strategy
 
 CASE_IDS = [f"{m}@{n}x{c}" for m, c, n, _, _ in REFERENCE_CASES]
 
@@ -77,3 +82,32 @@ def test_maxtext_accepts_bf16_gradients(maxtext) -> None:
     assert cfg["grad_dtype"] == "bfloat16" and "grad_dtype" in maxtext["base"]
     answer = judges.maxtext_validate(maxtext["root"], [(job.text, 8)])[0]
     assert answer["ok"], answer
+
+
+def test_every_tensor_parallel_tpu_script_fuses_all_gathers_and_no_reduce_scatter(maxtext) -> None:
+    """The engine behaviour `tp_overlap_reduce_scatter: false` on TPU, held to MaxText's own TPU
+    scripts (configs/tpu/*/*.sh): each one that runs tensor parallelism sets every flag of the
+    continuation fusion for all-gathers that the export names (`ALL_GATHER_FUSION`) and none that
+    fuses a reduce-scatter or an all-reduce."""
+    scripts = sorted((maxtext["root"] / "maxtext/configs/tpu").glob("*/*.sh"))
+    with_tp = [p for p in scripts if any(int(n) > 1 for n in re.findall(r"ici_tensor_parallelism=(\d+)", p.read_text()))]
+    assert len(with_tp) >= 5  # v5e 128b and gpt3_175b, v5p 32b to 1024b
+    for path in with_tp:
+        flags = " ".join(re.findall(r'LIBTPU_INIT_ARGS="([^"]*)"', path.read_text())).split()
+        assert set(mx.ALL_GATHER_FUSION.split()) <= set(flags), path.name
+        assert not [f for f in flags if re.search(r"fuse_(reduce_scatter|all_reduce)=true", f)], path.name
+
+
+def test_overlapped_tp_on_tpu_names_the_flags_it_was_priced_with() -> None:
+    """An export priced with --overlap-tp on a TPU names LIBTPU_INIT_ARGS in its header; without
+    overlap, or without TP, it names nothing."""
+    from bandwise.export.architecture import Architecture
+
+    m, c = get_model("llama3-8b"), get_cluster("tpu-v5e")
+    arch = architecture(m, None)
+    assert isinstance(arch, Architecture)
+    s = Strategy(dp_shard=16, tp=4, micro_batch=1, global_batch=16, recompute="selective", overlap_tp=True)
+    _, notes = mx.render(m, c, s, 64, arch)
+    assert any(mx.ALL_GATHER_FUSION in n for n in notes)
+    for quiet in (replace(s, overlap_tp=False), Strategy(dp_shard=64, micro_batch=1, global_batch=64, recompute="selective", overlap_tp=True)):
+        assert not any("LIBTPU_INIT_ARGS" in n for n in mx.render(m, c, quiet, 64, arch)[1])

@@ -12,6 +12,7 @@ from bandwise.cost import comm
 from bandwise.cost.compute import gemm_time
 from bandwise.cost.memory import GIB, activation_bytes_per_token, model_state_bytes
 from bandwise.cost.params import DEFAULT_PARAMS, CostParams
+from bandwise.cost.profiles import params_for
 from bandwise.cost.step import estimate
 from bandwise.cost.terms.compute import (
     CROSS_ENTROPY_BYTES_EAGER,
@@ -22,7 +23,7 @@ from bandwise.cost.terms.stages import balanced_split, last_stage_rank_layers
 from bandwise.errors import BandwiseError
 from bandwise.specs.hardware import Cluster, Device, Level
 from bandwise.specs.model import ModelSpec
-from bandwise.specs.registry import get_cluster, get_model
+from bandwise.specs.registry import get_cluster, get_engine, get_model
 from bandwise.specs.strategy import SCHEDULES, Layouts, Strategy
 
 GB = 1e9
@@ -370,6 +371,35 @@ def test_overlapped_tp_collective_hides_only_behind_its_own_gemm():
     # full recomputation runs the forward's four pairs a third time
     full = estimate(m, c, Strategy(dp_replicate=2, tp=8, micro_batch=1, global_batch=2, overlap_tp=True, recompute="full"))
     assert full.breakdown["tp"] == pytest.approx(3 * m.layers * exposed_pass, rel=1e-9)
+
+
+def test_tpu_continuation_fusion_hides_the_all_gathers_and_leaves_the_reduce_scatters():
+    """MaxText on TPU overlaps TP by XLA's continuation fusion of all-gathers (`engines.yaml`, maxtext:
+    `tp_overlap_reduce_scatter` off): forward, the all-gathers into the QKV and MLP-up einsums hide
+    behind them and the two reduce-scatters wait; backward, the output-gradient all-gathers hide behind
+    the output and MLP-down projections' input gradients and the two reduce-scatters wait. The same
+    engine on a GPU keeps the default, every collective beside its own GEMM."""
+    m, c = get_model("llama3-70b"), get_cluster("tpu-v5e")
+    s = Strategy(dp_shard=16, tp=16, micro_batch=1, global_batch=16, overlap_tp=True)
+    P = params_for(get_engine("maxtext"), c.device)
+    assert not P.tp_overlap_reduce_scatter
+    assert params_for(get_engine("maxtext"), get_cluster("h100").device).tp_overlap_reduce_scatter
+    dev, t, h, d = c.device, m.seq_len, m.hidden, m.d_head
+    peak = dev.peak("bf16") * dev.sustained_clock_ratio
+
+    def g(n: float, k: float) -> float:
+        return one(gemm_time(t, n, k, peak, dev.gemm_efficiency, dev.hbm_bandwidth, sm_count=dev.sm_count))
+
+    qkv, out = g((m.heads + 2 * m.n_kv_heads) * d / 16, h), g(h, m.heads * d / 16)
+    up, down = g(2 * m.ffn / 16, h), g(h, m.ffn / 16)
+    col = one(comm.all_gather_time(c, t * h * 2, 1, 16))
+    forward = max(0.0, col - qkv) + max(0.0, col - up) + 2 * col
+    backward = max(0.0, col - out) + max(0.0, col - down) + 2 * col
+    fused = estimate(m, c, s, P)
+    assert fused.breakdown["tp"] == pytest.approx(m.layers * (forward + backward), rel=1e-9)
+    both = estimate(m, c, s, replace(P, tp_overlap_reduce_scatter=True))
+    waits = estimate(m, c, replace(s, overlap_tp=False), P)
+    assert both.breakdown["tp"] < fused.breakdown["tp"] < waits.breakdown["tp"] == pytest.approx(m.layers * 8 * col, rel=1e-9)
 
 
 @pytest.mark.parametrize("sp", [True, False])
@@ -751,7 +781,7 @@ def test_fp8_all_gathers_move_one_byte_an_element(recompute):
     P = replace(DEFAULT_PARAMS, tp_backward_async=False)
     fp8 = estimate(m, c.placed(8), Strategy(**kw, precision="fp8"), P)
     bf16 = estimate(m, c.placed(8), Strategy(**kw, precision="bf16"), P)
-    ring = lambda nbytes: m.seq_len * m.hidden * nbytes * 7 / (8 * 400 * GB)  # noqa: E731
+    ring = lambda nbytes: m.seq_len * m.hidden * nbytes * 7 / (8 * 400 * GB)
     passes = 3 if recompute == "full" else 2
     assert fp8.comm_total_s["tp"] == pytest.approx(m.layers * passes * (2 * ring(1) + 2 * ring(2)))
     assert bf16.comm_total_s["tp"] == pytest.approx(m.layers * passes * 4 * ring(2))

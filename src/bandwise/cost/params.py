@@ -82,6 +82,13 @@ class CostParams:
     (PyTorch's TP issues a GEMM's backward collective after the GEMM's whole backward), and the
     backward counts four collectives without Megatron's re-gathers, so with GEMMs too short to hide
     anything the async backward can expose more (6 against 4) than the synchronous one."""
+    tp_overlap_reduce_scatter: bool = True
+    """Where TP overlap is on, the reduce-scatters hide behind the GEMMs that produce them as the
+    all-gathers hide behind the GEMMs they feed: Transformer Engine's userbuffers pipeline them
+    out of the output and MLP-down projections, PyTorch's async TP fuses them
+    (fused_matmul_reduce_scatter). Off: only the all-gathers are fused with the computation they
+    feed and every reduce-scatter waits, as XLA on TPU overlaps them under the flags MaxText's
+    scripts set for "continuation fusion" of all-gathers (`engines.yaml`, maxtext)."""
     fsdp_pp_unsharded: bool = True
     """Under FSDP with pipeline parallelism a stage keeps its parameters gathered (bf16) from its first
     forward to its last backward and accumulates unsharded gradients in fp32 until the last

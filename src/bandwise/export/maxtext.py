@@ -62,6 +62,13 @@ DECODERS = {
     "phi3": "llama2", "internlm2": "llama2", "granite": "llama2", "gpt2": "gpt3", "deepseek_v2": "deepseek",
 }
 REMAT = {"selective": "minimal", "full": "full"}
+ALL_GATHER_FUSION = ("--xla_tpu_enable_async_collective_fusion=true --xla_tpu_enable_async_collective_fusion_fuse_all_gather=true "
+                     "--xla_tpu_enable_async_collective_fusion_multiple_steps=true --xla_tpu_overlap_compute_collective_tc=true "
+                     "--xla_enable_async_all_gather=true")
+"""The libtpu flags of XLA's continuation fusion for all-gathers, as MaxText's TPU scripts set them
+in LIBTPU_INIT_ARGS (configs/tpu/*/*.sh; benchmarks/xla_flags_library.py, CF_FOR_ALL_GATHER): what
+`--overlap-tp` prices on a TPU (the engine behaviour `tp_overlap_reduce_scatter`). They live in the
+environment, not in the config, so the export names them in its header."""
 AXES = ("data", "stage", "fsdp", "context", "tensor", "expert")
 
 
@@ -269,6 +276,10 @@ def render(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int,
         if not gpu:
             notes.append("fp8 GEMMs: MaxText's 'fp8' quantization is for NVIDIA GPUs; this TPU config asks for it as planned")
         keys.append(("quantization", "fp8"))
+    if s.overlap_tp and s.tp > 1:
+        notes.append(f"TP overlap as planned: launch with LIBTPU_INIT_ARGS=\"{ALL_GATHER_FUSION}\"; without it every TP collective waits"
+                     if not gpu else "the plan overlaps TP's collectives with the GEMMs, which this config does not ask XLA for on GPUs: "
+                     "price it without --overlap-tp")
     text = "".join(f"{k_}: {_yaml(v)}\n" for k_, v in keys)
     return text, notes
 

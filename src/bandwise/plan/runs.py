@@ -42,6 +42,8 @@ STATED: dict[str, str] = {
     "moe_a2a_overlap": "the run states Megatron's expert-parallel all-to-all overlapped with computation (overlap_moe_expert_parallel_comm; as plan --overlap-ep)",
     "recompute_modules": "the run states the modules its selective recomputation re-runs, whatever the engine's default (the engine behaviour selective_modules)",
     "async_tp": "the run states TorchTitan's async tensor parallelism: TP collectives overlap the GEMMs (a TP group inside one NVLink domain)",
+    "xla_all_gather_fusion": "the run's XLA flags state continuation fusion of all-gathers (--xla_tpu_enable_async_collective_fusion_fuse_all_gather): "
+                             "TP collectives overlapped as its engine overlaps them (as plan --overlap-tp)",
     "ddp_local_no_overlap": "the run states Megatron's 'DDP-impl local' (2021): gradients all-reduced after the backward, not overlapped",
     "no_grad_overlap": "the run states no gradient all-reduce overlap",
     "compiled": "the run states torch.compile: the element-wise ops are fused, whatever the engine's default (as plan --compiled)",
@@ -708,6 +710,8 @@ def convert(run: dict[str, Any], sources: dict[str, Any] | None = None, engine_o
     if modules is not None:
         state("recompute_modules")
     if p.get("async_tp") and state("async_tp"):
+        overlap["tp"] = True
+    if p.get("xla_all_gather_fusion") is True and state("xla_all_gather_fusion"):
         overlap["tp"] = True
     compiled = "compile" in str(run.get("precision") or "").lower() and state("compiled")
     grad_reduce = run.get("grad_reduce")

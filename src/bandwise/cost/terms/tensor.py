@@ -84,16 +84,17 @@ def tensor_comm(m: ModelSpec, cluster: Cluster, s: Shape, groups: Groups, layer:
     # window is overstated there); an MoE layer's router and experts stand on the MLP side, half
     # behind each collective, an assumption: no source pairs grouped expert GEMMs with them.
     pair = lambda gemm, c=one: np.maximum(0.0, c - gemm)  # noqa: E731
+    gathered, scattered = overlapped_pairs(one, gather, P)
     attn_in, attn_out = layer.attn_in, layer.attn_out
 
-    def exposed(c_in: np.ndarray, c_out: np.ndarray) -> np.ndarray:  # the collectives beside the input and output GEMMs
-        dense_pairs = pair(attn_in, c_in) + pair(attn_out, c_out) + pair(layer.mlp_up, c_in) + pair(layer.mlp_down, c_out)
-        moe_pairs = pair(attn_in, c_in) + pair(attn_out, c_out) + pair(layer.moe_mlp / 2.0, c_in) + pair(layer.moe_mlp / 2.0, c_out)
+    def exposed(inputs, outputs) -> np.ndarray:  # what each collective beside the input and the output GEMMs leaves
+        dense_pairs = inputs(attn_in) + outputs(attn_out) + inputs(layer.mlp_up) + outputs(layer.mlp_down)
+        moe_pairs = inputs(attn_in) + outputs(attn_out) + inputs(layer.moe_mlp / 2.0) + outputs(layer.moe_mlp / 2.0)
         return (1 - frac_moe) * dense_pairs + frac_moe * moe_pairs
 
     # forward: the gathers feed the QKV and MLP-up GEMMs; backward: they feed the output and MLP-down projections'
     # input gradients, and the reduce-scatters leave the QKV and MLP-up ones
-    passes = {"pass_total": pass_total, "fwd_exposed": exposed(gather, one), "pass_exposed": exposed(one, gather)}
+    passes = {"pass_total": pass_total, "fwd_exposed": exposed(gathered, scattered), "pass_exposed": exposed(scattered, gathered)}
     if m.is_hybrid:
         return hybrid_tensor_comm(m, one, gather, overlappable, layer, P)
     if not P.tp_backward_async:
@@ -117,6 +118,20 @@ def tensor_comm(m: ModelSpec, cluster: Cluster, s: Shape, groups: Groups, layer:
     return TensorComm(one=one, overlappable=overlappable, bwd_exposed=bwd_exposed, bwd_total=bwd_total, **passes)
 
 
+def overlapped_pairs(one: np.ndarray, gather: np.ndarray, P: CostParams):
+    """What an overlapped all-gather and reduce-scatter leave exposed beside a GEMM of `gemm`
+    seconds: an all-gather fused into the GEMM it feeds, max(0, c - GEMM); a reduce-scatter the same
+    out of the GEMM that produces it, or all of it where only the all-gathers overlap
+    (`CostParams.tp_overlap_reduce_scatter` off: XLA's continuation fusion of all-gathers on TPU)."""
+    def gathered(gemm: np.ndarray) -> np.ndarray:
+        return np.maximum(0.0, gather - gemm)
+
+    def scattered(gemm: np.ndarray) -> np.ndarray:
+        return np.maximum(0.0, one - gemm) if P.tp_overlap_reduce_scatter else one + 0.0 * gemm
+
+    return gathered, scattered
+
+
 def hybrid_tensor_comm(m: ModelSpec, one: np.ndarray, gather: np.ndarray, overlappable: np.ndarray, layer: LayerCompute,
                        P: CostParams) -> TensorComm:
     """`tensor_comm` of a hybrid: each block's pair of collectives beside its own GEMMs (a mixer's
@@ -124,6 +139,7 @@ def hybrid_tensor_comm(m: ModelSpec, one: np.ndarray, gather: np.ndarray, overla
     L = m.layers
     att, dense, moe = m.attention_layers / L, m.n_dense_mlp_layers / L, m.moe_layers / L
     pair = lambda gemm, c=one: np.maximum(0.0, c - gemm)  # noqa: E731
+    gathered, scattered = overlapped_pairs(one, gather, P)
     mx = layer.mixers
     mixing = [(att, layer.attn_in, layer.attn_out), (m.mamba_layers / L, mx.mamba_in, mx.mamba_out),
               (m.linear_attention_layers / L, mx.linear_in, mx.linear_out)]
@@ -136,8 +152,8 @@ def hybrid_tensor_comm(m: ModelSpec, one: np.ndarray, gather: np.ndarray, overla
     # each block's all-gathers at `gather` (fp8 under fp8, `FP8_GATHER_SOURCE`): the input's forward, the output
     # gradient's backward; x_proj's all-reduce stays bf16
     passes = {"pass_total": per_layer / 2.0 * (gather + one) + x_proj * one,
-              "fwd_exposed": sum(share * (pair(g_in, gather) + pair(g_out)) for share, g_in, g_out in blocks) + x_proj * one,
-              "pass_exposed": sum(share * (pair(g_in) + pair(g_out, gather)) for share, g_in, g_out in blocks) + x_proj * one}
+              "fwd_exposed": sum(share * (gathered(g_in) + scattered(g_out)) for share, g_in, g_out in blocks) + x_proj * one,
+              "pass_exposed": sum(share * (scattered(g_in) + gathered(g_out)) for share, g_in, g_out in blocks) + x_proj * one}
     if not P.tp_backward_async:
         return TensorComm(one=one, overlappable=overlappable, **passes)
     # as `tensor_comm`, per block: the row-parallel gradient's all-gather waits, the column-parallel
