@@ -55,16 +55,21 @@ def spawn(job: str, world: int, tmp_path: Path, **args: Any) -> list[dict[str, A
 
 
 # ---- jobs --------------------------------------------------------------------------------
-def train_layouts(rank: int, world: int, *, model: str, layouts: list[dict[str, Any]], train: dict[str, Any] | None = None) -> dict[str, Any]:
+def train_layouts(rank: int, world: int, *, model: str, layouts: list[dict[str, Any]], train: dict[str, Any] | None = None,
+                  model_fields: dict[str, Any] | None = None) -> dict[str, Any]:
+    """`model_fields`: ModelSpec fields set on the preset (`tied_embeddings`)."""
+    from dataclasses import replace
+
     from bandwise.runtime.data import DataConfig
     from bandwise.runtime.train import TrainConfig, train as run
     from bandwise.specs.registry import get_model
     from bandwise.specs.strategy import Strategy
 
+    spec = replace(get_model(model), **(model_fields or {}))
     out = {}
     for layout in layouts:
         cfg = TrainConfig(**{**TINY, **(train or {})}, data=DataConfig(num_workers=0))
-        res = run(get_model(model), Strategy.from_dict(layout), cfg)
+        res = run(spec, Strategy.from_dict(layout), cfg)
         out[json.dumps(layout, sort_keys=True)] = {
             **{str(k): v for k, v in res.losses.items()},
             "val": res.val_loss,
@@ -179,9 +184,11 @@ def _routing_counts(routing: str, rank: int, E: int, N: int) -> torch.Tensor:
     raise ValueError(routing)
 
 
-def train_checkpointed(rank: int, world: int, *, layout: dict[str, Any], ckpt_dir: str, log: str, steps: int, every: int, resume: bool, kill_at: int = 0) -> dict[str, Any]:
+def train_checkpointed(rank: int, world: int, *, layout: dict[str, Any], ckpt_dir: str, log: str, steps: int, every: int, resume: bool, kill_at: int = 0,
+                       model: str = "debug-moe", model_fields: dict[str, Any] | None = None) -> dict[str, Any]:
     """Train with checkpoints; with `kill_at`, every rank SIGKILLs itself after that step."""
     import signal
+    from dataclasses import replace
 
     from bandwise.runtime.data import DataConfig
     from bandwise.runtime.train import TrainConfig, train as run
@@ -196,7 +203,7 @@ def train_checkpointed(rank: int, world: int, *, layout: dict[str, Any], ckpt_di
         **{**TINY, "steps": steps, "warmup": 1, "dtype": "fp32"}, data=DataConfig(num_workers=1, persistent_workers=False),
         checkpoint_dir=ckpt_dir, checkpoint_every=every, resume=resume, log=log,
     )
-    res = run(get_model("debug-moe"), Strategy.from_dict(layout), cfg, on_step=on_step)
+    res = run(replace(get_model(model), **(model_fields or {})), Strategy.from_dict(layout), cfg, on_step=on_step)
     return {"losses": {str(k): v for k, v in res.losses.items()}}
 
 

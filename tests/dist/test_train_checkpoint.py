@@ -70,3 +70,23 @@ def test_resume_into_another_layout_is_refused(tmp_path):
     check_layout(tmp_path, saved)  # same layout: fine
     with pytest.raises(BandwiseError, match=r"written with dp_shard=2, tp=1, ep=2 \(now dp_shard=1, tp=2, ep=1\)"):
         check_layout(tmp_path, Strategy(tp=2))
+
+
+@pytest.mark.parametrize("layout", [
+    {"dp_shard": 2, "micro_batch": 1, "global_batch": 4},  # one tied matrix in one FSDP unit
+    {"pp": 2, "micro_batch": 1, "global_batch": 4, "schedule": "1F1B"},  # its two pipeline copies
+], ids=["fsdp", "pp"])
+def test_a_tied_model_resumes_exactly(tmp_path, layout):
+    """A tied model (`runtime/parallel/tied.py`) killed after step 3 and resumed from its step-2
+    checkpoint trains steps 3 and 4 as a run that never stopped: the shared matrix, or each
+    pipeline copy, and its optimizer state come back whole."""
+    tied = dict(layout=layout, steps=4, every=2, model="debug", model_fields={"tied_embeddings": True})
+    ckpt_b, log_b, log_a = tmp_path / "ckpt_b", tmp_path / "b.jsonl", tmp_path / "a.jsonl"
+    with pytest.raises(mp.ProcessExitedException):
+        spawn("train_checkpointed", 2, tmp_path / "b1", ckpt_dir=str(ckpt_b), log=str(log_b), resume=False, kill_at=3, **tied)
+    resumed = dict(ckpt_dir=str(ckpt_b), log=str(log_b), resume=True, **tied)
+    straight = dict(ckpt_dir=str(tmp_path / "ckpt_a"), log=str(log_a), resume=False, **tied)
+    spawn("in_turn", 2, tmp_path / "b2", runs=[("train_checkpointed", resumed), ("train_checkpointed", straight)])
+    uninterrupted = _losses(log_a)
+    assert sorted(uninterrupted) == [1, 2, 3, 4]
+    assert _losses(log_b) == uninterrupted  # exact float equality, every step

@@ -117,3 +117,22 @@ def test_a_dry_run_of_a_hybrid_at_a_cut_depth_is_refused():
 
     with pytest.raises(BandwiseError, match="--layers 4: nemotron-h-8b mixes layer kinds.*leave out --layers"):
         dry_run(get_model("nemotron-h-8b"), Strategy(dp_shard=8, micro_batch=1, global_batch=8), layers=4)
+
+
+def test_a_tied_model_is_built_with_one_matrix_for_embedding_and_head():
+    """Llama 3.2 1B ties its embedding and head (tie_word_embeddings): 1,235,814,400 parameters, its
+    checkpoint's count (128,256 x 2,048 once, 16 layers of 60,821,504 and the final norm), which the
+    spec counts too (its norms included); built untied it would be 262,668,288 more. The tie
+    survives the move off `meta` that the trainer makes (`to_empty`)."""
+    spec = from_hf_config(json.loads((HF / "Llama-3.2-1B" / "config.json").read_text()))
+    assert spec.tied_embeddings
+    total, _ = _counts(spec)
+    assert total == spec.total_params == 1_235_814_400
+    untied, _ = _counts(dataclasses.replace(spec, tied_embeddings=False))
+    assert untied - total == spec.vocab * spec.hidden
+    small = dataclasses.replace(get_model("debug"), tied_embeddings=True)
+    with torch.device("meta"):
+        model = Transformer(small)
+    model.to_empty(device="cpu")
+    model.init_weights(0)
+    assert model.output.weight is model.tok_embeddings.weight

@@ -137,12 +137,16 @@ def expert_layout(module: nn.Module) -> tuple[int, int]:
     return int(getattr(module, "expert_offset", 0)), int(getattr(module, "global_experts", 0))
 
 
-def init_parameters(model: nn.Module, *, seed: int, std: float, residual_std: float, residual_names: tuple[str, ...]) -> None:
+def init_parameters(model: nn.Module, *, seed: int, std: float, residual_std: float, residual_names: tuple[str, ...],
+                    aliases: dict[str, str] | None = None) -> None:
     """Initialise every parameter of `model` (or of one pipeline part of it) in place.
 
     Matrices get N(0, std), those whose name ends in `residual_names` N(0, residual_std);
-    vectors (norm weights) get ones. Values depend on (seed, global name, global index) only.
+    vectors (norm weights) get ones. Values depend on (seed, global name, global index) only;
+    `aliases` maps a name to the one whose values it takes (a tied output head: its copy on
+    another pipeline stage starts equal to the embedding).
     """
+    aliases = aliases or {}
     for mod_name, module in model.named_modules():
         offset0, experts = expert_layout(module)
         for p_name, p in module.named_parameters(recurse=False):
@@ -154,4 +158,4 @@ def init_parameters(model: nn.Module, *, seed: int, std: float, residual_std: fl
             if experts:
                 global_shape = (experts, *global_shape[1:])
             s = residual_std if name.endswith(residual_names) else std
-            fill_normal(p, key=param_key(seed, name), std=s, global_shape=global_shape, offset0=offset0)
+            fill_normal(p, key=param_key(seed, aliases.get(name, name)), std=s, global_shape=global_shape, offset0=offset0)

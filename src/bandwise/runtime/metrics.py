@@ -88,22 +88,26 @@ def peak_memory_bytes(device: torch.device) -> float:
 
 
 @torch.no_grad()
-def grad_norm_and_clip(params: list[torch.nn.Parameter], max_norm: float, *, ep_params: set[int], ep_group=None, pp_group=None, distributed: bool) -> float:
+def grad_norm_and_clip(params: list[torch.nn.Parameter], max_norm: float, *, ep_params: set[int], ep_group=None, pp_group=None,
+                       distributed: bool, skip: set[int] | None = None) -> float:
     """Global L2 norm of all gradients, then scale them to at most `max_norm` (0: no clipping).
 
     Sharded (DTensor) gradients are reduced over their own mesh; expert-parallel gradients hold
     different experts per EP rank and are summed over the EP group; pipeline stages hold
-    different layers and are summed over the pipeline group.
+    different layers and are summed over the pipeline group. `skip`: ids of parameters that are
+    copies of another one counted already (a tied head on the last pipeline stage); they are
+    clipped, not counted.
     """
     grads = [p for p in params if p.grad is not None]
-    if not distributed:
+    counted = [p for p in grads if id(p) not in (skip or set())]
+    if not distributed and len(counted) == len(grads):
         total = torch.nn.utils.clip_grad_norm_(grads, max_norm if max_norm > 0 else math.inf, foreach=True)
         return float(total)
     # On the gradients' device: NCCL reduces only device tensors.
     device = grads[0].device if grads else torch.device("cpu")
     sq_shared = torch.zeros((), dtype=torch.float64, device=device)
     sq_expert = torch.zeros((), dtype=torch.float64, device=device)
-    for p in grads:
+    for p in counted:
         n = torch.linalg.vector_norm(p.grad, dtype=torch.promote_types(p.grad.dtype, torch.float32))
         if isinstance(n, DTensor):
             n = n.full_tensor()

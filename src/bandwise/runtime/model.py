@@ -3,9 +3,11 @@
 RMSNorm (Zhang & Sennrich 2019), rotary position embedding (Su et al. 2021, "RoFormer", eq. 34),
 grouped-query attention (Ainslie et al. 2023) or DeepSeek's multi-head latent attention, through
 `scaled_dot_product_attention` (which takes the flash / memory-efficient kernel when the device
-has one), SwiGLU (Shazeer 2020) or GPT's GELU MLP. Models with tied embeddings are built untied
-(Megatron-LM likewise keeps a copy of the embedding with the output layer under pipeline
-parallelism); DeepSeek-V3's multi-token-prediction module is not built. The layout
+has one), SwiGLU (Shazeer 2020) or GPT's GELU MLP. A model with tied embeddings has one matrix
+for the embedding and the output head (Press & Wolf 2017); under pipeline parallelism the first
+and last stages each hold a copy, which start equal and take the sum of both gradients after
+every backward, so they stay equal (`parallel/tied.py`, Megatron-LM's way).
+DeepSeek-V3's multi-token-prediction module is not built. The layout
 follows the Llama reference and torchtitan: blocks live in a `ModuleDict` keyed by their global
 index, so a pipeline stage that deletes the other blocks keeps the same parameter names (and
 checkpoints stay layout-independent). Every module is optional in `forward`, so a pipeline stage
@@ -236,6 +238,10 @@ class Block(nn.Module):
         return h
 
 
+TIED_EMBEDDING, TIED_HEAD = "tok_embeddings.weight", "output.weight"
+"""The names of a tied model's one matrix in the embedding and in the output head."""
+
+
 class Transformer(nn.Module):
     def __init__(self, spec: ModelSpec, cfg: ModelConfig | None = None) -> None:
         super().__init__()
@@ -248,10 +254,22 @@ class Transformer(nn.Module):
         self.layers = nn.ModuleDict({str(i): Block(spec, cfg, i, kind, masks) for i, kind in enumerate(layer_kinds(spec))})
         self.norm: nn.Module | None = RMSNorm(spec.hidden, cfg.norm_eps)
         self.output: nn.Module | None = nn.Linear(spec.hidden, spec.vocab, bias=False)
+        self.tie_head()
         # Not persistent: derived from the spec, and a pipeline stage may hold no block at all.
         self.register_buffer("rope", rope_tables(spec.seq_len, self.rope_dim(spec), cfg.rope_theta), persistent=False)
         if not self.rope.is_meta:  # built on `meta`, the trainer initialises after sharding
             self.init_weights()
+
+    def tie_head(self) -> None:
+        """Point the head at the embedding's matrix, where this part holds both ends of a tied model."""
+        if self.spec.tied_embeddings and self.tok_embeddings is not None and self.output is not None:
+            self.output.weight = self.tok_embeddings.weight
+
+    def _apply(self, fn, recurse=True):  # nn.Module's signature
+        # moving off `meta` (`to_empty`) gives each module a Parameter of its own: tie them again
+        out = super()._apply(fn, recurse)
+        self.tie_head()
+        return out
 
     @staticmethod
     def rope_dim(spec: ModelSpec) -> int:
@@ -269,6 +287,7 @@ class Transformer(nn.Module):
         init_parameters(
             self, seed=seed, std=std, residual_std=std / (2 * self.spec.layers) ** 0.5,
             residual_names=("wo.weight", "w2.weight", "w2", "out_proj.weight"),
+            aliases={TIED_HEAD: TIED_EMBEDDING} if self.spec.tied_embeddings else None,
         )
         for m in self.modules():
             if isinstance(m, Mamba2Mixer):

@@ -53,8 +53,9 @@ from bandwise.runtime.ops import cross_entropy
 from bandwise.runtime.parallel.apply import Parallel, parallelize
 from bandwise.runtime.parallel.expert import expert_parameters
 from bandwise.runtime.parallel.mesh import Meshes, build_meshes, check_runtime_support
-from bandwise.runtime.parallel.pipeline import build_schedule, run_step, warm_up
+from bandwise.runtime.parallel.pipeline import build_schedule, last_stage_rank, run_step, warm_up
 from bandwise.runtime.parallel.tensor import vocab_shard
+from bandwise.runtime.parallel.tied import duplicate_copies, sum_tied_grads
 from bandwise.specs.model import ModelSpec
 from bandwise.specs.strategy import V_SHAPED, Strategy
 
@@ -285,8 +286,12 @@ def _run(spec, strategy, cfg, splits, device, rank, world, on_step, out) -> RunR
     loss_fn = make_loss_fn(meshes, strategy, spec)
 
     schedule = None
+    tied_group = None
     if pp:
         schedule = build_schedule(parts, par.stage_ids, strategy, device=device, group=meshes.pp_group(), loss_fn=loss_fn)
+        if spec.tied_embeddings:  # the copies of the first and the last stage (`parallel/tied.py`)
+            tied_group = meshes.tied_group(last_stage_rank(strategy))
+    duplicates = duplicate_copies(parts)
     warmed = not pp
 
     start = 0
@@ -345,6 +350,7 @@ def _run(spec, strategy, cfg, splits, device, rank, world, on_step, out) -> RunR
                             warmed = True
                         mb_losses: list[torch.Tensor] = []
                         run_step(schedule, x, y, first=first_stage, last=last_stage, losses=mb_losses)
+                        sum_tied_grads(parts, tied_group)
                         if last_stage:
                             local = torch.stack([l.detach().double() for l in mb_losses]).mean()
                     else:
@@ -361,7 +367,7 @@ def _run(spec, strategy, cfg, splits, device, rank, world, on_step, out) -> RunR
                     local = local / n_loss_holders
                 loss_value = float(local)
                 norm = grad_norm_and_clip(
-                    params, cfg.grad_clip, ep_params=ep_params, distributed=meshes is not None,
+                    params, cfg.grad_clip, ep_params=ep_params, distributed=meshes is not None, skip=duplicates,
                     ep_group=meshes.ep_group() if meshes is not None and strategy.ep > 1 else None,
                     pp_group=meshes.pp_group() if pp else None,
                 )

@@ -2,7 +2,8 @@
 per transformer block, the token embedding and the final norm with the output head as units of
 their own (TorchTitan's grouping), then the root; HSDP (replicate × shard) when dp_replicate > 1.
 
-The embedding and the head are units of their own because the root unit's parameters are
+A tied model's embedding, norm and head form one unit (`parallel/tied.py`). Otherwise the
+embedding and the head are units of their own because the root unit's parameters are
 gathered by the root's pre-forward and resharded only after the whole forward: left in the root,
 both vocabulary-sized matrices stay gathered through every layer's forward and backward (Llama 3
 8B: 2 GiB in bf16 beside the two layers the planner counts).
@@ -23,6 +24,7 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import Shard
 
 from bandwise.runtime.moe import GroupedExperts
+from bandwise.runtime.parallel.tied import tied
 
 # Newer torch warns once a step that a unit "returned a view tensor" (an in-place op on it would skip
 # the unit's pre-backward hook). The head's unit returns the logits as a view of its matmul; nothing
@@ -55,6 +57,13 @@ def apply_fsdp(
                 fully_shard(experts, mesh=expert_mesh, mp_policy=mp, reshard_after_forward=reshard_after_forward,
                             shard_placement_fn=_expert_placement(expert_mesh.size()))
         fully_shard(block, mesh=dp_mesh, mp_policy=mp, reshard_after_forward=reshard_after_forward, ignored_params=ignored or None)
+    ends = [m for m in (getattr(model, "tok_embeddings", None), getattr(model, "norm", None), getattr(model, "output", None)) if m is not None]
+    if tied(model) and model.tok_embeddings is not None and model.output is not None:
+        # one matrix in two modules: one unit holds both (TorchTitan's grouping of a tied model,
+        # torchtitan/distributed/fsdp.py), gathered from the embedding's forward to the head's backward
+        fully_shard(ends, mesh=dp_mesh, mp_policy=mp, reshard_after_forward=False)
+        fully_shard(model, mesh=dp_mesh, mp_policy=mp, reshard_after_forward=reshard_after_forward, ignored_params=ignored or None)
+        return
     if getattr(model, "tok_embeddings", None) is not None:
         fully_shard(model.tok_embeddings, mesh=dp_mesh, mp_policy=mp, reshard_after_forward=reshard_after_forward)
         # an embedding's backward reads only the token ids: no need to gather its weight again

@@ -101,6 +101,21 @@ class Meshes:
     def ep_rank(self) -> int:
         return self.expert.get_local_rank("ep") if self.expert is not None else 0
 
+    def tied_group(self, last_pp_rank: int):
+        """This rank's group of the pipeline ranks holding the first and the last stage (a tied
+        embedding's two copies, `parallel/tied.py`), one per pipeline group; None where the last
+        stage is on pipeline rank 0 (V-shaped schedules). `dist.new_group` is collective: every
+        rank makes every pair, in the same order."""
+        if last_pp_rank == 0:
+            return None
+        mine = None
+        for column in self.dense.mesh.reshape(self.strategy.pp, -1).T.tolist():
+            pair = [column[0], column[last_pp_rank]]
+            group = dist.new_group(pair)
+            if dist.get_rank() in pair:
+                mine = group
+        return mine
+
 
 def build_meshes(s: Strategy, device_type: str) -> Meshes:
     world = dist.get_world_size()

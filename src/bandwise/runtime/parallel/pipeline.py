@@ -39,6 +39,12 @@ def stage_ids(pp_rank: int, s: Strategy) -> list[int]:
     return [pp_rank + k * s.pp for k in range(s.virtual_stages)]
 
 
+def last_stage_rank(s: Strategy) -> int:
+    """The pipeline rank that runs the last stage: pp - 1, or 0 under a V-shaped schedule."""
+    last = s.pp * s.virtual_stages - 1
+    return next(r for r in range(s.pp) if last in stage_ids(r, s))
+
+
 def layer_ranges(layers: int, stages: int) -> list[range]:
     base, extra = divmod(layers, stages)
     out, start = [], 0

@@ -75,6 +75,7 @@ def apply_tensor_parallel(model: nn.Module, tp_mesh: DeviceMesh) -> None:
         top["output"] = ColwiseParallel(input_layouts=Shard(1), output_layouts=Shard(-1), use_local_output=True)
     if top:
         parallelize_module(model, tp_mesh, top)
+        model.tie_head()  # the head took a DTensor of its own: share the embedding's again (both Shard(0))
     for block in model.layers.values():
         plan: dict[str, object] = {}
         if block.attention is not None:
