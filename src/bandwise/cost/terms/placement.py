@@ -78,7 +78,11 @@ class LocalParams:
             dense_layer=m.non_expert_layer_params / m.layers / tp,
             expert_layer=m.routed_expert_params_total / m.layers / expert_split,
             emb=m.embedding_params / tp,
-            out=np.full_like(tp, 0.0 if m.tied_embeddings else m.output_params) / tp,
+            # a tied head is the embedding's matrix, except on a pipeline's last stage, which holds a copy
+            # of its own whose gradients are summed with the first stage's (Megatron-LM's
+            # _allreduce_word_embedding_grads, megatron/core/distributed/finalize_model_grads.py;
+            # bandwise's trainer, runtime/parallel/tied.py)
+            out=np.where(m.tied_embeddings & (s.pp == 1), 0.0, float(m.output_params)) / tp,
             expert_split=expert_split, expert_dp=expert_dp, expert_fsdp=expert_fsdp,
             shard_dense=np.select([zero == 3, zero >= 1], [dps * cp, dpr * cp], 1.0),
             shard_expert=np.select([zero == 3, zero >= 1], [expert_fsdp, expert_dp], 1.0),

@@ -106,8 +106,8 @@ def stage_compute(m: ModelSpec, dev: Device, s: Shape, schedule: np.ndarray, rec
     layer_recompute = np.select([rec == FULL, rec == SELECTIVE], [layer.fwd, layer.selective], 0.0)
     # each micro-batch's backward folds its weight gradients into the step's accumulator outside
     # the GEMMs where the framework does so (`CostParams.grad_accumulation_bytes`): per layer, and on
-    # the head's rank for the output layer's weights and, where the same rank holds it, the embedding's
-    # (a tied head's copy on a last stage of its own is not counted: its ModelSpec has no output_params)
+    # the head's rank for the output layer's weights (a tied head's copy under a pipeline, `LocalParams`)
+    # and, where the same rank holds it, the embedding's
     adds = np.where(P.grad_accumulation_skips_first, (n_mb - 1.0) / n_mb, 1.0)  # adds per micro-batch, on average
     accumulate = adds * P.grad_accumulation_bytes / (dev.hbm_bandwidth * P.hbm_efficiency)
     unit = layer.fwd + layer.bwd + layer.kernel_gaps + accumulate * (local.dense_layer + local.expert_layer) + layer_recompute
