@@ -57,22 +57,20 @@ def apply_fsdp(
                 fully_shard(experts, mesh=expert_mesh, mp_policy=mp, reshard_after_forward=reshard_after_forward,
                             shard_placement_fn=_expert_placement(expert_mesh.size()))
         fully_shard(block, mesh=dp_mesh, mp_policy=mp, reshard_after_forward=reshard_after_forward, ignored_params=ignored or None)
-    ends = [m for m in (getattr(model, "tok_embeddings", None), getattr(model, "norm", None), getattr(model, "output", None)) if m is not None]
     if tied(model) and model.tok_embeddings is not None and model.output is not None:
         # one matrix in two modules: one unit holds both (TorchTitan's grouping of a tied model,
         # torchtitan/distributed/fsdp.py), gathered from the embedding's forward to the head's backward
-        fully_shard(ends, mesh=dp_mesh, mp_policy=mp, reshard_after_forward=False)
-        fully_shard(model, mesh=dp_mesh, mp_policy=mp, reshard_after_forward=reshard_after_forward, ignored_params=ignored or None)
-        return
-    if getattr(model, "tok_embeddings", None) is not None:
-        fully_shard(model.tok_embeddings, mesh=dp_mesh, mp_policy=mp, reshard_after_forward=reshard_after_forward)
-        # an embedding's backward reads only the token ids: no need to gather its weight again
-        # (`FSDPModule.set_unshard_in_backward`, whose docstring names this case)
-        if hasattr(model.tok_embeddings, "set_unshard_in_backward"):
-            model.tok_embeddings.set_unshard_in_backward(False)
-    last = [m for m in (getattr(model, "norm", None), getattr(model, "output", None)) if m is not None]
-    if last:  # the backward starts here: resharding after the forward would gather it again at once
-        fully_shard(last, mesh=dp_mesh, mp_policy=mp, reshard_after_forward=False)
+        fully_shard([model.tok_embeddings, model.norm, model.output], mesh=dp_mesh, mp_policy=mp, reshard_after_forward=False)
+    else:
+        if getattr(model, "tok_embeddings", None) is not None:
+            fully_shard(model.tok_embeddings, mesh=dp_mesh, mp_policy=mp, reshard_after_forward=reshard_after_forward)
+            # an embedding's backward reads only the token ids: no need to gather its weight again
+            # (`FSDPModule.set_unshard_in_backward`, whose docstring names this case)
+            if hasattr(model.tok_embeddings, "set_unshard_in_backward"):
+                model.tok_embeddings.set_unshard_in_backward(False)
+        last = [m for m in (getattr(model, "norm", None), getattr(model, "output", None)) if m is not None]
+        if last:  # the backward starts here: resharding after the forward would gather it again at once
+            fully_shard(last, mesh=dp_mesh, mp_policy=mp, reshard_after_forward=False)
     fully_shard(model, mesh=dp_mesh, mp_policy=mp, reshard_after_forward=reshard_after_forward, ignored_params=ignored or None)
 
 
