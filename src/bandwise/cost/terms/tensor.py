@@ -127,7 +127,7 @@ def overlapped_pairs(one: np.ndarray, gather: np.ndarray, P: CostParams):
         return np.maximum(0.0, gather - gemm)
 
     def scattered(gemm: np.ndarray) -> np.ndarray:
-        return np.maximum(0.0, one - gemm) if P.tp_overlap_reduce_scatter else one + 0.0 * gemm
+        return np.maximum(0.0, one - gemm) if P.tp_overlap_reduce_scatter else one
 
     return gathered, scattered
 
