@@ -280,6 +280,9 @@ def render(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int,
         notes.append(f"TP overlap as planned: launch with LIBTPU_INIT_ARGS=\"{ALL_GATHER_FUSION}\"; without it every TP collective waits"
                      if not gpu else "the plan overlaps TP's collectives with the GEMMs, which this config does not ask XLA for on GPUs: "
                      "price it without --overlap-tp")
+    elif s.tp > 1 and not gpu:
+        notes.append("priced with every TP collective waiting; MaxText's TPU scripts fuse TP's all-gathers into their einsums "
+                     "(continuation fusion in LIBTPU_INIT_ARGS): plan with --overlap-tp to price and launch that")
     text = "".join(f"{k_}: {_yaml(v)}\n" for k_, v in keys)
     return text, notes
 
