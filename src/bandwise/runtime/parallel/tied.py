@@ -58,9 +58,6 @@ def sum_tied_grads(parts: list[nn.Module], group) -> None:
     mine = copies(parts)
     if not mine:
         return
-    for p in mine:
-        if p.grad is None:  # a copy the step did not reach adds nothing
-            p.grad = torch.zeros_like(p)
     total = torch.stack([_local(p.grad) for p in mine]).sum(0)
     if group is not None:
         dist.all_reduce(total, group=group)
