@@ -126,9 +126,9 @@ def test_stated_network_builds_the_cluster():
     ],
 )
 def test_network_units_are_read_case_sensitively(text, per_gpu):
-    from bandwise.plan.runs import _per_gpu_network
+    from bandwise.plan.runs import per_gpu_network
 
-    got = _per_gpu_network(text, 8)
+    got = per_gpu_network(text, 8)
     assert got == (pytest.approx(per_gpu) if per_gpu else None)
 
 
@@ -350,7 +350,9 @@ def test_nothing_is_keyed_to_a_source_name():
     import bandwise.plan.runs as runs_module
     import bandwise.plan.validate as validate_module
 
-    code = Path(runs_module.__file__).read_text() + Path(validate_module.__file__).read_text()
+    readers = sorted(Path(runs_module.__file__).parent.glob("run_*.py"))
+    assert len(readers) >= 5, readers  # fields, hardware, model, layout, stated
+    code = "".join(p.read_text() for p in [Path(runs_module.__file__), Path(validate_module.__file__), *readers])
     named = [src for src in SOURCES if f'"{src}"' in code or f"'{src}'" in code]
     assert not named, named
     assert not hasattr(runs_module, "PARAM_SWITCHES") and not hasattr(runs_module, "SWITCHES")

@@ -1,0 +1,64 @@
+"""A published run's `hardware` section -> the Cluster it ran on."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from typing import Any
+
+from bandwise.errors import BandwiseError
+from bandwise.plan.run_fields import count, per_gpu_network, watts as read_watts
+from bandwise.specs.hardware import SLICE_SHAPES, Cluster, torus_slice
+from bandwise.specs.registry import cluster_for_accelerator
+
+H100_HBM2E_BANDWIDTH = 2.4e12
+"""TorchTitan's 96 GB HBM2e H100: "2.4 TB/sec peak memory bandwidth" (its H100 benchmark doc, "Hardware")."""
+H100_HBM2E_BYTES = 95 * 2**30
+"""TorchTitan's "96GB HBM2e" H100 as the device reports it: "NVIDIA H100 GPUs with 95 GiB memory" (an
+earlier version of the same benchmark doc, benchmarks/llama3_h100_202412_torchtitan.md)."""
+
+
+def read_cluster(run: dict[str, Any], devices: int, notes: list[str], completed: list[str]) -> Cluster:
+    """The run's `hardware` section as a Cluster: its accelerator's preset with what the run states changed
+    (a TPU slice's shape, a power limit, the NVLink domain, a stated network); an unstated network between
+    nodes is added to `completed`."""
+    hw = run.get("hardware") or {}
+    acc = str(hw.get("accelerator") or "")
+    a = acc.lower()
+    cluster = cluster_for_accelerator(acc)
+    if cluster.levels[0].is_torus:
+        # a TPU slice: its torus is the job's own, of the shape its chip count takes
+        chips = count(hw.get("chips_per_slice"), "hardware.chips_per_slice") or devices
+        pod = cluster.levels[0]
+        sliced = pod if chips == pod.size else torus_slice(pod, chips)
+        if sliced is None:
+            known = [n for n in SLICE_SHAPES.get(len(pod.torus_dims), {}) if n <= pod.size]
+            raise BandwiseError(f"run {run.get('id')}: no known {cluster.device.name} slice shape for {chips} chips; known: {', '.join(map(str, known))}")
+        return replace(cluster, levels=(sliced, *cluster.levels[1:]))
+    if cluster.device.name == "h100-sxm" and "96gb" in a.replace(" ", ""):
+        # TorchTitan's H100 SXM with 96 GB HBM2e (benchmarks/llama3_h100_202412_torchtitan.md,
+        # "Hardware": 96GB HBM2e with 2.4 TB/sec peak memory bandwidth); its 500 W limit is the run's `power`
+        cluster = cluster.with_device(name="h100-sxm-96g", hbm_bytes=H100_HBM2E_BYTES, hbm_bandwidth=H100_HBM2E_BANDWIDTH)
+        notes.append(f"H100 96GB HBM2e: HBM {H100_HBM2E_BANDWIDTH / 1e12:.1f} TB/s, as TorchTitan states")
+    if hw.get("power") is not None:
+        watts = read_watts(hw.get("power"), "hardware.power")
+        dev = cluster.device
+        limited = dev.power_limited(watts)
+        cluster = replace(cluster, device=replace(limited, name=f"{dev.name}-{watts:g}w"))
+        notes.append(f"power limit {watts:g} W: GEMMs at {limited.sustained_clock_ratio / dev.sustained_clock_ratio:.3f} of the clock "
+                     f"held at {dev.power_curve.rated_w:g} W (the device's measured power_curve)")
+    gpn = count(hw.get("gpus_per_node"), "hardware.gpus_per_node") or cluster.levels[0].size
+    domain = count(hw.get("nvlink_domain"), "hardware.nvlink_domain")
+    if domain and domain != cluster.levels[0].size:
+        cluster = cluster.with_level(0, size=domain)
+    intra = str(hw.get("intra_node") or "")
+    m = re.search(r"(\d+)\s*GB/s", intra)
+    if m:  # a stated achieved NVLink figure (DeepSeek-V3 Sec. 3.2.2: 160 GB/s on H800)
+        cluster = cluster.with_level(0, bandwidth=float(m.group(1)) * 1e9)
+    net = per_gpu_network(str(hw.get("inter_node") or ""), gpn)
+    if net is None:
+        if devices > cluster.levels[0].size:
+            completed.append("interconnect")
+    elif abs(net - cluster.levels[1].bandwidth) > 1e6:
+        cluster = cluster.with_level(1, bandwidth=net)
+    return cluster

@@ -1,0 +1,75 @@
+"""A published run's `model` section -> the ModelSpec it trained."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from bandwise.errors import BandwiseError
+from bandwise.plan.run_fields import count, digits, maxtext_dims, need_count
+from bandwise.specs.model import ModelSpec, brief
+
+GPT2_VOCAB = 50272
+"""GPT-2 BPE vocabulary as padded in the OPT configs (Zhang et al. 2022; noted in the data's flops_note)."""
+
+
+def read_model(run: dict[str, Any], case_notes: list[str]) -> ModelSpec:
+    """The run's `model` section as a ModelSpec; what it leaves unstated takes the default named in `case_notes`."""
+    m = run.get("model") or {}
+    rid = run.get("id", "?")
+    scale = re.search(r"global_parameter_scale=(\d+)", str(m.get("name", "")))
+    if scale:  # a MaxText model named by its scale: base.yml's dims scaled, embeddings tied (logits_via_embedding)
+        dims = maxtext_dims(digits(scale.group(1), "global_parameter_scale"))
+        stated = {k: m.get(k) for k in dims}
+        if any(v is not None and v != dims[k] for k, v in stated.items()):
+            raise BandwiseError(f"run {brief(rid)}: model dims {brief(stated, 200)} disagree with MaxText's scale rule {dims}")
+        m = {"tied_embeddings": True, **m, **dims}
+    hidden, heads = need_count(m, "hidden", "model.hidden"), need_count(m, "heads", "model.heads")
+    ffn_type = str(m.get("ffn_type") or "").lower()
+    # SwiGLU/GeGLU have three matrices; GELU, ReLU, squared-ReLU two. Unstated: GPT's GELU for dense
+    # models, SwiGLU experts for MoE (the data set's own FLOP count assumes 3·h·expert_ffn).
+    gated = "glu" in ffn_type or (not ffn_type and bool(m.get("moe")))
+    kw: dict[str, Any] = dict(
+        name=str(m.get("name") or rid), layers=need_count(m, "layers", "model.layers"), hidden=hidden, heads=heads,
+        kv_heads=count(m.get("kv_heads"), "model.kv_heads") or 0, head_dim=count(m.get("head_dim"), "model.head_dim") or 0, gated_mlp=gated,
+        tied_embeddings=bool(m.get("tied_embeddings")), dropout=bool(m.get("dropout")),
+        alibi="alibi" in str(m.get("position") or "").lower(),
+    )
+    if not m.get("ffn_type"):
+        case_notes.append("MLP type not stated: " + ("SwiGLU experts" if gated else "GELU 2-matrix (GPT default)"))
+    ffn = count(m.get("ffn"), "model.ffn", least=1)
+    moe = m.get("moe") or {}
+    if ffn is None and not moe:
+        ffn = 4 * hidden
+        case_notes.append("ffn not stated: 4h (Megatron GPT default)")
+    if count(m.get("kv_heads")) is None:
+        case_notes.append("kv_heads not stated: MHA")
+    vocab = count(m.get("vocab"), "model.vocab", least=1)
+    if vocab is None:
+        vocab = GPT2_VOCAB
+        case_notes.append(f"vocab not stated: GPT-2 BPE {GPT2_VOCAB}")
+    kw["vocab"] = vocab
+    seq = count(m.get("seq_len"), "model.seq_len", least=1)
+    if seq is None:
+        seq = 8192
+        case_notes.append("seq_len not stated: 8192 (TorchTitan's Llama 3 default)")
+    kw["seq_len"] = seq
+    if moe:
+        kw.update(
+            experts=need_count(moe, "num_experts", "model.moe.num_experts"), top_k=need_count(moe, "top_k", "model.moe.top_k"),
+            expert_ffn=need_count(moe, "expert_ffn", "model.moe.expert_ffn"),
+            shared_experts=count(moe.get("shared_experts"), "model.moe.shared_experts") or 0,
+            shared_expert_ffn=count(moe.get("shared_expert_ffn"), "model.moe.shared_expert_ffn") or 0,
+            dense_layers=count(moe.get("dense_layers"), "model.moe.dense_layers") or 0,
+        )
+        grouped = re.search(r"group-limited \((\d+) groups, top-(\d+)\)", str(moe.get("router") or ""))
+        if grouped:  # DeepSeek-V3 Sec. 3.2.2: each token's experts on at most top-g of the node groups
+            kw.update(expert_groups=digits(grouped.group(1), "model.moe.router"), groups_per_token=digits(grouped.group(2), "model.moe.router"))
+        ffn = ffn or kw["expert_ffn"]  # no dense layer uses it when dense_layers == 0
+    kw["ffn"] = ffn
+    kw["mtp_depth"] = count(m.get("mtp_depth"), "model.mtp_depth") or 0
+    mla = re.search(r"MLA \(q_lora (\d+), kv_lora (\d+), qk_nope (\d+), qk_rope (\d+), v (\d+)\)", str(m.get("attention") or ""))
+    if mla:
+        q, kv, nope, rope, v = (digits(g, "model.attention") for g in mla.groups())
+        kw.update(q_lora_rank=q, kv_lora_rank=kv, qk_nope_head_dim=nope, qk_rope_head_dim=rope, v_head_dim=v, head_dim=0)
+    return ModelSpec(**kw, source=f"published run {rid}")

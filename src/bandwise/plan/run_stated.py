@@ -1,0 +1,94 @@
+"""What a published run states of its own job beyond its layout -> the flags `plan` would take.
+
+Each `STATED` key is a statement a run (or its source's conventions) may make: a flag it ran with,
+its precision, its compile mode. `read_stated` applies each as stated, as `plan`'s flags would, and
+records which it found so that the prediction's notes name them. What an engine does by itself is
+the engine's (`specs/presets/engines.yaml`), never keyed here to a source.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from bandwise.cost.params import GRAD_REDUCE
+from bandwise.errors import BandwiseError
+from bandwise.plan.run_fields import parse_precision, recompute_modules
+from bandwise.specs.model import brief
+
+STATED: dict[str, str] = {
+    "tp_comm_overlap": "the source or run states Megatron's --tp-comm-overlap: TP collectives overlap the GEMMs (a TP group inside one NVLink domain)",
+    "moe_a2a_overlap": "the run states Megatron's expert-parallel all-to-all overlapped with computation (overlap_moe_expert_parallel_comm; as plan --overlap-ep)",
+    "recompute_modules": "the run states the modules its selective recomputation re-runs, whatever the engine's default (the engine behaviour selective_modules)",
+    "async_tp": "the run states TorchTitan's async tensor parallelism: TP collectives overlap the GEMMs (a TP group inside one NVLink domain)",
+    "xla_all_gather_fusion": "the run's XLA flags state continuation fusion of all-gathers (--xla_tpu_enable_async_collective_fusion_fuse_all_gather): "
+                             "TP collectives overlapped as its engine overlaps them (as plan --overlap-tp)",
+    "ddp_local_no_overlap": "the run states Megatron's 'DDP-impl local' (2021): gradients all-reduced after the backward, not overlapped",
+    "no_grad_overlap": "the run states no gradient all-reduce overlap",
+    "compiled": "the run states torch.compile: the element-wise ops are fused, whatever the engine's default (as plan --compiled)",
+    "grad_reduce": "the run states the dtype its gradients are kept and reduced in, whatever the engine's default (as plan --grad-reduce)",
+}
+"""What a run may state of its own job beyond its layout, as `plan`'s flags would: each is applied to
+the run as stated and named in its notes. What an engine does by itself is the engine's
+(`specs/presets/engines.yaml`), never keyed here to a source."""
+
+
+@dataclass(kw_only=True, slots=True)
+class Stated:
+    """What a run states of its job, read into `plan`'s flags."""
+
+    precision: str
+    """The training precision ('bf16', 'fp8'); bf16 where the run does not say."""
+    overlap: dict[str, bool] = field(default_factory=dict)
+    """Overlap switches the run states (Strategy.overlap_* by dimension)."""
+    compiled: bool = False
+    """The run states torch.compile (element-wise ops fused), as `plan --compiled`."""
+    grad_reduce: str | None = None
+    """The dtype the run states its gradients are kept and reduced in, as `plan --grad-reduce`; None: its engine's."""
+    selective_modules: tuple[str, ...] | None = None
+    """The modules its selective recomputation re-runs, as the engine behaviour `selective_modules`; None: its engine's."""
+    names: list[str] = field(default_factory=list)
+    """The `STATED` keys found, in the order read."""
+
+
+def read_stated(run: dict[str, Any], conventions: str, recompute: str | None, notes: list[str]) -> Stated:
+    """What `run` (and its source's `conventions`) state of the job, its layout recomputing as `recompute`;
+    assumptions are appended to `notes`."""
+    rid = str(run.get("id") or "?")
+    p = run.get("parallelism") or {}
+    found: list[str] = []
+    overlap: dict[str, bool] = {}
+
+    def state(name: str) -> bool:
+        if name not in found:
+            found.append(name)
+        return True
+
+    zf = str(p.get("zero_or_fsdp") or "").lower()
+    if "ddp-impl local" in zf and state("ddp_local_no_overlap"):
+        overlap["dp"] = False
+    if "no grad all-reduce overlap" in zf and state("no_grad_overlap"):
+        overlap["dp"] = False
+    precision = parse_precision(run.get("precision"))
+    if precision is None:
+        precision = "bf16"
+        notes.append("precision not stated: bf16")
+    if ("--tp-comm-overlap" in conventions or p.get("tp_comm_overlap") is True) and state("tp_comm_overlap"):
+        overlap["tp"] = True
+    if p.get("moe_a2a_overlap") is True and state("moe_a2a_overlap"):
+        overlap["ep"] = True
+    modules = recompute_modules(p.get("recompute_modules"), recompute, rid)
+    if modules is not None:
+        state("recompute_modules")
+    if p.get("async_tp") and state("async_tp"):
+        overlap["tp"] = True
+    if p.get("xla_all_gather_fusion") is True and state("xla_all_gather_fusion"):
+        overlap["tp"] = True
+    compiled = "compile" in str(run.get("precision") or "").lower() and state("compiled")
+    grad_reduce = run.get("grad_reduce")
+    if grad_reduce is not None:
+        if grad_reduce not in GRAD_REDUCE:
+            raise BandwiseError(f"run {brief(rid)}: grad_reduce {brief(grad_reduce)}: write one of {', '.join(GRAD_REDUCE)}")
+        state("grad_reduce")
+    return Stated(precision=precision, overlap=overlap, compiled=compiled, grad_reduce=grad_reduce,
+                  selective_modules=modules, names=found)

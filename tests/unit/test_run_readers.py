@@ -1,0 +1,153 @@
+"""Each section reader of a published run, alone: `run_model`, `run_hardware`, `run_layout`, `run_stated`.
+
+The expected values come from the run's own fields by the arithmetic the sources state (dp =
+devices / (tp·pp·cp), Megatron's micro-batches, MaxText's per-chip batch), not from the readers.
+"""
+
+from __future__ import annotations
+
+import pytest
+from published import SOURCES
+
+from bandwise.errors import BandwiseError
+from bandwise.plan.run_hardware import read_cluster
+from bandwise.plan.run_layout import SCHEDULE_CHOICES, read_layout
+from bandwise.plan.run_model import GPT2_VOCAB, read_model
+from bandwise.plan.run_stated import STATED, read_stated
+from bandwise.specs.registry import get_engine
+
+
+def run(**sections):
+    """A run with a small dense GPT and the given sections replaced."""
+    base = {
+        "id": "r", "source": "s",
+        "hardware": {"accelerator": "H100", "count": 64},
+        "model": {"name": "m", "layers": 24, "hidden": 2048, "heads": 16, "kv_heads": 16, "ffn": 8192,
+                  "ffn_type": "GELU", "vocab": 50304, "seq_len": 2048},
+        "parallelism": {"tp": 2, "pp": 2, "cp": 1, "global_batch_seqs": 256},
+        "precision": "bf16",
+        "target": {"tokens_per_sec_per_device": 1000.0},
+    }
+    for key, value in sections.items():
+        base[key] = value if not isinstance(value, dict) or key not in base else {**base[key], **value}
+    return base
+
+
+def layout_of(r, engine="megatron", conventions=""):
+    notes: list[str] = []
+    model = read_model(r, notes)
+    return read_layout(r, model, r["hardware"]["count"], get_engine(engine), conventions, notes), notes
+
+
+# ---- model ----------------------------------------------------------------------------------
+def test_model_reads_the_stated_shape_and_names_each_default():
+    notes: list[str] = []
+    m = read_model(run(), notes)
+    assert (m.layers, m.hidden, m.heads, m.ffn, m.vocab, m.seq_len) == (24, 2048, 16, 8192, 50304, 2048)
+    assert not m.gated_mlp and notes == []
+    notes = []
+    r = run()
+    r["model"] = {"name": "m", "layers": 2, "hidden": 64, "heads": 4}
+    bare = read_model(r, notes)
+    assert bare.ffn == 4 * 64 and bare.vocab == GPT2_VOCAB and bare.kv_heads in (0, 4)
+    assert any("ffn not stated" in n for n in notes) and any("vocab not stated" in n for n in notes)
+
+
+def test_model_without_a_needed_dimension_is_refused_by_name():
+    with pytest.raises(BandwiseError, match="model.hidden"):
+        read_model(run(model={"hidden": None}), [])
+
+
+# ---- hardware -------------------------------------------------------------------------------
+def test_hardware_reads_a_stated_network_per_gpu():
+    notes: list[str] = []
+    completed: list[str] = []
+    c = read_cluster(run(hardware={"accelerator": "A100-80GB", "count": 64, "gpus_per_node": 8,
+                                   "inter_node": "8x 200 Gb/s HDR InfiniBand"}), 64, notes, completed)
+    assert c.levels[1].bandwidth == pytest.approx(8 * 200e9 / 8 / 8)  # 8 NICs of 200 Gb/s shared by 8 GPUs
+    assert completed == []
+
+
+def test_hardware_unstated_network_across_nodes_is_left_to_complete():
+    completed: list[str] = []
+    read_cluster(run(), 64, [], completed)
+    assert completed == ["interconnect"]
+    completed = []
+    read_cluster(run(hardware={"accelerator": "H100", "count": 8}), 8, [], completed)
+    assert completed == []  # one node: no network to guess
+
+
+def test_hardware_power_limit_is_read_in_watts_and_refused_otherwise():
+    notes: list[str] = []
+    c = read_cluster(run(hardware={"accelerator": "H100", "count": 8, "power": "500W"}), 8, notes, [])
+    assert c.device.name.endswith("-500w") and any("power limit 500 W" in n for n in notes)
+    with pytest.raises(BandwiseError, match="hardware.power"):
+        read_cluster(run(hardware={"accelerator": "H100", "count": 8, "power": "lots"}), 8, [], [])
+
+
+# ---- layout ---------------------------------------------------------------------------------
+def test_layout_data_parallel_degree_is_what_tp_pp_cp_leave():
+    lay, _ = layout_of(run())
+    f = lay.fixed
+    assert f["dp_replicate"] * f["dp_shard"] == 64 // (2 * 2 * 1)
+    assert lay.global_batch == 256 and lay.schedules == SCHEDULE_CHOICES and "schedule" in lay.completed
+
+
+def test_layout_fully_sharded_with_a_stated_shard_group_is_hsdp():
+    lay, _ = layout_of(run(parallelism={"tp": 1, "pp": 1, "cp": 1, "fsdp": 8, "zero_or_fsdp": "FSDP2", "global_batch_seqs": 128}))
+    assert (lay.fixed["dp_shard"], lay.fixed["dp_replicate"], lay.fixed["zero_stage"]) == (8, 64 // 8, 0)
+    assert lay.fixed["schedule"] == "1F1B" and lay.schedules == ("1F1B",)
+
+
+def test_layout_global_batch_from_tokens_and_rounded_to_dp():
+    lay, notes = layout_of(run(parallelism={"tp": 8, "pp": 1, "cp": 1, "global_batch_seqs": None, "global_batch_tokens": 2048 * 101}))
+    assert lay.global_batch == 104  # 101 sequences over dp = 64 / 8 = 8: the nearest multiple of 8
+    assert any("global batch 101 is not a multiple of dp=8" in n for n in notes)
+
+
+def test_layout_interleaved_schedule_from_megatron_wording():
+    lay, _ = layout_of(run(parallelism={"pp_schedule": "interleaved, virtual-pipeline-stage 3"}))
+    assert lay.fixed["schedule"] == "Interleaved1F1B" and lay.fixed["virtual_stages"] == 24 // (2 * 3)
+
+
+def test_layout_sequence_padded_to_split_over_tp_cp():
+    lay, notes = layout_of(run(model={"seq_len": 2047}, parallelism={"tp": 4, "pp": 1, "cp": 1}))
+    assert lay.model.seq_len == 2048 and lay.token_scale == pytest.approx(2047 / 2048)
+
+
+def test_layout_full_recompute_from_the_source_conventions():
+    lay, notes = layout_of(run(), conventions="fp16, full ('uniform') activation checkpointing")
+    assert lay.fixed["recompute"] == "full" and "recompute from the source's conventions: full" in notes
+
+
+def test_layout_devices_not_a_multiple_of_the_degrees_is_refused():
+    with pytest.raises(BandwiseError, match="not a multiple of tp·pp·cp"):
+        layout_of(run(hardware={"accelerator": "H100", "count": 60}, parallelism={"tp": 8, "pp": 1, "cp": 1}))
+
+
+# ---- what the run states --------------------------------------------------------------------
+def test_stated_flags_are_applied_and_named():
+    notes: list[str] = []
+    s = read_stated(run(precision="Float8 + torch.compile", parallelism={"async_tp": True, "zero_or_fsdp": "none (no grad all-reduce overlap)"},
+                        grad_reduce="bf16"), "", None, notes)
+    assert s.precision == "fp8" and s.compiled and s.grad_reduce == "bf16"
+    assert s.overlap == {"dp": False, "tp": True}
+    assert set(s.names) == {"async_tp", "no_grad_overlap", "compiled", "grad_reduce"} <= set(STATED)
+
+
+def test_stated_unstated_precision_is_bf16_and_noted():
+    notes: list[str] = []
+    s = read_stated(run(precision=None), "", None, notes)
+    assert s.precision == "bf16" and notes == ["precision not stated: bf16"] and s.names == []
+
+
+def test_stated_recompute_modules_need_selective():
+    r = run(parallelism={"recompute": "selective", "recompute_modules": ["core_attn"]})
+    assert read_stated(r, "", "selective", []).selective_modules == ("core_attn",)
+    with pytest.raises(BandwiseError, match="needs recompute: selective"):
+        read_stated(r, "", "full", [])
+
+
+def test_stated_tp_overlap_from_the_source_conventions():
+    s = read_stated(run(), SOURCES["megatron_h100_2024"]["conventions"], None, [])
+    assert s.overlap.get("tp") is True and "tp_comm_overlap" in s.names
