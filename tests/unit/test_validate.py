@@ -246,7 +246,7 @@ def test_unpredictable_runs_are_listed_with_a_reason_and_counted():
     assert results[0].predicted is None and "hidden" in results[0].reason
     assert results[1].predicted is not None
     doc = report_dict(results)
-    assert set(doc) == {"runs", "by_source", "by_engine", "median_abs_error", "p90_abs_error"}
+    assert set(doc) == {"runs", "by_source", "by_engine", "median_abs_error", "p90_abs_error", "first_sight"}
     assert doc["by_source"]["korthikanti2022"]["count"] == 2 and doc["by_source"]["korthikanti2022"]["predicted"] == 1
 
 
@@ -440,7 +440,7 @@ def test_accuracy_meets_the_issue_targets(guarded_results):
 def test_cli_json_has_exactly_the_issue_keys(capsys):
     assert exit_code(["validate", "--source", "korthikanti2022", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert set(doc) == {"runs", "by_source", "by_engine", "median_abs_error", "p90_abs_error"}
+    assert set(doc) == {"runs", "by_source", "by_engine", "median_abs_error", "p90_abs_error", "first_sight"}
     assert len(doc["runs"]) == 5
     for run in doc["runs"]:
         assert {"id", "source", "predicted_tokens_per_s_per_device", "target_tokens_per_s_per_device", "error", "completed_fields"} <= set(run)
@@ -507,21 +507,41 @@ def test_a_band_line_says_how_many_runs_which_side_and_where_it_stops(monkeypatc
         "tpu-v5p/dense": {"runs": 16, "median_signed_error": -0.0057, "p90_abs_error": 0.21, "largest_run_devices": 6144},
     })
     assert (bands.band_line("h100-sxm", False, 64, "megatron@bridge")
-            == "validated against 26 published dense runs on h100 priced as megatron: over-predicted by 0% median, 90% within ±18%")
-    assert bands.band_line("h100-sxm", False, 64, "pax") == ("validated against 41 published dense runs on h100: over-predicted by 9% median, "
+            == "validated in-sample against 26 published dense runs on h100 priced as megatron (the model was adjusted on them; "
+               "fewer than 5 at first sight): over-predicted by 0% median, 90% within ±18%")
+    assert bands.band_line("h100-sxm", False, 64, "pax") == ("validated in-sample against 41 published dense runs on h100 (the model was adjusted "
+                                                               "on them; fewer than 5 at first sight): over-predicted by 9% median, "
                                                                "90% within ±22% (none priced as pax: every engine's runs)")
     assert "under-predicted by 1% median" in bands.band_line("tpu-v5p", False, 256, "maxtext")
     assert "none of them ran on as many devices (6,144 at most, this is 8,960)" in bands.band_line("tpu-v5p", False, 8960, "maxtext")
     assert "too few runs for a spread" in bands.band_line("h800-sxm", True, 2048, "megatron")
-    assert bands.band_line("h100-sxm-96g-500w", False, 8, "torchtitan").startswith("validated against 41")  # TorchTitan's variant is an h100
+    assert bands.band_line("h100-sxm-96g-500w", False, 8, "torchtitan").startswith("validated in-sample against 41")  # TorchTitan's variant is an h100
     assert bands.band_line("gb300", True, 64, "megatron").startswith("not validated: no published moe run on gb300")
     assert bands.band_dict("h100-sxm", False, 64, "megatron")["engine_band"] is True
+    assert bands.band_dict("h100-sxm", False, 64, "megatron")["first_sight"] is False
 
+
+def test_a_band_comes_from_first_sight_errors_where_five_exist(monkeypatch):
+    """The engine's own first-sight errors stand in for the in-sample ones once there are
+    MIN_RUNS_FOR_SPREAD of them; with fewer the in-sample band is printed and says so."""
+    from bandwise.plan import bands
+
+    first = {"runs": 5, "median_signed_error": 0.31, "p90_abs_error": 0.55}
+    monkeypatch.setattr(bands, "shipped_bands", lambda: {
+        "torchtitan/h100/dense": {"runs": 12, "median_signed_error": 0.027, "p90_abs_error": 0.1, "largest_run_devices": 512,
+                                  "first_sight": first},
+        "torchtitan/a100/dense": {"runs": 6, "median_signed_error": -0.02, "p90_abs_error": 0.05, "largest_run_devices": 64,
+                                  "first_sight": {**first, "runs": 4}},
+    })
+    line = bands.band_line("h100-sxm", False, 64, "torchtitan")
+    assert line == "validated at first sight against 5 published dense runs on h100 priced as torchtitan: over-predicted by 31% median, 90% within ±55%"
+    assert bands.band_dict("h100-sxm", False, 64, "torchtitan")["first_sight"] is True
+    assert bands.band_line("a100-sxm-80g", False, 64, "torchtitan").startswith("validated in-sample against 6 published dense runs")
 
 def test_plan_and_estimate_print_the_band(capsys):
     assert exit_code(["plan", "--model", "llama3-8b", "--devices", "64", "--global-batch", "256"]) == 0
     out = capsys.readouterr().out
-    assert "tokens/s and MFU validated against" in out and "published dense runs on h100" in out
+    assert "tokens/s and MFU validated in-sample against" in out and "published dense runs on h100" in out
     assert exit_code(["estimate", "--model", "llama3-8b", "--dp-shard", "8", "--global-batch", "8", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["validation"]["family"] == "h100"
 

@@ -17,13 +17,16 @@ from bandwise.plan.validate import (
     by_engine,
     by_quality,
     by_source,
+    first_sight_summary,
     parity_plot,
 )
 from bandwise.report.output import Output
 from bandwise.report.tables import plain_table
 
-HELP = """Predict tokens/s per device for published training runs (133 by default, from 12 sources) and
-report the signed error per run, |error| per source, and the median and p90 over all runs.
+HELP = """Predict tokens/s per device for published training runs (the shipped ones by default) and
+report the signed error per run, |error| per source, and the median and p90 over all runs; beside
+them, for the runs that carry one, the first-sight error: what was predicted before anything was
+changed for the run's source (the out-of-sample figure).
 
 Each run is predicted as `plan --engine E` predicts it, E the engine its source names (--engine: one
 for every run): its model, cluster and layout as its source states them, what it states of its own
@@ -87,8 +90,22 @@ def _engine_table(groups: dict) -> object:
     return plain_table("Per engine", cols, ("engine / device / kind",), "signed median: where the engine's predictions lean (+: over-predicted)")
 
 
+def _first_sight_table(doc: dict) -> object:
+    """The first-sight error per engine / family / kind beside the same runs' current error."""
+    cols: dict[str, list[str]] = {k: [] for k in ("engine / family / kind", "runs", "refused", "first |err|", "first p90", "first signed",
+                                                   "now |err|", "now p90")}
+    pct = lambda x, signed=False: "-" if x is None else (f"{x:+.1%}" if signed else f"{x:.1%}")  # noqa: E731
+    for key, g in [*doc["by_engine"].items(), ("all", doc)]:
+        first, now = g["first_sight"], g["now"]
+        for k, cell in zip(cols, (key, str(g["runs"]), str(g["refused"]), pct(first["median_abs_error"]), pct(first["p90_abs_error"]),
+                                  pct(first["median_signed_error"], True), pct(now["median_abs_error"]), pct(now["p90_abs_error"]))):
+            cols[k].append(cell)
+    return plain_table("First sight (out of sample)", cols, ("engine / family / kind",),
+                       "first: what was predicted before anything was changed for the run's source; now: this version on the same runs")
+
+
 def validate(
-    runs: Path | None = typer.Option(None, "--runs", help="A YAML file in the published_runs schema (default: the shipped 133 runs)."),
+    runs: Path | None = typer.Option(None, "--runs", help="A YAML file in the published_runs schema (default: the shipped runs)."),
     source: str | None = typer.Option(None, "--source", help="Only the runs of this source (e.g. maxtext_tpu_tables)."),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON document: runs, by_source, median_abs_error, p90_abs_error."),
     plot: Path | None = typer.Option(None, "--plot", help="Write a parity plot (predicted vs target, log axes, ±10% bands) to this PNG."),
@@ -110,6 +127,9 @@ def validate(
     out.print(_summary_table("Per source", by_source(results)))
     out.print(_engine_table(by_engine(results)))
     out.print(_summary_table("Overall", by_quality(results), p90=True))
+    first = first_sight_summary(results)
+    if first["runs"]:
+        out.print(_first_sight_table(first))
     if memory:
         out.print(_memory_table(results))
         used_bases = sorted({r.memory_basis for r in results if r.memory_basis})

@@ -22,6 +22,8 @@ from bandwise.cost.results import Estimate
 from bandwise.cost.step import estimate
 from bandwise.errors import BandwiseError
 from bandwise.files import save_figure
+from bandwise.plan.bands import engine_name, family, kind
+from bandwise.plan.first_sight import FirstSight, first_sight_of
 from bandwise.plan.runs import (  # noqa: F401  (re-exported: the validation API in one place)
     MEMORY_BASES,
     STATED,
@@ -67,11 +69,20 @@ class RunResult:
     """The device the run was predicted on (its preset's, or the run's stated variant)."""
     moe: bool | None = None
     devices: int | None = None
+    first_sight: FirstSight | None = None
+    """What was predicted for the run before anything was changed for it (`plan.first_sight`); None
+    for runs added before first sights were recorded."""
 
     @property
     def error(self) -> float | None:
         """Signed relative error: predicted / target - 1."""
         return None if self.predicted is None else self.predicted / self.target - 1.0
+
+    @property
+    def first_sight_error(self) -> float | None:
+        """The signed error of the first-sight prediction; None where there was none."""
+        fs = self.first_sight
+        return None if fs is None or fs.predicted is None else fs.predicted / self.target - 1.0
 
     @property
     def memory_error(self) -> float | None:
@@ -96,6 +107,9 @@ class RunResult:
             "memory_predicted_gib": self.memory_predicted_gib,
             "memory_error": self.memory_error,
             "memory_basis": self.memory_basis,
+            "first_sight": None if self.first_sight is None else {
+                "predicted_tokens_per_s_per_device": self.first_sight.predicted, "error": self.first_sight_error,
+                "reason": self.first_sight.reason, "commit": self.first_sight.commit, "date": self.first_sight.date},
         }
 
 
@@ -262,11 +276,12 @@ def run_all(runs: list[dict[str, Any]], source: str | None = None, params: CostP
             case = convert(run, sources, engine_override=engine)
         except BandwiseError as exc:
             tgt = finite((run.get("target") or {}).get("tokens_per_sec_per_device"))
-            results.append(RunResult(id=str(run.get("id")), source=str(run.get("source")),
-                                     quality=str((run.get("target") or {}).get("quality")),
-                                     target=math.nan if tgt is None else tgt, reason=str(exc)))
-            continue
-        results.append(predict(case, params))
+            res = RunResult(id=str(run.get("id")), source=str(run.get("source")), quality=str((run.get("target") or {}).get("quality")),
+                            target=math.nan if tgt is None else tgt, reason=str(exc))
+        else:
+            res = predict(case, params)
+        res.first_sight = first_sight_of(run)
+        results.append(res)
     return results
 
 
@@ -321,8 +336,35 @@ def by_quality(results: list[RunResult]) -> dict[str, Summary]:
     return out
 
 
+def first_sight_summary(results: list[RunResult]) -> dict[str, Any]:
+    """The out-of-sample figure: over the runs with a first-sight record, how many were predicted at
+    first sight and how many refused, and the median, p90 and signed median of the first-sight error,
+    beside the same runs' current error; overall and per engine x device family x dense/MoE."""
+    def stats(rs: list[RunResult]) -> dict[str, Any]:
+        first = [r.first_sight_error for r in rs if r.first_sight_error is not None]
+        now = [r.error for r in rs if r.error is not None]
+        def of(errs: list[float]) -> dict[str, Any]:
+            if not errs:
+                return {"predicted": 0, "median_abs_error": None, "p90_abs_error": None, "median_signed_error": None}
+            a = np.abs(errs)
+            return {"predicted": len(errs), "median_abs_error": float(np.median(a)), "p90_abs_error": float(np.percentile(a, 90)),
+                    "median_signed_error": float(np.median(errs))}
+        return {"runs": len(rs), "refused": len(rs) - len(first), "first_sight": of(first), "now": of(now)}
+
+    seen = [r for r in results if r.first_sight is not None]
+    groups: dict[str, list[RunResult]] = {}
+    for r in seen:
+        groups.setdefault(engine_group(r), []).append(r)
+    return {**stats(seen), "by_engine": {k: stats(groups[k]) for k in sorted(groups)}}
+
+
+def engine_group(r: RunResult) -> str:
+    """'engine / family / kind' of a run: its engine without the version, its device family, dense or MoE."""
+    return f"{engine_name(r.engine)} / {family(r.device) if r.device else '?'} / {'?' if r.moe is None else kind(r.moe)}"
+
+
 def report_dict(results: list[RunResult]) -> dict[str, Any]:
-    """The `--json` document: runs, by_source, by_engine, median_abs_error, p90_abs_error."""
+    """The `--json` document: runs, by_source, by_engine, median_abs_error, p90_abs_error, first_sight."""
     overall = summarize(results)
     return {
         "runs": [r.to_dict() for r in results],
@@ -330,6 +372,7 @@ def report_dict(results: list[RunResult]) -> dict[str, Any]:
         "by_engine": by_engine(results),
         "median_abs_error": overall.median_abs_error,
         "p90_abs_error": overall.p90_abs_error,
+        "first_sight": first_sight_summary(results),
     }
 
 
