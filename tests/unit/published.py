@@ -11,6 +11,10 @@ from bandwise.plan.runs import load_runs
 
 RUNS, SOURCES = load_runs()
 BY_ID = {r["id"]: r for r in RUNS}
+IN_SAMPLE = [r for r in RUNS if r.get("first_sight") is None]
+"""The runs the model was adjusted on: those in the data before first sights were recorded."""
+FIRST_SIGHT = [r for r in RUNS if r.get("first_sight") is not None]
+"""The runs added with a first-sight prediction (`plan.first_sight`)."""
 
 
 def shipped_run(run_id: str) -> dict:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import yaml
 from entry import exit_code
-from published import RUNS, SOURCES, shipped_run
+from published import FIRST_SIGHT, IN_SAMPLE, RUNS, SOURCES, shipped_run
 
 from bandwise.cost.params import DEFAULT_PARAMS
 from bandwise.errors import BandwiseError
@@ -37,9 +37,13 @@ from bandwise.specs.strategy import Strategy
 
 # ---------------------------------------------------------------- the shipped data set
 def test_shipped_data_matches_its_meta_and_keeps_sources():
+    """The data set as issue 48 asks for it: at least 250 runs of at least 25 sources, 100 of them from
+    stacks released in 2025-2026 (the run's `released`, else its source's), and every source kept."""
     data = shipped_yaml(default_runs_path().read_text())
-    assert len(data["runs"]) == data["meta"]["n_runs"] == 133
-    assert len({r["source"] for r in data["runs"]}) == data["meta"]["n_sources"] == len(data["sources"]) == 12
+    assert len(data["runs"]) == data["meta"]["n_runs"] >= 250
+    assert len({r["source"] for r in data["runs"]}) == data["meta"]["n_sources"] == len(data["sources"]) >= 25
+    released = [str(r.get("released") or data["sources"][r["source"]].get("released") or "") for r in data["runs"]]
+    assert sum(d[:4] in ("2025", "2026") for d in released) >= 100
 
 
 # ---------------------------------------------------------------- parsers
@@ -303,11 +307,30 @@ GUARD_SOURCES = {
     "opt175b": 0.142, "deepseek_v3": 0.012, "bloom176b": 0.074,
 }
 MARGIN = 0.03
+# The runs added with a first sight (2026-12-06: 318 runs of 24 new sources and new rows of two shipped
+# ones) as this version predicts them, beside their first sight (benchmarks/RESULTS.md, "First sight").
+# A change that refuses more of them, or predicts them worse by more than the margin, fails.
+GUARD_FIRST_SIGHT = {"refused": 77, "median": 0.199, "p90": 0.630}
 
 
 @pytest.fixture(scope="module")
-def guarded_results():
+def all_results():
     return run_all(RUNS, sources=SOURCES)
+
+
+@pytest.fixture(scope="module")
+def guarded_results(all_results):
+    """The runs the model was adjusted on (no first sight): the regression guard's set."""
+    return [r for r in all_results if r.first_sight is None]
+
+
+def test_first_sight_runs_do_not_regress(all_results):
+    seen = [r for r in all_results if r.first_sight is not None]
+    assert len(seen) == len(FIRST_SIGHT) and len(IN_SAMPLE) + len(seen) == len(RUNS)
+    assert sum(r.reason is not None for r in seen) <= GUARD_FIRST_SIGHT["refused"]
+    s = summarize(seen)
+    assert s.median_abs_error <= GUARD_FIRST_SIGHT["median"] + MARGIN
+    assert s.p90_abs_error <= GUARD_FIRST_SIGHT["p90"] + MARGIN
 
 
 def test_accuracy_does_not_regress(guarded_results):
@@ -430,7 +453,7 @@ def test_a_recompute_module_set_the_cost_model_cannot_price_is_refused(change, m
 def test_accuracy_meets_the_issue_targets(guarded_results):
     """The acceptance lines themselves: median <= 10 %, p90 <= 25 %, no source above 15 %."""
     s = summarize(guarded_results)
-    assert len(guarded_results) == len(RUNS)
+    assert len(guarded_results) == len(IN_SAMPLE)
     assert s.median_abs_error <= 0.10 and s.p90_abs_error <= 0.25
     worst = max(by_source(guarded_results).items(), key=lambda kv: kv[1].median_abs_error)
     assert worst[1].median_abs_error <= 0.15, worst
@@ -466,7 +489,7 @@ def test_cli_runs_file_and_bad_source(tmp_path, capsys):
     assert "nope" in err and len(err.strip().splitlines()) <= 2
 
 
-def test_the_shipped_error_bands_are_what_validate_measures_now(guarded_results):
+def test_the_shipped_error_bands_are_what_validate_measures_now(all_results):
     """plan, estimate and compare print data/error_bands.json; it must be what the shipped runs and
     today's cost model give (regenerate: bandwise validate --write-bands src/bandwise/data/error_bands.json)."""
     from bandwise.plan.bands import (
@@ -476,8 +499,8 @@ def test_the_shipped_error_bands_are_what_validate_measures_now(guarded_results)
         shipped_ranking,
     )
 
-    assert compute_bands(guarded_results) == shipped_bands()
-    assert compute_ranking(guarded_results) == shipped_ranking()
+    assert compute_bands(all_results) == shipped_bands()
+    assert compute_ranking(all_results) == shipped_ranking()
 
 
 def test_ranking_counts_pairs_of_one_job_and_the_error_of_their_ratio():
@@ -541,7 +564,7 @@ def test_a_band_comes_from_first_sight_errors_where_five_exist(monkeypatch):
 def test_plan_and_estimate_print_the_band(capsys):
     assert exit_code(["plan", "--model", "llama3-8b", "--devices", "64", "--global-batch", "256"]) == 0
     out = capsys.readouterr().out
-    assert "tokens/s and MFU validated in-sample against" in out and "published dense runs on h100" in out
+    assert "tokens/s and MFU validated at first sight against" in out and "published dense runs on h100" in out
     assert exit_code(["estimate", "--model", "llama3-8b", "--dp-shard", "8", "--global-batch", "8", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["validation"]["family"] == "h100"
 

@@ -30,6 +30,7 @@ from bandwise.plan.runs import (  # noqa: F401  (re-exported: the validation API
     Case,
     convert,
     default_runs_path,
+    engine_of,
     finite,
     load_runs,
     maxtext_dims,
@@ -277,12 +278,20 @@ def run_all(runs: list[dict[str, Any]], source: str | None = None, params: CostP
         except BandwiseError as exc:
             tgt = finite((run.get("target") or {}).get("tokens_per_sec_per_device"))
             res = RunResult(id=str(run.get("id")), source=str(run.get("source")), quality=str((run.get("target") or {}).get("quality")),
-                            target=math.nan if tgt is None else tgt, reason=str(exc))
+                            target=math.nan if tgt is None else tgt, reason=str(exc), engine=_engine_or_blank(run, sources, engine))
         else:
             res = predict(case, params)
         res.first_sight = first_sight_of(run)
         results.append(res)
     return results
+
+
+def _engine_or_blank(run: dict[str, Any], sources: dict[str, Any] | None, engine: str | None) -> str:
+    """The engine a refused run would have been priced as, or '' where that is what refused it."""
+    try:
+        return engine_of(run, sources, engine)
+    except BandwiseError:
+        return ""
 
 
 # ------------------------------------------------------------------------------------------
