@@ -51,7 +51,8 @@ def test_shipped_data_matches_its_meta_and_keeps_sources():
     "text, expected",
     [("FP8-CS", "fp8"), ("FP8-CS (FP8-MX)", "fp8"), ("Float8 linears + torch.compile", "fp8"),
      ("FP8 GEMMs (E4M3, tile 1x128 / block 128x128), BF16 optimizer moments", "fp8"),
-     ("fp16 (loss-scale 8192)", "bf16"), ("mixed precision", "bf16"), ("BF16", "bf16"), ("bf16 + torch.compile", "bf16"), (None, None)],
+     ("fp16 (loss-scale 8192)", "bf16"), ("mixed precision", "bf16"), ("bf16 (fp8: false)", "bf16"),
+     ("BF16/FP8 (torchao float8 linears)", "fp8"), ("(float8)", "fp8"), ("BF16", "bf16"), ("bf16 + torch.compile", "bf16"), (None, None)],
 )
 def test_precision_strings(text, expected):
     assert parse_precision(text) == expected

@@ -36,16 +36,25 @@ def finite(value: Any) -> float | None:
 def parse_precision(text: Any) -> str | None:
     """'FP8-CS', 'Float8 linears', 'FP8 GEMMs (E4M3 ...)' -> fp8; fp16/bf16/'mixed precision' -> bf16.
 
-    fp16 maps to bf16: both run at the same dense tensor-core peak (A100/H100 datasheets).
+    fp16 maps to bf16: both run at the same dense tensor-core peak (A100/H100 datasheets). What the
+    source says outside parentheses decides ('bf16 (fp8: false)' is bf16); the words inside only
+    where that says nothing.
     """
     if text is None:
         return None
-    t = str(text).lower()
-    if "fp8" in t or "float8" in t:
-        return "fp8"
-    if any(k in t for k in ("bf16", "bfloat16", "fp16", "mixed precision", "float16")):
-        return "bf16"
+    for t in outside_then_whole(text):
+        if "fp8" in t or "float8" in t:
+            return "fp8"
+        if any(k in t for k in ("bf16", "bfloat16", "fp16", "mixed precision", "float16")):
+            return "bf16"
     raise BandwiseError(f"precision {text!r}: not recognised; write fp8, bf16 or fp16")
+
+
+def outside_then_whole(text: Any) -> tuple[str, str]:
+    """(the text without its parenthesised asides, the whole text), lower-cased: a reader looks in the
+    first and falls back on the second."""
+    whole = str(text).lower()
+    return re.sub(r"\([^)]*\)", "", whole), whole
 
 
 def parse_recompute(text: Any) -> str | None:
