@@ -587,13 +587,38 @@ def test_deepseek_v3_active_parameters_are_37b():
     assert math.isclose(m.total_params / 1e9, 671, rel_tol=0.01)
 
 
-def test_fp8_casts_count_every_gemm_input_by_hand():
-    from bandwise.cost.flops import FP8_CAST_BYTES, fp8_cast_bytes_per_token
+def test_fp8_casts_count_every_gemm_operand_by_hand():
+    from bandwise.cost.flops import fp8_cast_bytes_per_token, fp8_operand_elements_per_token
+    from bandwise.cost.fp8 import FP8_RECIPES
 
     m = get_model("llama3-8b")  # QKV and MLP-up read h, output projection reads H·d, MLP-down reads ffn
-    assert fp8_cast_bytes_per_token(m, False) == FP8_CAST_BYTES * (2 * 4096 + 32 * 128 + 14336)
-    moe = get_model("deepseek-v3")  # the up-projections of 8 routed + 1 shared expert each read h
-    assert fp8_cast_bytes_per_token(moe, True) == FP8_CAST_BYTES * (7168 * (1 + 9) + 128 * 128 + 8 * 2048 + 2048)
+    inputs = 2 * 4096 + 32 * 128 + 14336
+    outputs = (32 + 2 * 8) * 128 + 4096 + 2 * 14336 + 4096  # Q, K, V; o; gate and up; down
+    assert fp8_operand_elements_per_token(m, False) == (inputs, outputs)
+    assert fp8_cast_bytes_per_token(m, False, FP8_RECIPES["tensorwise"].cast_bytes) == pytest.approx(6 * (inputs + outputs) / 3)
+    moe = get_model("deepseek-v3")  # MLA's five projections; 8 routed + 1 shared expert each read h; the router stays bf16
+    mla_in = 7168 + 1536 + 7168 + 512 + 128 * 128
+    mla_out = 1536 + 128 * (128 + 64) + 576 + 128 * (128 + 128) + 7168
+    ffn_in, ffn_out = 9 * 7168 + 9 * 2048, 9 * 2 * 2048 + 9 * 7168
+    assert fp8_operand_elements_per_token(moe, True) == (mla_in + ffn_in, mla_out + ffn_out)
+
+
+def test_fp8_recipes_cost_what_torchaos_roofline_says():
+    """Per element of a GEMM operand over forward and backward (torchao roofline_utils at 36027d82d):
+    tensorwise reads twice and writes two fp8 layouts; rowwise adds a bf16 transpose; rowwise_with_gw_hp
+    casts each once. Rowwise also rescales the backward's outputs, and keeps the weight gradient's GEMM
+    in bf16 where its name says so; so at one layout, rowwise_with_gw_hp > rowwise > tensorwise in step
+    time only through those terms."""
+    from bandwise.cost.fp8 import FP8_RECIPES
+
+    assert [FP8_RECIPES[r].cast_bytes for r in ("tensorwise", "rowwise", "rowwise_with_gw_hp", "delayed")] == [6, 8, 3, 4]
+    m, c = get_model("llama3-8b"), get_cluster("h100")
+    s = Strategy(dp_shard=8, micro_batch=1, global_batch=8, precision="fp8")
+    step = {r: estimate(m, c, s, replace(DEFAULT_PARAMS, fp8_recipe=r)).step_time_s for r in FP8_RECIPES if r != "mxfp8"}
+    assert step["delayed"] < step["tensorwise"] < step["rowwise"]
+    assert step["rowwise_with_gw_hp"] > step["tensorwise"]  # a third of the GEMM FLOPs at half the rate
+    bf16 = estimate(m, c, replace(s, precision="bf16"), DEFAULT_PARAMS).step_time_s
+    assert step["tensorwise"] < bf16
 
 
 def test_last_stage_rank_layers_match_the_trainers_split():

@@ -81,15 +81,25 @@ def hybrid_elementwise_bytes_per_token(m: ModelSpec, mixer_bytes: float, eager: 
     return (attention + mlps) / L
 
 
-FP8_CAST_BYTES = 2 + 1 + 2
-"""HBM bytes per element to quantize a GEMM input to fp8: read the bf16 tensor for its absolute
-maximum (2), read it again and write the 1-byte copy (2 + 1) (Micikevicius et al. 2022, "FP8
-Formats for Deep Learning", Sec. 4: per-tensor scaling from the amax; Transformer Engine's cast)."""
-
-
-def fp8_cast_bytes_per_token(m: ModelSpec, moe_layer: bool) -> float:
-    """Bytes per token of one layer's forward fp8 casts: the inputs of the QKV, output, MLP-up and
-    MLP-down GEMMs (the backward casts the matching output gradients, twice the traffic in all)."""
+def fp8_gemms(m: ModelSpec, moe_layer: bool) -> list[Gemm]:
+    """The GEMMs of one layer that run in fp8: every linear layer but the MoE router, which fp8 recipes
+    keep in higher precision (DeepSeek-V3 report, Sec. 3.3.1: "MoE gating modules"; Megatron-Core's
+    router is a plain torch GEMM, not a Transformer Engine linear)."""
     ffn = m.ffn_kind if moe_layer else m.dense_mlp
-    up_inputs = m.hidden * (1 + ffn.up_inputs_per_token)
-    return FP8_CAST_BYTES * (up_inputs + m.heads * m.d_value + ffn.intermediate_per_token)
+    return [g for g in m.attention_kind.gemms() + ffn.gemms() if g.name != "router"]
+
+
+def fp8_operand_elements_per_token(m: ModelSpec, moe_layer: bool) -> tuple[float, float]:
+    """(elements of the fp8 GEMMs' inputs, elements of their outputs) per token of one layer: what the
+    forward casts, and what the backward casts as the outputs' gradients."""
+    gs = fp8_gemms(m, moe_layer)
+    return sum(g.rows_per_token * g.k for g in gs), sum(g.rows_per_token * g.n for g in gs)
+
+
+def fp8_cast_bytes_per_token(m: ModelSpec, moe_layer: bool, cast_bytes: float) -> float:
+    """A third of one layer's fp8 cast traffic per token: the recipe's `cast_bytes` (`cost.fp8`) for
+    every element of the GEMMs' inputs and of their outputs' gradients, forward and backward together.
+    The layer's element-wise time counts its forward once and twice again in the backward
+    (`LayerCompute.backward`), so the forward carries a third of the total."""
+    inputs, outputs = fp8_operand_elements_per_token(m, moe_layer)
+    return cast_bytes * (inputs + outputs) / 3

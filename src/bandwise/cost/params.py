@@ -168,6 +168,10 @@ class CostParams:
     behaving at scale."""
     eager_elementwise: bool = False
     """Element-wise ops run as separate eager PyTorch kernels (no torch.compile, no fused norms)."""
+    fp8_recipe: str = "tensorwise"
+    """How fp8 GEMMs are scaled (`cost.fp8.FP8_RECIPES`): what the casts around them move, and which of
+    the backward GEMMs run in fp8. Tensorwise current scaling by default; each engine names its own
+    (`--fp8-recipe` of the planning commands states one)."""
     fused_cross_entropy: bool | None = None
     """The loss runs as one fused kernel rather than eager PyTorch ops. None: fused on TPUs (XLA
     compiles every step; TPUs are the devices with sm_count 0), eager on GPUs, where Megatron-LM,

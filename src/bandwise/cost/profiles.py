@@ -19,6 +19,7 @@ from bandwise.cost.params import (
     CostParams,
     grad_reduce_name,
 )
+from bandwise.cost.fp8 import FP8_RECIPES
 from bandwise.errors import BandwiseError
 from bandwise.specs.engine import Engine
 from bandwise.specs.hardware import Device
@@ -43,6 +44,8 @@ def params_for(engine: Engine, device: Device | None = None, base: CostParams = 
         params = replace(base, **changes)
     except TypeError as exc:
         raise BandwiseError(f"engine {engine.label}: {exc}") from None
+    if params.fp8_recipe not in FP8_RECIPES:
+        raise BandwiseError(f"engine {engine.label}: fp8_recipe {params.fp8_recipe!r} is not a recipe bandwise prices; use one of {', '.join(FP8_RECIPES)}")
     if params.attention not in {k.get("attention", "flash") for k in ATTENTION_KERNELS.values()}:
         raise BandwiseError(f"engine {engine.label}: attention {params.attention!r} is not a kernel bandwise prices; use flash or fa2")
     if device is not None and params.attention == "fa2" and device.fa2_attention_efficiency is None:

@@ -85,8 +85,8 @@ TIED = 0.01
 
 def compute_ranking(results: list[Any]) -> dict[str, Any]:
     """How well predictions order layouts, which is what a plan is for: over pairs of predicted runs of
-    one source with the same model, device and device count but different layouts, the share ordered as
-    measured (ties within `TIED` left out) and the median error of the predicted throughput ratio."""
+    one source with the same model, device and device count but different layouts or float8 recipes
+    (precision is part of the layout), the share ordered as measured (ties within `TIED` left out) and the median error of the predicted throughput ratio."""
     groups: dict[tuple, list[Any]] = {}
     for r in results:
         if r.error is not None and r.strategy is not None:
@@ -95,8 +95,8 @@ def compute_ranking(results: list[Any]) -> dict[str, Any]:
     for runs in groups.values():
         for i, a in enumerate(runs):
             for b in runs[i + 1:]:
-                if a.strategy == b.strategy:
-                    continue
+                if a.strategy == b.strategy and getattr(a, "fp8_recipe", None) == getattr(b, "fp8_recipe", None):
+                    continue  # the same layout and recipe: nothing to order
                 measured, predicted = a.target / b.target, a.predicted / b.predicted
                 errors.append(abs(predicted / measured - 1.0))
                 if abs(measured - 1.0) > TIED:

@@ -57,6 +57,32 @@ def outside_then_whole(text: Any) -> tuple[str, str]:
     return re.sub(r"\([^)]*\)", "", whole), whole
 
 
+FP8_RECIPE_WORDS: tuple[tuple[str, str], ...] = (
+    ("rowwise_with_gw_hp", "rowwise_with_gw_hp"), ("rowwise", "rowwise"), ("row-wise", "rowwise"),
+    ("tensorwise", "tensorwise"), ("tensor-wise", "tensorwise"), ("fp8-cs", "tensorwise"), ("current scaling", "tensorwise"),
+    ("fp8-ds", "delayed"), ("delayed", "delayed"),
+    ("fp8-mx", "mxfp8"), ("mxfp8", "mxfp8"),
+    ("blockwise", "blockwise"), ("block-wise", "blockwise"), ("fp8-blk", "blockwise"), ("1x128", "blockwise"),
+)
+"""How sources name a float8 recipe (`cost.fp8.FP8_RECIPES`): torchao's recipe names, Megatron-LM's
+--fp8-recipe choices, and the NeMo / Megatron-Bridge tables' FP8-CS (current scaling), FP8-DS (delayed)
+and FP8-MX (MXFP8) columns; DeepSeek-V3's 1x128 tiles are blockwise."""
+
+
+def parse_fp8_recipe(text: Any) -> str | None:
+    """The float8 recipe a precision names, or None where it names none (the engine's then). What is
+    said outside parentheses decides ('FP8-CS (FP8-MX)': its second figure is an alternative the
+    source also lists); an aside decides only where the rest names none ('BF16/FP8 (torchao float8,
+    dynamic tensorwise scaling)')."""
+    if text is None:
+        return None
+    for t in outside_then_whole(text):
+        recipe = next((recipe for word, recipe in FP8_RECIPE_WORDS if word in t), None)
+        if recipe is not None:
+            return recipe
+    return None
+
+
 def parse_recompute(text: Any) -> str | None:
     """Recomputation wording -> none / selective / full (None = not stated).
 

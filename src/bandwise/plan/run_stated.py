@@ -13,7 +13,7 @@ from typing import Any
 
 from bandwise.cost.params import GRAD_REDUCE
 from bandwise.errors import BandwiseError
-from bandwise.plan.run_fields import parse_precision, recompute_modules
+from bandwise.plan.run_fields import parse_fp8_recipe, parse_precision, recompute_modules
 from bandwise.specs.model import brief
 
 STATED: dict[str, str] = {
@@ -27,6 +27,7 @@ STATED: dict[str, str] = {
     "no_grad_overlap": "the run states no gradient all-reduce overlap",
     "compiled": "the run states torch.compile: the element-wise ops are fused, whatever the engine's default (as plan --compiled)",
     "grad_reduce": "the run states the dtype its gradients are kept and reduced in, whatever the engine's default (as plan --grad-reduce)",
+    "fp8_recipe": "the run states how its fp8 GEMMs are scaled, whatever the engine's default (as plan --fp8-recipe)",
 }
 """What a run may state of its own job beyond its layout, as `plan`'s flags would: each is applied to
 the run as stated and named in its notes. What an engine does by itself is the engine's
@@ -47,6 +48,8 @@ class Stated:
     """The dtype the run states its gradients are kept and reduced in, as `plan --grad-reduce`; None: its engine's."""
     selective_modules: tuple[str, ...] | None = None
     """The modules its selective recomputation re-runs, as the engine behaviour `selective_modules`; None: its engine's."""
+    fp8_recipe: str | None = None
+    """The float8 recipe the run states (`cost.fp8.FP8_RECIPES`), as `plan --fp8-recipe`; None: its engine's."""
     names: list[str] = field(default_factory=list)
     """The `STATED` keys found, in the order read."""
 
@@ -90,5 +93,8 @@ def read_stated(run: dict[str, Any], conventions: str, recompute: str | None, no
         if grad_reduce not in GRAD_REDUCE:
             raise BandwiseError(f"run {brief(rid)}: grad_reduce {brief(grad_reduce)}: write one of {', '.join(GRAD_REDUCE)}")
         state("grad_reduce")
+    recipe = parse_fp8_recipe(run.get("precision")) if precision == "fp8" else None
+    if recipe is not None:
+        state("fp8_recipe")
     return Stated(precision=precision, overlap=overlap, compiled=compiled, grad_reduce=grad_reduce,
-                  selective_modules=modules, names=found)
+                  selective_modules=modules, fp8_recipe=recipe, names=found)

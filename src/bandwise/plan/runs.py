@@ -116,6 +116,8 @@ class Case:
     selective_modules: tuple[str, ...] | None = None
     """The modules the run states its selective recomputation re-runs (`cost.memory.RECOMPUTE_MODULES`),
     priced as the engine behaviour `selective_modules`; None: its engine's."""
+    fp8_recipe: str | None = None
+    """The float8 recipe the run states, priced as `plan --fp8-recipe`; None: its engine's."""
     engine: str = DEFAULT_ENGINE
     """The engine (and version) the run was trained with: the source's, or the run's own `engine`."""
     token_scale: float = 1.0
@@ -253,7 +255,7 @@ def convert(run: dict[str, Any], sources: dict[str, Any] | None = None, engine_o
         model=layout.model, cluster=cluster, devices=devices, global_batch=layout.global_batch, fixed=fixed,
         schedules=layout.schedules, overlap=stated.overlap, completed=sorted(set(completed)), assumptions=notes,
         stated=stated.names, compiled=stated.compiled, grad_reduce=stated.grad_reduce, selective_modules=stated.selective_modules,
-        engine=engine, token_scale=layout.token_scale, memory=published_memory(run),
+        fp8_recipe=stated.fp8_recipe, engine=engine, token_scale=layout.token_scale, memory=published_memory(run),
     )
 
 

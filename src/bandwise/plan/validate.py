@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from bandwise.cost.fp8 import check_device, fp8_recipe
 from bandwise.cost.memory import GIB
 from bandwise.cost.params import DEFAULT_PARAMS, GRAD_REDUCE, CostParams
 from bandwise.cost.profiles import params_for
@@ -70,6 +71,8 @@ class RunResult:
     """The device the run was predicted on (its preset's, or the run's stated variant)."""
     moe: bool | None = None
     devices: int | None = None
+    fp8_recipe: str | None = None
+    """The float8 recipe the run was priced with (None where it ran no fp8)."""
     first_sight: FirstSight | None = None
     """What was predicted for the run before anything was changed for it (`plan.first_sight`); None
     for runs added before first sights were recorded."""
@@ -103,6 +106,7 @@ class RunResult:
             "quality": self.quality,
             "reason": self.reason,
             "layout": self.strategy.describe() if self.strategy else None,
+            "fp8_recipe": self.fp8_recipe,
             "notes": self.notes,
             "memory_published_gib": self.memory_published_gib,
             "memory_predicted_gib": self.memory_predicted_gib,
@@ -200,6 +204,8 @@ def priced(case: Case, params: CostParams = DEFAULT_PARAMS) -> CostParams:
         params = replace(params, selective_modules=case.selective_modules)
     if case.grad_reduce is not None:
         params = replace(params, grad_reduce_bytes=GRAD_REDUCE[case.grad_reduce])
+    if case.fp8_recipe is not None:
+        params = replace(params, fp8_recipe=case.fp8_recipe)
     return replace(params, eager_elementwise=False) if case.compiled else params
 
 
@@ -209,8 +215,11 @@ def predict(case: Case, params: CostParams = DEFAULT_PARAMS) -> RunResult:
     res = RunResult(id=case.id, source=case.source, quality=case.quality, target=case.target,
                     completed_fields=list(case.completed), engine=case.engine, model=case.model.name,
                     notes=case.assumptions + [f"engine: {case.engine}"] + [f"stated: {STATED[s]}" for s in case.stated],
-                    device=case.cluster.device.name, moe=case.model.is_moe, devices=case.devices)
+                    device=case.cluster.device.name, moe=case.model.is_moe, devices=case.devices,
+                    fp8_recipe=params.fp8_recipe if case.fixed["precision"] == "fp8" else None)
     try:
+        if res.fp8_recipe is not None:
+            check_device(fp8_recipe(res.fp8_recipe), case.cluster.device.name)
         if all(k in case.fixed for k in DEGREES):
             found = _complete(case, params, res)
             if found is None:

@@ -20,8 +20,11 @@ from bandwise.cost.flops import (
     attention_core_flops_per_token,
     elementwise_bytes_per_token,
     fp8_cast_bytes_per_token,
+    fp8_gemms,
+    fp8_operand_elements_per_token,
     hybrid_elementwise_bytes_per_token,
 )
+from bandwise.cost.fp8 import Fp8Recipe, fp8_recipe
 from bandwise.cost.mixers import (
     mixer_elementwise_bytes_per_token,
     mixer_gemms,
@@ -255,13 +258,14 @@ def layer_compute(m: ModelSpec, dev: Device, s: Shape, rates: Rates, P: CostPara
     frac_moe = m.moe_layers / m.layers
     attn_fwd, attn_bwd = attention_core(m, dev, s, rates, P)
     casts = np.where(s.fp8, 1.0, 0.0)  # fp8 quantizes every GEMM input (and, backward, every output gradient)
+    recipe = fp8_recipe(P.fp8_recipe)
     gemms = lambda gs: gemms_time(gs, m, s, rates)  # noqa: E731
     # the GEMMs on either side of each tensor-parallel collective: the attention block's input
     # projections and its output projection, the MLP's up and down projections
     attn_in, attn_out = attention_gemm_times(m, gemms)
     mlp_up, mlp_down = (gemms([g]) for g in m.dense_mlp.gemms())
     elementwise = lambda moe: rates.streamed(  # noqa: E731
-        (elementwise_bytes_per_token(m, moe, P.eager_elementwise) + casts * fp8_cast_bytes_per_token(m, moe)) * s.tokens / s.tp)
+        (elementwise_bytes_per_token(m, moe, P.eager_elementwise) + casts * fp8_cast_bytes_per_token(m, moe, recipe.cast_bytes)) * s.tokens / s.tp)
     dense_fwd = attn_in + attn_out + mlp_up + mlp_down + attn_fwd
     dense_fwd += elementwise(False)
     if m.moe_layers:  # the main layers' feed-forward, where it is not the dense MLP
@@ -283,11 +287,43 @@ def layer_compute(m: ModelSpec, dev: Device, s: Shape, rates: Rates, P: CostPara
     selective = (rates.streamed((act_bytes + norm_bytes) * s.tokens / s.tp) + up_proj
                  + (0.0 if P.flash_attention or "core_attn" not in mods else attn_fwd)
                  + P.selective_forward_share * (fwd - attn_fwd))
+    recipe_bwd = (1 - frac_moe) * fp8_backward_extra(m, False, s, rates, recipe, gemms) + frac_moe * fp8_backward_extra(m, True, s, rates, recipe, gemms)
     return LayerCompute(
         attn=attn_fwd, attn_bwd=attn_bwd, attn_in=attn_in, attn_out=attn_out, mlp_up=mlp_up, mlp_down=mlp_down, moe_mlp=moe_mlp,
-        dense_fwd=dense_fwd, moe_fwd=moe_fwd, fwd=fwd, bwd=2.0 * (fwd - attn_fwd) + attn_bwd, selective=selective,
+        dense_fwd=dense_fwd, moe_fwd=moe_fwd, fwd=fwd, bwd=2.0 * (fwd - attn_fwd) + attn_bwd + casts * recipe_bwd, selective=selective,
         kernel_gaps=np.full_like(s.tokens, kernel_gaps(P, frac_moe)),
     )
+
+
+def fp8_backward_extra(m: ModelSpec, moe_layer: bool, s: Shape, rates: Rates, recipe: Fp8Recipe,
+                       gemms: Callable[[list[Gemm]], np.ndarray]) -> np.ndarray:
+    """Backward seconds a recipe adds to one fp8 layer beyond its casts (`cost.fp8.Fp8Recipe`): the
+    rescale of each backward GEMM's output where the scales are applied after the GEMM (one read and
+    one write of every input gradient, 2 + 2 bytes an element, and of every weight gradient), and the
+    weight-gradient GEMM at the bf16 rate where the recipe keeps it in bf16 (its FLOPs are the forward's)."""
+    extra = np.zeros_like(s.tokens, dtype=float)
+    gs = fp8_gemms(m, moe_layer)
+    if recipe.rescaled_backward:
+        inputs, _ = fp8_operand_elements_per_token(m, moe_layer)
+        extra = extra + rates.streamed((2 + 2) * (inputs * s.tokens / s.tp + weight_elements(gs, m, s)))
+    if recipe.bf16_weight_grad:
+        fp8_rate, bf16_rate = rates.linear_peak * rates.linear_eff, rates.bf16_peak * rates.eff
+        extra = extra + gemms(gs) * (fp8_rate / bf16_rate - 1.0)
+    return extra
+
+
+def weight_elements(gemms: list[Gemm], m: ModelSpec, s: Shape) -> np.ndarray:
+    """Weight elements of `gemms` on one device, split over TP and EP as `gemms_time` splits them."""
+    total = np.zeros_like(s.tokens, dtype=float)
+    for g in gemms:
+        if g.split == "expert":
+            ep_on = s.ep > 1
+            total = total + np.where(ep_on, m.experts / s.ep, m.experts) * g.n * g.k / np.where(ep_on, 1.0, s.tp)
+        elif g.split in ("col", "row"):
+            total = total + g.n * g.k / s.tp
+        else:
+            total = total + g.n * g.k
+    return total
 
 
 def hybrid_layer_compute(m: ModelSpec, dev: Device, s: Shape, rates: Rates, P: CostParams) -> LayerCompute:
@@ -324,7 +360,8 @@ def hybrid_layer_compute(m: ModelSpec, dev: Device, s: Shape, rates: Rates, P: C
         mixer_bytes += share * mixer_elementwise_bytes_per_token(kind)
     mamba_t, linear_t = times.get("mamba", (zero, zero)), times.get("linear", (zero, zero))
     mixers = MixerTimes(mamba_in=mamba_t[0], mamba_out=mamba_t[1], linear_in=linear_t[0], linear_out=linear_t[1])
-    casts = np.where(s.fp8, 1.0, 0.0) * (dense * fp8_cast_bytes_per_token(m, False) + moe * fp8_cast_bytes_per_token(m, True))
+    cast_bytes = fp8_recipe(P.fp8_recipe).cast_bytes  # the recipe's backward extras (`fp8_backward_extra`) are not priced on hybrids
+    casts = np.where(s.fp8, 1.0, 0.0) * (dense * fp8_cast_bytes_per_token(m, False, cast_bytes) + moe * fp8_cast_bytes_per_token(m, True, cast_bytes))
     elementwise = rates.streamed((hybrid_elementwise_bytes_per_token(m, mixer_bytes, P.eager_elementwise) + casts) * s.tokens / s.tp)
     mixing = att * (attn_in + attn_out) + attn_fwd + mixer_gemm_time + scans + elementwise
     if m.moe_layers:
