@@ -139,7 +139,7 @@ def test_sweep_json_keys_and_crossover_match(capsys):
                           "--vary", "scale-out-bandwidth=10,25,1", "--json"], capsys)
     assert code == 0, err
     doc = json.loads(out)
-    assert set(doc) == {"model", "devices", "global_batch", "threshold", "engine", "base_cluster", "vary", "unit", "values", "crossover", "points"}
+    assert set(doc) == {"model", "devices", "global_batch", "threshold", "engine", "fp8_recipe", "base_cluster", "vary", "unit", "values", "crossover", "points"}
     assert doc["values"] == [1, 10, 25] and [p["value"] for p in doc["points"]] == [1, 10, 25]
     point_keys = {"cluster", "value", "searched", "fitting", "seconds", "narrowed", "best", "best_without_pp", "mfu_best", "mfu_without_pp",
                   "mfu_gap", "verdict", "dominant_exposed", "dominant_exposed_best"}
@@ -155,7 +155,7 @@ def test_compare_json_and_table(capsys):
     code, out, err = run(["compare", "--model", "debug-moe", "--devices", "16", "--global-batch", "32", "--clusters", "h100,tpu-v5p", "--json"], capsys)
     assert code == 0, err
     doc = json.loads(out)
-    assert set(doc) == {"model", "devices", "global_batch", "threshold", "engine", "clusters", "validation"}
+    assert set(doc) == {"model", "devices", "global_batch", "threshold", "engine", "fp8_recipe", "clusters", "validation"}
     assert set(doc["validation"]) == {"h100", "tpu-v5p"}
     assert [c["cluster"] for c in doc["clusters"]] == ["h100", "tpu-v5p"]
     dom = doc["clusters"][0]["dominant_exposed"]

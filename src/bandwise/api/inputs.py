@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 
+from bandwise.cost.fp8 import fp8_recipe as recipe_of
 from bandwise.cost.params import ATTENTION_KERNELS, GRAD_REDUCE, CostParams
 from bandwise.cost.profiles import Pricing
 from bandwise.errors import BandwiseError
@@ -36,9 +37,10 @@ def model_spec(name: str | ModelSpec, seq_len: int | None) -> ModelSpec:
 
 
 def pricing(headroom: float, attention: str | None = None, eager: bool | None = None, engine: str = DEFAULT_ENGINE,
-            grad_reduce: str | None = None) -> Pricing:
-    """How a planning command prices: the engine, the memory headroom, and the kernel, fusion and
-    gradient dtype the user states over the engine's (`--attention`, `--eager/--compiled`, `--grad-reduce`)."""
+            grad_reduce: str | None = None, fp8_recipe: str | None = None) -> Pricing:
+    """How a planning command prices: the engine, the memory headroom, and the kernel, fusion, gradient
+    dtype and float8 recipe the user states over the engine's (`--attention`, `--eager/--compiled`,
+    `--grad-reduce`, `--fp8-recipe`)."""
     stated: dict[str, object] = {}
     if attention is not None:
         if attention not in ATTENTION_KERNELS:
@@ -48,13 +50,15 @@ def pricing(headroom: float, attention: str | None = None, eager: bool | None = 
         stated["eager_elementwise"] = eager
     if grad_reduce is not None:
         stated["grad_reduce_bytes"] = grad_reduce_bytes(grad_reduce)
+    if fp8_recipe is not None:
+        stated["fp8_recipe"] = recipe_of(fp8_recipe).name
     return Pricing(get_engine(engine), CostParams(headroom=fraction("--headroom", headroom)), tuple(stated.items()))
 
 
 def cost_params(headroom: float, attention: str | None = None, eager: bool | None = None, engine: str = DEFAULT_ENGINE,
-                device: Device | None = None, grad_reduce: str | None = None) -> CostParams:
+                device: Device | None = None, grad_reduce: str | None = None, fp8_recipe: str | None = None) -> CostParams:
     """The cost model's parameters as `pricing` states them, on `device`."""
-    return pricing(headroom, attention, eager, engine, grad_reduce).on(device)
+    return pricing(headroom, attention, eager, engine, grad_reduce, fp8_recipe).on(device)
 
 
 def grad_reduce_bytes(grad_reduce: str) -> int:
@@ -81,7 +85,7 @@ def precisions_of(text: str) -> tuple[str, ...]:
 def plan_inputs(model: str | ModelSpec, devices: int, seq_len: int | None, global_batch: int | None, global_batch_tokens: int | None,
                 precision: str, threshold: float, headroom: float, overlap_tp: bool, overlap_ep: bool,
                 max_rows: int | None = SEARCH_ROWS, attention: str | None = None, eager: bool | None = None,
-                engine: str = DEFAULT_ENGINE, grad_reduce: str | None = None) -> PlanInputs:
+                engine: str = DEFAULT_ENGINE, grad_reduce: str | None = None, fp8_recipe: str | None = None) -> PlanInputs:
     """What every point of `compare` and `sweep` shares, checked in the order the options are read."""
     spec = model_spec(model, seq_len)
     if not isinstance(devices, int) or devices < 1:
@@ -94,7 +98,7 @@ def plan_inputs(model: str | ModelSpec, devices: int, seq_len: int | None, globa
         threshold=fraction("--threshold", threshold),
         precisions=precisions,
         overlap={"tp": overlap_tp, "ep": overlap_ep},
-        params=cost_params(headroom, attention, eager, engine, grad_reduce=grad_reduce),
-        pricing=pricing(headroom, attention, eager, engine, grad_reduce),
+        params=cost_params(headroom, attention, eager, engine, grad_reduce=grad_reduce, fp8_recipe=fp8_recipe),
+        pricing=pricing(headroom, attention, eager, engine, grad_reduce, fp8_recipe),
         max_rows=max_rows,
     )

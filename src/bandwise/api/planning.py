@@ -88,6 +88,7 @@ def plan(
     attention: str | None = None,
     eager: bool | None = None,
     grad_reduce: str | None = None,
+    fp8_recipe: str | None = None,
     overlap_tp: bool = False,
     exhaustive: bool = False,
     pool: int | None = None,
@@ -99,7 +100,8 @@ def plan(
     ({"tp": 1, "schedule": "1F1B"}); `pool`: how many ranked layouts the search keeps (default
     enough that `top` remain after collapsing near-duplicates). `attention`, `eager` and `grad_reduce`
     ('fp32' or 'bf16': Megatron-LM's --grad-reduce-in-bf16, `cost.params.GRAD_REDUCE`) state the job's
-    kernels, fusion and gradient dtype over the engine's, as in `estimate`, `compare` and `sweep`."""
+    kernels, fusion and gradient dtype over the engine's, as in `estimate`, `compare` and `sweep`; `fp8_recipe`
+    how its fp8 GEMMs are scaled (`cost.fp8.FP8_RECIPES`), over the engine's."""
     spec = model_spec(model, seq_len)
     clus = load_cluster(cluster)
     clus.check_devices(devices)
@@ -107,7 +109,7 @@ def plan(
         raise BandwiseError(f"--top={top!r} must be a whole number between 1 and {MAX_TOP}")
     gb = global_batch_of(spec, global_batch, global_batch_tokens, devices)
     precisions = precisions_of(precision)
-    params = cost_params(headroom, attention, eager, engine, clus.device, grad_reduce)
+    params = cost_params(headroom, attention, eager, engine, clus.device, grad_reduce, fp8_recipe)
     if pool is None:  # a pool deep enough that collapsing near-duplicates still leaves `top` distinct layouts
         pool = top if all_layouts else max(20 * top, 100)
     kw = dict(top=pool, allow_pp=allow_pp, fixed=dict(fix or {}), precisions=precisions, overlap={"tp": overlap_tp}, params=params,
@@ -139,6 +141,7 @@ def estimate(
     attention: str | None = None,
     eager: bool | None = None,
     grad_reduce: str | None = None,
+    fp8_recipe: str | None = None,
     **degrees: Any,
 ) -> EstimateResult:
     """Price one layout: a `Strategy`, or its fields as keywords (dp_shard=8, tp=8, micro_batch=1,
@@ -152,7 +155,7 @@ def estimate(
     n = strategy.world_size if devices is None else devices
     clus.check_devices(n)
     strategy.check(n, spec)
-    params = cost_params(headroom, attention, eager, engine, clus.device, grad_reduce)
+    params = cost_params(headroom, attention, eager, engine, clus.device, grad_reduce, fp8_recipe)
     layout = Layout(strategy=strategy, estimate=estimate_one(spec, clus, strategy, params))
     return EstimateResult(model=spec, cluster=clus, devices=n, engine=get_engine(engine), params=params, layout=layout)
 
@@ -174,6 +177,7 @@ def compare(
     attention: str | None = None,
     eager: bool | None = None,
     grad_reduce: str | None = None,
+    fp8_recipe: str | None = None,
     jobs: int = 1,
     exhaustive: bool = False,
     on_point: Callable[[Point], None] | None = None,
@@ -182,20 +186,20 @@ def compare(
     inputs, cl = compare_inputs(model, clusters, devices, engine=engine, seq_len=seq_len, global_batch=global_batch,
                                 global_batch_tokens=global_batch_tokens, precision=precision, threshold=threshold, headroom=headroom,
                                 overlap_tp=overlap_tp, overlap_ep=overlap_ep, attention=attention, eager=eager, grad_reduce=grad_reduce, jobs=jobs,
-                                exhaustive=exhaustive)
+                                exhaustive=exhaustive, fp8_recipe=fp8_recipe)
     return CompareResult(inputs=inputs, clusters=cl, points=compare_clusters(inputs, cl, jobs=jobs, on_point=on_point))
 
 
 def compare_inputs(model: str | ModelSpec, clusters: str | list[str | Cluster], devices: int, *, engine: str, seq_len: int | None,
                    global_batch: int | None, global_batch_tokens: int | None, precision: str, threshold: float, headroom: float,
                    overlap_tp: bool, overlap_ep: bool, attention: str | None, eager: bool | None, jobs: int,
-                   exhaustive: bool, grad_reduce: str | None = None) -> tuple[PlanInputs, list[Cluster]]:
+                   exhaustive: bool, grad_reduce: str | None = None, fp8_recipe: str | None = None) -> tuple[PlanInputs, list[Cluster]]:
     """`compare`'s inputs, every one checked before any planning starts (the command draws its bar after)."""
     names = [c.strip() for c in clusters.split(",") if c.strip()] if isinstance(clusters, str) else list(clusters)
     # the clusters share one command's bound on candidates
     per_search = None if exhaustive else SEARCH_ROWS // max(1, len(names))
     inputs = plan_inputs(model, devices, seq_len, global_batch, global_batch_tokens, precision, threshold, headroom, overlap_tp, overlap_ep,
-                     per_search, attention, eager, engine, grad_reduce)
+                     per_search, attention, eager, engine, grad_reduce, fp8_recipe)
     if jobs < 1:
         raise BandwiseError(f"--jobs={jobs} must be a positive integer")
     keys = [n if isinstance(n, str) else n.name for n in names]
@@ -227,6 +231,7 @@ def sweep(
     attention: str | None = None,
     eager: bool | None = None,
     grad_reduce: str | None = None,
+    fp8_recipe: str | None = None,
     exhaustive: bool = False,
     on_point: Callable[[Point], None] | None = None,
 ) -> SweepOutcome:
@@ -236,7 +241,7 @@ def sweep(
     base = load_cluster(base_cluster)
     # the shared enumeration holds its candidates in memory and each value searches them again: half the bound
     inputs = plan_inputs(model, devices, seq_len, global_batch, global_batch_tokens, precision, threshold, headroom, overlap_tp, overlap_ep,
-                     None if exhaustive else SEARCH_ROWS // 2, attention, eager, engine, grad_reduce)
+                     None if exhaustive else SEARCH_ROWS // 2, attention, eager, engine, grad_reduce, fp8_recipe)
     base.check_devices(inputs.devices)
     return SweepOutcome(inputs=inputs, result=sweep_points(inputs, base, spec, on_point=on_point))
 

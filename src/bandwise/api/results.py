@@ -128,8 +128,10 @@ class EstimateResult:
 def _common(inputs: PlanInputs) -> dict[str, Any]:
     """The fields every point of a comparison or sweep shares."""
     engine = inputs.pricing.engine.label if inputs.pricing else None
+    # the recipe as stated or the engine's; a cluster's own device may still change an engine default it applies to
+    recipe = inputs.params.fp8_recipe if "fp8" in inputs.precisions else None
     return {"model": inputs.model.name, "devices": inputs.devices, "global_batch": inputs.global_batch, "threshold": inputs.threshold,
-            "engine": engine}
+            "engine": engine, "fp8_recipe": recipe}
 
 
 @dataclass(kw_only=True, slots=True)

@@ -15,6 +15,7 @@ from bandwise.cli.options import (
     EXHAUSTIVE,
     GLOBAL_BATCH,
     GLOBAL_BATCH_TOKENS,
+    FP8_RECIPE,
     GRAD_REDUCE,
     HEADROOM,
     JSON_OUT,
@@ -75,6 +76,7 @@ def compare(
     attention: str = ATTENTION,
     eager: bool = EAGER,
     grad_reduce: str | None = GRAD_REDUCE,
+    fp8_recipe: str | None = FP8_RECIPE,
     jobs: int = typer.Option(1, "--jobs", "-j", help="Plan this many points at once in worker processes."),
     png: Path | None = typer.Option(None, "--png", help="Also draw the grouped bar chart to this PNG file."),
     html_out: Path | None = typer.Option(None, "--html", help="Also write the result as one self-contained HTML page (the chart inline; opens offline) to this file."),
@@ -84,7 +86,7 @@ def compare(
     out = Output(json_mode=json_out)
     names = [c.strip() for c in clusters.split(",") if c.strip()]
     asked = {"engine": engine, "seq_len": seq_len, "global_batch": global_batch, "global_batch_tokens": global_batch_tokens, "precision": precision,
-             "threshold": threshold, "headroom": headroom, "overlap_tp": overlap_tp, "overlap_ep": overlap_ep, "attention": attention, "eager": eager, "grad_reduce": grad_reduce,
+             "threshold": threshold, "headroom": headroom, "overlap_tp": overlap_tp, "overlap_ep": overlap_ep, "attention": attention, "eager": eager, "grad_reduce": grad_reduce, "fp8_recipe": fp8_recipe,
              "jobs": jobs, "exhaustive": exhaustive}
     api.planning.compare_inputs(model, clusters, devices, **{k: v for k, v in asked.items()})  # refuse before the bar draws
     held: list[api.CompareResult] = []

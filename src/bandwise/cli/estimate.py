@@ -10,6 +10,7 @@ from bandwise.cli.options import (
     EAGER,
     EMIT,
     ENGINE,
+    FP8_RECIPE,
     GRAD_REDUCE,
     check_emit,
     model_option,
@@ -51,6 +52,7 @@ def estimate(
     attention: str = ATTENTION,
     eager: bool = EAGER,
     grad_reduce: str | None = GRAD_REDUCE,
+    fp8_recipe: str | None = FP8_RECIPE,
     json_out: bool = typer.Option(False, "--json", help="Print one JSON layout {strategy, estimate}."),
     emit: str | None = EMIT,
 ) -> None:
@@ -62,7 +64,7 @@ def estimate(
         precision=precision, overlap_tp=overlap_tp, overlap_ep=overlap_ep,
     )
     priced = api.estimate(model, cluster, devices, strategy=strategy, engine=engine, seq_len=seq_len, headroom=headroom, attention=attention, eager=eager,
-                          grad_reduce=grad_reduce)
+                          grad_reduce=grad_reduce, fp8_recipe=fp8_recipe)
     spec, clus, n, est, params = priced.model, priced.cluster, priced.devices, priced.layout.estimate, priced.params
     if emit:
         typer.echo(export(emit, spec, clus, strategy, n, est, params, model_source=model).text, nl=False)
@@ -71,7 +73,7 @@ def estimate(
         out.emit_json(priced.to_dict())
         return
     out.print(f"[b]{spec.name}[/b] ({short_count(spec.total_params)} parameters) on [b]{n} x {clus.name}[/b]: {strategy.describe()}, micro-batch {micro_batch}, {strategy.effective_global_batch} sequences per step")
-    out.print(priced_as(get_engine(engine), params))
+    out.print(priced_as(get_engine(engine), params, strategy.precision == "fp8"))
     if priced.engine_cannot:
         out.print(f"[yellow]{priced.engine.label} does not run this layout as priced: {priced.engine_cannot}; "
                   f"`bandwise plan --engine {priced.engine.label}` lists only layouts it runs[/yellow]")

@@ -21,6 +21,7 @@ from bandwise.cli.options import (
     EXHAUSTIVE,
     GLOBAL_BATCH,
     GLOBAL_BATCH_TOKENS,
+    FP8_RECIPE,
     GRAD_REDUCE,
     HEADROOM,
     JSON_OUT,
@@ -114,6 +115,7 @@ def plan(
     attention: str = ATTENTION,
     eager: bool = EAGER,
     grad_reduce: str | None = GRAD_REDUCE,
+    fp8_recipe: str | None = FP8_RECIPE,
     overlap_tp: bool = OVERLAP_TP,
     exhaustive: bool = EXHAUSTIVE,
     json_out: bool = JSON_OUT,
@@ -136,7 +138,7 @@ def plan(
     asked: dict[str, Any] = {
         "engine": engine, "seq_len": seq_len, "global_batch": global_batch, "global_batch_tokens": global_batch_tokens, "top": top,
         "all_layouts": all_layouts, "allow_pp": not no_pp, "fix": _parse_fix(fix), "precision": precision, "threshold": threshold,
-        "headroom": headroom, "attention": attention, "eager": eager, "grad_reduce": grad_reduce, "overlap_tp": overlap_tp, "exhaustive": exhaustive, "pool": pool,
+        "headroom": headroom, "attention": attention, "eager": eager, "grad_reduce": grad_reduce, "fp8_recipe": fp8_recipe, "overlap_tp": overlap_tp, "exhaustive": exhaustive, "pool": pool,
         "must_fit": False,
     }
     if json_out or emit:
@@ -170,7 +172,7 @@ def plan(
             f"on [b]{devices} x {clus.name}[/b] ({clus.device.name}), seq {spec.seq_len}, "
             f"global batch {gb} sequences = {short_count(gb * spec.seq_len, tokens=True)} tokens"
         )
-        out.print(priced_as(get_engine(engine), params))
+        out.print(priced_as(get_engine(engine), params, "fp8" in planned.search_options["precisions"]))
         fit = f"fit in {result.capacity_gib:.1f} GiB per device"
         if params.persistent_state:  # `CostParams.persistent_state`: the headroom is on what a step allocates and frees
             fit = (f"fit in {clus.device.hbm_bytes / GIB:.1f} GiB per device, {params.headroom:.0%} of what each step allocates and "

@@ -74,12 +74,15 @@ def narrowed_lines(out: Output, points: list[Point]) -> None:
         out.print(f"[b]{', '.join(labels)}[/b]: {note}" if len(points) > 1 else note)
 
 
-def priced_as(engine: Engine, params: CostParams | None = None) -> str:
-    """The line under every planning header that says which software the figures assume, and the
-    gradient dtype where it is not fp32 (`--grad-reduce`)."""
+def priced_as(engine: Engine, params: CostParams | None = None, fp8: bool = False) -> str:
+    """The line under every planning header that says which software the figures assume, the
+    gradient dtype where it is not fp32 (`--grad-reduce`), and the float8 recipe where fp8 is priced
+    (`--fp8-recipe`)."""
     line = f"priced as [b]{engine.label}[/b] runs it: {engine.title} (bandwise engines --show {engine.name}; --engine to change)"
     if params is not None and params.grad_reduce_bytes != GRAD_REDUCE["fp32"]:
         line += f"; gradients kept and reduced in [b]{grad_reduce_name(params.grad_reduce_bytes)}[/b] (--grad-reduce)"
+    if params is not None and fp8:
+        line += f"; fp8 GEMMs scaled [b]{params.fp8_recipe}[/b] (--fp8-recipe)"
     return line
 
 
@@ -91,7 +94,7 @@ def header(out: Output, inputs: PlanInputs, where: str) -> None:
         f"layout without PP is within {inputs.threshold:.0%} of its best"
     )
     if inputs.pricing:
-        out.print(priced_as(inputs.pricing.engine, inputs.params))
+        out.print(priced_as(inputs.pricing.engine, inputs.params, "fp8" in inputs.precisions))
 
 
 HELP_WORDS = f"\n\n[b]Words[/b]: {glossary.COMPARE}\n\n{glossary.LAYOUT}"

@@ -15,6 +15,7 @@ from bandwise.cli.options import (
     EXHAUSTIVE,
     GLOBAL_BATCH,
     GLOBAL_BATCH_TOKENS,
+    FP8_RECIPE,
     GRAD_REDUCE,
     HEADROOM,
     JSON_OUT,
@@ -73,6 +74,7 @@ def sweep(
     attention: str = ATTENTION,
     eager: bool = EAGER,
     grad_reduce: str | None = GRAD_REDUCE,
+    fp8_recipe: str | None = FP8_RECIPE,
     png: Path | None = typer.Option(None, "--png", help="Also draw MFU against the varied quantity, and the exposed communication by dim, to this PNG file."),
     html_out: Path | None = typer.Option(None, "--html", help="Also write the result as one self-contained HTML page (the chart inline; opens offline) to this file."),
     exhaustive: bool = EXHAUSTIVE,
@@ -84,7 +86,7 @@ def sweep(
     labels = [vary_cluster(base, spec.kind, v).name for v in spec.values]
     asked = {"base_cluster": base, "engine": engine, "seq_len": seq_len, "global_batch": global_batch, "global_batch_tokens": global_batch_tokens,
              "precision": precision, "threshold": threshold, "headroom": headroom, "overlap_tp": overlap_tp, "overlap_ep": overlap_ep,
-             "attention": attention, "eager": eager, "grad_reduce": grad_reduce, "exhaustive": exhaustive}
+             "attention": attention, "eager": eager, "grad_reduce": grad_reduce, "fp8_recipe": fp8_recipe, "exhaustive": exhaustive}
     held: list[api.SweepOutcome] = []
 
     def run(done: Callable[[Point], None]) -> list[Point]:

@@ -19,7 +19,7 @@ from bandwise.cost.params import (
     CostParams,
     grad_reduce_name,
 )
-from bandwise.cost.fp8 import FP8_RECIPES
+from bandwise.cost.fp8 import FP8_RECIPES, check_device, fp8_recipe
 from bandwise.errors import BandwiseError
 from bandwise.specs.engine import Engine
 from bandwise.specs.hardware import Device
@@ -91,14 +91,17 @@ class Pricing:
     stated: tuple[tuple[str, Any], ...] = ()
 
     def on(self, device: Device | None) -> CostParams:
-        return replace(params_for(self.engine, device, self.base), **dict(self.stated))
+        params = replace(params_for(self.engine, device, self.base), **dict(self.stated))
+        if device is not None and "fp8_recipe" in dict(self.stated):
+            check_device(fp8_recipe(params.fp8_recipe), device.name)
+        return params
 
 
 def pricing_dict(engine: Engine, params: CostParams) -> dict[str, Any]:
     """What a plan or an estimate was priced as, for its `--json`: the engine and the job settings a
-    user can state on top of it (`--attention`, `--eager`/`--compiled`, `--grad-reduce`, `--headroom`),
+    user can state on top of it (`--attention`, `--eager`/`--compiled`, `--grad-reduce`, `--fp8-recipe`, `--headroom`),
     as the parameters on the plan's device hold them (an engine's Hopper-only kernel reads 'flash'
     on an A100, `params_for`)."""
     attention = params.attention if params.flash_attention else "materialized"
     return {"engine": engine.label, "attention": attention, "eager_elementwise": params.eager_elementwise,
-            "grad_reduce": grad_reduce_name(params.grad_reduce_bytes), "headroom": params.headroom}
+            "grad_reduce": grad_reduce_name(params.grad_reduce_bytes), "fp8_recipe": params.fp8_recipe, "headroom": params.headroom}
