@@ -178,8 +178,9 @@ class GroupedExperts(nn.Module):
         if isinstance(counts_E, list):  # balanced loads of the dry run
             counts_E = torch.tensor(counts_E, device=x_ND.device)
         offsets_E = grouped.group_offsets(counts_E)
-        args = (grouped.grouped_linear(x_ND, w1, offsets_E), grouped.grouped_linear(x_ND, w3, offsets_E), gates_N)
-        down = lambda h: grouped.grouped_linear(h, w2, offsets_E)
+        keep_E11 = (counts_E > 0).to(w1.dtype)[:, None, None]  # once for the three projections
+        args = (grouped.grouped_linear(x_ND, w1, offsets_E, keep_E11), grouped.grouped_linear(x_ND, w3, offsets_E, keep_E11), gates_N)
+        down = lambda h: grouped.grouped_linear(h, w2, offsets_E, keep_E11)
         if self.recompute_core:
             return recomputed_between(swiglu, args, down)
         return down(swiglu(*args))
@@ -297,7 +298,7 @@ class MoE(nn.Module):
     def route(self, x_TD: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Returns scores (T, E) fp32, chosen experts (T, K) and gates (T, K)."""
         logits_TE = self.gate(x_TD)
-        logits_TE = logits_TE.to(torch.promote_types(logits_TE.dtype, torch.float32))
+        logits_TE = logits_TE.to(torch.float64 if logits_TE.dtype == torch.float64 else torch.float32)  # not promote_types: an aten op
         scores_TE = torch.sigmoid(logits_TE) if self.cfg.router == "sigmoid" else torch.softmax(logits_TE, dim=-1)
         select_TE = scores_TE + self.expert_bias if self.cfg.aux_free else scores_TE
         idx_TK = torch.topk(select_TE, self.top_k, dim=-1).indices
