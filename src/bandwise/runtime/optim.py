@@ -55,6 +55,12 @@ class MasterAdamW(torch.optim.Optimizer):
                 continue
             self.state[p]["master"] = p.detach().clone()
             p.data = p.data.to(dtype)
+        # The whole state now, not at the first step: a checkpoint loader that fills the state the
+        # optimizer already has (DCP's `set_optimizer_state_dict`) must find every key.
+        for p in (p for g in self.param_groups for p in g["params"]):
+            ref = self.state[p].get("master", p)
+            self.state[p]["exp_avg"] = torch.zeros_like(ref, memory_format=torch.preserve_format)
+            self.state[p]["exp_avg_sq"] = torch.zeros_like(ref, memory_format=torch.preserve_format)
         self._grad_buffers: dict[int, list[torch.Tensor]] = {}
 
     def _fp32_grads(self, group_index: int, lowp: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -76,12 +82,6 @@ class MasterAdamW(torch.optim.Optimizer):
             group["step"] += 1
             t = group["step"]
             lr, (beta1, beta2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
-            for p in with_grad:
-                state = self.state[p]
-                if "exp_avg" not in state:
-                    ref = state.get("master", p)
-                    state["exp_avg"] = torch.zeros_like(ref, memory_format=torch.preserve_format)
-                    state["exp_avg_sq"] = torch.zeros_like(ref, memory_format=torch.preserve_format)
             lowp = [p for p in with_grad if "master" in self.state[p]]
             full = [p for p in with_grad if "master" not in self.state[p]]
             masters = [self.state[p]["master"] for p in lowp] + full
