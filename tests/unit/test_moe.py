@@ -204,3 +204,28 @@ def test_gqa_attention_matches_explicit_softmax():
     scores = scores.masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool), 1), float("-inf"))
     ref = attn.wo((scores.softmax(-1) @ v).transpose(1, 2).reshape(B, T, -1))
     torch.testing.assert_close(attn(x, rope), ref, rtol=1e-5, atol=1e-6)
+
+
+def test_permute_and_unpermute_against_indexing():
+    """The gather-only permutation equals plain indexing forward (x[token]) and the accumulating
+    combine (index_put_), with the gradients autograd gives those, in fp64."""
+    from bandwise.runtime.moe import inverse_permutation, permute, unpermute
+
+    g = torch.Generator().manual_seed(3)
+    T, K, D = 6, 3, 5
+    idx_TK = torch.stack([torch.randperm(8, generator=g)[:K] for _ in range(T)])
+    order = torch.argsort(idx_TK.flatten(), stable=True)
+    inv = inverse_permutation(order)
+    x = torch.randn(T, D, dtype=torch.float64, generator=g, requires_grad=True)
+    y = torch.randn(T * K, D, dtype=torch.float64, generator=g, requires_grad=True)
+    ours = (permute(x, order, inv, K), unpermute(y, order, inv, K))
+    ref = (x[order // K], torch.zeros(T, D, dtype=torch.float64).index_put_((order // K,), y, accumulate=True))
+    for a, b in zip(ours, ref):
+        torch.testing.assert_close(a, b)
+        w = torch.randn(a.shape, dtype=torch.float64, generator=g)
+        ga = torch.autograd.grad((a * w).sum(), (x, y), allow_unused=True)
+        gb = torch.autograd.grad((b * w).sum(), (x, y), allow_unused=True)
+        for u, v in zip(ga, gb):
+            assert (u is None) == (v is None)
+            if u is not None:
+                torch.testing.assert_close(u, v)

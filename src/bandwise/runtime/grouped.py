@@ -93,27 +93,36 @@ def _(x_ND, g_NF, offsets_E):
 
 class _GroupedLinear(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x_ND: torch.Tensor, w_EDF: torch.Tensor, offsets_E: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
-        ctx.save_for_backward(x_ND, w_EDF, offsets_E)
+    def forward(ctx, x_ND: torch.Tensor, w_EDF: torch.Tensor, offsets_E: torch.Tensor, keep_E11: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        ctx.save_for_backward(x_ND, w_EDF, offsets_E, keep_E11)
         return _grouped_mm(x_ND, w_EDF.to(x_ND.dtype), offsets_E)
 
     @staticmethod
     def backward(ctx, g_NF: torch.Tensor):  # type: ignore[override]
-        x_ND, w_EDF, offsets_E = ctx.saved_tensors
+        x_ND, w_EDF, offsets_E, keep_E11 = ctx.saved_tensors
         g_NF = g_NF.contiguous()
         dx = _grouped_mm(g_NF, w_EDF.to(g_NF.dtype).mT, offsets_E) if ctx.needs_input_grad[0] else None
         dw = None
         if ctx.needs_input_grad[1]:
             # an empty group's gradient is zero by definition; set it so here rather than trust each
             # backend's kernel with it (pytorch/pytorch#172439 reports stale values on sm100)
-            counts_E = torch.diff(offsets_E, prepend=offsets_E.new_zeros(1))
-            dw = _grouped_weight_grad(x_ND, g_NF, offsets_E).to(w_EDF.dtype) * (counts_E > 0).to(w_EDF.dtype)[:, None, None]
-        return dx, dw, None
+            dw = _grouped_weight_grad(x_ND, g_NF, offsets_E).to(w_EDF.dtype) * keep_E11
+        return dx, dw, None, None
 
 
-def grouped_linear(x_ND: torch.Tensor, w_EDF: torch.Tensor, offsets_E: torch.Tensor) -> torch.Tensor:
-    """x_ND[n] @ w_EDF[e] for the rows n of group e, in x's dtype (see the module docstring)."""
-    return _GroupedLinear.apply(x_ND, w_EDF, offsets_E)
+def grouped_linear(x_ND: torch.Tensor, w_EDF: torch.Tensor, offsets_E: torch.Tensor, keep_E11: torch.Tensor | None = None) -> torch.Tensor:
+    """x_ND[n] @ w_EDF[e] for the rows n of group e, in x's dtype (see the module docstring).
+    `keep_E11`: 1 for a group with rows, 0 for an empty one, shaped (E, 1, 1) in w's dtype
+    (`nonempty_groups`); made once for the projections that share the offsets."""
+    if keep_E11 is None:
+        keep_E11 = nonempty_groups(offsets_E, w_EDF.dtype)
+    return _GroupedLinear.apply(x_ND, w_EDF, offsets_E, keep_E11)
+
+
+def nonempty_groups(offsets_E: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """(E, 1, 1): 1 where group e holds rows, else 0, the factor on its weight gradient."""
+    counts_E = torch.diff(offsets_E, prepend=offsets_E.new_zeros(1))
+    return (counts_E > 0).to(dtype)[:, None, None]
 
 
 def group_offsets(counts_E: torch.Tensor) -> torch.Tensor:

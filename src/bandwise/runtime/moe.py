@@ -178,8 +178,9 @@ class GroupedExperts(nn.Module):
         if isinstance(counts_E, list):  # balanced loads of the dry run
             counts_E = torch.tensor(counts_E, device=x_ND.device)
         offsets_E = grouped.group_offsets(counts_E)
-        args = (grouped.grouped_linear(x_ND, w1, offsets_E), grouped.grouped_linear(x_ND, w3, offsets_E), gates_N)
-        down = lambda h: grouped.grouped_linear(h, w2, offsets_E)
+        keep_E11 = (counts_E > 0).to(w1.dtype)[:, None, None]  # once for the three projections
+        args = (grouped.grouped_linear(x_ND, w1, offsets_E, keep_E11), grouped.grouped_linear(x_ND, w3, offsets_E, keep_E11), gates_N)
+        down = lambda h: grouped.grouped_linear(h, w2, offsets_E, keep_E11)
         if self.recompute_core:
             return recomputed_between(swiglu, args, down)
         return down(swiglu(*args))
@@ -271,6 +272,52 @@ def balance_loss(scores_BTE: torch.Tensor, idx_BTK: torch.Tensor, num_experts: i
     return (f_BE * probs_BTE.mean(1)).sum(-1).mean()
 
 
+class _Permute(torch.autograd.Function):
+    """Token copies in expert order and back, each way a gather, so neither direction scatters.
+
+    forward(x_TD) = x_TD[order_N // K]: row n is a copy of the token whose pair order_N[n] is.
+    Its adjoint sums each token's K copies: g_ND[inv_N].view(T, K, D).sum(1), with inv_N the
+    inverse permutation; and that sum is the combine (`unpermute`), whose adjoint is the gather
+    again. Autograd's own backward of `x[idx]` is an accumulating `index_put_`, which on the CPU
+    runs serially and in bf16 rounds after every addition; a sum over K rounds once. Saved: the
+    two index vectors (N int64 each), nothing of the activations (`index_add_`'s autograd formula
+    keeps its whole source, 2·D bytes a pair in bf16: torch's derivatives.yaml, `expand_as(source)`)."""
+
+    @staticmethod
+    def forward(ctx, t: torch.Tensor, order_N: torch.Tensor, inv_N: torch.Tensor, k: int, gather: bool) -> torch.Tensor:  # type: ignore[override]
+        ctx.save_for_backward(order_N, inv_N)
+        ctx.k, ctx.gather = k, gather
+        return _spread(t, order_N, k) if gather else _collect(t, inv_N, k)
+
+    @staticmethod
+    def backward(ctx, g: torch.Tensor):  # type: ignore[override]
+        order_N, inv_N = ctx.saved_tensors
+        return (_collect(g, inv_N, ctx.k) if ctx.gather else _spread(g, order_N, ctx.k)), None, None, None, None
+
+
+def _spread(x_TD: torch.Tensor, order_N: torch.Tensor, k: int) -> torch.Tensor:
+    return x_TD.index_select(0, order_N // k)
+
+
+def _collect(y_ND: torch.Tensor, inv_N: torch.Tensor, k: int) -> torch.Tensor:
+    return y_ND.index_select(0, inv_N).view(-1, k, y_ND.shape[-1]).sum(1)
+
+
+def inverse_permutation(order_N: torch.Tensor) -> torch.Tensor:
+    """inv_N with inv_N[order_N[n]] = n."""
+    return torch.empty_like(order_N).scatter_(0, order_N, torch.arange(order_N.numel(), device=order_N.device))
+
+
+def permute(x_TD: torch.Tensor, order_N: torch.Tensor, inv_N: torch.Tensor, k: int) -> torch.Tensor:
+    """(N, D): the K copies of each token, in the order `order_N` gives the token-expert pairs."""
+    return _Permute.apply(x_TD, order_N, inv_N, k, True)
+
+
+def unpermute(y_ND: torch.Tensor, order_N: torch.Tensor, inv_N: torch.Tensor, k: int) -> torch.Tensor:
+    """(T, D): each token's K rows of y_ND (in `order_N` order) summed; `permute`'s adjoint."""
+    return _Permute.apply(y_ND, order_N, inv_N, k, False)
+
+
 class MoE(nn.Module):
     def __init__(self, spec: ModelSpec, cfg: MoEConfig) -> None:
         super().__init__()
@@ -297,7 +344,7 @@ class MoE(nn.Module):
     def route(self, x_TD: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Returns scores (T, E) fp32, chosen experts (T, K) and gates (T, K)."""
         logits_TE = self.gate(x_TD)
-        logits_TE = logits_TE.to(torch.promote_types(logits_TE.dtype, torch.float32))
+        logits_TE = logits_TE.to(torch.float64 if logits_TE.dtype == torch.float64 else torch.float32)  # not promote_types: an aten op
         scores_TE = torch.sigmoid(logits_TE) if self.cfg.router == "sigmoid" else torch.softmax(logits_TE, dim=-1)
         select_TE = scores_TE + self.expert_bias if self.cfg.aux_free else scores_TE
         idx_TK = torch.topk(select_TE, self.top_k, dim=-1).indices
@@ -317,15 +364,12 @@ class MoE(nn.Module):
             with torch.no_grad():
                 self.tokens_per_expert += counts_E.to(self.tokens_per_expert.dtype)
 
-        order_N = torch.argsort(idx_TK.flatten(), stable=True)
-        token_N = order_N // self.top_k
+        order_N = torch.argsort(idx_TK.flatten(), stable=True)  # token-expert pairs grouped by expert
         # the gates scale each copy inside its expert, before the down-projection (`ops._SwiGLU`)
-        y_ND = self.dispatch(x_TD[token_N], gates_TK.flatten()[order_N], counts_E, self.experts)
-        # Sum each token's K weighted expert outputs. Not `index_add_`: its autograd formula keeps the
-        # whole source (2·D bytes a token-expert pair, seen in torch 2.13: its derivatives.yaml formula reads
-        # `source.dim()`/`expand_as(source)`) though its gradient is only grad[token_N]; `index_put_`
-        # with accumulate keeps the indices alone.
-        out_TD = torch.zeros_like(x_TD).index_put_((token_N,), y_ND.to(x_TD.dtype), accumulate=True)
+        inv_N = inverse_permutation(order_N)
+        gates_N = gates_TK.flatten().index_select(0, order_N)
+        y_ND = self.dispatch(permute(x_TD, order_N, inv_N, self.top_k), gates_N, counts_E, self.experts)
+        out_TD = unpermute(y_ND.to(x_TD.dtype), order_N, inv_N, self.top_k)
         if self.shared is not None:
             out_TD = out_TD + self.shared(x_TD)
         out_TD = self._attach_aux(out_TD, scores_TE.view(B, T, -1), idx_TK.view(B, T, -1))

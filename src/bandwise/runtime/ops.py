@@ -21,8 +21,9 @@ import torch.nn.functional as F
 
 
 def _compute_dtype(x: torch.Tensor) -> torch.dtype:
-    """fp32 for bf16/fp16/fp32 inputs; fp64 stays fp64 (the gradient checks)."""
-    return torch.promote_types(x.dtype, torch.float32)
+    """fp32 for bf16/fp16/fp32 inputs; fp64 stays fp64 (the gradient checks). `torch.promote_types`
+    without calling it: under a dispatch mode (compile, op counting) each call is an aten op."""
+    return torch.float64 if x.dtype == torch.float64 else torch.float32
 
 
 class _RMSNorm(torch.autograd.Function):
@@ -73,13 +74,16 @@ class _Rope(torch.autograd.Function):
 
 
 def _rotate(x_BTHD: torch.Tensor, rope_TD2: torch.Tensor, *, sign: float) -> torch.Tensor:
+    """Each pair (x0, x1) as the complex x0 + i·x1 times e^{±iθ} = cos ± i·sin: one multiply, where
+    the real form takes a dozen ops a call (the table's last dimension is already (cos, sin))."""
     B, T, H, Dh = x_BTHD.shape
-    pairs = x_BTHD.to(_compute_dtype(x_BTHD)).reshape(B, T, H, Dh // 2, 2)
-    cos = rope_TD2[:T, None, :, 0].to(pairs.dtype)  # (T, 1, Dh/2)
-    sin = sign * rope_TD2[:T, None, :, 1].to(pairs.dtype)
-    x0, x1 = pairs[..., 0], pairs[..., 1]
-    out = torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1)
-    return out.reshape(B, T, H, Dh).to(x_BTHD.dtype)
+    pairs = x_BTHD.to(_compute_dtype(x_BTHD))
+    if not pairs.is_contiguous():  # a view_as_complex needs unit stride on the pairs
+        pairs = pairs.contiguous()
+    z = torch.view_as_complex(pairs.view(B, T, H, Dh // 2, 2))
+    turn = torch.view_as_complex(rope_TD2[:T].to(pairs.dtype))[:, None]  # (T, 1, Dh/2)
+    out = z * (turn if sign > 0 else turn.conj())
+    return torch.view_as_real(out).view(B, T, H, Dh).to(x_BTHD.dtype)
 
 
 def apply_rope(x_BTHD: torch.Tensor, rope_TD2: torch.Tensor) -> torch.Tensor:
@@ -120,9 +124,19 @@ class _SwiGLU(torch.autograd.Function):
         width = a.shape[-1]
         a2, b2, g2 = a.reshape(-1, width), b.reshape(-1, width), g.reshape(-1, width)
         w1 = None if w is None else w.reshape(-1)
+        rows = max(1, SWIGLU_CHUNK_ELEMENTS // width)
+        if a2.shape[0] <= rows:  # one chunk: no buffers to fill and no slicing, a handful of ops
+            s = F.silu(a2)
+            dw = None
+            if w1 is not None:
+                dw = torch.sum(g2.to(w1.dtype) * (s * b2).to(w1.dtype), -1)
+                g2 = (g2 * w1[:, None]).to(g.dtype)
+            db = g2 * s
+            del s
+            da = torch.ops.aten.silu_backward(g2 * b2, a2)
+            return da.view(a.shape), db.view(b.shape), None if dw is None else dw.view(w.shape)
         da, db = torch.empty_like(a2), torch.empty_like(b2)
         dw = None if w1 is None else torch.empty_like(w1)
-        rows = max(1, SWIGLU_CHUNK_ELEMENTS // width)
         for i in range(0, a2.shape[0], rows):
             ac, bc, gc = a2[i : i + rows], b2[i : i + rows], g2[i : i + rows]
             s = F.silu(ac)

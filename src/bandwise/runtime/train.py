@@ -50,6 +50,7 @@ from bandwise.runtime.moe import (
     update_router_biases,
 )
 from bandwise.runtime.ops import cross_entropy
+from bandwise.runtime.optim import MasterAdamW, low_precision_candidates
 from bandwise.runtime.parallel.apply import Parallel, parallelize
 from bandwise.runtime.parallel.expert import expert_parameters
 from bandwise.runtime.parallel.mesh import Meshes, build_meshes, check_runtime_support
@@ -202,6 +203,16 @@ def make_loss_fn(meshes: Meshes | None, strategy: Strategy, spec: ModelSpec, red
     return loss_fn
 
 
+def make_optimizers(par: Parallel, cfg: TrainConfig, dtype: torch.dtype, device: torch.device, *, distributed: bool) -> list[torch.optim.Optimizer]:
+    """One AdamW a model part. Under bf16 the parameters FSDP does not manage move to bf16 here,
+    with fp32 masters in the optimizer (`runtime/optim.py`): no weight is cast again in a step."""
+    if dtype in (torch.bfloat16, torch.float16):
+        cast = low_precision_candidates(par.outside_fsdp())
+        return [MasterAdamW(p.parameters(), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay, cast=cast, dtype=dtype) for p in par.parts]
+    fused = device.type == "cuda" and not distributed
+    return [torch.optim.AdamW(p.parameters(), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay, fused=fused or None) for p in par.parts]
+
+
 def compute_dtype(cfg: TrainConfig, device: torch.device) -> torch.dtype:
     return DTYPES["bf16" if device.type == "cuda" else "fp32"] if cfg.dtype == "auto" else DTYPES[cfg.dtype]
 
@@ -267,11 +278,7 @@ def _run(spec, strategy, cfg, splits, device, rank, world, on_step, out) -> RunR
     if experts_line and rank == 0 and out is not None:
         out.print(experts_line)
     moes = [m for p in parts for m in p.modules() if isinstance(m, MoE)]
-    fused = device.type == "cuda" and meshes is None
-    optimizers = [
-        torch.optim.AdamW(p.parameters(), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay, fused=fused or None)
-        for p in parts
-    ]
+    optimizers = make_optimizers(par, cfg, dtype, device, distributed=meshes is not None)
     schedulers = [torch.optim.lr_scheduler.LambdaLR(o, lr_lambda(cfg)) for o in optimizers]
     ep_params = {id(p) for part in parts for p in expert_parameters(part)} if strategy.ep > 1 else set()
     params = [p for part in parts for p in part.parameters()]

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from bandwise.runtime.parallel.expert import apply_expert_parallel
+from bandwise.runtime.parallel.expert import apply_expert_parallel, expert_parameters
 from bandwise.runtime.parallel.fsdp import apply_fsdp
 from bandwise.runtime.parallel.mesh import Meshes
 from bandwise.runtime.parallel.pipeline import pipeline_parts
@@ -35,6 +35,16 @@ class Parallel:
     stage_ids: list[int]
     fsdp: bool
     """Whether FSDP mixed precision handles the compute dtype (else autocast does)."""
+    experts_outside_fsdp: bool = False
+    """EP-sliced experts with no data-parallel peer, which FSDP leaves alone."""
+
+    def outside_fsdp(self) -> list[nn.Parameter]:
+        """Parameters FSDP does not manage (all of them without FSDP): the optimizer holds these in
+        the compute dtype with fp32 masters (`runtime/optim.py`), where FSDP's own fp32 shards are
+        the masters of the rest. Read after the parts are materialised (`to_empty` replaces them)."""
+        if not self.fsdp:
+            return [p for part in self.parts for p in part.parameters()]
+        return [p for part in self.parts for p in expert_parameters(part)] if self.experts_outside_fsdp else []
 
 
 def _compile_blocks(model: nn.Module) -> None:
@@ -74,4 +84,4 @@ def parallelize(model: nn.Module, s: Strategy, meshes: Meshes | None, *, param_d
                 # counts the stage gathered (`CostParams.fsdp_pp_unsharded`)
                 reshard_after_forward=s.pp == 1,
             )
-    return Parallel(parts=parts, stage_ids=ids, fsdp=use_fsdp)
+    return Parallel(parts=parts, stage_ids=ids, fsdp=use_fsdp, experts_outside_fsdp=use_fsdp and s.ep > 1 and meshes.expert_fsdp_mesh() is None)
