@@ -19,6 +19,7 @@ import ast
 import contextlib
 import dataclasses
 import functools
+import importlib.util
 import io
 import json
 import math
@@ -37,6 +38,12 @@ from bandwise.export.architecture import Architecture
 from bandwise.specs.hardware import Cluster
 from bandwise.specs.model import ModelSpec
 from bandwise.specs.strategy import Strategy
+
+import pytest  # noqa: E402
+
+ENGINES_MISSING = [name for name in ("torchtitan", "megatron") if importlib.util.find_spec(name) is None]
+needs_engines = pytest.mark.skipif(bool(ENGINES_MISSING), reason=f"{', '.join(ENGINES_MISSING)} not installed: pip install -e '.[interop]'")
+"""Found, not imported: importing the engines at collection costs seconds; the tests import them as they run."""
 
 HERE = Path(__file__).parent
 

@@ -23,8 +23,9 @@ from bandwise.plan.search import SEARCH_ROWS, distinct, search
 from bandwise.plan.verdict import decide, recommended
 from bandwise.specs.registry import cluster_file_text, get_cluster, get_model
 
-pytest.importorskip("torchtitan", reason="TorchTitan is not installed: pip install -e '.[interop]'")
-pytest.importorskip("megatron.core", reason="Megatron-Core is not installed: pip install -e '.[interop]'")
+from judges import needs_engines  # noqa: E402
+
+pytestmark = needs_engines
 
 HF = Path(__file__).parents[1] / "data" / "hf"
 OK = "ok"

@@ -9,9 +9,9 @@ import pytest
 from bandwise.errors import BandwiseError
 from bandwise.export import torchtitan as tt
 
-pytest.importorskip("torchtitan", reason="TorchTitan is not installed: pip install -e '.[interop]'")
-parallel_dims = pytest.importorskip("torchtitan.distributed.parallel_dims")
-pipeline_parallel = pytest.importorskip("torchtitan.distributed.pipeline_parallel")
+from judges import needs_engines  # noqa: E402
+
+pytestmark = needs_engines
 
 import judges
 
@@ -40,6 +40,8 @@ def test_torchtitan_rejects_what_it_cannot_hold() -> None:
     text = "torchrun -m torchtitan.train --module llama3 --config llama3_8b --parallelism.tensor-parallel-degree 8 activation-checkpoint:none\n"
     cfg = _parse(text)
     with pytest.raises(AssertionError):
+        from torchtitan.distributed import parallel_dims
+
         parallel_dims.ParallelDims.from_config(cfg.parallelism, world_size=12)
     with pytest.raises(AssertionError, match="TorchTitan refuses"):
         _parse(text.replace("--parallelism.tensor-parallel-degree", "--parallelism.tensor-parallel-size"))
@@ -49,6 +51,8 @@ def test_torchtitan_rejects_what_it_cannot_hold() -> None:
 def test_stage_modules_are_torchtitans_own_split(layers: int, stages: int) -> None:
     """TorchTitan's own split with the embedding and head weighing nothing gives the same stages,
     whether or not the layers divide (both give the remainder to the earlier stages)."""
+    from torchtitan.distributed import pipeline_parallel
+
     assert tt.stage_modules(layers, stages) == pipeline_parallel._generate_llm_fqn_per_model_part(stages, layers, 0, 0)
 
 
