@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from bandwise.errors import BandwiseError
-from bandwise.specs.hf import FAMILIES, dropout_rates
+from bandwise.specs.hf import FAMILIES, dropout_rates, window_layers
 from bandwise.specs.hf_hybrid import HYBRID
 from bandwise.specs.model import ModelSpec, brief
 
@@ -83,7 +83,9 @@ class Architecture:
     shared_expert_gate: bool = False
     """A sigmoid gate on the shared expert's output (Qwen2-MoE)."""
     sliding_window: int = 0
-    """Attention window in tokens on every layer; 0 none."""
+    """Attention window in tokens; 0 none."""
+    window_layers: tuple[bool, ...] = ()
+    """Which layers the window covers, in order (`specs.hf.window_layers`); () with a window: every layer."""
     unsupported: tuple[str, ...] = ()
     """Parts no engine here writes, each named as its source names it."""
     source: str = ""
@@ -148,7 +150,7 @@ TRANSFORMERS_DEFAULTS: dict[str, dict[str, Any]] = {
     # model_type: the defaults of its transformers configuration class (configuration_<type>.py)
     # for the keys read below, used when a config.json leaves one out
     "llama": {"rope_theta": 10000.0, "rms_norm_eps": 1e-6},
-    "mistral": {"rope_theta": 10000.0, "rms_norm_eps": 1e-6, "sliding_window": 4096},
+    "mistral": {"rope_theta": 10000.0, "rms_norm_eps": 1e-6},
     "qwen2": {"rope_theta": 10000.0, "rms_norm_eps": 1e-6},
     "qwen3": {"rope_theta": 10000.0, "rms_norm_eps": 1e-6},
     "mixtral": {"rope_theta": 1e6, "rms_norm_eps": 1e-5},
@@ -304,14 +306,8 @@ def from_hf(cfg: dict[str, Any], where: str = "config.json") -> Architecture:
         unsupported += [f"{k}={get(k)}" for k in ("attn_logit_softcapping", "final_logit_softcapping") if get(k)]
     if cfg.get("attention_bias") and kind not in ("gpt_oss", "gpt_neox"):
         unsupported.append("attention_bias=true (a bias on the output projection as well as on q, k, v)")
-    window = 0
-    if kind == "mistral" or (kind in ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe") and cfg.get("use_sliding_window")) \
-            or (kind == "mixtral" and cfg.get("sliding_window")):
-        window = int(get("sliding_window") or 0)
-        if kind in ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe") and cfg.get("max_window_layers") not in (None, 0):
-            unsupported.append(f"sliding windows below layer max_window_layers={cfg.get('max_window_layers')}")
-    if kind in ("phi3", "starcoder2") and cfg.get("sliding_window"):  # every layer windowed (specs.hf window rule "all")
-        window = int(cfg["sliding_window"])
+    # the window as the planner reads it (specs.hf.window_layers), layer by layer
+    window, windowed = window_layers(cfg)
     rates = dropout_rates(cfg, kind)
     if rates.embedding is not None and rates.embedding != rates.hidden:
         # Megatron-LM drops the embeddings' output at its hidden dropout; MaxText has one rate
@@ -319,7 +315,7 @@ def from_hf(cfg: dict[str, Any], where: str = "config.json") -> Architecture:
     eps_key = NORM_EPS_KEYS.get(kind, "rms_norm_eps")
     arch = Architecture(family=kind, rope=rope, norm="LayerNorm" if kind in NORM_EPS_KEYS else "RMSNorm", norm_eps=number(eps_key),
                         qk_norm=kind in ("qwen3", "qwen3_moe"), qkv_bias=qkv_bias, bias=bias, gated=gated, activation=activation,
-                        positions=positions, sliding_window=window, hidden_dropout=rates.hidden, attention_dropout=rates.attention,
+                        positions=positions, sliding_window=window, window_layers=windowed, hidden_dropout=rates.hidden, attention_dropout=rates.attention,
                         source=f"{where} (model_type {kind})")
     if kind in ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "granitemoe"):
         # granitemoe: GraniteMoeTopKGating takes the softmax over the top-k logits, renormalized weights
@@ -337,15 +333,22 @@ def from_hf(cfg: dict[str, Any], where: str = "config.json") -> Architecture:
         arch = replace(arch, router=score, topk_norm=bool(get("norm_topk_prob")), expert_bias=method == "noaux_tc",
                        routed_scale=number("routed_scaling_factor"))
     elif kind == "gpt_oss":
-        unsupported.append("attention sinks and sliding_window on alternate layers (gpt-oss)")
+        unsupported.append("attention sinks (gpt-oss)")
     return replace(arch, unsupported=tuple(unsupported))
 
 
 def architecture(model: ModelSpec, source: str | Path | None = None) -> Architecture | None:
-    """The architecture of `model`: from `source` (the --model argument) when it names a file, else
-    from the preset `model` is (its shape exactly, any sequence length); None when neither says."""
-    if source is not None and str(source).lower() != model.name.lower() and Path(source).is_file():
-        data = _read(Path(source))
+    """The architecture of `model`: from `source` (the --model argument) when it names a file or a Hub
+    id (`registry.model_file`, the planner's own look-up), else from the preset `model` is (its shape
+    exactly, any sequence length); None when neither says. The window is the planner's reading of the
+    config (`ModelSpec.sliding_window`), so the job states the attention the plan priced (`from_hf`)."""
+    from bandwise.specs.registry import model_file, model_presets
+
+    path = None
+    if source is not None and str(source).lower() not in (model.name.lower(), *model_presets()):
+        path = model_file(str(source))
+    if path is not None and path.is_file():
+        data = _read(path)
         if isinstance(data, dict) and ("model_type" in data or "architectures" in data):
             return from_hf(data, where=str(source))
         return None
@@ -425,13 +428,14 @@ def _read(path: Path) -> Any:
         return None
 
 
-def refusals(model: ModelSpec, arch: Architecture | None) -> list[str]:
-    """What no engine here writes for this model, one line each; [] when every part has a flag somewhere."""
+def refusals(model: ModelSpec, arch: Architecture | None, *, windows: bool = False) -> list[str]:
+    """What no engine here writes for this model, one line each; [] when every part has a flag somewhere.
+    `windows`: the engine states a window layer by layer, so a window shorter than the sequence is no refusal."""
     if arch is None:
         return [(f"rope_theta, norms, biases and router of {model.name!r}: a model file of ModelSpec fields, or a preset "
                  "with a changed shape, does not give them; pass the model's Hugging Face config.json")]
     out = list(arch.unsupported)
-    if arch.sliding_window and arch.sliding_window < model.seq_len:
+    if arch.sliding_window and arch.sliding_window < model.seq_len and not windows:
         out.append(f"sliding_window={arch.sliding_window}, shorter than the {model.seq_len}-token sequence")
     if arch.rope is None and arch.positions and arch.positions < model.seq_len:
         out.append(f"n_positions={arch.positions}: its learned position table is shorter than the {model.seq_len}-token sequence")

@@ -131,7 +131,7 @@ def max_connections(cluster: Cluster, s: Strategy) -> str | None:
 
 def check_model(model: ModelSpec, arch: Architecture | None) -> None:
     """Refuse, in one line naming the field, a model whose job Megatron-LM cannot state."""
-    out = refusals(model, arch)
+    out = refusals(model, arch, windows=True)  # --window-size and --window-attn-skip-freq (`_window_args`)
     if arch is not None:
         rope = arch.rope
         if rope is not None and not float(rope.theta).is_integer():
@@ -282,6 +282,7 @@ def _model_args(m: ModelSpec, arch: Architecture) -> list[tuple[str, object]]:
                 a.append(("no-rope-fusion", None))
             if rope.scaling == "yarn":
                 a += [("rotary-scaling-factor", _num(rope.factor)), ("mscale", _num(rope.mscale)), ("mscale-all-dim", _num(rope.mscale_all_dim))]
+    a += _window_args(arch)
     a += [("normalization", arch.norm), ("norm-epsilon", _num(arch.norm_eps))]
     if arch.qk_norm:
         a.append(("qk-layernorm", None))
@@ -318,6 +319,38 @@ def _model_args(m: ModelSpec, arch: Architecture) -> list[tuple[str, object]]:
     if m.mtp_depth:
         a.append(("mtp-num-layers", m.mtp_depth))
     return a
+
+
+def _window_args(arch: Architecture) -> list[tuple[str, object]]:
+    """A sliding window as Megatron-LM states it (arguments.py at d98e8a6: `--window-size` as a tuple,
+    `--window-attn-skip-freq` as an integer N or a list expression). TransformerConfig.window_size is
+    (left, right) for Transformer Engine's attention, which lets query i see keys i - left .. i + right;
+    a config's `sliding_window` W lets it see W keys, itself included (transformers masking_utils,
+    `sliding_window_overlay`: kv > q - W): left = W - 1, right = 0. Which layers:
+    megatron/core/transformer/utils.py, is_layer_window_attention: with an integer N the layer numbered
+    n (from 1) is windowed when n % N != 0; with a list, when its entry is 1."""
+    if not arch.sliding_window:
+        return []
+    a: list[tuple[str, object]] = [("window-size", f"{arch.sliding_window - 1},0")]
+    pattern = arch.window_layers
+    if pattern and not all(pattern):
+        n = len(pattern)
+        every = next((k for k in range(2, n + 1) if all(w == ((i + 1) % k != 0) for i, w in enumerate(pattern))), None)
+        a.append(("window-attn-skip-freq", every if every is not None else _runs(pattern)))
+    return a
+
+
+def _runs(pattern: tuple[bool, ...]) -> str:
+    """A per-layer pattern as the list expression --window-attn-skip-freq evaluates: `[1]*4+[0]*2`."""
+    out: list[str] = []
+    i = 0
+    while i < len(pattern):
+        j = i
+        while j < len(pattern) and pattern[j] == pattern[i]:
+            j += 1
+        out.append(f"[{int(pattern[i])}]*{j - i}")
+        i = j
+    return "+".join(out)
 
 
 def _num(x: float) -> str:

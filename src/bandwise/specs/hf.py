@@ -437,6 +437,33 @@ def _llama4(r: _Keys, name: str, seq_len: int) -> ModelSpec:
 def window_spec(r: _Keys, kind: str, layers: int, rule: Any) -> dict[str, int]:
     """`sliding_window` and `sliding_layers` of a ModelSpec from a config's window keys (module
     docstring); {} when no layer is windowed. `rule` is the class's default (FAMILIES)."""
+    window, windowed = _window_layers(r, kind, layers, rule)
+    count = sum(windowed)
+    if not count:
+        return {}
+    return {"sliding_window": window, "sliding_layers": 0 if count == layers else count}
+
+
+def window_layers(cfg: Mapping[str, Any]) -> tuple[int, tuple[bool, ...]]:
+    """The window of a config.json and, layer by layer, whether it is windowed: what the planner
+    prices (`window_spec`, the same reading), for the exports to state layer by layer. (0, ()) when
+    no layer is windowed or the family reads no window."""
+    fields = cfg if isinstance(cfg, Fields) else Fields(cfg)
+    kind = fields.get("model_type")
+    if kind == "gemma3":
+        fields, kind = fields.nested("text_config").with_values(model_type="gemma3_text"), "gemma3_text"
+    if not isinstance(kind, str) or kind not in FAMILIES:
+        return 0, ()
+    layers = fields.get("num_hidden_layers", fields.get("n_layer"))
+    if not isinstance(layers, int) or isinstance(layers, bool) or layers < 1:
+        return 0, ()
+    window, windowed = _window_layers(_Keys(fields, kind), kind, layers, FAMILIES[kind].get("window"))
+    return (window, windowed) if any(windowed) else (0, ())
+
+
+def _window_layers(r: _Keys, kind: str, layers: int, rule: Any) -> tuple[int, tuple[bool, ...]]:
+    """(window, windowed per layer) by the module docstring's rules; (0, all False) for none."""
+    none = (0, (False,) * layers)
     types = r.cfg.get("layer_types")
     kinds = {"sliding_attention", "full_attention"}
     if types is not None and not (isinstance(types, list) and len(types) == layers and all(t in kinds for t in types)):
@@ -445,26 +472,25 @@ def window_spec(r: _Keys, kind: str, layers: int, rule: Any) -> dict[str, int]:
             "each \"sliding_attention\" or \"full_attention\" (other layer kinds are not supported)"
         )
     if rule is None:
-        return {}  # the class reads no window
+        return none  # the class reads no window
     switch = r.flag("use_sliding_window", True)
     if not switch or r.get("sliding_window") is None:
-        return {}
+        return none
     window = r.integer("sliding_window", r.get("sliding_window"), 1)
     if types is not None:
-        windowed = types.count("sliding_attention")
+        windowed = [t == "sliding_attention" for t in types]
     elif r.get("sliding_window_pattern") is not None:
-        # Gemma 3 / Cohere 2: layer i is global when (i + 1) % pattern == 0, so layers // pattern of them
-        windowed = layers - layers // r.integer("sliding_window_pattern", r.get("sliding_window_pattern"), 1)
+        # Gemma 3 / Cohere 2: layer i is global when (i + 1) % pattern == 0
+        n = r.integer("sliding_window_pattern", r.get("sliding_window_pattern"), 1)
+        windowed = [(i + 1) % n != 0 for i in range(layers)]
     elif rule == "qwen":
         if r.cfg.get("use_sliding_window") is not True:  # the Qwen classes' default is off
-            return {}
+            return none
         first = r.cfg.get("max_window_layers")
         first = QWEN_MAX_WINDOW_LAYERS if first is None else r.integer("max_window_layers", first)
-        windowed = max(0, layers - first)
+        windowed = [i >= first for i in range(layers)]
     elif isinstance(rule, int):  # every rule-th layer full, counting from 1 (gpt-oss, Gemma 2: layers 0, 2, 4 windowed)
-        windowed = layers - layers // rule
+        windowed = [(i + 1) % rule != 0 for i in range(layers)]
     else:  # every layer
-        windowed = layers
-    if not windowed:
-        return {}
-    return {"sliding_window": window, "sliding_layers": 0 if windowed == layers else windowed}
+        windowed = [True] * layers
+    return window, tuple(windowed)
