@@ -238,6 +238,9 @@ HAND_WRITTEN = {
     "--group-query-attention": (None, None, None),  # makes --num-query-groups count
     "--num-experts": ("transformer", "num_moe_experts", None),
     "--moe-layer-freq": ("transformer", "moe_layer_freq", None),  # a Python list expression
+    # _add_network_size_args: --window-size through tuple_type ("W,0"), --window-attn-skip-freq through moe_freq_type
+    "--window-size": ("transformer", "window_size", None),
+    "--window-attn-skip-freq": ("transformer", "window_attn_skip_freq", None),
     "--multi-latent-attention": (None, None, None),  # selects MLATransformerConfig
     "--untie-embeddings-and-output-weights": (None, None, None),  # GPTModel(share_embeddings_and_output_weights=False)
     "--position-embedding-type": (None, None, None),  # GPTModel argument
@@ -349,8 +352,10 @@ def megatron_configs(flags: dict[str, list[str]]) -> tuple[Any, Any]:
             continue
         if fixed is not None:
             value = fixed
-        elif name == "--moe-layer-freq":
-            value = _pattern(values[0])
+        elif name in ("--moe-layer-freq", "--window-attn-skip-freq"):
+            value = _pattern(values[0]) if "[" in values[0] else int(values[0])
+        elif name == "--window-size":  # arguments.py, tuple_type
+            value = tuple(int(v) for v in values[0].strip("()").split(","))
         elif field == "recompute_modules":
             value = list(values)
         else:
