@@ -6,7 +6,7 @@ modelling code in transformers (`src/transformers/models/<type>/modeling_<type>.
 huggingface/transformers d98ac17 and neighbours) or, for remote-code models, the model's own file:
   llama, mistral, qwen2, qwen3, phi3,      dense, GQA, SwiGLU; biases and q/k norms as each class has
   gemma, gemma2, gemma3_text (gemma3),     them; Gemma ties the embeddings, has 2 (Gemma) or 4 (Gemma 2/3)
-  olmo2, granite, cohere, cohere2,         norms a layer; OLMo 2 norms q and k over all heads; Cohere runs
+  olmo2, olmo3, granite, cohere, cohere2,  norms a layer; OLMo 2 and 3 norm q and k over all heads; Cohere runs
   internlm2                                attention and MLP in parallel from one bias-free LayerNorm
   gpt2, gpt_neox, falcon, starcoder2       two-matrix GELU MLP, LayerNorm with bias; GPT-2's learned
                                            position table (`n_positions`); Falcon's multi-query / GQA
@@ -28,7 +28,7 @@ switched off by `use_sliding_window: false`. Which layers it covers: `layer_type
 ("sliding_attention" / "full_attention" per layer) where given, else `sliding_window_pattern` n
 (every n-th layer full), else the class's rule: every layer (Mistral, Mixtral, Phi-3, Starcoder2),
 layers from `max_window_layers` on (Qwen, only with `use_sliding_window: true`), every other layer
-from the first (gpt-oss, Gemma 2), every 6th full (Gemma 3), every 4th full (Cohere 2).
+from the first (gpt-oss, Gemma 2), every 6th full (Gemma 3), every 4th full (Cohere 2, OLMo 3).
 """
 
 from __future__ import annotations
@@ -64,6 +64,8 @@ FAMILIES: dict[str, dict[str, Any]] = {
     "gemma2": {"norms": 4, "qkv": "attention_bias", "o": "attention_bias", "tied": True, "window": 2},
     "gemma3_text": {"norms": 4, "qkv": "attention_bias", "o": "attention_bias", "qk_norm": "head", "tied": True, "window": 6},
     "olmo2": {"norms": 2, "qkv": "attention_bias", "o": "attention_bias", "qk_norm": "all"},
+    # OLMo 3 (modeling_olmo3.py, transformers 4.57.1): OLMo 2's block, windowed on every layer but each 4th
+    "olmo3": {"norms": 2, "qkv": "attention_bias", "o": "attention_bias", "qk_norm": "all", "window": 4},
     "olmoe": {"norms": 2, "qkv": "attention_bias", "o": "attention_bias", "qk_norm": "olmoe"},
     "granite": {"norms": 2, "qkv": "attention_bias", "o": "attention_bias", "mlp": "mlp_bias"},
     "granitemoe": {"norms": 2, "qkv": "attention_bias", "o": "attention_bias"},
@@ -85,6 +87,7 @@ CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
     "gemma3_text": {"vocab_size": 262_208, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
                         "sliding_window": 4096, "sliding_window_pattern": 6},  # configuration_gemma3.py, d98ac17
     "gpt_neox": {"attention_bias": True},  # configuration_gpt_neox.py
+    "olmo3": {"sliding_window": 4096},  # configuration_olmo3.py (4.57.1)
     "starcoder2": {"use_bias": True},  # configuration_starcoder2.py
     # Llama4TextConfig's defaults (configuration_llama4.py, huggingface/transformers 008e574): Scout's shape
     "llama4_text": {"vocab_size": 202048, "hidden_size": 5120, "intermediate_size": 8192, "intermediate_size_mlp": 16384,
