@@ -73,6 +73,7 @@ def torchtitan_config(text: str) -> Any:
     from torchtitan.components.quantization import float8
     from torchtitan.config.manager import ConfigManager
 
+    _import_written_module(text)
     err = io.StringIO()
     with mock.patch.object(float8, "has_cuda_capability", lambda major, minor: (9, 0) >= (major, minor)), \
             contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
@@ -86,7 +87,26 @@ def torchtitan_config(text: str) -> Any:
             raise AssertionError(f"TorchTitan refuses the command: {' '.join(words.split())[:600]}") from None
 
 
-def torchtitan_layout(cfg: Any, model: ModelSpec, devices: int) -> Any:
+def _import_written_module(text: str) -> None:
+    """The config-function module a job script writes (export/torchtitan_module.py), put where the
+    script puts it (the working folder, on PYTHONPATH) so that ConfigManager imports it by name."""
+    import importlib
+    import tempfile
+
+    from bandwise.export.torchtitan_module import written
+
+    found = written(text)
+    if found is None:
+        return
+    name, source = found
+    folder = Path(tempfile.mkdtemp(prefix="tt-module-"))
+    (folder / f"{name}.py").write_text(source)
+    sys.path.insert(0, str(folder))
+    sys.modules.pop(name, None)
+    importlib.invalidate_caches()
+
+
+def torchtitan_layout(cfg: Any, model: ModelSpec, devices: int, arch: Architecture | None = None) -> Any:
     """TorchTitan's checks of a parsed config's layout before it builds the model: ParallelDims
     against the world size, Trainer.__init__'s sequence rule, the pipeline's stage count; and the
     model the config builds against the model planned. Returns the ParallelDims."""
@@ -106,11 +126,11 @@ def torchtitan_layout(cfg: Any, model: ModelSpec, devices: int) -> Any:
         parts = p.module_fqns_per_model_part
         if parts is not None:  # the stages named module by module: every layer once
             assert [m for part in parts for m in part if m.startswith("layers.")] == [f"layers.{i}" for i in range(model.layers)]
-    assert_torchtitan_model(cfg, model)
+    assert_torchtitan_model(cfg, model, arch)
     return dims
 
 
-def judge_torchtitan(text: str, model: ModelSpec, devices: int, s: Strategy) -> Any:
+def judge_torchtitan(text: str, model: ModelSpec, devices: int, s: Strategy, arch: Architecture | None = None) -> Any:
     """Every check TorchTitan makes of the emitted command before it builds the model, and the
     layout it holds is `s`; returns the config."""
     from torch.distributed.pipelining.schedules import (
@@ -123,7 +143,7 @@ def judge_torchtitan(text: str, model: ModelSpec, devices: int, s: Strategy) -> 
     p, t = cfg.parallelism, cfg.training
     assert (p.data_parallel_replicate_degree, p.data_parallel_shard_degree, p.tensor_parallel_degree, p.context_parallel_degree,
             p.pipeline_parallel_degree, p.expert_parallel_degree) == (s.dp_replicate, s.dp_shard, s.tp, s.cp, s.pp, s.ep)
-    dims = torchtitan_layout(cfg, model, devices)
+    dims = torchtitan_layout(cfg, model, devices, arch)
     assert t.global_batch_size == s.effective_global_batch
     if s.pp > 1:
         assert p.pipeline_parallel_microbatch_size == s.micro_batch
@@ -150,17 +170,26 @@ def judge_torchtitan(text: str, model: ModelSpec, devices: int, s: Strategy) -> 
     return cfg
 
 
-def assert_torchtitan_model(cfg: Any, model: ModelSpec) -> None:
+def assert_torchtitan_model(cfg: Any, model: ModelSpec, given: Architecture | None = None) -> None:
     """The model TorchTitan's config builds is the model planned: its shape, and its rope and norms
-    as the preset's architecture gives them."""
+    as the preset's architecture (or the config.json's, for a written config function) gives them."""
     from bandwise.export.architecture import PRESETS
 
     m = cfg.model_spec.model
     assert len(m.layers) == model.layers, f"TorchTitan's config builds {len(m.layers)} layers, the plan {model.layers}"
     assert (m.dim, m.vocab_size) == (model.hidden, model.vocab)
+    assert m.enable_weight_tying == model.tied_embeddings
     attention = m.layers[0].attention
     assert attention.n_heads == model.heads
-    arch = PRESETS[_preset_name(model)]  # TorchTitan runs presets only
+    if not model.is_mla:
+        # None: n_heads key/value heads, dim // n_heads wide (torchtitan/models/common/attention.py, __init__)
+        assert (attention.n_kv_heads or attention.n_heads) == model.n_kv_heads
+        assert (attention.head_dim or model.hidden // model.heads) == model.d_head
+    arch = PRESETS.get(_preset_name(model)) or given
+    assert arch is not None, f"{model.name}: neither a preset nor a config.json's architecture to check against"
+    if not model.is_moe:
+        widths = {layer.feed_forward.w1.out_features for layer in m.layers}
+        assert widths == {model.ffn}, f"TorchTitan's MLPs are {sorted(widths)} wide, the plan's {model.ffn}"
     rope = attention.rope
     assert math.isclose(rope.theta, arch.rope.theta), f"rope theta {rope.theta}, the model's {arch.rope.theta}"
     assert rope.scaling == {"llama3": "llama", "yarn": "yarn", "": "none"}[arch.rope.scaling]
@@ -170,6 +199,13 @@ def assert_torchtitan_model(cfg: Any, model: ModelSpec) -> None:
     if arch.rope.scaling == "yarn":
         assert (rope.rope_factor, rope.beta_fast, rope.beta_slow, rope.original_seq_len) == (
             arch.rope.factor, arch.rope.beta_fast, arch.rope.beta_slow, arch.rope.original_positions)
+    assert (getattr(attention, "qk_norm", None) is not None) == arch.qk_norm
+    if model.vector_params:  # a config.json's model, norms counted: TorchTitan's own module, built without memory, holds every parameter
+        import torch
+
+        with torch.device("meta"):
+            built = sum(p.numel() for p in m.build().parameters())
+        assert built == model.total_params, f"TorchTitan's model has {built:,} parameters, the plan {model.total_params:,}"
     eps = tt.DEPARTURES.get(_preset_name(model), {}).get("norm_eps", arch.norm_eps)  # a departure the job's notes tell
     assert math.isclose(m.layers[0].attention_norm.eps, eps), f"norm eps {m.layers[0].attention_norm.eps}, the model's {eps}"
     if model.is_moe:
@@ -177,6 +213,8 @@ def assert_torchtitan_model(cfg: Any, model: ModelSpec) -> None:
         assert (router.num_experts, router.top_k, router.score_func, router.route_norm) == (
             model.experts, model.top_k, arch.router, arch.topk_norm)
         assert math.isclose(router.route_scale, arch.routed_scale)
+        experts = m.layers[-1].moe.routed_experts.inner_experts
+        assert experts.hidden_dim == model.expert_ffn, f"experts of {experts.hidden_dim}, the model's {model.expert_ffn}"
 
 
 def _preset_name(model: ModelSpec) -> str:
