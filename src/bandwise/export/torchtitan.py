@@ -40,7 +40,7 @@ import shlex
 from bandwise.cost.params import grad_reduce_name
 from bandwise.errors import BandwiseError
 from bandwise.export.architecture import Architecture, differences, is_preset
-from bandwise.export import torchtitan_module as written
+import bandwise.export.torchtitan_module as written
 from bandwise.export.common import TORCHRUN, Adapted, script_head, stage_layers
 from bandwise.specs.hardware import Cluster
 from bandwise.specs.model import ModelSpec
