@@ -273,6 +273,9 @@ EXCLUDED = {
 HAND_WRITTEN = {
     # flag: (config, field, value or None to take the flag's value); config None: not a config field
     "--swiglu": ("transformer", "gated_linear_unit", True),  # also activation_func = silu (below)
+    "--squared-relu": (None, None, None),  # activation_func = squared_relu (below)
+    # pretrain_hybrid.py's layer pattern (hybrid_config_from_args; megatron_validate_args.py judges it with Megatron-LM's own code)
+    "--hybrid-layer-pattern": (None, None, None),
     "--group-query-attention": (None, None, None),  # makes --num-query-groups count
     "--num-experts": ("transformer", "num_moe_experts", None),
     "--moe-layer-freq": ("transformer", "moe_layer_freq", None),  # a Python list expression
@@ -402,6 +405,10 @@ def megatron_configs(flags: dict[str, list[str]]) -> tuple[Any, Any]:
         (ddp if config == "ddp" else transformer)[field] = value
     if "--swiglu" in flags:
         transformer["activation_func"] = F.silu
+    if "--squared-relu" in flags:  # arguments.py: core_transformer_config_from_args sets megatron.core's squared_relu
+        from megatron.core.activations import squared_relu
+
+        transformer["activation_func"] = squared_relu
     # argument_utils.py core_transformer_config_from_args: bias_activation_fusion is --bias-swiglu-fusion's or
     # --bias-gelu-fusion's (both on by default), and validate_args turns the GELU one off without biases
     transformer["bias_activation_fusion"] = ("--no-bias-swiglu-fusion" not in flags if "--swiglu" in flags else
@@ -596,8 +603,8 @@ def judge_megatron(text: str, model: ModelSpec, cluster: Cluster, devices: int, 
 def assert_megatron_model(cfg: Any, flags: dict[str, list[str]], model: ModelSpec, arch: Architecture) -> None:
     """The model Megatron builds from the flags is the model planned, field by field."""
     rope = arch.rope
-    if rope is None:
-        assert flags["--position-embedding-type"] == ["learned_absolute"]
+    if rope is None:  # a hybrid's attention (Nemotron-H's) has no positions; GPT-2's a learned table
+        assert flags["--position-embedding-type"] == ["none" if arch.hybrid_pattern else "learned_absolute"]
     else:
         assert flags["--position-embedding-type"] == ["rope"]
         assert float(flags["--rotary-base"][0]) == rope.theta, f"rotary base {flags.get('--rotary-base')}, the model's {rope.theta:g}"
@@ -615,7 +622,11 @@ def assert_megatron_model(cfg: Any, flags: dict[str, list[str]], model: ModelSpe
     assert cfg.add_bias_linear == arch.bias
     assert cfg.add_qkv_bias == (arch.qkv_bias or arch.bias)  # validate_args: add_bias_linear sets add_qkv_bias
     assert cfg.gated_linear_unit == arch.gated
-    if not arch.gated:
+    if arch.activation == "relu2":
+        from megatron.core.activations import squared_relu
+
+        assert cfg.activation_func is squared_relu
+    elif not arch.gated:
         # core/transformer/mlp.py: with biases and the fusion on, bias_gelu_impl (tanh approximation); else
         # activation_func, F.gelu (exact) by default
         import torch.nn.functional as F
@@ -636,6 +647,14 @@ def assert_megatron_model(cfg: Any, flags: dict[str, list[str]], model: ModelSpe
         assert cfg.moe_router_pre_softmax == (arch.router == "softmax" and (not arch.topk_norm or model.top_k == 1))
         assert cfg.moe_token_dispatcher_type == "alltoall" and cfg.moe_grouped_gemm
         assert cfg.moe_shared_expert_gate == arch.shared_expert_gate
+    if arch.hybrid_pattern:  # the layers pretrain_hybrid.py builds, in order, and their Mamba-2 mixers
+        assert flags["--hybrid-layer-pattern"][0].replace("|", "") == arch.hybrid_pattern
+        assert model.mamba is not None
+        assert (cfg.mamba_num_heads, cfg.mamba_head_dim, cfg.mamba_state_dim, cfg.mamba_num_groups) == (
+            model.mamba.heads, model.mamba.head_dim, model.mamba.state, model.mamba.groups)
+        pattern = arch.hybrid_pattern
+        assert (pattern.count("M"), pattern.count("-"), pattern.count("*")) == (
+            model.mamba_layers, model.mixer_free_layers, model.layers - model.mamba_layers - model.mixer_free_layers)
 
 
 # ---------------------------------------------------------------- MaxText

@@ -63,7 +63,8 @@ class Architecture:
     """SwiGLU MLP (SiLU gate); else a two-matrix MLP of `activation`."""
     activation: str = "silu"
     """The MLP's activation: 'silu' (SwiGLU), 'gelu_tanh' (GELU's tanh approximation: transformers'
-    gelu_new and gelu_pytorch_tanh, GPT-2's), 'gelu' (the exact, erf GELU: transformers' gelu)."""
+    gelu_new and gelu_pytorch_tanh, GPT-2's), 'gelu' (the exact, erf GELU: transformers' gelu),
+    'relu2' (squared ReLU, Nemotron-H's)."""
     positions: int = 0
     """Rows of a learned position table (GPT-2's n_positions); 0 where positions are rotary or the
     table is as long as the training sequence."""
@@ -84,6 +85,9 @@ class Architecture:
     """A sigmoid gate on the shared expert's output (Qwen2-MoE)."""
     sliding_window: int = 0
     """Attention window in tokens; 0 none."""
+    hybrid_pattern: str = ""
+    """A hybrid's layers in order, in Nemotron-H's letters (`hybrid_override_pattern`): M a Mamba-2
+    mixer, * attention, - an MLP, one block a layer; '' for a transformer."""
     window_layers: tuple[bool, ...] = ()
     """Which layers the window covers, in order (`specs.hf.window_layers`); () with a window: every layer."""
     unsupported: tuple[str, ...] = ()
@@ -218,9 +222,8 @@ def from_hf(cfg: dict[str, Any], where: str = "config.json") -> Architecture:
     kind = cfg.get("model_type")
     defaults = TRANSFORMERS_DEFAULTS.get(kind)
     if defaults is None:
-        if kind in HYBRID:  # Mamba or linear-attention mixers: no export here writes one
-            mixers = f"model_type {kind}: Mamba or linear-attention mixers between the attention layers"
-            return Architecture(family=kind, rope=None, unsupported=(mixers,), source=where)
+        if kind in HYBRID:
+            return _hybrid(cfg, kind, where)
         raise BandwiseError(f"{where}: model_type={brief(kind)} has no architecture record for the engines; "
                             f"known: {', '.join(TRANSFORMERS_DEFAULTS)}")
     if kind in ("dbrx", "llama4", "llama4_text", "gemma3"):  # nested or multimodal configs: named, not read
@@ -337,6 +340,61 @@ def from_hf(cfg: dict[str, Any], where: str = "config.json") -> Architecture:
     elif kind == "gpt_oss":
         unsupported.append("attention sinks (gpt-oss)")
     return replace(arch, unsupported=tuple(unsupported))
+
+
+HYBRID_PARTS = {
+    # the parts of a hybrid no export here writes, named with the engine code that lacks them
+    "jamba": "Mamba-1 mixers (Jamba's JambaMambaMixer): Megatron-LM d98e8a6's hybrid model has Mamba-2 mixers only "
+             "(megatron/core/ssm/mamba_mixer.py, the SSD kernel), and TorchTitan 0.3.0 and MaxText 0.2.5 have no Mamba block",
+    "qwen3_next": "Gated DeltaNet layers beside gated attention (Qwen3-Next): not written here for any engine",
+}
+
+
+PRESETS.update({
+    # the hybrids and Llama 4: their records name what no export here writes
+    "nemotron-h-8b": Architecture(
+        family="nemotron_h", rope=None, norm_eps=1e-5, gated=False, activation="relu2", hidden_dropout=0.0, attention_dropout=0.0,
+        hybrid_pattern="M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-",
+        source="nvidia/Nemotron-H-8B-Base-8K config.json: hybrid_override_pattern M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-, "
+               "rms_norm_eps 1e-5, mlp_hidden_act relu2, no biases, no position embeddings",
+    ),
+    "jamba-1.5-mini": Architecture(
+        family="jamba", rope=None, unsupported=(HYBRID_PARTS["jamba"],),
+        source="ai21labs/AI21-Jamba-1.5-Mini config.json: Mamba-1 layers (mamba_d_state 16, mamba_expand 2) with attention "
+               "every 8th layer, no position embeddings",
+    ),
+    "qwen3-next-80b-a3b": Architecture(
+        family="qwen3_next", rope=Rope(10_000_000.0), norm_eps=1e-6, router="softmax", unsupported=(HYBRID_PARTS["qwen3_next"],),
+        source="Qwen/Qwen3-Next-80B-A3B config.json: rope_theta 1e7, rms_norm_eps 1e-6, Gated DeltaNet on 3 layers of 4",
+    ),
+    "llama4-scout": Architecture(
+        family="llama4_text", rope=Rope(500_000.0), norm_eps=1e-5, router="sigmoid", unsupported=(WHOLE_MODEL_PARTS["llama4_text"],),
+        source="meta-llama/Llama-4-Scout-17B-16E config.json (text_config): rope_theta 500000, rms_norm_eps 1e-5, top-1 "
+               "sigmoid routing, chunked attention (attention_chunk_size 8192) on 3 layers of 4",
+    ),
+    "llama4-maverick": Architecture(
+        family="llama4_text", rope=Rope(500_000.0), norm_eps=1e-5, router="sigmoid", unsupported=(WHOLE_MODEL_PARTS["llama4_text"],),
+        source="meta-llama/Llama-4-Maverick-17B-128E config.json (text_config): rope_theta 500000, rms_norm_eps 1e-5, top-1 "
+               "sigmoid routing, MoE on every other layer, chunked attention on 3 layers of 4",
+    ),
+})
+
+
+def _hybrid(cfg: dict[str, Any], kind: str, where: str) -> Architecture:
+    """A hybrid's record: Nemotron-H's in full (no positions: its attention layers use none, as
+    NemotronHAttention in its modeling code; squared-ReLU MLPs; RMSNorm), the others named."""
+    if kind != "nemotron_h":
+        return Architecture(family=kind, rope=None, unsupported=(HYBRID_PARTS[kind],), source=f"{where} (model_type {kind})")
+    eps = cfg.get("rms_norm_eps", cfg.get("layer_norm_epsilon", 1e-5))
+    if not isinstance(eps, (int, float)) or isinstance(eps, bool) or not eps > 0:
+        raise BandwiseError(f"{where}: rms_norm_eps={brief(eps)} must be a positive number")
+    unsupported = [f"{k}=true" for k in ("use_bias", "mlp_bias", "attention_bias") if cfg.get(k)]
+    act = cfg.get("mlp_hidden_act", cfg.get("hidden_act", "relu2"))
+    if act != "relu2":
+        unsupported.append(f"mlp_hidden_act={act!r} (Nemotron-H's MLP is squared ReLU)")
+    return Architecture(family=kind, rope=None, norm_eps=float(eps), gated=False, activation="relu2",
+                        hybrid_pattern=str(cfg.get("hybrid_override_pattern", "")), unsupported=tuple(unsupported),
+                        hidden_dropout=0.0, attention_dropout=0.0, source=f"{where} (model_type {kind})")
 
 
 def architecture(model: ModelSpec, source: str | Path | None = None) -> Architecture | None:
