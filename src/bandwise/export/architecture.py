@@ -33,7 +33,7 @@ class Rope:
 
     theta: float
     scaling: str = ""
-    """'' none; 'llama3' (Llama 3.1's wavelength-banded scaling); 'yarn'."""
+    """'' none; 'llama3' (Llama 3.1's wavelength-banded scaling); 'yarn'; 'linear' (positions / factor)."""
     factor: float = 1.0
     low_freq_factor: float = 1.0
     high_freq_factor: float = 4.0
@@ -85,6 +85,8 @@ class Architecture:
     """A sigmoid gate on the shared expert's output (Qwen2-MoE)."""
     sliding_window: int = 0
     """Attention window in tokens; 0 none."""
+    local_rope_theta: float = 0.0
+    """RoPE base of the windowed layers where it differs (Gemma 3's rope_local_base_freq); 0: `rope.theta`."""
     hybrid_pattern: str = ""
     """A hybrid's layers in order, in Nemotron-H's letters (`hybrid_override_pattern`): M a Mamba-2
     mixer, * attention, - an MLP, one block a layer; '' for a transformer."""
@@ -190,7 +192,7 @@ TRANSFORMERS_DEFAULTS: dict[str, dict[str, Any]] = {
     "falcon": {"rope_theta": 10000.0, "layer_norm_epsilon": 1e-5, "parallel_attn": True, "alibi": False, "hidden_act": "gelu"},
     "starcoder2": {"rope_theta": 10000.0, "norm_epsilon": 1e-5, "hidden_act": "gelu_pytorch_tanh", "use_bias": True},
     "dbrx": {},
-    "llama4": {}, "llama4_text": {}, "gemma3": {},
+    "llama4": {}, "llama4_text": {}, "gemma3": {},  # gemma3: its text_config, as gemma3_text
 }
 ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu"}
 """transformers' activation names (activations.py, ACT2FN): gelu_new and gelu_pytorch_tanh are GELU's tanh
@@ -213,7 +215,6 @@ WHOLE_MODEL_PARTS: dict[str, str] = {
     "dbrx": "attn_config.clip_qkv and bias-free LayerNorms (DBRX)",
     "llama4_text": "chunked attention on the RoPE layers and no_rope_layer_interval layers without positions (Llama 4)",
     "llama4": "chunked attention on the RoPE layers and no_rope_layer_interval layers without positions (Llama 4)",
-    "gemma3": "the Gemma 3 language model inside a vision-language config",
 }
 
 
@@ -226,7 +227,12 @@ def from_hf(cfg: dict[str, Any], where: str = "config.json") -> Architecture:
             return _hybrid(cfg, kind, where)
         raise BandwiseError(f"{where}: model_type={brief(kind)} has no architecture record for the engines; "
                             f"known: {', '.join(TRANSFORMERS_DEFAULTS)}")
-    if kind in ("dbrx", "llama4", "llama4_text", "gemma3"):  # nested or multimodal configs: named, not read
+    if kind == "gemma3":  # the vision-language wrapper: its language model, read as the planner reads it (specs.hf)
+        text = cfg.get("text_config")
+        if not isinstance(text, dict):
+            raise BandwiseError(f"{where}: model_type gemma3 without a text_config mapping")
+        return from_hf({**text, "model_type": "gemma3_text"}, where)
+    if kind in ("dbrx", "llama4", "llama4_text"):  # nested configs: named, not read
         return Architecture(family=kind, rope=None, unsupported=(WHOLE_MODEL_PARTS[kind],), source=f"{where} (model_type {kind})")
 
     def get(key: str) -> Any:
@@ -265,6 +271,9 @@ def from_hf(cfg: dict[str, Any], where: str = "config.json") -> Architecture:
                            original_positions=int(scaling.get("original_max_position_embeddings", 4096)),
                            beta_fast=float(scaling.get("beta_fast", 32.0)), beta_slow=float(scaling.get("beta_slow", 1.0)),
                            mscale=float(scaling.get("mscale", 1.0)), mscale_all_dim=float(scaling.get("mscale_all_dim", 0.0)))
+        elif rtype == "linear":  # positions divided by the factor (transformers' _compute_linear_scaling_rope_parameters)
+            rope = replace(rope, scaling="linear", factor=float(scaling.get("factor", 1.0)))
+            unsupported.append(f"rope_scaling type 'linear' (factor {rope.factor:g})")
         elif rtype != "default":
             unsupported.append(f"rope_scaling type {rtype!r}")
     gated = FAMILIES.get(kind, {}).get("gated", True)
@@ -322,6 +331,8 @@ def from_hf(cfg: dict[str, Any], where: str = "config.json") -> Architecture:
                         qk_norm=kind in ("qwen3", "qwen3_moe"), qkv_bias=qkv_bias, bias=bias, gated=gated, activation=activation,
                         positions=positions, sliding_window=window, window_layers=windowed, hidden_dropout=rates.hidden, attention_dropout=rates.attention,
                         source=f"{where} (model_type {kind})")
+    if kind == "gemma3_text":  # Gemma3TextConfig: rope_local_base_freq 10000 on the sliding layers
+        arch = replace(arch, local_rope_theta=float(get("rope_local_base_freq") or 10_000.0))
     if kind in ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "granitemoe"):
         # granitemoe: GraniteMoeTopKGating takes the softmax over the top-k logits, renormalized weights
         norm = get("norm_topk_prob") if kind not in ("mixtral", "granitemoe") else True
