@@ -19,6 +19,7 @@ import ast
 import contextlib
 import dataclasses
 import functools
+import importlib.util
 import io
 import json
 import math
@@ -37,6 +38,12 @@ from bandwise.export.architecture import Architecture
 from bandwise.specs.hardware import Cluster
 from bandwise.specs.model import ModelSpec
 from bandwise.specs.strategy import Strategy
+
+import pytest  # noqa: E402
+
+ENGINES_MISSING = [name for name in ("torchtitan", "megatron") if importlib.util.find_spec(name) is None]
+needs_engines = pytest.mark.skipif(bool(ENGINES_MISSING), reason=f"{', '.join(ENGINES_MISSING)} not installed: pip install -e '.[interop]'")
+"""Found, not imported: importing the engines at collection costs seconds; the tests import them as they run."""
 
 HERE = Path(__file__).parent
 
@@ -66,6 +73,7 @@ def torchtitan_config(text: str) -> Any:
     from torchtitan.components.quantization import float8
     from torchtitan.config.manager import ConfigManager
 
+    _import_written_module(text)
     err = io.StringIO()
     with mock.patch.object(float8, "has_cuda_capability", lambda major, minor: (9, 0) >= (major, minor)), \
             contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
@@ -79,7 +87,26 @@ def torchtitan_config(text: str) -> Any:
             raise AssertionError(f"TorchTitan refuses the command: {' '.join(words.split())[:600]}") from None
 
 
-def torchtitan_layout(cfg: Any, model: ModelSpec, devices: int) -> Any:
+def _import_written_module(text: str) -> None:
+    """The config-function module a job script writes (export/torchtitan_module.py), put where the
+    script puts it (the working folder, on PYTHONPATH) so that ConfigManager imports it by name."""
+    import importlib
+    import tempfile
+
+    from bandwise.export.torchtitan_module import written
+
+    found = written(text)
+    if found is None:
+        return
+    name, source = found
+    folder = Path(tempfile.mkdtemp(prefix="tt-module-"))
+    (folder / f"{name}.py").write_text(source)
+    sys.path.insert(0, str(folder))
+    sys.modules.pop(name, None)
+    importlib.invalidate_caches()
+
+
+def torchtitan_layout(cfg: Any, model: ModelSpec, devices: int, arch: Architecture | None = None) -> Any:
     """TorchTitan's checks of a parsed config's layout before it builds the model: ParallelDims
     against the world size, Trainer.__init__'s sequence rule, the pipeline's stage count; and the
     model the config builds against the model planned. Returns the ParallelDims."""
@@ -99,11 +126,11 @@ def torchtitan_layout(cfg: Any, model: ModelSpec, devices: int) -> Any:
         parts = p.module_fqns_per_model_part
         if parts is not None:  # the stages named module by module: every layer once
             assert [m for part in parts for m in part if m.startswith("layers.")] == [f"layers.{i}" for i in range(model.layers)]
-    assert_torchtitan_model(cfg, model)
+    assert_torchtitan_model(cfg, model, arch)
     return dims
 
 
-def judge_torchtitan(text: str, model: ModelSpec, devices: int, s: Strategy) -> Any:
+def judge_torchtitan(text: str, model: ModelSpec, devices: int, s: Strategy, arch: Architecture | None = None) -> Any:
     """Every check TorchTitan makes of the emitted command before it builds the model, and the
     layout it holds is `s`; returns the config."""
     from torch.distributed.pipelining.schedules import (
@@ -116,7 +143,7 @@ def judge_torchtitan(text: str, model: ModelSpec, devices: int, s: Strategy) -> 
     p, t = cfg.parallelism, cfg.training
     assert (p.data_parallel_replicate_degree, p.data_parallel_shard_degree, p.tensor_parallel_degree, p.context_parallel_degree,
             p.pipeline_parallel_degree, p.expert_parallel_degree) == (s.dp_replicate, s.dp_shard, s.tp, s.cp, s.pp, s.ep)
-    dims = torchtitan_layout(cfg, model, devices)
+    dims = torchtitan_layout(cfg, model, devices, arch)
     assert t.global_batch_size == s.effective_global_batch
     if s.pp > 1:
         assert p.pipeline_parallel_microbatch_size == s.micro_batch
@@ -143,17 +170,26 @@ def judge_torchtitan(text: str, model: ModelSpec, devices: int, s: Strategy) -> 
     return cfg
 
 
-def assert_torchtitan_model(cfg: Any, model: ModelSpec) -> None:
+def assert_torchtitan_model(cfg: Any, model: ModelSpec, given: Architecture | None = None) -> None:
     """The model TorchTitan's config builds is the model planned: its shape, and its rope and norms
-    as the preset's architecture gives them."""
+    as the preset's architecture (or the config.json's, for a written config function) gives them."""
     from bandwise.export.architecture import PRESETS
 
     m = cfg.model_spec.model
     assert len(m.layers) == model.layers, f"TorchTitan's config builds {len(m.layers)} layers, the plan {model.layers}"
     assert (m.dim, m.vocab_size) == (model.hidden, model.vocab)
+    assert m.enable_weight_tying == model.tied_embeddings
     attention = m.layers[0].attention
     assert attention.n_heads == model.heads
-    arch = PRESETS[_preset_name(model)]  # TorchTitan runs presets only
+    if not model.is_mla:
+        # None: n_heads key/value heads, dim // n_heads wide (torchtitan/models/common/attention.py, __init__)
+        assert (attention.n_kv_heads or attention.n_heads) == model.n_kv_heads
+        assert (attention.head_dim or model.hidden // model.heads) == model.d_head
+    arch = PRESETS.get(_preset_name(model)) or given
+    assert arch is not None, f"{model.name}: neither a preset nor a config.json's architecture to check against"
+    if not model.is_moe:
+        widths = {layer.feed_forward.w1.out_features for layer in m.layers}
+        assert widths == {model.ffn}, f"TorchTitan's MLPs are {sorted(widths)} wide, the plan's {model.ffn}"
     rope = attention.rope
     assert math.isclose(rope.theta, arch.rope.theta), f"rope theta {rope.theta}, the model's {arch.rope.theta}"
     assert rope.scaling == {"llama3": "llama", "yarn": "yarn", "": "none"}[arch.rope.scaling]
@@ -163,6 +199,13 @@ def assert_torchtitan_model(cfg: Any, model: ModelSpec) -> None:
     if arch.rope.scaling == "yarn":
         assert (rope.rope_factor, rope.beta_fast, rope.beta_slow, rope.original_seq_len) == (
             arch.rope.factor, arch.rope.beta_fast, arch.rope.beta_slow, arch.rope.original_positions)
+    assert (getattr(attention, "qk_norm", None) is not None) == arch.qk_norm
+    if model.vector_params:  # a config.json's model, norms counted: TorchTitan's own module, built without memory, holds every parameter
+        import torch
+
+        with torch.device("meta"):
+            built = sum(p.numel() for p in m.build().parameters())
+        assert built == model.total_params, f"TorchTitan's model has {built:,} parameters, the plan {model.total_params:,}"
     eps = tt.DEPARTURES.get(_preset_name(model), {}).get("norm_eps", arch.norm_eps)  # a departure the job's notes tell
     assert math.isclose(m.layers[0].attention_norm.eps, eps), f"norm eps {m.layers[0].attention_norm.eps}, the model's {eps}"
     if model.is_moe:
@@ -170,6 +213,8 @@ def assert_torchtitan_model(cfg: Any, model: ModelSpec) -> None:
         assert (router.num_experts, router.top_k, router.score_func, router.route_norm) == (
             model.experts, model.top_k, arch.router, arch.topk_norm)
         assert math.isclose(router.route_scale, arch.routed_scale)
+        experts = m.layers[-1].moe.routed_experts.inner_experts
+        assert experts.hidden_dim == model.expert_ffn, f"experts of {experts.hidden_dim}, the model's {model.expert_ffn}"
 
 
 def _preset_name(model: ModelSpec) -> str:
@@ -228,9 +273,15 @@ EXCLUDED = {
 HAND_WRITTEN = {
     # flag: (config, field, value or None to take the flag's value); config None: not a config field
     "--swiglu": ("transformer", "gated_linear_unit", True),  # also activation_func = silu (below)
+    "--squared-relu": (None, None, None),  # activation_func = squared_relu (below)
+    # pretrain_hybrid.py's layer pattern (hybrid_config_from_args; megatron_validate_args.py judges it with Megatron-LM's own code)
+    "--hybrid-layer-pattern": (None, None, None),
     "--group-query-attention": (None, None, None),  # makes --num-query-groups count
     "--num-experts": ("transformer", "num_moe_experts", None),
     "--moe-layer-freq": ("transformer", "moe_layer_freq", None),  # a Python list expression
+    # _add_network_size_args: --window-size through tuple_type ("W,0"), --window-attn-skip-freq through moe_freq_type
+    "--window-size": ("transformer", "window_size", None),
+    "--window-attn-skip-freq": ("transformer", "window_attn_skip_freq", None),
     "--multi-latent-attention": (None, None, None),  # selects MLATransformerConfig
     "--untie-embeddings-and-output-weights": (None, None, None),  # GPTModel(share_embeddings_and_output_weights=False)
     "--position-embedding-type": (None, None, None),  # GPTModel argument
@@ -342,8 +393,10 @@ def megatron_configs(flags: dict[str, list[str]]) -> tuple[Any, Any]:
             continue
         if fixed is not None:
             value = fixed
-        elif name == "--moe-layer-freq":
-            value = _pattern(values[0])
+        elif name in ("--moe-layer-freq", "--window-attn-skip-freq"):
+            value = _pattern(values[0]) if "[" in values[0] else int(values[0])
+        elif name == "--window-size":  # arguments.py, tuple_type
+            value = tuple(int(v) for v in values[0].strip("()").split(","))
         elif field == "recompute_modules":
             value = list(values)
         else:
@@ -352,6 +405,10 @@ def megatron_configs(flags: dict[str, list[str]]) -> tuple[Any, Any]:
         (ddp if config == "ddp" else transformer)[field] = value
     if "--swiglu" in flags:
         transformer["activation_func"] = F.silu
+    if "--squared-relu" in flags:  # arguments.py: core_transformer_config_from_args sets megatron.core's squared_relu
+        from megatron.core.activations import squared_relu
+
+        transformer["activation_func"] = squared_relu
     # argument_utils.py core_transformer_config_from_args: bias_activation_fusion is --bias-swiglu-fusion's or
     # --bias-gelu-fusion's (both on by default), and validate_args turns the GELU one off without biases
     transformer["bias_activation_fusion"] = ("--no-bias-swiglu-fusion" not in flags if "--swiglu" in flags else
@@ -546,8 +603,8 @@ def judge_megatron(text: str, model: ModelSpec, cluster: Cluster, devices: int, 
 def assert_megatron_model(cfg: Any, flags: dict[str, list[str]], model: ModelSpec, arch: Architecture) -> None:
     """The model Megatron builds from the flags is the model planned, field by field."""
     rope = arch.rope
-    if rope is None:
-        assert flags["--position-embedding-type"] == ["learned_absolute"]
+    if rope is None:  # a hybrid's attention (Nemotron-H's) has no positions; GPT-2's a learned table
+        assert flags["--position-embedding-type"] == ["none" if arch.hybrid_pattern else "learned_absolute"]
     else:
         assert flags["--position-embedding-type"] == ["rope"]
         assert float(flags["--rotary-base"][0]) == rope.theta, f"rotary base {flags.get('--rotary-base')}, the model's {rope.theta:g}"
@@ -565,7 +622,11 @@ def assert_megatron_model(cfg: Any, flags: dict[str, list[str]], model: ModelSpe
     assert cfg.add_bias_linear == arch.bias
     assert cfg.add_qkv_bias == (arch.qkv_bias or arch.bias)  # validate_args: add_bias_linear sets add_qkv_bias
     assert cfg.gated_linear_unit == arch.gated
-    if not arch.gated:
+    if arch.activation == "relu2":
+        from megatron.core.activations import squared_relu
+
+        assert cfg.activation_func is squared_relu
+    elif not arch.gated:
         # core/transformer/mlp.py: with biases and the fusion on, bias_gelu_impl (tanh approximation); else
         # activation_func, F.gelu (exact) by default
         import torch.nn.functional as F
@@ -586,6 +647,14 @@ def assert_megatron_model(cfg: Any, flags: dict[str, list[str]], model: ModelSpe
         assert cfg.moe_router_pre_softmax == (arch.router == "softmax" and (not arch.topk_norm or model.top_k == 1))
         assert cfg.moe_token_dispatcher_type == "alltoall" and cfg.moe_grouped_gemm
         assert cfg.moe_shared_expert_gate == arch.shared_expert_gate
+    if arch.hybrid_pattern:  # the layers pretrain_hybrid.py builds, in order, and their Mamba-2 mixers
+        assert flags["--hybrid-layer-pattern"][0].replace("|", "") == arch.hybrid_pattern
+        assert model.mamba is not None
+        assert (cfg.mamba_num_heads, cfg.mamba_head_dim, cfg.mamba_state_dim, cfg.mamba_num_groups) == (
+            model.mamba.heads, model.mamba.head_dim, model.mamba.state, model.mamba.groups)
+        pattern = arch.hybrid_pattern
+        assert (pattern.count("M"), pattern.count("-"), pattern.count("*")) == (
+            model.mamba_layers, model.mixer_free_layers, model.layers - model.mamba_layers - model.mixer_free_layers)
 
 
 # ---------------------------------------------------------------- MaxText
@@ -628,9 +697,22 @@ def judge_maxtext(cfg: dict, answer: dict, model: ModelSpec, devices: int, s: St
     assert s.recompute != "none", "MaxText has no policy that recomputes nothing ('minimal' recomputes the element-wise ops)"
     assert (got["quantization"] == "fp8") == (s.precision == "fp8")
     assert got["num_decoder_layers"] == model.layers and got["emb_dim"] == model.hidden
-    assert (got["num_query_heads"], got["num_kv_heads"], got["vocab_size"]) == (model.heads, model.n_kv_heads, model.vocab)
+    from bandwise.export import maxtext as mx
+
+    owned = cfg.get("model_name") in mx.MODEL_FILES  # a block MaxText states only through its own file (export/maxtext.py)
+    vocab = got["vocab_size"]
+    assert vocab == model.vocab or (owned and 0 <= model.vocab - vocab <= mx.VOCAB_SLACK), f"vocabulary {vocab}, the model's {model.vocab}"
+    assert (got["num_query_heads"], got["num_kv_heads"]) == (model.heads, model.n_kv_heads)
     if model.is_moe:
         assert (got["num_experts"], got["num_experts_per_tok"], got["moe_mlp_dim"]) == (model.experts, model.top_k, model.expert_ffn)
+    if owned:  # the file's block: its decoder, window, rope and norm are the config.json's (the rest is the block's code)
+        assert arch is not None and got["decoder_block"] == mx.FILE_BLOCKS[arch.family][0]
+        assert got["head_dim"] == model.d_head and math.isclose(got["normalization_layer_epsilon"], arch.norm_eps)
+        assert arch.rope is not None and math.isclose(got["rope_max_timescale"], arch.rope.theta)
+        if arch.rope.scaling == "yarn":
+            assert got["rope_type"] == "yarn" and math.isclose(got["rope_factor"], arch.rope.factor)
+        assert got["sliding_window_size"] == arch.sliding_window
+        return
     if arch is not None:
         assert math.isclose(got["normalization_layer_epsilon"], arch.norm_eps)
         assert got["use_qk_norm"] == arch.qk_norm and got["attention_bias"] == arch.qkv_bias

@@ -38,7 +38,8 @@ KEYS = ("decoder_block", "num_decoder_layers", "emb_dim", "num_query_heads", "nu
         "num_target_devices", "num_slices", "mesh_axes", "ici_parallelism", "dcn_parallelism", "using_pipeline_parallelism",
         "num_pipeline_microbatches", "num_pipeline_repeats", "num_layers_per_pipeline_stage", "pipeline_parallel_layers",
         "global_batch_size_to_train_on", "micro_batch_size_to_train_on", "gradient_accumulation_steps",
-        "shard_optimizer_over_data", "remat_policy", "quantization", "max_target_length")
+        "shard_optimizer_over_data", "remat_policy", "quantization", "max_target_length", "sliding_window_size",
+        "local_rope_max_timescale", "rope_linear_scaling_factor", "attention_sink", "inhomogeneous_layer_cycle_interval")
 
 
 class _StandIn(importlib.abc.MetaPathFinder, importlib.abc.Loader):

@@ -99,16 +99,19 @@ def _check_one(job: dict) -> dict:
     from megatron.training import arguments
     from megatron.training.argument_utils import (
         gpt_config_from_args,
+        hybrid_config_from_args,
         pretrain_cfg_container_from_args,
     )
 
     _stand_ins(int(job["arch_major"]))
     job_environment(job)
-    sys.argv = ["pretrain_gpt.py", *job["argv"], *USER_FLAGS]
+    entry = job.get("entry", "pretrain_gpt.py")
+    sys.argv = [entry, *job["argv"], *USER_FLAGS]
     try:
         args = arguments.parse_args()
         arguments.validate_args(args, {"tokenizer_type": "GPT2BPETokenizer"})
-        model_cfg = gpt_config_from_args(args)
+        # pretrain_hybrid.py builds its config with hybrid_config_from_args, pretrain_gpt.py with gpt_config_from_args
+        model_cfg = (hybrid_config_from_args if entry == "pretrain_hybrid.py" else gpt_config_from_args)(args)
         pretrain_cfg_container_from_args(args, model_cfg)
     except SystemExit as exc:  # argparse refuses a flag
         return {"ok": False, "error": f"parse_args exited {exc.code}"}
@@ -146,8 +149,9 @@ def megatron_job(text: str, cluster, devices: int) -> dict:
     from bandwise.export import megatron as mg
 
     major = mg.arch_major(cluster)
+    entry = "pretrain_hybrid.py" if "pretrain_hybrid.py" in text else "pretrain_gpt.py"
     return {"argv": mg.arguments(text), "devices": devices, "arch_major": 9 if major is None else major,
-            "env": judges.job_environment(text)}
+            "env": judges.job_environment(text), "entry": entry}
 
 
 def cases() -> dict[str, dict]:

@@ -25,8 +25,9 @@ from bandwise.errors import BandwiseError
 from bandwise.export import Export, export_searched
 from bandwise.export.architecture import architecture
 
-pytest.importorskip("torchtitan", reason="TorchTitan is not installed: pip install -e '.[interop]'")
-pytest.importorskip("megatron.core", reason="Megatron-Core is not installed: pip install -e '.[interop]'")
+from judges import needs_engines  # noqa: E402
+
+pytestmark = needs_engines
 
 HF = Path(__file__).parents[1] / "data" / "hf"
 PLANS = int(os.environ.get("BANDWISE_SWEEP_PLANS", "12"))

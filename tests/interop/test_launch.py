@@ -17,8 +17,9 @@ from bandwise.export.architecture import architecture
 from bandwise.specs.registry import get_cluster, get_model
 from bandwise.specs.strategy import Strategy
 
-pytest.importorskip("torchtitan", reason="TorchTitan is not installed: pip install -e '.[interop]'")
-pytest.importorskip("megatron.core", reason="Megatron-Core is not installed: pip install -e '.[interop]'")
+from judges import needs_engines  # noqa: E402
+
+pytestmark = needs_engines
 
 HF = Path(__file__).parents[1] / "data" / "hf"
 

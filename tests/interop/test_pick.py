@@ -25,8 +25,9 @@ from bandwise.plan.verdict import REFERENCE_CASES
 from bandwise.specs.registry import get_cluster, get_model
 from bandwise.specs.strategy import Strategy
 
-pytest.importorskip("torchtitan", reason="TorchTitan is not installed: pip install -e '.[interop]'")
-pytest.importorskip("megatron.core", reason="Megatron-Core is not installed: pip install -e '.[interop]'")
+from judges import needs_engines  # noqa: E402
+
+pytestmark = needs_engines
 
 
 def _picks(text: str) -> tuple[int, ...]:

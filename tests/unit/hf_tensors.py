@@ -21,7 +21,7 @@ def tensors(cfg: dict) -> dict[str, tuple[int, ...]]:
         c = {**c["text_config"], "model_type": "llama4_text"}
         kind = "llama4_text"
     return {"gpt2": _gpt2, "gpt_neox": _neox, "falcon": _falcon, "dbrx": _dbrx, "llama4_text": _llama4,
-            "jamba": _jamba}.get(kind, _llama_like)(c)
+            "jamba": _jamba, "nemotron_h": _nemotron_h}.get(kind, _llama_like)(c)
 
 
 def count(cfg: dict) -> int:
@@ -123,7 +123,7 @@ def _llama_like(c: dict) -> dict:
         p = f"layers.{i}."
         t |= _attention(p, c, kind, h, H, kv, d)
         norms = {"gemma2": 4, "gemma3_text": 4, "cohere": 1, "cohere2": 1}.get(kind, 2)
-        if kind == "olmo2":  # Olmo2DecoderLayer: post_attention_layernorm and post_feedforward_layernorm
+        if kind in ("olmo2", "olmo3"):  # Olmo2DecoderLayer: post_attention_layernorm and post_feedforward_layernorm
             names = ["post_attention_layernorm", "post_feedforward_layernorm"]
         else:
             names = ["input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm", "post_feedforward_layernorm"][:norms]
@@ -165,7 +165,7 @@ def _attention(p: str, c: dict, kind: str, h: int, H: int, kv: int, d: int) -> d
         t[p + "o_proj.bias"] = (h,)
     if kind in ("qwen3", "qwen3_moe", "gemma3_text"):  # q_norm, k_norm over head_dim
         t |= {p + "q_norm": (d,), p + "k_norm": (d,)}
-    elif kind == "olmo2":  # q_norm over H * d, k_norm over kv * d
+    elif kind in ("olmo2", "olmo3"):  # q_norm over H * d, k_norm over kv * d
         t |= {p + "q_norm": (H * d,), p + "k_norm": (kv * d,)}
     elif kind == "olmoe":  # q_norm over h, k_norm over h // H * kv
         t |= {p + "q_norm": (h,), p + "k_norm": (h // H * kv,)}
@@ -264,6 +264,33 @@ def llama4_vision_tensors(cfg: dict) -> dict[str, tuple[int, ...]]:
             t |= {p + proj: (h, h), p + proj + ".b": (h,)}
         t |= {p + "fc1": (f, h), p + "fc1.b": (f,), p + "fc2": (h, f), p + "fc2.b": (h,)}
         t |= {p + ln + x: (h,) for ln in ("ln1.", "ln2.") for x in "wb"}
+    return t
+
+
+def _nemotron_h(c: dict) -> dict:
+    # modeling_nemotron_h.py (the model's own code): backbone.embeddings; per hybrid_override_pattern letter a
+    # NemotronHBlock of one RMSNorm (h) and its mixer: "M" NemotronHMamba2Mixer: in_proj (2·I + 2·G·N + H_m, h), no
+    # bias (use_bias false), conv1d (I + 2·G·N, 1, K) + bias (use_conv_bias), dt_bias, A_log, D (H_m each), a gated
+    # RMSNorm (I), out_proj (h, I), with I = mamba_num_heads · mamba_head_dim; "*" attention q, k, v, o without bias;
+    # "-" MLP up_proj (f, h), down_proj (h, f) (squared ReLU, no gate); then norm_f and an untied lm_head.
+    h, V, f = c["hidden_size"], c["vocab_size"], c["intermediate_size"]
+    H, kv = c["num_attention_heads"], c["num_key_value_heads"]
+    d = c.get("attention_head_dim") or c.get("head_dim") or h // H
+    Hm, P, G, N, K = c["mamba_num_heads"], c["mamba_head_dim"], c["n_groups"], c["ssm_state_size"], c["conv_kernel"]
+    inner, conv = Hm * P, Hm * P + 2 * G * N
+    t = {"embeddings": (V, h), "norm_f": (h,)}
+    if not c.get("tie_word_embeddings", False):
+        t["lm_head"] = (V, h)
+    for i, kind in enumerate(c["hybrid_override_pattern"]):
+        p = f"layers.{i}."
+        t[p + "norm"] = (h,)
+        if kind == "M":
+            t |= {p + "in_proj": (2 * inner + 2 * G * N + Hm, h), p + "conv1d": (conv, 1, K), p + "conv1d.b": (conv,),
+                  p + "dt_bias": (Hm,), p + "A_log": (Hm,), p + "D": (Hm,), p + "mixer_norm": (inner,), p + "out_proj": (h, inner)}
+        elif kind == "*":
+            t |= {p + "q": (H * d, h), p + "k": (kv * d, h), p + "v": (kv * d, h), p + "o": (h, H * d)}
+        else:
+            t |= {p + "up_proj": (f, h), p + "down_proj": (h, f)}
     return t
 
 

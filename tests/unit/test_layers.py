@@ -20,7 +20,6 @@ LAYERS = {
 }
 FACADES = {
     "bandwise": "api",  # `import bandwise` gives the API's names (loaded on first use)
-    "bandwise.plan": "api",  # the planner package is callable as the API's plan (src/bandwise/plan/__init__.py)
 }
 """Packages whose `__init__` only forwards to the API: they sit in the API's layer."""
 

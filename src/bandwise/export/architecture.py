@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from bandwise.errors import BandwiseError
-from bandwise.specs.hf import FAMILIES, dropout_rates
+from bandwise.specs.hf import FAMILIES, dropout_rates, window_layers
 from bandwise.specs.hf_hybrid import HYBRID
 from bandwise.specs.model import ModelSpec, brief
 
@@ -33,7 +33,7 @@ class Rope:
 
     theta: float
     scaling: str = ""
-    """'' none; 'llama3' (Llama 3.1's wavelength-banded scaling); 'yarn'."""
+    """'' none; 'llama3' (Llama 3.1's wavelength-banded scaling); 'yarn'; 'linear' (positions / factor)."""
     factor: float = 1.0
     low_freq_factor: float = 1.0
     high_freq_factor: float = 4.0
@@ -63,7 +63,8 @@ class Architecture:
     """SwiGLU MLP (SiLU gate); else a two-matrix MLP of `activation`."""
     activation: str = "silu"
     """The MLP's activation: 'silu' (SwiGLU), 'gelu_tanh' (GELU's tanh approximation: transformers'
-    gelu_new and gelu_pytorch_tanh, GPT-2's), 'gelu' (the exact, erf GELU: transformers' gelu)."""
+    gelu_new and gelu_pytorch_tanh, GPT-2's), 'gelu' (the exact, erf GELU: transformers' gelu),
+    'relu2' (squared ReLU, Nemotron-H's)."""
     positions: int = 0
     """Rows of a learned position table (GPT-2's n_positions); 0 where positions are rotary or the
     table is as long as the training sequence."""
@@ -83,7 +84,14 @@ class Architecture:
     shared_expert_gate: bool = False
     """A sigmoid gate on the shared expert's output (Qwen2-MoE)."""
     sliding_window: int = 0
-    """Attention window in tokens on every layer; 0 none."""
+    """Attention window in tokens; 0 none."""
+    local_rope_theta: float = 0.0
+    """RoPE base of the windowed layers where it differs (Gemma 3's rope_local_base_freq); 0: `rope.theta`."""
+    hybrid_pattern: str = ""
+    """A hybrid's layers in order, in Nemotron-H's letters (`hybrid_override_pattern`): M a Mamba-2
+    mixer, * attention, - an MLP, one block a layer; '' for a transformer."""
+    window_layers: tuple[bool, ...] = ()
+    """Which layers the window covers, in order (`specs.hf.window_layers`); () with a window: every layer."""
     unsupported: tuple[str, ...] = ()
     """Parts no engine here writes, each named as its source names it."""
     source: str = ""
@@ -148,7 +156,7 @@ TRANSFORMERS_DEFAULTS: dict[str, dict[str, Any]] = {
     # model_type: the defaults of its transformers configuration class (configuration_<type>.py)
     # for the keys read below, used when a config.json leaves one out
     "llama": {"rope_theta": 10000.0, "rms_norm_eps": 1e-6},
-    "mistral": {"rope_theta": 10000.0, "rms_norm_eps": 1e-6, "sliding_window": 4096},
+    "mistral": {"rope_theta": 10000.0, "rms_norm_eps": 1e-6},
     "qwen2": {"rope_theta": 10000.0, "rms_norm_eps": 1e-6},
     "qwen3": {"rope_theta": 10000.0, "rms_norm_eps": 1e-6},
     "mixtral": {"rope_theta": 1e6, "rms_norm_eps": 1e-5},
@@ -169,6 +177,7 @@ TRANSFORMERS_DEFAULTS: dict[str, dict[str, Any]] = {
     "granitemoe": {"rope_theta": 10000.0, "rms_norm_eps": 1e-6, "embedding_multiplier": 1.0, "residual_multiplier": 1.0,
                    "attention_multiplier": 1.0, "logits_scaling": 1.0},
     "olmo2": {"rope_theta": 10000.0, "rms_norm_eps": 1e-5},
+    "olmo3": {"rope_theta": 10000.0, "rms_norm_eps": 1e-5},
     "olmoe": {"rope_theta": 10000.0, "rms_norm_eps": 1e-5, "norm_topk_prob": False},
     "gemma": {"rope_theta": 10000.0, "rms_norm_eps": 1e-6, "hidden_act": "gelu_pytorch_tanh"},
     "gemma2": {"rope_theta": 10000.0, "rms_norm_eps": 1e-6, "hidden_activation": "gelu_pytorch_tanh",
@@ -183,7 +192,7 @@ TRANSFORMERS_DEFAULTS: dict[str, dict[str, Any]] = {
     "falcon": {"rope_theta": 10000.0, "layer_norm_epsilon": 1e-5, "parallel_attn": True, "alibi": False, "hidden_act": "gelu"},
     "starcoder2": {"rope_theta": 10000.0, "norm_epsilon": 1e-5, "hidden_act": "gelu_pytorch_tanh", "use_bias": True},
     "dbrx": {},
-    "llama4": {}, "llama4_text": {}, "gemma3": {},
+    "llama4": {}, "llama4_text": {}, "gemma3": {},  # gemma3: its text_config, as gemma3_text
 }
 ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu"}
 """transformers' activation names (activations.py, ACT2FN): gelu_new and gelu_pytorch_tanh are GELU's tanh
@@ -199,13 +208,13 @@ WHOLE_MODEL_PARTS: dict[str, str] = {
     "gemma2": "post_attention_layernorm and post_feedforward_layernorm on the block outputs (Gemma 2's sandwich norms)",
     "gemma3_text": "post_attention_layernorm and post_feedforward_layernorm on the block outputs (Gemma 3's sandwich norms)",
     "olmo2": "post_attention_layernorm and post_feedforward_layernorm on the block outputs, no norm before them (OLMo 2)",
+    "olmo3": "post_attention_layernorm and post_feedforward_layernorm on the block outputs, no norm before them (OLMo 3)",
     "olmoe": "q_norm and k_norm over all heads' projections (OLMoE)",
     "cohere": "attention and the MLP in parallel from one LayerNorm (Cohere)",
     "cohere2": "attention and the MLP in parallel from one LayerNorm (Cohere 2)",
     "dbrx": "attn_config.clip_qkv and bias-free LayerNorms (DBRX)",
     "llama4_text": "chunked attention on the RoPE layers and no_rope_layer_interval layers without positions (Llama 4)",
     "llama4": "chunked attention on the RoPE layers and no_rope_layer_interval layers without positions (Llama 4)",
-    "gemma3": "the Gemma 3 language model inside a vision-language config",
 }
 
 
@@ -214,12 +223,16 @@ def from_hf(cfg: dict[str, Any], where: str = "config.json") -> Architecture:
     kind = cfg.get("model_type")
     defaults = TRANSFORMERS_DEFAULTS.get(kind)
     if defaults is None:
-        if kind in HYBRID:  # Mamba or linear-attention mixers: no export here writes one
-            mixers = f"model_type {kind}: Mamba or linear-attention mixers between the attention layers"
-            return Architecture(family=kind, rope=None, unsupported=(mixers,), source=where)
+        if kind in HYBRID:
+            return _hybrid(cfg, kind, where)
         raise BandwiseError(f"{where}: model_type={brief(kind)} has no architecture record for the engines; "
                             f"known: {', '.join(TRANSFORMERS_DEFAULTS)}")
-    if kind in ("dbrx", "llama4", "llama4_text", "gemma3"):  # nested or multimodal configs: named, not read
+    if kind == "gemma3":  # the vision-language wrapper: its language model, read as the planner reads it (specs.hf)
+        text = cfg.get("text_config")
+        if not isinstance(text, dict):
+            raise BandwiseError(f"{where}: model_type gemma3 without a text_config mapping")
+        return from_hf({**text, "model_type": "gemma3_text"}, where)
+    if kind in ("dbrx", "llama4", "llama4_text"):  # nested configs: named, not read
         return Architecture(family=kind, rope=None, unsupported=(WHOLE_MODEL_PARTS[kind],), source=f"{where} (model_type {kind})")
 
     def get(key: str) -> Any:
@@ -258,6 +271,9 @@ def from_hf(cfg: dict[str, Any], where: str = "config.json") -> Architecture:
                            original_positions=int(scaling.get("original_max_position_embeddings", 4096)),
                            beta_fast=float(scaling.get("beta_fast", 32.0)), beta_slow=float(scaling.get("beta_slow", 1.0)),
                            mscale=float(scaling.get("mscale", 1.0)), mscale_all_dim=float(scaling.get("mscale_all_dim", 0.0)))
+        elif rtype == "linear":  # positions divided by the factor (transformers' _compute_linear_scaling_rope_parameters)
+            rope = replace(rope, scaling="linear", factor=float(scaling.get("factor", 1.0)))
+            unsupported.append(f"rope_scaling type 'linear' (factor {rope.factor:g})")
         elif rtype != "default":
             unsupported.append(f"rope_scaling type {rtype!r}")
     gated = FAMILIES.get(kind, {}).get("gated", True)
@@ -304,14 +320,8 @@ def from_hf(cfg: dict[str, Any], where: str = "config.json") -> Architecture:
         unsupported += [f"{k}={get(k)}" for k in ("attn_logit_softcapping", "final_logit_softcapping") if get(k)]
     if cfg.get("attention_bias") and kind not in ("gpt_oss", "gpt_neox"):
         unsupported.append("attention_bias=true (a bias on the output projection as well as on q, k, v)")
-    window = 0
-    if kind == "mistral" or (kind in ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe") and cfg.get("use_sliding_window")) \
-            or (kind == "mixtral" and cfg.get("sliding_window")):
-        window = int(get("sliding_window") or 0)
-        if kind in ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe") and cfg.get("max_window_layers") not in (None, 0):
-            unsupported.append(f"sliding windows below layer max_window_layers={cfg.get('max_window_layers')}")
-    if kind in ("phi3", "starcoder2") and cfg.get("sliding_window"):  # every layer windowed (specs.hf window rule "all")
-        window = int(cfg["sliding_window"])
+    # the window as the planner reads it (specs.hf.window_layers), layer by layer
+    window, windowed = window_layers(cfg)
     rates = dropout_rates(cfg, kind)
     if rates.embedding is not None and rates.embedding != rates.hidden:
         # Megatron-LM drops the embeddings' output at its hidden dropout; MaxText has one rate
@@ -319,8 +329,10 @@ def from_hf(cfg: dict[str, Any], where: str = "config.json") -> Architecture:
     eps_key = NORM_EPS_KEYS.get(kind, "rms_norm_eps")
     arch = Architecture(family=kind, rope=rope, norm="LayerNorm" if kind in NORM_EPS_KEYS else "RMSNorm", norm_eps=number(eps_key),
                         qk_norm=kind in ("qwen3", "qwen3_moe"), qkv_bias=qkv_bias, bias=bias, gated=gated, activation=activation,
-                        positions=positions, sliding_window=window, hidden_dropout=rates.hidden, attention_dropout=rates.attention,
+                        positions=positions, sliding_window=window, window_layers=windowed, hidden_dropout=rates.hidden, attention_dropout=rates.attention,
                         source=f"{where} (model_type {kind})")
+    if kind == "gemma3_text":  # Gemma3TextConfig: rope_local_base_freq 10000 on the sliding layers
+        arch = replace(arch, local_rope_theta=float(get("rope_local_base_freq") or 10_000.0))
     if kind in ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "granitemoe"):
         # granitemoe: GraniteMoeTopKGating takes the softmax over the top-k logits, renormalized weights
         norm = get("norm_topk_prob") if kind not in ("mixtral", "granitemoe") else True
@@ -337,15 +349,77 @@ def from_hf(cfg: dict[str, Any], where: str = "config.json") -> Architecture:
         arch = replace(arch, router=score, topk_norm=bool(get("norm_topk_prob")), expert_bias=method == "noaux_tc",
                        routed_scale=number("routed_scaling_factor"))
     elif kind == "gpt_oss":
-        unsupported.append("attention sinks and sliding_window on alternate layers (gpt-oss)")
+        unsupported.append("attention sinks (gpt-oss)")
     return replace(arch, unsupported=tuple(unsupported))
 
 
+HYBRID_PARTS = {
+    # the parts of a hybrid no export here writes, named with the engine code that lacks them
+    "jamba": "Mamba-1 mixers (Jamba's JambaMambaMixer): Megatron-LM d98e8a6's hybrid model has Mamba-2 mixers only "
+             "(megatron/core/ssm/mamba_mixer.py, the SSD kernel), and TorchTitan 0.3.0 and MaxText 0.2.5 have no Mamba block",
+    "qwen3_next": "Gated DeltaNet layers beside gated attention (Qwen3-Next): not written here for any engine",
+}
+
+
+PRESETS.update({
+    # the hybrids and Llama 4: their records name what no export here writes
+    "nemotron-h-8b": Architecture(
+        family="nemotron_h", rope=None, norm_eps=1e-5, gated=False, activation="relu2", hidden_dropout=0.0, attention_dropout=0.0,
+        hybrid_pattern="M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-",
+        source="nvidia/Nemotron-H-8B-Base-8K config.json: hybrid_override_pattern M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-, "
+               "rms_norm_eps 1e-5, mlp_hidden_act relu2, no biases, no position embeddings",
+    ),
+    "jamba-1.5-mini": Architecture(
+        family="jamba", rope=None, unsupported=(HYBRID_PARTS["jamba"],),
+        source="ai21labs/AI21-Jamba-1.5-Mini config.json: Mamba-1 layers (mamba_d_state 16, mamba_expand 2) with attention "
+               "every 8th layer, no position embeddings",
+    ),
+    "qwen3-next-80b-a3b": Architecture(
+        family="qwen3_next", rope=Rope(10_000_000.0), norm_eps=1e-6, router="softmax", unsupported=(HYBRID_PARTS["qwen3_next"],),
+        source="Qwen/Qwen3-Next-80B-A3B config.json: rope_theta 1e7, rms_norm_eps 1e-6, Gated DeltaNet on 3 layers of 4",
+    ),
+    "llama4-scout": Architecture(
+        family="llama4_text", rope=Rope(500_000.0), norm_eps=1e-5, router="sigmoid", unsupported=(WHOLE_MODEL_PARTS["llama4_text"],),
+        source="meta-llama/Llama-4-Scout-17B-16E config.json (text_config): rope_theta 500000, rms_norm_eps 1e-5, top-1 "
+               "sigmoid routing, chunked attention (attention_chunk_size 8192) on 3 layers of 4",
+    ),
+    "llama4-maverick": Architecture(
+        family="llama4_text", rope=Rope(500_000.0), norm_eps=1e-5, router="sigmoid", unsupported=(WHOLE_MODEL_PARTS["llama4_text"],),
+        source="meta-llama/Llama-4-Maverick-17B-128E config.json (text_config): rope_theta 500000, rms_norm_eps 1e-5, top-1 "
+               "sigmoid routing, MoE on every other layer, chunked attention on 3 layers of 4",
+    ),
+})
+
+
+def _hybrid(cfg: dict[str, Any], kind: str, where: str) -> Architecture:
+    """A hybrid's record: Nemotron-H's in full (no positions: its attention layers use none, as
+    NemotronHAttention in its modeling code; squared-ReLU MLPs; RMSNorm), the others named."""
+    if kind != "nemotron_h":
+        return Architecture(family=kind, rope=None, unsupported=(HYBRID_PARTS[kind],), source=f"{where} (model_type {kind})")
+    eps = cfg.get("rms_norm_eps", cfg.get("layer_norm_epsilon", 1e-5))
+    if not isinstance(eps, (int, float)) or isinstance(eps, bool) or not eps > 0:
+        raise BandwiseError(f"{where}: rms_norm_eps={brief(eps)} must be a positive number")
+    unsupported = [f"{k}=true" for k in ("use_bias", "mlp_bias", "attention_bias") if cfg.get(k)]
+    act = cfg.get("mlp_hidden_act", cfg.get("hidden_act", "relu2"))
+    if act != "relu2":
+        unsupported.append(f"mlp_hidden_act={act!r} (Nemotron-H's MLP is squared ReLU)")
+    return Architecture(family=kind, rope=None, norm_eps=float(eps), gated=False, activation="relu2",
+                        hybrid_pattern=str(cfg.get("hybrid_override_pattern", "")), unsupported=tuple(unsupported),
+                        hidden_dropout=0.0, attention_dropout=0.0, source=f"{where} (model_type {kind})")
+
+
 def architecture(model: ModelSpec, source: str | Path | None = None) -> Architecture | None:
-    """The architecture of `model`: from `source` (the --model argument) when it names a file, else
-    from the preset `model` is (its shape exactly, any sequence length); None when neither says."""
-    if source is not None and str(source).lower() != model.name.lower() and Path(source).is_file():
-        data = _read(Path(source))
+    """The architecture of `model`: from `source` (the --model argument) when it names a file or a Hub
+    id (`registry.model_file`, the planner's own look-up), else from the preset `model` is (its shape
+    exactly, any sequence length); None when neither says. The window is the planner's reading of the
+    config (`ModelSpec.sliding_window`), so the job states the attention the plan priced (`from_hf`)."""
+    from bandwise.specs.registry import model_file, model_presets
+
+    path = None
+    if source is not None and str(source).lower() not in (model.name.lower(), *model_presets()):
+        path = model_file(str(source))
+    if path is not None and path.is_file():
+        data = _read(path)
         if isinstance(data, dict) and ("model_type" in data or "architectures" in data):
             return from_hf(data, where=str(source))
         return None
@@ -425,13 +499,14 @@ def _read(path: Path) -> Any:
         return None
 
 
-def refusals(model: ModelSpec, arch: Architecture | None) -> list[str]:
-    """What no engine here writes for this model, one line each; [] when every part has a flag somewhere."""
+def refusals(model: ModelSpec, arch: Architecture | None, *, windows: bool = False) -> list[str]:
+    """What no engine here writes for this model, one line each; [] when every part has a flag somewhere.
+    `windows`: the engine states a window layer by layer, so a window shorter than the sequence is no refusal."""
     if arch is None:
         return [(f"rope_theta, norms, biases and router of {model.name!r}: a model file of ModelSpec fields, or a preset "
                  "with a changed shape, does not give them; pass the model's Hugging Face config.json")]
     out = list(arch.unsupported)
-    if arch.sliding_window and arch.sliding_window < model.seq_len:
+    if arch.sliding_window and arch.sliding_window < model.seq_len and not windows:
         out.append(f"sliding_window={arch.sliding_window}, shorter than the {model.seq_len}-token sequence")
     if arch.rope is None and arch.positions and arch.positions < model.seq_len:
         out.append(f"n_positions={arch.positions}: its learned position table is shorter than the {model.seq_len}-token sequence")

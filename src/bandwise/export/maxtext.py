@@ -61,6 +61,100 @@ DECODERS = {
     # names what is); GPT-3's (LayerNorm and biases, GELU, learned positions) for GPT-2; DeepSeek's for DeepSeek-V2
     "phi3": "llama2", "internlm2": "llama2", "granite": "llama2", "gpt2": "gpt3", "deepseek_v2": "deepseek",
 }
+
+MODEL_FILES: dict[str, dict[str, object]] = {
+    # MaxText's own model configs (maxtext 0.2.5, configs/models/<name>.yml) for decoder blocks whose details MaxText
+    # picks by model_name, so that a job states the model only through one of these files (`FILE_BLOCKS`): the
+    # fields that identify each, as the file sets them (tests/interop/test_configs.py reads them back from the wheel)
+    "gpt-oss-20b": {"decoder_block": "gpt_oss", "base_num_decoder_layers": 24, "base_emb_dim": 2880, "base_num_query_heads": 64,
+                    "base_num_kv_heads": 8, "head_dim": 64, "base_moe_mlp_dim": 2880, "num_experts": 32, "num_experts_per_tok": 4,
+                    "vocab_size": 201088, "sliding_window_size": 128, "rope_max_timescale": 150_000, "rope_type": "yarn",
+                    "rope_factor": 32, "original_max_position_embeddings": 4096, "normalization_layer_epsilon": 1e-5},
+    "gpt-oss-120b": {"decoder_block": "gpt_oss", "base_num_decoder_layers": 36, "base_emb_dim": 2880, "base_num_query_heads": 64,
+                     "base_num_kv_heads": 8, "head_dim": 64, "base_moe_mlp_dim": 2880, "num_experts": 128, "num_experts_per_tok": 4,
+                     "vocab_size": 201088, "sliding_window_size": 128, "rope_max_timescale": 150_000, "rope_type": "yarn",
+                     "rope_factor": 32, "original_max_position_embeddings": 4096, "normalization_layer_epsilon": 1e-5},
+    "gemma3-4b": {"decoder_block": "gemma3", "base_num_decoder_layers": 34, "base_emb_dim": 2560, "base_num_query_heads": 8,
+                  "base_num_kv_heads": 4, "head_dim": 256, "base_mlp_dim": 10240, "vocab_size": 262_144, "sliding_window_size": 1024,
+                  "rope_max_timescale": 1_000_000, "local_rope_max_timescale": 10_000, "rope_linear_scaling_factor": 8.0,
+                  "normalization_layer_epsilon": 1e-6},
+    "gemma3-12b": {"decoder_block": "gemma3", "base_num_decoder_layers": 48, "base_emb_dim": 3840, "base_num_query_heads": 16,
+                   "base_num_kv_heads": 8, "head_dim": 256, "base_mlp_dim": 15360, "vocab_size": 262_144, "sliding_window_size": 1024,
+                   "rope_max_timescale": 1_000_000, "local_rope_max_timescale": 10_000, "rope_linear_scaling_factor": 8.0,
+                   "normalization_layer_epsilon": 1e-6},
+    "gemma3-27b": {"decoder_block": "gemma3", "base_num_decoder_layers": 62, "base_emb_dim": 5376, "base_num_query_heads": 32,
+                   "base_num_kv_heads": 16, "head_dim": 128, "base_mlp_dim": 21504, "vocab_size": 262_144, "sliding_window_size": 1024,
+                   "rope_max_timescale": 1_000_000, "local_rope_max_timescale": 10_000, "rope_linear_scaling_factor": 8.0,
+                   "normalization_layer_epsilon": 1e-6},
+    "olmo3-7b": {"decoder_block": "olmo3", "base_num_decoder_layers": 32, "base_emb_dim": 4096, "base_num_query_heads": 32,
+                 "base_num_kv_heads": 32, "head_dim": 128, "base_mlp_dim": 11008, "vocab_size": 100278, "sliding_window_size": 4096,
+                 "rope_max_timescale": 500000, "rope_type": "yarn", "rope_factor": 8.0, "original_max_position_embeddings": 8192,
+                 "normalization_layer_epsilon": 1e-6},
+    "olmo3-32b": {"decoder_block": "olmo3", "base_num_decoder_layers": 64, "base_emb_dim": 5120, "base_num_query_heads": 40,
+                  "base_num_kv_heads": 8, "head_dim": 128, "base_mlp_dim": 27648, "vocab_size": 100278, "sliding_window_size": 4096,
+                  "rope_max_timescale": 500000, "rope_type": "yarn", "rope_factor": 8.0, "original_max_position_embeddings": 8192,
+                  "normalization_layer_epsilon": 1e-6},
+}
+FILE_BLOCKS = {
+    # Hugging Face model_type: (MaxText decoder_block, the layer rule it builds in, what MaxText picks by model_name)
+    "gpt_oss": ("gpt_oss", 2, "attention sinks, the clamped GLU and the alternating window (models/gpt_oss.py, "
+                              "inhomogeneous_layer_cycle_interval 2)"),
+    "gemma3_text": ("gemma3", 6, "the query scale and the global-only linear RoPE scaling (models/gemma3.py, get_query_pre_attn_scalar; "
+                                 "layers/attentions.py); five local layers to one global (GEMMA3_ATTENTION_PATTERN)"),
+    "olmo3": ("olmo3", 4, "the q/k norm over all heads (layers/attentions.py, GlobalRMSNorm for model_name olmo3*); three "
+                          "windowed layers to one full (inhomogeneous_layer_cycle_interval 4)"),
+}
+VOCAB_SLACK = 128
+"""Rows a config.json's vocabulary may exceed its MaxText file's: Gemma 3's checkpoints hold 262,208 rows, MaxText's
+gemma3 configs the tokenizer's 262,144 (the 64 more are never emitted); the job's notes say so."""
+
+
+def model_file(model: ModelSpec, arch: Architecture) -> tuple[str | None, str]:
+    """(the MaxText model file that states this model, '') or (None, the first field no file of its block matches)."""
+    block, period, _ = FILE_BLOCKS[arch.family]
+    mine: dict[str, object] = {
+        "base_num_decoder_layers": model.layers, "base_emb_dim": model.hidden, "base_num_query_heads": model.heads,
+        "base_num_kv_heads": model.n_kv_heads, "head_dim": model.d_head, "sliding_window_size": arch.sliding_window,
+        "normalization_layer_epsilon": arch.norm_eps,
+    }
+    if model.is_moe:
+        mine.update(base_moe_mlp_dim=model.expert_ffn, num_experts=model.experts, num_experts_per_tok=model.top_k)
+    else:
+        mine["base_mlp_dim"] = model.ffn
+    rope = arch.rope
+    if rope is not None:
+        mine["rope_max_timescale"] = rope.theta
+        if rope.scaling == "yarn":
+            mine.update(rope_type="yarn", rope_factor=rope.factor, original_max_position_embeddings=rope.original_positions)
+        if rope.scaling == "linear":
+            mine["rope_linear_scaling_factor"] = rope.factor
+    if arch.local_rope_theta:
+        mine["local_rope_max_timescale"] = arch.local_rope_theta
+    want = [(False, (i + 1) % period != 0) for i in range(model.layers)]
+    if arch.window_layers and [(False, w) for w in arch.window_layers] != want:
+        return None, f"its windowed layers: MaxText's {block} decoder windows every layer but each {period}th"
+    why = f"no MaxText {block} config has {model.layers} layers of width {model.hidden}"
+    for name, fields in MODEL_FILES.items():
+        if fields["decoder_block"] != block:
+            continue
+        off = [k for k, v in mine.items() if k in fields and not _same(fields[k], v)]
+        off += [k for k in fields if k not in mine and k not in ("decoder_block", "vocab_size")]
+        vocab = int(fields["vocab_size"])  # type: ignore[call-overload]
+        if not 0 <= model.vocab - vocab <= VOCAB_SLACK:
+            off.append("vocab_size")
+        if not off:
+            return name, ""
+        if fields["base_emb_dim"] == model.hidden and fields["base_num_decoder_layers"] == model.layers:
+            why = f"{off[0]}={mine.get(off[0], model.vocab)} where MaxText's {name} has {fields[off[0]]}"
+    return None, why
+
+
+def _same(a: object, b: object) -> bool:
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return math.isclose(float(a), float(b), rel_tol=1e-9)
+    return a == b
+
+
 REMAT = {"selective": "minimal", "full": "full"}
 ALL_GATHER_FUSION = ("--xla_tpu_enable_async_collective_fusion=true --xla_tpu_enable_async_collective_fusion_fuse_all_gather=true "
                      "--xla_tpu_enable_async_collective_fusion_multiple_steps=true --xla_tpu_overlap_compute_collective_tc=true "
@@ -200,6 +294,13 @@ def mesh(cluster: Cluster, s: Strategy, devices: int) -> tuple[dict[str, int], d
 
 def check_model(model: ModelSpec, arch: Architecture | None) -> None:
     """Refuse, in one line naming the field, a model MaxText's config cannot state."""
+    if arch is not None and arch.family in FILE_BLOCKS:  # stated by MaxText's own model file, or not at all
+        name, why = model_file(model, arch)
+        if name is None:
+            block, _, picked = FILE_BLOCKS[arch.family]
+            raise BandwiseError(f"maxtext cannot run {model.name} as planned: MaxText 0.2.5 picks its {block} decoder's {picked} "
+                                f"by model_name, so only its own configs state it, and {why}; export to another engine")
+        return
     out = refusals(model, arch)
     if arch is not None and not out:
         decoder = DECODERS.get(arch.family)
@@ -247,9 +348,19 @@ def render(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int,
     gpu = not cluster.levels[0].is_torus
     keys: list[tuple[str, object]] = [("base_config", "base.yml"), ("hardware", "gpu" if gpu else "tpu")]
     name = MODEL_NAMES.get(is_preset(model, arch) or "")
-    if name:
+    if arch.family in FILE_BLOCKS:  # the model is MaxText's own file's (check_model found it); its keys stand
+        name, _ = model_file(model, arch)
+        assert name is not None
         keys.append(("model_name", name))
-    keys += model_keys(model, arch)
+        vocab = int(MODEL_FILES[name]["vocab_size"])  # type: ignore[call-overload]
+        if vocab != model.vocab:
+            notes.append(f"MaxText's {name} has vocab_size {vocab:,}, the config.json {model.vocab:,} (rows past the tokenizer's "
+                         f"{vocab:,} ids, never emitted): priced as the config.json")
+        keys += [("enable_dropout", model.dropout)] if model.dropout else []
+    else:
+        if name:
+            keys.append(("model_name", name))
+        keys += model_keys(model, arch)
     keys.append(("max_target_length", model.seq_len))
     keys.append(("num_slices", k))
     keys += [(f"ici_{a}_parallelism" if a != "stage" else "ici_pipeline_parallelism", ici[a]) for a in AXES]

@@ -131,7 +131,7 @@ def max_connections(cluster: Cluster, s: Strategy) -> str | None:
 
 def check_model(model: ModelSpec, arch: Architecture | None) -> None:
     """Refuse, in one line naming the field, a model whose job Megatron-LM cannot state."""
-    out = refusals(model, arch)
+    out = refusals(model, arch, windows=True)  # --window-size and --window-attn-skip-freq (`_window_args`)
     if arch is not None:
         rope = arch.rope
         if rope is not None and not float(rope.theta).is_integer():
@@ -154,12 +154,51 @@ def check_model(model: ModelSpec, arch: Architecture | None) -> None:
         if arch.router == "softmax" and model.top_k == 1 and arch.topk_norm:
             out.append("top-1 routing with weight 1: Megatron needs --moe-router-pre-softmax at top-1, which weights the "
                        "expert by its softmax probability")
+        if arch.hybrid_pattern:
+            out += hybrid_blockers(model, arch)
         if not arch.gated and arch.activation == "gelu_tanh" and not arch.bias:
             # the tanh GELU is Megatron's fused bias-GELU kernel (core/fusions/fused_bias_gelu.py, bias_gelu_impl); without
             # biases arguments.py turns the fusion off and the MLP runs F.gelu, the exact GELU (core/transformer/mlp.py)
             out.append("GELU's tanh approximation without biases: Megatron-LM computes it only in its fused bias-GELU kernel")
     if out:
         raise BandwiseError(f"megatron cannot run {model.name} as planned: {out[0]}; export to another engine")
+
+
+MAMBA_MIXER = {"conv_kernel": 4, "chunk": 128}
+"""MambaMixer's d_conv and chunk_size at Megatron-LM d98e8a6 (megatron/core/ssm/mamba_mixer.py,
+__init__ defaults; megatron/core/models/hybrid/hybrid_layer_specs.py passes neither): no flag sets them."""
+
+
+def hybrid_blockers(model: ModelSpec, arch: Architecture) -> list[str]:
+    """What Megatron-LM's hybrid model (pretrain_hybrid.py, --hybrid-layer-pattern; the layer symbols of
+    megatron/core/models/hybrid/hybrid_layer_allocation.py, Symbols: M Mamba, * attention, - MLP)
+    cannot state of this hybrid."""
+    out = []
+    pattern = arch.hybrid_pattern
+    if set(pattern) - set("M*-") or len(pattern) != model.layers:
+        out.append(f"hybrid_override_pattern={pattern!r}: Megatron-LM's --hybrid-layer-pattern takes one of M, * and - a "
+                   f"layer here, {model.layers} layers")
+    mixer = model.mamba
+    if mixer is None:
+        out.append("a hybrid pattern without Mamba-2 mixer fields")
+    else:
+        for name, value in MAMBA_MIXER.items():
+            if getattr(mixer, name) != value:
+                out.append(f"Mamba-2 {name}={getattr(mixer, name)}: Megatron-LM d98e8a6's MambaMixer fixes {value} "
+                           "(megatron/core/ssm/mamba_mixer.py)")
+    return out
+
+
+def hybrid_pattern(pattern: str, pp: int, virtual: int) -> str:
+    """The pattern with a '|' between pipeline stages (validate_args derives the virtual stages from
+    the segments), split as the cost model splits the layers (`stage_layers`)."""
+    if pp == 1:
+        return pattern
+    parts, first = [], 0
+    for count in stage_layers(len(pattern), pp * virtual):
+        parts.append(pattern[first:first + count])
+        first += count
+    return "|".join(parts)
 
 
 def check_grads(grad_bytes: float) -> None:
@@ -177,7 +216,9 @@ def render(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int,
     args += [("tensor-model-parallel-size", s.tp), ("pipeline-model-parallel-size", s.pp), ("context-parallel-size", s.cp)]
     if s.tp > 1:
         args.append(("sequence-parallel", None))
-    if s.pp > 1:
+    if arch.hybrid_pattern:  # the stages are '|' segments of the pattern (validate_args refuses the other pipeline flags)
+        args.append(("hybrid-layer-pattern", hybrid_pattern(arch.hybrid_pattern, s.pp, s.virtual_stages)))
+    elif s.pp > 1:
         layout = stage_layout(model, s.pp, s.virtual_stages)
         if layout is not None:
             args.append(("pipeline-model-parallel-layout", layout))
@@ -235,9 +276,15 @@ def render(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int,
     lines += [
         ")",
         TORCHRUN,
-        '  pretrain_gpt.py "${ARGS[@]}" "$@"  # add data, tokenizer, optimizer and checkpoint flags after the file',
+        f'  {entry_point(arch)} "${{ARGS[@]}}" "$@"  # add data, tokenizer, optimizer and checkpoint flags after the file',
     ]
     return "\n".join(lines) + "\n", notes
+
+
+def entry_point(arch: Architecture) -> str:
+    """Megatron-LM's training script: pretrain_hybrid.py for a hybrid (pretrain_mamba.py at d98e8a6 is its
+    deprecated wrapper), else pretrain_gpt.py."""
+    return "pretrain_hybrid.py" if arch.hybrid_pattern else "pretrain_gpt.py"
 
 
 def _model_args(m: ModelSpec, arch: Architecture) -> list[tuple[str, object]]:
@@ -263,12 +310,19 @@ def _model_args(m: ModelSpec, arch: Architecture) -> list[tuple[str, object]]:
             a.append(("kv-channels", m.d_head))
     if arch.gated:
         a.append(("swiglu", None))
+    elif arch.activation == "relu2":  # arguments.py: --squared-relu, activation_func = squared_relu
+        a.append(("squared-relu", None))
     elif arch.activation == "gelu" and arch.bias:
         # with biases Megatron-LM fuses bias and GELU into its tanh approximation (bias_gelu_impl); the exact GELU
         # (F.gelu, TransformerConfig.activation_func's default) needs the fusion off
         a.append(("no-bias-gelu-fusion", None))
     rope = arch.rope
-    if rope is None:
+    if m.mamba is not None and arch.hybrid_pattern:  # TransformerConfig's mamba_* fields
+        a += [("mamba-num-heads", m.mamba.heads), ("mamba-head-dim", m.mamba.head_dim), ("mamba-state-dim", m.mamba.state),
+              ("mamba-num-groups", m.mamba.groups)]
+    if rope is None and arch.hybrid_pattern:  # Nemotron-H's attention has no position encoding
+        a.append(("position-embedding-type", "none"))
+    elif rope is None:
         a.append(("position-embedding-type", "learned_absolute"))
     else:
         a += [("position-embedding-type", "rope"), ("rotary-base", int(rope.theta))]
@@ -282,6 +336,7 @@ def _model_args(m: ModelSpec, arch: Architecture) -> list[tuple[str, object]]:
                 a.append(("no-rope-fusion", None))
             if rope.scaling == "yarn":
                 a += [("rotary-scaling-factor", _num(rope.factor)), ("mscale", _num(rope.mscale)), ("mscale-all-dim", _num(rope.mscale_all_dim))]
+    a += _window_args(arch)
     a += [("normalization", arch.norm), ("norm-epsilon", _num(arch.norm_eps))]
     if arch.qk_norm:
         a.append(("qk-layernorm", None))
@@ -318,6 +373,38 @@ def _model_args(m: ModelSpec, arch: Architecture) -> list[tuple[str, object]]:
     if m.mtp_depth:
         a.append(("mtp-num-layers", m.mtp_depth))
     return a
+
+
+def _window_args(arch: Architecture) -> list[tuple[str, object]]:
+    """A sliding window as Megatron-LM states it (arguments.py at d98e8a6: `--window-size` as a tuple,
+    `--window-attn-skip-freq` as an integer N or a list expression). TransformerConfig.window_size is
+    (left, right) for Transformer Engine's attention, which lets query i see keys i - left .. i + right;
+    a config's `sliding_window` W lets it see W keys, itself included (transformers masking_utils,
+    `sliding_window_overlay`: kv > q - W): left = W - 1, right = 0. Which layers:
+    megatron/core/transformer/utils.py, is_layer_window_attention: with an integer N the layer numbered
+    n (from 1) is windowed when n % N != 0; with a list, when its entry is 1."""
+    if not arch.sliding_window:
+        return []
+    a: list[tuple[str, object]] = [("window-size", f"{arch.sliding_window - 1},0")]
+    pattern = arch.window_layers
+    if pattern and not all(pattern):
+        n = len(pattern)
+        every = next((k for k in range(2, n + 1) if all(w == ((i + 1) % k != 0) for i, w in enumerate(pattern))), None)
+        a.append(("window-attn-skip-freq", every if every is not None else _runs(pattern)))
+    return a
+
+
+def _runs(pattern: tuple[bool, ...]) -> str:
+    """A per-layer pattern as the list expression --window-attn-skip-freq evaluates: `[1]*4+[0]*2`."""
+    out: list[str] = []
+    i = 0
+    while i < len(pattern):
+        j = i
+        while j < len(pattern) and pattern[j] == pattern[i]:
+            j += 1
+        out.append(f"[{int(pattern[i])}]*{j - i}")
+        i = j
+    return "+".join(out)
 
 
 def _num(x: float) -> str:

@@ -21,8 +21,10 @@ torchtitan/distributed/parallel_dims.py):
 
 A model is set only by a config function: the command line has no model fields
 (torchtitan/trainer.py, Trainer.Config.model_spec is `tyro.conf.Suppress`). So the export names
-one of TorchTitan's own functions (`CONFIGS`) only for the preset that function builds, in shape
-and architecture (`architecture.is_preset`), and refuses any other model, naming how it differs.
+one of TorchTitan's own functions (`CONFIGS`) for the preset that function builds, in shape and
+architecture (`architecture.is_preset`); for another model whose blocks TorchTitan has, the job
+script writes a config function of its own beside the command (`torchtitan_module`); any other
+model is refused, naming what TorchTitan lacks.
 
 Trainer.Config.__post_init__ (torchtitan/trainer.py, _validate_cuda_graphs) refuses CUDA graphs
 with pipeline parallelism, and with expert parallelism over a token dispatcher that synchronizes
@@ -38,6 +40,7 @@ import shlex
 from bandwise.cost.params import grad_reduce_name
 from bandwise.errors import BandwiseError
 from bandwise.export.architecture import Architecture, differences, is_preset
+import bandwise.export.torchtitan_module as written
 from bandwise.export.common import TORCHRUN, Adapted, script_head, stage_layers
 from bandwise.specs.hardware import Cluster
 from bandwise.specs.model import ModelSpec
@@ -117,18 +120,25 @@ def stage_modules(layers: int, stages: int) -> list[list[str]]:
 
 
 def check_model(model: ModelSpec, arch: Architecture | None) -> None:
-    """Refuse, in one line, a model no TorchTitan config function builds."""
+    """Refuse, in one line, a model neither a TorchTitan config function nor a written one builds."""
     preset = is_preset(model, arch)
     if preset in CONFIGS:
         return
+    if arch is not None and written.family(arch) is not None:
+        blocked = written.blockers(model, arch)
+        if not blocked:
+            return
+        raise BandwiseError(f"torchtitan cannot run {model.name}: {blocked[0]}; export to megatron or maxtext")
     own = ", ".join(fn for by in CONFIGS.values() for _, fn in by.values())
     if model.name.lower() in CONFIGS:
         diff = differences(model, arch, model.name)
         raise BandwiseError(f"torchtitan cannot run this {model.name}: it is not the preset TorchTitan's config builds "
                             f"({'; '.join(diff[:4])}), and TorchTitan takes a model only from a Python config function "
                             f"(Trainer.Config.model_spec is not a command-line field); export to megatron or maxtext")
+    what = f"model_type {arch.family}" if arch is not None else "a model without its config.json"
     raise BandwiseError(f"torchtitan cannot run {model.name}: TorchTitan takes a model only from a Python config function "
-                        f"(Trainer.Config.model_spec is not a command-line field) and ships one only for {own}; "
+                        f"(Trainer.Config.model_spec is not a command-line field); it ships one only for {own}, and bandwise "
+                        f"writes one only for Qwen3 blocks (torchtitan 0.3.0 torchtitan/models/qwen3), not {what}; "
                         f"export to megatron or maxtext")
 
 
@@ -146,7 +156,13 @@ def render(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int,
     check_model(model, arch)
     check_grads(grad_bytes)
     preset = is_preset(model, arch) or ""
-    module, fn = CONFIGS[preset][s.precision]
+    if preset in CONFIGS:
+        module, fn = CONFIGS[preset][s.precision]
+    else:  # a config function of the job's own, from TorchTitan's blocks (check_model passed it)
+        assert arch is not None
+        module, fn = written.module_name(model), written.function_name(model)
+        notes.append(f"the job writes {module}.py, a config function for {model.name} from TorchTitan's own Qwen3 builders "
+                     f"(starting from its {written.BASES[model.is_moe]}), and runs it")
     for field, value in DEPARTURES.get(preset, {}).items():
         notes.append(f"TorchTitan's {fn} sets {field} {value:g}, where {model.name}'s source has {getattr(arch, field):g}")
     if s.recompute == "selective":
@@ -192,6 +208,10 @@ def render(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int,
     else:
         flags.append(("compile.no-enable-async-tensor-parallel", None))
     lines = script_head(devices)
+    if preset not in CONFIGS:
+        assert arch is not None
+        lines += [f"cat > {module}.py <<'{written.HEREDOC}'", written.source(model, arch).rstrip("\n"), written.HEREDOC,
+                  'export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # ConfigManager imports --module by name']
     lines += [
         TORCHRUN,
         "  -m torchtitan.train \\",

@@ -6,7 +6,7 @@ modelling code in transformers (`src/transformers/models/<type>/modeling_<type>.
 huggingface/transformers d98ac17 and neighbours) or, for remote-code models, the model's own file:
   llama, mistral, qwen2, qwen3, phi3,      dense, GQA, SwiGLU; biases and q/k norms as each class has
   gemma, gemma2, gemma3_text (gemma3),     them; Gemma ties the embeddings, has 2 (Gemma) or 4 (Gemma 2/3)
-  olmo2, granite, cohere, cohere2,         norms a layer; OLMo 2 norms q and k over all heads; Cohere runs
+  olmo2, olmo3, granite, cohere, cohere2,  norms a layer; OLMo 2 and 3 norm q and k over all heads; Cohere runs
   internlm2                                attention and MLP in parallel from one bias-free LayerNorm
   gpt2, gpt_neox, falcon, starcoder2       two-matrix GELU MLP, LayerNorm with bias; GPT-2's learned
                                            position table (`n_positions`); Falcon's multi-query / GQA
@@ -28,7 +28,7 @@ switched off by `use_sliding_window: false`. Which layers it covers: `layer_type
 ("sliding_attention" / "full_attention" per layer) where given, else `sliding_window_pattern` n
 (every n-th layer full), else the class's rule: every layer (Mistral, Mixtral, Phi-3, Starcoder2),
 layers from `max_window_layers` on (Qwen, only with `use_sliding_window: true`), every other layer
-from the first (gpt-oss, Gemma 2), every 6th full (Gemma 3), every 4th full (Cohere 2).
+from the first (gpt-oss, Gemma 2), every 6th full (Gemma 3), every 4th full (Cohere 2, OLMo 3).
 """
 
 from __future__ import annotations
@@ -64,6 +64,8 @@ FAMILIES: dict[str, dict[str, Any]] = {
     "gemma2": {"norms": 4, "qkv": "attention_bias", "o": "attention_bias", "tied": True, "window": 2},
     "gemma3_text": {"norms": 4, "qkv": "attention_bias", "o": "attention_bias", "qk_norm": "head", "tied": True, "window": 6},
     "olmo2": {"norms": 2, "qkv": "attention_bias", "o": "attention_bias", "qk_norm": "all"},
+    # OLMo 3 (modeling_olmo3.py, transformers 4.57.1): OLMo 2's block, windowed on every layer but each 4th
+    "olmo3": {"norms": 2, "qkv": "attention_bias", "o": "attention_bias", "qk_norm": "all", "window": 4},
     "olmoe": {"norms": 2, "qkv": "attention_bias", "o": "attention_bias", "qk_norm": "olmoe"},
     "granite": {"norms": 2, "qkv": "attention_bias", "o": "attention_bias", "mlp": "mlp_bias"},
     "granitemoe": {"norms": 2, "qkv": "attention_bias", "o": "attention_bias"},
@@ -85,6 +87,7 @@ CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
     "gemma3_text": {"vocab_size": 262_208, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
                         "sliding_window": 4096, "sliding_window_pattern": 6},  # configuration_gemma3.py, d98ac17
     "gpt_neox": {"attention_bias": True},  # configuration_gpt_neox.py
+    "olmo3": {"sliding_window": 4096},  # configuration_olmo3.py (4.57.1)
     "starcoder2": {"use_bias": True},  # configuration_starcoder2.py
     # Llama4TextConfig's defaults (configuration_llama4.py, huggingface/transformers 008e574): Scout's shape
     "llama4_text": {"vocab_size": 202048, "hidden_size": 5120, "intermediate_size": 8192, "intermediate_size_mlp": 16384,
@@ -437,6 +440,33 @@ def _llama4(r: _Keys, name: str, seq_len: int) -> ModelSpec:
 def window_spec(r: _Keys, kind: str, layers: int, rule: Any) -> dict[str, int]:
     """`sliding_window` and `sliding_layers` of a ModelSpec from a config's window keys (module
     docstring); {} when no layer is windowed. `rule` is the class's default (FAMILIES)."""
+    window, windowed = _window_layers(r, kind, layers, rule)
+    count = sum(windowed)
+    if not count:
+        return {}
+    return {"sliding_window": window, "sliding_layers": 0 if count == layers else count}
+
+
+def window_layers(cfg: Mapping[str, Any]) -> tuple[int, tuple[bool, ...]]:
+    """The window of a config.json and, layer by layer, whether it is windowed: what the planner
+    prices (`window_spec`, the same reading), for the exports to state layer by layer. (0, ()) when
+    no layer is windowed or the family reads no window."""
+    fields = cfg if isinstance(cfg, Fields) else Fields(cfg)
+    kind = fields.get("model_type")
+    if kind == "gemma3":
+        fields, kind = fields.nested("text_config").with_values(model_type="gemma3_text"), "gemma3_text"
+    if not isinstance(kind, str) or kind not in FAMILIES:
+        return 0, ()
+    layers = fields.get("num_hidden_layers", fields.get("n_layer"))
+    if not isinstance(layers, int) or isinstance(layers, bool) or layers < 1:
+        return 0, ()
+    window, windowed = _window_layers(_Keys(fields, kind), kind, layers, FAMILIES[kind].get("window"))
+    return (window, windowed) if any(windowed) else (0, ())
+
+
+def _window_layers(r: _Keys, kind: str, layers: int, rule: Any) -> tuple[int, tuple[bool, ...]]:
+    """(window, windowed per layer) by the module docstring's rules; (0, all False) for none."""
+    none = (0, (False,) * layers)
     types = r.cfg.get("layer_types")
     kinds = {"sliding_attention", "full_attention"}
     if types is not None and not (isinstance(types, list) and len(types) == layers and all(t in kinds for t in types)):
@@ -445,26 +475,25 @@ def window_spec(r: _Keys, kind: str, layers: int, rule: Any) -> dict[str, int]:
             "each \"sliding_attention\" or \"full_attention\" (other layer kinds are not supported)"
         )
     if rule is None:
-        return {}  # the class reads no window
+        return none  # the class reads no window
     switch = r.flag("use_sliding_window", True)
     if not switch or r.get("sliding_window") is None:
-        return {}
+        return none
     window = r.integer("sliding_window", r.get("sliding_window"), 1)
     if types is not None:
-        windowed = types.count("sliding_attention")
+        windowed = [t == "sliding_attention" for t in types]
     elif r.get("sliding_window_pattern") is not None:
-        # Gemma 3 / Cohere 2: layer i is global when (i + 1) % pattern == 0, so layers // pattern of them
-        windowed = layers - layers // r.integer("sliding_window_pattern", r.get("sliding_window_pattern"), 1)
+        # Gemma 3 / Cohere 2: layer i is global when (i + 1) % pattern == 0
+        n = r.integer("sliding_window_pattern", r.get("sliding_window_pattern"), 1)
+        windowed = [(i + 1) % n != 0 for i in range(layers)]
     elif rule == "qwen":
         if r.cfg.get("use_sliding_window") is not True:  # the Qwen classes' default is off
-            return {}
+            return none
         first = r.cfg.get("max_window_layers")
         first = QWEN_MAX_WINDOW_LAYERS if first is None else r.integer("max_window_layers", first)
-        windowed = max(0, layers - first)
+        windowed = [i >= first for i in range(layers)]
     elif isinstance(rule, int):  # every rule-th layer full, counting from 1 (gpt-oss, Gemma 2: layers 0, 2, 4 windowed)
-        windowed = layers - layers // rule
+        windowed = [(i + 1) % rule != 0 for i in range(layers)]
     else:  # every layer
-        windowed = layers
-    if not windowed:
-        return {}
-    return {"sliding_window": window, "sliding_layers": 0 if windowed == layers else windowed}
+        windowed = [True] * layers
+    return window, tuple(windowed)

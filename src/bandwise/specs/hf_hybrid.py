@@ -60,9 +60,10 @@ def from_hybrid_config(cfg: Mapping[str, Any], *, name: str = "hf-model", seq_le
         mamba = Mamba2(heads=need("mamba_num_heads"), head_dim=need("mamba_head_dim"), state=need("ssm_state_size"),
                        groups=need("n_groups"), conv_kernel=need("conv_kernel"), chunk=need("chunk_size"))
         base.update(head_dim=cfg.get("attention_head_dim") or base["head_dim"])
+        # one RMSNorm a block and norm_f (NemotronHBlock, modeling_nemotron_h.py); the mixers count their own vectors
         return ModelSpec(**base, layers=len(pattern), gated_mlp=False, squared_relu_mlp=True, mamba=mamba,
                          mamba_layers=pattern.count("M"), mixer_free_layers=pattern.count("-"),
-                         mlp_free_layers=pattern.count("M") + pattern.count("*"))
+                         mlp_free_layers=pattern.count("M") + pattern.count("*"), vector_params=(len(pattern) + 1) * base["hidden"])
     if kind == "qwen3_next":
         layers = need("num_hidden_layers")
         types = cfg.get("layer_types")

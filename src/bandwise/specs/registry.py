@@ -107,10 +107,35 @@ def read_model(name_or_path: str) -> tuple[ModelSpec, ConfigRead | None]:
     key = name_or_path.lower()
     if key in presets:
         return presets[key], None
+    path = model_file(name_or_path)
+    if path is not None:
+        return read_model_file(path, name=hub_model_name(name_or_path))
+    raise BandwiseError(f"unknown model {name_or_path!r}; {_did_you_mean(key, presets)}presets: {', '.join(presets)} "
+                        "(or a path to a config.json, or a Hub id such as Qwen/Qwen3-8B)")
+
+
+def model_file(name_or_path: str) -> Path | None:
+    """The file a --model argument that is not a preset names: a path (a folder: its config.json), or
+    a Hub id's config.json in huggingface_hub's cache (`specs.hub`); None when it names neither. The
+    planner and the exports both find a model's file here, so they read the same one."""
+    from bandwise.specs.hub import hub_config, is_hub_id
+
     path = Path(name_or_path)
+    if path.is_dir() and (path / "config.json").is_file():
+        return path / "config.json"
     if path.suffix.lower() in (".json", ".yaml", ".yml") or path.exists():
-        return read_model_file(path)
-    raise BandwiseError(f"unknown model {name_or_path!r}; {_did_you_mean(key, presets)}presets: {', '.join(presets)} (or a path to a config.json)")
+        return path
+    if is_hub_id(name_or_path):
+        return hub_config(name_or_path)
+    return None
+
+
+def hub_model_name(name_or_path: str) -> str | None:
+    """A Hub id's model name (`Qwen/Qwen3-8B@main`: Qwen3-8B); None for a path."""
+    from bandwise.specs.hub import HUB_ID, is_hub_id
+
+    m = HUB_ID.match(name_or_path)
+    return m["repo"].split("/", 1)[1] if m and is_hub_id(name_or_path) else None
 
 
 def get_cluster(name_or_path: str) -> Cluster:
@@ -234,8 +259,9 @@ def load_model_file(path: Path) -> ModelSpec:
     return read_model_file(path)[0]
 
 
-def read_model_file(path: Path) -> tuple[ModelSpec, ConfigRead | None]:
-    """A model file's ModelSpec and, for a Hugging Face config.json, which of its fields were read."""
+def read_model_file(path: Path, name: str | None = None) -> tuple[ModelSpec, ConfigRead | None]:
+    """A model file's ModelSpec and, for a Hugging Face config.json, which of its fields were read;
+    `name` names the model (a Hub id's), else the file does (`hf_model_name`)."""
     from bandwise.specs.hf import read_hf_config
 
     if not path.is_file():
@@ -251,6 +277,6 @@ def read_model_file(path: Path) -> tuple[ModelSpec, ConfigRead | None]:
     if not isinstance(data, dict):
         raise BandwiseError(f"{path}: expected a mapping of fields at the top level")
     if "model_type" in data or "architectures" in data:
-        return read_hf_config(data, name=hf_model_name(path))
+        return read_hf_config(data, name=name or hf_model_name(path))
     data.setdefault("name", path.stem)
     return ModelSpec.from_dict(data, where=str(path)), None
