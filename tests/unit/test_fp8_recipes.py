@@ -54,3 +54,23 @@ def test_plan_compare_and_sweep_take_the_recipe(capsys):
     assert compare["fp8_recipe"] == "rowwise"
     sweep = json_of(capsys, "sweep", "--devices", "16", "--vary", "scale-out-bandwidth=25,50", *common)
     assert sweep["fp8_recipe"] == "rowwise"
+
+
+def _emit(capsys, engine: str, *extra: str) -> str:
+    done = in_process(capsys, "plan", "--model", "llama3-8b", "--devices", "16", "--global-batch", "64", "--precision", "fp8",
+                      "--emit", engine, *extra)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@pytest.mark.parametrize("recipe", ["tensorwise", "delayed", "blockwise"])
+def test_megatron_jobs_state_the_recipe_they_were_priced_with(capsys, recipe):
+    job = _emit(capsys, "megatron", "--fp8-recipe", recipe)
+    assert f"--fp8-recipe {recipe}" in job and "--fp8-format hybrid" in job and "did not price" not in job
+
+
+def test_a_recipe_an_engine_lacks_is_named_in_the_job(capsys):
+    job = _emit(capsys, "megatron", "--fp8-recipe", "rowwise")  # Megatron-LM's choices have no rowwise scaling
+    assert "--fp8-recipe tensorwise" in job and "fp8 recipe rowwise" in job and "did not price" in job
+    job = _emit(capsys, "megatron")  # unstated: the engine's own, Megatron-LM's default
+    assert "--fp8-recipe delayed" in job

@@ -49,9 +49,10 @@ class Export:
 
 class Engine(NamedTuple):
     adapt: Callable[[ModelSpec, Cluster, Strategy, int, Architecture | None], Adapted]
-    render: Callable[[ModelSpec, Cluster, Strategy, int, Architecture | None, float], tuple[str, list[str]]]
-    """(text without the header, notes); the last argument is the bytes gradients are reduced in
-    (`CostParams.grad_reduce_bytes`): an engine writes the setting, or refuses one it cannot state."""
+    render: Callable[[ModelSpec, Cluster, Strategy, int, Architecture | None, CostParams], tuple[str, list[str]]]
+    """(text without the header, notes); the last argument is what the plan was priced with: an engine writes
+    the gradients' dtype (`CostParams.grad_reduce_bytes`) or refuses one it cannot state, and writes the fp8
+    recipe (`CostParams.fp8_recipe`) or says in a note what it runs instead."""
     check_model: Callable[[ModelSpec, Architecture | None], None]
     """Raises, naming the field, for a model the engine's job cannot state."""
     check_grads: Callable[[float], None]
@@ -139,7 +140,7 @@ def export(engine: str, model: ModelSpec, cluster: Cluster, strategy: Strategy, 
         capacity = cluster.device.hbm_bytes * (1 - params.headroom) / 2**30
         raise NothingFits(f"{engine} would run {_layout(ran)} at {runs.memory_gib_per_device:,.1f} GiB per device, which does not fit "
                           f"in {capacity:,.1f} GiB; export a layout that fits (plan ... --pick N), or give it more devices or recomputation")
-    text, notes = eng.render(model, cluster, ran, devices, arch, params.grad_reduce_bytes)
+    text, notes = eng.render(model, cluster, ran, devices, arch, params)
     header = _header(engine, model, cluster, strategy, devices, planned, adapted, ran, searched, broken, est, notes)
     # every emitted format (a shell script, a YAML file) comments with '#'
     body = "\n".join(f"# {line}" if line else "#" for line in header) + "\n" + text

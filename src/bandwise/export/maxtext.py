@@ -37,7 +37,7 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
-from bandwise.cost.params import grad_reduce_name
+from bandwise.cost.params import DEFAULT_PARAMS, CostParams, grad_reduce_name
 from bandwise.errors import BandwiseError
 from bandwise.export.architecture import Architecture, is_preset, refusals
 from bandwise.export.common import Adapted
@@ -340,7 +340,9 @@ def check_grads(grad_bytes: float) -> None:
 
 
 def render(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int,
-           arch: Architecture | None = None, grad_bytes: float = 4) -> tuple[str, list[str]]:
+           arch: Architecture | None = None, params: CostParams = DEFAULT_PARAMS) -> tuple[str, list[str]]:
+    """(the job's text, notes) for `s`, stating the gradients' dtype and the fp8 recipe `params` priced."""
+    grad_bytes = params.grad_reduce_bytes
     notes: list[str] = []
     check_model(model, arch)
     assert arch is not None
@@ -387,6 +389,8 @@ def render(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int,
         if not gpu:
             notes.append("fp8 GEMMs: MaxText's 'fp8' quantization is for NVIDIA GPUs; this TPU config asks for it as planned")
         keys.append(("quantization", "fp8"))
+        notes.append(f"fp8 recipe: MaxText's 'fp8' quantization scales as MaxText does, which bandwise does not price recipe by "
+                     f"recipe; the plan priced {params.fp8_recipe}")
     if s.overlap_tp and s.tp > 1:
         notes.append(f"TP overlap as planned: launch with LIBTPU_INIT_ARGS=\"{ALL_GATHER_FUSION}\"; without it every TP collective waits"
                      if not gpu else "the plan overlaps TP's collectives with the GEMMs, which this config does not ask XLA for on GPUs: "

@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import shlex
 
-from bandwise.cost.params import grad_reduce_name
+from bandwise.cost.params import DEFAULT_PARAMS, CostParams, grad_reduce_name
 from bandwise.errors import BandwiseError
 from bandwise.export.architecture import Architecture, refusals
 from bandwise.export.common import TORCHRUN, Adapted, script_head, stage_layers
@@ -201,6 +201,20 @@ def hybrid_pattern(pattern: str, pp: int, virtual: int) -> str:
     return "|".join(parts)
 
 
+FP8_RECIPES = ("tensorwise", "delayed", "mxfp8", "blockwise")
+"""Megatron-LM's --fp8-recipe choices (megatron/training/arguments.py at d98e8a6; 'delayed' by default)."""
+
+
+def fp8_recipe_arg(recipe: str, notes: list[str]) -> str:
+    """--fp8-recipe for the recipe the plan priced; torchao's rowwise recipes have no Megatron-LM counterpart,
+    so the job scales per tensor (current scaling), the nearest, and a note says the plan priced another."""
+    if recipe in FP8_RECIPES:
+        return recipe
+    notes.append(f"fp8 recipe {recipe}: Megatron-LM's --fp8-recipe offers {', '.join(FP8_RECIPES)}; the job scales tensorwise, "
+                 f"which the plan did not price (plan with --fp8-recipe tensorwise to price it)")
+    return "tensorwise"
+
+
 def check_grads(grad_bytes: float) -> None:
     """Megatron-LM reduces gradients in fp32, or in bf16 with --grad-reduce-in-bf16 (megatron/training/arguments.py)."""
     if grad_bytes not in (2, 4):
@@ -208,7 +222,9 @@ def check_grads(grad_bytes: float) -> None:
 
 
 def render(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int,
-           arch: Architecture | None = None, grad_bytes: float = 4) -> tuple[str, list[str]]:
+           arch: Architecture | None = None, params: CostParams = DEFAULT_PARAMS) -> tuple[str, list[str]]:
+    """(the job's text, notes) for `s`, stating the gradients' dtype and the fp8 recipe `params` priced."""
+    grad_bytes = params.grad_reduce_bytes
     notes: list[str] = []
     check_model(model, arch)
     assert arch is not None
@@ -254,7 +270,7 @@ def render(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int,
     if grad_bytes == 2:  # the grad buffer in the parameters' dtype: arguments.py turns accumulate_allreduce_grads_in_fp32 off
         args.append(("grad-reduce-in-bf16", None))
     if s.precision == "fp8":
-        args.append(("fp8-format", "hybrid"))
+        args += [("fp8-format", "hybrid"), ("fp8-recipe", fp8_recipe_arg(params.fp8_recipe, notes))]
     if s.overlap_tp and s.tp > 1:
         args.append(("tp-comm-overlap", None))
     if cluster.levels[0].is_torus:

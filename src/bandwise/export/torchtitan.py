@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import shlex
 
-from bandwise.cost.params import grad_reduce_name
+from bandwise.cost.params import DEFAULT_PARAMS, CostParams, grad_reduce_name
 from bandwise.errors import BandwiseError
 from bandwise.export.architecture import Architecture, differences, is_preset
 import bandwise.export.torchtitan_module as written
@@ -63,6 +63,11 @@ DEPARTURES: dict[str, dict[str, float]] = {
     # config.json has 1e-6
     "deepseek-v3": {"norm_eps": 1e-5},
 }
+
+FLOAT8_RECIPE = "rowwise"
+"""The recipe TorchTitan's float8 configs run: Float8LinearConverter.Config's default recipe_name (its only
+choices rowwise and rowwise_with_gw_hp; torchtitan/components/quantization/float8.py at v0.3.0); llama3_405b
+and deepseek_v3_671b_float8 name none (torchtitan/models/*/config_registry.py)."""
 
 SEARCHES: tuple[dict[str, object], ...] = ({"zero_stage": 0, "dp_replicate": 1}, {"zero_stage": 0})
 """Searches for the best layout TorchTitan expresses when the plan's is not one: FSDP, then HSDP
@@ -151,7 +156,9 @@ def check_grads(grad_bytes: float) -> None:
 
 
 def render(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int,
-           arch: Architecture | None = None, grad_bytes: float = 4) -> tuple[str, list[str]]:
+           arch: Architecture | None = None, params: CostParams = DEFAULT_PARAMS) -> tuple[str, list[str]]:
+    """(the job's text, notes) for `s`, stating the gradients' dtype and the fp8 recipe `params` priced."""
+    grad_bytes = params.grad_reduce_bytes
     notes: list[str] = []
     check_model(model, arch)
     check_grads(grad_bytes)
@@ -163,6 +170,9 @@ def render(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int,
         module, fn = written.module_name(model), written.function_name(model)
         notes.append(f"the job writes {module}.py, a config function for {model.name} from TorchTitan's own Qwen3 builders "
                      f"(starting from its {written.BASES[model.is_moe]}), and runs it")
+    if s.precision == "fp8" and params.fp8_recipe != FLOAT8_RECIPE:
+        notes.append(f"fp8 recipe: TorchTitan's {fn} scales float8 {FLOAT8_RECIPE} (Float8LinearConverter's default; torchtitan "
+                     f"0.3.0 offers rowwise and rowwise_with_gw_hp); the plan priced {params.fp8_recipe}")
     for field, value in DEPARTURES.get(preset, {}).items():
         notes.append(f"TorchTitan's {fn} sets {field} {value:g}, where {model.name}'s source has {getattr(arch, field):g}")
     if s.recompute == "selective":
