@@ -11,6 +11,9 @@ from bandwise.cli.options import (
     EMIT,
     ENGINE,
     GRAD_REDUCE,
+    PRICE,
+    STEPS,
+    TOKENS,
     check_emit,
     model_option,
 )
@@ -19,6 +22,7 @@ from bandwise.export import export
 from bandwise.plan.bands import band_line
 from bandwise.report import glossary
 from bandwise.report.output import Output
+from bandwise.report.run import run_lines
 from bandwise.report.tables import breakdown, short_count
 from bandwise.specs.registry import get_engine
 from bandwise.specs.strategy import SCHEDULES, Strategy
@@ -53,6 +57,9 @@ def estimate(
     grad_reduce: str | None = GRAD_REDUCE,
     json_out: bool = typer.Option(False, "--json", help="Print one JSON layout {strategy, estimate}."),
     emit: str | None = EMIT,
+    tokens: str | None = TOKENS,
+    steps: int | None = STEPS,
+    price: str | None = PRICE,
 ) -> None:
     out = Output(json_mode=json_out)
     emit = check_emit(emit, json_out, engine)
@@ -62,7 +69,7 @@ def estimate(
         precision=precision, overlap_tp=overlap_tp, overlap_ep=overlap_ep,
     )
     priced = api.estimate(model, cluster, devices, strategy=strategy, engine=engine, seq_len=seq_len, headroom=headroom, attention=attention, eager=eager,
-                          grad_reduce=grad_reduce)
+                          grad_reduce=grad_reduce, tokens=tokens, steps=steps, price=price)
     spec, clus, n, est, params = priced.model, priced.cluster, priced.devices, priced.layout.estimate, priced.params
     if emit:
         typer.echo(export(emit, spec, clus, strategy, n, est, params, model_source=model).text, nl=False)
@@ -77,6 +84,8 @@ def estimate(
                   f"`bandwise plan --engine {priced.engine.label}` lists only layouts it runs[/yellow]")
     out.print(breakdown(est, "estimate"))
     out.print(f"tokens/s and MFU {band_line(clus.device.name, spec.is_moe, n, get_engine(engine).label)}")
+    for line in run_lines(priced.run) if priced.run else ():
+        out.print(line)
 
 
 def register(app: typer.Typer) -> None:

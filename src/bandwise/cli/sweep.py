@@ -21,8 +21,11 @@ from bandwise.cli.options import (
     OVERLAP_EP,
     OVERLAP_TP,
     PRECISION,
+    PRICE,
     SEQ_LEN,
+    STEPS,
     THRESHOLD_OPT,
+    TOKENS,
     command_line,
     devices_option,
     model_option,
@@ -35,8 +38,10 @@ from bandwise.cli.points import (
     run_with_bar,
 )
 from bandwise.files import write_text_atomic
+from bandwise.plan.run_budget import frontier
 from bandwise.plan.sweep import VARY_KINDS, Point, SweepResult, parse_vary, vary_cluster
 from bandwise.report.output import Output
+from bandwise.report.run import runs_table
 from bandwise.report.plots import sweep_chart
 from bandwise.report.tables import min_width
 from bandwise.specs.registry import get_cluster
@@ -77,6 +82,9 @@ def sweep(
     html_out: Path | None = typer.Option(None, "--html", help="Also write the result as one self-contained HTML page (the chart inline; opens offline) to this file."),
     exhaustive: bool = EXHAUSTIVE,
     json_out: bool = JSON_OUT,
+    tokens: str | None = TOKENS,
+    steps: int | None = STEPS,
+    price: str | None = PRICE,
 ) -> None:
     out = Output(json_mode=json_out)
     spec = parse_vary(vary)
@@ -84,7 +92,8 @@ def sweep(
     labels = [vary_cluster(base, spec.kind, v).name for v in spec.values]
     asked = {"base_cluster": base, "engine": engine, "seq_len": seq_len, "global_batch": global_batch, "global_batch_tokens": global_batch_tokens,
              "precision": precision, "threshold": threshold, "headroom": headroom, "overlap_tp": overlap_tp, "overlap_ep": overlap_ep,
-             "attention": attention, "eager": eager, "grad_reduce": grad_reduce, "exhaustive": exhaustive}
+             "attention": attention, "eager": eager, "grad_reduce": grad_reduce, "exhaustive": exhaustive,
+             "tokens": tokens, "steps": steps, "price": price}
     held: list[api.SweepOutcome] = []
 
     def run(done: Callable[[Point], None]) -> list[Point]:
@@ -110,6 +119,12 @@ def sweep(
     for p in sorted(result.points, key=lambda p: p.value):
         out.print(f"[b]{p.value:g}[/b]: dominant exposed cost without PP: {p.dominant.describe() if p.dominant else 'none exposed'}")
     out.print(_crossover_line(result))
+    runs = held[0].runs
+    if runs is not None:
+        by_value = [(f"{p.value:g}", runs[p.label]) for p in sorted(result.points, key=lambda p: p.value)]
+        on = {f"{p.value:g}" for p in result.points if p.label in frontier(runs)}
+        table = runs_table(by_value, on, spec.kind)
+        out.print(table, min_width=min_width(table))
     narrowed_lines(out, result.points[:1])
     if png is not None:
         out.print(f"chart written to {png}")

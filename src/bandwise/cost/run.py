@@ -129,7 +129,7 @@ def device_power(device: Device, est: Estimate, ops: Operations) -> tuple[float 
     if curve is None:
         return None, f"{device.name} has no power curve; give operations.device_power_w in a cluster file"
     share = busy_share(est)
-    return curve.static_w + (curve.rated_w - curve.static_w) * share, f"power curve at a busy share of {share:.0%}"
+    return curve.static_w + (curve.rated_w - curve.static_w) * share, f"the power curve at a busy share of {share:.0%}"
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)

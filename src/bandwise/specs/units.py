@@ -30,6 +30,8 @@ def parse_tokens(text: str | float | int, what: str = "--tokens") -> float:
         raise BandwiseError(f"{what}={text!r}: give a token count such as 15T or 1.5e13")
     if isinstance(text, (int, float)):
         value = float(text)
+    elif str(text).strip().startswith("-"):
+        raise BandwiseError(f"{what}={text!r}: the token count must be above zero, e.g. 15T")
     else:
         m = _TOKENS.match(str(text).strip().lower())
         if not m or m.group(2) not in SUFFIX:

@@ -1,0 +1,79 @@
+"""A whole run in words and tables: days, device-hours, money, energy and what goodput costs."""
+
+from __future__ import annotations
+
+import math
+
+from rich.console import Group
+
+from bandwise.cost.run import RunCost
+from bandwise.report.tables import plain_table, short_count
+from bandwise.specs.operations import SOURCES
+
+RUN_WORDS = (
+    "days: wall-clock time, steps x step time / ETTR; device-h: days x 24 x devices; cost: device-hours x price; "
+    "MWh: facility energy, (device + host + network watts) x devices x PUE x time; ETTR: effective training time ratio "
+    "after failures, checkpoints and restarts (Daly's interval); * on the time/cost frontier (no other row is both faster and cheaper)."
+)
+
+
+def hours(n: float) -> str:
+    """Device-hours at a glance: 30.8M, 412k, 96."""
+    return f"{n / 1e6:.2f}M" if n >= 1e6 else f"{n / 1e3:.0f}k" if n >= 1e3 else f"{n:.0f}"
+
+
+def money(x: float | None) -> str:
+    if x is None:
+        return "-"
+    return f"${x / 1e6:.2f}M" if x >= 1e6 else f"${x / 1e3:.1f}k" if x >= 1e3 else f"${x:.2f}"
+
+
+def energy(kwh: float | None) -> str:
+    return "-" if kwh is None else f"{kwh / 1e3:,.0f}" if kwh >= 1e4 else f"{kwh / 1e3:.2f}"
+
+
+def _duration(s: float) -> str:
+    return "never" if math.isinf(s) else f"{s / 3600:.1f} h" if s >= 3600 else f"{s / 60:.1f} min" if s >= 60 else f"{s:.1f} s"
+
+
+def run_lines(run: RunCost) -> list[str]:
+    """What `plan`, `estimate` and the pages print under a layout priced for a whole run."""
+    g = run.goodput
+    cost = f", {money(run.cost)} at ${run.price_per_device_hour:g}/device-hour" if run.cost is not None else " (no price: --price or the cluster file's price_per_device_hour)"
+    lines = [
+        f"[b]run[/b]: {short_count(run.tokens, tokens=True)} tokens in {run.steps:,} steps of {run.step_time_s:.2f} s: "
+        f"[b]{run.days:.1f} days[/b], {hours(run.device_hours)} device-hours{cost}",
+        f"goodput: ETTR {g.ettr:.1%}; an interruption every {_duration(g.mttf_s)} ({run.interruptions:,.0f} expected), "
+        f"a checkpoint of {g.checkpoint_bytes / 1e12:.2f} TB stalls {_duration(g.checkpoint_s)} every {_duration(g.interval_s)} (Daly), "
+        f"restart {_duration(g.restart_s)}; without them {run.train_s / 86400:.1f} days",
+    ]
+    if run.energy_kwh is None:
+        lines.append(f"energy: not priced: {run.power_source}")
+    else:
+        carbon = f", {run.carbon_t:,.0f} t CO2e" if run.carbon_t is not None else ""
+        lines.append(f"energy: {run.energy_kwh / 1e3:,.1f} MWh at the facility ({run.device_power_w:.0f} W per device from {run.power_source}, "
+                     f"{run.facility_power_w / 1e6:.2f} MW in all with host, network and PUE){carbon}")
+    return lines
+
+
+def sources_line() -> str:
+    """Where the goodput and energy defaults come from, for a page or `--help`."""
+    return "; ".join(f"{k}: {SOURCES[k]}" for k in ("failure_rate_per_device_hour", "checkpoint_write_bytes_per_s", "restart_s",
+                                                     "host_power_w_per_device", "pue"))
+
+
+def runs_table(rows: list[tuple[str, RunCost | None]], on_frontier: set[str], first: str) -> Group:
+    """One row per point: time, device-hours, cost, energy, ETTR; ranked columns by time and by cost."""
+    priced = [(k, r) for k, r in rows if r is not None]
+    by_time = {k: i + 1 for i, (k, _) in enumerate(sorted(priced, key=lambda kr: kr[1].wall_s))}
+    key = (lambda r: r.cost) if priced and all(r.cost is not None for _, r in priced) else (lambda r: r.device_hours)
+    by_cost = {k: i + 1 for i, (k, _) in enumerate(sorted(priced, key=lambda kr: key(kr[1])))}
+    cols: dict[str, list[str]] = {first: [], "days": [], "device-h": [], "cost": [], "MWh": [], "ETTR": [], "time #": [], "cost #": []}
+    for label, r in rows:
+        mark = "*" if label in on_frontier else ""
+        cells = ([f"{label}{mark}", "-", "-", "-", "-", "-", "-", "-"] if r is None else
+                 [f"{label}{mark}", f"{r.days:.1f}", hours(r.device_hours), money(r.cost), energy(r.energy_kwh), f"{r.goodput.ettr:.1%}",
+                  str(by_time[label]), str(by_cost[label])])
+        for k, c in zip(cols, cells):
+            cols[k].append(c)
+    return plain_table("The whole run: time, cost and energy of each point's best layout", cols, (first,), RUN_WORDS)
