@@ -86,3 +86,11 @@ def test_a_cluster_file_price_is_used_and_round_trips(capsys, tmp_path):
     assert doc["run"]["price_per_device_hour"] == 2.5
     again = get_cluster(str(path))
     assert "price_per_device_hour: 2.5" in cluster_file_text(again)
+
+
+def test_an_exported_job_states_the_run_predicted_time(capsys):
+    doc = json_of(capsys, "plan", *SMALL, "--tokens", "1T", "--json")
+    job = in_process(capsys, "plan", *SMALL, "--tokens", "1T", "--emit", "torchtitan").stdout
+    line = job.splitlines()[1]
+    assert line.startswith("# run:") and f"{doc['run']['days']:.1f} days predicted" in line
+    assert "# run:" not in in_process(capsys, "plan", *SMALL, "--emit", "torchtitan").stdout

@@ -19,6 +19,9 @@ from bandwise.cli.options import (
 )
 from bandwise.cli.points import priced_as
 from bandwise.export import export
+from bandwise.export.common import with_run
+from bandwise.plan.run_budget import price_run, run_ask
+from bandwise.plan.search import Layout
 from bandwise.plan.bands import band_line
 from bandwise.report import glossary
 from bandwise.report.output import Output
@@ -72,7 +75,10 @@ def estimate(
                           grad_reduce=grad_reduce, tokens=tokens, steps=steps, price=price)
     spec, clus, n, est, params = priced.model, priced.cluster, priced.devices, priced.layout.estimate, priced.params
     if emit:
-        typer.echo(export(emit, spec, clus, strategy, n, est, params, model_source=model).text, nl=False)
+        job = export(emit, spec, clus, strategy, n, est, params, model_source=model)
+        ask = run_ask(tokens, steps, price)
+        ran = Layout(strategy=job.strategy, estimate=job.estimate or est)
+        typer.echo(with_run(job.text, price_run(ask, spec, clus, n, ran, params) if ask else None), nl=False)
         return
     if json_out:
         out.emit_json(priced.to_dict())

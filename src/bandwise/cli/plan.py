@@ -41,9 +41,12 @@ from bandwise.cli.points import priced_as
 from bandwise.cost.memory import GIB
 from bandwise.errors import BandwiseError, NothingFits
 from bandwise.export import EMIT_POOL, export_searched
+from bandwise.export.common import with_run
+from bandwise.plan.run_budget import price_run, run_ask
 from bandwise.plan.bands import band_line
 from bandwise.plan.search import (
     FIXABLE,
+    Layout,
     narrowed_note,
 )
 from bandwise.report import glossary
@@ -193,7 +196,9 @@ def plan(
         picked = listed[pick - 1] if pick else chosen
         search_kw = {k: v for k, v in kw.items() if k != "params"}
         job = export_searched(emit, spec, clus, devices, gb, result, picked, params, exact=pick is not None, model_source=model, **search_kw)
-        typer.echo(job.text, nl=False)
+        ask = run_ask(tokens, steps, price)
+        ran = Layout(strategy=job.strategy, estimate=job.estimate or picked.estimate)
+        typer.echo(with_run(job.text, price_run(ask, spec, clus, devices, ran, params) if ask else None), nl=False)
         return
     if json_out:
         return
