@@ -89,8 +89,8 @@ def test_a_cluster_file_price_is_used_and_round_trips(capsys, tmp_path):
 
 
 def test_an_exported_job_states_the_run_predicted_time(capsys):
-    doc = json_of(capsys, "plan", *SMALL, "--tokens", "1T", "--json")
-    job = in_process(capsys, "plan", *SMALL, "--tokens", "1T", "--emit", "torchtitan").stdout
+    doc = json_of(capsys, "plan", *SMALL, "-e", "torchtitan", "--tokens", "1T", "--json")
+    job = in_process(capsys, "plan", *SMALL, "-e", "torchtitan", "--tokens", "1T", "--emit").stdout
     line = job.splitlines()[1]
     assert line.startswith("# run:") and f"{doc['run']['days']:.1f} days predicted" in line
     assert "# run:" not in in_process(capsys, "plan", *SMALL, "--emit", "torchtitan").stdout
