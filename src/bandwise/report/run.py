@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from rich.console import Group
 
 from bandwise.cost.run import RunCost
+from bandwise.report.html import esc, value
 from bandwise.report.tables import plain_table, short_count
 from bandwise.specs.operations import SOURCES
 
@@ -77,3 +79,48 @@ def runs_table(rows: list[tuple[str, RunCost | None]], on_frontier: set[str], fi
         for k, c in zip(cols, cells):
             cols[k].append(c)
     return plain_table("The whole run: time, cost and energy of each point's best layout", cols, (first,), RUN_WORDS)
+
+
+def _cell(path: str, v: Any, spec: str, unit: str = "") -> str:
+    return "<td class=\"n\">-</td>" if v is None else f"<td class=\"n\">{unit}{value(path, v, format(v, spec))}</td>"
+
+
+def _fig(path: str, v: Any, spec: str) -> str:
+    """A figure of the document, shown as format(v, spec) (the pages' tests read it back)."""
+    return "-" if v is None else value(path, v, format(v, spec))
+
+
+def run_html(run: dict[str, Any], path: str = "run") -> str:
+    """The plan page's section for a whole run: a `RunCost.to_dict()` at `path` of the --json document."""
+    g = run["goodput"]
+    cost = (f", ${_fig(path + '.cost', run['cost'], ',.0f')} at ${run['price_per_device_hour']:g} per device-hour"
+            if run["cost"] is not None else "")
+    used = ("no energy: " + esc(run["power_source"]) if run["energy_kwh"] is None else
+            f"{_fig(path + '.energy_kwh', run['energy_kwh'], ',.0f')} kWh at the facility")
+    failures = ("no interruptions" if g["mttf_s"] is None else
+                f"an interruption every {_fig(path + '.goodput.mttf_s', g['mttf_s'], ',.0f')} s, a checkpoint every "
+                f"{_fig(path + '.goodput.interval_s', g['interval_s'], ',.0f')} s (Daly)")
+    return (f"<h2>The whole run</h2><p>{_fig(path + '.tokens', run['tokens'], ',.0f')} tokens in {_fig(path + '.steps', run['steps'], ',')} "
+            f"steps: <b>{_fig(path + '.days', run['days'], '.1f')} days</b>, {_fig(path + '.device_hours', run['device_hours'], ',.0f')} "
+            f"device-hours{cost}; {used}. Goodput: ETTR {_fig(path + '.goodput.ettr', g['ettr'], '.1%')}, {failures}.</p>"
+            f"<p class=\"note\">{esc(sources_line())}</p>")
+
+
+def runs_html(doc: dict[str, Any]) -> str:
+    """The compare and sweep pages' table of each point's whole run (`runs` and `frontier` of the --json document)."""
+    runs, on = doc.get("runs"), set(doc.get("frontier") or ())
+    if not runs:
+        return ""
+    rows = []
+    for label, r in runs.items():
+        at = f"runs.{label}"
+        mark = " *" if label in on else ""
+        if r is None:
+            rows.append(f"<tr><td>{esc(label)}</td><td colspan=\"5\">nothing fits</td></tr>")
+            continue
+        rows.append(f"<tr><td><b>{esc(label)}</b>{mark}</td>{_cell(at + '.days', r['days'], '.1f')}"
+                    f"{_cell(at + '.device_hours', r['device_hours'], ',.0f')}{_cell(at + '.cost', r['cost'], ',.0f', '$')}"
+                    f"{_cell(at + '.energy_kwh', r['energy_kwh'], ',.0f')}{_cell(at + '.goodput.ettr', r['goodput']['ettr'], '.1%')}</tr>")
+    head = "<tr><th>point</th><th>days</th><th>device-hours</th><th>cost</th><th>kWh</th><th>ETTR</th></tr>"
+    return (f"<h2>The whole run: time, cost and energy</h2><table>{head}{''.join(rows)}</table>"
+            f"<p class=\"note\">{esc(RUN_WORDS)} On this page energy is in kWh.</p>")
