@@ -94,3 +94,20 @@ def test_an_exported_job_states_the_run_predicted_time(capsys):
     line = job.splitlines()[1]
     assert line.startswith("# run:") and f"{doc['run']['days']:.1f} days predicted" in line
     assert "# run:" not in in_process(capsys, "plan", *SMALL, "--emit", "torchtitan").stdout
+
+
+def test_doctor_turns_each_finding_gain_into_hours_and_money(capsys):
+    from pathlib import Path
+
+    traces = str(Path(__file__).parents[1] / "data" / "traces" / "resnet50-dataloader")
+    doc = json_of(capsys, "doctor", "trace", traces, "--tokens", "1T", "--tokens-per-step", str(2**22), "--devices", "8", "--price", "2", "--json")
+    step_s = max(r["step_ms"] for r in doc["signals"]["per_rank"]) / 1e3
+    hours = math.ceil(1e12 / 2**22) * step_s / 3600
+    assert doc["run"]["hours"] == pytest.approx(hours)
+    speedups = {f["id"]: f["expected_speedup"] for f in doc["findings"] if f["expected_speedup"]}
+    assert speedups and {g["finding"] for g in doc["run"]["gains"]} == set(speedups)
+    for g in doc["run"]["gains"]:
+        saved = hours * (1 - 1 / speedups[g["finding"]])
+        assert g["hours_saved"] == pytest.approx(saved) and g["money_saved"] == pytest.approx(saved * 8 * 2)
+    bad = in_process(capsys, "doctor", "trace", traces, "--price", "2")
+    assert bad.returncode == 2 and "--tokens" in bad.stderr

@@ -198,3 +198,33 @@ def run_cost(est: Estimate, *, device: Device, devices: int, tokens_per_step: fl
                    train_s=train_s, goodput=gp, wall_s=wall_s, device_hours=device_hours, price_per_device_hour=price,
                    cost=None if price is None else device_hours * price, device_power_w=watts, power_source=source,
                    facility_power_w=facility, energy_kwh=energy, carbon_t=carbon)
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class Gain:
+    """What a fix with a measured step-throughput gain saves over a whole run at the measured step."""
+
+    finding: str
+    speedup: float
+    hours_saved: float
+    """Wall-clock hours: run hours x (1 - 1 / speedup)."""
+    device_hours_saved: float
+    money_saved: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def run_gains(speedups: dict[str, float], *, step_s: float, tokens: float, tokens_per_step: float, devices: int,
+              price: float | None) -> tuple[float, list[Gain]]:
+    """The run's hours at the measured `step_s`, and each finding's saving: a fix that makes the step
+    `speedup` times faster shortens every step, so the run by 1 - 1/speedup of its time (goodput aside)."""
+    if not (step_s > 0 and tokens_per_step > 0):
+        raise BandwiseError("the trace measured no step time, or the tokens per step are unknown: give --tokens-per-step, or --strategy")
+    hours = math.ceil(tokens / tokens_per_step) * step_s / 3600
+    gains = []
+    for finding, s in speedups.items():
+        saved = hours * (1 - 1 / s)
+        gains.append(Gain(finding=finding, speedup=s, hours_saved=saved, device_hours_saved=saved * devices,
+                          money_saved=None if price is None else saved * devices * price))
+    return hours, gains
