@@ -111,3 +111,18 @@ def test_doctor_turns_each_finding_gain_into_hours_and_money(capsys):
         assert g["hours_saved"] == pytest.approx(saved) and g["money_saved"] == pytest.approx(saved * 8 * 2)
     bad = in_process(capsys, "doctor", "trace", traces, "--price", "2")
     assert bad.returncode == 2 and "--tokens" in bad.stderr
+
+
+def test_sweep_over_device_counts_prices_each_and_marks_the_frontier(capsys):
+    doc = json_of(capsys, "sweep", "--vary", "devices=16,32", "-m", "llama3-8b", "--global-batch-tokens", str(2**21), "--tokens", "1T",
+                  "--price", "2", "--json")
+    assert doc["values"] == [16, 32] and set(doc["runs"]) == {"16", "32"}
+    for n in (16, 32):
+        _closed_form(doc["runs"][str(n)], n, 2.0)
+    fastest = min(doc["runs"], key=lambda k: doc["runs"][k]["wall_s"])
+    cheapest = min(doc["runs"], key=lambda k: doc["runs"][k]["cost"])
+    assert {fastest, cheapest} <= set(doc["frontier"])
+    bad = in_process(capsys, "sweep", "--vary", "devices=16,32", "-m", "llama3-8b")
+    assert bad.returncode == 2 and "--tokens" in bad.stderr
+    bad = in_process(capsys, "sweep", "--vary", "devices=16,x", "-m", "llama3-8b", "--tokens", "1T")
+    assert bad.returncode == 2 and "whole numbers" in bad.stderr

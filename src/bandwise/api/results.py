@@ -133,7 +133,7 @@ class EstimateResult:
                       "pricing": pricing_dict(self.engine, self.params), **run})
 
 
-def _runs_dict(runs: dict[str, RunCost | None] | None) -> dict[str, Any]:
+def runs_dict(runs: dict[str, RunCost | None] | None) -> dict[str, Any]:
     """The `runs` of a comparison or sweep, by label, and the labels on their time/cost frontier."""
     if runs is None:
         return {}
@@ -164,7 +164,7 @@ class CompareResult:
 
     def to_dict(self) -> dict[str, Any]:
         """`bandwise compare --json` (without its `png`, which only the command writes)."""
-        return plain({**_common(self.inputs), "clusters": self.points, "validation": self.validation, **_runs_dict(self.runs)})
+        return plain({**_common(self.inputs), "clusters": self.points, "validation": self.validation, **runs_dict(self.runs)})
 
 
 @dataclass(kw_only=True, slots=True)
@@ -186,7 +186,7 @@ class SweepOutcome:
 
     def to_dict(self) -> dict[str, Any]:
         """`bandwise sweep --json` (without its `png`)."""
-        return plain({**_common(self.inputs), **self.result.to_dict(), **_runs_dict(self.runs)})
+        return plain({**_common(self.inputs), **self.result.to_dict(), **runs_dict(self.runs)})
 
 
 @dataclass(kw_only=True, slots=True)
