@@ -4,6 +4,7 @@ figures are the sums and ratios of its stages' runs."""
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -63,3 +64,17 @@ def test_whole_runs_command_prints_json_with_its_sources(capsys):
     (row,) = doc["runs"]
     assert row["id"] == "llama-7b" and row["published"]["device_hours"] == 82432
     assert row["predicted"]["device_hours"] > 0 and "llama1_paper" in doc["sources"]
+
+
+def test_a_run_file_of_ones_own_is_priced_stage_by_stage(capsys, tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("runs:\n  - id: mine\n    model: llama3-8b\n    cluster: h100\n    devices: 16\n    stages:\n"
+                    "      - {name: main, tokens: 10B, seq_len: 8192, global_batch_tokens: 1048576}\n"
+                    "      - {name: long, steps: 10, seq_len: 32768, global_batch_tokens: 1048576}\n")
+    (pred,) = whole_runs(path=path)
+    main, long = pred.stages
+    assert main.run.steps == math.ceil(10e9 / 2**20) and long.run.tokens == 10 * 2**20
+    assert pred.device_hours == pytest.approx(main.run.device_hours + long.run.device_hours) and pred.gap is None
+    path.write_text("runs:\n  - {id: x, model: llama3-8b}\n")
+    bad = in_process(capsys, "whole-runs", "--file", str(path))
+    assert bad.returncode == 2 and "missing field(s) cluster, devices, stages" in bad.stderr

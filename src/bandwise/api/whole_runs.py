@@ -4,6 +4,7 @@ its best layout priced for the stage's tokens with the cluster's default operati
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 from bandwise.api.planning import estimate, plan
 from bandwise.errors import BandwiseError
@@ -31,9 +32,10 @@ def predict_whole_run(run: WholeRun) -> WholeRunPrediction:
     return out
 
 
-def whole_runs(only: str | None = None, on_run: Callable[[WholeRunPrediction], None] | None = None) -> list[WholeRunPrediction]:
-    """The shipped whole runs (or the comma-separated ids in `only`), predicted."""
-    runs, _ = load_whole_runs()
+def whole_runs(only: str | None = None, on_run: Callable[[WholeRunPrediction], None] | None = None,
+               path: str | Path | None = None) -> list[WholeRunPrediction]:
+    """The shipped whole runs, or a run file's (`path`), or the comma-separated ids in `only` of them, predicted."""
+    runs, _ = load_whole_runs(None if path is None else Path(path))
     if only:
         ids = [i.strip() for i in only.split(",") if i.strip()]
         unknown = [i for i in ids if i not in {r.id for r in runs}]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
 
 from bandwise.api.whole_runs import whole_runs as predict
@@ -32,32 +34,37 @@ def _table(preds: list[WholeRunPrediction]):
     for p in preds:
         r = p.run
         rate = p.at_published_rate
-        cells = [r.id, f"{r.devices:,}{'' if r.devices_note.startswith('published') else '?'}", hours(r.published.device_hours),
+        pub = r.published.device_hours if r.published else None
+        cells = [r.id, f"{r.devices:,}{'?' if 'assumed' in r.devices_note else ''}", "-" if pub is None else hours(pub),
                  "-" if p.device_hours is None else hours(p.device_hours), _cell(p.gap, "+.0%"),
-                 "-" if rate is None else f"{hours(rate)} ({rate / r.published.device_hours - 1:+.0%})", _cell(p.ettr, ".1%"),
-                 _cell(p.days, ".0f"), _cell(p.energy_mwh, ",.0f"), _cell(r.published.energy_mwh, ",.0f")]
+                 "-" if rate is None or pub is None else f"{hours(rate)} ({rate / pub - 1:+.0%})", _cell(p.ettr, ".1%"),
+                 _cell(p.days, ".0f"), _cell(p.energy_mwh, ",.0f"), _cell(r.published.energy_mwh if r.published else None, ",.0f")]
         for k, c in zip(cols, cells):
             cols[k].append(c)
-    words = "devices: ? where the count is not published (an assumption); MWh pred.: facility energy, '-' where the device has no power curve."
+    words = "devices: ? where the count is not published but assumed; MWh pred.: facility energy, '-' where the device has no power curve."
     return plain_table("Whole runs: predicted against published device-hours", cols, ("run",), words)
 
 
 def whole_runs(
     only: str | None = typer.Option(None, "--only", help="Comma-separated run ids (default: every shipped run)."),
+    run_file: Path | None = typer.Option(None, "--file", help="A run file of your own in the schema of src/bandwise/data/whole_runs.yaml: "
+                                         "each run's model, cluster, devices and stages (published device-hours optional)."),
     stages: bool = typer.Option(False, "--stages", help="Also list each run's stages: layout, tokens, days, device-hours."),
     json_out: bool = JSON_OUT,
 ) -> None:
     out = Output(json_mode=json_out)
-    preds = predict(only)
+    preds = predict(only, path=run_file)
     if json_out:
-        _, sources = load_whole_runs()
+        _, sources = load_whole_runs(run_file)
         cited = sorted({s for p in preds for s in p.run.sources})
         out.emit_json({"runs": [p.to_dict() for p in preds], "sources": {k: sources[k] for k in cited}})
         return
     table = _table(preds)
     out.print(table, min_width=min_width(table))
     for p in preds:
-        out.print(f"[b]{p.run.id}[/b]: published {p.run.published.what}; goodput: {p.run.published.goodput}; devices: {p.run.devices_note}")
+        pub = p.run.published
+        said = f"published {pub.what}; goodput: {pub.goodput}" if pub else "no published figures"
+        out.print(f"[b]{p.run.id}[/b]: {said}; devices: {p.run.devices_note or 'as given'}")
         if stages:
             for s in p.stages:
                 run = s.run

@@ -6,11 +6,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from importlib import resources
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from bandwise.cost.run import RunCost
 from bandwise.errors import BandwiseError
-from bandwise.inputs import shipped_yaml
+from bandwise.inputs import read_text, shipped_yaml
 from bandwise.specs.model import ModelSpec
 from bandwise.specs.registry import DEFAULT_ENGINE, get_model
 from bandwise.specs.units import parse_tokens
@@ -52,7 +55,8 @@ class WholeRun:
     engine: str
     precision: str
     stages: tuple[Stage, ...]
-    published: Published
+    published: Published | None
+    """None for a run of one's own (a run file without `published`)."""
     sources: tuple[str, ...]
 
 
@@ -117,16 +121,16 @@ class WholeRunPrediction:
     @property
     def gap(self) -> float | None:
         """Predicted over published device-hours, less one."""
-        d = self.device_hours
-        return None if d is None else d / self.run.published.device_hours - 1
+        d, pub = self.device_hours, self.run.published
+        return None if d is None or pub is None else d / pub.device_hours - 1
 
     def to_dict(self) -> dict[str, Any]:
         r = self.run
         return {
             "id": r.id, "model": r.model.name, "cluster": r.cluster, "devices": r.devices, "devices_note": r.devices_note, "engine": r.engine,
             "precision": r.precision, "sources": list(r.sources),
-            "published": {"device_hours": r.published.device_hours, "energy_mwh": r.published.energy_mwh, "what": r.published.what,
-                          "goodput": r.published.goodput},
+            "published": None if r.published is None else {"device_hours": r.published.device_hours, "energy_mwh": r.published.energy_mwh,
+                                                            "what": r.published.what, "goodput": r.published.goodput},
             "predicted": {"device_hours": self.device_hours, "steps_device_hours": self.steps_device_hours, "ettr": self.ettr,
                           "days": self.days, "energy_mwh": self.energy_mwh, "gap": self.gap,
                           "device_hours_at_published_rate": self.at_published_rate},
@@ -145,31 +149,66 @@ def _stage(data: Any, where: str) -> Stage:
     if ("tokens" in data) == ("steps" in data) or ("global_batch" in data) == ("global_batch_tokens" in data):
         raise BandwiseError(f"{where}: give one of tokens and steps, and one of global_batch and global_batch_tokens")
     tokens = parse_tokens(data["tokens"], f"{where} tokens") if "tokens" in data else None
+    for key in ("seq_len", "steps", "global_batch", "global_batch_tokens"):
+        v = data.get(key)
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+            raise BandwiseError(f"{where}: {key}={v!r} must be a positive whole number")
     return Stage(name=str(data["name"]), seq_len=int(data["seq_len"]), tokens=tokens, steps=data.get("steps"), global_batch=data.get("global_batch"),
                  global_batch_tokens=data.get("global_batch_tokens"), note=str(data.get("note", "")), strategy=data.get("strategy"),
                  published_tokens_per_s_per_device=data.get("published_tokens_per_s_per_device"))
 
 
-def _run(data: dict[str, Any], sources: dict[str, str]) -> WholeRun:
+RUN_KEYS = {"id", "model", "cluster", "devices", "devices_note", "engine", "precision", "source", "published", "stages"}
+
+
+def _run(data: Any, sources: dict[str, str]) -> WholeRun:
+    if not isinstance(data, dict):
+        raise BandwiseError(f"a run is a mapping of {', '.join(sorted(RUN_KEYS))}")
     where = f"whole run {data.get('id')!r}"
+    unknown = sorted(map(str, set(data) - RUN_KEYS))
+    missing = [k for k in ("id", "model", "cluster", "devices", "stages") if k not in data]
+    if unknown or missing:
+        raise BandwiseError(f"{where}: " + (f"unknown field(s) {', '.join(unknown)}" if unknown else f"missing field(s) {', '.join(missing)}")
+                            + f"; valid: {', '.join(sorted(RUN_KEYS))}")
+    if not isinstance(data["stages"], list) or not data["stages"]:
+        raise BandwiseError(f"{where}: stages must be a list of at least one stage")
+    if not isinstance(data["devices"], int) or isinstance(data["devices"], bool) or data["devices"] < 1:
+        raise BandwiseError(f"{where}: devices={data['devices']!r} must be a positive whole number")
     model = data["model"]
     spec = get_model(model) if isinstance(model, str) else ModelSpec.from_dict({"name": data["id"], **model}, where=f"{where} model")
-    cited = tuple(data["source"])
+    cited = tuple(data.get("source") or ())
     missing = [s for s in cited if s not in sources]
     if missing:
         raise BandwiseError(f"{where}: source(s) {', '.join(missing)} not under sources")
-    pub = data["published"]
-    return WholeRun(id=data["id"], model=spec, cluster=data["cluster"], devices=int(data["devices"]), devices_note=data["devices_note"],
+    pub = data.get("published")
+    if pub is not None and not (isinstance(pub, dict) and isinstance(pub.get("device_hours"), (int, float)) and pub["device_hours"] > 0):
+        raise BandwiseError(f"{where}: published needs device_hours above zero (and what, goodput)")
+    return WholeRun(id=str(data["id"]), model=spec, cluster=str(data["cluster"]), devices=data["devices"], devices_note=data.get("devices_note", ""),
                     engine=data.get("engine", DEFAULT_ENGINE), precision=data.get("precision", "bf16"),
                     stages=tuple(_stage(s, f"{where} stage {i}") for i, s in enumerate(data["stages"])),
-                    published=Published(device_hours=float(pub["device_hours"]), what=pub["what"], goodput=pub["goodput"],
-                                        energy_mwh=pub.get("energy_mwh")),
+                    published=None if pub is None else Published(device_hours=float(pub["device_hours"]), what=str(pub.get("what", "")),
+                                                                 goodput=str(pub.get("goodput", "not given")), energy_mwh=pub.get("energy_mwh")),
                     sources=cited)
 
 
-def load_whole_runs() -> tuple[list[WholeRun], dict[str, str]]:
-    """The shipped whole runs and their sources."""
-    text = resources.files("bandwise.data").joinpath("whole_runs.yaml").read_text(encoding="utf-8")
-    data = shipped_yaml(text)
-    sources = {k: " ".join(str(v).split()) for k, v in data["sources"].items()}
+MAX_RUN_FILE_BYTES = 1 << 20
+"""Largest run file read: the shipped one, eleven runs, is 12 KB."""
+
+
+def load_whole_runs(path: Path | None = None) -> tuple[list[WholeRun], dict[str, str]]:
+    """The shipped whole runs and their sources, or those of a run file in the same schema (`runs:`, and
+    optionally `sources:`; a run of one's own needs no `published`)."""
+    if path is None:
+        data = shipped_yaml(resources.files("bandwise.data").joinpath("whole_runs.yaml").read_text(encoding="utf-8"))
+    else:
+        if not path.is_file():
+            raise BandwiseError(f"run file {str(path)!r} does not exist; write one as src/bandwise/data/whole_runs.yaml does")
+        text = read_text(path, limit=MAX_RUN_FILE_BYTES, where=str(path), what="a run file", fix="write it as src/bandwise/data/whole_runs.yaml does")
+        try:
+            data = yaml.safe_load(text)
+        except (yaml.YAMLError, RecursionError):
+            raise BandwiseError(f"run file {str(path)!r}: not valid YAML; write it as src/bandwise/data/whole_runs.yaml does") from None
+    if not isinstance(data, dict) or not isinstance(data.get("runs"), list):
+        raise BandwiseError(f"run file {str(path)!r}: expected a mapping with runs: (a list) and optionally sources:")
+    sources = {str(k): " ".join(str(v).split()) for k, v in (data.get("sources") or {}).items()}
     return [_run(r, sources) for r in data["runs"]], sources
