@@ -29,7 +29,9 @@ __all__ = [
     "load_model",
     "plan",
     "sweep",
+    "sweep_devices",
     "validate",
+    "whole_runs",
 ]
 
 if TYPE_CHECKING:
@@ -49,7 +51,9 @@ if TYPE_CHECKING:
         load_model,
         plan,
         sweep,
+        sweep_devices,
         validate,
+        whole_runs,
     )
 
 
