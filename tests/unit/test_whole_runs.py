@@ -28,7 +28,7 @@ def test_at_least_eight_runs_each_with_a_published_figure_and_a_cited_source():
 
 @pytest.mark.parametrize(("run", "tokens"), [
     ("llama3.1-405b", 15.6e12 + 40e6),  # Llama 3 Sec. 3.1: 15.6T, with the last 40M annealed (Sec. 3.4.3)
-    ("bloom-176b", 366e9),  # BigScience 2022, Sec. 3.5
+    ("bloom-176b", 366e9),  # BigScience 2022, arXiv 2211.05100
     ("llama-65b", 1.4e12), ("llama2-70b", 2e12),
 ])
 def test_stage_tokens_add_up_to_the_published_totals(run, tokens):

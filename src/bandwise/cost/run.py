@@ -6,12 +6,12 @@ devices x the per-device rate (mean time to interruption M); the job writes a ch
 after every τ seconds of work; an interruption loses the work since the last checkpoint and costs a
 restart of R seconds, which an interruption may itself cut short. A segment of τ + δ then takes
 
-    E = M · e^(R/M) · (e^((τ+δ)/M) - 1)                                           (Daly, Eq. 13)
+    E = M · e^(R/M) · (e^((τ+δ)/M) - 1)
 
 in expectation, exactly, and the effective training time ratio (ETTR, Kokolis et al. 2024, arXiv
-2410.21680, Sec. 5) is τ / E. The interval that maximises it is close to Daly's
+2410.21680) is τ / E. The interval that maximises it is close to Daly's
 
-    τ = sqrt(2δM) · (1 + sqrt(δ/2M)/3 + (δ/2M)/9) - δ     for δ < 2M, else τ = M   (Daly, Eq. 37)
+    τ = sqrt(2δM) · (1 + sqrt(δ/2M)/3 + (δ/2M)/9) - δ     for δ < 2M, else τ = M
 
 which is Young's sqrt(2δM) (Young 1974, CACM 17(9)) to first order. Both are checked against a
 simulation of failures and checkpoints in tests/unit/test_run_cost.py.
@@ -42,7 +42,7 @@ def job_mttf_s(rate_per_device_hour: float, devices: int) -> float:
 
 
 def daly_interval(checkpoint_s: float, mttf_s: float) -> float:
-    """Daly's optimum seconds of work between checkpoints (Eq. 37); inf without failures."""
+    """Daly's higher-order optimum seconds of work between checkpoints; inf without failures."""
     if math.isinf(mttf_s):
         return math.inf
     if checkpoint_s >= 2 * mttf_s:
@@ -57,7 +57,7 @@ def young_interval(checkpoint_s: float, mttf_s: float) -> float:
 
 
 def segment_s(interval_s: float, checkpoint_s: float, restart_s: float, mttf_s: float) -> float:
-    """Expected wall seconds to get `interval_s` of work and its checkpoint done (Daly, Eq. 13)."""
+    """Expected wall seconds to get `interval_s` of work and its checkpoint done (Daly's exact expectation)."""
     if math.isinf(mttf_s):
         return interval_s + checkpoint_s
     return mttf_s * math.exp(restart_s / mttf_s) * math.expm1((interval_s + checkpoint_s) / mttf_s)
@@ -100,7 +100,8 @@ def goodput(devices: int, state_bytes: float, dp_replicate: int, ops: Operations
 
     A synchronous checkpoint stalls until storage has it all (state / the storage's bandwidth) or,
     if slower, until each device's share has crossed to its host; an asynchronous one stalls only for
-    that copy. Each model replica holds the whole state, so a device's share is state · dp_replicate / devices."""
+    that copy (the write to storage then lags it, which this leaves out: a failure in that window loses
+    one interval more). Each model replica holds the whole state, so a device's share is state · dp_replicate / devices."""
     share = state_bytes * max(dp_replicate, 1) / devices
     copy_s = share / ops.host_copy_bytes_per_s
     delta = copy_s if ops.checkpoint_async else max(copy_s, state_bytes / ops.checkpoint_write_bytes_per_s)

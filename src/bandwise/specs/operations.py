@@ -20,8 +20,8 @@ LLAMA3_FAILURE_RATE = LLAMA3_UNEXPECTED / (LLAMA3_DAYS * 24 * LLAMA3_GPUS)
 """Unexpected interruptions per GPU-hour: 419 in a 54-day snapshot of Llama 3 405B pre-training on
 16,384 H100s (Dubey et al. 2024, arXiv 2407.21783, Sec. 3.3.4, Table 5): 1.97e-5, one per 50,700
 GPU-hours, 3.1 h between interruptions for the whole job. Interruptions are taken as independent,
-so a job of N devices fails at N times this rate (Kokolis et al. 2024, arXiv 2410.21680, Sec. 5: the
-job MTTF falls as 1/N)."""
+so a job of N devices fails at N times this rate (Kokolis et al. 2024, arXiv 2410.21680, model the
+job's MTTF as falling with its size the same way)."""
 
 PCIE5_X16_BYTES_PER_S = 32e9 * 16 * 128 / 130 / 8
 """63.0 GB/s per direction: PCIe 5.0 runs 32 GT/s per lane with 128b/130b encoding (PCI-SIG, PCI
