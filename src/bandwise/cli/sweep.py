@@ -153,7 +153,7 @@ def _sweep_devices(out: Output, vary: str, model: str, base_cluster: str, png: P
     if json_out:
         out.emit_json({**swept.to_dict(), **({"png": str(png)} if png else {})})
         return
-    table = runs_table(list(runs.items()), on, "devices")
+    table = runs_table(list(runs.items()), on, "devices", marginal=True)
     out.print(table, min_width=min_width(table))
     for n, p in zip(swept.counts, swept.plans):
         out.print(f"[b]{n:,}[/b]: {p.best.strategy.describe() if p.best else 'nothing fits'}")

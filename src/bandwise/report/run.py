@@ -15,7 +15,8 @@ from bandwise.specs.operations import SOURCES
 RUN_WORDS = (
     "days: wall-clock time, steps x step time / ETTR; device-h: days x 24 x devices; cost: device-hours x price; "
     "MWh: facility energy, (device + host + network watts) x devices x PUE x time; ETTR: effective training time ratio "
-    "after failures, checkpoints and restarts (Daly's interval); * on the time/cost frontier (no other row is both faster and cheaper)."
+    "after failures, checkpoints and restarts (Daly's interval); * on the time/cost frontier (no other row is both faster and cheaper); "
+    "per day saved: the extra cost over the row above for each day it saves."
 )
 
 
@@ -64,18 +65,28 @@ def sources_line() -> str:
                                                      "host_power_w_per_device", "pue"))
 
 
-def runs_table(rows: list[tuple[str, RunCost | None]], on_frontier: set[str], first: str) -> Group:
-    """One row per point: time, device-hours, cost, energy, ETTR; ranked columns by time and by cost."""
+def runs_table(rows: list[tuple[str, RunCost | None]], on_frontier: set[str], first: str, marginal: bool = False) -> Group:
+    """One row per point: time, device-hours, cost, energy, ETTR; ranked columns by time and by cost.
+    `marginal` (rows in growing order, a sweep of device counts): what each day saved over the row
+    above costs, which says where adding devices stops paying."""
     priced = [(k, r) for k, r in rows if r is not None]
     by_time = {k: i + 1 for i, (k, _) in enumerate(sorted(priced, key=lambda kr: kr[1].wall_s))}
     key = (lambda r: r.cost) if priced and all(r.cost is not None for _, r in priced) else (lambda r: r.device_hours)
     by_cost = {k: i + 1 for i, (k, _) in enumerate(sorted(priced, key=lambda kr: key(kr[1])))}
     cols: dict[str, list[str]] = {first: [], "days": [], "device-h": [], "cost": [], "MWh": [], "ETTR": [], "time #": [], "cost #": []}
+    if marginal:
+        cols["per day saved"] = []
+    prev: RunCost | None = None
     for label, r in rows:
         mark = "*" if label in on_frontier else ""
         cells = ([f"{label}{mark}", "-", "-", "-", "-", "-", "-", "-"] if r is None else
                  [f"{label}{mark}", f"{r.days:.1f}", hours(r.device_hours), money(r.cost), energy(r.energy_kwh), f"{r.goodput.ettr:.1%}",
                   str(by_time[label]), str(by_cost[label])])
+        if marginal:
+            saved = None if r is None or prev is None else prev.days - r.days
+            extra = key(r) - key(prev) if saved else None
+            cells.append("-" if not saved or saved <= 0 else money(extra / saved) if r.cost is not None else f"{hours(extra / saved)} device-h")
+            prev = r if r is not None else prev
         for k, c in zip(cols, cells):
             cols[k].append(c)
     return plain_table("The whole run: time, cost and energy of each point's best layout", cols, (first,), RUN_WORDS)
