@@ -41,8 +41,8 @@ from bandwise.files import write_text_atomic
 from bandwise.plan.run_budget import frontier, run_ask
 from bandwise.plan.sweep import Point
 from bandwise.report.output import Output
-from bandwise.report.run import runs_table
 from bandwise.report.plots import compare_chart
+from bandwise.report.run import runs_table
 from bandwise.report.tables import min_width
 
 DEFAULT_CLUSTERS = "h100,h800,gb200-nvl72,tpu-v5p"

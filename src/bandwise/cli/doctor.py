@@ -21,12 +21,12 @@ from bandwise import api
 from bandwise.api.pictures import write_doctor_html
 from bandwise.cli.options import ATTENTION, EAGER, GRAD_REDUCE, command_line
 from bandwise.cli.train import load_strategy
+from bandwise.cost.run import run_gains
 from bandwise.doctor.live import watch
 from bandwise.doctor.ranks import input_straggler, live_rows
 from bandwise.doctor.report import merge, print_report, to_json
 from bandwise.doctor.rules import MIN_STEPS, diagnose
 from bandwise.doctor.signals import signals_from_live
-from bandwise.cost.run import run_gains
 from bandwise.errors import BandwiseError
 from bandwise.files import write_text_atomic
 from bandwise.report.doctor_page import doctor_page

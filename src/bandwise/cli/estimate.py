@@ -20,9 +20,9 @@ from bandwise.cli.options import (
 from bandwise.cli.points import priced_as
 from bandwise.export import export
 from bandwise.export.common import with_run
+from bandwise.plan.bands import band_line
 from bandwise.plan.run_budget import price_run, run_ask
 from bandwise.plan.search import Layout
-from bandwise.plan.bands import band_line
 from bandwise.report import glossary
 from bandwise.report.output import Output
 from bandwise.report.run import run_lines

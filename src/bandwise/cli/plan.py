@@ -42,8 +42,8 @@ from bandwise.cost.memory import GIB
 from bandwise.errors import BandwiseError, NothingFits
 from bandwise.export import EMIT_POOL, export_searched
 from bandwise.export.common import with_run
-from bandwise.plan.run_budget import price_run, run_ask
 from bandwise.plan.bands import band_line
+from bandwise.plan.run_budget import price_run, run_ask
 from bandwise.plan.search import (
     FIXABLE,
     Layout,

@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from bandwise import api
+from bandwise.api.devices_sweep import PREFIX, sweep_devices
 from bandwise.cli.options import (
     ATTENTION,
     EAGER,
@@ -37,13 +38,12 @@ from bandwise.cli.points import (
     points_table,
     run_with_bar,
 )
-from bandwise.api.devices_sweep import PREFIX, sweep_devices
 from bandwise.files import write_text_atomic
 from bandwise.plan.run_budget import frontier
 from bandwise.plan.sweep import VARY_KINDS, Point, SweepResult, parse_vary, vary_cluster
 from bandwise.report.output import Output
-from bandwise.report.run import runs_table
 from bandwise.report.plots import run_frontier_chart, sweep_chart
+from bandwise.report.run import runs_table
 from bandwise.report.tables import min_width
 from bandwise.specs.registry import get_cluster
 
