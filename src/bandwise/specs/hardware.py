@@ -296,6 +296,7 @@ class Cluster:
             "device": {f.name: getattr(self.device, f.name) for f in fields(self.device)},
             "levels": [{f.name: getattr(lv, f.name) for f in fields(lv)} for lv in self.levels],
             "source": self.source,
+            "operations": self.operations.to_dict(),
         }
 
 
