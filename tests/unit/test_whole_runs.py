@@ -78,3 +78,16 @@ def test_a_run_file_of_ones_own_is_priced_stage_by_stage(capsys, tmp_path):
     path.write_text("runs:\n  - {id: x, model: llama3-8b}\n")
     bad = in_process(capsys, "whole-runs", "--file", str(path))
     assert bad.returncode == 2 and "missing field(s) cluster, devices, stages" in bad.stderr
+
+
+@pytest.mark.parametrize(("stage", "words"), [
+    ("strategy: 5", "must map Strategy fields"), ("strategy: {zz: 1}", "must map Strategy fields"),
+    ("strategy: {dp_shard: 16, micro_batch: x}", "micro_batch='x'"), ("published_tokens_per_s_per_device: -1", "above zero"),
+    ("seq_len: 0", "positive whole number"),
+])
+def test_bad_run_files_are_one_line(capsys, tmp_path, stage, words):
+    path = tmp_path / "run.yaml"
+    path.write_text("runs:\n  - id: mine\n    model: llama3-8b\n    cluster: h100\n    devices: 16\n    stages:\n"
+                    f"      - {{name: main, tokens: 1B, seq_len: 8192, global_batch: 16, {stage}}}\n".replace("seq_len: 8192, global_batch: 16, seq_len: 0", "seq_len: 0, global_batch: 16"))
+    bad = in_process(capsys, "whole-runs", "--file", str(path))
+    assert bad.returncode == 2 and words in bad.stderr and "Traceback" not in bad.stderr

@@ -18,8 +18,9 @@ def predict_whole_run(run: WholeRun) -> WholeRunPrediction:
     out = WholeRunPrediction(run=run)
     for st in run.stages:
         if st.strategy is not None:  # the published layout, priced as trained
-            priced = estimate(run.model, run.cluster, run.devices, strategy=Strategy(**st.strategy, global_batch=st.global_batch or 0,
-                              precision=run.precision), engine=run.engine, seq_len=st.seq_len)
+            layout = Strategy.from_dict({**st.strategy, "global_batch": st.global_batch or st.global_batch_tokens // st.seq_len, "precision": run.precision},
+                                        where=f"whole run {run.id!r} stage {st.name!r} strategy")
+            priced = estimate(run.model, run.cluster, run.devices, strategy=layout, engine=run.engine, seq_len=st.seq_len)
             cost = price_run(RunAsk(tokens=st.tokens, steps=st.steps), priced.model, priced.cluster, run.devices, priced.layout, priced.params)
             out.stages.append(StagePrediction(stage=st, layout=f"{priced.strategy.describe()} (as trained)", run=cost))
             continue

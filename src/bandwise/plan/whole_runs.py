@@ -4,7 +4,8 @@ prediction to them."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass, field, fields
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from bandwise.errors import BandwiseError
 from bandwise.inputs import read_text, shipped_yaml
 from bandwise.specs.model import ModelSpec
 from bandwise.specs.registry import DEFAULT_ENGINE, get_model
+from bandwise.specs.strategy import Strategy
 from bandwise.specs.units import parse_tokens
 
 
@@ -153,9 +155,21 @@ def _stage(data: Any, where: str) -> Stage:
         v = data.get(key)
         if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
             raise BandwiseError(f"{where}: {key}={v!r} must be a positive whole number")
+    rate = data.get("published_tokens_per_s_per_device")
+    if rate is not None and not _positive(rate):
+        raise BandwiseError(f"{where}: published_tokens_per_s_per_device={rate!r} must be a number above zero")
+    layout = data.get("strategy")
+    if layout is not None:
+        names = {f.name for f in fields(Strategy)} - {"global_batch", "precision"}
+        if not isinstance(layout, dict) or not set(map(str, layout)) <= names:
+            raise BandwiseError(f"{where}: strategy={layout!r} must map Strategy fields ({', '.join(sorted(names))}) to values")
     return Stage(name=str(data["name"]), seq_len=int(data["seq_len"]), tokens=tokens, steps=data.get("steps"), global_batch=data.get("global_batch"),
                  global_batch_tokens=data.get("global_batch_tokens"), note=str(data.get("note", "")), strategy=data.get("strategy"),
                  published_tokens_per_s_per_device=data.get("published_tokens_per_s_per_device"))
+
+
+def _positive(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
 
 
 RUN_KEYS = {"id", "model", "cluster", "devices", "devices_note", "engine", "precision", "source", "published", "stages"}
@@ -175,14 +189,17 @@ def _run(data: Any, sources: dict[str, str]) -> WholeRun:
     if not isinstance(data["devices"], int) or isinstance(data["devices"], bool) or data["devices"] < 1:
         raise BandwiseError(f"{where}: devices={data['devices']!r} must be a positive whole number")
     model = data["model"]
+    if not isinstance(model, (str, dict)):
+        raise BandwiseError(f"{where}: model={model!r} must be a preset's name or a mapping of the model's fields")
     spec = get_model(model) if isinstance(model, str) else ModelSpec.from_dict({"name": data["id"], **model}, where=f"{where} model")
     cited = tuple(data.get("source") or ())
     missing = [s for s in cited if s not in sources]
     if missing:
         raise BandwiseError(f"{where}: source(s) {', '.join(missing)} not under sources")
     pub = data.get("published")
-    if pub is not None and not (isinstance(pub, dict) and isinstance(pub.get("device_hours"), (int, float)) and pub["device_hours"] > 0):
-        raise BandwiseError(f"{where}: published needs device_hours above zero (and what, goodput)")
+    if pub is not None and not (isinstance(pub, dict) and _positive(pub.get("device_hours"))
+                                and (pub.get("energy_mwh") is None or _positive(pub["energy_mwh"]))):
+        raise BandwiseError(f"{where}: published needs device_hours above zero, and energy_mwh above zero if given (and what, goodput)")
     return WholeRun(id=str(data["id"]), model=spec, cluster=str(data["cluster"]), devices=data["devices"], devices_note=data.get("devices_note", ""),
                     engine=data.get("engine", DEFAULT_ENGINE), precision=data.get("precision", "bf16"),
                     stages=tuple(_stage(s, f"{where} stage {i}") for i, s in enumerate(data["stages"])),
