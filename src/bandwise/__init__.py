@@ -31,7 +31,9 @@ __all__ = [
     "load_model",
     "plan",
     "sweep",
+    "sweep_devices",
     "validate",
+    "whole_runs",
 ]
 
 if TYPE_CHECKING:
@@ -51,7 +53,9 @@ if TYPE_CHECKING:
         load_model,
         plan,
         sweep,
+        sweep_devices,
         validate,
+        whole_runs,
     )
 
 

@@ -65,6 +65,9 @@ def _argv(command: str, options: dict[str, st.SearchStrategy], flags: tuple[str,
 PLANNING = {
     "--model": MODELS, "--devices": DEVICES, "--seq-len": NUMBER, "--global-batch": DEVICES,
     "--global-batch-tokens": DEVICES, "--precision": PRECISION, "--threshold": FRACTION, "--headroom": FRACTION,
+    "--tokens": st.sampled_from(["15T", "1.5e13", "400B", "-15T", "0", "15X", "1e19", "inf", "2,000B", ""]),
+    "--steps": st.sampled_from(["1", "1000", "0", "-3", "x"]),
+    "--price": st.sampled_from(["$2.10/h", "2", "0", "-2", "2 EUR", "nan", "$2/GPU-hour"]),
 }
 PLAN = _argv("plan", {**PLANNING, "--cluster": CLUSTERS, "--top": NUMBER, "--fix": FIX}, ("--no-pp", "--json", "--wide", "--all", "--overlap-tp"))
 COMPARE = _argv(

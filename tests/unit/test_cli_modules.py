@@ -25,6 +25,7 @@ OWN_COMMANDS = {
     "sweep": {"sweep"},
     "doctor": {"doctor"},
     "experiment": {"experiment"},
+    "whole_runs": {"whole-runs"},
 }
 """The command group each module owns: a top-level command, or a group of subcommands."""
 

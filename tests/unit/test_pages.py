@@ -87,3 +87,15 @@ def test_every_figure_on_a_compare_or_sweep_page_is_the_documents(cli, tmp_path,
     found = figures_match(page.read_text(encoding="utf-8"), doc)
     assert len(found) >= 8 * len(doc[key])
     assert "<svg" in page.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("command", ["plan", "compare"])
+def test_the_whole_run_on_a_page_is_the_documents(cli, tmp_path, command):
+    args = (("plan", "-m", "llama3-8b", "-n", "16") if command == "plan" else ("compare", "-m", "llama3-8b", "-n", "16", "-c", "h100,h200"))
+    args = (*args, "--tokens", "1T", "--price", "2")
+    page = tmp_path / "p.html"
+    assert cli(*args, "--html", str(page)).returncode == 0
+    found = figures_match(page.read_text(encoding="utf-8"), _doc(cli, *args))
+    paths = {f["path"] for f in found}
+    assert ({"run.days", "run.cost", "run.energy_kwh", "run.goodput.ettr"} <= paths if command == "plan"
+            else {"runs.h100.days", "runs.h200.cost", "runs.h100.energy_kwh"} <= paths)

@@ -31,6 +31,7 @@ from bandwise.cost.step import estimate as estimate_one
 from bandwise.errors import BandwiseError, NothingFits
 from bandwise.plan.advice import no_valid_layout
 from bandwise.plan.inputs import global_batch_of
+from bandwise.plan.run_budget import price_run, run_ask
 from bandwise.plan.search import SEARCH_ROWS, Layout, distinct, search
 from bandwise.plan.sweep import PlanInputs, Point, parse_vary
 from bandwise.plan.sweep import compare as compare_clusters
@@ -94,6 +95,9 @@ def plan(
     pool: int | None = None,
     progress: Callable[[int], None] | None = None,
     must_fit: bool = True,
+    tokens: str | float | None = None,
+    steps: int | None = None,
+    price: str | float | None = None,
 ) -> PlanResult:
     """Search every valid layout, rank those that fit by tokens/s per device, and decide whether
     pipeline parallelism is worth it (`bandwise plan --help` says how). `fix` pins fields
@@ -101,7 +105,9 @@ def plan(
     enough that `top` remain after collapsing near-duplicates). `attention`, `eager` and `grad_reduce`
     ('fp32' or 'bf16': Megatron-LM's --grad-reduce-in-bf16, `cost.params.GRAD_REDUCE`) state the job's
     kernels, fusion and gradient dtype over the engine's, as in `estimate`, `compare` and `sweep`; `fp8_recipe`
-    how its fp8 GEMMs are scaled (`cost.fp8.FP8_RECIPES`), over the engine's."""
+    how its fp8 GEMMs are scaled (`cost.fp8.FP8_RECIPES`), over the engine's. `tokens` ('15T') or `steps`,
+    with `price` per device-hour, price the recommended layout as a whole run (`cost.run`)."""
+    ask = run_ask(tokens, steps, price)
     spec = model_spec(model, seq_len)
     clus = load_cluster(cluster)
     clus.check_devices(devices)
@@ -125,8 +131,9 @@ def plan(
                                              overlap=kw["overlap"], params=params)
         if must_fit:
             raise NothingFits(verdict.reason)
+    run = price_run(ask, spec, clus, devices, chosen, params) if ask and chosen else None
     return PlanResult(model=spec, cluster=clus, devices=devices, global_batch=gb, engine=get_engine(engine), params=params, search=result,
-                      decision=verdict, best=chosen, top=shown, hidden=hidden, search_options=kw)
+                      decision=verdict, best=chosen, top=shown, hidden=hidden, search_options=kw, run=run)
 
 
 def estimate(
@@ -142,10 +149,15 @@ def estimate(
     eager: bool | None = None,
     grad_reduce: str | None = None,
     fp8_recipe: str | None = None,
+    tokens: str | float | None = None,
+    steps: int | None = None,
+    price: str | float | None = None,
     **degrees: Any,
 ) -> EstimateResult:
     """Price one layout: a `Strategy`, or its fields as keywords (dp_shard=8, tp=8, micro_batch=1,
-    global_batch=512, ...: `Strategy`'s names); `devices` defaults to the product of the degrees."""
+    global_batch=512, ...: `Strategy`'s names); `devices` defaults to the product of the degrees;
+    `tokens` or `steps`, with `price`, price it as a whole run."""
+    ask = run_ask(tokens, steps, price)
     spec = model_spec(model, seq_len)
     clus = load_cluster(cluster)
     if strategy is None:
@@ -157,7 +169,8 @@ def estimate(
     strategy.check(n, spec)
     params = cost_params(headroom, attention, eager, engine, clus.device, grad_reduce, fp8_recipe)
     layout = Layout(strategy=strategy, estimate=estimate_one(spec, clus, strategy, params))
-    return EstimateResult(model=spec, cluster=clus, devices=n, engine=get_engine(engine), params=params, layout=layout)
+    run = price_run(ask, spec, clus, n, layout, params) if ask else None
+    return EstimateResult(model=spec, cluster=clus, devices=n, engine=get_engine(engine), params=params, layout=layout, run=run)
 
 
 def compare(
@@ -181,13 +194,27 @@ def compare(
     jobs: int = 1,
     exhaustive: bool = False,
     on_point: Callable[[Point], None] | None = None,
+    tokens: str | float | None = None,
+    steps: int | None = None,
+    price: str | float | None = None,
 ) -> CompareResult:
-    """Plan one model on each cluster (comma-separated names, or a list of names and `Cluster`s)."""
+    """Plan one model on each cluster (comma-separated names, or a list of names and `Cluster`s); `tokens`
+    or `steps`, with `price`, price each cluster's best layout as a whole run."""
+    ask = run_ask(tokens, steps, price)
     inputs, cl = compare_inputs(model, clusters, devices, engine=engine, seq_len=seq_len, global_batch=global_batch,
                                 global_batch_tokens=global_batch_tokens, precision=precision, threshold=threshold, headroom=headroom,
                                 overlap_tp=overlap_tp, overlap_ep=overlap_ep, attention=attention, eager=eager, grad_reduce=grad_reduce, jobs=jobs,
                                 exhaustive=exhaustive, fp8_recipe=fp8_recipe)
-    return CompareResult(inputs=inputs, clusters=cl, points=compare_clusters(inputs, cl, jobs=jobs, on_point=on_point))
+    points = compare_clusters(inputs, cl, jobs=jobs, on_point=on_point)
+    return CompareResult(inputs=inputs, clusters=cl, points=points, runs=_point_runs(ask, inputs, points))
+
+
+def _point_runs(ask: Any, inputs: PlanInputs, points: list[Point]) -> dict[str, Any] | None:
+    """Each point's best layout priced as the asked run (None where nothing fits); None when no run was asked."""
+    if ask is None:
+        return None
+    return {p.label: price_run(ask, inputs.model, p.cluster, inputs.devices, p.best, inputs.params_on(p.cluster)) if p.best else None
+            for p in points}
 
 
 def compare_inputs(model: str | ModelSpec, clusters: str | list[str | Cluster], devices: int, *, engine: str, seq_len: int | None,
@@ -234,16 +261,22 @@ def sweep(
     fp8_recipe: str | None = None,
     exhaustive: bool = False,
     on_point: Callable[[Point], None] | None = None,
+    tokens: str | float | None = None,
+    steps: int | None = None,
+    price: str | float | None = None,
 ) -> SweepOutcome:
     """Re-plan one model while one interconnect quantity of a base cluster changes
-    (`vary="scale-up-size=8,16,72"` or `"scale-out-bandwidth=25,50,100"`, GB/s per device)."""
+    (`vary="scale-up-size=8,16,72"` or `"scale-out-bandwidth=25,50,100"`, GB/s per device); `tokens` or
+    `steps`, with `price`, price each point's best layout as a whole run."""
+    ask = run_ask(tokens, steps, price)
     spec = parse_vary(vary)
     base = load_cluster(base_cluster)
     # the shared enumeration holds its candidates in memory and each value searches them again: half the bound
     inputs = plan_inputs(model, devices, seq_len, global_batch, global_batch_tokens, precision, threshold, headroom, overlap_tp, overlap_ep,
                      None if exhaustive else SEARCH_ROWS // 2, attention, eager, engine, grad_reduce, fp8_recipe)
     base.check_devices(inputs.devices)
-    return SweepOutcome(inputs=inputs, result=sweep_points(inputs, base, spec, on_point=on_point))
+    result = sweep_points(inputs, base, spec, on_point=on_point)
+    return SweepOutcome(inputs=inputs, result=result, runs=_point_runs(ask, inputs, result.points))
 
 
 def validate(

@@ -12,9 +12,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bandwise.cost.params import CostParams
+from bandwise.cost.run import RunCost
 from bandwise.cost.profiles import pricing_dict
 from bandwise.doctor.rules import Diagnosis
 from bandwise.plan.bands import band_dict
+from bandwise.plan.run_budget import frontier
 from bandwise.plan.search import Layout, SearchResult
 from bandwise.plan.sweep import PlanInputs, Point, SweepResult
 from bandwise.plan.validate import RunResult, report_dict
@@ -51,6 +53,8 @@ class PlanResult:
     """Near-duplicates collapsed among the listed ones."""
     search_options: dict[str, Any] = field(default_factory=dict)
     """The keyword arguments the search ran with (`plan.search.search`), to search again alike."""
+    run: RunCost | None = None
+    """The recommended layout priced as a whole run (`tokens` or `steps`); None when none was asked or nothing fits."""
 
     @property
     def needs_pp(self) -> bool | None:
@@ -89,6 +93,7 @@ class PlanResult:
             "engine": self.engine.label,
             "pricing": pricing_dict(self.engine, self.params),
             "top": self.top,
+            **({"run": self.run.to_dict()} if self.run is not None else {}),
         })
 
 
@@ -102,6 +107,8 @@ class EstimateResult:
     engine: Engine
     params: CostParams
     layout: Layout
+    run: RunCost | None = None
+    """The layout priced as a whole run (`tokens` or `steps`), or None."""
 
     @property
     def strategy(self) -> Strategy:
@@ -121,8 +128,16 @@ class EstimateResult:
     def to_dict(self) -> dict[str, Any]:
         """`bandwise estimate --json`."""
         validation = band_dict(self.cluster.device.name, self.model.is_moe, self.devices, self.engine.label)
+        run = {"run": self.run.to_dict()} if self.run is not None else {}
         return plain({**self.layout.to_dict(), "validation": validation, "engine": self.engine.label,
-                      "pricing": pricing_dict(self.engine, self.params)})
+                      "pricing": pricing_dict(self.engine, self.params), **run})
+
+
+def runs_dict(runs: dict[str, RunCost | None] | None) -> dict[str, Any]:
+    """The `runs` of a comparison or sweep, by label, and the labels on their time/cost frontier."""
+    if runs is None:
+        return {}
+    return {"runs": {k: None if r is None else r.to_dict() for k, r in runs.items()}, "frontier": sorted(frontier(runs))}
 
 
 def _common(inputs: PlanInputs) -> dict[str, Any]:
@@ -141,6 +156,8 @@ class CompareResult:
     inputs: PlanInputs
     clusters: list[Cluster]
     points: list[Point]
+    runs: dict[str, RunCost | None] | None = None
+    """Each cluster's best layout priced as a whole run, by label; None when no run was asked."""
 
     @property
     def validation(self) -> dict[str, dict[str, Any]]:
@@ -149,7 +166,7 @@ class CompareResult:
 
     def to_dict(self) -> dict[str, Any]:
         """`bandwise compare --json` (without its `png`, which only the command writes)."""
-        return plain({**_common(self.inputs), "clusters": self.points, "validation": self.validation})
+        return plain({**_common(self.inputs), "clusters": self.points, "validation": self.validation, **runs_dict(self.runs)})
 
 
 @dataclass(kw_only=True, slots=True)
@@ -158,6 +175,8 @@ class SweepOutcome:
 
     inputs: PlanInputs
     result: SweepResult
+    runs: dict[str, RunCost | None] | None = None
+    """Each point's best layout priced as a whole run, by label; None when no run was asked."""
 
     @property
     def points(self) -> list[Point]:
@@ -169,7 +188,7 @@ class SweepOutcome:
 
     def to_dict(self) -> dict[str, Any]:
         """`bandwise sweep --json` (without its `png`)."""
-        return plain({**_common(self.inputs), **self.result.to_dict()})
+        return plain({**_common(self.inputs), **self.result.to_dict(), **runs_dict(self.runs)})
 
 
 @dataclass(kw_only=True, slots=True)

@@ -14,6 +14,7 @@ from bandwise.report.tables import min_width, plain_table, short_count
 from bandwise.specs.hf_fields import ConfigRead
 from bandwise.specs.layer_summary import LayerCounts, layer_counts
 from bandwise.specs.model import MAX_DIMENSION, ModelSpec
+from bandwise.specs.operations import SOURCES as OPERATIONS_SOURCES
 from bandwise.specs.registry import (
     DEFAULT_ENGINE,
     cluster_file_text,
@@ -153,6 +154,12 @@ def clusters(
             cols[k].append(cell)
     table = plain_table("Cluster presets", cols, ("name", "device", "topology"), glossary.CLUSTERS)
     out.print(table, min_width=min_width(table))
+    if show:  # what a whole run costs on it (--tokens): each operations field, and where its default comes from
+        ops = presets[show].operations
+        for field, source in OPERATIONS_SOURCES.items():
+            value = getattr(ops, field)
+            shown = "none" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
+            out.print(f"operations.{field} = {shown}: {source}")
 
 
 ENGINES_HELP = (

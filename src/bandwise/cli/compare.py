@@ -22,8 +22,11 @@ from bandwise.cli.options import (
     OVERLAP_EP,
     OVERLAP_TP,
     PRECISION,
+    PRICE,
     SEQ_LEN,
+    STEPS,
     THRESHOLD_OPT,
+    TOKENS,
     command_line,
     devices_option,
     model_option,
@@ -36,9 +39,11 @@ from bandwise.cli.points import (
     run_with_bar,
 )
 from bandwise.files import write_text_atomic
+from bandwise.plan.run_budget import frontier, run_ask
 from bandwise.plan.sweep import Point
 from bandwise.report.output import Output
 from bandwise.report.plots import compare_chart
+from bandwise.report.run import runs_table
 from bandwise.report.tables import min_width
 
 DEFAULT_CLUSTERS = "h100,h800,gb200-nvl72,tpu-v5p"
@@ -82,13 +87,17 @@ def compare(
     html_out: Path | None = typer.Option(None, "--html", help="Also write the result as one self-contained HTML page (the chart inline; opens offline) to this file."),
     exhaustive: bool = EXHAUSTIVE,
     json_out: bool = JSON_OUT,
+    tokens: str | None = TOKENS,
+    steps: int | None = STEPS,
+    price: str | None = PRICE,
 ) -> None:
     out = Output(json_mode=json_out)
     names = [c.strip() for c in clusters.split(",") if c.strip()]
     asked = {"engine": engine, "seq_len": seq_len, "global_batch": global_batch, "global_batch_tokens": global_batch_tokens, "precision": precision,
              "threshold": threshold, "headroom": headroom, "overlap_tp": overlap_tp, "overlap_ep": overlap_ep, "attention": attention, "eager": eager, "grad_reduce": grad_reduce, "fp8_recipe": fp8_recipe,
-             "jobs": jobs, "exhaustive": exhaustive}
-    api.planning.compare_inputs(model, clusters, devices, **{k: v for k, v in asked.items()})  # refuse before the bar draws
+             "jobs": jobs, "exhaustive": exhaustive, "tokens": tokens, "steps": steps, "price": price}
+    run_ask(tokens, steps, price)  # refuse before the bar draws
+    api.planning.compare_inputs(model, clusters, devices, **{k: v for k, v in asked.items() if k not in ("tokens", "steps", "price")})
     held: list[api.CompareResult] = []
 
     def run(done: Callable[[Point], None]) -> list[Point]:
@@ -117,6 +126,9 @@ def compare(
         out.print(_point_line(p))
     for name, v in validation.items():
         out.print(f"{name}: tokens/s and MFU {v['line']}")
+    if compared.runs is not None:
+        runs = runs_table(list(compared.runs.items()), frontier(compared.runs), "cluster")
+        out.print(runs, min_width=min_width(runs))
     narrowed_lines(out, points)
     if png is not None:
         out.print(f"chart written to {png}")

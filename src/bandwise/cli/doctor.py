@@ -21,6 +21,7 @@ from bandwise import api
 from bandwise.api.pictures import write_doctor_html
 from bandwise.cli.options import ATTENTION, EAGER, GRAD_REDUCE, command_line
 from bandwise.cli.train import load_strategy
+from bandwise.cost.run import run_gains
 from bandwise.doctor.live import watch
 from bandwise.doctor.ranks import input_straggler, live_rows
 from bandwise.doctor.report import merge, print_report, to_json
@@ -32,6 +33,7 @@ from bandwise.report.doctor_page import doctor_page
 from bandwise.report.output import Output, plain
 from bandwise.specs.registry import get_cluster, get_model
 from bandwise.specs.strategy import Strategy
+from bandwise.specs.units import parse_price, parse_tokens
 
 doctor_app = typer.Typer(help="Find why the accelerator is idle: measure a loop or read a profiler trace, name the bottleneck, the fix and its expected gain.", no_args_is_help=True)
 
@@ -57,6 +59,10 @@ def trace(
     attention: str = ATTENTION,
     eager: bool = EAGER,
     grad_reduce: str | None = GRAD_REDUCE,
+    tokens: str = typer.Option(None, "--tokens", help="Turn each finding's gain into hours and money over a run of this many tokens (15T) at the measured step."),
+    price: str = typer.Option(None, "--price", help="With --tokens: money per device-hour ($2.10/h)."),
+    tokens_per_step: int = typer.Option(None, "--tokens-per-step", help="With --tokens: tokens per optimizer step (default: the --strategy's global batch x sequence length)."),
+    devices: int = typer.Option(None, "--devices", "-n", help="With --tokens: devices of the job (default: the --strategy's)."),
 ) -> None:
     """Analyse PyTorch profiler traces: per-step breakdown, findings sorted by expected gain, fixes.
 
@@ -67,6 +73,7 @@ def trace(
     if jobs < 0:
         raise BandwiseError(f"--jobs={jobs} must be >= 0 (0: one per core)")
     loaded = _plan_for(strategy, pick, model, cluster, seq_len, attention, eager, engine, grad_reduce)
+    asked = _run_for(tokens, price, tokens_per_step, devices, loaded, model, seq_len)
     out = Output(json_mode=json_out)
     found = api.diagnose(paths, strategy=loaded, model=model, cluster=cluster, seq_len=seq_len, engine=engine, attention=attention, eager=eager,
                          grad_reduce=grad_reduce,
@@ -74,10 +81,18 @@ def trace(
     d, title = found.diagnosis, found.title
     if html_out:
         write_doctor_html(found, html_out, command_line(ctx))
+    gains = None if asked is None else run_gains({f.id: f.expected_speedup for f in d.findings if f.expected_speedup},
+                                                 step_s=_step_s(d.signals), **asked)
     if json_out:
-        out.emit_json(found.to_dict())
+        extra = {} if gains is None else {"run": {"hours": gains[0], **{k: v for k, v in asked.items()},
+                                                  "gains": [g.to_dict() for g in gains[1]]}}
+        out.emit_json({**found.to_dict(), **extra})
     else:
         print_report(out, d, title)
+        for g in [] if gains is None else gains[1]:
+            money = f", {g.money_saved:,.0f} in money at {asked['price']:g} per device-hour" if g.money_saved is not None else ""
+            out.print(f"[b]{g.finding}[/b] ({g.speedup:.2f}x) over the {asked['tokens']:.3g}-token run ({gains[0]:,.0f} h at the measured "
+                      f"step): saves {g.hours_saved:,.0f} h ({g.hours_saved / 24:,.1f} days), {g.device_hours_saved:,.0f} device-hours{money}")
         if html_out:
             out.print(f"HTML report: {html_out}")
 
@@ -95,6 +110,31 @@ def _plan_for(strategy: str | None, pick: int | None, model: str | None, cluster
     if model is None or cluster is None:
         raise BandwiseError("--strategy needs the job's --model and --cluster to price the layout, e.g. --model llama3-8b --cluster h100")
     return load_strategy(strategy, pick)
+
+
+def _step_s(signals: dict) -> float:
+    """The measured step in seconds: one trace's median, or the slowest rank's, which every rank waits for."""
+    ranks = [r.get("step_ms") or 0 for r in signals.get("per_rank") or []]
+    return (signals.get("step_ms") or max(ranks, default=0)) / 1e3
+
+
+def _run_for(tokens: str | None, price: str | None, tokens_per_step: int | None, devices: int | None, loaded: Strategy | None,
+             model: str | None, seq_len: int | None) -> dict | None:
+    """`run_gains`' keywords for --tokens, or None; the flags that need --tokens say so."""
+    if tokens is None:
+        if any(v is not None for v in (price, tokens_per_step, devices)):
+            raise BandwiseError("--price, --tokens-per-step and --devices price a run: add --tokens (e.g. 15T)")
+        return None
+    if loaded is not None:
+        seq = seq_len or get_model(model).seq_len
+        tokens_per_step = tokens_per_step or loaded.effective_global_batch * seq
+        devices = devices or loaded.world_size
+    if tokens_per_step is None or devices is None:
+        raise BandwiseError("--tokens needs the job's --tokens-per-step and --devices (or a --strategy that gives both)")
+    if tokens_per_step < 1 or devices < 1:
+        raise BandwiseError(f"--tokens-per-step={tokens_per_step} and --devices={devices} must be positive")
+    return {"tokens": parse_tokens(tokens), "tokens_per_step": tokens_per_step, "devices": devices,
+            "price": None if price is None else parse_price(price)}
 
 
 @doctor_app.command("run", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

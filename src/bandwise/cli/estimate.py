@@ -12,14 +12,21 @@ from bandwise.cli.options import (
     ENGINE,
     FP8_RECIPE,
     GRAD_REDUCE,
+    PRICE,
+    STEPS,
+    TOKENS,
     check_emit,
     model_option,
 )
 from bandwise.cli.points import priced_as
 from bandwise.export import export
+from bandwise.export.common import with_run
 from bandwise.plan.bands import band_line
+from bandwise.plan.run_budget import price_run, run_ask
+from bandwise.plan.search import Layout
 from bandwise.report import glossary
 from bandwise.report.output import Output
+from bandwise.report.run import run_lines
 from bandwise.report.tables import breakdown, short_count
 from bandwise.specs.registry import get_engine
 from bandwise.specs.strategy import SCHEDULES, Strategy
@@ -55,6 +62,9 @@ def estimate(
     fp8_recipe: str | None = FP8_RECIPE,
     json_out: bool = typer.Option(False, "--json", help="Print one JSON layout {strategy, estimate}."),
     emit: str | None = EMIT,
+    tokens: str | None = TOKENS,
+    steps: int | None = STEPS,
+    price: str | None = PRICE,
 ) -> None:
     out = Output(json_mode=json_out)
     emit = check_emit(emit, json_out, engine)
@@ -64,10 +74,13 @@ def estimate(
         precision=precision, overlap_tp=overlap_tp, overlap_ep=overlap_ep,
     )
     priced = api.estimate(model, cluster, devices, strategy=strategy, engine=engine, seq_len=seq_len, headroom=headroom, attention=attention, eager=eager,
-                          grad_reduce=grad_reduce, fp8_recipe=fp8_recipe)
+                          grad_reduce=grad_reduce, fp8_recipe=fp8_recipe, tokens=tokens, steps=steps, price=price)
     spec, clus, n, est, params = priced.model, priced.cluster, priced.devices, priced.layout.estimate, priced.params
     if emit:
-        typer.echo(export(emit, spec, clus, strategy, n, est, params, model_source=model).text, nl=False)
+        job = export(emit, spec, clus, strategy, n, est, params, model_source=model)
+        ask = run_ask(tokens, steps, price)
+        ran = Layout(strategy=job.strategy, estimate=job.estimate or est)
+        typer.echo(with_run(job.text, price_run(ask, spec, clus, n, ran, params) if ask else None), nl=False)
         return
     if json_out:
         out.emit_json(priced.to_dict())
@@ -79,6 +92,8 @@ def estimate(
                   f"`bandwise plan --engine {priced.engine.label}` lists only layouts it runs[/yellow]")
     out.print(breakdown(est, "estimate"))
     out.print(f"tokens/s and MFU {band_line(clus.device.name, spec.is_moe, n, get_engine(engine).label)}")
+    for line in run_lines(priced.run) if priced.run else ():
+        out.print(line)
 
 
 def register(app: typer.Typer) -> None:

@@ -79,6 +79,13 @@ ENGINE = typer.Option(
     help="The training engine the plan is priced as: a preset (bandwise engines), a version (megatron@2022), or an engine file.",
 )
 JSON_OUT = typer.Option(False, "--json", help="Print one JSON document.")
+TOKENS = typer.Option(
+    None, "--tokens",
+    help="Price a whole run of this many tokens (15T, 400B, 1.5e13): wall-clock days, device-hours, cost, energy, and the goodput "
+    "lost to failures, checkpoints and restarts (the cluster file's operations fields; `bandwise clusters --show NAME --yaml`).",
+)
+STEPS = typer.Option(None, "--steps", help="The whole run's length in optimizer steps, instead of --tokens.")
+PRICE = typer.Option(None, "--price", help="Money per device-hour for --tokens or --steps ($2.10/h, 2.1); default: the cluster file's operations.price_per_device_hour.")
 EMIT = typer.Option(
     None, "--emit",
     help="Print the layout as a job for torchtitan, megatron or maxtext instead of the report; --emit alone: the --engine's own job.",

@@ -27,8 +27,11 @@ from bandwise.cli.options import (
     JSON_OUT,
     OVERLAP_TP,
     PRECISION,
+    PRICE,
     SEQ_LEN,
+    STEPS,
     THRESHOLD_OPT,
+    TOKENS,
     check_emit,
     command_line,
     devices_option,
@@ -39,13 +42,17 @@ from bandwise.cli.points import priced_as
 from bandwise.cost.memory import GIB
 from bandwise.errors import BandwiseError, NothingFits
 from bandwise.export import EMIT_POOL, export_searched
+from bandwise.export.common import with_run
 from bandwise.plan.bands import band_line
+from bandwise.plan.run_budget import price_run, run_ask
 from bandwise.plan.search import (
     FIXABLE,
+    Layout,
     narrowed_note,
 )
 from bandwise.report import glossary
 from bandwise.report.output import Output
+from bandwise.report.run import run_lines
 from bandwise.report.tables import breakdown, layouts_table, min_width, short_count
 from bandwise.specs.registry import get_engine
 from bandwise.specs.strategy import PRECISIONS, RECOMPUTE, SCHEDULES
@@ -124,6 +131,9 @@ def plan(
     html_out: Path | None = typer.Option(None, "--html", help="Also write the plan as one self-contained HTML page (charts inline; opens offline) to this file."),
     png: Path | None = typer.Option(None, "--png", help="Also draw the layout space and the top layouts' step time and memory to this PNG."),
     ctx: typer.Context = typer.Option(None, hidden=True),
+    tokens: str | None = TOKENS,
+    steps: int | None = STEPS,
+    price: str | None = PRICE,
 ) -> None:
     out = Output(json_mode=json_out)
     emit = check_emit(emit, json_out, engine)
@@ -139,7 +149,7 @@ def plan(
         "engine": engine, "seq_len": seq_len, "global_batch": global_batch, "global_batch_tokens": global_batch_tokens, "top": top,
         "all_layouts": all_layouts, "allow_pp": not no_pp, "fix": _parse_fix(fix), "precision": precision, "threshold": threshold,
         "headroom": headroom, "attention": attention, "eager": eager, "grad_reduce": grad_reduce, "fp8_recipe": fp8_recipe, "overlap_tp": overlap_tp, "exhaustive": exhaustive, "pool": pool,
-        "must_fit": False,
+        "must_fit": False, "tokens": tokens, "steps": steps, "price": price,
     }
     if json_out or emit:
         planned = api.plan(model, cluster, devices, **asked)
@@ -188,7 +198,9 @@ def plan(
         picked = listed[pick - 1] if pick else chosen
         search_kw = {k: v for k, v in kw.items() if k != "params"}
         job = export_searched(emit, spec, clus, devices, gb, result, picked, params, exact=pick is not None, model_source=model, **search_kw)
-        typer.echo(job.text, nl=False)
+        ask = run_ask(tokens, steps, price)
+        ran = Layout(strategy=job.strategy, estimate=job.estimate or picked.estimate)
+        typer.echo(with_run(job.text, price_run(ask, spec, clus, devices, ran, params) if ask else None), nl=False)
         return
     if json_out:
         return
@@ -199,6 +211,8 @@ def plan(
     out.print(Panel(verdict.reason, title=f"verdict: {head}", title_align="left", border_style=style))
     out.print(breakdown(chosen.estimate, f"recommended: {chosen.strategy.describe()}"))
     out.print(f"tokens/s and MFU {band_line(clus.device.name, spec.is_moe, devices, get_engine(engine).label)}")
+    for line in run_lines(planned.run) if planned.run else ():
+        out.print(line)
     out.print(Text(glossary.RECOMMENDED, style="dim"))
     for path, what in ((html_out, "HTML page"), (png, "picture")):
         if path:

@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from bandwise import api
+from bandwise.api.devices_sweep import PREFIX, sweep_devices
 from bandwise.cli.options import (
     ATTENTION,
     EAGER,
@@ -22,8 +23,11 @@ from bandwise.cli.options import (
     OVERLAP_EP,
     OVERLAP_TP,
     PRECISION,
+    PRICE,
     SEQ_LEN,
+    STEPS,
     THRESHOLD_OPT,
+    TOKENS,
     command_line,
     devices_option,
     model_option,
@@ -36,9 +40,11 @@ from bandwise.cli.points import (
     run_with_bar,
 )
 from bandwise.files import write_text_atomic
+from bandwise.plan.run_budget import frontier
 from bandwise.plan.sweep import VARY_KINDS, Point, SweepResult, parse_vary, vary_cluster
 from bandwise.report.output import Output
-from bandwise.report.plots import sweep_chart
+from bandwise.report.plots import run_frontier_chart, sweep_chart
+from bandwise.report.run import runs_table
 from bandwise.report.tables import min_width
 from bandwise.specs.registry import get_cluster
 
@@ -49,6 +55,9 @@ paying off.
 domain: 8 on HGX H100, 72 on GB200 NVL72); GPU base clusters only.
 --vary scale-out-bandwidth=25,50,100,200,400 sets the scale-out network (level 1: InfiniBand, or
 DCN between TPU slices) in GB/s per device per direction (50 = one 400 Gb/s NIC per GPU).
+--vary devices=1024,2048,4096 --tokens 15T plans the whole run at each device count: days, device-hours,
+cost and goodput (a larger job fails more often), and marks the time/cost frontier: where adding
+devices stops paying.
 
 Each point is an exhaustive search with and without PP. The crossover is the smallest swept value
 from which on the verdict is "PP not needed" at every larger value too: the best layout without PP
@@ -79,14 +88,24 @@ def sweep(
     html_out: Path | None = typer.Option(None, "--html", help="Also write the result as one self-contained HTML page (the chart inline; opens offline) to this file."),
     exhaustive: bool = EXHAUSTIVE,
     json_out: bool = JSON_OUT,
+    tokens: str | None = TOKENS,
+    steps: int | None = STEPS,
+    price: str | None = PRICE,
 ) -> None:
     out = Output(json_mode=json_out)
+    if vary.strip().startswith(PREFIX):
+        _sweep_devices(out, vary.strip(), model, base_cluster, png, json_out,
+                       tokens=tokens, steps=steps, price=price, engine=engine, seq_len=seq_len, global_batch=global_batch,
+                       global_batch_tokens=global_batch_tokens, precision=precision, threshold=threshold, headroom=headroom,
+                       overlap_tp=overlap_tp, attention=attention, eager=eager, grad_reduce=grad_reduce, exhaustive=exhaustive)
+        return
     spec = parse_vary(vary)
     base = get_cluster(base_cluster)
     labels = [vary_cluster(base, spec.kind, v).name for v in spec.values]
     asked = {"base_cluster": base, "engine": engine, "seq_len": seq_len, "global_batch": global_batch, "global_batch_tokens": global_batch_tokens,
              "precision": precision, "threshold": threshold, "headroom": headroom, "overlap_tp": overlap_tp, "overlap_ep": overlap_ep,
-             "attention": attention, "eager": eager, "grad_reduce": grad_reduce, "fp8_recipe": fp8_recipe, "exhaustive": exhaustive}
+             "attention": attention, "eager": eager, "grad_reduce": grad_reduce, "fp8_recipe": fp8_recipe, "exhaustive": exhaustive,
+             "tokens": tokens, "steps": steps, "price": price}
     held: list[api.SweepOutcome] = []
 
     def run(done: Callable[[Point], None]) -> list[Point]:
@@ -112,11 +131,36 @@ def sweep(
     for p in sorted(result.points, key=lambda p: p.value):
         out.print(f"[b]{p.value:g}[/b]: dominant exposed cost without PP: {p.dominant.describe() if p.dominant else 'none exposed'}")
     out.print(_crossover_line(result))
+    runs = held[0].runs
+    if runs is not None:
+        by_value = [(f"{p.value:g}", runs[p.label]) for p in sorted(result.points, key=lambda p: p.value)]
+        on = {f"{p.value:g}" for p in result.points if p.label in frontier(runs)}
+        table = runs_table(by_value, on, spec.kind)
+        out.print(table, min_width=min_width(table))
     narrowed_lines(out, result.points[:1])
     if png is not None:
         out.print(f"chart written to {png}")
     if html_out is not None:
         out.print(f"page written to {html_out}")
+
+
+def _sweep_devices(out: Output, vary: str, model: str, base_cluster: str, png: Path | None, json_out: bool, **kw) -> None:
+    """`--vary devices=...`: the whole run at each device count, and where adding devices stops paying."""
+    swept = sweep_devices(vary, model, base_cluster, **kw)
+    runs = swept.runs
+    on = frontier(runs)
+    if png is not None:
+        first = swept.plans[0]
+        run_frontier_chart(list(runs), list(runs.values()), on, f"{first.model.name} on {first.cluster.name}: days against cost", str(png))
+    if json_out:
+        out.emit_json({**swept.to_dict(), **({"png": str(png)} if png else {})})
+        return
+    table = runs_table(list(runs.items()), on, "devices", marginal=True)
+    out.print(table, min_width=min_width(table))
+    for n, p in zip(swept.counts, swept.plans):
+        out.print(f"[b]{n:,}[/b]: {p.best.strategy.describe() if p.best else 'nothing fits'}")
+    if png is not None:
+        out.print(f"chart written to {png}")
 
 
 def _crossover_line(result: SweepResult) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from bandwise.cost.run import RunCost
 from bandwise.specs.strategy import Strategy
 
 
@@ -42,3 +43,15 @@ def stage_layers(layers: int, stages: int) -> list[int]:
     remainder, as Megatron-LM's uniform split and TorchTitan's own split do."""
     base, extra = divmod(layers, stages)
     return [base + (i < extra) for i in range(stages)]
+
+
+def with_run(text: str, run: RunCost | None) -> str:
+    """The job with the whole run's predicted time, device-hours, cost and goodput under its first
+    header line (`--tokens` or `--steps`); unchanged without a run."""
+    if run is None:
+        return text
+    cost = f", ${run.cost:,.0f} at ${run.price_per_device_hour:g}/device-hour" if run.cost is not None else ""
+    lines = [f"# run: {run.tokens:.4g} tokens in {run.steps:,} steps: {run.days:.1f} days predicted, {run.device_hours:,.0f} "
+             f"device-hours{cost}; ETTR {run.goodput.ettr:.1%} (checkpoint every {run.goodput.interval_s:.0f} s, Daly)"]
+    first, _, rest = text.partition("\n")
+    return "\n".join([first, *lines, rest]) if rest else "\n".join([first, *lines]) + "\n"

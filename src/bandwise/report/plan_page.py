@@ -18,6 +18,7 @@ from bandwise.cost.results import BREAKDOWN_LABELS, BREAKDOWN_TERMS, MEMORY_TERM
 from bandwise.plan.search import Layout
 from bandwise.plan.space import LayoutSpace
 from bandwise.report.html import esc, page, pyplot, svg, value
+from bandwise.report.run import run_html
 from bandwise.report.timeline import gantt_figure
 
 GRID = (64, 40)
@@ -188,6 +189,8 @@ def plan_page(doc: dict[str, Any], space: LayoutSpace, heading: str, command: st
     parts.append(f"<ul>{''.join(figures)}</ul>")
     line = doc["validation"]["line"]
     parts.append(f'<p>Validated error: tokens/s and MFU {value("validation.line", line, line)}</p>')
+    if doc.get("run"):
+        parts.append(run_html(doc["run"]))
 
     fig, ax = _fig(plt, 10, 6)
     titles = scatter(ax, space, best, nopp)

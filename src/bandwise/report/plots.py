@@ -124,3 +124,24 @@ def sweep_figure(result: SweepResult, inputs: PlanInputs) -> Any:
     bottom.set_xlabel(result.vary.kind.replace("-", " ") + (" (devices)" if result.vary.kind == "scale-up-size" else " (GB/s per device)"))
     fig.tight_layout()
     return fig
+
+
+def run_frontier_chart(labels: list[str], runs: list[Any], on_frontier: set[str], title: str, path: str) -> None:
+    """Days against cost (device-hours where a run has no price), one mark per point, the frontier joined."""
+    plt = _pyplot()
+    priced = [(k, r) for k, r in zip(labels, runs) if r is not None]
+    money = bool(priced) and all(r.cost is not None for _, r in priced)
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    xs = [r.cost / 1e6 if money else r.device_hours / 1e6 for _, r in priced]
+    ys = [r.days for _, r in priced]
+    ax.scatter(xs, ys, color=WITH_PP)
+    for (k, _), x, y in zip(priced, xs, ys):
+        ax.annotate(k, (x, y), textcoords="offset points", xytext=(5, 4), fontsize=8)
+    front = sorted((x, y) for (k, _), x, y in zip(priced, xs, ys) if k in on_frontier)
+    if len(front) > 1:
+        ax.plot(*zip(*front), color=WITHOUT_PP, linewidth=1, label="time/cost frontier")
+        ax.legend(fontsize=8)
+    ax.set_xlabel("cost, millions" if money else "device-hours, millions")
+    ax.set_ylabel("days, wall-clock")
+    ax.set_title(title, fontsize=10)
+    _save(fig, path)

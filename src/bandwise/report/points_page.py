@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from bandwise.report.html import esc, page, pyplot, svg, value
+from bandwise.report.run import runs_html
 
 VERDICTS = {True: "PP needed", False: "PP not needed", None: "nothing fits"}
 
@@ -60,6 +61,7 @@ def points_page(doc: dict[str, Any], key: str, names: list[tuple[str, str]], hea
              f"<h2>Each point</h2><table>{head}{''.join(rows)}</table>"]
     if closing:
         parts.append(f"<p>{closing}</p>")
+    parts.append(runs_html(doc))
     parts.append(f"<h2>Verdicts</h2><ul>{reasons}</ul>")
     lines = doc.get("validation") or {}
     if lines:

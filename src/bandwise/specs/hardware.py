@@ -20,6 +20,8 @@ from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from typing import Any
 
 from bandwise.errors import BandwiseError
+from bandwise.specs.operations import Operations, operations_from_dict
+from bandwise.specs.operations import to_file_dict as operations_file_dict
 
 MAX_DEVICES = 1 << 20
 """The most accelerators a plan may have: 1,048,576, 64 times the largest run in the validation data
@@ -214,8 +216,12 @@ class Cluster:
     description: str = ""
     source: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    operations: Operations = field(default_factory=Operations)
+    """What a whole run costs on it: price, failures, checkpoints, restarts, power (`specs.operations`)."""
 
     def __post_init__(self) -> None:
+        if not isinstance(self.operations, Operations):
+            raise BandwiseError(f"cluster {self.name!r}: operations={self.operations!r} must be an Operations (in a file: a mapping)")
         if not self.levels:
             raise BandwiseError(f"cluster {self.name!r}: needs at least one topology level")
         for lv in self.levels[:-1]:
@@ -290,6 +296,7 @@ class Cluster:
             "device": {f.name: getattr(self.device, f.name) for f in fields(self.device)},
             "levels": [{f.name: getattr(lv, f.name) for f in fields(lv)} for lv in self.levels],
             "source": self.source,
+            "operations": self.operations.to_dict(),
         }
 
 
@@ -362,13 +369,15 @@ def to_file_dict(obj: Device | Level) -> dict[str, Any]:
 
 def cluster_to_file_dict(cluster: Cluster) -> dict[str, Any]:
     """A cluster as a file that `--cluster PATH` reads back to the same cluster, its device written out."""
-    return {
+    out = {
         "name": cluster.name,
         "description": cluster.description,
         "source": cluster.source,
         "device": {"name": cluster.device.name, **to_file_dict(cluster.device)},
         "levels": [{"name": lv.name, **to_file_dict(lv)} for lv in cluster.levels],
     }
+    ops = operations_file_dict(cluster.operations)
+    return {**out, "operations": ops} if ops else out
 
 
 def _positive(what: str, value: Any) -> None:
@@ -401,7 +410,7 @@ def level_from_dict(data: dict[str, Any], where: str) -> Level:
 
 def cluster_from_dict(name: str, data: dict[str, Any], devices: dict[str, Device]) -> Cluster:
     where = f"cluster {name!r}"
-    allowed = {"device", "levels", "description", "source", "power_limit_w"}
+    allowed = {"device", "levels", "description", "source", "power_limit_w", "operations"}
     if not isinstance(data, dict):
         raise BandwiseError(f"{where}: expected a mapping")
     unknown = sorted(str(k) for k in set(data) - allowed)
@@ -424,4 +433,6 @@ def cluster_from_dict(name: str, data: dict[str, Any], devices: dict[str, Device
     if not isinstance(data["levels"], list):
         raise BandwiseError(f"{where}: levels must be a list of levels, innermost first")
     levels = tuple(level_from_dict(lv, f"{where} level {i}") for i, lv in enumerate(data["levels"]))
-    return Cluster(name=name, device=device, levels=levels, description=data.get("description", ""), source=data.get("source", ""))
+    ops = operations_from_dict(data["operations"], where) if data.get("operations") is not None else Operations()
+    return Cluster(name=name, device=device, levels=levels, description=data.get("description", ""), source=data.get("source", ""),
+                   operations=ops)
