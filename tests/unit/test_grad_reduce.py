@@ -3,6 +3,8 @@ grad_sync_dtype), from the command line, the Python API, a published run and the
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from entry import exit_code
@@ -130,8 +132,9 @@ def test_maxtext_writes_grad_dtype():
 
     m, c = get_model("llama3-8b"), get_cluster("h100")
     s = Strategy(dp_replicate=8, zero_stage=1, micro_batch=1, global_batch=64, recompute="full")
-    assert 'grad_dtype: "bfloat16"\n' in maxtext_render(m, c, s, 8, PRESETS["llama3-8b"], 2)[0]
-    assert "grad_dtype" not in maxtext_render(m, c, s, 8, PRESETS["llama3-8b"], 4)[0]
+    bf16 = replace(DEFAULT_PARAMS, grad_reduce_bytes=2)
+    assert 'grad_dtype: "bfloat16"\n' in maxtext_render(m, c, s, 8, PRESETS["llama3-8b"], bf16)[0]
+    assert "grad_dtype" not in maxtext_render(m, c, s, 8, PRESETS["llama3-8b"], DEFAULT_PARAMS)[0]
 
 
 def test_doctor_prices_the_plan_with_it():
@@ -144,18 +147,20 @@ def test_doctor_prices_the_plan_with_it():
     assert bf16.memory_gib_per_device == plain.memory_gib_per_device < fp32.memory_gib_per_device
 
 
-@pytest.mark.parametrize("argv, engine, attention, eager, grad", [
-    ([], "megatron", "flash", False, "fp32"),
-    (["--grad-reduce", "bf16", "--attention", "materialized"], "megatron", "materialized", False, "bf16"),
-    (["--engine", "torchtitan"], "torchtitan", "flash", True, "fp32"),  # cuDNN's attention first, eager unless compiled
-    (["--engine", "torchtitan@2024"], "torchtitan@2024", "fa2", True, "fp32"),  # its SDPA on Hopper in 2024
-    (["--engine", "torchtitan@2024", "--compiled", "--attention", "flash"], "torchtitan@2024", "flash", False, "fp32"),
+@pytest.mark.parametrize("argv, engine, attention, eager, grad, recipe", [
+    ([], "megatron", "flash", False, "fp32", "delayed"),
+    (["--grad-reduce", "bf16", "--attention", "materialized"], "megatron", "materialized", False, "bf16", "delayed"),
+    (["--engine", "torchtitan"], "torchtitan", "flash", True, "fp32", "rowwise"),  # cuDNN's attention first, eager unless compiled
+    (["--engine", "torchtitan@2024"], "torchtitan@2024", "fa2", True, "fp32", "tensorwise"),  # its SDPA on Hopper in 2024
+    (["--engine", "torchtitan@2024", "--compiled", "--attention", "flash", "--fp8-recipe", "rowwise"], "torchtitan@2024", "flash", False,
+     "fp32", "rowwise"),
 ])
-def test_plan_and_estimate_json_say_what_the_prices_assume(argv, engine, attention, eager, grad, capsys):
+def test_plan_and_estimate_json_say_what_the_prices_assume(argv, engine, attention, eager, grad, recipe, capsys):
     """A plan read from its --json alone names the engine and every job setting stated on top of it, as the
     layouts were priced (the same fields the table's header line words)."""
     import json
     for cmd in (["plan", "--model", "debug", "--devices", "2"], ["estimate", "--model", "debug", "--dp-replicate", "2"]):
         assert exit_code([*cmd, "--cluster", "h100", "--json", *argv]) == 0, cmd + argv
         pricing = json.loads(capsys.readouterr().out)["pricing"]
-        assert pricing == {"engine": engine, "attention": attention, "eager_elementwise": eager, "grad_reduce": grad, "headroom": 0.1}
+        assert pricing == {"engine": engine, "attention": attention, "eager_elementwise": eager, "grad_reduce": grad,
+                           "fp8_recipe": recipe, "headroom": 0.1}
