@@ -12,6 +12,7 @@ import yaml
 from typer.testing import CliRunner
 
 from bandwise.cli.main import app, main
+from bandwise.errors import BandwiseError
 from bandwise.export import ENGINES, export, maxtext, megatron, stage_layers, torchtitan
 from bandwise.specs.registry import get_cluster, get_model
 from bandwise.specs.strategy import Strategy
@@ -346,3 +347,14 @@ def test_maxtext_batch_share_reads_back_whole_or_is_refused_naming_the_batch() -
     assert maxtext.per_device_batch(model.with_seq_len(2048), 96, 48, 2) == 1
     with pytest.raises(BandwiseError, match=r"87,381.33 tokens per device.*--global-batch a multiple of 3$"):
         maxtext.per_device_batch(model.with_seq_len(2048), 2048, 48)
+
+
+def test_int8_is_maxtexts_aqt_quantization_and_fp4_is_refused_where_no_flag_runs_it() -> None:
+    # MaxText's AQT int8 matmuls: configs/base.yml `quantization: 'int8'`
+    m, c, s = _plan("llama3-8b", "tpu-v6e", 64, dp_shard=64, micro_batch=1, global_batch=64, recompute="full", precision="int8")
+    assert yaml.safe_load(export("maxtext", m, c, s, 64).text)["quantization"] == "int8"
+    m, c, s = _plan("llama3-8b", "gb300-nvl72", 64, dp_shard=64, micro_batch=1, global_batch=64, recompute="full", precision="fp4")
+    for engine in ("megatron", "maxtext"):
+        with pytest.raises(BandwiseError, match="precision fp4") as e:
+            export(engine, m, c, s, 64)
+        assert "\n" not in str(e.value)

@@ -88,8 +88,10 @@ def test_slices_smaller_than_a_cube_have_no_wraparound_and_take_twice_as_long() 
         2 * (one(comm.all_to_all_time(wrapped, V, 1, 16)) - 8 * small.latency))
 
 
-@pytest.mark.parametrize("chips, shape", sorted(SLICE_SHAPES[3].items()))
+@pytest.mark.parametrize("chips, shape", sorted({**SLICE_SHAPES[3], 64: (4, 4, 4), 128: (4, 4, 8), 256: (4, 8, 8), 512: (8, 8, 8),
+                                                 1024: (8, 8, 16), 2048: (8, 16, 16), 6144: (16, 16, 24)}.items()))
 def test_every_3d_slice_shape_multiplies_to_its_chips_and_wraps_only_as_whole_cubes(chips: int, shape: tuple) -> None:
+    # the whole-cube shapes are Google Cloud's v5p configurations table (4x4x4 ... 16x16x24)
     pod = Level(name="ici", size=16 * 16 * 24, bandwidth=1e9, latency=0.0, torus_dims=(16, 16, 24))
     cut = torus_slice(pod, chips)
     assert cut is not None and cut.size == chips and cut.torus_dims == shape

@@ -22,11 +22,11 @@ MODELS = model_presets()
 
 REQUIRED_CLUSTERS = {
     "a100-80g", "h100", "h800", "h200", "b200", "gb200-nvl72", "gb300-nvl72",
-    "tpu-v4", "tpu-v5e", "tpu-v5p", "tpu-v6e",
+    "tpu-v4", "tpu-v5e", "tpu-v5p", "tpu-v6e", "tpu7x", "b300", "v100-dgx2",
 }  # fmt: skip
 REQUIRED_DEVICES = {
     "a100-sxm-80g", "h100-sxm", "h800-sxm", "h200-sxm", "b200", "gb200", "gb300",
-    "tpu-v4", "tpu-v5e", "tpu-v5p", "tpu-v6e",
+    "tpu-v4", "tpu-v5e", "tpu-v5p", "tpu-v6e", "tpu7x", "b300", "v100-sxm2",
 }  # fmt: skip
 REQUIRED_MODELS = {
     "gpt3-175b", "llama3-8b", "llama3-70b", "llama3-405b", "deepseek-v3", "kimi-k2",

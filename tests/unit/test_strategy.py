@@ -52,7 +52,7 @@ def test_negative_global_batch():
     [
         (dict(schedule="OneFOneB"), "unknown schedule 'OneFOneB'; valid: GPipe, 1F1B"),
         (dict(recompute="some"), "unknown recompute 'some'; valid: none, selective, full"),
-        (dict(precision="fp4"), "unknown precision 'fp4'; valid: bf16, fp8"),
+        (dict(precision="fp6"), "unknown precision 'fp6'; valid: bf16, fp8, fp4, int8"),
         (dict(order=("tp", "cp", "pp")), "order ['tp', 'cp', 'pp'] must be a permutation"),
     ],
 )

@@ -311,7 +311,10 @@ MARGIN = 0.03
 # The runs added with a first sight (2026-12-06: 497 runs of 32 new sources and new rows of two shipped
 # ones) as this version predicts them, beside their first sight (benchmarks/RESULTS.md, "First sight").
 # A change that refuses more of them, or predicts them worse by more than the margin, fails.
-GUARD_FIRST_SIGHT = {"refused": 95, "median": 0.188, "p90": 0.733}
+# 2026-12-06, TPU7x/B300/V100 presets and fp4/int8 GEMMs: 14 refused runs priced (5 B300, 4 V100, 3 NVFP4,
+# 2 int8); the 402 runs priced before keep their predictions (median 18.7%, p90 73.2%); the new ones
+# (two V100 1.3B rows at +167% and +257%, v6e int8 at +91%) move the whole set's median and p90 up.
+GUARD_FIRST_SIGHT = {"refused": 81, "median": 0.192, "p90": 0.765}
 
 
 @pytest.fixture(scope="module")

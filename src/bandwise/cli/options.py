@@ -51,7 +51,7 @@ EXHAUSTIVE = typer.Option(
     help="Search every candidate layout even past the 4,000,000 that keep any answer within 10 s on two cores "
     "(past them the search takes a coarse grid, then refines the best degrees).",
 )
-PRECISION = typer.Option("bf16", "--precision", help="bf16, fp8, or bf16,fp8 to search both.")
+PRECISION = typer.Option("bf16", "--precision", help="bf16, fp8, fp4 (NVFP4, Blackwell) or int8 (TPU), or a comma-separated list to search several.")
 THRESHOLD_OPT = typer.Option(THRESHOLD, "--threshold", help="PP is 'not needed' if the best no-PP layout is within this share.")
 HEADROOM = typer.Option(0.1, "--headroom", help="Share of device memory kept free.")
 OVERLAP_TP = typer.Option(False, "--overlap-tp", help="Assume TP communication overlapped with GEMMs (async TP; inside one NVLink domain only).")

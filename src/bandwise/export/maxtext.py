@@ -385,6 +385,10 @@ def render(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int,
     check_grads(grad_bytes)
     if grad_bytes == 2:  # train.py casts the fp32 gradients to `grad_dtype` before they are reduced (configs/types.py)
         keys.append(("grad_dtype", "bfloat16"))
+    if s.precision == "int8":  # AQT int8 matmuls (MaxText configs/base.yml, quantization: 'int8')
+        keys.append(("quantization", "int8"))
+    elif s.precision == "fp4":
+        raise BandwiseError("precision fp4: MaxText has no NVFP4 training quantization this export knows; plan with --precision bf16, fp8 or int8")
     if s.precision == "fp8":
         if not gpu:
             notes.append("fp8 GEMMs: MaxText's 'fp8' quantization is for NVIDIA GPUs; this TPU config asks for it as planned")

@@ -271,6 +271,8 @@ def render(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int,
         args.append(("grad-reduce-in-bf16", None))
     if s.precision == "fp8":
         args += [("fp8-format", "hybrid"), ("fp8-recipe", fp8_recipe_arg(params.fp8_recipe, notes))]
+    elif s.precision != "bf16":
+        raise BandwiseError(f"precision {s.precision}: this export writes Megatron-LM's bf16 and fp8 flags only; plan with --precision bf16 or fp8")
     if s.overlap_tp and s.tp > 1:
         args.append(("tp-comm-overlap", None))
     if cluster.levels[0].is_torus:

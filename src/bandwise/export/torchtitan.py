@@ -99,9 +99,9 @@ def adapt(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int, arch: A
         forced.append(f"{s.precision}: TorchTitan's configs for {model.name} train in {other} ({fn}); float8 is a config's model "
                        f"converter, not a flag")
         s = s.replace(precision=other)
-    if s.precision == "fp8" and not configs:
-        changes.append("fp8: TorchTitan turns float8 on in a config's model converters (Float8LinearConverter), not by a flag; "
-                       "this command trains in bf16 unless your config adds the converter")
+    if s.precision != "bf16" and not configs:
+        changes.append(f"{s.precision}: TorchTitan turns low-precision GEMMs on in a config's model converters (Float8LinearConverter, "
+                       "MX converters), not by a flag; this command trains in bf16 unless your config adds the converter")
         s = s.replace(precision="bf16")
     return Adapted(s, changes, forced)
 

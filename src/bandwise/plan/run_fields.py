@@ -34,7 +34,8 @@ def finite(value: Any) -> float | None:
 
 
 def parse_precision(text: Any) -> str | None:
-    """'FP8-CS', 'Float8 linears', 'FP8 GEMMs (E4M3 ...)' -> fp8; fp16/bf16/'mixed precision' -> bf16.
+    """'FP8-CS', 'Float8 linears', 'FP8 GEMMs (E4M3 ...)' -> fp8; 'NVFP4' -> fp4; 'int8 (AQT ...)' -> int8;
+    fp16/bf16/'mixed precision' -> bf16.
 
     fp16 maps to bf16: both run at the same dense tensor-core peak (A100/H100 datasheets). What the
     source says outside parentheses decides ('bf16 (fp8: false)' is bf16); the words inside only
@@ -43,11 +44,15 @@ def parse_precision(text: Any) -> str | None:
     if text is None:
         return None
     for t in outside_then_whole(text):
+        if "nvfp4" in t or re.search(r"\bfp4\b", t):
+            return "fp4"
+        if re.search(r"\bint8\b", t):
+            return "int8"
         if "fp8" in t or "float8" in t:
             return "fp8"
         if any(k in t for k in ("bf16", "bfloat16", "fp16", "mixed precision", "float16")):
             return "bf16"
-    raise BandwiseError(f"precision {text!r}: not recognised; write fp8, bf16 or fp16")
+    raise BandwiseError(f"precision {text!r}: not recognised; write bf16, fp16, fp8, nvfp4 or int8")
 
 
 def outside_then_whole(text: Any) -> tuple[str, str]:

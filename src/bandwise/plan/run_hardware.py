@@ -8,7 +8,7 @@ from typing import Any
 
 from bandwise.errors import BandwiseError
 from bandwise.plan.run_fields import count, per_gpu_network, watts as read_watts
-from bandwise.specs.hardware import SLICE_SHAPES, Cluster, torus_slice
+from bandwise.specs.hardware import Cluster, slice_sizes_text, torus_slice
 from bandwise.specs.registry import cluster_for_accelerator
 
 H100_HBM2E_BANDWIDTH = 2.4e12
@@ -28,12 +28,19 @@ def read_cluster(run: dict[str, Any], devices: int, notes: list[str], completed:
     cluster = cluster_for_accelerator(acc)
     if cluster.levels[0].is_torus:
         # a TPU slice: its torus is the job's own, of the shape its chip count takes
-        chips = count(hw.get("chips_per_slice"), "hardware.chips_per_slice") or devices
+        slices = count(hw.get("slices"), "hardware.slices", least=1)
+        chips = (count(hw.get("chips_per_slice"), "hardware.chips_per_slice")
+                 or (devices // slices if slices and devices % slices == 0 else devices))
         pod = cluster.levels[0]
+        if chips > pod.size and chips % pod.size == 0:
+            # more chips than one pod, no slice size stated: whole pods joined over DCN (multi-slice;
+            # the scaling book, "How to Think About TPUs", TPU Networking)
+            notes.append(f"{chips} chips on a {pod.size}-chip {cluster.device.name} pod: {chips // pod.size} whole pods over DCN")
+            chips = pod.size
         sliced = pod if chips == pod.size else torus_slice(pod, chips)
         if sliced is None:
-            known = [n for n in SLICE_SHAPES.get(len(pod.torus_dims), {}) if n <= pod.size]
-            raise BandwiseError(f"run {run.get('id')}: no known {cluster.device.name} slice shape for {chips} chips; known: {', '.join(map(str, known))}")
+            raise BandwiseError(f"run {run.get('id')}: no {cluster.device.name} slice of {chips} chips; "
+                                f"its pod has slices of {slice_sizes_text(pod.torus_dims)}, or whole pods of {pod.size} over DCN")
         return replace(cluster, levels=(sliced, *cluster.levels[1:]))
     if cluster.device.name == "h100-sxm" and "96gb" in a.replace(" ", ""):
         # TorchTitan's H100 SXM with 96 GB HBM2e (benchmarks/llama3_h100_202412_torchtitan.md,

@@ -45,7 +45,7 @@ def read_layout(run: dict[str, Any], model: ModelSpec, devices: int, engine: Eng
     """The layout of `run` on `devices` devices; `conventions` is its source's, whose stated recomputation
     fills the run's null one. Assumptions are appended to `notes`."""
     rid = str(run.get("id") or "?")
-    p = run.get("parallelism") or {}
+    p = _per_chip(run, devices, rid, notes)
     fixed, dp = _degrees(p, model, devices, rid)
     _data_parallel(p, dp, fixed, rid)
     gb, mb = _batch(p, model, dp, fixed.get("pp"), engine, rid, notes)
@@ -61,6 +61,29 @@ def read_layout(run: dict[str, Any], model: ModelSpec, devices: int, engine: Eng
     if rec:
         fixed["recompute"] = rec
     return Layout(fixed=fixed, global_batch=gb, model=model, token_scale=token_scale, schedules=schedules, completed=completed)
+
+
+def _per_chip(run: dict[str, Any], devices: int, rid: str, notes: list[str]) -> dict[str, Any]:
+    """The run's `parallelism` with its data-parallel degrees counted in chips. A TPU7x chip shows as
+    two JAX devices, one per TensorCore (Google Cloud TPU7x docs, "Dual-chiplet architecture"), and a
+    MaxText layout counts JAX devices (`hardware.jax_devices`); the priced device is the chip, whose
+    datasheet peak is the two TensorCores', so the pair on a chip is read as one data-parallel rank
+    (dp and fsdp divided by the JAX devices per chip; tp, cp and ep kept)."""
+    p = dict(run.get("parallelism") or {})
+    jax = count((run.get("hardware") or {}).get("jax_devices"), "hardware.jax_devices", least=1)
+    if not jax or jax == devices:
+        return p
+    if jax % devices:
+        raise BandwiseError(f"run {rid}: hardware.jax_devices={jax} is not a multiple of hardware.count={devices}; give both per chip or per device")
+    k = jax // devices
+    for name in ("dp", "fsdp"):
+        n = count(p.get(name), f"parallelism.{name}") or leading_count(p.get(name), f"parallelism.{name}")
+        if n and n > 1:
+            if n % k:
+                raise BandwiseError(f"run {rid}: parallelism.{name}={n} JAX devices do not split into chips of {k}")
+            p[name] = n // k
+    notes.append(f"{k} JAX devices per chip: data-parallel degrees read per chip")
+    return p
 
 
 def _degrees(p: dict[str, Any], model: ModelSpec, devices: int, rid: str) -> tuple[dict[str, Any], int | None]:

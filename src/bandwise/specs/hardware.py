@@ -301,14 +301,58 @@ class Cluster:
 
 
 SLICE_SHAPES: dict[int, dict[int, tuple[int, ...]]] = {
-    # torus rank: {chips: slice shape}. Google Cloud TPU docs: v4 slices are AxBxC with A <= B <= C,
-    # all <= 4 or all multiples of 4 ("TPU types and topologies"); the v5p configurations table
-    # (2x2x1 ... 16x16x24, its largest single slice); PaLM's 3,072-chip pods are 12x16x16.
-    3: {4: (2, 2, 1), 8: (2, 2, 2), 16: (2, 2, 4), 32: (2, 4, 4), 64: (4, 4, 4), 128: (4, 4, 8), 192: (4, 4, 12), 256: (4, 8, 8),
-        512: (8, 8, 8), 1024: (8, 8, 16), 2048: (8, 16, 16), 3072: (12, 16, 16), 4096: (16, 16, 16), 6144: (16, 16, 24)},
-    # v5e/v6e: 2D slices (Google Cloud TPU v5e docs: 8x8 = v5litepod-64, 8x16, 16x16)
-    2: {64: (8, 8), 128: (8, 16), 256: (16, 16)},
+    # torus rank: {chips: slice shape} for the slices that are not whole 4x4x4 cubes.
+    # 3D (v4, v5p, TPU7x): below one cube, AxBxC with A <= B <= C all <= 4 (Google Cloud TPU docs,
+    # "TPU types and topologies"; the v5p configurations table: 2x2x1, 2x2x2, 2x4x4). Larger 3D slices
+    # are whole cubes, `cube_slice_shape`.
+    3: {4: (2, 2, 1), 8: (2, 2, 2), 16: (2, 2, 4), 32: (2, 4, 4)},
+    # 2D (v5e, v6e): Google Cloud TPU v5e and v6e docs, supported topologies: 1x1, 2x2, 2x4, 4x4,
+    # 4x8, 8x8, 8x16, 16x16 (v6e-1 ... v6e-256; v5litepod-1 ... -256).
+    2: {1: (1, 1), 4: (2, 2), 8: (2, 4), 16: (4, 4), 32: (4, 8), 64: (8, 8), 128: (8, 16), 256: (16, 16)},
 }
+
+CUBE = 4
+"""Chips per side of the 3D pods' unit, the 4x4x4 cube of 64 chips an optical switch joins to others
+(Google Cloud TPU v4 and v5p docs; the scaling book, "How to Think About TPUs", TPU Networking)."""
+
+
+def cube_slice_shape(chips: int, pod: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The slice of `chips` chips in whole 4x4x4 cubes that fits a 3D pod of shape `pod`, the shape
+    nearest a cube (Google Cloud TPU docs, "TPU types and topologies": AxBxC all multiples of 4, and
+    "the default topology for a given chip count is the one most similar to a cube"), sides ascending;
+    None when `chips` is not a whole number of cubes or no such shape fits. 1,536 chips: 8x12x16."""
+    cubes, rest = divmod(chips, CUBE**3)
+    if rest or cubes < 1 or len(pod) != 3:
+        return None
+    room = sorted(pod)
+    best: tuple[int, ...] | None = None
+    for a in range(1, cubes + 1):
+        for b in range(a, cubes // a + 1):
+            c, r = divmod(cubes, a * b)
+            if r or c < b:
+                continue
+            shape = (CUBE * a, CUBE * b, CUBE * c)
+            if all(x <= y for x, y in zip(shape, room)) and (best is None or (c / a, c / b) < (best[2] / best[0], best[2] / best[1])):
+                best = shape
+    return best
+
+
+def slice_shape(pod: tuple[int, ...], chips: int) -> tuple[int, ...] | None:
+    """The shape of a `chips`-chip slice of a pod of shape `pod`, or None when the pod has none."""
+    shape = SLICE_SHAPES.get(len(pod), {}).get(chips)
+    if shape is None and len(pod) == 3:
+        return cube_slice_shape(chips, pod)
+    if shape is None or any(a > b for a, b in zip(sorted(shape), sorted(pod))):
+        return None
+    return shape
+
+
+def slice_sizes_text(pod: tuple[int, ...]) -> str:
+    """The slice sizes a pod of shape `pod` allows, for an error message."""
+    listed = ", ".join(str(n) for n in SLICE_SHAPES.get(len(pod), {}) if slice_shape(pod, n))
+    if len(pod) == 3:
+        return f"{listed}, or whole 4x4x4 cubes (multiples of 64 chips) that fit its {'x'.join(map(str, pod))}"
+    return listed
 
 
 def torus_slice(level: Level, chips: int) -> Level | None:
@@ -316,8 +360,8 @@ def torus_slice(level: Level, chips: int) -> Level | None:
     pod. Slices of whole 4x4x4 cubes keep the wrap-around the optical switches give; smaller 3D
     slices have none (the scaling book, "How to Think About TPUs", TPU Networking). A 2D slice keeps
     the pod's wrap-around setting."""
-    shape = SLICE_SHAPES.get(len(level.torus_dims), {}).get(chips)
-    if shape is None or any(a > b for a, b in zip(sorted(shape), sorted(level.torus_dims))):
+    shape = slice_shape(level.torus_dims, chips)
+    if shape is None:
         return None
     wrap = level.wraparound and (len(shape) != 3 or all(a % 4 == 0 for a in shape))
     return replace(level, size=chips, torus_dims=shape, wraparound=wrap)

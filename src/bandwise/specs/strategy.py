@@ -34,7 +34,8 @@ from bandwise.specs.schedules import (  # noqa: F401 (their home is specs.schedu
 )
 
 RECOMPUTE: tuple[str, ...] = ("none", "selective", "full")
-PRECISIONS: tuple[str, ...] = ("bf16", "fp8")
+PRECISIONS: tuple[str, ...] = ("bf16", "fp8", "fp4", "int8")
+"""GEMM precisions: bf16 (and fp16, the same peak), fp8, NVFP4 (fp4) and int8 (`cost.quantized`)."""
 DIMS: tuple[str, ...] = ("tp", "cp", "dp_shard", "dp_replicate", "pp")
 """Default placement on the topology, innermost (fastest level) first, as torchtitan's mesh."""
 

@@ -32,11 +32,13 @@ from bandwise.cost.mixers import (
     scan_streamed_bytes_per_token,
 )
 from bandwise.cost.params import CostParams
+from bandwise.cost.quantized import QUANTIZED_CASTS, check_precision
 from bandwise.cost.terms.shape import Shape
 from bandwise.errors import BandwiseError
 from bandwise.specs.hardware import Device
 from bandwise.specs.kinds import GatedDeltaNet
 from bandwise.specs.model import ModelSpec
+from bandwise.specs.strategy import PRECISIONS
 
 CROSS_ENTROPY_BYTES_EAGER = (2 + 4) + 4 + (4 + 4) + (4 + 4) + 4 + (4 + 4) + (4 + 4) + (4 + 2)
 """HBM bytes per logit of the loss run as eager PyTorch kernels, one per line of Megatron-LM's
@@ -64,6 +66,28 @@ that gradient and the saved softmax output up to the diagonal and writes the sco
 (2 + 2)."""
 
 
+def gemm_peak(dev: Device, s: Shape) -> np.ndarray:
+    """The dense peak of each layout's GEMM precision (fp8 on a chip without an fp8 peak: bf16's); fp4 or
+    int8 on a device without that peak is refused (`cost.quantized.check_precision`)."""
+    codes = np.asarray(s.precision)
+    peak = np.full(codes.shape, dev.peak("bf16"), dtype=float)
+    for code in np.unique(codes):
+        name = PRECISIONS[int(code)]
+        check_precision(name, dev.name, dev.peak_flops)
+        peak[codes == code] = dev.peak_flops.get(name, dev.peak("bf16"))
+    return peak
+
+
+def cast_bytes_of(s: Shape, fp8_cast_bytes: float) -> np.ndarray:
+    """HBM bytes per element of each GEMM activation operand for each layout's precision: the fp8
+    recipe's, NVFP4's or int8's (`cost.quantized.QUANTIZED_CASTS`), 0 under bf16."""
+    codes = np.asarray(s.precision)
+    out = np.where(s.fp8, fp8_cast_bytes, 0.0)
+    for name, recipe in QUANTIZED_CASTS.items():
+        out = np.where(codes == PRECISIONS.index(name), recipe.cast_bytes, out)
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class Rates:
     """What one device sustains: FLOP/s of bf16 and of the layout's GEMM precision, their GEMM
@@ -80,9 +104,10 @@ class Rates:
     @classmethod
     def of(cls, dev: Device, s: Shape, P: CostParams) -> Rates:
         bf16_peak = dev.peak("bf16") * dev.sustained_clock_ratio
-        linear_peak = np.where(s.fp8, dev.peak_flops.get("fp8", dev.peak("bf16")), dev.peak("bf16")) * dev.sustained_clock_ratio
+        linear_peak = gemm_peak(dev, s) * dev.sustained_clock_ratio
         eff = dev.gemm_efficiency
-        linear_eff = np.where(s.fp8, dev.fp8_gemm_efficiency or eff, eff)  # fp8 GEMMs reach less of their peak
+        # quantized GEMMs reach less of their peak: fp8's measured fraction, reused for fp4 and int8 (none measured)
+        linear_eff = np.where(s.fp8, dev.fp8_gemm_efficiency or eff, eff)
         return cls(bf16_peak, linear_peak, eff, linear_eff, dev.hbm_bandwidth, P.hbm_efficiency, dev.sm_count)
 
     def streamed(self, nbytes: np.ndarray) -> np.ndarray:
@@ -257,15 +282,17 @@ def layer_compute(m: ModelSpec, dev: Device, s: Shape, rates: Rates, P: CostPara
         return hybrid_layer_compute(m, dev, s, rates, P)
     frac_moe = m.moe_layers / m.layers
     attn_fwd, attn_bwd = attention_core(m, dev, s, rates, P)
-    casts = np.where(s.fp8, 1.0, 0.0)  # fp8 quantizes every GEMM input (and, backward, every output gradient)
+    # a quantized layout casts every GEMM input (and, backward, every output gradient), the bytes its precision's casts move
     recipe = fp8_recipe(P.fp8_recipe)
+    cast_bytes = cast_bytes_of(s, recipe.cast_bytes)
+    is_fp8 = np.where(np.asarray(s.precision) == PRECISIONS.index("fp8"), 1.0, 0.0)  # the fp8 recipe's backward extras
     gemms = lambda gs: gemms_time(gs, m, s, rates)  # noqa: E731
     # the GEMMs on either side of each tensor-parallel collective: the attention block's input
     # projections and its output projection, the MLP's up and down projections
     attn_in, attn_out = attention_gemm_times(m, gemms)
     mlp_up, mlp_down = (gemms([g]) for g in m.dense_mlp.gemms())
     elementwise = lambda moe: rates.streamed(  # noqa: E731
-        (elementwise_bytes_per_token(m, moe, P.eager_elementwise) + casts * fp8_cast_bytes_per_token(m, moe, recipe.cast_bytes)) * s.tokens / s.tp)
+        (elementwise_bytes_per_token(m, moe, P.eager_elementwise) + fp8_cast_bytes_per_token(m, moe, cast_bytes)) * s.tokens / s.tp)
     dense_fwd = attn_in + attn_out + mlp_up + mlp_down + attn_fwd
     dense_fwd += elementwise(False)
     if m.moe_layers:  # the main layers' feed-forward, where it is not the dense MLP
@@ -290,7 +317,7 @@ def layer_compute(m: ModelSpec, dev: Device, s: Shape, rates: Rates, P: CostPara
     recipe_bwd = (1 - frac_moe) * fp8_backward_extra(m, False, s, rates, recipe, gemms) + frac_moe * fp8_backward_extra(m, True, s, rates, recipe, gemms)
     return LayerCompute(
         attn=attn_fwd, attn_bwd=attn_bwd, attn_in=attn_in, attn_out=attn_out, mlp_up=mlp_up, mlp_down=mlp_down, moe_mlp=moe_mlp,
-        dense_fwd=dense_fwd, moe_fwd=moe_fwd, fwd=fwd, bwd=2.0 * (fwd - attn_fwd) + attn_bwd + casts * recipe_bwd, selective=selective,
+        dense_fwd=dense_fwd, moe_fwd=moe_fwd, fwd=fwd, bwd=2.0 * (fwd - attn_fwd) + attn_bwd + is_fp8 * recipe_bwd, selective=selective,
         kernel_gaps=np.full_like(s.tokens, kernel_gaps(P, frac_moe)),
     )
 
@@ -360,8 +387,8 @@ def hybrid_layer_compute(m: ModelSpec, dev: Device, s: Shape, rates: Rates, P: C
         mixer_bytes += share * mixer_elementwise_bytes_per_token(kind)
     mamba_t, linear_t = times.get("mamba", (zero, zero)), times.get("linear", (zero, zero))
     mixers = MixerTimes(mamba_in=mamba_t[0], mamba_out=mamba_t[1], linear_in=linear_t[0], linear_out=linear_t[1])
-    cast_bytes = fp8_recipe(P.fp8_recipe).cast_bytes  # the recipe's backward extras (`fp8_backward_extra`) are not priced on hybrids
-    casts = np.where(s.fp8, 1.0, 0.0) * (dense * fp8_cast_bytes_per_token(m, False, cast_bytes) + moe * fp8_cast_bytes_per_token(m, True, cast_bytes))
+    cast_bytes = cast_bytes_of(s, fp8_recipe(P.fp8_recipe).cast_bytes)  # the recipe's backward extras (`fp8_backward_extra`) are not priced on hybrids
+    casts = dense * fp8_cast_bytes_per_token(m, False, cast_bytes) + moe * fp8_cast_bytes_per_token(m, True, cast_bytes)
     elementwise = rates.streamed((hybrid_elementwise_bytes_per_token(m, mixer_bytes, P.eager_elementwise) + casts) * s.tokens / s.tp)
     mixing = att * (attn_in + attn_out) + attn_fwd + mixer_gemm_time + scans + elementwise
     if m.moe_layers:

@@ -14,7 +14,7 @@ import numpy as np
 from bandwise.specs.model import ModelSpec
 from bandwise.specs.strategy import PRECISIONS, Layouts
 
-_FP8 = PRECISIONS.index("fp8")
+_BF16 = PRECISIONS.index("bf16")
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +31,9 @@ class Shape:
     zero: np.ndarray
     """The ZeRO stage in force: 3 under FSDP, else the layout's own."""
     fp8: np.ndarray
+    """GEMMs quantized (fp8, fp4 or int8): casts, 1-byte saved inputs, gathers and dispatch."""
+    precision: np.ndarray
+    """The GEMM precision's index in `PRECISIONS`."""
     tokens: np.ndarray
     """Tokens of this device's sequence shard in one micro-batch (full width)."""
 
@@ -40,7 +43,7 @@ class Shape:
         dps, dpr, cp, mb = f(c.dp_shard), f(c.dp_replicate), f(c.cp), f(c.micro_batch)
         return cls(
             tp=f(c.tp), cp=cp, pp=f(c.pp), ep=f(c.ep), dp_shard=dps, dp_replicate=dpr, dp=dps * dpr, micro_batch=mb,
-            virtual_stages=f(c.virtual_stages), zero=np.where(c.dp_shard > 1, 3, c.zero_stage), fp8=c.precision == _FP8,
+            virtual_stages=f(c.virtual_stages), zero=np.where(c.dp_shard > 1, 3, c.zero_stage), fp8=c.precision != _BF16, precision=np.asarray(c.precision),
             tokens=mb * model.seq_len / cp,
         )
 

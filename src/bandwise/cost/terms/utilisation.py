@@ -14,6 +14,7 @@ import numpy as np
 
 from bandwise.cost.flops import attention_core_flops_per_token
 from bandwise.cost.params import CostParams
+from bandwise.cost.terms.compute import gemm_peak
 from bandwise.cost.terms.shape import Shape
 from bandwise.cost.terms.stages import FULL, SELECTIVE
 from bandwise.specs.hardware import Device
@@ -31,7 +32,7 @@ def utilisation(m: ModelSpec, dev: Device, s: Shape, rec: np.ndarray, global_bat
     tokens_per_s_per_device = global_batch * m.seq_len / step / s.world
     mflops = m.model_flops_per_token(causal=P.causal_mfu)
     bf16_peak = dev.peak("bf16")
-    peak_train = np.where(s.fp8, dev.peak_flops.get("fp8", bf16_peak), bf16_peak)
+    peak_train = gemm_peak(dev, s)
     # HFU adds what recomputation runs again: under full, the whole forward (a third of the model's
     # forward+backward FLOPs); under selective, the re-run modules' forward FLOPs: the attention core
     # (Korthikanti et al. 2022, Sec. 5: scores and values, 4·s·h a token a layer before masking) and the

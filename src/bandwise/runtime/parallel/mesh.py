@@ -47,8 +47,8 @@ def check_runtime_support(s: Strategy, model: ModelSpec) -> None:
             f"tp={s.tp} must divide seq_len={model.seq_len} in the trainer (sequence parallelism shards the sequence "
             f"evenly); use a seq_len that is a multiple of {s.tp}"
         )
-    if s.precision == "fp8":
-        raise BandwiseError("precision=fp8 is not executed by the trainer; use precision bf16")
+    if s.precision != "bf16":
+        raise BandwiseError(f"precision={s.precision} is not executed by the trainer; use precision bf16")
     if s.zero_stage in (1, 2):
         raise BandwiseError(f"zero_stage={s.zero_stage}: the trainer shards with FSDP (dp_shard > 1) or replicates; use zero_stage 0 or dp_shard > 1 (plan with --engine bandwise)")
 

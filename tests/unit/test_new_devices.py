@@ -1,0 +1,120 @@
+"""TPU7x (Ironwood), B300 and V100 presets against their datasheets, closed form, and a synthetic
+run on each that converts and is priced.
+
+Expected numbers are the datasheets' own (Google Cloud TPU7x docs' system-architecture table, NVIDIA
+HGX/DGX B300 datasheets, the Tesla V100 and DGX-2 datasheets), never our own output.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from bandwise.errors import BandwiseError
+from bandwise.plan.runs import convert
+from bandwise.plan.validate import predict
+from bandwise.specs.registry import cluster_for_accelerator, cluster_presets, device_presets
+
+DEVICES = device_presets()
+CLUSTERS = cluster_presets()
+
+
+def test_tpu7x_matches_google_clouds_table():
+    # Google Cloud TPU7x docs: 2,307 TFLOPS bf16, 4,614 fp8, 192 GiB HBM at 7,380 GBps per chip;
+    # 1,200 GBps bidirectional ICI per chip; 100 Gbps DCN per chip; 9,216 chips per pod.
+    dev = DEVICES["tpu7x"]
+    assert dev.peak("bf16") == pytest.approx(2307e12)
+    assert dev.peak("fp8") == pytest.approx(4614e12) == pytest.approx(2 * dev.peak("bf16"))
+    assert dev.hbm_bytes == 192 * 2**30
+    assert dev.hbm_bandwidth == pytest.approx(7380e9)
+    ici, dcn = CLUSTERS["tpu7x"].levels
+    assert ici.size == 9216 == math.prod(ici.torus_dims) and len(ici.torus_dims) == 3
+    assert all(d % 4 == 0 for d in ici.torus_dims)  # whole 4x4x4 cubes
+    assert 2 * len(ici.torus_dims) * 2 * ici.bandwidth == pytest.approx(1200e9)  # 6 links, both directions
+    assert dcn.bandwidth == pytest.approx(100e9 / 8)
+
+
+def test_b300_matches_the_hgx_b300_datasheet():
+    # HGX B300 (8 GPUs): FP8 72 and BF16 36 PFLOPS with sparsity (dense = half), up to 2.3 TB HBM3e,
+    # 8 TB/s per GPU, NVLink 1.8 TB/s per GPU bidirectional; one ConnectX-8 800 Gb/s per GPU.
+    dev = DEVICES["b300"]
+    assert 8 * dev.peak("bf16") == pytest.approx(36e15 / 2)
+    assert 8 * dev.peak("fp8") == pytest.approx(72e15 / 2)
+    assert 8 * dev.hbm_bytes == pytest.approx(2.3e12, rel=0.01)
+    assert dev.hbm_bandwidth == pytest.approx(8e12)
+    nvlink, net = CLUSTERS["b300"].levels
+    assert nvlink.size == 8 and nvlink.bandwidth == pytest.approx(1.8e12 / 2)
+    assert net.bandwidth == pytest.approx(800e9 / 8)
+
+
+def test_v100_matches_the_v100_and_dgx2_datasheets():
+    # Tesla V100 SXM2: 125 TFLOPS fp16 tensor, 32 GB HBM2 at 900 GB/s, NVLink 300 GB/s per GPU;
+    # DGX-2: 16 GPUs on NVSwitch, 8 x 100 Gb/s InfiniBand.
+    dev = DEVICES["v100-sxm2"]
+    assert dev.peak("bf16") == pytest.approx(125e12) and "fp8" not in dev.peak_flops
+    assert dev.hbm_bytes == pytest.approx(32e9) and dev.hbm_bandwidth == pytest.approx(900e9)
+    nvlink, net = CLUSTERS["v100-dgx2"].levels
+    assert nvlink.size == 16 and nvlink.bandwidth == pytest.approx(300e9 / 2)
+    assert nvlink.size * net.bandwidth == pytest.approx(8 * 100e9 / 8)
+
+
+@pytest.mark.parametrize(
+    "accelerator, cluster",
+    [("TPU7x (Ironwood)", "tpu7x"), ("B300", "b300"), ("GB300", "gb300-nvl72"), ("DGX B300", "b300"),
+     ("V100 (DGX-2)", "v100-dgx2"), ("B200", "b200")],
+)
+def test_accelerator_names_reach_their_preset(accelerator, cluster):
+    assert cluster_for_accelerator(accelerator).name == cluster
+
+
+def run(**sections):
+    """A small dense GPT run, its sections replaced."""
+    base = {
+        "id": "synthetic", "source": "s",
+        "hardware": {"accelerator": "H100", "count": 16},
+        "model": {"name": "m", "layers": 8, "hidden": 1024, "heads": 8, "kv_heads": 8, "ffn": 4096,
+                  "ffn_type": "GELU", "vocab": 32000, "seq_len": 2048},
+        "parallelism": {"tp": 1, "pp": 1, "cp": 1, "ep": 1, "global_batch_seqs": 64, "micro_batch": 1, "recompute": "full"},
+        "precision": "bf16",
+        "target": {"tokens_per_sec_per_device": 1000.0},
+    }
+    for key, value in sections.items():
+        base[key] = {**base[key], **value} if isinstance(value, dict) else value
+    return base
+
+
+@pytest.mark.parametrize(
+    "hardware, precision",
+    [({"accelerator": "TPU7x (Ironwood)", "count": 16}, "bf16"),
+     ({"accelerator": "TPU7x (Ironwood)", "count": 16}, "fp8"),
+     ({"accelerator": "B300", "count": 16}, "fp8"),
+     ({"accelerator": "V100 (DGX-2)", "count": 16}, "fp16")],
+)
+def test_a_run_on_each_new_device_converts_and_is_priced(hardware, precision):
+    r = run(hardware=hardware, precision=precision)
+    case = convert(r)
+    assert case.cluster.device.name == cluster_for_accelerator(hardware["accelerator"]).device.name
+    res = predict(case)
+    assert res.reason is None and res.predicted > 0
+    # no faster than every GEMM at the device's peak: 6 N FLOPs per token (non-embedding weights)
+    m = case.model
+    flops = 6 * m.layers * (4 * m.hidden**2 + 2 * m.hidden * m.ffn)
+    peak = case.cluster.device.peak_flops.get(precision, case.cluster.device.peak("bf16"))
+    assert res.predicted < peak / flops
+
+
+def test_tpu7x_degrees_in_jax_devices_are_read_per_chip():
+    # 16 chips shown as 32 JAX devices (two TensorCores per chip): fsdp=32 over JAX devices is 16 chips
+    r = run(hardware={"accelerator": "TPU7x (Ironwood)", "count": 16, "jax_devices": 32},
+            parallelism={"fsdp": 32, "zero_or_fsdp": "FSDP", "tp": 1, "pp": 1})
+    case = convert(r)
+    assert case.fixed["dp_shard"] * case.fixed.get("dp_replicate", 1) == 16
+    assert any("JAX devices per chip" in n for n in case.assumptions)
+
+
+def test_jax_devices_not_a_multiple_of_the_chips_is_one_line():
+    r = run(hardware={"accelerator": "TPU7x (Ironwood)", "count": 16, "jax_devices": 24})
+    with pytest.raises(BandwiseError, match="jax_devices=24") as e:
+        convert(r)
+    assert "\n" not in str(e.value)
