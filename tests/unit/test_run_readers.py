@@ -151,3 +151,17 @@ def test_stated_recompute_modules_need_selective():
 def test_stated_tp_overlap_from_the_source_conventions():
     s = read_stated(run(), SOURCES["megatron_h100_2024"]["conventions"], None, [])
     assert s.overlap.get("tp") is True and "tp_comm_overlap" in s.names
+
+
+def test_layout_an_expert_axis_beside_fsdp_shards_like_fsdp():
+    """MaxText's mesh: data 1 x fsdp 8 x expert 8 on 64 chips is 64-way sharded data parallelism with EP 8
+    (its expert ranks shard the dense weights and the batch as FSDP ranks do), not 8 replicas of FSDP 8."""
+    r = run(hardware={"accelerator": "H100", "count": 64},
+            parallelism={"tp": 1, "pp": 1, "cp": 1, "dp": 1, "fsdp": 8, "ep": 8, "zero_or_fsdp": "FSDP", "global_batch_seqs": 64})
+    r["model"]["moe"] = {"num_experts": 64, "top_k": 2, "expert_ffn": 1024}
+    lay, _ = layout_of(r, engine="maxtext")
+    assert (lay.fixed["dp_shard"], lay.fixed["dp_replicate"], lay.fixed["ep"]) == (64, 1, 8)
+    # a Megatron-style run whose dp counts every data-parallel rank keeps FSDP 8 inside it
+    r["parallelism"]["dp"] = 64
+    lay, _ = layout_of(r)
+    assert (lay.fixed["dp_shard"], lay.fixed["dp_replicate"]) == (8, 8)

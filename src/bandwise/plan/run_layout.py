@@ -131,6 +131,12 @@ def _data_parallel(p: dict[str, Any], dp: int | None, fixed: dict[str, Any], rid
         if "zero-3" in zf or "fsdp" in zf or fsdp_col == "1" or "fully sharded" in fsdp_col:
             if "params not resharded" in zf:  # Llama 3 Sec. 3.3.2: optimizer + gradients sharded
                 fixed.update(dp_shard=1, dp_replicate=dp, zero_stage=2)
+            elif fsdp_n and fsdp_n > 1 and _expert_axis(p, fsdp_n) * fsdp_n * _replicas(p) == dp:
+                # the stated data axes multiply to the data-parallel ranks only where EP is an axis of its own beside
+                # FSDP, as in MaxText's mesh (data, fsdp, expert), whose expert ranks shard the dense weights and the
+                # batch as FSDP ranks do (base.yml logical_axis_rules: 'embed' and the activation batch over fsdp and
+                # expert; 'embed_moe' over fsdp alone; MaxText e591f30c)
+                fixed.update(dp_shard=fsdp_n * _expert_axis(p, fsdp_n), dp_replicate=_replicas(p), zero_stage=0)
             elif fsdp_n and fsdp_n > 1 and dp % fsdp_n == 0:
                 fixed.update(dp_shard=fsdp_n, dp_replicate=dp // fsdp_n, zero_stage=0)
             else:
@@ -153,6 +159,17 @@ def _data_parallel(p: dict[str, Any], dp: int | None, fixed: dict[str, Any], rid
         region = fixed["dp_shard"] * fixed.get("cp", 1) * fixed.get("tp", 1)
         if not ep_fits(ep, region, fixed["dp_replicate"], fixed["dp_shard"]):
             raise BandwiseError(f"run {rid}: ep={ep} cannot be placed on dp={fixed['dp_shard'] * fixed['dp_replicate']}·cp·tp")
+
+
+def _replicas(p: dict[str, Any]) -> int:
+    """The stated data-parallel degree (`dp`), 0 where unstated."""
+    return count(p.get("dp"), "parallelism.dp", least=1) or 0
+
+
+def _expert_axis(p: dict[str, Any], fsdp_n: int) -> int:
+    """The stated expert-parallel degree where it can be a mesh axis beside FSDP (more than 1), else 0."""
+    ep = count(p.get("ep"), "parallelism.ep", least=1) or 0
+    return ep if ep > 1 else 0
 
 
 def _batch(p: dict[str, Any], model: ModelSpec, dp: int | None, pp: int | None, engine: Engine, rid: str,
