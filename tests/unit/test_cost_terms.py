@@ -816,3 +816,25 @@ def test_fp8_all_gathers_move_one_byte_an_element(recompute):
     # without sequence parallelism the collectives are all-reduces of bf16 outputs: fp8 moves what bf16 does
     no_sp = replace(P, sequence_parallel=False)
     assert estimate(m, c.placed(8), Strategy(**kw, precision="fp8"), no_sp).comm_total_s["tp"] == pytest.approx(bf16.comm_total_s["tp"])
+
+
+def test_a_capacity_factor_pads_the_experts_and_one_hot_dispatch_adds_two_gemms():
+    """MaxText's dense_matmul (src/maxtext/layers/moe.py): every expert computes ceil(S·k/E)·cf slots, so the routed
+    GEMMs do cf times the dropless work; dispatch and combine are one-hot einsums against the sequence's S·k·cf slots."""
+    from bandwise.cost.terms.compute import capacity_gemms, routed_ffn_times
+
+    m = get_model("debug-moe")
+    calls = []
+
+    def gemms(gs):
+        calls.append(gs)
+        return float(sum(2 * g.rows_per_token * g.n * g.k for g in gs))  # FLOPs per token, as a stand-in for time
+
+    dropless, _ = routed_ffn_times(m, gemms, DEFAULT_PARAMS)
+    routed = sum(2 * g.rows_per_token * g.n * g.k for g in m.ffn_kind.gemms() if g.split == "expert")
+    padded, _ = routed_ffn_times(m, gemms, replace(DEFAULT_PARAMS, moe_capacity_factor=2.0))
+    assert padded == pytest.approx(dropless + routed)  # the routed GEMMs twice over, the rest as before
+    one_hot, _ = routed_ffn_times(m, gemms, replace(DEFAULT_PARAMS, moe_capacity_factor=2.0, moe_one_hot_dispatch=True))
+    slots = m.seq_len * m.top_k * 2
+    assert [g.n for g in capacity_gemms(m, 2.0)] == [slots, slots]
+    assert one_hot == pytest.approx(padded + 2 * 2 * slots * m.hidden)

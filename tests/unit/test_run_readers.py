@@ -165,3 +165,16 @@ def test_layout_an_expert_axis_beside_fsdp_shards_like_fsdp():
     r["parallelism"]["dp"] = 64
     lay, _ = layout_of(r)
     assert (lay.fixed["dp_shard"], lay.fixed["dp_replicate"]) == (8, 8)
+
+
+@pytest.mark.parametrize("parallelism, expected", [
+    ({"moe_path": "dense_matmul (capacity-factor dropping), capacity_factor=2"}, (2.0, True)),
+    ({"flags": "megablox=False, sparse_matmul=False, capacity_factor=1.25"}, (1.25, True)),
+    ({"flags": "capacity_factor=1.0 with padding to capacity"}, (1.0, False)),
+    ({"flags": "capacity_factor=-1 (dropless)"}, (0.0, False)),
+    ({}, (0.0, False)),
+])
+def test_stated_moe_capacity(parallelism, expected):
+    s = read_stated(run(parallelism=parallelism), "", None, [])
+    assert (s.moe_capacity_factor, s.moe_one_hot_dispatch) == expected
+    assert ("moe_capacity" in s.names) == (expected[0] > 0)

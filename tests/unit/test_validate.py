@@ -314,7 +314,10 @@ MARGIN = 0.03
 # 2026-12-06, TPU7x/B300/V100 presets and fp4/int8 GEMMs: 14 refused runs priced (5 B300, 4 V100, 3 NVFP4,
 # 2 int8); the 402 runs priced before keep their predictions (median 18.7%, p90 73.2%); the new ones
 # (two V100 1.3B rows at +167% and +257%, v6e int8 at +91%) move the whole set's median and p90 up.
-GUARD_FIRST_SIGHT = {"refused": 81, "median": 0.192, "p90": 0.765}
+# 2026-12-06, MaxText's expert axis read as FSDP over fsdp x expert: 24 DeepSeek-V3 runs on MI355X that priced
+# at 1.27 TB ("nothing fits") fit, and are over-predicted by more; MaxText's capacity factor takes some of it
+# back (benchmarks/RESULTS.md, "MaxText's expert axis and its capacity factor"): p90 76.5% -> 78.9%.
+GUARD_FIRST_SIGHT = {"refused": 81, "median": 0.192, "p90": 0.789}
 
 
 @pytest.fixture(scope="module")

@@ -93,12 +93,13 @@ def _engine_table(groups: dict) -> object:
 def _first_sight_table(doc: dict) -> object:
     """The first-sight error per engine / family / kind beside the same runs' current error."""
     cols: dict[str, list[str]] = {k: [] for k in ("engine / family / kind", "runs", "refused", "first |err|", "first p90", "first signed",
-                                                   "now |err|", "now p90")}
+                                                   "refused now", "now |err|", "now p90")}
     pct = lambda x, signed=False: "-" if x is None else (f"{x:+.1%}" if signed else f"{x:.1%}")  # noqa: E731
     for key, g in [*doc["by_engine"].items(), ("all", doc)]:
         first, now = g["first_sight"], g["now"]
         for k, cell in zip(cols, (key, str(g["runs"]), str(g["refused"]), pct(first["median_abs_error"]), pct(first["p90_abs_error"]),
-                                  pct(first["median_signed_error"], True), pct(now["median_abs_error"]), pct(now["p90_abs_error"]))):
+                                  pct(first["median_signed_error"], True), str(g["refused_now"]), pct(now["median_abs_error"]),
+                                  pct(now["p90_abs_error"]))):
             cols[k].append(cell)
     return plain_table("First sight (out of sample)", cols, ("engine / family / kind",),
                        "first: what was predicted before anything was changed for the run's source; now: this version on the same runs")

@@ -109,6 +109,15 @@ class CostParams:
     fp8_activation_cache: bool = False
     """Under fp8 the activation function's input is kept in fp8, its output recomputed (DeepSeek-V3
     report, Sec. 3.3.3, "Low-Precision Storage and Communication")."""
+    moe_capacity_factor: float = 0.0
+    """Expert slots per routed token where an MoE drops tokens at a capacity (0: dropless, no padding). The
+    expert GEMMs compute every slot, filled or not: MaxText's `dense_matmul` gives each expert
+    ceil(S·k/E)·capacity_factor slots per sequence (src/maxtext/layers/moe.py at e591f30c); Megatron-Core pads
+    to capacity under --moe-pad-expert-input-to-capacity."""
+    moe_one_hot_dispatch: bool = False
+    """Tokens reach their expert slots and come back through one-hot einsums (MaxText's `dense_matmul`:
+    `dispatch` B,S,M x B,S,E,C -> E,B,C,M and `combine`, each 2·S·E·C·M FLOPs a sequence) rather than a
+    permutation; only with a capacity (`moe_capacity_factor` > 0)."""
     expert_imbalance: float = 1.0
     """Busiest expert rank's load over the mean. 1.0 = balanced (auxiliary-loss-free balancing keeps
     MaxVio near 0.04-0.1 in Wang et al. 2024, Table 2; NVIDIA's published MoE runs force balance)."""

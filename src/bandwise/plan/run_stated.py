@@ -8,6 +8,7 @@ the engine's (`specs/presets/engines.yaml`), never keyed here to a source.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +29,8 @@ STATED: dict[str, str] = {
     "compiled": "the run states torch.compile: the element-wise ops are fused, whatever the engine's default (as plan --compiled)",
     "grad_reduce": "the run states the dtype its gradients are kept and reduced in, whatever the engine's default (as plan --grad-reduce)",
     "fp8_recipe": "the run states how its fp8 GEMMs are scaled, whatever the engine's default (as plan --fp8-recipe)",
+    "moe_capacity": "the run states an MoE capacity factor: the experts compute every slot of their capacity, and MaxText's dense_matmul "
+                    "reaches the slots through one-hot einsums (its sparse_matmul off)",
 }
 """What a run may state of its own job beyond its layout, as `plan`'s flags would: each is applied to
 the run as stated and named in its notes. What an engine does by itself is the engine's
@@ -50,6 +53,10 @@ class Stated:
     """The modules its selective recomputation re-runs, as the engine behaviour `selective_modules`; None: its engine's."""
     fp8_recipe: str | None = None
     """The float8 recipe the run states (`cost.fp8.FP8_RECIPES`), as `plan --fp8-recipe`; None: its engine's."""
+    moe_capacity_factor: float = 0.0
+    """Expert slots per routed token the run states (`CostParams.moe_capacity_factor`); 0: dropless."""
+    moe_one_hot_dispatch: bool = False
+    """The run states MaxText's dense-matmul MoE (`CostParams.moe_one_hot_dispatch`)."""
     names: list[str] = field(default_factory=list)
     """The `STATED` keys found, in the order read."""
 
@@ -93,8 +100,24 @@ def read_stated(run: dict[str, Any], conventions: str, recompute: str | None, no
         if grad_reduce not in GRAD_REDUCE:
             raise BandwiseError(f"run {brief(rid)}: grad_reduce {brief(grad_reduce)}: write one of {', '.join(GRAD_REDUCE)}")
         state("grad_reduce")
+    capacity, one_hot = _moe_capacity(p)
+    if capacity > 0:
+        state("moe_capacity")
     recipe = parse_fp8_recipe(run.get("precision")) if precision == "fp8" else None
     if recipe is not None:
         state("fp8_recipe")
     return Stated(precision=precision, overlap=overlap, compiled=compiled, grad_reduce=grad_reduce,
-                  selective_modules=modules, fp8_recipe=recipe, names=found)
+                  selective_modules=modules, fp8_recipe=recipe, moe_capacity_factor=capacity, moe_one_hot_dispatch=one_hot,
+                  names=found)
+
+
+def _moe_capacity(p: dict[str, Any]) -> tuple[float, bool]:
+    """(the capacity factor, whether the dispatch is one-hot) from the run's `moe_path` and `flags` wording,
+    MaxText's own names (`capacity_factor=1.25`, `sparse_matmul=False` or `dense_matmul`); (0, False) where
+    the run states no capacity above 0 (MaxText's default -1 is dropless, base.yml)."""
+    text = " ".join(str(p.get(k) or "") for k in ("moe_path", "flags")).lower()
+    m = re.search(r"capacity_factor\s*[=:]\s*(-?\d+(?:\.\d+)?)", text)
+    capacity = float(m.group(1)) if m else 0.0
+    if capacity <= 0:
+        return 0.0, False
+    return capacity, "dense_matmul" in text or "sparse_matmul=false" in text

@@ -118,6 +118,9 @@ class Case:
     priced as the engine behaviour `selective_modules`; None: its engine's."""
     fp8_recipe: str | None = None
     """The float8 recipe the run states, priced as `plan --fp8-recipe`; None: its engine's."""
+    moe_capacity_factor: float = 0.0
+    """The MoE capacity factor the run states (0: dropless) and whether its dispatch is one-hot (`Stated`)."""
+    moe_one_hot_dispatch: bool = False
     engine: str = DEFAULT_ENGINE
     """The engine (and version) the run was trained with: the source's, or the run's own `engine`."""
     token_scale: float = 1.0
@@ -255,7 +258,8 @@ def convert(run: dict[str, Any], sources: dict[str, Any] | None = None, engine_o
         model=layout.model, cluster=cluster, devices=devices, global_batch=layout.global_batch, fixed=fixed,
         schedules=layout.schedules, overlap=stated.overlap, completed=sorted(set(completed)), assumptions=notes,
         stated=stated.names, compiled=stated.compiled, grad_reduce=stated.grad_reduce, selective_modules=stated.selective_modules,
-        fp8_recipe=stated.fp8_recipe, engine=engine, token_scale=layout.token_scale, memory=published_memory(run),
+        fp8_recipe=stated.fp8_recipe, moe_capacity_factor=stated.moe_capacity_factor,
+        moe_one_hot_dispatch=stated.moe_one_hot_dispatch, engine=engine, token_scale=layout.token_scale, memory=published_memory(run),
     )
 
 

@@ -206,6 +206,8 @@ def priced(case: Case, params: CostParams = DEFAULT_PARAMS) -> CostParams:
         params = replace(params, grad_reduce_bytes=GRAD_REDUCE[case.grad_reduce])
     if case.fp8_recipe is not None:
         params = replace(params, fp8_recipe=case.fp8_recipe)
+    if case.moe_capacity_factor > 0:
+        params = replace(params, moe_capacity_factor=case.moe_capacity_factor, moe_one_hot_dispatch=case.moe_one_hot_dispatch)
     return replace(params, eager_elementwise=False) if case.compiled else params
 
 
@@ -367,7 +369,7 @@ def first_sight_summary(results: list[RunResult]) -> dict[str, Any]:
             a = np.abs(errs)
             return {"predicted": len(errs), "median_abs_error": float(np.median(a)), "p90_abs_error": float(np.percentile(a, 90)),
                     "median_signed_error": float(np.median(errs))}
-        return {"runs": len(rs), "refused": len(rs) - len(first), "first_sight": of(first), "now": of(now)}
+        return {"runs": len(rs), "refused": len(rs) - len(first), "refused_now": len(rs) - len(now), "first_sight": of(first), "now": of(now)}
 
     seen = [r for r in results if r.first_sight is not None]
     groups: dict[str, list[RunResult]] = {}

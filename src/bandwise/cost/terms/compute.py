@@ -9,7 +9,7 @@ at its power limit, not the datasheet's boost (`Device.sustained_clock_ratio`).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -195,6 +195,8 @@ def gemms_time(gemms: list[Gemm], m: ModelSpec, s: Shape, rates: Rates) -> np.nd
             n = np.where(ep_on, g.n, g.n / tp) if g.name == "mlp_up" else g.n
             k = g.k if g.name == "mlp_up" else np.where(ep_on, g.k, g.k / tp)
             total = total + gemm_time(rows_per_expert, n, k, peak, eff, bw, count=local_experts, sm_count=sms)
+        elif g.split == "expert_slots":  # one-hot MoE dispatch: the sequence's expert slots, split as the experts are
+            total = total + gemm_time(tokens * g.rows_per_token, g.n / np.maximum(ep, 1), g.k, peak, eff, bw, sm_count=sms)
         elif g.split == "col":
             total = total + gemm_time(tokens * g.rows_per_token, g.n / tp, g.k, peak, eff, bw, sm_count=sms)
         elif g.split == "row":
@@ -271,9 +273,27 @@ def attention_gemm_times(m: ModelSpec, gemms: Callable[[list[Gemm]], np.ndarray]
 
 def routed_ffn_times(m: ModelSpec, gemms: Callable[[list[Gemm]], np.ndarray], P: CostParams) -> tuple[np.ndarray, np.ndarray]:
     """(forward seconds of the main layers' feed-forward GEMMs, the extra seconds of the most loaded
-    expert's share, `CostParams.expert_imbalance`, on its routed GEMMs)."""
+    expert's share, `CostParams.expert_imbalance`, on its routed GEMMs). Under a capacity
+    (`CostParams.moe_capacity_factor`) the routed GEMMs compute capacity_factor slots per routed token,
+    and one-hot dispatch and combine (`moe_one_hot_dispatch`) are two GEMMs more (`capacity_gemms`)."""
     ffn = m.ffn_kind
-    return gemms(ffn.gemms()), (P.expert_imbalance - 1.0) * gemms(ffn.routed_gemms())
+    cf = P.moe_capacity_factor
+    if cf <= 0:
+        return gemms(ffn.gemms()), (P.expert_imbalance - 1.0) * gemms(ffn.routed_gemms())
+    padded = [replace(g, rows_per_token=g.rows_per_token * cf) if g.split == "expert" else g for g in ffn.gemms()]
+    routed = [replace(g, rows_per_token=g.rows_per_token * cf) for g in ffn.routed_gemms()]
+    extra = capacity_gemms(m, cf) if P.moe_one_hot_dispatch else []
+    return gemms(padded + extra), (P.expert_imbalance - 1.0) * gemms(routed)
+
+
+def capacity_gemms(m: ModelSpec, cf: float) -> list[Gemm]:
+    """MaxText's one-hot dispatch and combine as GEMMs (src/maxtext/layers/moe.py, `dense_matmul`): per token,
+    its h-wide row against the E·C slots of its sequence, E·C = S·k·cf, each way. The slots are the experts'
+    and split over EP as the experts are (an assumption: MaxText shards the einsum's expert dimension on its
+    expert axis)."""
+    slots = max(1, round(m.seq_len * m.top_k * cf))
+    return [Gemm(name="moe_dispatch", n=slots, k=m.hidden, rows_per_token=1.0, split="expert_slots"),
+            Gemm(name="moe_combine", n=slots, k=m.hidden, rows_per_token=1.0, split="expert_slots")]
 
 
 def layer_compute(m: ModelSpec, dev: Device, s: Shape, rates: Rates, P: CostParams) -> LayerCompute:
