@@ -1,0 +1,64 @@
+"""A calibration applied: the one place where measured factors change what the cost model reads.
+
+`calibrated(cluster, params, calibration)` returns the cluster with each measured level's bandwidth
+scaled and the cost parameters with the device's compute scaled (`CostParams.gemm_scale`,
+`attention_scale`, `hbm_efficiency` for the memory-bound kernels, `kernel_gap_s` for the host gaps).
+Every factor is a measured over modelled speed (`specs.calibration`); the datasheet figures stay in
+the cluster file and MFU stays against the datasheet peak.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from bandwise.cost.params import CostParams
+from bandwise.errors import BandwiseError
+from bandwise.specs.calibration import Calibration
+from bandwise.specs.hardware import Cluster
+
+
+def check_applies(cal: Calibration, cluster: Cluster, engine: str | None = None) -> None:
+    """A calibration applies to the device it was measured on, under its engine, and names only levels the cluster has."""
+    if cal.device != cluster.device.name:
+        raise BandwiseError(f"--calibration {cal.path or cal.name!r} was measured on {cal.device}, not on this cluster's {cluster.device.name}; "
+                            f"calibrate on {cluster.device.name} or plan on a {cal.device} cluster")
+    if engine is not None and cal.engine is not None and cal.engine != engine:
+        raise BandwiseError(f"--calibration {cal.path or cal.name!r} was measured under engine {cal.engine}, the plan is priced as {engine}; "
+                            f"use --engine {cal.engine} or calibrate under {engine}")
+    names = {lv.name for lv in cluster.levels}
+    unknown = sorted(set(cal.level_factors()) - names)
+    if unknown:
+        raise BandwiseError(f"--calibration {cal.path or cal.name!r}: level(s) {', '.join(unknown)} are not levels of cluster {cluster.name} "
+                            f"({', '.join(lv.name for lv in cluster.levels)}); name the cluster's levels in bandwidth.<level>")
+
+
+def calibrated_params(params: CostParams, cal: Calibration | None) -> CostParams:
+    """`params` with the calibration's compute factors: speeds multiply, the host gap divides."""
+    if cal is None:
+        return params
+    return replace(params, gemm_scale=params.gemm_scale * cal.value("gemm"), attention_scale=params.attention_scale * cal.value("attention"),
+                   hbm_efficiency=params.hbm_efficiency * cal.value("elementwise"), kernel_gap_s=params.kernel_gap_s / cal.value("host_gap"))
+
+
+def calibrated_cluster(cluster: Cluster, cal: Calibration | None) -> Cluster:
+    """`cluster` with each measured level's bandwidth scaled; the others keep their datasheet figure."""
+    if cal is None:
+        return cluster
+    for name, factor in cal.level_factors().items():
+        i = next(i for i, lv in enumerate(cluster.levels) if lv.name == name)
+        cluster = cluster.with_level(i, bandwidth=cluster.levels[i].bandwidth * factor)
+    return cluster
+
+
+def calibrated(cluster: Cluster, params: CostParams, cal: Calibration | None, engine: str | None = None) -> tuple[Cluster, CostParams]:
+    """The cluster and parameters a plan prices with under `cal` (checked to apply to them)."""
+    if cal is None:
+        return cluster, params
+    check_applies(cal, cluster, engine)
+    return calibrated_cluster(cluster, cal), calibrated_params(params, cal)
+
+
+def datasheet_levels(cal: Calibration, cluster: Cluster) -> list[str]:
+    """Levels of `cluster` whose bandwidth the calibration did not measure: the plan's band says they stay the datasheet's."""
+    measured = set(cal.level_factors()) | set(cal.levels_measured)
+    return [lv.name for lv in cluster.levels if lv.name not in measured]
