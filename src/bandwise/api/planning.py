@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from bandwise.api.inputs import (
+    calibration_of,
     cost_params,
     fraction,
     model_spec,
@@ -27,6 +28,7 @@ from bandwise.api.results import (
     SweepOutcome,
     ValidateResult,
 )
+from bandwise.cost.calibrated import calibrated
 from bandwise.cost.step import estimate as estimate_one
 from bandwise.errors import BandwiseError, NothingFits
 from bandwise.plan.advice import no_valid_layout
@@ -37,6 +39,7 @@ from bandwise.plan.sweep import compare as compare_clusters
 from bandwise.plan.sweep import sweep as sweep_points
 from bandwise.plan.validate import load_runs, run_all
 from bandwise.plan.verdict import THRESHOLD, decide, recommended, suggest_fit
+from bandwise.specs.calibration import Calibration
 from bandwise.specs.hardware import Cluster
 from bandwise.specs.model import ModelSpec
 from bandwise.specs.registry import DEFAULT_ENGINE, get_cluster, get_engine
@@ -93,21 +96,25 @@ def plan(
     pool: int | None = None,
     progress: Callable[[int], None] | None = None,
     must_fit: bool = True,
+    calibration: str | Path | Calibration | None = None,
 ) -> PlanResult:
     """Search every valid layout, rank those that fit by tokens/s per device, and decide whether
     pipeline parallelism is worth it (`bandwise plan --help` says how). `fix` pins fields
     ({"tp": 1, "schedule": "1F1B"}); `pool`: how many ranked layouts the search keeps (default
     enough that `top` remain after collapsing near-duplicates). `attention`, `eager` and `grad_reduce`
     ('fp32' or 'bf16': Megatron-LM's --grad-reduce-in-bf16, `cost.params.GRAD_REDUCE`) state the job's
-    kernels, fusion and gradient dtype over the engine's, as in `estimate`, `compare` and `sweep`."""
+    kernels, fusion and gradient dtype over the engine's, as in `estimate`, `compare` and `sweep`.
+    `calibration`: a file of measured factors (`bandwise calibrate`) applied to the cluster and the pricing."""
     spec = model_spec(model, seq_len)
     clus = load_cluster(cluster)
     clus.check_devices(devices)
+    cal = calibration_of(calibration)
     if not isinstance(top, int) or isinstance(top, bool) or not 1 <= top <= MAX_TOP:
         raise BandwiseError(f"--top={top!r} must be a whole number between 1 and {MAX_TOP}")
     gb = global_batch_of(spec, global_batch, global_batch_tokens, devices)
     precisions = precisions_of(precision)
     params = cost_params(headroom, attention, eager, engine, clus.device, grad_reduce)
+    clus, params = calibrated(clus, params, cal, get_engine(engine).label)
     if pool is None:  # a pool deep enough that collapsing near-duplicates still leaves `top` distinct layouts
         pool = top if all_layouts else max(20 * top, 100)
     kw = dict(top=pool, allow_pp=allow_pp, fixed=dict(fix or {}), precisions=precisions, overlap={"tp": overlap_tp}, params=params,
@@ -124,7 +131,7 @@ def plan(
         if must_fit:
             raise NothingFits(verdict.reason)
     return PlanResult(model=spec, cluster=clus, devices=devices, global_batch=gb, engine=get_engine(engine), params=params, search=result,
-                      decision=verdict, best=chosen, top=shown, hidden=hidden, search_options=kw)
+                      decision=verdict, best=chosen, top=shown, hidden=hidden, search_options=kw, calibration=cal)
 
 
 def estimate(
@@ -139,6 +146,7 @@ def estimate(
     attention: str | None = None,
     eager: bool | None = None,
     grad_reduce: str | None = None,
+    calibration: str | Path | Calibration | None = None,
     **degrees: Any,
 ) -> EstimateResult:
     """Price one layout: a `Strategy`, or its fields as keywords (dp_shard=8, tp=8, micro_batch=1,
@@ -153,8 +161,10 @@ def estimate(
     clus.check_devices(n)
     strategy.check(n, spec)
     params = cost_params(headroom, attention, eager, engine, clus.device, grad_reduce)
+    cal = calibration_of(calibration)
+    clus, params = calibrated(clus, params, cal, get_engine(engine).label)
     layout = Layout(strategy=strategy, estimate=estimate_one(spec, clus, strategy, params))
-    return EstimateResult(model=spec, cluster=clus, devices=n, engine=get_engine(engine), params=params, layout=layout)
+    return EstimateResult(model=spec, cluster=clus, devices=n, engine=get_engine(engine), params=params, layout=layout, calibration=cal)
 
 
 def compare(
@@ -246,13 +256,16 @@ def validate(
     *,
     source: str | None = None,
     engine: str | None = None,
+    calibration: str | Path | Calibration | None = None,
 ) -> ValidateResult:
     """Predict published training runs (the shipped ones, or a YAML file in their schema), each as
-    `plan --engine E` predicts it (E its source's engine, or `engine` for all), and report the error per run."""
+    `plan --engine E` predicts it (E its source's engine, or `engine` for all), and report the error per run.
+    `calibration` applies to the runs of the device and engine it was measured on."""
     if engine is not None:
         get_engine(engine)  # a name that is no engine is one line, not a reason on every run
+    cal = calibration_of(calibration)
     data, sources = load_runs(None if runs is None else Path(runs))
-    return ValidateResult(runs=run_all(data, source, sources=sources, engine=engine))
+    return ValidateResult(runs=run_all(data, source, sources=sources, engine=engine, calibration=cal))
 
 
 __all__ = ["MAX_TOP", "compare", "estimate", "listed", "load_cluster", "load_model", "plan", "sweep", "validate"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from bandwise.cost.calibrated import calibration_dict
 from bandwise.cost.params import CostParams
 from bandwise.cost.profiles import pricing_dict
 from bandwise.doctor.rules import Diagnosis
@@ -20,6 +21,7 @@ from bandwise.plan.sweep import PlanInputs, Point, SweepResult
 from bandwise.plan.validate import RunResult, report_dict
 from bandwise.plan.verdict import Verdict
 from bandwise.report.output import plain
+from bandwise.specs.calibration import Calibration
 from bandwise.specs.engine import Engine
 from bandwise.specs.hardware import Cluster
 from bandwise.specs.model import ModelSpec
@@ -51,6 +53,8 @@ class PlanResult:
     """Near-duplicates collapsed among the listed ones."""
     search_options: dict[str, Any] = field(default_factory=dict)
     """The keyword arguments the search ran with (`plan.search.search`), to search again alike."""
+    calibration: Calibration | None = None
+    """The measured factors the plan was priced with (`cost.calibrated`); `cluster` and `params` have them applied."""
 
     @property
     def needs_pp(self) -> bool | None:
@@ -88,6 +92,7 @@ class PlanResult:
             "validation": self.validation,
             "engine": self.engine.label,
             "pricing": pricing_dict(self.engine, self.params),
+            **({"calibration": calibration_dict(self.calibration, self.cluster)} if self.calibration else {}),
             "top": self.top,
         })
 
@@ -102,6 +107,8 @@ class EstimateResult:
     engine: Engine
     params: CostParams
     layout: Layout
+    calibration: Calibration | None = None
+    """The measured factors the layout was priced with; `cluster` and `params` have them applied."""
 
     @property
     def strategy(self) -> Strategy:
@@ -122,7 +129,8 @@ class EstimateResult:
         """`bandwise estimate --json`."""
         validation = band_dict(self.cluster.device.name, self.model.is_moe, self.devices, self.engine.label)
         return plain({**self.layout.to_dict(), "validation": validation, "engine": self.engine.label,
-                      "pricing": pricing_dict(self.engine, self.params)})
+                      "pricing": pricing_dict(self.engine, self.params),
+                      **({"calibration": calibration_dict(self.calibration, self.cluster)} if self.calibration else {})})
 
 
 def _common(inputs: PlanInputs) -> dict[str, Any]:

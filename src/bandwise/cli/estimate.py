@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
 
 from bandwise import api
 from bandwise.cli.options import (
     ATTENTION,
+    CALIBRATION,
     EAGER,
     EMIT,
     ENGINE,
@@ -15,6 +18,7 @@ from bandwise.cli.options import (
     model_option,
 )
 from bandwise.cli.points import priced_as
+from bandwise.cost.calibrated import calibration_line
 from bandwise.export import export
 from bandwise.plan.bands import band_line
 from bandwise.report import glossary
@@ -53,6 +57,7 @@ def estimate(
     grad_reduce: str | None = GRAD_REDUCE,
     json_out: bool = typer.Option(False, "--json", help="Print one JSON layout {strategy, estimate}."),
     emit: str | None = EMIT,
+    calibration: Path | None = CALIBRATION,
 ) -> None:
     out = Output(json_mode=json_out)
     emit = check_emit(emit, json_out, engine)
@@ -62,7 +67,7 @@ def estimate(
         precision=precision, overlap_tp=overlap_tp, overlap_ep=overlap_ep,
     )
     priced = api.estimate(model, cluster, devices, strategy=strategy, engine=engine, seq_len=seq_len, headroom=headroom, attention=attention, eager=eager,
-                          grad_reduce=grad_reduce)
+                          grad_reduce=grad_reduce, calibration=calibration)
     spec, clus, n, est, params = priced.model, priced.cluster, priced.devices, priced.layout.estimate, priced.params
     if emit:
         typer.echo(export(emit, spec, clus, strategy, n, est, params, model_source=model).text, nl=False)
@@ -72,6 +77,8 @@ def estimate(
         return
     out.print(f"[b]{spec.name}[/b] ({short_count(spec.total_params)} parameters) on [b]{n} x {clus.name}[/b]: {strategy.describe()}, micro-batch {micro_batch}, {strategy.effective_global_batch} sequences per step")
     out.print(priced_as(get_engine(engine), params))
+    if priced.calibration is not None:
+        out.print(calibration_line(priced.calibration, clus))
     if priced.engine_cannot:
         out.print(f"[yellow]{priced.engine.label} does not run this layout as priced: {priced.engine_cannot}; "
                   f"`bandwise plan --engine {priced.engine.label}` lists only layouts it runs[/yellow]")

@@ -73,6 +73,11 @@ ENGINE = typer.Option(
     help="The training engine the plan is priced as: a preset (bandwise engines), a version (megatron@2022), or an engine file.",
 )
 JSON_OUT = typer.Option(False, "--json", help="Print one JSON document.")
+CALIBRATION = typer.Option(
+    None, "--calibration",
+    help="A calibration file (bandwise calibrate): factors measured on this device and engine, applied to the cluster and the pricing; "
+    "levels it did not measure keep their datasheet bandwidth, and the header says which.",
+)
 EMIT = typer.Option(
     None, "--emit",
     help="Print the layout as a job for torchtitan, megatron or maxtext instead of the report; --emit alone: the --engine's own job.",

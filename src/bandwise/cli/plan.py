@@ -13,8 +13,10 @@ from rich.text import Text
 from bandwise import api
 from bandwise.api.pictures import draw
 from bandwise.api.planning import MAX_TOP
+from bandwise.cost.calibrated import calibration_line
 from bandwise.cli.options import (
     ATTENTION,
+    CALIBRATION,
     EAGER,
     EMIT,
     ENGINE,
@@ -121,6 +123,7 @@ def plan(
     pick: int | None = typer.Option(None, "--pick", help="With --emit: the layout in row PICK of the table (default: the recommended one)."),
     html_out: Path | None = typer.Option(None, "--html", help="Also write the plan as one self-contained HTML page (charts inline; opens offline) to this file."),
     png: Path | None = typer.Option(None, "--png", help="Also draw the layout space and the top layouts' step time and memory to this PNG."),
+    calibration: Path | None = CALIBRATION,
     ctx: typer.Context = typer.Option(None, hidden=True),
 ) -> None:
     out = Output(json_mode=json_out)
@@ -137,7 +140,7 @@ def plan(
         "engine": engine, "seq_len": seq_len, "global_batch": global_batch, "global_batch_tokens": global_batch_tokens, "top": top,
         "all_layouts": all_layouts, "allow_pp": not no_pp, "fix": _parse_fix(fix), "precision": precision, "threshold": threshold,
         "headroom": headroom, "attention": attention, "eager": eager, "grad_reduce": grad_reduce, "overlap_tp": overlap_tp, "exhaustive": exhaustive, "pool": pool,
-        "must_fit": False,
+        "must_fit": False, "calibration": calibration,
     }
     if json_out or emit:
         planned = api.plan(model, cluster, devices, **asked)
@@ -171,6 +174,8 @@ def plan(
             f"global batch {gb} sequences = {short_count(gb * spec.seq_len, tokens=True)} tokens"
         )
         out.print(priced_as(get_engine(engine), params))
+        if planned.calibration is not None:
+            out.print(calibration_line(planned.calibration, clus))
         fit = f"fit in {result.capacity_gib:.1f} GiB per device"
         if params.persistent_state:  # `CostParams.persistent_state`: the headroom is on what a step allocates and frees
             fit = (f"fit in {clus.device.hbm_bytes / GIB:.1f} GiB per device, {params.headroom:.0%} of what each step allocates and "

@@ -62,3 +62,18 @@ def datasheet_levels(cal: Calibration, cluster: Cluster) -> list[str]:
     """Levels of `cluster` whose bandwidth the calibration did not measure: the plan's band says they stay the datasheet's."""
     measured = set(cal.level_factors()) | set(cal.levels_measured)
     return [lv.name for lv in cluster.levels if lv.name not in measured]
+
+
+def calibration_dict(cal: Calibration, cluster: Cluster) -> dict[str, object]:
+    """What a plan's `--json` and pages say of its calibration: the file, each factor, what was measured and what was not."""
+    return {"label": cal.label, "file": cal.path or None, "device": cal.device, "engine": cal.engine, "evidence": cal.evidence,
+            "factors": {f.name: f.value for f in cal.factors}, "levels_measured": [n for n in cal.level_factors() if n in {lv.name for lv in cluster.levels}],
+            "levels_datasheet": datasheet_levels(cal, cluster)}
+
+
+def calibration_line(cal: Calibration, cluster: Cluster) -> str:
+    """The header line of a calibrated plan: which file, and which levels stay the datasheet's (extrapolated)."""
+    sheet = datasheet_levels(cal, cluster)
+    rest = (f"; {', '.join(sheet)} bandwidth from the datasheet (not measured by this calibration: the band there is the uncalibrated one)"
+            if sheet else "; every level measured")
+    return f"calibrated by {cal.label}{rest}"

@@ -19,15 +19,16 @@ its measured tokens/s per device. The fit works in log space, where a factor is 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
-from bandwise.cost.calibrated import calibrated_cluster, calibrated_params
 from bandwise.cost.params import DEFAULT_PARAMS, CostParams
 from bandwise.errors import BandwiseError
-from bandwise.plan.runs import Case
-from bandwise.plan.validate import RunResult, predict
+from bandwise.plan.runs import Case, convert, load_runs
+from bandwise.plan.validate import RunResult, predict_with
+from bandwise.specs.model import clip
 from bandwise.specs.calibration import BANDWIDTH, TERM_FACTORS, Calibration, Factor
 
 MIN_SENSITIVITY = 0.02
@@ -52,9 +53,7 @@ class Measured:
 
 def predict_calibrated(case: Case, cal: Calibration | None, params: CostParams = DEFAULT_PARAMS) -> RunResult:
     """`validate.predict` of the run with the calibration's factors applied to its cluster and parameters."""
-    if cal is None:
-        return predict(case, params)
-    return predict(replace(case, cluster=calibrated_cluster(case.cluster, cal)), calibrated_params(params, cal))
+    return predict_with(case, params, cal)
 
 
 def _trial(case: Case, speed: float, level: str | None = None, bandwidth: float = 1.0, levels: tuple[str, ...] = ()) -> Calibration:
@@ -150,7 +149,8 @@ def fit_runs(runs: list[Measured], params: CostParams = DEFAULT_PARAMS, *, evide
         errs = [_log_error(m, _trial(m.case, speed, level, bandwidth, levels), params) for m in runs]
         how = f"{len(runs)} runs by least squares in log space, the stack's speed and bandwidth.{level} apart from it"
     residual = float(np.sqrt(np.mean(np.square(errs))))
-    frm = f"{how}: {described}"
+    frm = how
+    evidence = f"{evidence}; {described}" if evidence else described
     together = [*TERM_FACTORS, *(BANDWIDTH + n for n in levels if n != level or x is None)]
     factors = [Factor(name=n, value=speed, fitted_from=frm, residual=residual, confounded_with=tuple(c for c in together if c != n))
                for n in together]
@@ -182,3 +182,30 @@ def _gauss_newton(runs: list[Measured], params: CostParams, level: str, levels: 
         if done:
             break
     return x
+
+
+def measured_runs(path: str | Path | None, run_ids: list[str] | None = None, engine: str | None = None) -> list[Measured]:
+    """The runs of a file in the published_runs schema (`validate --runs`), those named by `run_ids` or
+    all, each as a layout with its measured tokens/s per device; a run that names no known layout is a one-line error."""
+    data, sources = load_runs(None if path is None else Path(path))
+    if run_ids:
+        known = {str(r.get("id")) for r in data}
+        missing = [r for r in run_ids if r not in known]
+        if missing:
+            raise BandwiseError(f"--run {missing[0]!r}: no run of that id in the runs file; known: {clip(', '.join(sorted(known)), 300)}")
+        data = [r for r in data if str(r.get("id")) in run_ids]
+    if not data:
+        raise BandwiseError("calibrate: the runs file holds no run; give at least one measured run of a known layout")
+    out = []
+    for run in data:
+        case = convert(run, sources, engine_override=engine)
+        out.append(Measured(case=case, tokens_per_s_per_device=case.target))
+    return out
+
+
+def calibrate_runs(path: str | Path | None, run_ids: list[str] | None = None, engine: str | None = None,
+                   params: CostParams = DEFAULT_PARAMS) -> Calibration:
+    """`bandwise calibrate --runs FILE [--run ID ...]`: the factors the runs identify (`fit_runs`)."""
+    runs = measured_runs(path, run_ids, engine)
+    where = "the shipped published runs" if path is None else f"runs file {Path(path).name}"
+    return fit_runs(runs, params, evidence=f"{where}: {', '.join(m.case.id for m in runs)}", name=f"calibrated from {where}")

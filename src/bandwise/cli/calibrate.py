@@ -1,0 +1,62 @@
+"""`bandwise calibrate`: fit the factors that measured runs identify and write them as a calibration file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from bandwise.errors import BandwiseError
+from bandwise.files import write_text_atomic
+from bandwise.specs.calibration import Calibration
+from bandwise.plan.calibrate import calibrate_runs
+from bandwise.report.output import Output
+
+HELP = """Fit a calibration from runs you measured: tokens/s per device of known layouts on your cluster,
+in the published_runs schema that `bandwise validate --runs` reads (--runs; --run ID picks runs of it).
+
+One run identifies one factor, the stack's speed: every term (GEMM, attention, element-wise, host
+gaps and the bandwidth of each level the run crosses) at one value, which the file says are
+confounded. Runs at several scales whose communication weighs differently also identify the
+bandwidth of the outermost level they cross, by least squares in log space. Levels no run crosses
+keep their datasheet bandwidth, and plans made with the file say so.
+
+The file (--out) is read by plan, estimate and validate (--calibration) and by the Python API.
+"""
+
+
+def _factors_table(cal: Calibration) -> Table:
+    t = Table(title=f"Calibration of {cal.device}{' under ' + cal.engine if cal.engine else ''} (factor = measured / modelled speed)")
+    for col in ("factor", "value", "residual", "fitted from", "confounded with"):
+        t.add_column(col, justify="right" if col in ("value", "residual") else "left", overflow="fold")
+    for f in cal.factors:
+        t.add_row(f.name, f"{f.value:.3f}", "-" if f.residual is None else f"{f.residual:.1%}", f.fitted_from, ", ".join(f.confounded_with) or "-")
+    return t
+
+
+def calibrate(
+    runs: Path | None = typer.Option(None, "--runs", help="Measured runs, a YAML file in the published_runs schema (validate --runs)."),
+    run: list[str] = typer.Option(None, "--run", help="Only this run of the file (repeat for several); default: every run."),
+    engine: str | None = typer.Option(None, "--engine", "-e", help="Price every run as this engine, not as the engine each run's source names."),
+    out_path: Path | None = typer.Option(None, "--out", "-o", help="Write the calibration file here (YAML)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the calibration as one JSON document."),
+) -> None:
+    out = Output(json_mode=json_out)
+    if runs is None:
+        raise BandwiseError("calibrate needs evidence: give --runs FILE (measured runs of known layouts, the validate runs schema)")
+    cal = calibrate_runs(runs, list(run or []) or None, engine)
+    if out_path is not None:
+        write_text_atomic(out_path, cal.to_yaml(), what="the calibration")
+    if json_out:
+        out.emit_json(cal.to_dict())
+        return
+    out.print(_factors_table(cal))
+    out.print(f"evidence: {cal.evidence}")
+    out.print(f"measured levels: {', '.join(cal.levels_measured) or 'none'}; from the datasheet: {', '.join(cal.levels_datasheet) or 'none'}")
+    if out_path is not None:
+        out.print(f"calibration written to {out_path}; use it with --calibration {out_path}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("calibrate", help=HELP)(calibrate)
