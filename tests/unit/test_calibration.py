@@ -151,3 +151,16 @@ def test_cli_calibrate_then_validate(tmp_path):
     assert math.isclose(one["error"], 0.0, abs_tol=1e-3)
     bad = subprocess.run([*cli, "plan", "--calibration", str(tmp_path / "missing.yaml")], capture_output=True, text=True)
     assert bad.returncode != 0 and len(bad.stderr.strip().splitlines()) == 1 and "no such file" in bad.stderr
+
+
+def test_compare_applies_a_calibration_to_the_clusters_of_its_device_only(tmp_path):
+    path = tmp_path / "cal.yaml"
+    path.write_text(Calibration(device="h100-sxm", factors=(Factor(name="gemm", value=0.5), Factor(name="attention", value=0.5))).to_yaml())
+    kw = dict(devices=8, global_batch=8, engine="megatron")
+    plain = api.compare("llama3-8b", "h100,a100-80g", **kw)
+    slow = api.compare("llama3-8b", "h100,a100-80g", calibration=path, **kw)
+    mfu = lambda r: [p.best.estimate.mfu for p in r.points]  # noqa: E731
+    assert mfu(slow)[0] < 0.8 * mfu(plain)[0] and mfu(slow)[1] == mfu(plain)[1]
+    assert slow.to_dict()["calibration"]["file"] == str(path)
+    with pytest.raises(BandwiseError, match="none of the clusters"):
+        api.compare("llama3-8b", "a100-80g", calibration=path, **kw)

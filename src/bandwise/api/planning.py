@@ -10,6 +10,7 @@ raises the `BandwiseError` whose message the command prints as its one line; `pl
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -187,19 +188,22 @@ def compare(
     jobs: int = 1,
     exhaustive: bool = False,
     on_point: Callable[[Point], None] | None = None,
+    calibration: str | Path | Calibration | None = None,
 ) -> CompareResult:
-    """Plan one model on each cluster (comma-separated names, or a list of names and `Cluster`s)."""
+    """Plan one model on each cluster (comma-separated names, or a list of names and `Cluster`s); `calibration`
+    applies to the clusters of the device it was measured on, the others keep their datasheet figures."""
     inputs, cl = compare_inputs(model, clusters, devices, engine=engine, seq_len=seq_len, global_batch=global_batch,
                                 global_batch_tokens=global_batch_tokens, precision=precision, threshold=threshold, headroom=headroom,
                                 overlap_tp=overlap_tp, overlap_ep=overlap_ep, attention=attention, eager=eager, grad_reduce=grad_reduce, jobs=jobs,
-                                exhaustive=exhaustive)
+                                exhaustive=exhaustive, calibration=calibration)
     return CompareResult(inputs=inputs, clusters=cl, points=compare_clusters(inputs, cl, jobs=jobs, on_point=on_point))
 
 
 def compare_inputs(model: str | ModelSpec, clusters: str | list[str | Cluster], devices: int, *, engine: str, seq_len: int | None,
                    global_batch: int | None, global_batch_tokens: int | None, precision: str, threshold: float, headroom: float,
                    overlap_tp: bool, overlap_ep: bool, attention: str | None, eager: bool | None, jobs: int,
-                   exhaustive: bool, grad_reduce: str | None = None) -> tuple[PlanInputs, list[Cluster]]:
+                   exhaustive: bool, grad_reduce: str | None = None,
+                   calibration: str | Path | Calibration | None = None) -> tuple[PlanInputs, list[Cluster]]:
     """`compare`'s inputs, every one checked before any planning starts (the command draws its bar after)."""
     names = [c.strip() for c in clusters.split(",") if c.strip()] if isinstance(clusters, str) else list(clusters)
     # the clusters share one command's bound on candidates
@@ -216,6 +220,14 @@ def compare_inputs(model: str | ModelSpec, clusters: str | list[str | Cluster], 
     cl = [load_cluster(c) for c in names]
     for c in cl:
         c.check_devices(inputs.devices)
+    cal = calibration_of(calibration)
+    if cal is not None:
+        if not any(c.device.name == cal.device for c in cl):
+            raise BandwiseError(f"--calibration {cal.path or cal.name!r} was measured on {cal.device}, which none of the clusters has; "
+                                f"add a {cal.device} cluster or drop --calibration")
+        label = get_engine(engine).label
+        cl = [calibrated(c, inputs.params, cal, label)[0] if c.device.name == cal.device else c for c in cl]
+        inputs = replace(inputs, calibration=cal)
     return inputs, cl
 
 
@@ -239,15 +251,21 @@ def sweep(
     grad_reduce: str | None = None,
     exhaustive: bool = False,
     on_point: Callable[[Point], None] | None = None,
+    calibration: str | Path | Calibration | None = None,
 ) -> SweepOutcome:
     """Re-plan one model while one interconnect quantity of a base cluster changes
-    (`vary="scale-up-size=8,16,72"` or `"scale-out-bandwidth=25,50,100"`, GB/s per device)."""
+    (`vary="scale-up-size=8,16,72"` or `"scale-out-bandwidth=25,50,100"`, GB/s per device); `calibration`
+    applies to the base cluster (a swept bandwidth is the value swept, not calibrated)."""
     spec = parse_vary(vary)
     base = load_cluster(base_cluster)
+    cal = calibration_of(calibration)
     # the shared enumeration holds its candidates in memory and each value searches them again: half the bound
     inputs = plan_inputs(model, devices, seq_len, global_batch, global_batch_tokens, precision, threshold, headroom, overlap_tp, overlap_ep,
                      None if exhaustive else SEARCH_ROWS // 2, attention, eager, engine, grad_reduce)
     base.check_devices(inputs.devices)
+    if cal is not None:
+        base = calibrated(base, inputs.params, cal, get_engine(engine).label)[0]
+        inputs = replace(inputs, calibration=cal)
     return SweepOutcome(inputs=inputs, result=sweep_points(inputs, base, spec, on_point=on_point))
 
 

@@ -136,8 +136,10 @@ class EstimateResult:
 def _common(inputs: PlanInputs) -> dict[str, Any]:
     """The fields every point of a comparison or sweep shares."""
     engine = inputs.pricing.engine.label if inputs.pricing else None
+    cal = inputs.calibration
     return {"model": inputs.model.name, "devices": inputs.devices, "global_batch": inputs.global_batch, "threshold": inputs.threshold,
-            "engine": engine}
+            "engine": engine, **({"calibration": {"label": cal.label, "file": cal.path or None, "device": cal.device,
+                                                  "factors": {f.name: f.value for f in cal.factors}}} if cal is not None else {})}
 
 
 @dataclass(kw_only=True, slots=True)

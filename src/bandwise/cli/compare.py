@@ -10,6 +10,7 @@ import typer
 from bandwise import api
 from bandwise.cli.options import (
     ATTENTION,
+    CALIBRATION,
     EAGER,
     ENGINE,
     EXHAUSTIVE,
@@ -80,12 +81,13 @@ def compare(
     html_out: Path | None = typer.Option(None, "--html", help="Also write the result as one self-contained HTML page (the chart inline; opens offline) to this file."),
     exhaustive: bool = EXHAUSTIVE,
     json_out: bool = JSON_OUT,
+    calibration: Path | None = CALIBRATION,
 ) -> None:
     out = Output(json_mode=json_out)
     names = [c.strip() for c in clusters.split(",") if c.strip()]
     asked = {"engine": engine, "seq_len": seq_len, "global_batch": global_batch, "global_batch_tokens": global_batch_tokens, "precision": precision,
              "threshold": threshold, "headroom": headroom, "overlap_tp": overlap_tp, "overlap_ep": overlap_ep, "attention": attention, "eager": eager, "grad_reduce": grad_reduce,
-             "jobs": jobs, "exhaustive": exhaustive}
+             "jobs": jobs, "exhaustive": exhaustive, "calibration": calibration}
     api.planning.compare_inputs(model, clusters, devices, **{k: v for k, v in asked.items()})  # refuse before the bar draws
     held: list[api.CompareResult] = []
 

@@ -10,6 +10,7 @@ import typer
 from bandwise import api
 from bandwise.cli.options import (
     ATTENTION,
+    CALIBRATION,
     EAGER,
     ENGINE,
     EXHAUSTIVE,
@@ -77,6 +78,7 @@ def sweep(
     html_out: Path | None = typer.Option(None, "--html", help="Also write the result as one self-contained HTML page (the chart inline; opens offline) to this file."),
     exhaustive: bool = EXHAUSTIVE,
     json_out: bool = JSON_OUT,
+    calibration: Path | None = CALIBRATION,
 ) -> None:
     out = Output(json_mode=json_out)
     spec = parse_vary(vary)
@@ -84,7 +86,7 @@ def sweep(
     labels = [vary_cluster(base, spec.kind, v).name for v in spec.values]
     asked = {"base_cluster": base, "engine": engine, "seq_len": seq_len, "global_batch": global_batch, "global_batch_tokens": global_batch_tokens,
              "precision": precision, "threshold": threshold, "headroom": headroom, "overlap_tp": overlap_tp, "overlap_ep": overlap_ep,
-             "attention": attention, "eager": eager, "grad_reduce": grad_reduce, "exhaustive": exhaustive}
+             "attention": attention, "eager": eager, "grad_reduce": grad_reduce, "exhaustive": exhaustive, "calibration": calibration}
     held: list[api.SweepOutcome] = []
 
     def run(done: Callable[[Point], None]) -> list[Point]:
