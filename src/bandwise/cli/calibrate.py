@@ -10,6 +10,7 @@ from rich.table import Table
 from bandwise.errors import BandwiseError
 from bandwise.files import write_text_atomic
 from bandwise.specs.calibration import Calibration
+from bandwise.specs.registry import get_cluster
 from bandwise.plan.calibrate import calibrate_runs
 from bandwise.report.output import Output
 
@@ -21,6 +22,10 @@ gaps and the bandwidth of each level the run crosses) at one value, which the fi
 confounded. Runs at several scales whose communication weighs differently also identify the
 bandwidth of the outermost level they cross, by least squares in log space. Levels no run crosses
 keep their datasheet bandwidth, and plans made with the file say so.
+
+--bench, under torchrun, times the collectives at each level of --cluster that the job's ranks reach
+and writes each level's bandwidth factor (measured over the cost model's time for the same group);
+levels the job does not reach stay the datasheet's.
 
 The file (--out) is read by plan, estimate and validate (--calibration) and by the Python API.
 """
@@ -39,13 +44,26 @@ def calibrate(
     runs: Path | None = typer.Option(None, "--runs", help="Measured runs, a YAML file in the published_runs schema (validate --runs)."),
     run: list[str] = typer.Option(None, "--run", help="Only this run of the file (repeat for several); default: every run."),
     engine: str | None = typer.Option(None, "--engine", "-e", help="Price every run as this engine, not as the engine each run's source names."),
+    bench: bool = typer.Option(False, "--bench", help="Time all-gather, reduce-scatter, all-reduce and all-to-all at each level of --cluster the job's ranks reach (run under torchrun: gloo on CPUs, NCCL on GPUs)."),
+    cluster: str = typer.Option("h100", "--cluster", "-c", help="With --bench: the cluster preset or file whose levels the job's ranks sit on."),
     out_path: Path | None = typer.Option(None, "--out", "-o", help="Write the calibration file here (YAML)."),
     json_out: bool = typer.Option(False, "--json", help="Print the calibration as one JSON document."),
 ) -> None:
     out = Output(json_mode=json_out)
-    if runs is None:
-        raise BandwiseError("calibrate needs evidence: give --runs FILE (measured runs of known layouts, the validate runs schema)")
-    cal = calibrate_runs(runs, list(run or []) or None, engine)
+    if bench and runs is not None:
+        raise BandwiseError("calibrate: give one kind of evidence, --runs FILE or --bench, not both")
+    if bench:
+        from bandwise.doctor.bench import bench_calibration  # torch, only where collectives are timed
+
+        found = bench_calibration(get_cluster(cluster))
+        if found is None:  # not rank 0: rank 0 writes and prints
+            return
+        cal = found[0]
+    elif runs is None:
+        raise BandwiseError("calibrate needs evidence: give --runs FILE (measured runs of known layouts, the validate runs schema), "
+                            "or --bench under torchrun")
+    else:
+        cal = calibrate_runs(runs, list(run or []) or None, engine)
     if out_path is not None:
         write_text_atomic(out_path, cal.to_yaml(), what="the calibration")
     if json_out:

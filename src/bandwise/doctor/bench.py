@@ -115,10 +115,11 @@ OPS = _ops
 
 
 def run_bench(cluster: Cluster, *, sizes: tuple[int, ...] = SIZES, collectives: tuple[str, ...] = COLLECTIVE_NAMES,
-              reps: int = 7, warmup: int = 2, device: torch.device | None = None) -> tuple[list[Timing], list[str]]:
+              reps: int = 7, iters: int = 4, warmup: int = 2, device: torch.device | None = None) -> tuple[list[Timing], list[str]]:
     """Time every collective at every size on every level the job spans (call on every rank). Returns the
-    timings (the slowest rank's fastest repetition: what the link sustains when nothing else runs,
-    the figure a bandwidth is; a shared machine only ever adds time) and the collectives the backend refused, as 'level/collective'."""
+    timings (the slowest rank's fastest repetition of `iters` collectives back to back, as nccl-tests
+    time them, so that the ranks' skew leaving the barrier is shared out; the fastest, because a
+    shared machine only ever adds time) and the collectives the backend refused, as 'level/collective'."""
     if not dist.is_initialized():
         raise BandwiseError("calibrate --bench times collectives between ranks: run it under torchrun with 2 or more processes")
     world, rank = dist.get_world_size(), dist.get_rank()
@@ -156,10 +157,11 @@ def run_bench(cluster: Cluster, *, sizes: tuple[int, ...] = SIZES, collectives: 
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
             t0 = time.perf_counter()
-            op()
+            for _ in range(iters):
+                op()
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
-            best[(level, name, n)] = min(best[(level, name, n)], time.perf_counter() - t0)
+            best[(level, name, n)] = min(best[(level, name, n)], (time.perf_counter() - t0) / iters)
     keys, medians = list(best), list(best.values())
     slowest = torch.tensor(medians, dtype=torch.float64)
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX)  # a collective ends when its slowest rank does
@@ -250,4 +252,5 @@ def bench_calibration(cluster: Cluster, *, sizes: tuple[int, ...] = SIZES, reps:
         return calibration_from_bench(cluster, world, fits, refused, name=f"collectives on {world} ranks"), fits
     finally:
         if created:
+            dist.barrier()  # gloo may abort at exit while a worker thread still holds the last collective (tests/dist)
             dist.destroy_process_group()
