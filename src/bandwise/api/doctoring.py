@@ -26,7 +26,8 @@ from bandwise.doctor.signals import signals_from_trace
 from bandwise.errors import BandwiseError
 from bandwise.specs.hardware import Cluster
 from bandwise.specs.model import ModelSpec
-from bandwise.specs.registry import DEFAULT_ENGINE, get_cluster
+from bandwise.specs.calibration import Calibration
+from bandwise.specs.registry import DEFAULT_ENGINE, get_cluster, get_engine
 from bandwise.specs.strategy import Strategy
 
 MAX_MB = 65536
@@ -142,3 +143,35 @@ def expand_trace_paths(paths: list[Path]) -> list[Path]:
         else:
             out.append(p)
     return out
+
+
+def calibrate_trace(
+    traces: str | Path | list[str | Path] | None = None,
+    *,
+    strategy: Strategy,
+    model: str | ModelSpec,
+    cluster: str | Cluster,
+    seq_len: int | None = None,
+    engine: str | None = None,
+    attention: str | None = None,
+    eager: bool | None = None,
+    grad_reduce: str | None = None,
+    max_mb: int = MAX_MB,
+    jobs: int = 0,
+    diagnosed: DoctorResult | None = None,
+) -> Calibration:
+    """A calibration from profiler traces of a known layout (`doctor.calibration`): each compute class's
+    factor so that the plan of `strategy` spends what the traces measured. `diagnosed`: the result of
+    `diagnose` on the same traces, read again from it (`doctor trace --calibrate`)."""
+    from bandwise.doctor.calibration import calibrate_analyses
+
+    s, spec, clus, _ = priced(strategy, model, cluster, seq_len, attention, eager, engine, grad_reduce)
+    params = cost_params(DEFAULT_PARAMS.headroom, attention, eager, engine or DEFAULT_ENGINE, clus.device, grad_reduce)
+    if diagnosed is None:
+        if traces is None:
+            raise BandwiseError("calibrate: give the trace files or a directory of them")
+        paths = expand_trace_paths([Path(p) for p in (traces if isinstance(traces, list) else [traces])])
+        analyses, names = read_traces(paths, max_mb << 20, jobs), [p.name for p in paths]
+    else:
+        names, analyses = list(diagnosed.analyses), list(diagnosed.analyses.values())
+    return calibrate_analyses(analyses, spec, clus, s, params, engine=get_engine(engine or DEFAULT_ENGINE).label, names=names)

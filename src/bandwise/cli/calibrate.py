@@ -1,4 +1,4 @@
-"""`bandwise calibrate`: fit the factors that measured runs identify and write them as a calibration file."""
+"""`bandwise calibrate`: fit the factors that traces, measured runs or collective benchmarks identify, and write them as a calibration file."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
+from bandwise.cli.options import EAGER
+from bandwise.cli.train import load_strategy
 from bandwise.errors import BandwiseError
 from bandwise.files import write_text_atomic
 from bandwise.specs.calibration import Calibration
@@ -14,8 +16,13 @@ from bandwise.specs.registry import get_cluster
 from bandwise.plan.calibrate import calibrate_runs
 from bandwise.report.output import Output
 
-HELP = """Fit a calibration from runs you measured: tokens/s per device of known layouts on your cluster,
-in the published_runs schema that `bandwise validate --runs` reads (--runs; --run ID picks runs of it).
+HELP = """Fit a calibration from traces, runs or collectives you measured.
+
+Traces (TRACE ... --strategy plan.json --model M --cluster C): each compute class the doctor measures
+(GEMMs, attention, memory-bound kernels, idle time as host gaps) gets the factor that makes the plan of
+that layout spend what the trace spent in it.
+
+Runs (--runs FILE): tokens/s per device of known layouts on your cluster, in the published_runs schema that `bandwise validate --runs` reads (--runs; --run ID picks runs of it).
 
 One run identifies one factor, the stack's speed: every term (GEMM, attention, element-wise, host
 gaps and the bandwidth of each level the run crosses) at one value, which the file says are
@@ -41,6 +48,10 @@ def _factors_table(cal: Calibration) -> Table:
 
 
 def calibrate(
+    traces: list[Path] = typer.Argument(None, help="Profiler traces of a job of known layout (.json or .json.gz, one per rank, or a directory), with --strategy, --model and --cluster."),
+    strategy: str | None = typer.Option(None, "--strategy", help="With traces: the job's layout, `bandwise plan --json` or `estimate --json` output."),
+    model: str | None = typer.Option(None, "--model", "-m", help="With traces: the model the job trains (preset or config.json)."),
+    eager: bool = EAGER,
     runs: Path | None = typer.Option(None, "--runs", help="Measured runs, a YAML file in the published_runs schema (validate --runs)."),
     run: list[str] = typer.Option(None, "--run", help="Only this run of the file (repeat for several); default: every run."),
     engine: str | None = typer.Option(None, "--engine", "-e", help="Price every run as this engine, not as the engine each run's source names."),
@@ -50,9 +61,16 @@ def calibrate(
     json_out: bool = typer.Option(False, "--json", help="Print the calibration as one JSON document."),
 ) -> None:
     out = Output(json_mode=json_out)
-    if bench and runs is not None:
-        raise BandwiseError("calibrate: give one kind of evidence, --runs FILE or --bench, not both")
-    if bench:
+    if sum([bool(traces), runs is not None, bench]) > 1:
+        raise BandwiseError("calibrate: give one kind of evidence: traces, --runs FILE or --bench")
+    if traces:
+        if strategy is None or model is None:
+            raise BandwiseError("calibrate TRACE needs the job's layout: add --strategy plan.json, --model and --cluster")
+        from bandwise import api
+
+        cal = api.doctoring.calibrate_trace([str(t) for t in traces], strategy=load_strategy(strategy, None), model=model, cluster=cluster,
+                                            engine=engine, eager=eager)
+    elif bench:
         from bandwise.doctor.bench import bench_calibration  # torch, only where collectives are timed
 
         found = bench_calibration(get_cluster(cluster))
@@ -60,8 +78,8 @@ def calibrate(
             return
         cal = found[0]
     elif runs is None:
-        raise BandwiseError("calibrate needs evidence: give --runs FILE (measured runs of known layouts, the validate runs schema), "
-                            "or --bench under torchrun")
+        raise BandwiseError("calibrate needs evidence: profiler traces with --strategy, --runs FILE (measured runs of known layouts, "
+                            "the validate runs schema), or --bench under torchrun")
     else:
         cal = calibrate_runs(runs, list(run or []) or None, engine)
     if out_path is not None:

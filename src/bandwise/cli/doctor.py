@@ -57,6 +57,7 @@ def trace(
     attention: str = ATTENTION,
     eager: bool = EAGER,
     grad_reduce: str | None = GRAD_REDUCE,
+    calibrate: Path = typer.Option(None, "--calibrate", help="With --strategy: also write a calibration file fitted from the traces in the same pass (bandwise calibrate TRACE)."),
 ) -> None:
     """Analyse PyTorch profiler traces: per-step breakdown, findings sorted by expected gain, fixes.
 
@@ -72,6 +73,12 @@ def trace(
                          grad_reduce=grad_reduce,
                          bf16=bf16, max_mb=max_mb, jobs=jobs)
     d, title = found.diagnosis, found.title
+    if calibrate is not None:
+        if loaded is None:
+            raise BandwiseError("--calibrate fits the plan of the traces' layout: add --strategy plan.json with --model and --cluster")
+        cal = api.doctoring.calibrate_trace(strategy=loaded, model=model, cluster=cluster, seq_len=seq_len, engine=engine, attention=attention,
+                                            eager=eager, grad_reduce=grad_reduce, diagnosed=found)
+        write_text_atomic(calibrate, cal.to_yaml(), what="the calibration")
     if html_out:
         write_doctor_html(found, html_out, command_line(ctx))
     if json_out:
@@ -80,6 +87,8 @@ def trace(
         print_report(out, d, title)
         if html_out:
             out.print(f"HTML report: {html_out}")
+        if calibrate is not None:
+            out.print(f"calibration written to {calibrate}: {cal.label}")
 
 
 def _plan_for(strategy: str | None, pick: int | None, model: str | None, cluster: str | None, seq_len: int | None,

@@ -12,9 +12,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 from bandwise.cost.params import CostParams
+from bandwise.cost.step import estimate
 from bandwise.errors import BandwiseError
-from bandwise.specs.calibration import Calibration
+from bandwise.specs.calibration import Calibration, Factor
 from bandwise.specs.hardware import Cluster
+from bandwise.specs.model import ModelSpec
+from bandwise.specs.strategy import Strategy
 
 
 def check_applies(cal: Calibration, cluster: Cluster, engine: str | None = None) -> None:
@@ -77,3 +80,19 @@ def calibration_line(cal: Calibration, cluster: Cluster) -> str:
     rest = (f"; {', '.join(sheet)} bandwidth from the datasheet (not measured by this calibration: the band there is the uncalibrated one)"
             if sheet else "; every level measured")
     return f"calibrated by {cal.label}{rest}"
+
+
+CLASS_FACTORS = ("gemm", "attention", "elementwise", "host_gap")
+"""The compute classes a trace measures apart, by the factor that scales each (`specs.calibration`)."""
+
+
+def class_seconds(model: ModelSpec, cluster: Cluster, strategy: Strategy, params: CostParams) -> dict[str, float]:
+    """Seconds of the step the cost model spends in each of `CLASS_FACTORS`: a class's time goes as
+    1 / its factor, so doubling the factor takes half of it away, T_c = 2 (T(1) - T(2)) (exact where
+    the class is not hidden behind another; the trace fit iterates, `doctor.calibration`)."""
+    base = estimate(model, cluster, strategy, params).step_time_s
+    out = {}
+    for name in CLASS_FACTORS:
+        doubled = calibrated_params(params, Calibration(device=cluster.device.name, factors=(Factor(name=name, value=2.0),)))
+        out[name] = max(0.0, 2.0 * (base - estimate(model, cluster, strategy, doubled).step_time_s))
+    return out

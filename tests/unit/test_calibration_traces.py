@@ -1,0 +1,64 @@
+"""Calibration from bandwise's own GPU traces (tests/data/traces): the plan of the traced layout,
+calibrated from the trace, reproduces the trace's step and each class the doctor measured in it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bandwise import api
+from bandwise.cost.calibrated import class_seconds
+from bandwise.doctor.measured import StepClasses
+from bandwise.specs.strategy import Strategy
+
+TRACES = Path(__file__).resolve().parents[1] / "data" / "traces"
+JOBS = {
+    # the layouts and flags their READMEs give
+    "h100_dense1b": dict(trace="trace_dense1b.json.gz", cluster="h100", strategy=Strategy(micro_batch=4, global_batch=4), eager=True),
+    "h200_moe1b": dict(trace="trace_moe-1b.json.gz", cluster="h200", strategy=Strategy(micro_batch=8, global_batch=8), eager=None),
+}
+
+
+@pytest.mark.parametrize("job", sorted(JOBS))
+def test_a_trace_replays_through_its_calibration(job, tmp_path):
+    j = JOBS[job]
+    folder = TRACES / job
+    model = str(folder / "model.yaml")
+    kw = dict(strategy=j["strategy"], model=model, cluster=j["cluster"], eager=j["eager"])
+    found = api.diagnose(folder / j["trace"], **kw)
+    measured = StepClasses.of(next(iter(found.analyses.values()))["signals"])
+    cal = api.doctoring.calibrate_trace(diagnosed=found, **kw)
+    path = tmp_path / "cal.yaml"
+    path.write_text(cal.to_yaml())
+    plain = api.estimate(model, j["cluster"], strategy=j["strategy"], eager=j["eager"])
+    replay = api.estimate(model, j["cluster"], strategy=j["strategy"], eager=j["eager"], calibration=path)
+    step = replay.layout.estimate.step_time_s * 1e3
+    assert step == pytest.approx(measured.step_ms, rel=0.05)
+    # the uncalibrated plan is further off than the replay (else the test would show nothing)
+    assert abs(plain.layout.estimate.step_time_s * 1e3 / measured.step_ms - 1) > abs(step / measured.step_ms - 1)
+    classes = class_seconds(replay.model, replay.cluster, j["strategy"], replay.params)
+    for name, ms in measured.by_factor().items():
+        if ms > 0.02 * measured.step_ms:  # a class of under 2% of the step is noise at 10%
+            assert classes[name] * 1e3 == pytest.approx(ms, rel=0.10), name
+
+
+def test_doctor_trace_writes_the_calibration_in_the_same_pass(tmp_path):
+    import subprocess
+    import sys
+
+    folder = TRACES / "h100_dense1b"
+    plan = tmp_path / "plan.json"
+    cli = [sys.executable, "-m", "bandwise"]
+    est = subprocess.run([*cli, "estimate", "--model", str(folder / "model.yaml"), "--cluster", "h100", "--micro-batch", "4",
+                          "--global-batch", "4", "--json"], capture_output=True, text=True)
+    plan.write_text(est.stdout)
+    cal = tmp_path / "cal.yaml"
+    res = subprocess.run([*cli, "doctor", "trace", str(folder / "trace_dense1b.json.gz"), "--strategy", str(plan), "--model",
+                          str(folder / "model.yaml"), "--cluster", "h100", "--eager", "--calibrate", str(cal)], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    replay = api.estimate(str(folder / "model.yaml"), "h100", strategy=JOBS["h100_dense1b"]["strategy"], eager=True, calibration=cal)
+    found = api.diagnose(folder / "trace_dense1b.json.gz")
+    assert replay.layout.estimate.step_time_s * 1e3 == pytest.approx(StepClasses.of(next(iter(found.analyses.values()))["signals"]).step_ms, rel=0.05)
+    bad = subprocess.run([*cli, "doctor", "trace", str(folder / "trace_dense1b.json.gz"), "--calibrate", str(cal)], capture_output=True, text=True)
+    assert bad.returncode == 2 and "add --strategy" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
