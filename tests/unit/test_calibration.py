@@ -164,3 +164,22 @@ def test_compare_applies_a_calibration_to_the_clusters_of_its_device_only(tmp_pa
     assert slow.to_dict()["calibration"]["file"] == str(path)
     with pytest.raises(BandwiseError, match="none of the clusters"):
         api.compare("llama3-8b", "a100-80g", calibration=path, **kw)
+
+
+def test_a_calibration_folded_into_cluster_and_engine_files_prices_as_the_file_does(tmp_path):
+    from bandwise.cost.calibrated import folded_cluster, folded_engine
+    from bandwise.specs.hardware import cluster_to_file_dict
+    from bandwise.specs.registry import get_engine
+
+    cal = Calibration(device="h100-sxm", engine="megatron", factors=(
+        Factor(name="gemm", value=0.9), Factor(name="attention", value=0.7), Factor(name="elementwise", value=0.6),
+        Factor(name="host_gap", value=0.5), Factor(name="bandwidth.infiniband", value=0.4)))
+    (tmp_path / "cal.yaml").write_text(cal.to_yaml())
+    (tmp_path / "cluster.yaml").write_text(yaml.safe_dump(cluster_to_file_dict(folded_cluster(get_cluster("h100"), cal))))
+    (tmp_path / "engine.yaml").write_text(yaml.safe_dump(folded_engine(get_engine("megatron"), get_cluster("h100").device, cal).to_dict()))
+    s = Strategy(dp_replicate=2, dp_shard=8, micro_batch=1, global_batch=16)
+    with_file = api.estimate("llama3-8b", "h100", strategy=s, engine="megatron", calibration=tmp_path / "cal.yaml")
+    folded = api.estimate("llama3-8b", str(tmp_path / "cluster.yaml"), strategy=s, engine=str(tmp_path / "engine.yaml"))
+    assert folded.layout.estimate.step_time_s == pytest.approx(with_file.layout.estimate.step_time_s, rel=1e-9)
+    with pytest.raises(BandwiseError, match="past 1"):
+        folded_cluster(get_cluster("h100"), Calibration(device="h100-sxm", factors=(Factor(name="gemm", value=1.5),)))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+import yaml
 from rich.table import Table
 
 from bandwise.cli.options import EAGER
@@ -12,8 +13,10 @@ from bandwise.cli.train import load_strategy
 from bandwise.errors import BandwiseError
 from bandwise.files import write_text_atomic
 from bandwise.specs.calibration import Calibration
-from bandwise.specs.registry import get_cluster
-from bandwise.plan.calibrate import calibrate_runs
+from bandwise.specs.registry import DEFAULT_ENGINE, get_cluster, get_engine
+from bandwise.cost.calibrated import folded_cluster, folded_engine
+from bandwise.plan.calibrate import calibrate_runs, measured_runs
+from bandwise.specs.hardware import cluster_to_file_dict
 from bandwise.report.output import Output
 
 HELP = """Fit a calibration from traces, runs or collectives you measured.
@@ -58,6 +61,8 @@ def calibrate(
     bench: bool = typer.Option(False, "--bench", help="Time all-gather, reduce-scatter, all-reduce and all-to-all at each level of --cluster the job's ranks reach (run under torchrun: gloo on CPUs, NCCL on GPUs)."),
     cluster: str = typer.Option("h100", "--cluster", "-c", help="With --bench: the cluster preset or file whose levels the job's ranks sit on."),
     out_path: Path | None = typer.Option(None, "--out", "-o", help="Write the calibration file here (YAML)."),
+    write_cluster: Path | None = typer.Option(None, "--write-cluster", help="Also write the cluster with the calibration folded in (levels' bandwidth, GEMM and attention efficiencies): a file --cluster reads."),
+    write_engine: Path | None = typer.Option(None, "--write-engine", help="Also write the engine with the calibration folded in (memory-bound kernels' HBM efficiency, host gaps on this device): a file --engine reads."),
     json_out: bool = typer.Option(False, "--json", help="Print the calibration as one JSON document."),
 ) -> None:
     out = Output(json_mode=json_out)
@@ -82,6 +87,14 @@ def calibrate(
                             "the validate runs schema), or --bench under torchrun")
     else:
         cal = calibrate_runs(runs, list(run or []) or None, engine)
+    if write_cluster is not None or write_engine is not None:
+        clus = measured_runs(runs, list(run or []) or None, engine)[0].case.cluster if runs is not None else get_cluster(cluster)
+        if write_cluster is not None:
+            write_text_atomic(write_cluster, yaml.safe_dump(cluster_to_file_dict(folded_cluster(clus, cal)), sort_keys=False),
+                              what="the calibrated cluster")
+        if write_engine is not None:
+            eng = folded_engine(get_engine(engine or cal.engine or DEFAULT_ENGINE), clus.device, cal)
+            write_text_atomic(write_engine, yaml.safe_dump(eng.to_dict(), sort_keys=False), what="the calibrated engine")
     if out_path is not None:
         write_text_atomic(out_path, cal.to_yaml(), what="the calibration")
     if json_out:
@@ -92,6 +105,9 @@ def calibrate(
     out.print(f"measured levels: {', '.join(cal.levels_measured) or 'none'}; from the datasheet: {', '.join(cal.levels_datasheet) or 'none'}")
     if out_path is not None:
         out.print(f"calibration written to {out_path}; use it with --calibration {out_path}")
+    for path, what, flag in ((write_cluster, "cluster", "--cluster"), (write_engine, "engine", "--engine")):
+        if path is not None:
+            out.print(f"calibrated {what} written to {path}; use it with {flag} {path}")
 
 
 def register(app: typer.Typer) -> None:

@@ -12,10 +12,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 from bandwise.cost.params import CostParams
+from bandwise.cost.profiles import params_for
 from bandwise.cost.step import estimate
 from bandwise.errors import BandwiseError
 from bandwise.specs.calibration import Calibration, Factor
-from bandwise.specs.hardware import Cluster
+from bandwise.specs.engine import Behaviour, Engine
+from bandwise.specs.hardware import Cluster, Device
 from bandwise.specs.model import ModelSpec
 from bandwise.specs.strategy import Strategy
 
@@ -96,3 +98,37 @@ def class_seconds(model: ModelSpec, cluster: Cluster, strategy: Strategy, params
         doubled = calibrated_params(params, Calibration(device=cluster.device.name, factors=(Factor(name=name, value=2.0),)))
         out[name] = max(0.0, 2.0 * (base - estimate(model, cluster, strategy, doubled).step_time_s))
     return out
+
+
+def folded_cluster(cluster: Cluster, cal: Calibration) -> Cluster:
+    """`cluster` with the calibration written into it (`calibrate --write-cluster`): each measured level's
+    bandwidth, and the device's GEMM and attention efficiencies, scaled. What a cluster file cannot hold
+    (the memory-bound kernels and host gaps are the engine's: `folded_engine`) stays out."""
+    check_applies(cal, cluster)
+    device = cluster.device
+    changes: dict[str, object] = {}
+    for name, fields_ in (("gemm", ("gemm_efficiency", "fp8_gemm_efficiency")), ("attention", ("attention_efficiency", "fa2_attention_efficiency"))):
+        for f in fields_:
+            value = getattr(device, f)
+            if value is None or cal.value(name) == 1.0:
+                continue
+            scaled = value * cal.value(name)
+            if scaled > 1.0:
+                raise BandwiseError(f"--write-cluster: {name} x{cal.value(name):.3g} takes the device's {f} {value:g} past 1 ({scaled:.3g}): "
+                                    f"the device's figure is not the one to change; keep the calibration file beside the cluster (--calibration)")
+            changes[f] = scaled
+    folded = calibrated_cluster(cluster, cal)
+    return replace(folded, name=f"{cluster.name}-calibrated", device=replace(device, **changes),
+                   source=f"{cluster.source}; calibrated by {cal.label}".lstrip("; "))
+
+
+def folded_engine(engine: Engine, device: Device, cal: Calibration) -> Engine:
+    """`engine` with the calibration's memory-bound and host-gap factors as behaviours on its device
+    (`calibrate --write-engine`): `hbm_efficiency` and `kernel_gap_s`, which engines set."""
+    params = params_for(engine, device)
+    scaled = {"hbm_efficiency": params.hbm_efficiency * cal.value("elementwise"), "kernel_gap_s": params.kernel_gap_s / cal.value("host_gap")}
+    source = f"calibrated by {cal.label}"
+    kept = tuple(b for b in engine.behaviours if b.field not in scaled)
+    added = tuple(Behaviour(field=k, value=float(v), source=source, devices=(device.name.lower(),)) for k, v in scaled.items())
+    return replace(engine, name=f"{engine.name}-calibrated", title=f"{engine.title} (calibrated on {device.name})", version="",
+                   behaviours=kept + added, versions={})
