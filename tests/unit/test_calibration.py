@@ -183,3 +183,22 @@ def test_a_calibration_folded_into_cluster_and_engine_files_prices_as_the_file_d
     assert folded.layout.estimate.step_time_s == pytest.approx(with_file.layout.estimate.step_time_s, rel=1e-9)
     with pytest.raises(BandwiseError, match="past 1"):
         folded_cluster(get_cluster("h100"), Calibration(device="h100-sxm", factors=(Factor(name="gemm", value=1.5),)))
+
+
+def test_the_page_shows_each_factor_against_its_preset():
+    import re
+
+    from bandwise.cost.calibrated import preset_figures
+    from bandwise.report.calibration_page import calibration_page
+
+    cal = Calibration(device="h100-sxm", factors=(Factor(name="gemm", value=0.9, residual=0.01), Factor(name="host_gap", value=0.5),
+                                                  Factor(name="bandwidth.infiniband", value=0.4)))
+    cluster = get_cluster("h100")
+    figures = preset_figures(cal, cluster, DEFAULT_PARAMS)
+    assert figures["gemm"][2] == pytest.approx(cluster.device.gemm_efficiency * 0.9)
+    assert figures["host_gap"][2] == pytest.approx(DEFAULT_PARAMS.kernel_gap_s / 0.5)
+    assert figures["bandwidth.infiniband"][2] == pytest.approx(cluster.levels[1].bandwidth * 0.4)
+    html = calibration_page(cal.to_dict(), figures)
+    shown = dict(re.findall(r'data-json="factors\.([^"]+)\.value" data-value="([^"]+)"', html))
+    assert {k: float(v) for k, v in shown.items()} == {f.name: f.value for f in cal.factors}
+    assert "<svg" in html

@@ -14,7 +14,9 @@ from bandwise.errors import BandwiseError
 from bandwise.files import write_text_atomic
 from bandwise.specs.calibration import Calibration
 from bandwise.specs.registry import DEFAULT_ENGINE, get_cluster, get_engine
-from bandwise.cost.calibrated import folded_cluster, folded_engine
+from bandwise.cost.calibrated import folded_cluster, folded_engine, preset_figures
+from bandwise.cost.profiles import params_for
+from bandwise.report.calibration_page import calibration_page
 from bandwise.plan.calibrate import calibrate_runs, measured_runs
 from bandwise.specs.hardware import cluster_to_file_dict
 from bandwise.report.output import Output
@@ -64,6 +66,7 @@ def calibrate(
     write_cluster: Path | None = typer.Option(None, "--write-cluster", help="Also write the cluster with the calibration folded in (levels' bandwidth, GEMM and attention efficiencies): a file --cluster reads."),
     write_engine: Path | None = typer.Option(None, "--write-engine", help="Also write the engine with the calibration folded in (memory-bound kernels' HBM efficiency, host gaps on this device): a file --engine reads."),
     json_out: bool = typer.Option(False, "--json", help="Print the calibration as one JSON document."),
+    html_out: Path | None = typer.Option(None, "--html", help="Also write a page showing each factor against the preset figure it scales."),
 ) -> None:
     out = Output(json_mode=json_out)
     if sum([bool(traces), runs is not None, bench]) > 1:
@@ -87,8 +90,11 @@ def calibrate(
                             "the validate runs schema), or --bench under torchrun")
     else:
         cal = calibrate_runs(runs, list(run or []) or None, engine)
-    if write_cluster is not None or write_engine is not None:
+    if write_cluster is not None or write_engine is not None or html_out is not None:
         clus = measured_runs(runs, list(run or []) or None, engine)[0].case.cluster if runs is not None else get_cluster(cluster)
+        if html_out is not None:
+            params = params_for(get_engine(engine or cal.engine or DEFAULT_ENGINE), clus.device)
+            write_text_atomic(html_out, calibration_page(cal.to_dict(), preset_figures(cal, clus, params)), what="the calibration page")
         if write_cluster is not None:
             write_text_atomic(write_cluster, yaml.safe_dump(cluster_to_file_dict(folded_cluster(clus, cal)), sort_keys=False),
                               what="the calibrated cluster")
@@ -105,6 +111,8 @@ def calibrate(
     out.print(f"measured levels: {', '.join(cal.levels_measured) or 'none'}; from the datasheet: {', '.join(cal.levels_datasheet) or 'none'}")
     if out_path is not None:
         out.print(f"calibration written to {out_path}; use it with --calibration {out_path}")
+    if html_out is not None:
+        out.print(f"page written to {html_out}")
     for path, what, flag in ((write_cluster, "cluster", "--cluster"), (write_engine, "engine", "--engine")):
         if path is not None:
             out.print(f"calibrated {what} written to {path}; use it with {flag} {path}")

@@ -132,3 +132,20 @@ def folded_engine(engine: Engine, device: Device, cal: Calibration) -> Engine:
     added = tuple(Behaviour(field=k, value=float(v), source=source, devices=(device.name.lower(),)) for k, v in scaled.items())
     return replace(engine, name=f"{engine.name}-calibrated", title=f"{engine.title} (calibrated on {device.name})", version="",
                    behaviours=kept + added, versions={})
+
+
+def preset_figures(cal: Calibration, cluster: Cluster, params: CostParams) -> dict[str, tuple[str, float, float]]:
+    """{factor: (the figure it scales, its preset value, its calibrated value)} for the page that shows both."""
+    dev = cluster.device
+    base = {"gemm": ("device gemm_efficiency", dev.gemm_efficiency), "attention": ("device attention_efficiency", dev.attention_efficiency),
+            "elementwise": ("engine hbm_efficiency", params.hbm_efficiency), "host_gap": ("engine kernel_gap_s (s)", params.kernel_gap_s)}
+    levels = {lv.name: lv.bandwidth for lv in cluster.levels}
+    out = {}
+    for f in cal.factors:
+        if f.name in base:
+            what, v = base[f.name]
+            out[f.name] = (what, v, v / f.value if f.name == "host_gap" else v * f.value)
+        elif f.name[len("bandwidth."):] in levels:
+            v = levels[f.name[len("bandwidth."):]]
+            out[f.name] = (f"level {f.name[len('bandwidth.'):]} bandwidth (B/s per device)", v, v * f.value)
+    return out
