@@ -10,6 +10,7 @@ import pytest
 from bandwise import api
 from bandwise.cost.calibrated import class_seconds
 from bandwise.doctor.measured import StepClasses
+from bandwise.errors import BandwiseError
 from bandwise.specs.strategy import Strategy
 
 TRACES = Path(__file__).resolve().parents[1] / "data" / "traces"
@@ -62,3 +63,18 @@ def test_doctor_trace_writes_the_calibration_in_the_same_pass(tmp_path):
     assert replay.layout.estimate.step_time_s * 1e3 == pytest.approx(StepClasses.of(next(iter(found.analyses.values()))["signals"]).step_ms, rel=0.05)
     bad = subprocess.run([*cli, "doctor", "trace", str(folder / "trace_dense1b.json.gz"), "--calibrate", str(cal)], capture_output=True, text=True)
     assert bad.returncode == 2 and "add --strategy" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_doctor_sets_the_trace_against_the_calibrated_plan(tmp_path):
+    j = JOBS["h100_dense1b"]
+    folder = TRACES / "h100_dense1b"
+    kw = dict(strategy=j["strategy"], model=str(folder / "model.yaml"), cluster="h100", eager=True)
+    found = api.diagnose(folder / j["trace"], **kw)
+    path = tmp_path / "cal.yaml"
+    path.write_text(api.doctoring.calibrate_trace(diagnosed=found, **kw).to_yaml())
+    again = api.diagnose(folder / j["trace"], calibration=path, **kw)
+    plan = again.to_dict()["signals"]["against_plan"]
+    row = next(t for t in plan["terms"] if t["name"] == "step")
+    assert row["predicted_ms"] == pytest.approx(row["measured_ms"], rel=0.05) and str(path) in plan["calibration"]
+    with pytest.raises(BandwiseError, match="add --strategy"):
+        api.diagnose(folder / j["trace"], calibration=path)

@@ -57,6 +57,7 @@ def trace(
     attention: str = ATTENTION,
     eager: bool = EAGER,
     grad_reduce: str | None = GRAD_REDUCE,
+    calibration: Path = typer.Option(None, "--calibration", help="With --strategy: price the plan with this calibration file (bandwise calibrate)."),
     calibrate: Path = typer.Option(None, "--calibrate", help="With --strategy: also write a calibration file fitted from the traces in the same pass (bandwise calibrate TRACE)."),
 ) -> None:
     """Analyse PyTorch profiler traces: per-step breakdown, findings sorted by expected gain, fixes.
@@ -71,7 +72,7 @@ def trace(
     out = Output(json_mode=json_out)
     found = api.diagnose(paths, strategy=loaded, model=model, cluster=cluster, seq_len=seq_len, engine=engine, attention=attention, eager=eager,
                          grad_reduce=grad_reduce,
-                         bf16=bf16, max_mb=max_mb, jobs=jobs)
+                         bf16=bf16, max_mb=max_mb, jobs=jobs, calibration=calibration)
     d, title = found.diagnosis, found.title
     if calibrate is not None:
         if loaded is None:
@@ -85,6 +86,8 @@ def trace(
         out.emit_json(found.to_dict())
     else:
         print_report(out, d, title)
+        if calibration is not None:
+            out.print(f"the plan set against the traces was priced with the calibration {calibration}")
         if html_out:
             out.print(f"HTML report: {html_out}")
         if calibrate is not None:
