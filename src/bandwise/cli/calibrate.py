@@ -17,7 +17,8 @@ from bandwise.specs.registry import DEFAULT_ENGINE, get_cluster, get_engine
 from bandwise.cost.calibrated import folded_cluster, folded_engine, preset_figures
 from bandwise.cost.profiles import params_for
 from bandwise.report.calibration_page import calibration_page
-from bandwise.plan.calibrate import calibrate_runs, measured_runs
+from bandwise.api.inputs import model_spec
+from bandwise.plan.calibrate import calibrate_log, calibrate_runs, measured_runs
 from bandwise.specs.hardware import cluster_to_file_dict
 from bandwise.report.output import Output
 
@@ -27,7 +28,10 @@ Traces (TRACE ... --strategy plan.json --model M --cluster C): each compute clas
 (GEMMs, attention, memory-bound kernels, idle time as host gaps) gets the factor that makes the plan of
 that layout spend what the trace spent in it.
 
-Runs (--runs FILE): tokens/s per device of known layouts on your cluster, in the published_runs schema that `bandwise validate --runs` reads (--runs; --run ID picks runs of it).
+Runs (--runs FILE): tokens/s per device of known layouts on your cluster, in the published_runs schema
+that `bandwise validate --runs` reads (--run ID picks runs of it); or one job's own log with its layout
+(--runs LOG --strategy plan.json --model M --cluster C): bandwise train's metrics JSONL, TorchTitan's
+step lines (tps) or Megatron-LM's iteration lines (elapsed time per iteration).
 
 One run identifies one factor, the stack's speed: every term (GEMM, attention, element-wise, host
 gaps and the bandwidth of each level the run crosses) at one value, which the file says are
@@ -54,10 +58,10 @@ def _factors_table(cal: Calibration) -> Table:
 
 def calibrate(
     traces: list[Path] = typer.Argument(None, help="Profiler traces of a job of known layout (.json or .json.gz, one per rank, or a directory), with --strategy, --model and --cluster."),
-    strategy: str | None = typer.Option(None, "--strategy", help="With traces: the job's layout, `bandwise plan --json` or `estimate --json` output."),
-    model: str | None = typer.Option(None, "--model", "-m", help="With traces: the model the job trains (preset or config.json)."),
+    strategy: str | None = typer.Option(None, "--strategy", help="With traces or a log (--runs LOG): the job's layout, `bandwise plan --json` or `estimate --json` output."),
+    model: str | None = typer.Option(None, "--model", "-m", help="With traces or a log: the model the job trains (preset or config.json)."),
     eager: bool = EAGER,
-    runs: Path | None = typer.Option(None, "--runs", help="Measured runs, a YAML file in the published_runs schema (validate --runs)."),
+    runs: Path | None = typer.Option(None, "--runs", help="Measured runs, a YAML file in the published_runs schema (validate --runs); with --strategy and --model, one job's log: bandwise train's metrics JSONL, TorchTitan's or Megatron-LM's log lines."),
     run: list[str] = typer.Option(None, "--run", help="Only this run of the file (repeat for several); default: every run."),
     engine: str | None = typer.Option(None, "--engine", "-e", help="Price every run as this engine, not as the engine each run's source names."),
     bench: bool = typer.Option(False, "--bench", help="Time all-gather, reduce-scatter, all-reduce and all-to-all at each level of --cluster the job's ranks reach (run under torchrun: gloo on CPUs, NCCL on GPUs)."),
@@ -88,10 +92,14 @@ def calibrate(
     elif runs is None:
         raise BandwiseError("calibrate needs evidence: profiler traces with --strategy, --runs FILE (measured runs of known layouts, "
                             "the validate runs schema), or --bench under torchrun")
+    elif strategy is not None:  # a job's own log of a known layout
+        if model is None:
+            raise BandwiseError("calibrate --runs LOG --strategy needs the job's --model and --cluster")
+        cal = calibrate_log(runs, load_strategy(strategy, None), model_spec(model, None), get_cluster(cluster), get_engine(engine or DEFAULT_ENGINE).label)
     else:
         cal = calibrate_runs(runs, list(run or []) or None, engine)
     if write_cluster is not None or write_engine is not None or html_out is not None:
-        clus = measured_runs(runs, list(run or []) or None, engine)[0].case.cluster if runs is not None else get_cluster(cluster)
+        clus = measured_runs(runs, list(run or []) or None, engine)[0].case.cluster if runs is not None and strategy is None else get_cluster(cluster)
         if html_out is not None:
             params = params_for(get_engine(engine or cal.engine or DEFAULT_ENGINE), clus.device)
             write_text_atomic(html_out, calibration_page(cal.to_dict(), preset_figures(cal, clus, params)), what="the calibration page")

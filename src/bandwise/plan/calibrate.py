@@ -26,9 +26,12 @@ import numpy as np
 
 from bandwise.cost.params import DEFAULT_PARAMS, CostParams
 from bandwise.errors import BandwiseError
+from bandwise.plan.run_logs import logged_case
 from bandwise.plan.runs import Case, convert, load_runs
 from bandwise.plan.validate import RunResult, predict_with
-from bandwise.specs.model import clip
+from bandwise.specs.hardware import Cluster
+from bandwise.specs.model import ModelSpec, clip
+from bandwise.specs.strategy import Strategy
 from bandwise.specs.calibration import BANDWIDTH, TERM_FACTORS, Calibration, Factor
 
 MIN_SENSITIVITY = 0.02
@@ -209,3 +212,12 @@ def calibrate_runs(path: str | Path | None, run_ids: list[str] | None = None, en
     runs = measured_runs(path, run_ids, engine)
     where = "the shipped published runs" if path is None else f"runs file {Path(path).name}"
     return fit_runs(runs, params, evidence=f"{where}: {', '.join(m.case.id for m in runs)}", name=f"calibrated from {where}")
+
+
+def calibrate_log(path: str | Path, strategy: Strategy, model: ModelSpec, cluster: Cluster, engine: str,
+                  params: CostParams = DEFAULT_PARAMS) -> Calibration:
+    """`bandwise calibrate --runs LOG --strategy plan.json --model M --cluster C`: one run of a known layout,
+    its throughput read from the job's own log (`plan.run_logs`), one factor for the stack."""
+    case, run = logged_case(path, strategy, model, cluster, engine)
+    return fit_runs([Measured(case=case, tokens_per_s_per_device=run.tokens_per_s_per_device)], params,
+                    evidence=f"{Path(path).name} ({run.format}, median of {run.measurements} steps)", name=f"calibrated from {Path(path).name}")
