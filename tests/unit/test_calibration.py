@@ -202,3 +202,22 @@ def test_the_page_shows_each_factor_against_its_preset():
     shown = dict(re.findall(r'data-json="factors\.([^"]+)\.value" data-value="([^"]+)"', html))
     assert {k: float(v) for k, v in shown.items()} == {f.name: f.value for f in cal.factors}
     assert "<svg" in html
+
+
+@pytest.mark.parametrize("args, words", [
+    ((), "calibrate needs evidence"),
+    (("--runs", "x.yaml", "--bench"), "one kind of evidence"),
+    (("--runs", "NOSUCH.yaml"), "no such file"),
+    (("--run", "no-such-run", "--runs", "SHIPPED"), "--run 'no-such-run'"),
+    (("--bench", "--cluster", "h100"), "run it under torchrun"),
+    (("trace.json", "--model", "debug"), "needs the job's layout"),
+    (("--runs", "log.txt", "--strategy", "plan.json"), "needs the job's --model"),
+])
+def test_calibrate_refuses_bad_input_in_one_line(capsys, args, words):
+    from entry import in_process
+
+    from bandwise.plan.runs import default_runs_path
+
+    args = tuple(str(default_runs_path()) if a == "SHIPPED" else a for a in args)
+    res = in_process(capsys, "calibrate", *args)
+    assert res.returncode == 2 and words in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
