@@ -60,6 +60,26 @@ def main() -> None:
         print(title)
         for name in ("none", "one scalar", "calibrated"):
             print(f"  {name:11s} {stats(bucket[name])}")
+    # two runs of a model at different scales (the smallest and the largest device count) identify more where
+    # their communication weighs differently (`fit_runs`); predict the model's other runs
+    two = defaultdict(list)
+    fitted_apart = 0
+    for key in sorted(pairs):
+        runs_of = sorted((c for c in cases if (stack(c), c.model.name) == key), key=lambda c: c.devices)
+        if len(runs_of) < 3 or runs_of[0].devices == runs_of[-1].devices:
+            continue
+        ends = [runs_of[0], runs_of[-1]]
+        cal = fit_runs([Measured(case=c, tokens_per_s_per_device=c.target) for c in ends])
+        fitted_apart += any(not f.confounded_with for f in cal.factors)
+        for j in runs_of[1:-1]:
+            two["none"].append(base[j.id].error)
+            two["two runs"].append(predict_calibrated(j, cal).predicted / j.target - 1)
+            one = cals[ends[0].id]
+            two["one run (the smallest)"].append(predict_calibrated(j, one).predicted / j.target - 1)
+    print(f"same model, calibrated from its smallest and largest scale, predicting the scales between "
+          f"(a network factor fitted apart in {fitted_apart} of the models)")
+    for name in ("none", "one run (the smallest)", "two runs"):
+        print(f"  {name:22s} {stats(two[name])}")
     print(f"{time.perf_counter() - start:.0f} s")
 
 

@@ -8,19 +8,19 @@ import typer
 import yaml
 from rich.table import Table
 
+from bandwise.api.inputs import model_spec
 from bandwise.cli.options import EAGER
 from bandwise.cli.train import load_strategy
-from bandwise.errors import BandwiseError
-from bandwise.files import write_text_atomic
-from bandwise.specs.calibration import Calibration
-from bandwise.specs.registry import DEFAULT_ENGINE, get_cluster, get_engine
 from bandwise.cost.calibrated import folded_cluster, folded_engine, preset_figures
 from bandwise.cost.profiles import params_for
-from bandwise.report.calibration_page import calibration_page
-from bandwise.api.inputs import model_spec
+from bandwise.errors import BandwiseError
+from bandwise.files import write_text_atomic
 from bandwise.plan.calibrate import calibrate_log, calibrate_runs, measured_runs
-from bandwise.specs.hardware import cluster_to_file_dict
+from bandwise.report.calibration_page import calibration_page
 from bandwise.report.output import Output
+from bandwise.specs.calibration import Calibration
+from bandwise.specs.hardware import cluster_to_file_dict
+from bandwise.specs.registry import DEFAULT_ENGINE, get_cluster, get_engine
 
 HELP = """Fit a calibration from traces, runs or collectives you measured.
 
