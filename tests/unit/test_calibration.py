@@ -211,6 +211,7 @@ def test_the_page_shows_each_factor_against_its_preset():
     (("--bench", "--cluster", "h100"), "run it under torchrun"),
     (("trace.json", "--model", "debug"), "needs the job's layout"),
     (("--runs", "log.txt", "--strategy", "plan.json"), "needs the job's --model"),
+    (("trace.json", "--strategy", "plan.json"), "needs the job's --model"),
 ])
 def test_calibrate_refuses_bad_input_in_one_line(capsys, args, words):
     from entry import in_process

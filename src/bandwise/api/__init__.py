@@ -12,6 +12,7 @@ over these functions.
 
 from __future__ import annotations
 
+from bandwise.api.calibrating import calibrate
 from bandwise.api.doctoring import diagnose
 from bandwise.api.planning import (
     compare,
@@ -41,6 +42,7 @@ __all__ = [
     "PlanResult",
     "SweepOutcome",
     "ValidateResult",
+    "calibrate",
     "compare",
     "diagnose",
     "estimate",

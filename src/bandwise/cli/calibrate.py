@@ -5,22 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-import yaml
 from rich.table import Table
 
-from bandwise.api.inputs import model_spec
+from bandwise.api.calibrating import calibrate as calibrate_evidence
+from bandwise.api.calibrating import write_files
 from bandwise.cli.options import EAGER
 from bandwise.cli.train import load_strategy
-from bandwise.cost.calibrated import folded_cluster, folded_engine, preset_figures
-from bandwise.cost.profiles import params_for
 from bandwise.errors import BandwiseError
-from bandwise.files import write_text_atomic
-from bandwise.plan.calibrate import calibrate_log, calibrate_runs, measured_runs
-from bandwise.report.calibration_page import calibration_page
 from bandwise.report.output import Output
 from bandwise.specs.calibration import Calibration
-from bandwise.specs.hardware import cluster_to_file_dict
-from bandwise.specs.registry import DEFAULT_ENGINE, get_cluster, get_engine
 
 HELP = """Fit a calibration from traces, runs or collectives you measured.
 
@@ -73,44 +66,14 @@ def calibrate(
     html_out: Path | None = typer.Option(None, "--html", help="Also write a page showing each factor against the preset figure it scales."),
 ) -> None:
     out = Output(json_mode=json_out)
-    if sum([bool(traces), runs is not None, bench]) > 1:
-        raise BandwiseError("calibrate: give one kind of evidence: traces, --runs FILE or --bench")
-    if traces:
-        if strategy is None or model is None:
-            raise BandwiseError("calibrate TRACE needs the job's layout: add --strategy plan.json, --model and --cluster")
-        from bandwise import api
-
-        cal = api.doctoring.calibrate_trace([str(t) for t in traces], strategy=load_strategy(strategy, None), model=model, cluster=cluster,
-                                            engine=engine, eager=eager)
-    elif bench:
-        from bandwise.doctor.bench import bench_calibration  # torch, only where collectives are timed
-
-        found = bench_calibration(get_cluster(cluster))
-        if found is None:  # not rank 0: rank 0 writes and prints
-            return
-        cal = found[0]
-    elif runs is None:
-        raise BandwiseError("calibrate needs evidence: profiler traces with --strategy, --runs FILE (measured runs of known layouts, "
-                            "the validate runs schema), or --bench under torchrun")
-    elif strategy is not None:  # a job's own log of a known layout
-        if model is None:
-            raise BandwiseError("calibrate --runs LOG --strategy needs the job's --model and --cluster")
-        cal = calibrate_log(runs, load_strategy(strategy, None), model_spec(model, None), get_cluster(cluster), get_engine(engine or DEFAULT_ENGINE).label)
-    else:
-        cal = calibrate_runs(runs, list(run or []) or None, engine)
-    if write_cluster is not None or write_engine is not None or html_out is not None:
-        clus = measured_runs(runs, list(run or []) or None, engine)[0].case.cluster if runs is not None and strategy is None else get_cluster(cluster)
-        if html_out is not None:
-            params = params_for(get_engine(engine or cal.engine or DEFAULT_ENGINE), clus.device)
-            write_text_atomic(html_out, calibration_page(cal.to_dict(), preset_figures(cal, clus, params)), what="the calibration page")
-        if write_cluster is not None:
-            write_text_atomic(write_cluster, yaml.safe_dump(cluster_to_file_dict(folded_cluster(clus, cal)), sort_keys=False),
-                              what="the calibrated cluster")
-        if write_engine is not None:
-            eng = folded_engine(get_engine(engine or cal.engine or DEFAULT_ENGINE), clus.device, cal)
-            write_text_atomic(write_engine, yaml.safe_dump(eng.to_dict(), sort_keys=False), what="the calibrated engine")
-    if out_path is not None:
-        write_text_atomic(out_path, cal.to_yaml(), what="the calibration")
+    if strategy is not None and model is None:  # before the layout's file is read
+        raise BandwiseError("calibrate with --strategy needs the job's --model and --cluster (traces, or --runs LOG)")
+    done = calibrate_evidence(traces or None, runs=runs, run_ids=list(run or []) or None, model=model, cluster=cluster, engine=engine,
+                              eager=eager, bench=bench, strategy=None if strategy is None else load_strategy(strategy, None))
+    if done is None:  # a bench rank other than 0: rank 0 writes and prints
+        return
+    cal = done.calibration
+    write_files(done, out=out_path, cluster=write_cluster, engine=write_engine, html=html_out)
     if json_out:
         out.emit_json(cal.to_dict())
         return
