@@ -24,7 +24,7 @@ import torch.distributed as dist
 
 from bandwise.cost import comm
 from bandwise.errors import BandwiseError
-from bandwise.specs.calibration import BANDWIDTH, Calibration, Factor
+from bandwise.specs.calibration import BANDWIDTH, FACTOR_RANGE, Calibration, Factor
 from bandwise.specs.hardware import Cluster
 
 SIZES = (1 << 20, 1 << 22, 1 << 24)
@@ -219,7 +219,7 @@ def calibration_from_bench(cluster: Cluster, world: int, fits: list[LevelFit], r
                 f"{1 / base.model_s_per_byte / 1e9:.3g} GB/s modelled" + (f"; beside it {', '.join(others)}" if others else "")
                 + (f"; {', '.join(apart)} differ from the all-gather by more than {DISAGREE:.0%}, which one factor per level cannot carry" if apart else "")
                 + "".join(f"; {r} refused by the backend" for r in refused if r.startswith(lg.level + "/")))
-        lo, hi = 0.01, 100.0
+        lo, hi = FACTOR_RANGE
         factors.append(Factor(name=BANDWIDTH + lg.level, value=min(max(base.factor, lo), hi), fitted_from=text, residual=base.residual,
                               preset=next(lv.bandwidth for lv in cluster.levels if lv.name == lg.level)))
     if not factors:

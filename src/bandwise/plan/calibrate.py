@@ -29,17 +29,18 @@ from bandwise.errors import BandwiseError
 from bandwise.plan.run_logs import logged_case
 from bandwise.plan.runs import Case, convert, load_runs
 from bandwise.plan.validate import RunResult, predict_with
+from bandwise.specs.calibration import BANDWIDTH, FACTOR_RANGE, TERM_FACTORS, Calibration, Factor
 from bandwise.specs.hardware import Cluster
 from bandwise.specs.model import ModelSpec, clip
 from bandwise.specs.strategy import Strategy
-from bandwise.specs.calibration import BANDWIDTH, TERM_FACTORS, Calibration, Factor
 
 MIN_SENSITIVITY = 0.02
 """Least d log(tokens/s) / d log(bandwidth) over the runs for a bandwidth factor to be fitted: below it
 a 2x error in the bandwidth moves no run's throughput by 1.4%, less than a measurement's noise."""
 MIN_ANGLE = math.radians(3.0)
-"""Least angle between the Jacobian's compute and bandwidth columns: closer, the runs cannot tell a slow
-network from slow kernels (their difference would be fitted to noise)."""
+"""Least angle between the Jacobian's columns of the stack's speed (every run moves alike) and of the
+level's bandwidth: closer, the runs cannot tell a slow network from a slow stack (their difference
+would be fitted to noise)."""
 STEP = 0.05
 """Log-space step of the finite differences (a 5% change of a factor)."""
 TOLERANCE = 1e-4
@@ -61,10 +62,10 @@ def predict_calibrated(case: Case, cal: Calibration | None, params: CostParams =
 
 def _trial(case: Case, speed: float, level: str | None = None, bandwidth: float = 1.0, levels: tuple[str, ...] = ()) -> Calibration:
     """Every term and each of `levels` at `speed`, and `level`'s bandwidth `bandwidth` times faster again."""
-    lo, hi = 0.01, 100.0  # `specs.calibration.FACTOR_RANGE`: a step of the search stays inside it
-    clip = lambda x: min(max(x, lo), hi)  # noqa: E731
-    fs = [Factor(name=n, value=clip(speed)) for n in TERM_FACTORS]
-    fs += [Factor(name=BANDWIDTH + lv.name, value=clip(speed * (bandwidth if lv.name == level else 1.0))) for lv in case.cluster.levels
+    lo, hi = FACTOR_RANGE  # a step of the search stays inside what a file may hold
+    bound = lambda x: min(max(x, lo), hi)  # noqa: E731
+    fs = [Factor(name=n, value=bound(speed)) for n in TERM_FACTORS]
+    fs += [Factor(name=BANDWIDTH + lv.name, value=bound(speed * (bandwidth if lv.name == level else 1.0))) for lv in case.cluster.levels
            if lv.name in levels or lv.name == level]
     return Calibration(device=case.cluster.device.name, factors=tuple(fs))
 
@@ -104,7 +105,7 @@ def fit_speed(runs: list[Measured], levels: tuple[str, ...], params: CostParams 
     for _ in range(8):
         if abs(r1) < TOLERANCE or r1 == r0:
             break
-        x0, x1, r0 = x1, float(np.clip(x1 - r1 * (x1 - x0) / (r1 - r0), math.log(0.01), math.log(100.0))), r1
+        x0, x1, r0 = x1, float(np.clip(x1 - r1 * (x1 - x0) / (r1 - r0), math.log(FACTOR_RANGE[0]), math.log(FACTOR_RANGE[1]))), r1
         r1 = float(np.mean(errors(math.exp(x1))))
     return math.exp(x1), errors(math.exp(x1))
 
@@ -152,13 +153,12 @@ def fit_runs(runs: list[Measured], params: CostParams = DEFAULT_PARAMS, *, evide
         errs = [_log_error(m, _trial(m.case, speed, level, bandwidth, levels), params) for m in runs]
         how = f"{len(runs)} runs by least squares in log space, the stack's speed and bandwidth.{level} apart from it"
     residual = float(np.sqrt(np.mean(np.square(errs))))
-    frm = how
     evidence = f"{evidence}; {described}" if evidence else described
     together = [*TERM_FACTORS, *(BANDWIDTH + n for n in levels if n != level or x is None)]
-    factors = [Factor(name=n, value=speed, fitted_from=frm, residual=residual, confounded_with=tuple(c for c in together if c != n))
+    factors = [Factor(name=n, value=speed, fitted_from=how, residual=residual, confounded_with=tuple(c for c in together if c != n))
                for n in together]
     if x is not None:
-        factors.append(Factor(name=BANDWIDTH + level, value=speed * bandwidth, fitted_from=frm, residual=residual))
+        factors.append(Factor(name=BANDWIDTH + level, value=speed * bandwidth, fitted_from=how, residual=residual))
     return Calibration(device=devices[0], engine=engines[0], factors=tuple(factors), name=name, evidence=evidence,
                        levels_measured=levels, levels_datasheet=datasheet)
 
@@ -173,7 +173,7 @@ def _gauss_newton(runs: list[Measured], params: CostParams, level: str, levels: 
         J = np.stack([(residuals(x + STEP * e) - r) / STEP for e in np.eye(2)], axis=1)
         step, *_ = np.linalg.lstsq(J, -r, rcond=None)
         for _ in range(5):
-            trial = np.clip(x + step, math.log(0.01), math.log(100.0))
+            trial = np.clip(x + step, math.log(FACTOR_RANGE[0]), math.log(FACTOR_RANGE[1]))
             rt = residuals(trial)
             if rt @ rt < r @ r:
                 break
