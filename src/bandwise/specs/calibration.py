@@ -107,7 +107,7 @@ class Calibration:
     """Levels the evidence did not reach: their bandwidth stays the datasheet's, and a plan that uses them says so."""
     path: str = ""
     """The file it was read from ('' when made in memory)."""
-    by_name: dict[str, Factor] = field(default_factory=dict, compare=False, repr=False)
+    by_name: dict[str, Factor] = field(default_factory=dict, init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not (isinstance(self.device, str) and self.device.strip()):
