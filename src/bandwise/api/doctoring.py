@@ -115,7 +115,7 @@ def add_plan(d: Diagnosis, rows: list[RankRow], analyses: dict[str, dict], s: St
         d.missing.append("against the plan (no rank has GPU steps)")
         return
     comm = [analyses[r.name]["signals"].get("comm_exposed_ms") or {} for r in rows]
-    terms = compare([r.to_dict() for r in rows], comm, s, est)
+    terms = compare(rows, comm, s, est)
     d.signals["against_plan"] = {
         "strategy": s.describe(), "model": spec.name, "cluster": clus.name, "ranks_traced": len(rows), "world_size": s.world_size,
         "terms": [t.to_dict() for t in terms],
