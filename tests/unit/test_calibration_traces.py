@@ -78,3 +78,41 @@ def test_doctor_sets_the_trace_against_the_calibrated_plan(tmp_path):
     assert row["predicted_ms"] == pytest.approx(row["measured_ms"], rel=0.05) and str(path) in plan["calibration"]
     with pytest.raises(BandwiseError, match="add --strategy"):
         api.diagnose(folder / j["trace"], calibration=path)
+
+
+def test_a_slow_network_in_a_trace_of_several_ranks_is_found_at_its_level(tmp_path):
+    """Two ranks of a 16-GPU data-parallel job whose trace spends, class by class, what the plan spends
+    with InfiniBand planted at half its datasheet bandwidth: the fit reads the exposed all-reduce, finds
+    the level it crosses (InfiniBand, not NVLink) and the planted factor."""
+    from kineto_gen import H100, Kineto
+
+    from bandwise.cost.calibrated import calibrated
+    from bandwise.cost.step import estimate
+    from bandwise.specs.calibration import Calibration, Factor
+    from bandwise.specs.registry import get_cluster, get_model
+
+    s = Strategy(dp_replicate=16, micro_batch=1, global_batch=16, overlap_dp=False)
+    model, cluster = get_model("llama3-8b"), get_cluster("h100")
+    params = api.estimate(model, cluster, strategy=s).params
+    truth = Calibration(device="h100-sxm", factors=(Factor(name="bandwidth.infiniband", value=0.5),))
+    clus, pars = calibrated(cluster, params, truth)
+    classes = class_seconds(model, clus, s, pars)
+    exposed_us = estimate(model, clus, s, pars).breakdown["dp"] * 1e6
+    gemm, attn, mem, gap = (classes[k] * 1e6 for k in ("gemm", "attention", "elementwise", "host_gap"))
+    step = gemm + attn + mem + gap + exposed_us
+    for rank in range(2):
+        k = Kineto(device=H100)
+        for n in range(4):
+            t0 = 1_000.0 + n * (step + 100.0)
+            k.step(n, t0, step)
+            t = t0 + 10.0
+            for name, dur in (("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", gemm), ("flash_fwd_kernel", attn),
+                              ("void at::native::vectorized_elementwise_kernel<4>(int)", mem)):
+                k.kernel(name, t, t + 5.0, dur)
+                t += dur + 5.0
+            k.kernel("ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevComm*, unsigned long, ncclWork*)", t, t + 5.0, exposed_us, stream=9)
+        k.write(tmp_path / f"rank-{rank}.json.gz")
+    cal = api.doctoring.calibrate_trace(tmp_path, strategy=s, model=model, cluster=cluster)
+    assert cal.value("bandwidth.infiniband") == pytest.approx(0.5, rel=0.2), cal.to_dict()
+    assert "bandwidth.nvlink" not in cal.by_name and cal.levels_measured == ("infiniband",)
+    assert cal.value("gemm") == pytest.approx(1.0, rel=0.1)
