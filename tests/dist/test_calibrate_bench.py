@@ -84,8 +84,9 @@ def test_the_bench_finds_the_slowed_level_and_the_plan_moves_off_it(tmp_path: Pa
     found = {lv: (clean[f"bandwidth.{lv}"]["value"], planted[f"bandwidth.{lv}"]["value"]) for lv in ("socket", "net")}
     assert found["net"][1] == pytest.approx(PLANTED, rel=0.2), found
     # the level found is the net: the socket's factor, and the net's without the fault, are gloo's own,
-    # several times the planted one (how many times moves with the machine's load)
-    assert min(found["socket"][1], found["net"][0]) > 3 * PLANTED, found
+    # 4-10 times the planted one on the shared 2-core machine (how many times moves with its load; the
+    # planted figure does not, being a wait to a set time); twice is the margin kept against a busier one
+    assert min(found["socket"][1], found["net"][0]) > 2 * PLANTED, found
     # the plan: debug-moe on the four ranks, one sequence per rank. With the clean calibration the
     # gradient all-reduce over the net is hidden behind the backward and plain data parallelism wins; ten
     # times slower than that, the net costs more than a pipeline's sends of one micro-batch's activations, and the
