@@ -1,7 +1,7 @@
 """bandwise: plan, run and debug large-model training.
 
 `import bandwise` gives the Python API (`bandwise.api`): plan, estimate, compare, sweep, validate,
-load_model, load_cluster and diagnose, each returning a typed result whose `to_dict()` is the
+load_model, load_cluster, diagnose and calibrate, each returning a typed result whose `to_dict()` is the
 matching command's `--json`. The names load on first use, so that importing one part of the
 package (the trainer, the doctor's hooks in a training script) does not load the planner.
 """
@@ -24,6 +24,7 @@ __all__ = [
     "SweepOutcome",
     "ValidateResult",
     "__version__",
+    "calibrate",
     "compare",
     "diagnose",
     "estimate",
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
         PlanResult,
         SweepOutcome,
         ValidateResult,
+        calibrate,
         compare,
         diagnose,
         estimate,

@@ -20,6 +20,7 @@ OWN_COMMANDS = {
     "catalog": {"models", "clusters", "engines"},
     "schedule": {"schedule"},
     "validate": {"validate"},
+    "calibrate": {"calibrate"},
     "train": {"train"},
     "compare": {"compare"},
     "sweep": {"sweep"},

@@ -16,6 +16,7 @@ over these functions.
 from __future__ import annotations
 
 from bandwise.api.devices_sweep import sweep_devices
+from bandwise.api.calibrating import calibrate
 from bandwise.api.doctoring import diagnose
 from bandwise.api.planning import (
     compare,
@@ -46,6 +47,7 @@ __all__ = [
     "PlanResult",
     "SweepOutcome",
     "ValidateResult",
+    "calibrate",
     "compare",
     "diagnose",
     "estimate",

@@ -12,7 +12,8 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from bandwise.api.inputs import cost_params, model_spec
+from bandwise.api.inputs import calibration_of, cost_params, model_spec
+from bandwise.cost.calibrated import calibrated
 from bandwise.api.results import DoctorResult
 from bandwise.cost.params import DEFAULT_PARAMS
 from bandwise.cost.results import Estimate
@@ -26,7 +27,8 @@ from bandwise.doctor.signals import signals_from_trace
 from bandwise.errors import BandwiseError
 from bandwise.specs.hardware import Cluster
 from bandwise.specs.model import ModelSpec
-from bandwise.specs.registry import DEFAULT_ENGINE, get_cluster
+from bandwise.specs.calibration import Calibration
+from bandwise.specs.registry import DEFAULT_ENGINE, get_cluster, get_engine
 from bandwise.specs.strategy import Strategy
 
 MAX_MB = 65536
@@ -47,6 +49,7 @@ def diagnose(
     bf16: bool | None = None,
     max_mb: int = MAX_MB,
     jobs: int = 0,
+    calibration: str | Path | Calibration | None = None,
 ) -> DoctorResult:
     """Read profiler traces (one per rank, or a directory of them): per-step breakdown, findings
     sorted by expected gain with their fixes, the per-rank table; with `strategy` (and the job's
@@ -55,7 +58,9 @@ def diagnose(
         raise BandwiseError(f"--max-mb={max_mb} must be >= 1")
     if jobs < 0:
         raise BandwiseError(f"--jobs={jobs} must be >= 0 (0: one per core)")
-    planned = priced(strategy, model, cluster, seq_len, attention, eager, engine, grad_reduce) if strategy is not None else None
+    if calibration is not None and strategy is None:  # checked before any trace is read
+        raise BandwiseError("--calibration prices the plan the traces are set against: add --strategy plan.json with --model and --cluster")
+    planned = priced(strategy, model, cluster, seq_len, attention, eager, engine, grad_reduce, calibration) if strategy is not None else None
     paths = expand_trace_paths([Path(p) for p in (traces if isinstance(traces, list) else [traces])])
     diagnoses, names, analyses = [], [], []
     for p, a in zip(paths, read_traces(paths, max_mb << 20, jobs)):
@@ -67,14 +72,18 @@ def diagnose(
     add_ranks(d, rows)
     if planned is not None:
         add_plan(d, rows, {n: a for n, a in zip(names, analyses)}, *planned)
+        cal = calibration_of(calibration)
+        if cal is not None and isinstance(d.signals.get("against_plan"), dict):
+            d.signals["against_plan"]["calibration"] = cal.label  # the plan's header names what priced it
     title = f"bandwise doctor: {len(paths)} trace(s)" if len(paths) > 1 else f"bandwise doctor: {paths[0].name}"
     return DoctorResult(diagnosis=d, traces=[str(p) for p in paths], title=title, analyses=dict(zip(names, analyses)))
 
 
 def priced(s: Strategy, model: str | ModelSpec | None, cluster: str | Cluster | None, seq_len: int | None,
            attention: str | None = None, eager: bool | None = None, engine: str | None = None,
-           grad_reduce: str | None = None) -> tuple[Any, ...]:
-    """(strategy, model, cluster, estimate): the layout priced as `plan` and `estimate` price it."""
+           grad_reduce: str | None = None, calibration: str | Path | Calibration | None = None) -> tuple[Any, ...]:
+    """(strategy, model, cluster, estimate): the layout priced as `plan` and `estimate` price it (with
+    `calibration`'s factors, `cost.calibrated`)."""
     if model is None or cluster is None:
         raise BandwiseError("--strategy needs the job's --model and --cluster to price the layout, e.g. --model llama3-8b --cluster h100")
     spec = model_spec(model, seq_len)
@@ -82,6 +91,7 @@ def priced(s: Strategy, model: str | ModelSpec | None, cluster: str | Cluster | 
     clus.check_devices(s.world_size)
     s.check(s.world_size, spec)
     params = cost_params(DEFAULT_PARAMS.headroom, attention, eager, engine or DEFAULT_ENGINE, clus.device, grad_reduce)
+    clus, params = calibrated(clus, params, calibration_of(calibration), get_engine(engine or DEFAULT_ENGINE).label)
     return s, spec, clus, estimate(spec, clus, s, params)
 
 
@@ -105,7 +115,7 @@ def add_plan(d: Diagnosis, rows: list[RankRow], analyses: dict[str, dict], s: St
         d.missing.append("against the plan (no rank has GPU steps)")
         return
     comm = [analyses[r.name]["signals"].get("comm_exposed_ms") or {} for r in rows]
-    terms = compare([r.to_dict() for r in rows], comm, s, est)
+    terms = compare(rows, comm, s, est)
     d.signals["against_plan"] = {
         "strategy": s.describe(), "model": spec.name, "cluster": clus.name, "ranks_traced": len(rows), "world_size": s.world_size,
         "terms": [t.to_dict() for t in terms],
@@ -142,3 +152,35 @@ def expand_trace_paths(paths: list[Path]) -> list[Path]:
         else:
             out.append(p)
     return out
+
+
+def calibrate_trace(
+    traces: str | Path | list[str | Path] | None = None,
+    *,
+    strategy: Strategy,
+    model: str | ModelSpec,
+    cluster: str | Cluster,
+    seq_len: int | None = None,
+    engine: str | None = None,
+    attention: str | None = None,
+    eager: bool | None = None,
+    grad_reduce: str | None = None,
+    max_mb: int = MAX_MB,
+    jobs: int = 0,
+    diagnosed: DoctorResult | None = None,
+) -> Calibration:
+    """A calibration from profiler traces of a known layout (`doctor.calibration`): each compute class's
+    factor so that the plan of `strategy` spends what the traces measured. `diagnosed`: the result of
+    `diagnose` on the same traces, read again from it (`doctor trace --calibrate`)."""
+    from bandwise.doctor.calibration import calibrate_analyses
+
+    s, spec, clus, _ = priced(strategy, model, cluster, seq_len, attention, eager, engine, grad_reduce)
+    params = cost_params(DEFAULT_PARAMS.headroom, attention, eager, engine or DEFAULT_ENGINE, clus.device, grad_reduce)
+    if diagnosed is None:
+        if traces is None:
+            raise BandwiseError("calibrate: give the trace files or a directory of them")
+        paths = expand_trace_paths([Path(p) for p in (traces if isinstance(traces, list) else [traces])])
+        analyses, names = read_traces(paths, max_mb << 20, jobs), [p.name for p in paths]
+    else:
+        names, analyses = list(diagnosed.analyses), list(diagnosed.analyses.values())
+    return calibrate_analyses(analyses, spec, clus, s, params, engine=get_engine(engine or DEFAULT_ENGINE).label, names=names)

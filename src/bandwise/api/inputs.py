@@ -6,6 +6,7 @@ their arguments here, so a bad value is the same one-line error from either."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 from bandwise.cost.fp8 import fp8_recipe as recipe_of
 from bandwise.cost.params import ATTENTION_KERNELS, GRAD_REDUCE, CostParams
@@ -14,6 +15,7 @@ from bandwise.errors import BandwiseError
 from bandwise.plan.inputs import global_batch_of
 from bandwise.plan.search import SEARCH_ROWS
 from bandwise.plan.sweep import PlanInputs
+from bandwise.specs.calibration import Calibration, load_calibration
 from bandwise.specs.hardware import Device
 from bandwise.specs.model import ModelSpec
 from bandwise.specs.registry import DEFAULT_ENGINE, get_engine, get_model
@@ -59,6 +61,15 @@ def cost_params(headroom: float, attention: str | None = None, eager: bool | Non
                 device: Device | None = None, grad_reduce: str | None = None, fp8_recipe: str | None = None) -> CostParams:
     """The cost model's parameters as `pricing` states them, on `device`."""
     return pricing(headroom, attention, eager, engine, grad_reduce, fp8_recipe).on(device)
+
+
+def calibration_of(calibration: str | Path | Calibration | None) -> Calibration | None:
+    """`--calibration`: a file written by `bandwise calibrate`, or a `Calibration` (from Python), or None."""
+    if calibration is None or isinstance(calibration, Calibration):
+        return calibration
+    if not isinstance(calibration, (str, Path)):
+        raise BandwiseError(f"calibration={calibration!r}: give a calibration file's path (bandwise calibrate --out) or a Calibration")
+    return load_calibration(calibration)
 
 
 def grad_reduce_bytes(grad_reduce: str) -> int:

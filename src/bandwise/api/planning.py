@@ -10,10 +10,12 @@ raises the `BandwiseError` whose message the command prints as its one line; `pl
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from bandwise.api.inputs import (
+    calibration_of,
     cost_params,
     fraction,
     model_spec,
@@ -27,6 +29,7 @@ from bandwise.api.results import (
     SweepOutcome,
     ValidateResult,
 )
+from bandwise.cost.calibrated import calibrated
 from bandwise.cost.step import estimate as estimate_one
 from bandwise.errors import BandwiseError, NothingFits
 from bandwise.plan.advice import no_valid_layout
@@ -38,6 +41,7 @@ from bandwise.plan.sweep import compare as compare_clusters
 from bandwise.plan.sweep import sweep as sweep_points
 from bandwise.plan.validate import load_runs, run_all
 from bandwise.plan.verdict import THRESHOLD, decide, recommended, suggest_fit
+from bandwise.specs.calibration import Calibration
 from bandwise.specs.hardware import Cluster
 from bandwise.specs.model import ModelSpec
 from bandwise.specs.registry import DEFAULT_ENGINE, get_cluster, get_engine
@@ -98,6 +102,7 @@ def plan(
     tokens: str | float | None = None,
     steps: int | None = None,
     price: str | float | None = None,
+    calibration: str | Path | Calibration | None = None,
 ) -> PlanResult:
     """Search every valid layout, rank those that fit by tokens/s per device, and decide whether
     pipeline parallelism is worth it (`bandwise plan --help` says how). `fix` pins fields
@@ -106,16 +111,19 @@ def plan(
     ('fp32' or 'bf16': Megatron-LM's --grad-reduce-in-bf16, `cost.params.GRAD_REDUCE`) state the job's
     kernels, fusion and gradient dtype over the engine's, as in `estimate`, `compare` and `sweep`; `fp8_recipe`
     how its fp8 GEMMs are scaled (`cost.fp8.FP8_RECIPES`), over the engine's. `tokens` ('15T') or `steps`,
-    with `price` per device-hour, price the recommended layout as a whole run (`cost.run`)."""
+    with `price` per device-hour, price the recommended layout as a whole run (`cost.run`). `calibration`: a file of measured factors
+    (`bandwise calibrate`) applied to the cluster and the pricing."""
     ask = run_ask(tokens, steps, price)
     spec = model_spec(model, seq_len)
     clus = load_cluster(cluster)
     clus.check_devices(devices)
+    cal = calibration_of(calibration)
     if not isinstance(top, int) or isinstance(top, bool) or not 1 <= top <= MAX_TOP:
         raise BandwiseError(f"--top={top!r} must be a whole number between 1 and {MAX_TOP}")
     gb = global_batch_of(spec, global_batch, global_batch_tokens, devices)
     precisions = precisions_of(precision)
     params = cost_params(headroom, attention, eager, engine, clus.device, grad_reduce, fp8_recipe)
+    clus, params = calibrated(clus, params, cal, get_engine(engine).label)
     if pool is None:  # a pool deep enough that collapsing near-duplicates still leaves `top` distinct layouts
         pool = top if all_layouts else max(20 * top, 100)
     kw = dict(top=pool, allow_pp=allow_pp, fixed=dict(fix or {}), precisions=precisions, overlap={"tp": overlap_tp}, params=params,
@@ -133,7 +141,7 @@ def plan(
             raise NothingFits(verdict.reason)
     run = price_run(ask, spec, clus, devices, chosen, params) if ask and chosen else None
     return PlanResult(model=spec, cluster=clus, devices=devices, global_batch=gb, engine=get_engine(engine), params=params, search=result,
-                      decision=verdict, best=chosen, top=shown, hidden=hidden, search_options=kw, run=run)
+                      decision=verdict, best=chosen, top=shown, hidden=hidden, search_options=kw, run=run, calibration=cal)
 
 
 def estimate(
@@ -152,6 +160,7 @@ def estimate(
     tokens: str | float | None = None,
     steps: int | None = None,
     price: str | float | None = None,
+    calibration: str | Path | Calibration | None = None,
     **degrees: Any,
 ) -> EstimateResult:
     """Price one layout: a `Strategy`, or its fields as keywords (dp_shard=8, tp=8, micro_batch=1,
@@ -168,9 +177,12 @@ def estimate(
     clus.check_devices(n)
     strategy.check(n, spec)
     params = cost_params(headroom, attention, eager, engine, clus.device, grad_reduce, fp8_recipe)
+    cal = calibration_of(calibration)
+    clus, params = calibrated(clus, params, cal, get_engine(engine).label)
     layout = Layout(strategy=strategy, estimate=estimate_one(spec, clus, strategy, params))
     run = price_run(ask, spec, clus, n, layout, params) if ask else None
-    return EstimateResult(model=spec, cluster=clus, devices=n, engine=get_engine(engine), params=params, layout=layout, run=run)
+    return EstimateResult(model=spec, cluster=clus, devices=n, engine=get_engine(engine), params=params, layout=layout, run=run,
+                          calibration=cal)
 
 
 def compare(
@@ -197,14 +209,16 @@ def compare(
     tokens: str | float | None = None,
     steps: int | None = None,
     price: str | float | None = None,
+    calibration: str | Path | Calibration | None = None,
 ) -> CompareResult:
     """Plan one model on each cluster (comma-separated names, or a list of names and `Cluster`s); `tokens`
-    or `steps`, with `price`, price each cluster's best layout as a whole run."""
+    or `steps`, with `price`, price each cluster's best layout as a whole run; `calibration` applies to the
+    clusters of the device it was measured on, the others keep their datasheet figures."""
     ask = run_ask(tokens, steps, price)
     inputs, cl = compare_inputs(model, clusters, devices, engine=engine, seq_len=seq_len, global_batch=global_batch,
                                 global_batch_tokens=global_batch_tokens, precision=precision, threshold=threshold, headroom=headroom,
                                 overlap_tp=overlap_tp, overlap_ep=overlap_ep, attention=attention, eager=eager, grad_reduce=grad_reduce, jobs=jobs,
-                                exhaustive=exhaustive, fp8_recipe=fp8_recipe)
+                                exhaustive=exhaustive, fp8_recipe=fp8_recipe, calibration=calibration)
     points = compare_clusters(inputs, cl, jobs=jobs, on_point=on_point)
     return CompareResult(inputs=inputs, clusters=cl, points=points, runs=_point_runs(ask, inputs, points))
 
@@ -220,7 +234,8 @@ def _point_runs(ask: Any, inputs: PlanInputs, points: list[Point]) -> dict[str, 
 def compare_inputs(model: str | ModelSpec, clusters: str | list[str | Cluster], devices: int, *, engine: str, seq_len: int | None,
                    global_batch: int | None, global_batch_tokens: int | None, precision: str, threshold: float, headroom: float,
                    overlap_tp: bool, overlap_ep: bool, attention: str | None, eager: bool | None, jobs: int,
-                   exhaustive: bool, grad_reduce: str | None = None, fp8_recipe: str | None = None) -> tuple[PlanInputs, list[Cluster]]:
+                   exhaustive: bool, grad_reduce: str | None = None, fp8_recipe: str | None = None,
+                   calibration: str | Path | Calibration | None = None) -> tuple[PlanInputs, list[Cluster]]:
     """`compare`'s inputs, every one checked before any planning starts (the command draws its bar after)."""
     names = [c.strip() for c in clusters.split(",") if c.strip()] if isinstance(clusters, str) else list(clusters)
     # the clusters share one command's bound on candidates
@@ -237,6 +252,14 @@ def compare_inputs(model: str | ModelSpec, clusters: str | list[str | Cluster], 
     cl = [load_cluster(c) for c in names]
     for c in cl:
         c.check_devices(inputs.devices)
+    cal = calibration_of(calibration)
+    if cal is not None:
+        if not any(c.device.name == cal.device for c in cl):
+            raise BandwiseError(f"--calibration {cal.path or cal.name!r} was measured on {cal.device}, which none of the clusters has; "
+                                f"add a {cal.device} cluster or drop --calibration")
+        label = get_engine(engine).label
+        cl = [calibrated(c, inputs.params, cal, label)[0] if c.device.name == cal.device else c for c in cl]
+        inputs = replace(inputs, calibration=cal)
     return inputs, cl
 
 
@@ -264,17 +287,23 @@ def sweep(
     tokens: str | float | None = None,
     steps: int | None = None,
     price: str | float | None = None,
+    calibration: str | Path | Calibration | None = None,
 ) -> SweepOutcome:
     """Re-plan one model while one interconnect quantity of a base cluster changes
     (`vary="scale-up-size=8,16,72"` or `"scale-out-bandwidth=25,50,100"`, GB/s per device); `tokens` or
-    `steps`, with `price`, price each point's best layout as a whole run."""
+    `steps`, with `price`, price each point's best layout as a whole run; `calibration` applies to the base cluster (a
+    swept bandwidth is the value swept, not calibrated)."""
     ask = run_ask(tokens, steps, price)
     spec = parse_vary(vary)
     base = load_cluster(base_cluster)
+    cal = calibration_of(calibration)
     # the shared enumeration holds its candidates in memory and each value searches them again: half the bound
     inputs = plan_inputs(model, devices, seq_len, global_batch, global_batch_tokens, precision, threshold, headroom, overlap_tp, overlap_ep,
                      None if exhaustive else SEARCH_ROWS // 2, attention, eager, engine, grad_reduce, fp8_recipe)
     base.check_devices(inputs.devices)
+    if cal is not None:
+        base = calibrated(base, inputs.params, cal, get_engine(engine).label)[0]
+        inputs = replace(inputs, calibration=cal)
     result = sweep_points(inputs, base, spec, on_point=on_point)
     return SweepOutcome(inputs=inputs, result=result, runs=_point_runs(ask, inputs, result.points))
 
@@ -284,13 +313,16 @@ def validate(
     *,
     source: str | None = None,
     engine: str | None = None,
+    calibration: str | Path | Calibration | None = None,
 ) -> ValidateResult:
     """Predict published training runs (the shipped ones, or a YAML file in their schema), each as
-    `plan --engine E` predicts it (E its source's engine, or `engine` for all), and report the error per run."""
+    `plan --engine E` predicts it (E its source's engine, or `engine` for all), and report the error per run.
+    `calibration` applies to the runs of the device and engine it was measured on."""
     if engine is not None:
         get_engine(engine)  # a name that is no engine is one line, not a reason on every run
+    cal = calibration_of(calibration)
     data, sources = load_runs(None if runs is None else Path(runs))
-    return ValidateResult(runs=run_all(data, source, sources=sources, engine=engine))
+    return ValidateResult(runs=run_all(data, source, sources=sources, engine=engine, calibration=cal))
 
 
 __all__ = ["MAX_TOP", "compare", "estimate", "listed", "load_cluster", "load_model", "plan", "sweep", "validate"]

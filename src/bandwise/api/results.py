@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from bandwise.cost.calibrated import calibration_dict
 from bandwise.cost.params import CostParams
 from bandwise.cost.run import RunCost
 from bandwise.cost.profiles import pricing_dict
@@ -22,6 +23,7 @@ from bandwise.plan.sweep import PlanInputs, Point, SweepResult
 from bandwise.plan.validate import RunResult, report_dict
 from bandwise.plan.verdict import Verdict
 from bandwise.report.output import plain
+from bandwise.specs.calibration import Calibration
 from bandwise.specs.engine import Engine
 from bandwise.specs.hardware import Cluster
 from bandwise.specs.model import ModelSpec
@@ -55,6 +57,8 @@ class PlanResult:
     """The keyword arguments the search ran with (`plan.search.search`), to search again alike."""
     run: RunCost | None = None
     """The recommended layout priced as a whole run (`tokens` or `steps`); None when none was asked or nothing fits."""
+    calibration: Calibration | None = None
+    """The measured factors the plan was priced with (`cost.calibrated`); `cluster` and `params` have them applied."""
 
     @property
     def needs_pp(self) -> bool | None:
@@ -92,6 +96,7 @@ class PlanResult:
             "validation": self.validation,
             "engine": self.engine.label,
             "pricing": pricing_dict(self.engine, self.params),
+            **({"calibration": calibration_dict(self.calibration, self.cluster)} if self.calibration else {}),
             "top": self.top,
             **({"run": self.run.to_dict()} if self.run is not None else {}),
         })
@@ -109,6 +114,8 @@ class EstimateResult:
     layout: Layout
     run: RunCost | None = None
     """The layout priced as a whole run (`tokens` or `steps`), or None."""
+    calibration: Calibration | None = None
+    """The measured factors the layout was priced with; `cluster` and `params` have them applied."""
 
     @property
     def strategy(self) -> Strategy:
@@ -130,7 +137,8 @@ class EstimateResult:
         validation = band_dict(self.cluster.device.name, self.model.is_moe, self.devices, self.engine.label)
         run = {"run": self.run.to_dict()} if self.run is not None else {}
         return plain({**self.layout.to_dict(), "validation": validation, "engine": self.engine.label,
-                      "pricing": pricing_dict(self.engine, self.params), **run})
+                      "pricing": pricing_dict(self.engine, self.params), **run,
+                      **({"calibration": calibration_dict(self.calibration, self.cluster)} if self.calibration else {})})
 
 
 def runs_dict(runs: dict[str, RunCost | None] | None) -> dict[str, Any]:
@@ -145,8 +153,11 @@ def _common(inputs: PlanInputs) -> dict[str, Any]:
     engine = inputs.pricing.engine.label if inputs.pricing else None
     # the recipe as stated or the engine's; a cluster's own device may still change an engine default it applies to
     recipe = inputs.params.fp8_recipe if "fp8" in inputs.precisions else None
+    cal = inputs.calibration
     return {"model": inputs.model.name, "devices": inputs.devices, "global_batch": inputs.global_batch, "threshold": inputs.threshold,
-            "engine": engine, "fp8_recipe": recipe}
+            "engine": engine, "fp8_recipe": recipe,
+            **({"calibration": {"label": cal.label, "file": cal.path or None, "device": cal.device,
+                                "factors": {f.name: f.value for f in cal.factors}}} if cal is not None else {})}
 
 
 @dataclass(kw_only=True, slots=True)

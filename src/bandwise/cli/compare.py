@@ -10,6 +10,7 @@ import typer
 from bandwise import api
 from bandwise.cli.options import (
     ATTENTION,
+    CALIBRATION,
     EAGER,
     ENGINE,
     EXHAUSTIVE,
@@ -90,12 +91,13 @@ def compare(
     tokens: str | None = TOKENS,
     steps: int | None = STEPS,
     price: str | None = PRICE,
+    calibration: Path | None = CALIBRATION,
 ) -> None:
     out = Output(json_mode=json_out)
     names = [c.strip() for c in clusters.split(",") if c.strip()]
     asked = {"engine": engine, "seq_len": seq_len, "global_batch": global_batch, "global_batch_tokens": global_batch_tokens, "precision": precision,
              "threshold": threshold, "headroom": headroom, "overlap_tp": overlap_tp, "overlap_ep": overlap_ep, "attention": attention, "eager": eager, "grad_reduce": grad_reduce, "fp8_recipe": fp8_recipe,
-             "jobs": jobs, "exhaustive": exhaustive, "tokens": tokens, "steps": steps, "price": price}
+             "jobs": jobs, "exhaustive": exhaustive, "tokens": tokens, "steps": steps, "price": price, "calibration": calibration}
     run_ask(tokens, steps, price)  # refuse before the bar draws
     api.planning.compare_inputs(model, clusters, devices, **{k: v for k, v in asked.items() if k not in ("tokens", "steps", "price")})
     held: list[api.CompareResult] = []

@@ -63,6 +63,8 @@ def trace(
     price: str = typer.Option(None, "--price", help="With --tokens: money per device-hour ($2.10/h)."),
     tokens_per_step: int = typer.Option(None, "--tokens-per-step", help="With --tokens: tokens per optimizer step (default: the --strategy's global batch x sequence length)."),
     devices: int = typer.Option(None, "--devices", "-n", help="With --tokens: devices of the job (default: the --strategy's)."),
+    calibration: Path = typer.Option(None, "--calibration", help="With --strategy: price the plan with this calibration file (bandwise calibrate)."),
+    calibrate: Path = typer.Option(None, "--calibrate", help="With --strategy: also write a calibration file fitted from the traces in the same pass (bandwise calibrate TRACE)."),
 ) -> None:
     """Analyse PyTorch profiler traces: per-step breakdown, findings sorted by expected gain, fixes.
 
@@ -77,8 +79,14 @@ def trace(
     out = Output(json_mode=json_out)
     found = api.diagnose(paths, strategy=loaded, model=model, cluster=cluster, seq_len=seq_len, engine=engine, attention=attention, eager=eager,
                          grad_reduce=grad_reduce,
-                         bf16=bf16, max_mb=max_mb, jobs=jobs)
+                         bf16=bf16, max_mb=max_mb, jobs=jobs, calibration=calibration)
     d, title = found.diagnosis, found.title
+    if calibrate is not None:
+        if loaded is None:
+            raise BandwiseError("--calibrate fits the plan of the traces' layout: add --strategy plan.json with --model and --cluster")
+        cal = api.doctoring.calibrate_trace(strategy=loaded, model=model, cluster=cluster, seq_len=seq_len, engine=engine, attention=attention,
+                                            eager=eager, grad_reduce=grad_reduce, diagnosed=found)
+        write_text_atomic(calibrate, cal.to_yaml(), what="the calibration")
     if html_out:
         write_doctor_html(found, html_out, command_line(ctx))
     gains = None if asked is None else run_gains({f.id: f.expected_speedup for f in d.findings if f.expected_speedup},
@@ -93,8 +101,12 @@ def trace(
             money = f", {g.money_saved:,.0f} in money at {asked['price']:g} per device-hour" if g.money_saved is not None else ""
             out.print(f"[b]{g.finding}[/b] ({g.speedup:.2f}x) over the {asked['tokens']:.3g}-token run ({gains[0]:,.0f} h at the measured "
                       f"step): saves {g.hours_saved:,.0f} h ({g.hours_saved / 24:,.1f} days), {g.device_hours_saved:,.0f} device-hours{money}")
+        if calibration is not None:
+            out.print(f"the plan set against the traces was priced with the calibration {calibration}")
         if html_out:
             out.print(f"HTML report: {html_out}")
+        if calibrate is not None:
+            out.print(f"calibration written to {calibrate}: {cal.label}")
 
 
 def _plan_for(strategy: str | None, pick: int | None, model: str | None, cluster: str | None, seq_len: int | None,

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
 
 from bandwise import api
 from bandwise.cli.options import (
     ATTENTION,
+    CALIBRATION,
     EAGER,
     EMIT,
     ENGINE,
@@ -19,6 +22,7 @@ from bandwise.cli.options import (
     model_option,
 )
 from bandwise.cli.points import priced_as
+from bandwise.cost.calibrated import calibration_line
 from bandwise.export import export
 from bandwise.export.common import with_run
 from bandwise.plan.bands import band_line
@@ -65,6 +69,7 @@ def estimate(
     tokens: str | None = TOKENS,
     steps: int | None = STEPS,
     price: str | None = PRICE,
+    calibration: Path | None = CALIBRATION,
 ) -> None:
     out = Output(json_mode=json_out)
     emit = check_emit(emit, json_out, engine)
@@ -74,7 +79,7 @@ def estimate(
         precision=precision, overlap_tp=overlap_tp, overlap_ep=overlap_ep,
     )
     priced = api.estimate(model, cluster, devices, strategy=strategy, engine=engine, seq_len=seq_len, headroom=headroom, attention=attention, eager=eager,
-                          grad_reduce=grad_reduce, fp8_recipe=fp8_recipe, tokens=tokens, steps=steps, price=price)
+                          grad_reduce=grad_reduce, fp8_recipe=fp8_recipe, tokens=tokens, steps=steps, price=price, calibration=calibration)
     spec, clus, n, est, params = priced.model, priced.cluster, priced.devices, priced.layout.estimate, priced.params
     if emit:
         job = export(emit, spec, clus, strategy, n, est, params, model_source=model)
@@ -87,6 +92,8 @@ def estimate(
         return
     out.print(f"[b]{spec.name}[/b] ({short_count(spec.total_params)} parameters) on [b]{n} x {clus.name}[/b]: {strategy.describe()}, micro-batch {micro_batch}, {strategy.effective_global_batch} sequences per step")
     out.print(priced_as(get_engine(engine), params, strategy.precision == "fp8"))
+    if priced.calibration is not None:
+        out.print(calibration_line(priced.calibration, clus))
     if priced.engine_cannot:
         out.print(f"[yellow]{priced.engine.label} does not run this layout as priced: {priced.engine_cannot}; "
                   f"`bandwise plan --engine {priced.engine.label}` lists only layouts it runs[/yellow]")

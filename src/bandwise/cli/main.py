@@ -16,6 +16,7 @@ import typer
 import yaml
 
 from bandwise import __version__
+from bandwise.cli import calibrate as calibrate_commands
 from bandwise.cli import catalog as catalog_commands
 from bandwise.cli import compare as compare_commands
 from bandwise.cli import doctor as doctor_commands
@@ -60,7 +61,7 @@ def _root(
 
 
 # Each command module exposes `register(app)`; the order here is the order in --help.
-for _module in (plan_commands, estimate_commands, catalog_commands, schedule_commands, validate_commands, train_commands, compare_commands, sweep_commands, doctor_commands, experiment_commands, whole_runs_commands):
+for _module in (plan_commands, estimate_commands, catalog_commands, schedule_commands, validate_commands, calibrate_commands, train_commands, compare_commands, sweep_commands, doctor_commands, experiment_commands, whole_runs_commands):
     _module.register(app)
 
 def _click_class(name: str) -> type[BaseException]:

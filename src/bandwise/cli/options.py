@@ -86,6 +86,11 @@ TOKENS = typer.Option(
 )
 STEPS = typer.Option(None, "--steps", help="The whole run's length in optimizer steps, instead of --tokens.")
 PRICE = typer.Option(None, "--price", help="Money per device-hour for --tokens or --steps ($2.10/h, 2.1); default: the cluster file's operations.price_per_device_hour.")
+CALIBRATION = typer.Option(
+    None, "--calibration",
+    help="A calibration file (bandwise calibrate): factors measured on this device and engine, applied to the cluster and the pricing; "
+    "levels it did not measure keep their datasheet bandwidth, and the header says which.",
+)
 EMIT = typer.Option(
     None, "--emit",
     help="Print the layout as a job for torchtitan, megatron or maxtext instead of the report; --emit alone: the --engine's own job.",

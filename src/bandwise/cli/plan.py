@@ -13,8 +13,10 @@ from rich.text import Text
 from bandwise import api
 from bandwise.api.pictures import draw
 from bandwise.api.planning import MAX_TOP
+from bandwise.cost.calibrated import calibration_line
 from bandwise.cli.options import (
     ATTENTION,
+    CALIBRATION,
     EAGER,
     EMIT,
     ENGINE,
@@ -130,6 +132,7 @@ def plan(
     pick: int | None = typer.Option(None, "--pick", help="With --emit: the layout in row PICK of the table (default: the recommended one)."),
     html_out: Path | None = typer.Option(None, "--html", help="Also write the plan as one self-contained HTML page (charts inline; opens offline) to this file."),
     png: Path | None = typer.Option(None, "--png", help="Also draw the layout space and the top layouts' step time and memory to this PNG."),
+    calibration: Path | None = CALIBRATION,
     ctx: typer.Context = typer.Option(None, hidden=True),
     tokens: str | None = TOKENS,
     steps: int | None = STEPS,
@@ -149,7 +152,7 @@ def plan(
         "engine": engine, "seq_len": seq_len, "global_batch": global_batch, "global_batch_tokens": global_batch_tokens, "top": top,
         "all_layouts": all_layouts, "allow_pp": not no_pp, "fix": _parse_fix(fix), "precision": precision, "threshold": threshold,
         "headroom": headroom, "attention": attention, "eager": eager, "grad_reduce": grad_reduce, "fp8_recipe": fp8_recipe, "overlap_tp": overlap_tp, "exhaustive": exhaustive, "pool": pool,
-        "must_fit": False, "tokens": tokens, "steps": steps, "price": price,
+        "must_fit": False, "tokens": tokens, "steps": steps, "price": price, "calibration": calibration,
     }
     if json_out or emit:
         planned = api.plan(model, cluster, devices, **asked)
@@ -183,6 +186,8 @@ def plan(
             f"global batch {gb} sequences = {short_count(gb * spec.seq_len, tokens=True)} tokens"
         )
         out.print(priced_as(get_engine(engine), params, "fp8" in planned.search_options["precisions"]))
+        if planned.calibration is not None:
+            out.print(calibration_line(planned.calibration, clus))
         fit = f"fit in {result.capacity_gib:.1f} GiB per device"
         if params.persistent_state:  # `CostParams.persistent_state`: the headroom is on what a step allocates and frees
             fit = (f"fit in {clus.device.hbm_bytes / GIB:.1f} GiB per device, {params.headroom:.0%} of what each step allocates and "

@@ -95,6 +95,9 @@ def header(out: Output, inputs: PlanInputs, where: str) -> None:
     )
     if inputs.pricing:
         out.print(priced_as(inputs.pricing.engine, inputs.params, "fp8" in inputs.precisions))
+    if inputs.calibration is not None:
+        out.print(f"calibrated by {inputs.calibration.label}: applied to the {inputs.calibration.device} points; "
+                  f"levels it did not measure keep their datasheet bandwidth")
 
 
 HELP_WORDS = f"\n\n[b]Words[/b]: {glossary.COMPARE}\n\n{glossary.LAYOUT}"

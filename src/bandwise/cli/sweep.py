@@ -11,6 +11,7 @@ from bandwise import api
 from bandwise.api.devices_sweep import PREFIX, sweep_devices
 from bandwise.cli.options import (
     ATTENTION,
+    CALIBRATION,
     EAGER,
     ENGINE,
     EXHAUSTIVE,
@@ -91,6 +92,7 @@ def sweep(
     tokens: str | None = TOKENS,
     steps: int | None = STEPS,
     price: str | None = PRICE,
+    calibration: Path | None = CALIBRATION,
 ) -> None:
     out = Output(json_mode=json_out)
     if vary.strip().startswith(PREFIX):
@@ -105,7 +107,7 @@ def sweep(
     asked = {"base_cluster": base, "engine": engine, "seq_len": seq_len, "global_batch": global_batch, "global_batch_tokens": global_batch_tokens,
              "precision": precision, "threshold": threshold, "headroom": headroom, "overlap_tp": overlap_tp, "overlap_ep": overlap_ep,
              "attention": attention, "eager": eager, "grad_reduce": grad_reduce, "fp8_recipe": fp8_recipe, "exhaustive": exhaustive,
-             "tokens": tokens, "steps": steps, "price": price}
+             "tokens": tokens, "steps": steps, "price": price, "calibration": calibration}
     held: list[api.SweepOutcome] = []
 
     def run(done: Callable[[Point], None]) -> list[Point]:

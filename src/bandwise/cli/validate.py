@@ -113,9 +113,10 @@ def validate(
     memory: bool = typer.Option(False, "--memory", help="Also print predicted against published memory per device, where the source gives it."),
     write_bands: Path | None = typer.Option(None, "--write-bands", help="Write the error per engine, device family and model kind, which plan, estimate and compare print, to this JSON file (the package ships src/bandwise/data/error_bands.json)."),
     engine: str | None = typer.Option(None, "--engine", "-e", help="Price every run as this engine (bandwise engines), not as the engine each run's source names."),
+    calibration: Path | None = typer.Option(None, "--calibration", help="A calibration file (bandwise calibrate): applied to the runs of the device and engine it was measured on; the others are predicted uncalibrated."),
 ) -> None:
     out = Output(json_mode=json_out)
-    checked = api.validate(runs, source=source, engine=engine)
+    checked = api.validate(runs, source=source, engine=engine, calibration=calibration)
     results = checked.runs
     if plot is not None:
         parity_plot(results, plot)
@@ -124,6 +125,9 @@ def validate(
     if json_out:
         out.emit_json(checked.to_dict())
         return
+    if calibration is not None:
+        calibrated = sum(any(n.startswith("calibrated by") for n in r.notes) for r in results)
+        out.print(f"calibrated by {calibration}: {calibrated} of {len(results)} runs are on its device and engine")
     out.print(_runs_table(results))
     out.print(_summary_table("Per source", by_source(results)))
     out.print(_engine_table(by_engine(results)))

@@ -187,6 +187,11 @@ class CostParams:
     DeepSpeed and TorchTitan run it op by op unless a fused loss is switched on."""
     flash_attention: bool = True
     """Attention saves no score matrix (FlashAttention); off reproduces Korthikanti's 5as/h term."""
+    gemm_scale: float = 1.0
+    """Measured over modelled speed of the GEMMs on this stack, from a calibration (`specs.calibration`,
+    `cost.calibrated`): multiplies the device's GEMM efficiency. 1: the device's own figures."""
+    attention_scale: float = 1.0
+    """Measured over modelled speed of the attention core (and a hybrid's scans), from a calibration. 1: the device's."""
     loss_kept_bytes_per_logit: float = 4.0
     """Bytes a logit that the loss keeps from its forward to its backward. Megatron-LM's vocab-parallel
     cross-entropy keeps the fp32 softmax and writes the gradient into it (4; Korthikanti et al. 2022,

@@ -25,9 +25,10 @@ from bandwise.specs.engine import Engine
 from bandwise.specs.hardware import Device
 from bandwise.specs.registry import get_engine
 
-PRICED = {f.name for f in fields(CostParams)} - {"headroom", "reserved_bytes", "attention_efficiency", "balanced_when_uneven"}
+PRICED = {f.name for f in fields(CostParams)} - {"headroom", "reserved_bytes", "attention_efficiency", "balanced_when_uneven",
+                                                 "gemm_scale", "attention_scale"}
 """CostParams fields an engine may set as behaviours: not the job's memory allowance, a device figure,
-or what its `layouts.stages` sets."""
+what its `layouts.stages` sets, or what a calibration measured (`cost.calibrated`)."""
 
 
 def params_for(engine: Engine, device: Device | None = None, base: CostParams = DEFAULT_PARAMS) -> CostParams:

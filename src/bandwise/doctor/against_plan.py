@@ -27,6 +27,7 @@ from typing import Any
 
 from bandwise.cost.params import DEFAULT_PARAMS, CostParams
 from bandwise.cost.results import Estimate
+from bandwise.doctor.ranks import RankRow
 from bandwise.specs.strategy import Strategy
 
 OFF_BY = 0.20
@@ -88,16 +89,17 @@ REASONS = {
 }
 
 
-def compare(per_rank: list[dict[str, Any]], comm_ms: list[dict[str, float]], s: Strategy, est: Estimate,
+def compare(per_rank: list[RankRow], comm_ms: list[dict[str, float]], s: Strategy, est: Estimate,
             params: CostParams = DEFAULT_PARAMS) -> list[Term]:
-    """Measured (median over ranks of each rank's per-step median) against predicted, term by term."""
+    """Measured (median over ranks of each rank's per-step median) against predicted, term by term;
+    `comm_ms[i]`: rank i's exposed ms per collective kind."""
     def med(values: list[float]) -> float:
         return statistics.median(values) if values else 0.0
 
-    step = med([r["step_ms"] for r in per_rank])
+    step = med([r.step_ms for r in per_rank])
     b = {k: v * 1e3 for k, v in est.breakdown.items()}
     rows = [("step", step, est.step_time_s * 1e3, "the step"),
-            ("compute + optimizer (busy: kernels + memcpy)", med([r["busy_ms"] for r in per_rank]),
+            ("compute + optimizer (busy: kernels + memcpy)", med([r.busy_ms for r in per_rank]),
              b.get("compute", 0.0) + b.get("recompute", 0.0) + b.get("contention", 0.0) + b.get("optimizer", 0.0),
              "the kernels run slower or faster than the cost model's efficiencies")]
     for kinds, terms in collective_groups(s, params).items():
@@ -105,7 +107,7 @@ def compare(per_rank: list[dict[str, Any]], comm_ms: list[dict[str, float]], s: 
         predicted = sum(b.get(t, 0.0) for t in terms)
         name = " + ".join(WORDS[t] for t in terms) + " " + "/".join(k.replace("_", "-") for k in kinds) + " (exposed)"
         rows.append((name, measured, predicted, "; ".join(REASONS[t] for t in terms)))
-    rows.append(("idle (bubble + host)", med([r["idle_ms"] for r in per_rank]), b.get("bubble", 0.0),
+    rows.append(("idle (bubble + host)", med([r.idle_ms for r in per_rank]), b.get("bubble", 0.0),
                  "the device waits on the host, the input pipeline or a slower rank"))
     out = []
     for name, measured, predicted, why in rows:

@@ -31,6 +31,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
+from bandwise.cost.calibrated import calibrated_params
 from bandwise.cost.params import DEFAULT_PARAMS, CostParams
 from bandwise.cost.profiles import Pricing
 from bandwise.errors import BandwiseError
@@ -43,6 +44,7 @@ from bandwise.plan.search import (
     search,
 )
 from bandwise.plan.verdict import TERM_WORDS, THRESHOLD, Verdict, decide, group_link, ms
+from bandwise.specs.calibration import Calibration
 from bandwise.specs.hardware import Cluster
 from bandwise.specs.model import ModelSpec
 
@@ -166,6 +168,8 @@ class PlanInputs:
     pricing: Pricing | None = None
     max_rows: int | None = SEARCH_ROWS
     """Candidate rows past which a point's search is narrowed (`search.search`); None: exhaustive."""
+    calibration: Calibration | None = None
+    """Measured factors (`cost.calibrated`): applied to the points on the device they were measured on."""
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.threshold) and 0 <= self.threshold < 1):
@@ -176,7 +180,9 @@ class PlanInputs:
         return self.pricing.engine.search_space() if self.pricing is not None else {}
 
     def params_on(self, cluster: Cluster) -> CostParams:
-        return self.pricing.on(cluster.device) if self.pricing is not None else self.params
+        params = self.pricing.on(cluster.device) if self.pricing is not None else self.params
+        cal = self.calibration
+        return calibrated_params(params, cal) if cal is not None and cal.device == cluster.device.name else params
 
 
 def plan_point(inputs: PlanInputs, cluster: Cluster, label: str, value: float | None = None, progress: Callable[[int], None] | None = None) -> Point:

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from bandwise.cost.fp8 import check_device, fp8_recipe
+from bandwise.cost.calibrated import calibrated_cluster, calibrated_params
 from bandwise.cost.memory import GIB
 from bandwise.cost.params import DEFAULT_PARAMS, GRAD_REDUCE, CostParams
 from bandwise.cost.profiles import params_for
@@ -40,6 +41,7 @@ from bandwise.plan.runs import (  # noqa: F401  (re-exported: the validation API
     parse_schedule,
 )
 from bandwise.plan.search import search
+from bandwise.specs.calibration import Calibration
 from bandwise.specs.model import clip
 from bandwise.specs.registry import get_engine
 from bandwise.specs.schedules import PAIRED
@@ -272,11 +274,28 @@ def comparable_memory_gib(est: Estimate, basis: str, params: CostParams) -> floa
     raise ValueError(f"memory basis {basis!r}: not known; use one of {', '.join(MEMORY_BASES)}")
 
 
+def predict_with(case: Case, params: CostParams = DEFAULT_PARAMS, calibration: Calibration | None = None) -> RunResult:
+    """`predict`, with the calibration's factors where it was measured on the run's device under its engine
+    (`cost.calibrated`); a run on another stack is predicted uncalibrated, and its notes say which."""
+    if calibration is None:
+        return predict(case, params)
+    if calibration.device != case.cluster.device.name or calibration.engine not in (None, case.engine):
+        res = predict(case, params)
+        res.notes.append(f"not calibrated: {calibration.label} was measured on {calibration.device} under {calibration.engine or 'any engine'}")
+        return res
+    levels = {lv.name for lv in case.cluster.levels}
+    cal = Calibration(device=calibration.device, engine=calibration.engine, name=calibration.name, path=calibration.path,
+                      factors=tuple(f for f in calibration.factors if not f.name.startswith("bandwidth.") or f.name[10:] in levels))
+    res = predict(replace(case, cluster=calibrated_cluster(case.cluster, cal)), calibrated_params(params, cal))
+    res.notes.append(f"calibrated by {calibration.label}")
+    return res
+
+
 def run_all(runs: list[dict[str, Any]], source: str | None = None, params: CostParams = DEFAULT_PARAMS,
-            sources: dict[str, Any] | None = None, engine: str | None = None) -> list[RunResult]:
+            sources: dict[str, Any] | None = None, engine: str | None = None, calibration: Calibration | None = None) -> list[RunResult]:
     """Convert and predict every run (of one source if given), each priced as its engine (`engine`:
     every run as that one), as `plan --engine E` predicts it (`runs.convert`); conversion failures
-    carry the reason."""
+    carry the reason. `calibration` applies to the runs of its device and engine (`predict_with`)."""
     if source is not None:
         known = sorted({str(r.get("source")) for r in runs})
         if source not in known:
@@ -291,7 +310,7 @@ def run_all(runs: list[dict[str, Any]], source: str | None = None, params: CostP
             res = RunResult(id=str(run.get("id")), source=str(run.get("source")), quality=str((run.get("target") or {}).get("quality")),
                             target=math.nan if tgt is None else tgt, reason=str(exc), engine=_engine_or_blank(run, sources, engine))
         else:
-            res = predict(case, params)
+            res = predict_with(case, params, calibration)
         res.first_sight = first_sight_of(run)
         results.append(res)
     return results

@@ -20,7 +20,7 @@ from bandwise.cost.comm import level_spans
 from bandwise.cost.terms.placement import rank_strides
 from bandwise.plan.bands import shipped_ranking
 from bandwise.plan.search import Layout, SearchResult
-from bandwise.specs.hardware import MAX_DEVICES, Cluster
+from bandwise.specs.hardware import MAX_DEVICES, Cluster, Level
 from bandwise.specs.model import ModelSpec
 from bandwise.specs.strategy import Layouts, Strategy
 
@@ -60,8 +60,8 @@ class Verdict:
         return asdict(self)
 
 
-def group_link(cluster: Cluster, strategy: Strategy, dim: str) -> str:
-    """'infiniband (50 GB/s per device)': the outermost level a dim's collectives cross."""
+def group_level(cluster: Cluster, strategy: Strategy, dim: str) -> Level:
+    """The outermost level of the job's placed topology that a dim's collectives cross."""
     stride = {d: int(v[0]) for d, v in rank_strides(strategy.order, Layouts.of([strategy])).items()}  # the cost model's placement
     if dim == "fsdp":
         s, n = min(stride["cp"], stride["dp_shard"]), strategy.cp * strategy.dp_shard
@@ -76,6 +76,12 @@ def group_link(cluster: Cluster, strategy: Strategy, dim: str) -> str:
     for lv, d, _ in level_spans(placed, np.array([s]), np.array([n])):
         if d[0] > 1:
             level = lv
+    return level
+
+
+def group_link(cluster: Cluster, strategy: Strategy, dim: str) -> str:
+    """'infiniband (50 GB/s per device)': the outermost level a dim's collectives cross."""
+    level = group_level(cluster, strategy, dim)
     unit = "per link" if level.is_torus or level.fully_connected else "per device"
     return f"{level.name} ({level.bandwidth / 1e9:g} GB/s {unit})"
 

@@ -105,9 +105,9 @@ class Rates:
     def of(cls, dev: Device, s: Shape, P: CostParams) -> Rates:
         bf16_peak = dev.peak("bf16") * dev.sustained_clock_ratio
         linear_peak = gemm_peak(dev, s) * dev.sustained_clock_ratio
-        eff = dev.gemm_efficiency
+        eff = dev.gemm_efficiency * P.gemm_scale  # a calibration's measured over modelled GEMM speed
         # quantized GEMMs reach less of their peak: fp8's measured fraction, reused for fp4 and int8 (none measured)
-        linear_eff = np.where(s.fp8, dev.fp8_gemm_efficiency or eff, eff)
+        linear_eff = np.where(s.fp8, (dev.fp8_gemm_efficiency or dev.gemm_efficiency) * P.gemm_scale, eff)
         return cls(bf16_peak, linear_peak, eff, linear_eff, dev.hbm_bandwidth, P.hbm_efficiency, dev.sm_count)
 
     def streamed(self, nbytes: np.ndarray) -> np.ndarray:
@@ -252,6 +252,7 @@ def attention_core(m: ModelSpec, dev: Device, s: Shape, rates: Rates, P: CostPar
         raise BandwiseError(f"--attention fa2: bandwise has no FlashAttention-2 figure for {dev.name}; "
                             "use --attention flash (the chip's own fused kernel) or give fa2_attention_efficiency in a cluster file")
     attn_eff = P.attention_efficiency or (dev.fa2_attention_efficiency if P.attention == "fa2" else None) or dev.attention_efficiency
+    attn_eff = attn_eff * P.attention_scale
     # short sequences leave each query tile's fixed cost less loop to hide behind; under context
     # parallelism each kernel call sees one chunk of seq_len / cp keys (`Device.attention_fill`)
     keys = m.seq_len / s.cp
@@ -391,7 +392,7 @@ def hybrid_layer_compute(m: ModelSpec, dev: Device, s: Shape, rates: Rates, P: C
     attn_fwd, attn_bwd = attention_core(m, dev, s, rates, P)  # already the mean over all layers
     attn_in, attn_out = attention_gemm_times(m, gemms)
     mlp_up, mlp_down = (gemms([g]) for g in m.dense_mlp.gemms())
-    scan_eff = P.attention_efficiency or dev.attention_efficiency
+    scan_eff = (P.attention_efficiency or dev.attention_efficiency) * P.attention_scale
     zero = np.zeros_like(attn_in)
     times, scans, mixer_bytes, mixer_gemm_time = {}, zero, 0.0, zero
     for kind, share in mixer_kinds(m):
