@@ -58,6 +58,15 @@ class CostParams:
     and autograd saves what the GEMM read. Off (the default), Megatron-LM's way: only the sequence
     shard is kept and gathered again in backward (Korthikanti et al. 2022, Sec. 4.2.2). bandwise's
     own trainer runs torch TP, so its dry run and memory check turn this on."""
+    fsdp_copy_out: bool = False
+    """FSDP copies each unit's parameters out of the all-gather buffer, and its gradients into the
+    reduce-scatter buffer, on the compute stream: PyTorch FSDP2 (torch 2.13.0,
+    torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py: `foreach_all_gather_copy_out` waits for
+    the gather on the current stream and runs `split_with_sizes_copy`, 2 + 2 bytes per unsharded
+    parameter per gather; `foreach_reduce` packs the bf16 gradients into the reduce dtype with
+    `chunk_cat` on the current stream before the reduce-scatter stream waits for it, 2 + g bytes;
+    `terms.stages.fsdp_copy_bytes`). Off: the flat buffer is the parameters' storage (FSDP1's
+    FlatParameter, DeepSpeed's and Megatron's contiguous buffers), nothing is copied out."""
     grad_accumulation_bytes: float = 0.0
     """HBM bytes per local parameter that each micro-batch's backward spends adding its weight
     gradient into the step's gradient accumulator outside the GEMM. 0: the weight-gradient GEMM
