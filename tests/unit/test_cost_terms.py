@@ -480,6 +480,24 @@ def test_fsdp2_copies_cost_their_bytes_per_micro_batch_on_the_compute_stream():
     assert params_for(get_engine("torchtitan")).fsdp_copy_out and not params_for(get_engine("megatron")).fsdp_copy_out
 
 
+def test_each_gradient_bucket_pays_the_rings_latency():
+    """Megatron-Core's buckets, max(40M, 1M x DP) parameters: Llama 3 8B under ZeRO-1 over DP 32 (4 nodes of 8)
+    reduce-scatters and all-gathers ceil(8.03B / 40M) buckets, each collective paying the ring's
+    latency, 7 NVLink steps and 3 InfiniBand steps; over DP 64, buckets of 64M. Not overlapped,
+    Megatron-Core keeps one bucket."""
+    m, c = get_model("llama3-8b"), get_cluster("h100")
+    nvlink, ib = c.levels[0].latency, c.levels[1].latency
+    megatron = replace(DEFAULT_PARAMS, grad_bucket_params=40e6, grad_bucket_params_per_dp_rank=1e6)
+    for dp, bucket, ring in ((32, 40e6, 7 * nvlink + 3 * ib), (64, 64e6, 7 * nvlink + 7 * ib)):
+        s = Strategy(dp_replicate=dp, zero_stage=1, micro_batch=1, global_batch=dp)
+        one, bucketed = estimate(m, c, s), estimate(m, c, s, megatron)
+        added = (math.ceil(m.total_params / bucket) - 1) * 2 * ring
+        assert bucketed.comm_total_s["dp"] - one.comm_total_s["dp"] == pytest.approx(added, rel=1e-6)
+        waits = replace(s, overlap_dp=False)
+        assert estimate(m, c, waits, megatron).comm_total_s["dp"] == pytest.approx(estimate(m, c, waits).comm_total_s["dp"], rel=1e-12)
+    assert params_for(get_engine("megatron")).grad_bucket_params == 40e6 and params_for(get_engine("torchtitan")).grad_bucket_params == 0
+
+
 def test_gradient_accumulation_paces_the_pipeline_at_the_heads_rank():
     """PP 2, 1F1B: the last rank holds half the layers and the output layer (not the embedding, which
     is on the first); its extra time per micro-batch stretches the m micro-batches and the p - 1 of
