@@ -72,8 +72,8 @@ class CostParams:
     the gather on the current stream and runs `split_with_sizes_copy`, 2 + 2 bytes per unsharded
     parameter per gather; `foreach_reduce` packs the bf16 gradients into the reduce dtype with
     `chunk_cat` on the current stream before the reduce-scatter stream waits for it, 2 + g bytes;
-    `terms.stages.fsdp_copy_bytes`). Off: the flat buffer is the parameters' storage (FSDP1's
-    FlatParameter, DeepSpeed's and Megatron's contiguous buffers), nothing is copied out."""
+    `terms.stages.fsdp_copy_bytes`). Off: engines whose gathers land in the parameters' own storage
+    (FSDP1's FlatParameter views), or whose copies no source here describes."""
     grad_accumulation_bytes: float = 0.0
     """HBM bytes per local parameter that each micro-batch's backward spends adding its weight
     gradient into the step's gradient accumulator outside the GEMM. 0: the weight-gradient GEMM
