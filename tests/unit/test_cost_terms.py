@@ -461,6 +461,43 @@ def test_gradient_accumulation_outside_the_gemm_costs_its_bytes_per_micro_batch(
         == pytest.approx(estimate(m, c, one_micro_batch).step_time_s, rel=1e-12)
 
 
+def test_fsdp2_copies_cost_their_bytes_per_micro_batch_on_the_compute_stream():
+    """`fsdp_copy_out` (PyTorch FSDP2): per micro-batch each unsharded weight on the rank is copied
+    out of two gathers (2 + 2 bytes each) and packed into the reduce-scatter buffer (2 + g): 14 bytes
+    with fp32 reduction, 12 in bf16. FSDP 4 x TP 2, 8 micro-batches: 8 x (every weight / 2) x bytes /
+    (bandwidth x efficiency). Without FSDP nothing is copied; TorchTitan prices it, Megatron does not."""
+    m, c = get_model("llama3-8b"), get_cluster("h100")
+    s = Strategy(dp_shard=4, tp=2, micro_batch=1, global_batch=32)
+    flat, fsdp2 = estimate(m, c, s), estimate(m, c, s, replace(DEFAULT_PARAMS, fsdp_copy_out=True))
+    assert flat.microbatches == 8
+    rate = c.device.hbm_bandwidth * DEFAULT_PARAMS.hbm_efficiency
+    assert fsdp2.step_time_s - flat.step_time_s == pytest.approx(8 * m.total_params / 2 * (2 * (2 + 2) + 2 + 4) / rate, rel=1e-6)
+    bf16_reduce = replace(DEFAULT_PARAMS, fsdp_copy_out=True, grad_reduce_bytes=2)
+    bf16_flat = estimate(m, c, s, replace(DEFAULT_PARAMS, grad_reduce_bytes=2))
+    assert estimate(m, c, s, bf16_reduce).step_time_s - bf16_flat.step_time_s == pytest.approx(8 * m.total_params / 2 * 12 / rate, rel=1e-6)
+    replicated = replace(s, dp_shard=1, dp_replicate=4)
+    assert estimate(m, c, replicated, replace(DEFAULT_PARAMS, fsdp_copy_out=True)).step_time_s == estimate(m, c, replicated).step_time_s
+    assert params_for(get_engine("torchtitan")).fsdp_copy_out and not params_for(get_engine("megatron")).fsdp_copy_out
+
+
+def test_each_gradient_bucket_pays_the_rings_latency():
+    """Megatron-Core's buckets, max(40M, 1M x DP) parameters: Llama 3 8B under ZeRO-1 over DP 32 (4 nodes of 8)
+    reduce-scatters and all-gathers ceil(8.03B / 40M) buckets, each collective paying the ring's
+    latency, 7 NVLink steps and 3 InfiniBand steps; over DP 64, buckets of 64M. Not overlapped,
+    Megatron-Core keeps one bucket."""
+    m, c = get_model("llama3-8b"), get_cluster("h100")
+    nvlink, ib = c.levels[0].latency, c.levels[1].latency
+    megatron = replace(DEFAULT_PARAMS, grad_bucket_params=40e6, grad_bucket_params_per_dp_rank=1e6)
+    for dp, bucket, ring in ((32, 40e6, 7 * nvlink + 3 * ib), (64, 64e6, 7 * nvlink + 7 * ib)):
+        s = Strategy(dp_replicate=dp, zero_stage=1, micro_batch=1, global_batch=dp)
+        one, bucketed = estimate(m, c, s), estimate(m, c, s, megatron)
+        added = (math.ceil(m.total_params / bucket) - 1) * 2 * ring
+        assert bucketed.comm_total_s["dp"] - one.comm_total_s["dp"] == pytest.approx(added, rel=1e-6)
+        waits = replace(s, overlap_dp=False)
+        assert estimate(m, c, waits, megatron).comm_total_s["dp"] == pytest.approx(estimate(m, c, waits).comm_total_s["dp"], rel=1e-12)
+    assert params_for(get_engine("megatron")).grad_bucket_params == 40e6 and params_for(get_engine("torchtitan")).grad_bucket_params == 0
+
+
 def test_gradient_accumulation_paces_the_pipeline_at_the_heads_rank():
     """PP 2, 1F1B: the last rank holds half the layers and the output layer (not the embedding, which
     is on the first); its extra time per micro-batch stretches the m micro-batches and the p - 1 of

@@ -58,6 +58,22 @@ class CostParams:
     and autograd saves what the GEMM read. Off (the default), Megatron-LM's way: only the sequence
     shard is kept and gathered again in backward (Korthikanti et al. 2022, Sec. 4.2.2). bandwise's
     own trainer runs torch TP, so its dry run and memory check turn this on."""
+    grad_bucket_params: float = 0.0
+    """Gradients per data-parallel bucket without FSDP: an overlapped synchronisation runs one
+    collective per bucket, one after another, each paying the group's latency (`terms.grad_sync`).
+    0: the whole gradient in one collective."""
+    grad_bucket_params_per_dp_rank: float = 0.0
+    """Growth of the bucket with the DP x CP size: buckets hold max(`grad_bucket_params`, this x DP·CP)
+    parameters (Megatron-Core's default, `bucket_params`)."""
+    fsdp_copy_out: bool = False
+    """FSDP copies each unit's parameters out of the all-gather buffer, and its gradients into the
+    reduce-scatter buffer, on the compute stream: PyTorch FSDP2 (torch 2.13.0,
+    torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py: `foreach_all_gather_copy_out` waits for
+    the gather on the current stream and runs `split_with_sizes_copy`, 2 + 2 bytes per unsharded
+    parameter per gather; `foreach_reduce` packs the bf16 gradients into the reduce dtype with
+    `chunk_cat` on the current stream before the reduce-scatter stream waits for it, 2 + g bytes;
+    `terms.stages.fsdp_copy_bytes`). Off: engines whose gathers land in the parameters' own storage
+    (FSDP1's FlatParameter views), or whose copies no source here describes."""
     grad_accumulation_bytes: float = 0.0
     """HBM bytes per local parameter that each micro-batch's backward spends adding its weight
     gradient into the step's gradient accumulator outside the GEMM. 0: the weight-gradient GEMM

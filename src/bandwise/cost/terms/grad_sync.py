@@ -11,6 +11,7 @@ import numpy as np
 
 from bandwise.cost import comm
 from bandwise.cost.flops import BF16
+from bandwise.cost.params import CostParams
 from bandwise.cost.terms.fsdp import affine
 from bandwise.cost.terms.placement import Groups, LocalParams
 from bandwise.cost.terms.shape import Shape
@@ -45,25 +46,36 @@ class GradSync:
     exposed: np.ndarray
 
 
+def bucket_count(params: np.ndarray, bucket: np.ndarray | float) -> np.ndarray:
+    """Collectives one synchronisation of `params` runs as: one per bucket of `bucket` parameters,
+    each paying the group's latency (0: the whole gradient in one collective)."""
+    bucket = np.asarray(bucket, dtype=float)
+    return np.where(bucket > 0, np.maximum(np.ceil(params / np.where(bucket > 0, bucket, 1.0)), 1.0), 1.0)
+
+
 def sync_time(params: np.ndarray, k: np.ndarray, lat: np.ndarray, shard: np.ndarray, zero: np.ndarray, sg: SyncGroups,
-              grad_bytes: float) -> np.ndarray:
-    """Gradient synchronisation of `params` over a data-parallel group of affine cost (k, lat)."""
+              grad_bytes: float, bucket: np.ndarray | float = 0.0) -> np.ndarray:
+    """Gradient synchronisation of `params` over a data-parallel group of affine cost (k, lat), in
+    buckets of `bucket` parameters (`CostParams.grad_bucket_params`) without FSDP, whose collectives
+    are its units' (`terms.fsdp`)."""
     g = grad_bytes
+    n = bucket_count(params, bucket)
     return np.select(
         [zero == 0, zero <= 2],
-        [2 * (params * g * k + lat), params * (g + BF16) * k + 2 * lat],
+        [2 * (params * g * k + n * lat), params * (g + BF16) * k + 2 * n * lat],
         2 * (params * g / np.maximum(shard, 1) * sg.k_rep + sg.l_rep),
     )
 
 
 def grad_sync(sg: SyncGroups, local: LocalParams, zero: np.ndarray, dense: np.ndarray, expert: np.ndarray, root: np.ndarray,
-              last_backward: np.ndarray, overlap: np.ndarray, grad_bytes: float) -> GradSync:
+              last_backward: np.ndarray, overlap: np.ndarray, grad_bytes: float, bucket: np.ndarray | float = 0.0) -> GradSync:
     """Synchronisation of the rank with the most dense parameters (`dense`, `expert` its parameters;
-    `root` those outside any layer, `last_backward` the backward it can hide behind)."""
+    `root` those outside any layer, `last_backward` the backward it can hide behind; `bucket` the
+    parameters per bucket, `bucket_params`)."""
     # experts: the same collectives over the ranks holding the same experts (under FSDP, the
-    # dp_replicate replicas of each shard)
-    expert_sync = sync_time(expert, sg.k_edp, sg.l_edp, local.shard_expert, zero, sg, grad_bytes) * (expert > 0)
-    total = sync_time(dense, sg.k_ddp, sg.l_ddp, local.shard_dense, zero, sg, grad_bytes) + expert_sync
+    # dp_replicate replicas of each shard), in buckets of the same size (Megatron-Core's expert buffers)
+    expert_sync = sync_time(expert, sg.k_edp, sg.l_edp, local.shard_expert, zero, sg, grad_bytes, bucket) * (expert > 0)
+    total = sync_time(dense, sg.k_ddp, sg.l_ddp, local.shard_dense, zero, sg, grad_bytes, bucket) + expert_sync
     # Overlap cannot hide the edges: the embedding's gradients, the last to be computed, reduce
     # after the backward ends (Li et al. 2020, Sec. 3.2.3: the last bucket's all-reduce;
     # Megatron-Core fills its buckets in reverse order, the embedding last), and under ZeRO-1/2 its
@@ -71,3 +83,11 @@ def grad_sync(sg: SyncGroups, local: LocalParams, zero: np.ndarray, dense: np.nd
     # shards all-reduce across the replicas last
     edge = sync_time(np.where(zero == 3, root, local.emb), sg.k_ddp, sg.l_ddp, local.shard_dense, zero, sg, grad_bytes)
     return GradSync(total=total, exposed=np.where(overlap, np.maximum(total - last_backward, edge), total))
+
+
+def bucket_params(P: CostParams, dp_cp: np.ndarray, overlap: np.ndarray) -> np.ndarray:
+    """Parameters per gradient bucket: max(`grad_bucket_params`, `grad_bucket_params_per_dp_rank` x
+    the DP x CP size), Megatron-Core's default; 0 (one collective) where the synchronisation is not
+    overlapped, as Megatron-Core unsets its bucket size without `overlap_grad_reduce`."""
+    size = np.maximum(P.grad_bucket_params, P.grad_bucket_params_per_dp_rank * np.asarray(dp_cp, dtype=float))
+    return np.where(overlap, size, 0.0)

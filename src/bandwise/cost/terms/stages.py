@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from bandwise.cost.flops import BF16
 from bandwise.cost.params import CostParams
 from bandwise.cost.terms.compute import HeadCompute, LayerPasses
 from bandwise.cost.terms.placement import LocalParams
@@ -100,6 +101,16 @@ class StageCompute:
     """The largest stage over the mean stage of a rank: the pipeline fills and drains at its pace."""
 
 
+def fsdp_copy_bytes(P: CostParams) -> float:
+    """HBM bytes per unsharded parameter per micro-batch that FSDP copies on the compute stream
+    (`CostParams.fsdp_copy_out`): each of the two gathers the model charges per unit (forward, and
+    backward after resharding, `terms.fsdp`) copied out in bf16, read and written (2 + 2), and the
+    bf16 gradients packed into the reduce-scatter buffer in the reduce dtype (2 + g)."""
+    if not P.fsdp_copy_out:
+        return 0.0
+    return 2 * (BF16 + BF16) + BF16 + P.grad_reduce_bytes
+
+
 def stage_compute(m: ModelSpec, dev: Device, s: Shape, schedule: np.ndarray, rec: np.ndarray, n_mb: np.ndarray, layer: LayerPasses,
                   head_c: HeadCompute, local: LocalParams, P: CostParams) -> StageCompute:
     pp, v = s.pp, s.virtual_stages
@@ -110,6 +121,9 @@ def stage_compute(m: ModelSpec, dev: Device, s: Shape, schedule: np.ndarray, rec
     # and, where the same rank holds it, the embedding's
     adds = np.where(P.grad_accumulation_skips_first, (n_mb - 1.0) / n_mb, 1.0)  # adds per micro-batch, on average
     accumulate = adds * P.grad_accumulation_bytes / (dev.hbm_bandwidth * P.hbm_efficiency)
+    # FSDP2's copies out of the gather buffer and into the reduce-scatter buffer, on the compute stream,
+    # per layer and for the root unit's weights on the head's rank
+    accumulate = accumulate + np.where(s.zero == 3, fsdp_copy_bytes(P), 0.0) / (dev.hbm_bandwidth * P.hbm_efficiency)
     unit = layer.fwd + layer.bwd + layer.kernel_gaps + accumulate * (local.dense_layer + local.expert_layer) + layer_recompute
     # the rank of the last stage also runs the output head, the loss and any MTP modules
     together = first_and_last_on_one_rank(pp, schedule)
