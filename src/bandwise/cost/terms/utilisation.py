@@ -31,7 +31,6 @@ class Utilisation:
 def utilisation(m: ModelSpec, dev: Device, s: Shape, rec: np.ndarray, global_batch: np.ndarray, step: np.ndarray, P: CostParams) -> Utilisation:
     tokens_per_s_per_device = global_batch * m.seq_len / step / s.world
     mflops = m.model_flops_per_token(causal=P.causal_mfu)
-    bf16_peak = dev.peak("bf16")
     peak_train = gemm_peak(dev, s)
     # HFU adds what recomputation runs again: under full, the whole forward (a third of the model's
     # forward+backward FLOPs); under selective, the re-run modules' forward FLOPs: the attention core
