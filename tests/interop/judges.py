@@ -185,7 +185,7 @@ def assert_torchtitan_model(cfg: Any, model: ModelSpec, given: Architecture | No
         # None: n_heads key/value heads, dim // n_heads wide (torchtitan/models/common/attention.py, __init__)
         assert (attention.n_kv_heads or attention.n_heads) == model.n_kv_heads
         assert (attention.head_dim or model.hidden // model.heads) == model.d_head
-    arch = PRESETS.get(_preset_name(model)) or given
+    arch = given or PRESETS.get(_preset_name(model))
     assert arch is not None, f"{model.name}: neither a preset nor a config.json's architecture to check against"
     if not model.is_moe:
         widths = {layer.feed_forward.w1.out_features for layer in m.layers}

@@ -40,7 +40,7 @@ from fractions import Fraction
 from bandwise.cost.params import grad_reduce_name
 from bandwise.errors import BandwiseError
 from bandwise.export.architecture import Architecture, is_preset, refusals
-from bandwise.export.common import Adapted
+from bandwise.export.common import Adapted, lacks
 from bandwise.specs.hardware import Cluster
 from bandwise.specs.model import ModelSpec
 from bandwise.specs.strategy import Strategy, divisors
@@ -330,7 +330,7 @@ def check_model(model: ModelSpec, arch: Architecture | None) -> None:
         elif rope is not None and rope.scaling == "yarn" and rope.mscale != rope.mscale_all_dim:
             out.append(f"rope_scaling.mscale_all_dim={rope.mscale_all_dim:g}: MaxText's YaRN has one mscale")
     if out:
-        raise BandwiseError(f"maxtext cannot run {model.name} as planned: {out[0]}; export to another engine")
+        raise BandwiseError(f"maxtext cannot run {model.name} as planned: {lacks('maxtext', out[0])}; export to another engine")
 
 
 def check_grads(grad_bytes: float) -> None:

@@ -41,7 +41,7 @@ from bandwise.cost.params import grad_reduce_name
 from bandwise.errors import BandwiseError
 from bandwise.export.architecture import Architecture, differences, is_preset
 import bandwise.export.torchtitan_module as written
-from bandwise.export.common import TORCHRUN, Adapted, script_head, stage_layers
+from bandwise.export.common import TORCHRUN, Adapted, lacks, script_head, stage_layers
 from bandwise.specs.hardware import Cluster
 from bandwise.specs.model import ModelSpec
 from bandwise.specs.strategy import Strategy
@@ -128,17 +128,17 @@ def check_model(model: ModelSpec, arch: Architecture | None) -> None:
         blocked = written.blockers(model, arch)
         if not blocked:
             return
-        raise BandwiseError(f"torchtitan cannot run {model.name}: {blocked[0]}; export to megatron or maxtext")
+        raise BandwiseError(f"torchtitan cannot run {model.name}: {lacks('torchtitan', blocked[0])}; export to megatron or maxtext")
     own = ", ".join(fn for by in CONFIGS.values() for _, fn in by.values())
     if model.name.lower() in CONFIGS:
         diff = differences(model, arch, model.name)
         raise BandwiseError(f"torchtitan cannot run this {model.name}: it is not the preset TorchTitan's config builds "
                             f"({'; '.join(diff[:4])}), and TorchTitan takes a model only from a Python config function "
-                            f"(Trainer.Config.model_spec is not a command-line field); export to megatron or maxtext")
+                            f"(Trainer.Config.model_spec is not a command-line field, torchtitan 0.3.0); export to megatron or maxtext")
     what = f"model_type {arch.family}" if arch is not None else "a model without its config.json"
     raise BandwiseError(f"torchtitan cannot run {model.name}: TorchTitan takes a model only from a Python config function "
                         f"(Trainer.Config.model_spec is not a command-line field); it ships one only for {own}, and bandwise "
-                        f"writes one only for Qwen3 blocks (torchtitan 0.3.0 torchtitan/models/qwen3), not {what}; "
+                        f"writes one only for the Llama 3 and Qwen3 blocks of torchtitan 0.3.0's torchtitan/models/, not {what}; "
                         f"export to megatron or maxtext")
 
 
@@ -161,8 +161,9 @@ def render(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int,
     else:  # a config function of the job's own, from TorchTitan's blocks (check_model passed it)
         assert arch is not None
         module, fn = written.module_name(model), written.function_name(model)
-        notes.append(f"the job writes {module}.py, a config function for {model.name} from TorchTitan's own Qwen3 builders "
-                     f"(starting from its {written.BASES[model.is_moe]}), and runs it")
+        package = written.PACKAGES[arch.family]
+        notes.append(f"the job writes {module}.py, a config function for {model.name} from TorchTitan's own {package} builders "
+                     f"(starting from its {written.BASES[package, model.is_moe]}), and runs it")
     for field, value in DEPARTURES.get(preset, {}).items():
         notes.append(f"TorchTitan's {fn} sets {field} {value:g}, where {model.name}'s source has {getattr(arch, field):g}")
     if s.recompute == "selective":
