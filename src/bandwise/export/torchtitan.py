@@ -71,6 +71,12 @@ or DDP; no ZeRO-1/2."""
 
 def adapt(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int, arch: Architecture | None = None) -> Adapted:
     changes: list[str] = []
+    # Trainer.__init__ (torchtitan/trainer.py, 0.3.0): training.seq_len divisible by TP (with sequence parallelism, which
+    # the export turns on with TP) times 2·CP; no nearby layout keeps the plan's degrees
+    divisor = s.tp * (2 * s.cp if s.cp > 1 else 1)
+    if model.seq_len % divisor:
+        raise BandwiseError(f"{s.describe()}: TorchTitan's Trainer needs the {model.seq_len}-token sequence divisible by "
+                            f"TP x 2CP = {divisor} (torchtitan 0.3.0 trainer.py)")
     reasons = [why for cond, why in (
         (s.zero_stage in (1, 2), f"ZeRO-{s.zero_stage} over DP{s.dp_replicate}: TorchTitan has no ZeRO-1/2"),
         (s.cp > 1, f"CP{s.cp} under DDP: TorchTitan shards the parameters over the CP ranks whenever CP is on"),
