@@ -32,6 +32,7 @@ settings.load_profile(os.environ.get(PROFILE_ENV, "ci"))
 
 _CACHE = tempfile.mkdtemp(prefix="bandwise-test-cache-")
 os.environ["BANDWISE_CACHE_DIR"] = _CACHE  # the pipeline schedule cache
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a Hub id is read from a cache a test fills, never from the network
 os.environ.setdefault("BANDWISE_CACHE", str(Path(_CACHE) / "data"))  # the tokenized corpus; a run may share one
 
 SLOW_FOLDERS = ("dist", "fault", "interop")

@@ -84,10 +84,10 @@ PLANS = [
     Plan("kimi-k2@2048xh100", "kimi-k2", "h100", 2048, expect(torchtitan=NO_TT, megatron="rope_scaling.beta_fast=1")),
     # Hugging Face config.json files
     Plan("Llama-3.1-8B.json@8xh100", hf("Meta-Llama-3.1-8B"), "h100", 8, expect()),
-    Plan("Llama-3.1-405B.json@2048xh100", hf("Meta-Llama-3.1-405B"), "h100", 2048, expect(torchtitan=NO_TT)),
+    Plan("Llama-3.1-405B.json@2048xh100", hf("Meta-Llama-3.1-405B"), "h100", 2048, expect()),  # TorchTitan: a written config function
     Plan("Qwen3-8B.json@16xh100", hf("Qwen3-8B"), "h100", 16, expect()),
     Plan("Qwen2-7B.json@24xh100", hf("Qwen2-7B"), "h100", 24, expect(torchtitan=NO_TT, maxtext="multiple of the 3 stages")),
-    Plan("Mistral-7B.json@8xh100", hf("Mistral-7B-v0.1"), "h100", 8, expect(torchtitan=NO_TT)),
+    Plan("Mistral-7B.json@8xh100", hf("Mistral-7B-v0.1"), "h100", 8, expect()),
     Plan("Mixtral-8x7B.json@32xh100", hf("Mixtral-8x7B-v0.1"), "h100", 32, expect(torchtitan=NO_TT)),
     Plan("Qwen3-235B.json@512xh200", hf("Qwen3-235B-A22B"), "h200", 512, expect()),
     Plan("Qwen2-57B.json@64xh100", hf("Qwen2-57B-A14B"), "h100", 64, expect(torchtitan=NO_TT, maxtext="shared expert")),
@@ -113,8 +113,8 @@ PLANS = [
     Plan("gemma-2-9b.json@16xh100", hf("gemma-2-9b"), "h100", 16, expect(NO_TT, *(["sqrt(hidden_size)"] * 2))),
     # MaxText reads per_device_batch_size back as a float: tokens per device must be whole, and int(devices x it) the batch
     Plan("SmolLM2.json@48xgb200-seq2048", hf("SmolLM2-135M"), "gb200-nvl72", 48,
-         expect(NO_TT, maxtext="--global-batch a multiple of 3"), global_batch=2048, seq_len=2048),
-    Plan("SmolLM2.json@48xh100-seq3072", hf("SmolLM2-135M"), "h100", 48, expect(torchtitan=NO_TT), global_batch=2048, seq_len=3072),
+         expect(maxtext="--global-batch a multiple of 3"), global_batch=2048, seq_len=2048),
+    Plan("SmolLM2.json@48xh100-seq3072", hf("SmolLM2-135M"), "h100", 48, expect(), global_batch=2048, seq_len=3072),
     # a cluster file of the user's
     Plan("llama3-8b@32xuser", "llama3-8b", USER_CLUSTER, 32, expect()),
     Plan("mixtral-8x7b@64xuser", "mixtral-8x7b", USER_CLUSTER, 64, expect(torchtitan=NO_TT)),

@@ -106,6 +106,6 @@ def test_a_written_config_function_refuses_what_qwen3_blocks_lack(tmp_path) -> N
     path = tmp_path / "Qwen3-eps" / "config.json"
     path.parent.mkdir()
     path.write_text(json.dumps(cfg))
-    with pytest.raises(BandwiseError, match=r"rms_norm_eps=1e-05: torchtitan 0\.3\.0 torchtitan/models/qwen3/__init__\.py fixes"):
+    with pytest.raises(BandwiseError, match=r"rms_norm_eps=1e-05: torchtitan 0\.3\.0 torchtitan/models/qwen3/__init__\.py gives every RMSNorm eps 1e-06"):
         export("torchtitan", get_model(str(path)), get_cluster("h100"), Strategy(dp_shard=16, micro_batch=1, global_batch=64,
                                                                                    recompute="full"), 16, model_source=str(path))

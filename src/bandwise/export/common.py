@@ -10,6 +10,15 @@ from bandwise.cost.run import RunCost
 from bandwise.specs.strategy import Strategy
 
 
+CHECKED = {"torchtitan": "torchtitan 0.3.0", "megatron": "Megatron-LM d98e8a6", "maxtext": "MaxText 0.2.5"}
+"""The engine code each export's words and refusals were checked against (tests/interop/)."""
+
+
+def lacks(engine: str, reason: str) -> str:
+    """A refusal's reason with the engine code it was checked against, unless it names it already."""
+    return reason if CHECKED[engine] in reason else f"{reason} (as of {CHECKED[engine]})"
+
+
 class Adapted(NamedTuple):
     """The layout an engine runs for a plan, and one line per thing it had to change."""
 

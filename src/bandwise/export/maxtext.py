@@ -40,7 +40,7 @@ from fractions import Fraction
 from bandwise.cost.params import DEFAULT_PARAMS, CostParams, grad_reduce_name
 from bandwise.errors import BandwiseError
 from bandwise.export.architecture import Architecture, is_preset, refusals
-from bandwise.export.common import Adapted
+from bandwise.export.common import Adapted, lacks
 from bandwise.specs.hardware import Cluster
 from bandwise.specs.model import ModelSpec
 from bandwise.specs.strategy import Strategy, divisors
@@ -86,6 +86,10 @@ MODEL_FILES: dict[str, dict[str, object]] = {
                    "base_num_kv_heads": 16, "head_dim": 128, "base_mlp_dim": 21504, "vocab_size": 262_144, "sliding_window_size": 1024,
                    "rope_max_timescale": 1_000_000, "local_rope_max_timescale": 10_000, "rope_linear_scaling_factor": 8.0,
                    "normalization_layer_epsilon": 1e-6},
+    "gemma-2b": {"decoder_block": "gemma", "base_num_decoder_layers": 18, "base_emb_dim": 2048, "base_num_query_heads": 8,
+                 "base_num_kv_heads": 1, "head_dim": 256, "base_mlp_dim": 16384, "vocab_size": 256128, "normalization_layer_epsilon": 1e-6},
+    "gemma-7b": {"decoder_block": "gemma", "base_num_decoder_layers": 28, "base_emb_dim": 3072, "base_num_query_heads": 16,
+                 "base_num_kv_heads": 16, "head_dim": 256, "base_mlp_dim": 24576, "vocab_size": 256128, "normalization_layer_epsilon": 1e-6},
     "olmo3-7b": {"decoder_block": "olmo3", "base_num_decoder_layers": 32, "base_emb_dim": 4096, "base_num_query_heads": 32,
                  "base_num_kv_heads": 32, "head_dim": 128, "base_mlp_dim": 11008, "vocab_size": 100278, "sliding_window_size": 4096,
                  "rope_max_timescale": 500000, "rope_type": "yarn", "rope_factor": 8.0, "original_max_position_embeddings": 8192,
@@ -101,12 +105,14 @@ FILE_BLOCKS = {
                               "inhomogeneous_layer_cycle_interval 2)"),
     "gemma3_text": ("gemma3", 6, "the query scale and the global-only linear RoPE scaling (models/gemma3.py, get_query_pre_attn_scalar; "
                                  "layers/attentions.py); five local layers to one global (GEMMA3_ATTENTION_PATTERN)"),
+    "gemma": ("gemma", 1, "the scaled embeddings and (1 + w) norms of its block (models/gemma.py)"),
     "olmo3": ("olmo3", 4, "the q/k norm over all heads (layers/attentions.py, GlobalRMSNorm for model_name olmo3*); three "
                           "windowed layers to one full (inhomogeneous_layer_cycle_interval 4)"),
 }
 VOCAB_SLACK = 128
-"""Rows a config.json's vocabulary may exceed its MaxText file's: Gemma 3's checkpoints hold 262,208 rows, MaxText's
-gemma3 configs the tokenizer's 262,144 (the 64 more are never emitted); the job's notes say so."""
+"""Rows by which a config.json's vocabulary may differ from its MaxText file's: Gemma 3's checkpoints hold 262,208
+rows, MaxText's gemma3 configs the tokenizer's 262,144; Gemma's 256,000, MaxText's gemma configs 256,128 (padded).
+The job's notes say so; the plan prices the config.json's."""
 
 
 def model_file(model: ModelSpec, arch: Architecture) -> tuple[str | None, str]:
@@ -131,7 +137,7 @@ def model_file(model: ModelSpec, arch: Architecture) -> tuple[str | None, str]:
     if arch.local_rope_theta:
         mine["local_rope_max_timescale"] = arch.local_rope_theta
     want = [(False, (i + 1) % period != 0) for i in range(model.layers)]
-    if arch.window_layers and [(False, w) for w in arch.window_layers] != want:
+    if period > 1 and arch.window_layers and [(False, w) for w in arch.window_layers] != want:
         return None, f"its windowed layers: MaxText's {block} decoder windows every layer but each {period}th"
     why = f"no MaxText {block} config has {model.layers} layers of width {model.hidden}"
     for name, fields in MODEL_FILES.items():
@@ -140,7 +146,7 @@ def model_file(model: ModelSpec, arch: Architecture) -> tuple[str | None, str]:
         off = [k for k, v in mine.items() if k in fields and not _same(fields[k], v)]
         off += [k for k in fields if k not in mine and k not in ("decoder_block", "vocab_size")]
         vocab = int(fields["vocab_size"])  # type: ignore[call-overload]
-        if not 0 <= model.vocab - vocab <= VOCAB_SLACK:
+        if abs(model.vocab - vocab) > VOCAB_SLACK:
             off.append("vocab_size")
         if not off:
             return name, ""
@@ -330,7 +336,7 @@ def check_model(model: ModelSpec, arch: Architecture | None) -> None:
         elif rope is not None and rope.scaling == "yarn" and rope.mscale != rope.mscale_all_dim:
             out.append(f"rope_scaling.mscale_all_dim={rope.mscale_all_dim:g}: MaxText's YaRN has one mscale")
     if out:
-        raise BandwiseError(f"maxtext cannot run {model.name} as planned: {out[0]}; export to another engine")
+        raise BandwiseError(f"maxtext cannot run {model.name} as planned: {lacks('maxtext', out[0])}; export to another engine")
 
 
 def check_grads(grad_bytes: float) -> None:
@@ -356,8 +362,8 @@ def render(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int,
         keys.append(("model_name", name))
         vocab = int(MODEL_FILES[name]["vocab_size"])  # type: ignore[call-overload]
         if vocab != model.vocab:
-            notes.append(f"MaxText's {name} has vocab_size {vocab:,}, the config.json {model.vocab:,} (rows past the tokenizer's "
-                         f"{vocab:,} ids, never emitted): priced as the config.json")
+            notes.append(f"MaxText's {name} has vocab_size {vocab:,}, the config.json {model.vocab:,} (rows no token of the "
+                         f"tokenizer reaches): priced as the config.json")
         keys += [("enable_dropout", model.dropout)] if model.dropout else []
     else:
         if name:

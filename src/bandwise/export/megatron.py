@@ -49,7 +49,7 @@ import shlex
 from bandwise.cost.params import DEFAULT_PARAMS, CostParams, grad_reduce_name
 from bandwise.errors import BandwiseError
 from bandwise.export.architecture import Architecture, refusals
-from bandwise.export.common import TORCHRUN, Adapted, script_head, stage_layers
+from bandwise.export.common import TORCHRUN, Adapted, lacks, script_head, stage_layers
 from bandwise.specs.hardware import Cluster
 from bandwise.specs.model import ModelSpec
 from bandwise.specs.strategy import Strategy
@@ -161,7 +161,7 @@ def check_model(model: ModelSpec, arch: Architecture | None) -> None:
             # biases arguments.py turns the fusion off and the MLP runs F.gelu, the exact GELU (core/transformer/mlp.py)
             out.append("GELU's tanh approximation without biases: Megatron-LM computes it only in its fused bias-GELU kernel")
     if out:
-        raise BandwiseError(f"megatron cannot run {model.name} as planned: {out[0]}; export to another engine")
+        raise BandwiseError(f"megatron cannot run {model.name} as planned: {lacks('megatron', out[0])}; export to another engine")
 
 
 MAMBA_MIXER = {"conv_kernel": 4, "chunk": 128}

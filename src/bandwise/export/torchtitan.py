@@ -41,7 +41,7 @@ from bandwise.cost.params import DEFAULT_PARAMS, CostParams, grad_reduce_name
 from bandwise.errors import BandwiseError
 from bandwise.export.architecture import Architecture, differences, is_preset
 import bandwise.export.torchtitan_module as written
-from bandwise.export.common import TORCHRUN, Adapted, script_head, stage_layers
+from bandwise.export.common import TORCHRUN, Adapted, lacks, script_head, stage_layers
 from bandwise.specs.hardware import Cluster
 from bandwise.specs.model import ModelSpec
 from bandwise.specs.strategy import Strategy
@@ -76,6 +76,12 @@ or DDP; no ZeRO-1/2."""
 
 def adapt(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int, arch: Architecture | None = None) -> Adapted:
     changes: list[str] = []
+    # Trainer.__init__ (torchtitan/trainer.py, 0.3.0): training.seq_len divisible by TP (with sequence parallelism, which
+    # the export turns on with TP) times 2·CP; no nearby layout keeps the plan's degrees
+    divisor = s.tp * (2 * s.cp if s.cp > 1 else 1)
+    if model.seq_len % divisor:
+        raise BandwiseError(f"{s.describe()}: TorchTitan's Trainer needs the {model.seq_len}-token sequence divisible by "
+                            f"TP x 2CP = {divisor} (torchtitan 0.3.0 trainer.py)")
     reasons = [why for cond, why in (
         (s.zero_stage in (1, 2), f"ZeRO-{s.zero_stage} over DP{s.dp_replicate}: TorchTitan has no ZeRO-1/2"),
         (s.cp > 1, f"CP{s.cp} under DDP: TorchTitan shards the parameters over the CP ranks whenever CP is on"),
@@ -133,17 +139,17 @@ def check_model(model: ModelSpec, arch: Architecture | None) -> None:
         blocked = written.blockers(model, arch)
         if not blocked:
             return
-        raise BandwiseError(f"torchtitan cannot run {model.name}: {blocked[0]}; export to megatron or maxtext")
+        raise BandwiseError(f"torchtitan cannot run {model.name}: {lacks('torchtitan', blocked[0])}; export to megatron or maxtext")
     own = ", ".join(fn for by in CONFIGS.values() for _, fn in by.values())
     if model.name.lower() in CONFIGS:
         diff = differences(model, arch, model.name)
         raise BandwiseError(f"torchtitan cannot run this {model.name}: it is not the preset TorchTitan's config builds "
                             f"({'; '.join(diff[:4])}), and TorchTitan takes a model only from a Python config function "
-                            f"(Trainer.Config.model_spec is not a command-line field); export to megatron or maxtext")
+                            f"(Trainer.Config.model_spec is not a command-line field, torchtitan 0.3.0); export to megatron or maxtext")
     what = f"model_type {arch.family}" if arch is not None else "a model without its config.json"
     raise BandwiseError(f"torchtitan cannot run {model.name}: TorchTitan takes a model only from a Python config function "
                         f"(Trainer.Config.model_spec is not a command-line field); it ships one only for {own}, and bandwise "
-                        f"writes one only for Qwen3 blocks (torchtitan 0.3.0 torchtitan/models/qwen3), not {what}; "
+                        f"writes one only for the Llama 3 and Qwen3 blocks of torchtitan 0.3.0's torchtitan/models/, not {what}; "
                         f"export to megatron or maxtext")
 
 
@@ -168,8 +174,9 @@ def render(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int,
     else:  # a config function of the job's own, from TorchTitan's blocks (check_model passed it)
         assert arch is not None
         module, fn = written.module_name(model), written.function_name(model)
-        notes.append(f"the job writes {module}.py, a config function for {model.name} from TorchTitan's own Qwen3 builders "
-                     f"(starting from its {written.BASES[model.is_moe]}), and runs it")
+        package = written.PACKAGES[arch.family]
+        notes.append(f"the job writes {module}.py, a config function for {model.name} from TorchTitan's own {package} builders "
+                     f"(starting from its {written.BASES[package, model.is_moe]}), and runs it")
     if s.precision == "fp8" and params.fp8_recipe != FLOAT8_RECIPE:
         notes.append(f"fp8 recipe: TorchTitan's {fn} scales float8 {FLOAT8_RECIPE} (Float8LinearConverter's default; torchtitan "
                      f"0.3.0 offers rowwise and rowwise_with_gw_hp); the plan priced {params.fp8_recipe}")

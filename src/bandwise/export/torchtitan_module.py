@@ -7,11 +7,14 @@ has in torchtitan/models/, the export writes such a module beside the job: the c
 the same family that TorchTitan ships, with its `model_spec.model` rebuilt at the model's shape by
 that family's own layer builders, and the loss's vocabulary size recomputed from it.
 
-Families written (torchtitan 0.3.0, torchtitan/models/qwen3/__init__.py):
-  qwen3, qwen3_moe   `_build_qwen3_layers` / `_build_qwen3_moe_layers`: RMSNorm eps 1e-6 (`_EPS`),
-                     RMSNorm on each head's q and k, no biases, RoPE without scaling
+Families written (torchtitan 0.3.0, torchtitan/models/<package>/__init__.py):
+  qwen3, qwen3_moe   qwen3: `_build_qwen3_layers` / `_build_qwen3_moe_layers`: RMSNorm eps 1e-6
+                     (`_EPS`), RMSNorm on each head's q and k, no biases, RoPE without scaling
                      (`CosSinRoPE.Config`), SwiGLU; MoE with a softmax router over every expert,
                      the top-k weights renormalized (`route_norm=True`), no shared expert.
+  llama, mistral     llama3: `_build_llama3_layers`: RMSNorm with RMSNorm.Config's eps 1e-5
+                     (models/common/nn_modules.py), heads dim / n_heads wide, no biases, SwiGLU,
+                     RoPE (`ComplexRoPE.Config`) plain or with Llama 3.1's scaling; no window.
 What the builders cannot state is refused by name (`blockers`).
 """
 
@@ -22,30 +25,43 @@ import re
 from bandwise.export.architecture import Architecture
 from bandwise.specs.model import ModelSpec
 
-QWEN3_EPS = 1e-6
-"""torchtitan/models/qwen3/__init__.py, `_EPS`: every Qwen3 RMSNorm's epsilon."""
-BASES = {False: "qwen3_14b", True: "qwen3_30b_a3b"}
-"""The shipped config function (torchtitan/models/qwen3/config_registry.py) a written one starts from,
+EPS = {"qwen3": 1e-6, "llama3": 1e-5}
+"""Every RMSNorm's epsilon the package's builders give: qwen3's `_EPS`; llama3 sets none, so RMSNorm.Config's
+default (torchtitan/models/common/nn_modules.py)."""
+PACKAGES = {"qwen3": "qwen3", "qwen3_moe": "qwen3", "llama": "llama3", "mistral": "llama3"}
+"""Hugging Face model_type: the torchtitan/models/ package whose blocks build it."""
+BASES = {("qwen3", False): "qwen3_14b", ("qwen3", True): "qwen3_30b_a3b", ("llama3", False): "llama3_8b"}
+"""The shipped config function (torchtitan/models/<package>/config_registry.py) a written one starts from,
 dense or MoE: its optimizer, data and checkpoint settings; the job's flags set the layout."""
-WHERE = "torchtitan 0.3.0 torchtitan/models/qwen3/__init__.py"
+
+
+def where(package: str) -> str:
+    return f"torchtitan 0.3.0 torchtitan/models/{package}/__init__.py"
 
 
 def family(arch: Architecture | None) -> str | None:
     """The TorchTitan model package whose blocks this architecture is, or None."""
-    if arch is not None and arch.family in ("qwen3", "qwen3_moe"):
-        return "qwen3"
-    return None
+    return PACKAGES.get(arch.family) if arch is not None else None
 
 
 def blockers(model: ModelSpec, arch: Architecture) -> list[str]:
     """What the family's builders cannot state for this model, one line each ([]: it can be written)."""
+    package = PACKAGES[arch.family]
+    WHERE = where(package)  # noqa: N806
     out = [f"{part}: {WHERE} has no such part" for part in arch.unsupported]
-    if arch.rope is None or arch.rope.scaling:
-        out.append(f"rope_scaling {arch.rope.scaling if arch.rope else 'none'}: {WHERE} builds RoPE without scaling (CosSinRoPE)")
+    scalings = ("", "llama3") if package == "llama3" else ("",)
+    if arch.rope is None or arch.rope.scaling not in scalings:
+        out.append(f"rope_scaling {arch.rope.scaling if arch.rope else 'none'}: {WHERE} builds RoPE "
+                   + ("plain or with Llama 3.1's scaling" if package == "llama3" else "without scaling (CosSinRoPE)"))
     if arch.sliding_window and arch.sliding_window < model.seq_len:
         out.append(f"sliding_window={arch.sliding_window}: {WHERE} builds full attention only")
-    if abs(arch.norm_eps - QWEN3_EPS) > 1e-12:
-        out.append(f"rms_norm_eps={arch.norm_eps:g}: {WHERE} fixes every RMSNorm's eps at {QWEN3_EPS:g} (_EPS)")
+    if abs(arch.norm_eps - EPS[package]) > 1e-12:
+        out.append(f"rms_norm_eps={arch.norm_eps:g}: {WHERE} gives every RMSNorm eps {EPS[package]:g}")
+    if package == "llama3" and model.d_head * model.heads != model.hidden:
+        out.append(f"head_dim={model.d_head} with {model.heads} heads of a {model.hidden}-wide model: {WHERE} makes heads "
+                   "dim / n_heads wide")
+    if package == "llama3" and model.is_moe:
+        out.append(f"experts: {WHERE} builds dense layers only")
     if arch.qkv_bias or arch.bias:
         out.append(f"attention biases: {WHERE} builds q, k, v and o without bias")
     if (arch.hidden_dropout or 0) > 0 or (arch.attention_dropout or 0) > 0:
@@ -75,6 +91,8 @@ def function_name(model: ModelSpec) -> str:
 def source(model: ModelSpec, arch: Architecture) -> str:
     """The module's text: one config function, `function_name(model)`."""
     assert arch.rope is not None
+    if PACKAGES[arch.family] == "llama3":
+        return _llama3(model, arch)
     moe = model.is_moe
     common = (f"fuse_qkv=True, n_layers={model.layers}, dim={model.hidden}, n_heads={model.heads}, n_kv_heads={model.n_kv_heads}, "
               f"head_dim={model.d_head}, attn_backend=\"flex\", "
@@ -82,7 +100,7 @@ def source(model: ModelSpec, arch: Architecture) -> str:
     layers = (f"_build_qwen3_moe_layers({common}, moe_hidden_dim={model.expert_ffn}, num_experts={model.experts}, top_k={model.top_k}, "
               f"moe_comm_backend=\"standard\")" if moe else f"_build_qwen3_layers({common}, hidden_dim={model.ffn})")
     return f'''"""TorchTitan config function for {model.name}, written by bandwise from the model's config.json:
-TorchTitan's {BASES[moe]} with the model rebuilt at this shape by TorchTitan's own Qwen3 builders."""
+TorchTitan's {BASES["qwen3", moe]} with the model rebuilt at this shape by TorchTitan's own Qwen3 builders."""
 
 import dataclasses
 
@@ -101,7 +119,7 @@ from torchtitan.models.qwen3.model import Qwen3Model
 
 
 def {function_name(model)}():
-    config = shipped.{BASES[moe]}()
+    config = shipped.{BASES["qwen3", moe]}()
     model = Qwen3Model.Config(
         vocab_size={model.vocab},
         dim={model.hidden},
@@ -110,6 +128,48 @@ def {function_name(model)}():
         tok_embeddings=Embedding.Config(num_embeddings={model.vocab}, embedding_dim={model.hidden}, param_init=_EMBEDDING_INIT),
         lm_head=Linear.Config(in_features={model.hidden}, out_features={model.vocab}, param_init=_LINEAR_INIT),
         layers={layers},
+    )
+    config.model_spec = dataclasses.replace(config.model_spec, flavor={model.name!r}, model=model)
+    config.loss = ChunkedLossWrapper.Config(loss_fn=CrossEntropyLoss.Config(global_vocab_size=decoder_vocab_size(config.model_spec)))
+    config.hf_assets_path = "./assets/hf/{model.name}"
+    return config
+'''
+
+
+def _llama3(model: ModelSpec, arch: Architecture) -> str:
+    rope = arch.rope
+    assert rope is not None
+    scaling = (f", scaling=\"llama\", scaling_factor={rope.factor!r}, low_freq_factor={rope.low_freq_factor!r}, "
+               f"high_freq_factor={rope.high_freq_factor!r}, original_max_position_embeddings={rope.original_positions}"
+               if rope.scaling == "llama3" else "")
+    return f'''"""TorchTitan config function for {model.name}, written by bandwise from the model's config.json:
+TorchTitan's llama3_8b with the model rebuilt at this shape by TorchTitan's own Llama 3 builders."""
+
+import dataclasses
+
+from torchtitan.components.loss import ChunkedLossWrapper, CrossEntropyLoss
+from torchtitan.models.common import ComplexRoPE, Embedding, Linear
+from torchtitan.models.common.config_utils import decoder_vocab_size
+from torchtitan.models.common.nn_modules import RMSNorm
+from torchtitan.models.llama3 import _EMBEDDING_INIT, _NORM_INIT, _build_llama3_layers, _output_linear_init
+from torchtitan.models.llama3 import config_registry as shipped
+from torchtitan.models.llama3.model import Llama3Model
+
+
+def {function_name(model)}():
+    config = shipped.llama3_8b()
+    model = Llama3Model.Config(
+        dim={model.hidden},
+        vocab_size={model.vocab},
+        enable_weight_tying={model.tied_embeddings},
+        tok_embeddings=Embedding.Config(num_embeddings={model.vocab}, embedding_dim={model.hidden}, param_init=_EMBEDDING_INIT),
+        norm=RMSNorm.Config(normalized_shape={model.hidden}, param_init=_NORM_INIT),
+        lm_head=Linear.Config(in_features={model.hidden}, out_features={model.vocab}, param_init=_output_linear_init({model.hidden})),
+        layers=_build_llama3_layers(
+            fuse_qkv=True, n_layers={model.layers}, dim={model.hidden}, n_heads={model.heads}, n_kv_heads={model.n_kv_heads},
+            hidden_dim={model.ffn}, attn_backend="flex",
+            rope=ComplexRoPE.Config(dim={model.d_head}, max_seq_len={model.seq_len}, theta={float(rope.theta)!r}{scaling}),
+        ),
     )
     config.model_spec = dataclasses.replace(config.model_spec, flavor={model.name!r}, model=model)
     config.loss = ChunkedLossWrapper.Config(loss_fn=CrossEntropyLoss.Config(global_vocab_size=decoder_vocab_size(config.model_spec)))

@@ -144,8 +144,10 @@ def dropout_rates(cfg: Mapping[str, Any], kind: str) -> Dropout:
 
 REFUSED = {
     # model_type: (the config field, what ModelSpec lacks)
-    "nemotron-nas": ("block_configs", "per-layer widths and layers without attention or MLP"),
-    "deci": ("block_configs", "per-layer widths and layers without attention or MLP"),
+    # DeciLM's modeling code (the models' own modeling_decilm.py): each block_configs entry sets its layer's
+    # attention (n_heads_in_group, or no_op / replace_with_linear) and FFN (ffn_mult, or no_op)
+    "nemotron-nas": ("block_configs", "per-layer widths and layers without attention or MLP (modeling_decilm.py)"),
+    "deci": ("block_configs", "per-layer widths and layers without attention or MLP (modeling_decilm.py)"),
     "falcon_h1": ("mamba_d_ssm", "a Mamba-2 mixer beside attention in every layer"),
     "granitemoehybrid": ("layer_types", "Mamba-2 layers between attention layers"),
     "bamba": ("attn_layer_indices", "Mamba-2 layers between attention layers"),
