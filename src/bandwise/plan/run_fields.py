@@ -83,6 +83,33 @@ def parse_fp8_recipe(text: Any) -> str | None:
     return None
 
 
+DISPATCHER_WORDS = (("hybridep", "hybridep"), ("deepep", "deepep"), ("flex", "deepep"), ("alltoall", "alltoall"),
+                    ("all-to-all", "alltoall"), ("allgather", "allgather"), ("all-gather", "allgather"))
+"""A run's words for its MoE token dispatcher -> `cost.params.MOE_DISPATCHERS`. Megatron-Core's flex dispatcher
+runs DeepEP unless its backend says HybridEP (--moe-flex-dispatcher-backend, default 'deepep' at d98e8a64dd)."""
+
+
+def parse_moe_dispatcher(text: Any, rid: str) -> str | None:
+    """The MoE token dispatcher a run states (None: not stated); words it cannot read are a one-line error."""
+    if text is None:
+        return None
+    t = str(text).lower().replace("_", "")
+    found = next((d for word, d in DISPATCHER_WORDS if word in t), None)
+    if found is None:
+        raise BandwiseError(f"run {brief(rid)}: moe_dispatcher {brief(text)}: write alltoall, allgather, DeepEP (flex) or HybridEP")
+    return found
+
+
+def parse_graph_scope(value: Any, rid: str) -> tuple[str, ...] | None:
+    """The CUDA-graph capture scope a run states, as Megatron-Core's cuda_graph_scope list (None: not stated; [] none)."""
+    if value is None:
+        return None
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not all(isinstance(v, str) and v.strip() for v in items):
+        raise BandwiseError(f"run {brief(rid)}: cuda_graph_scope {brief(value)}: write a list of scopes (attn, moe_router, moe_preprocess, full_iteration, ...), [] for none")
+    return tuple(v.strip().lower() for v in items)
+
+
 def parse_recompute(text: Any) -> str | None:
     """Recomputation wording -> none / selective / full (None = not stated).
 
