@@ -7,11 +7,14 @@ import pytest
 from published import SOURCES
 
 from bandwise.cost.params import DEFAULT_PARAMS, CostParams, moe_host_syncs
+from bandwise.cost.profiles import params_for
 from bandwise.cost.terms.compute import kernel_gaps
 from bandwise.errors import BandwiseError
 from bandwise.plan.run_stated import STATED, read_stated
 from bandwise.plan.runs import convert
 from bandwise.plan.validate import predict, priced
+from bandwise.specs.engine import engine_from_dict
+from bandwise.specs.registry import get_engine
 
 
 def moe_run(**parallelism):
@@ -47,7 +50,8 @@ def test_stated_permute_fusion_and_graph_scope():
 
 @pytest.mark.parametrize("field, value, match", [("moe_dispatcher", "ring", "moe_dispatcher 'ring'"),
                                                  ("moe_permute_fusion", "yes", "moe_permute_fusion 'yes'"),
-                                                 ("cuda_graph_scope", [3], "cuda_graph_scope")])
+                                                 ("cuda_graph_scope", [3], "cuda_graph_scope"),
+                                                 ("cuda_graph_scope", ["attn", "atn"], "cuda_graph_scope")])
 def test_unreadable_statements_are_one_line_errors(field, value, match):
     with pytest.raises(BandwiseError, match=match):
         read_stated(moe_run(**{field: value}), "", None, [])
@@ -85,8 +89,12 @@ def test_a_synthetic_moe_run_pays_its_syncs_and_a_dense_one_none():
 
 def test_engine_defaults_price_the_dispatcher_they_cite():
     """megatron: Megatron-LM's command-line defaults (allgather, unfused); megatron@bridge: Bridge's providers (alltoall, fused)."""
-    from bandwise.cost.profiles import params_for
-    from bandwise.specs.registry import get_engine
     assert moe_host_syncs(params_for(get_engine("megatron"))) == 3
     assert moe_host_syncs(params_for(get_engine("megatron@bridge"))) == 1
     assert moe_host_syncs(params_for(get_engine("torchtitan"))) == 0
+
+
+def test_an_engine_file_naming_an_unknown_dispatcher_is_one_line():
+    engine = engine_from_dict("mine", {"title": "t", "behaviours": {"moe_dispatcher": {"value": "ring", "source": "s"}}}, "mine.yaml")
+    with pytest.raises(BandwiseError, match="moe_dispatcher='ring' is not a dispatcher bandwise prices; write one of alltoall"):
+        params_for(engine)

@@ -100,14 +100,20 @@ def parse_moe_dispatcher(text: Any, rid: str) -> str | None:
     return found
 
 
+GRAPH_SCOPES = ("full", "full_iteration", "attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba")
+"""Megatron-Bridge's cuda_graph_scope values (scripts/performance/argument_parser.py VALID_CUDA_GRAPH_SCOPES at v0.4.0,
+0fbfe7d3e; 'full', one transformer layer, at v0.2.0, 717c62de4)."""
+
+
 def parse_graph_scope(value: Any, rid: str) -> tuple[str, ...] | None:
     """The CUDA-graph capture scope a run states, as Megatron-Core's cuda_graph_scope list (None: not stated; [] none)."""
     if value is None:
         return None
     items = [value] if isinstance(value, str) else value
-    if not isinstance(items, list) or not all(isinstance(v, str) and v.strip() for v in items):
-        raise BandwiseError(f"run {brief(rid)}: cuda_graph_scope {brief(value)}: write a list of scopes (attn, moe_router, moe_preprocess, full_iteration, ...), [] for none")
-    return tuple(v.strip().lower() for v in items)
+    scopes = tuple(v.strip().lower() for v in items if isinstance(v, str)) if isinstance(items, list) else ()
+    if not isinstance(items, list) or len(scopes) != len(items) or not set(scopes) <= set(GRAPH_SCOPES):
+        raise BandwiseError(f"run {brief(rid)}: cuda_graph_scope {brief(value)}: write a list of {', '.join(GRAPH_SCOPES)}, [] for none")
+    return scopes
 
 
 def parse_recompute(text: Any) -> str | None:
