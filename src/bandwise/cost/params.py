@@ -141,8 +141,9 @@ class CostParams:
     forward and backward."""
     moe_dispatcher: str | None = None
     """The MoE token dispatcher the engine runs (`MOE_DISPATCHERS`), which decides the host syncs each
-    MoE layer's forward makes (`moe_host_syncs`). None: not priced (an engine whose dispatcher is not
-    read; bandwise's trainer keeps the grouped GEMM's offsets on the device, no sync)."""
+    MoE layer's forward makes (`moe_host_syncs`). None: not priced, for an engine whose dispatcher has
+    not been read (TorchTitan; bandwise's own trainer, whose H200 trace shows syncs in its MoE backward,
+    copies under _SwiGLUBackward and in argsort, not yet counted per layer)."""
     moe_permute_fusion: bool = True
     """The tokens are permuted to and from their experts by fused kernels (Transformer Engine's
     moe_permute / moe_unpermute). Off: Megatron-Core's torch permutation, whose two `masked_select`s
