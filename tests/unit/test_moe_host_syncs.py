@@ -67,6 +67,15 @@ def test_syncs_by_dispatcher_and_fusion():
     assert moe_host_syncs(CostParams(moe_dispatcher="hybridep", moe_permute_fusion=False)) == 1
 
 
+def test_a_graph_over_the_whole_moe_layer_leaves_no_sync():
+    """No sync can be captured: a `moe` or full-iteration graph runs the layer without one; attention or
+    router scopes leave the dispatcher's sync outside the graph."""
+    for scope in (("moe",), ("attn", "moe"), ("full_iteration",)):
+        assert moe_host_syncs(CostParams(moe_dispatcher="alltoall", moe_permute_fusion=False, moe_cuda_graph_scope=scope)) == 0
+    narrow = CostParams(moe_dispatcher="hybridep", moe_cuda_graph_scope=("attn", "moe_router", "moe_preprocess"))
+    assert moe_host_syncs(narrow) == 1
+
+
 def test_kernel_gaps_add_each_sync_once_per_moe_layer():
     base = CostParams(host_sync_s=7e-6)
     unfused = CostParams(host_sync_s=7e-6, moe_dispatcher="alltoall", moe_permute_fusion=False)

@@ -151,9 +151,10 @@ class CostParams:
     output's size back to the host, a sync apiece in every MoE layer's forward."""
     moe_cuda_graph_scope: tuple[str, ...] = ()
     """The modules a CUDA graph captures (Megatron-Core's cuda_graph_scope: attn, moe_router,
-    moe_preprocess, mlp, moe, full_iteration); () none. Read and reported; not yet priced: no sync can
-    be captured (DeepEP's dispatch, fused_a2a.py at core_v0.15.0: 'the CPU will wait for GPU's signal
-    to arrive, so this is not compatible with CUDA graph'), so a scope leaves `moe_host_syncs` as it is."""
+    moe_preprocess, mlp, moe, full_iteration); () none. No sync can be captured (DeepEP's dispatch,
+    fused_a2a.py at core_v0.15.0: 'the CPU will wait for GPU's signal to arrive, so this is not
+    compatible with CUDA graph'), so a graph over the whole MoE layer (`GRAPHED_MOE`) means the job
+    makes none there; narrower scopes leave the syncs as they are. Their launch savings are not priced."""
     host_sync_s: float = 20.0e-6
     """Device idle after a host sync: the host waits for the device to drain, then the device waits for
     the host to launch again. Median 20.0 us over the 63 syncs the host waited at in bandwise's own
@@ -236,9 +237,16 @@ PERMUTE_SYNCS_UNFUSED = 2
 core_v0.15.0), each sizing its output from the mask on the host."""
 
 
+GRAPHED_MOE = frozenset({"moe", "full_iteration"})
+"""CUDA-graph scopes that capture a whole MoE layer: `moe`, "operations in TransformerLayer._forward_mlp() for a
+MoE layer" (Megatron-LM PR #1920, --cuda-graph-scope), and the whole iteration (cuda_graph_impl full_iteration,
+Megatron-Bridge v0.6.0 perf_recipes/qwen/common.py, with expert padding so that HybridEP needs no sync)."""
+
+
 def moe_host_syncs(P: CostParams) -> int:
-    """Host syncs of one MoE layer's forward under `P`'s dispatcher and permutation (0: not priced)."""
-    if P.moe_dispatcher is None:
+    """Host syncs of one MoE layer's forward under `P`'s dispatcher and permutation (0: not priced, or the
+    layer runs inside a CUDA graph, where no sync can be)."""
+    if P.moe_dispatcher is None or GRAPHED_MOE & set(P.moe_cuda_graph_scope):
         return 0
     unfused = PERMUTE_SYNCS_UNFUSED if not P.moe_permute_fusion and P.moe_dispatcher != "hybridep" else 0
     return MOE_DISPATCHERS[P.moe_dispatcher] + unfused

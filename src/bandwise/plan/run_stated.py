@@ -30,7 +30,7 @@ STATED: dict[str, str] = {
     "fp8_recipe": "the run states how its fp8 GEMMs are scaled, whatever the engine's default (as plan --fp8-recipe)",
     "moe_dispatcher": "the run states its MoE token dispatcher (alltoall, allgather, DeepEP, HybridEP), whose host syncs each MoE layer's forward makes",
     "moe_permute_fusion": "the run states whether its MoE permutation runs fused (Megatron's moe_permute_fusion); unfused, its masked_selects sync with the host",
-    "cuda_graph_scope": "the run states what a CUDA graph captures (Megatron's cuda_graph_scope); read, not priced",
+    "cuda_graph_scope": "the run states what a CUDA graph captures (Megatron's cuda_graph_scope); a graph over the whole MoE layer leaves it no host sync",
 }
 """What a run may state of its own job beyond its layout, as `plan`'s flags would: each is applied to
 the run as stated and named in its notes. What an engine does by itself is the engine's
