@@ -100,6 +100,7 @@ def test_engine_defaults_price_the_dispatcher_they_cite():
     """megatron: Megatron-LM's command-line defaults (allgather, unfused); megatron@bridge: Bridge's providers (alltoall, fused)."""
     assert moe_host_syncs(params_for(get_engine("megatron"))) == 3
     assert moe_host_syncs(params_for(get_engine("megatron@bridge"))) == 1
+    assert moe_host_syncs(params_for(get_engine("megatron@2024"))) == 1  # argsort permute before core_r0.10.0: no masked_select
     assert moe_host_syncs(params_for(get_engine("torchtitan"))) == 0
 
 

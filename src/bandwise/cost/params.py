@@ -149,6 +149,11 @@ class CostParams:
     moe_permute / moe_unpermute). Off: Megatron-Core's torch permutation, whose two `masked_select`s
     (the token indices and their probabilities, moe_utils.py `permute` at core_v0.15.0) each read their
     output's size back to the host, a sync apiece in every MoE layer's forward."""
+    moe_permute_syncs: int = 2
+    """Host syncs the unfused permutation adds to a MoE layer's forward: two `masked_select`s (the token
+    indices and their probabilities) sized on the host, in Megatron-Core's `permute` since core_r0.10.0
+    (moe_utils.py at core_v0.15.0); 0 before it, where `permute` sorts with `torch.argsort` (core_r0.9.0,
+    1afee592e8). Not added where the permutation is fused or HybridEP permutes inside its dispatch."""
     moe_cuda_graph_scope: tuple[str, ...] = ()
     """The modules a CUDA graph captures (Megatron-Core's cuda_graph_scope: attn, moe_router,
     moe_preprocess, mlp, moe, full_iteration); () none. No sync can be captured (DeepEP's dispatch,
@@ -230,11 +235,8 @@ MOE_DISPATCHERS: dict[str, int] = {"alltoall": 1, "allgather": 1, "deepep": 1, "
   (fused_a2a.py, "the CPU will wait for GPU's signal to arrive");
 - hybridep: HybridEPDispatch syncs unless given num_permuted_tokens (fused_a2a.py at d98e8a64dd,
   `non_blocking = num_permuted_tokens is not None`); dropless it is not given.
-Unfused permutation adds `PERMUTE_SYNCS_UNFUSED` to the dispatchers that permute on their own (not
+Unfused permutation adds `CostParams.moe_permute_syncs` to the dispatchers that permute on their own (not
 hybridep, which permutes inside its dispatch: dispatch_with_permute)."""
-PERMUTE_SYNCS_UNFUSED = 2
-"""Syncs of Megatron-Core's unfused `permute` with probabilities: two `masked_select`s (moe_utils.py at
-core_v0.15.0), each sizing its output from the mask on the host."""
 
 
 GRAPHED_MOE = frozenset({"moe", "full_iteration"})
@@ -248,7 +250,7 @@ def moe_host_syncs(P: CostParams) -> int:
     layer runs inside a CUDA graph, where no sync can be)."""
     if P.moe_dispatcher is None or GRAPHED_MOE & set(P.moe_cuda_graph_scope):
         return 0
-    unfused = PERMUTE_SYNCS_UNFUSED if not P.moe_permute_fusion and P.moe_dispatcher != "hybridep" else 0
+    unfused = P.moe_permute_syncs if not P.moe_permute_fusion and P.moe_dispatcher != "hybridep" else 0
     return MOE_DISPATCHERS[P.moe_dispatcher] + unfused
 """`--grad-reduce` of the planning commands: the `grad_reduce_bytes` each dtype sets. bf16 is
 Megatron-LM's `--grad-reduce-in-bf16` (megatron/training/arguments.py; Megatron-Core's
