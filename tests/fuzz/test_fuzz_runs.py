@@ -35,7 +35,8 @@ READ = {
               "mtp_depth", "attention", "tied_embeddings", "dropout"),
     "parallelism": ("tp", "pp", "cp", "ep", "dp", "fsdp", "dp_over_dcn", "zero_or_fsdp", "global_batch_seqs", "global_batch_tokens",
                     "batch_size_per_dp", "micro_batch_or_local_batch", "micro_batch", "grad_accum", "per_device_batch_seqs",
-                    "pp_schedule", "vpp", "recompute", "async_tp", "tp_comm_overlap", "moe_a2a_overlap", "recompute_modules"),
+                    "pp_schedule", "vpp", "recompute", "async_tp", "tp_comm_overlap", "moe_a2a_overlap", "recompute_modules",
+                    "moe_dispatcher", "moe_permute_fusion", "cuda_graph_scope"),
     "target": ("tokens_per_sec_per_device", "quality"),
     "reported": ("peak_memory_gib", "memory_gib"),
 }

@@ -164,6 +164,32 @@ class CostParams:
     kernels_per_moe_layer: int = 30
     """Extra kernels of an MoE layer: router, top-k, permutation, grouped GEMMs, un-permutation,
     forward and backward."""
+    moe_dispatcher: str | None = None
+    """The MoE token dispatcher the engine runs (`MOE_DISPATCHERS`), which decides the host syncs each
+    MoE layer's forward makes (`moe_host_syncs`). None: not priced, for an engine whose dispatcher has
+    not been read (TorchTitan; bandwise's own trainer, whose H200 trace shows syncs in its MoE backward,
+    copies under _SwiGLUBackward and in argsort, not yet counted per layer)."""
+    moe_permute_fusion: bool = True
+    """The tokens are permuted to and from their experts by fused kernels (Transformer Engine's
+    moe_permute / moe_unpermute). Off: Megatron-Core's torch permutation, whose two `masked_select`s
+    (the token indices and their probabilities, moe_utils.py `permute` at core_v0.15.0) each read their
+    output's size back to the host, a sync apiece in every MoE layer's forward."""
+    moe_permute_syncs: int = 2
+    """Host syncs the unfused permutation adds to a MoE layer's forward: two `masked_select`s (the token
+    indices and their probabilities) sized on the host, in Megatron-Core's `permute` since core_r0.10.0
+    (moe_utils.py at core_v0.15.0); 0 before it, where `permute` sorts with `torch.argsort` (core_r0.9.0,
+    1afee592e8). Not added where the permutation is fused or HybridEP permutes inside its dispatch."""
+    moe_cuda_graph_scope: tuple[str, ...] = ()
+    """The modules a CUDA graph captures (Megatron-Core's cuda_graph_scope: attn, moe_router,
+    moe_preprocess, mlp, moe, full_iteration); () none. No sync can be captured (DeepEP's dispatch,
+    fused_a2a.py at core_v0.15.0: 'the CPU will wait for GPU's signal to arrive, so this is not
+    compatible with CUDA graph'), so a graph over the whole MoE layer (`GRAPHED_MOE`) means the job
+    makes none there; narrower scopes leave the syncs as they are. Their launch savings are not priced."""
+    host_sync_s: float = 20.0e-6
+    """Device idle after a host sync: the host waits for the device to drain, then the device waits for
+    the host to launch again. Median 20.0 us over the 63 syncs the host waited at in bandwise's own
+    MoE trace on an H200 (tests/data/traces/h200_moe1b, `benchmarks/host_sync_gap.py`); the device
+    idles until the first kernel after the sync in the median case (the host is ahead again after it)."""
     causal_mfu: bool = False
     """Count causal attention FLOPs at half in MFU (off: PaLM's convention counts the full matrix)."""
     selective_forward_share: float = 0.0
@@ -228,6 +254,34 @@ current fused kernel (FlashAttention-3 or cuDNN on Hopper, FlashAttention-2 on A
 FlashAttention-2, as PyTorch's `scaled_dot_product_attention` runs it; materialized: attention
 that writes the s x s scores to memory (Megatron-LM's 2022 CoreAttention, eager PyTorch)."""
 GRAD_REDUCE: dict[str, int] = {"fp32": 4, "bf16": 2}
+
+MOE_DISPATCHERS: dict[str, int] = {"alltoall": 1, "allgather": 1, "deepep": 1, "hybridep": 1}
+"""Host syncs of one MoE layer's forward by token dispatcher, dropless, Megatron-Core core_v0.15.0
+(103851dcf4), none in the backward (the all-to-all's and grouped GEMM's splits are already on the host):
+- alltoall: token_dispatcher.py MoEAlltoAllTokenDispatcher, the split sizes copied to the host and
+  `d2h_event.synchronize()` at `cuda_sync_point` (before_ep_alltoall with EP or TP, before_finish without);
+- allgather: MoEAllGatherTokenDispatcher.dispatch_postprocess, `tokens_per_expert ... .cpu()`;
+- deepep: the flex dispatcher's DeepEP dispatch returns num_recv_tokens_per_expert_list, a host list
+  (fused_a2a.py, "the CPU will wait for GPU's signal to arrive");
+- hybridep: HybridEPDispatch syncs unless given num_permuted_tokens (fused_a2a.py at d98e8a64dd,
+  `non_blocking = num_permuted_tokens is not None`); dropless it is not given.
+Unfused permutation adds `CostParams.moe_permute_syncs` to the dispatchers that permute on their own (not
+hybridep, which permutes inside its dispatch: dispatch_with_permute)."""
+
+
+GRAPHED_MOE = frozenset({"moe", "full_iteration"})
+"""CUDA-graph scopes that capture a whole MoE layer: `moe`, "operations in TransformerLayer._forward_mlp() for a
+MoE layer" (Megatron-LM PR #1920, --cuda-graph-scope), and the whole iteration (cuda_graph_impl full_iteration,
+Megatron-Bridge v0.6.0 perf_recipes/qwen/common.py, with expert padding so that HybridEP needs no sync)."""
+
+
+def moe_host_syncs(P: CostParams) -> int:
+    """Host syncs of one MoE layer's forward under `P`'s dispatcher and permutation (0: not priced, or the
+    layer runs inside a CUDA graph, where no sync can be)."""
+    if P.moe_dispatcher is None or GRAPHED_MOE & set(P.moe_cuda_graph_scope):
+        return 0
+    unfused = P.moe_permute_syncs if not P.moe_permute_fusion and P.moe_dispatcher != "hybridep" else 0
+    return MOE_DISPATCHERS[P.moe_dispatcher] + unfused
 """`--grad-reduce` of the planning commands: the `grad_reduce_bytes` each dtype sets. bf16 is
 Megatron-LM's `--grad-reduce-in-bf16` (megatron/training/arguments.py; Megatron-Core's
 `DistributedDataParallelConfig.grad_reduce_in_fp32=False`: the grad buffer takes the parameters'

@@ -16,6 +16,7 @@ from typing import Any
 from bandwise.cost.params import (
     ATTENTION_KERNELS,
     DEFAULT_PARAMS,
+    MOE_DISPATCHERS,
     CostParams,
     grad_reduce_name,
 )
@@ -58,6 +59,10 @@ def params_for(engine: Engine, device: Device | None = None, base: CostParams = 
 def _check_value(engine: Engine, name: str, value: Any) -> None:
     """A behaviour's value has its field's type (that of the default): a wrong one is a one-line error."""
     default = getattr(DEFAULT_PARAMS, name)
+    if name == "moe_dispatcher":
+        if value not in MOE_DISPATCHERS:
+            raise BandwiseError(f"engine {engine.label}: moe_dispatcher={value!r} is not a dispatcher bandwise prices; write one of {', '.join(MOE_DISPATCHERS)}")
+        return
     if isinstance(default, bool) or name == "fused_cross_entropy":
         ok = isinstance(value, bool)
     elif isinstance(default, (int, float)):

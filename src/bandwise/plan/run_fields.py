@@ -88,6 +88,39 @@ def parse_fp8_recipe(text: Any) -> str | None:
     return None
 
 
+DISPATCHER_WORDS = (("hybridep", "hybridep"), ("deepep", "deepep"), ("flex", "deepep"), ("alltoall", "alltoall"),
+                    ("all-to-all", "alltoall"), ("allgather", "allgather"), ("all-gather", "allgather"))
+"""A run's words for its MoE token dispatcher -> `cost.params.MOE_DISPATCHERS`. Megatron-Core's flex dispatcher
+runs DeepEP unless its backend says HybridEP (--moe-flex-dispatcher-backend, default 'deepep' at d98e8a64dd)."""
+
+
+def parse_moe_dispatcher(text: Any, rid: str) -> str | None:
+    """The MoE token dispatcher a run states (None: not stated); words it cannot read are a one-line error."""
+    if text is None:
+        return None
+    t = str(text).lower().replace("_", "")
+    found = next((d for word, d in DISPATCHER_WORDS if word in t), None)
+    if found is None:
+        raise BandwiseError(f"run {brief(rid)}: moe_dispatcher {brief(text)}: write alltoall, allgather, DeepEP (flex) or HybridEP")
+    return found
+
+
+GRAPH_SCOPES = ("full", "full_iteration", "attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba")
+"""Megatron-Bridge's cuda_graph_scope values (scripts/performance/argument_parser.py VALID_CUDA_GRAPH_SCOPES at v0.4.0,
+0fbfe7d3e; 'full', one transformer layer, at v0.2.0, 717c62de4)."""
+
+
+def parse_graph_scope(value: Any, rid: str) -> tuple[str, ...] | None:
+    """The CUDA-graph capture scope a run states, as Megatron-Core's cuda_graph_scope list (None: not stated; [] none)."""
+    if value is None:
+        return None
+    items = [value] if isinstance(value, str) else value
+    scopes = tuple(v.strip().lower() for v in items if isinstance(v, str)) if isinstance(items, list) else ()
+    if not isinstance(items, list) or len(scopes) != len(items) or not set(scopes) <= set(GRAPH_SCOPES):
+        raise BandwiseError(f"run {brief(rid)}: cuda_graph_scope {brief(value)}: write a list of {', '.join(GRAPH_SCOPES)}, [] for none")
+    return scopes
+
+
 def parse_recompute(text: Any) -> str | None:
     """Recomputation wording -> none / selective / full (None = not stated).
 

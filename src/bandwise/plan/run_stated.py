@@ -14,7 +14,7 @@ from typing import Any
 
 from bandwise.cost.params import GRAD_REDUCE
 from bandwise.errors import BandwiseError
-from bandwise.plan.run_fields import parse_fp8_recipe, parse_precision, recompute_modules
+from bandwise.plan.run_fields import parse_fp8_recipe, parse_graph_scope, parse_moe_dispatcher, parse_precision, recompute_modules
 from bandwise.specs.model import brief
 
 STATED: dict[str, str] = {
@@ -31,6 +31,9 @@ STATED: dict[str, str] = {
     "fp8_recipe": "the run states how its fp8 GEMMs are scaled, whatever the engine's default (as plan --fp8-recipe)",
     "moe_capacity": "the run states an MoE capacity factor: the experts compute every slot of their capacity, and MaxText's dense_matmul "
                     "reaches the slots through one-hot einsums (its sparse_matmul off)",
+    "moe_dispatcher": "the run states its MoE token dispatcher (alltoall, allgather, DeepEP, HybridEP), whose host syncs each MoE layer's forward makes",
+    "moe_permute_fusion": "the run states whether its MoE permutation runs fused (Megatron's moe_permute_fusion); unfused, its masked_selects sync with the host",
+    "cuda_graph_scope": "the run states what a CUDA graph captures (Megatron's cuda_graph_scope); a graph over the whole MoE layer leaves it no host sync",
 }
 """What a run may state of its own job beyond its layout, as `plan`'s flags would: each is applied to
 the run as stated and named in its notes. What an engine does by itself is the engine's
@@ -57,6 +60,12 @@ class Stated:
     """Expert slots per routed token the run states (`CostParams.moe_capacity_factor`); 0: dropless."""
     moe_one_hot_dispatch: bool = False
     """The run states MaxText's dense-matmul MoE (`CostParams.moe_one_hot_dispatch`)."""
+    moe_dispatcher: str | None = None
+    """The MoE token dispatcher the run states (`cost.params.MOE_DISPATCHERS`); None: its engine's."""
+    moe_permute_fusion: bool | None = None
+    """Whether the run states its MoE permutation fused; None: its engine's."""
+    cuda_graph_scope: tuple[str, ...] | None = None
+    """What the run states a CUDA graph captures; None: its engine's."""
     names: list[str] = field(default_factory=list)
     """The `STATED` keys found, in the order read."""
 
@@ -106,9 +115,20 @@ def read_stated(run: dict[str, Any], conventions: str, recompute: str | None, no
     recipe = parse_fp8_recipe(run.get("precision")) if precision == "fp8" else None
     if recipe is not None:
         state("fp8_recipe")
+    dispatcher = parse_moe_dispatcher(p.get("moe_dispatcher"), rid)
+    if dispatcher is not None:
+        state("moe_dispatcher")
+    fusion = p.get("moe_permute_fusion")
+    if fusion is not None:
+        if not isinstance(fusion, bool):
+            raise BandwiseError(f"run {brief(rid)}: moe_permute_fusion {brief(fusion)}: write true or false")
+        state("moe_permute_fusion")
+    scope = parse_graph_scope(p.get("cuda_graph_scope"), rid)
+    if scope is not None:
+        state("cuda_graph_scope")
     return Stated(precision=precision, overlap=overlap, compiled=compiled, grad_reduce=grad_reduce,
                   selective_modules=modules, fp8_recipe=recipe, moe_capacity_factor=capacity, moe_one_hot_dispatch=one_hot,
-                  names=found)
+                  moe_dispatcher=dispatcher, moe_permute_fusion=fusion, cuda_graph_scope=scope, names=found)
 
 
 def _moe_capacity(p: dict[str, Any]) -> tuple[float, bool]:

@@ -121,6 +121,12 @@ class Case:
     moe_capacity_factor: float = 0.0
     """The MoE capacity factor the run states (0: dropless) and whether its dispatch is one-hot (`Stated`)."""
     moe_one_hot_dispatch: bool = False
+    moe_dispatcher: str | None = None
+    """The MoE token dispatcher the run states, priced as the engine behaviour `moe_dispatcher`; None: its engine's."""
+    moe_permute_fusion: bool | None = None
+    """Whether the run states its MoE permutation fused, as the engine behaviour `moe_permute_fusion`; None: its engine's."""
+    cuda_graph_scope: tuple[str, ...] | None = None
+    """What the run states a CUDA graph captures, as the engine behaviour `moe_cuda_graph_scope`; None: its engine's."""
     engine: str = DEFAULT_ENGINE
     """The engine (and version) the run was trained with: the source's, or the run's own `engine`."""
     token_scale: float = 1.0
@@ -259,7 +265,8 @@ def convert(run: dict[str, Any], sources: dict[str, Any] | None = None, engine_o
         schedules=layout.schedules, overlap=stated.overlap, completed=sorted(set(completed)), assumptions=notes,
         stated=stated.names, compiled=stated.compiled, grad_reduce=stated.grad_reduce, selective_modules=stated.selective_modules,
         fp8_recipe=stated.fp8_recipe, moe_capacity_factor=stated.moe_capacity_factor,
-        moe_one_hot_dispatch=stated.moe_one_hot_dispatch, engine=engine, token_scale=layout.token_scale, memory=published_memory(run),
+        moe_one_hot_dispatch=stated.moe_one_hot_dispatch, moe_dispatcher=stated.moe_dispatcher, moe_permute_fusion=stated.moe_permute_fusion,
+        cuda_graph_scope=stated.cuda_graph_scope, engine=engine, token_scale=layout.token_scale, memory=published_memory(run),
     )
 
 

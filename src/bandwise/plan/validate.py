@@ -199,8 +199,8 @@ def _complete(case: Case, params: CostParams, res: RunResult) -> tuple[Strategy,
 def priced(case: Case, params: CostParams = DEFAULT_PARAMS) -> CostParams:
     """The parameters a run is priced with: its engine's behaviours on its device, and torch.compile
     and the gradients' dtype where the run states them (as `plan --compiled` and `--grad-reduce`
-    price them, `api.inputs.pricing`), and its selective recomputation's modules as the engine
-    behaviour `selective_modules` prices them."""
+    price them, `api.inputs.pricing`), and its selective recomputation's modules, MoE dispatcher,
+    permutation fusion and CUDA-graph scope as the engine behaviours of those names price them."""
     params = params_for(get_engine(case.engine), case.cluster.device, params)
     if case.selective_modules is not None:
         params = replace(params, selective_modules=case.selective_modules)
@@ -210,6 +210,12 @@ def priced(case: Case, params: CostParams = DEFAULT_PARAMS) -> CostParams:
         params = replace(params, fp8_recipe=case.fp8_recipe)
     if case.moe_capacity_factor > 0:
         params = replace(params, moe_capacity_factor=case.moe_capacity_factor, moe_one_hot_dispatch=case.moe_one_hot_dispatch)
+    if case.moe_dispatcher is not None:
+        params = replace(params, moe_dispatcher=case.moe_dispatcher)
+    if case.moe_permute_fusion is not None:
+        params = replace(params, moe_permute_fusion=case.moe_permute_fusion)
+    if case.cuda_graph_scope is not None:
+        params = replace(params, moe_cuda_graph_scope=case.cuda_graph_scope)
     return replace(params, eager_elementwise=False) if case.compiled else params
 
 

@@ -31,7 +31,7 @@ from bandwise.cost.mixers import (
     mixer_kinds,
     scan_streamed_bytes_per_token,
 )
-from bandwise.cost.params import CostParams
+from bandwise.cost.params import CostParams, moe_host_syncs
 from bandwise.cost.quantized import QUANTIZED_CASTS, check_precision
 from bandwise.cost.terms.shape import Shape
 from bandwise.errors import BandwiseError
@@ -436,8 +436,9 @@ def hybrid_layer_compute(m: ModelSpec, dev: Device, s: Shape, rates: Rates, P: C
 
 
 def kernel_gaps(P: CostParams, moe_share: float) -> float:
-    """Idle seconds between a layer's dependent kernels (`CostParams.kernel_gap_s`)."""
-    return P.kernel_gap_s * (P.kernels_per_layer + moe_share * P.kernels_per_moe_layer)
+    """Idle seconds between a layer's dependent kernels (`CostParams.kernel_gap_s`), and after the host
+    syncs of its MoE forward (`params.moe_host_syncs`, `CostParams.host_sync_s` each)."""
+    return P.kernel_gap_s * (P.kernels_per_layer + moe_share * P.kernels_per_moe_layer) + moe_share * moe_host_syncs(P) * P.host_sync_s
 
 
 @dataclass(frozen=True, slots=True)
