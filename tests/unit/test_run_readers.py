@@ -99,6 +99,11 @@ def test_layout_fully_sharded_with_a_stated_shard_group_is_hsdp():
     assert lay.fixed["schedule"] == "1F1B" and lay.schedules == ("1F1B",)
 
 
+def test_layout_stated_zero_2_shards_gradients_over_the_replicated_group():
+    lay, _ = layout_of(run(parallelism={"zero_or_fsdp": "ZeRO-2 (Apex DistributedFusedAdam)"}))
+    assert (lay.fixed["dp_shard"], lay.fixed["dp_replicate"], lay.fixed["zero_stage"]) == (1, 64 // (2 * 2), 2)
+
+
 def test_layout_global_batch_from_tokens_and_rounded_to_dp():
     lay, notes = layout_of(run(parallelism={"tp": 8, "pp": 1, "cp": 1, "global_batch_seqs": None, "global_batch_tokens": 2048 * 101}))
     assert lay.global_batch == 104  # 101 sequences over dp = 64 / 8 = 8: the nearest multiple of 8

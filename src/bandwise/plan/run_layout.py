@@ -117,6 +117,8 @@ def _data_parallel(p: dict[str, Any], dp: int | None, fixed: dict[str, Any], rid
                 fixed.update(dp_shard=dp // rep, dp_replicate=rep, zero_stage=0)
         elif "zero-1" in zf:
             fixed.update(dp_shard=1, dp_replicate=dp, zero_stage=1)
+        elif "zero-2" in zf:  # optimizer states and gradients sharded (e.g. Apex DistributedFusedAdam)
+            fixed.update(dp_shard=1, dp_replicate=dp, zero_stage=2)
         elif zf.startswith("none") or fsdp_col == "0":
             fixed.update(dp_shard=1, dp_replicate=dp)
             if zf.startswith("none"):
