@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bandwise.cost.memory import GIB
+from bandwise.cost.remat import RematPolicy
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -46,6 +47,9 @@ class CostParams:
     and it is the cheap saving that remains (MaxText's `minimal` policy recomputes every element-wise
     op). Megatron-LM's `--recompute-granularity selective` re-runs only `core_attn` (Korthikanti et
     al. 2022 Sec. 5; Megatron-Core's `recompute_modules` default)."""
+    remat_policy: RematPolicy | None = None
+    """Full recomputation as a MaxText remat policy (`cost.remat`): the tensors it keeps in HBM or
+    offloads to the host are not re-run; None: the whole layer is re-run from its input."""
     sequence_parallel: bool = True
     """Tensor parallelism splits the norms and dropouts along the sequence (Korthikanti et al. 2022,
     Sec. 4.2.2). Off, the 10·s·b·h bytes outside the TP regions stay whole on every TP rank (their

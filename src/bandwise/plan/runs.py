@@ -38,6 +38,7 @@ from bandwise.plan.run_fields import (  # noqa: F401  (the field readers, re-exp
 from bandwise.plan.run_hardware import read_cluster
 from bandwise.plan.run_layout import SCHEDULE_CHOICES, read_layout  # noqa: F401
 from bandwise.plan.run_model import GPT2_VOCAB, read_model  # noqa: F401
+from bandwise.cost.remat import RematPolicy
 from bandwise.plan.run_stated import STATED, read_stated  # noqa: F401
 from bandwise.plan.search import FIXABLE
 from bandwise.specs.hardware import MAX_DEVICES, Cluster
@@ -118,6 +119,9 @@ class Case:
     priced as the engine behaviour `selective_modules`; None: its engine's."""
     fp8_recipe: str | None = None
     """The float8 recipe the run states, priced as `plan --fp8-recipe`; None: its engine's."""
+    remat_policy: RematPolicy | None = None
+    """The MaxText remat policy the run states (`cost.remat`): what its full recomputation keeps,
+    offloads and re-runs; None: the planner's full recomputation."""
     engine: str = DEFAULT_ENGINE
     """The engine (and version) the run was trained with: the source's, or the run's own `engine`."""
     token_scale: float = 1.0
@@ -255,7 +259,7 @@ def convert(run: dict[str, Any], sources: dict[str, Any] | None = None, engine_o
         model=layout.model, cluster=cluster, devices=devices, global_batch=layout.global_batch, fixed=fixed,
         schedules=layout.schedules, overlap=stated.overlap, completed=sorted(set(completed)), assumptions=notes,
         stated=stated.names, compiled=stated.compiled, grad_reduce=stated.grad_reduce, selective_modules=stated.selective_modules,
-        fp8_recipe=stated.fp8_recipe, engine=engine, token_scale=layout.token_scale, memory=published_memory(run),
+        fp8_recipe=stated.fp8_recipe, remat_policy=stated.remat_policy, engine=engine, token_scale=layout.token_scale, memory=published_memory(run),
     )
 
 

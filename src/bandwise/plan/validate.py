@@ -206,6 +206,8 @@ def priced(case: Case, params: CostParams = DEFAULT_PARAMS) -> CostParams:
         params = replace(params, grad_reduce_bytes=GRAD_REDUCE[case.grad_reduce])
     if case.fp8_recipe is not None:
         params = replace(params, fp8_recipe=case.fp8_recipe)
+    if case.remat_policy is not None:
+        params = replace(params, remat_policy=case.remat_policy)
     return replace(params, eager_elementwise=False) if case.compiled else params
 
 
