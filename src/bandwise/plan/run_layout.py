@@ -47,7 +47,7 @@ def read_layout(run: dict[str, Any], model: ModelSpec, devices: int, engine: Eng
     rid = str(run.get("id") or "?")
     p = run.get("parallelism") or {}
     fixed, dp = _degrees(p, model, devices, rid)
-    _data_parallel(p, dp, fixed, rid)
+    _data_parallel(p, dp, fixed, rid, engine.rules.ep_from == "fsdp", notes)
     gb, mb = _batch(p, model, dp, fixed.get("pp"), engine, rid, notes)
     if mb is not None:
         fixed["micro_batch"] = mb
@@ -97,12 +97,23 @@ def _fsdp_degree(p: dict[str, Any]) -> int | None:
     return count(p.get("fsdp"), "parallelism.fsdp") or leading_count(p.get("fsdp"), "parallelism.fsdp")
 
 
-def _data_parallel(p: dict[str, Any], dp: int | None, fixed: dict[str, Any], rid: str) -> None:
+def _data_parallel(p: dict[str, Any], dp: int | None, fixed: dict[str, Any], rid: str, ep_in_fsdp: bool = False,
+                   notes: list[str] | None = None) -> None:
     """Replicated, ZeRO-1/2 or fully sharded data parallelism, as `zero_or_fsdp` and `fsdp` state it,
-    into `fixed` (dp_shard, dp_replicate, zero_stage); then the expert-parallel degree's placement."""
+    into `fixed` (dp_shard, dp_replicate, zero_stage); then the expert-parallel degree's placement.
+
+    `ep_in_fsdp`: the engine's expert axis shards the non-expert weights and the batch as FSDP does
+    (MaxText: `logical_axis_rules` shard 'embed' over ['fsdp', 'fsdp_transpose', 'sequence', 'expert'],
+    base.yml at 5dd56b6a), so a stated FSDP degree that EP does not divide counts the FSDP axis alone
+    and the sharded group is fsdp x ep."""
     zf = str(p.get("zero_or_fsdp") or "").lower()
     fsdp_col = str(p.get("fsdp") if p.get("fsdp") is not None else "")
     fsdp_n = _fsdp_degree(p)
+    ep = fixed.get("ep") or 1
+    if ep_in_fsdp and fsdp_n and ep > 1 and fsdp_n % ep and dp and dp % (fsdp_n * ep) == 0:
+        if notes is not None:
+            notes.append(f"FSDP {fsdp_n} beside the expert axis {ep}: the engine shards the weights over both, dp_shard = {fsdp_n * ep}")
+        fsdp_n *= ep
     dcn = count(p.get("dp_over_dcn"), "parallelism.dp_over_dcn", least=1)
     if dp is not None:
         if "zero-3" in zf or "fsdp" in zf or fsdp_col == "1" or "fully sharded" in fsdp_col:
