@@ -130,3 +130,16 @@ def test_a_run_stating_an_offloading_policy_is_priced_and_says_so():
     res = predict(case)
     assert res.reason is None and res.predicted > 0
     assert any("remat policy" in n for n in res.notes)
+
+
+# ---- expert tensor parallelism (the same issue's memory terms) --------------------------------
+def test_a_stated_expert_tensor_parallelism_splits_each_expert_over_its_ranks_too():
+    """Megatron-Core's expert ranks are pp x etp x ep x edp: with ETP = TP = 2 and EP 4 a device holds
+    1/8 of the routed experts' bf16 weights, not 1/4 (closed form over the model's own count)."""
+    m = get_model("debug-moe")
+    s = Strategy(dp_replicate=4, tp=2, ep=4, zero_stage=1, micro_batch=1)
+    base = estimate(m, get_cluster("h100"), s, DEFAULT_PARAMS)
+    split = estimate(m, get_cluster("h100"), s, replace(DEFAULT_PARAMS, expert_tensor_parallel=2))
+    closed = m.routed_expert_params_total * 2 * (1 / 4 - 1 / 8) / GIB
+    assert base.memory_gib["params"] - split.memory_gib["params"] == pytest.approx(closed, rel=1e-9)
+    assert split.breakdown["compute"] == pytest.approx(base.breakdown["compute"], rel=1e-12)

@@ -117,6 +117,13 @@ def test_layout_maxtext_expert_axis_joins_a_stated_fsdp_degree_it_does_not_divid
         layout_of(run(model=moe, parallelism=par), engine="torchtitan")
 
 
+def test_stated_expert_tensor_parallelism_is_read_above_one_only():
+    notes: list[str] = []
+    assert read_stated(run(parallelism={"etp": 4}), "", None, notes).expert_tp == 4
+    assert read_stated(run(parallelism={"etp": 1}), "", None, notes).expert_tp is None
+    assert read_stated(run(), "", None, notes).expert_tp is None
+
+
 def test_layout_global_batch_from_tokens_and_rounded_to_dp():
     lay, notes = layout_of(run(parallelism={"tp": 8, "pp": 1, "cp": 1, "global_batch_seqs": None, "global_batch_tokens": 2048 * 101}))
     assert lay.global_batch == 104  # 101 sequences over dp = 64 / 8 = 8: the nearest multiple of 8

@@ -47,6 +47,11 @@ class CostParams:
     and it is the cheap saving that remains (MaxText's `minimal` policy recomputes every element-wise
     op). Megatron-LM's `--recompute-granularity selective` re-runs only `core_attn` (Korthikanti et
     al. 2022 Sec. 5; Megatron-Core's `recompute_modules` default)."""
+    expert_tensor_parallel: int = 1
+    """Ranks each routed expert is split over besides expert parallelism: Megatron-Core's
+    `expert_tensor_parallel_size` (its expert ranks are pp x etp x ep x edp, `parallel_state.py`
+    initialize_model_parallel, d98e8a64dd), as a run states it; 1: each expert whole on its EP rank.
+    Memory only: the expert GEMMs' FLOPs per device are the same either way."""
     remat_policy: RematPolicy | None = None
     """Full recomputation as a MaxText remat policy (`cost.remat`): the tensors it keeps in HBM or
     offloads to the host are not re-run; None: the whole layer is re-run from its input."""

@@ -14,7 +14,7 @@ from typing import Any
 from bandwise.cost.params import GRAD_REDUCE
 from bandwise.errors import BandwiseError
 from bandwise.cost.remat import RematPolicy
-from bandwise.plan.run_fields import parse_fp8_recipe, parse_precision, parse_remat_policy, recompute_modules
+from bandwise.plan.run_fields import count, parse_fp8_recipe, parse_precision, parse_remat_policy, recompute_modules
 from bandwise.specs.model import brief
 
 STATED: dict[str, str] = {
@@ -29,6 +29,7 @@ STATED: dict[str, str] = {
     "compiled": "the run states torch.compile: the element-wise ops are fused, whatever the engine's default (as plan --compiled)",
     "grad_reduce": "the run states the dtype its gradients are kept and reduced in, whatever the engine's default (as plan --grad-reduce)",
     "fp8_recipe": "the run states how its fp8 GEMMs are scaled, whatever the engine's default (as plan --fp8-recipe)",
+    "expert_tp": "the run states an expert tensor parallelism: each routed expert split over etp ranks besides EP (Megatron-Core's expert_tensor_parallel_size)",
     "remat_policy": "the run states a MaxText remat policy: full recomputation less the tensors it keeps in HBM or offloads to the host, "
                     "the offloaded ones' copies over the host link (cost/remat.py)",
 }
@@ -53,6 +54,8 @@ class Stated:
     """The modules its selective recomputation re-runs, as the engine behaviour `selective_modules`; None: its engine's."""
     fp8_recipe: str | None = None
     """The float8 recipe the run states (`cost.fp8.FP8_RECIPES`), as `plan --fp8-recipe`; None: its engine's."""
+    expert_tp: int | None = None
+    """The expert tensor parallelism the run states (`parallelism.etp`); None: unstated."""
     remat_policy: RematPolicy | None = None
     """The MaxText remat policy the run states (`cost.remat`); None: the planner's recomputation."""
     names: list[str] = field(default_factory=list)
@@ -101,10 +104,14 @@ def read_stated(run: dict[str, Any], conventions: str, recompute: str | None, no
     recipe = parse_fp8_recipe(run.get("precision")) if precision == "fp8" else None
     if recipe is not None:
         state("fp8_recipe")
+    etp = count(p.get("etp"), "parallelism.etp", least=1)
+    if etp is not None and etp > 1:
+        state("expert_tp")
     policy = parse_remat_policy(p.get("recompute"))
     if policy is not None:
         state("remat_policy")
         notes.append(f"remat_policy {policy.name}: device {', '.join(sorted(policy.device)) or 'nothing'}; "
                      f"host {', '.join(sorted(policy.offload)) or 'nothing'}; the rest recomputed")
     return Stated(precision=precision, overlap=overlap, compiled=compiled, grad_reduce=grad_reduce,
-                  selective_modules=modules, fp8_recipe=recipe, remat_policy=policy, names=found)
+                  selective_modules=modules, fp8_recipe=recipe, remat_policy=policy,
+                  expert_tp=etp if etp is not None and etp > 1 else None, names=found)

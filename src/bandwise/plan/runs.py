@@ -119,6 +119,8 @@ class Case:
     priced as the engine behaviour `selective_modules`; None: its engine's."""
     fp8_recipe: str | None = None
     """The float8 recipe the run states, priced as `plan --fp8-recipe`; None: its engine's."""
+    expert_tp: int | None = None
+    """The expert tensor parallelism the run states (`CostParams.expert_tensor_parallel`); None: unstated."""
     remat_policy: RematPolicy | None = None
     """The MaxText remat policy the run states (`cost.remat`): what its full recomputation keeps,
     offloads and re-runs; None: the planner's full recomputation."""
@@ -259,7 +261,7 @@ def convert(run: dict[str, Any], sources: dict[str, Any] | None = None, engine_o
         model=layout.model, cluster=cluster, devices=devices, global_batch=layout.global_batch, fixed=fixed,
         schedules=layout.schedules, overlap=stated.overlap, completed=sorted(set(completed)), assumptions=notes,
         stated=stated.names, compiled=stated.compiled, grad_reduce=stated.grad_reduce, selective_modules=stated.selective_modules,
-        fp8_recipe=stated.fp8_recipe, remat_policy=stated.remat_policy, engine=engine, token_scale=layout.token_scale, memory=published_memory(run),
+        fp8_recipe=stated.fp8_recipe, remat_policy=stated.remat_policy, expert_tp=stated.expert_tp, engine=engine, token_scale=layout.token_scale, memory=published_memory(run),
     )
 
 

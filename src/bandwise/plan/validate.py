@@ -208,6 +208,8 @@ def priced(case: Case, params: CostParams = DEFAULT_PARAMS) -> CostParams:
         params = replace(params, fp8_recipe=case.fp8_recipe)
     if case.remat_policy is not None:
         params = replace(params, remat_policy=case.remat_policy)
+    if case.expert_tp is not None:
+        params = replace(params, expert_tensor_parallel=case.expert_tp)
     return replace(params, eager_elementwise=False) if case.compiled else params
 
 

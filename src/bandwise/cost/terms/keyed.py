@@ -75,7 +75,7 @@ def layer_terms(m: ModelSpec, cluster: Cluster, c: Layouts, P: CostParams = DEFA
     s = Shape.of(m, c)
     rates = Rates.of(cluster.device, s, P)
     layer = layer_compute(m, cluster.device, s, rates, P)
-    return LayerTerms(compute=layer, head=head_compute(m, s, rates, layer, P), local=LocalParams.of(m, s))
+    return LayerTerms(compute=layer, head=head_compute(m, s, rates, layer, P), local=LocalParams.of(m, s, P.expert_tensor_parallel))
 
 
 def comm_terms(m: ModelSpec, cluster: Cluster, c: Layouts, order: tuple[str, ...], lt: LayerTerms, P: CostParams = DEFAULT_PARAMS) -> CommTerms:
