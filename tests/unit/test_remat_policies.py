@@ -143,3 +143,20 @@ def test_a_stated_expert_tensor_parallelism_splits_each_expert_over_its_ranks_to
     closed = m.routed_expert_params_total * 2 * (1 / 4 - 1 / 8) / GIB
     assert base.memory_gib["params"] - split.memory_gib["params"] == pytest.approx(closed, rel=1e-9)
     assert split.breakdown["compute"] == pytest.approx(base.breakdown["compute"], rel=1e-12)
+
+
+def test_selective_checkpointing_that_regathers_keeps_only_the_sequence_shard_of_the_gemm_inputs():
+    """torch TP keeps the two norm outputs all-gathered (2 x 2h bytes a token, whole on every TP rank);
+    an op-level SAC that recomputes the all-gather keeps their shard, 2 x 2h / tp: the difference over
+    every layer of one micro-batch (pp = 1) is layers x tokens x 4h x (1 - 1/tp)."""
+    tp, mb = 4, 4
+    s = Strategy(dp_shard=8 // tp, tp=tp, recompute="selective", micro_batch=mb)
+    kept = replace(DEFAULT_PARAMS, tp_gathered_inputs=True)
+    base = estimate(M, get_cluster("h100"), s, kept)
+    regathered = estimate(M, get_cluster("h100"), s, replace(kept, selective_regathers_inputs=True))
+    assert base.memory_gib["grads_not_at_peak"] < 0  # the peak is in the backward
+    closed = M.layers * mb * M.seq_len * 4 * H * (1 - 1 / tp) / GIB
+    assert base.memory_gib["activations"] - regathered.memory_gib["activations"] == pytest.approx(closed, rel=1e-9)
+    full = Strategy(dp_shard=8 // tp, tp=tp, recompute="none", micro_batch=mb)  # without recomputation nothing changes
+    assert (estimate(M, get_cluster("h100"), full, kept).memory_gib["activations"]
+            == estimate(M, get_cluster("h100"), full, replace(kept, selective_regathers_inputs=True)).memory_gib["activations"])

@@ -55,6 +55,12 @@ class CostParams:
     remat_policy: RematPolicy | None = None
     """Full recomputation as a MaxText remat policy (`cost.remat`): the tensors it keeps in HBM or
     offloads to the host are not re-run; None: the whole layer is re-run from its input."""
+    selective_regathers_inputs: bool = False
+    """Under selective recomputation the GEMMs' all-gathered inputs are not kept but gathered again in
+    the recompute, so only the sequence shard stays (`tp_gathered_inputs` then holds only without
+    recomputation): TorchTitan's op-level SAC marks MUST_SAVE only mm, SDPA, reduce_scatter and max
+    outputs, every other op, the all-gather among them, PREFER_RECOMPUTE (parallelize_llama.py
+    _apply_ac_to_transformer_block at 820504e)."""
     sequence_parallel: bool = True
     """Tensor parallelism splits the norms and dropouts along the sequence (Korthikanti et al. 2022,
     Sec. 4.2.2). Off, the 10·s·b·h bytes outside the TP regions stay whole on every TP rank (their

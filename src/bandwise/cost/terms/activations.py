@@ -50,8 +50,9 @@ def kept_per_token(m: ModelSpec, s: Shape, selective: bool, P: CostParams) -> np
     frac_moe = m.moe_layers / m.layers
     per_precision = []
     for fp8 in (False, True):
+        gathered = P.tp_gathered_inputs and not (selective and P.selective_regathers_inputs)
         kw = dict(selective=selective, modules=P.selective_modules, flash=P.flash_attention, dropout=m.dropout, fp8=fp8,
-                  sequence_parallel=P.sequence_parallel, fp8_act_cache=P.fp8_activation_cache, gathered_gemm_inputs=P.tp_gathered_inputs)
+                  sequence_parallel=P.sequence_parallel, fp8_act_cache=P.fp8_activation_cache, gathered_gemm_inputs=gathered)
         if m.is_hybrid:
             a, r = hybrid_kept_per_token(m, kw)
             per_precision.append(a / s.tp + r)
