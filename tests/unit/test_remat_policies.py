@@ -160,3 +160,15 @@ def test_selective_checkpointing_that_regathers_keeps_only_the_sequence_shard_of
     full = Strategy(dp_shard=8 // tp, tp=tp, recompute="none", micro_batch=mb)  # without recomputation nothing changes
     assert (estimate(M, get_cluster("h100"), full, kept).memory_gib["activations"]
             == estimate(M, get_cluster("h100"), full, replace(kept, selective_regathers_inputs=True)).memory_gib["activations"])
+
+
+def test_an_engine_that_shards_over_its_cp_ranks_keeps_the_states_of_fsdp_over_as_many_ranks():
+    """TorchTitan's FSDP spans dp_shard x cp (`cp_shards_weights`): CP8 with dp_shard 1 keeps the
+    weights, gradients and optimizer states that FSDP8 keeps; without it CP8 keeps them whole."""
+    P = replace(DEFAULT_PARAMS, cp_shards_weights=True)
+    cp8, fsdp8 = estimate(M, get_cluster("h100"), Strategy(cp=8), P), estimate(M, get_cluster("h100"), Strategy(dp_shard=8), P)
+    for part in ("params", "grads_optimizer"):
+        assert cp8.memory_gib[part] == pytest.approx(fsdp8.memory_gib[part], rel=1e-12)
+    whole = estimate(M, get_cluster("h100"), Strategy(cp=8), DEFAULT_PARAMS)
+    assert whole.memory_gib["params"] == pytest.approx(M.total_params * 2 / GIB, rel=1e-2)  # bf16 weights, whole
+    assert cp8.memory_gib["params"] == pytest.approx(M.total_params * 4 / 8 / GIB, rel=1e-2)  # the fp32 shard (master copy) over 8

@@ -55,6 +55,11 @@ class CostParams:
     remat_policy: RematPolicy | None = None
     """Full recomputation as a MaxText remat policy (`cost.remat`): the tensors it keeps in HBM or
     offloads to the host are not re-run; None: the whole layer is re-run from its input."""
+    cp_shards_weights: bool = False
+    """FSDP shards the weights, gradients and optimizer states over the CP ranks even where dp_shard is
+    1 (ZeRO-3 over dp_shard x cp): TorchTitan's `ParallelDims.fsdp_enabled` is `dp_shard_enabled or
+    cp_enabled` and it shards over the mesh 'dp_shard_cp' (distributed/parallel_dims.py,
+    models/llama3/infra/parallelize.py at 31a17bfdb). Off: a layout with dp_shard 1 is not sharded."""
     selective_regathers_inputs: bool = False
     """Under selective recomputation the GEMMs' all-gathered inputs are not kept but gathered again in
     the recompute, so only the sequence shard stays (`tp_gathered_inputs` then holds only without
