@@ -204,3 +204,12 @@ def test_group_link_names_the_level_of_the_placed_job():
     s = Strategy(dp_shard=64, dp_replicate=2, micro_batch=1, global_batch=128)
     assert group_link(get_cluster("gb200-nvl72"), s, "fsdp").startswith("nvlink")
     assert group_link(get_cluster("gb200-nvl72"), s, "dp").startswith("infiniband")
+
+
+def test_a_stated_virtual_stage_count_outside_the_choices_is_searched_as_stated():
+    """NeMo's recipes state VP5, VP7, VP12, none of VIRTUAL_CHOICES: the search prices the stated count."""
+    model = get_model("llama3-70b")  # 80 layers: pp 2 x 5 virtual stages x 8 layers
+    assert 5 not in VIRTUAL_CHOICES
+    result = search(model, get_cluster("h100"), 32, 64, top=1,
+                    fixed={"tp": 8, "pp": 2, "cp": 1, "schedule": "Interleaved1F1B", "virtual_stages": 5})
+    assert result.best is not None and result.best.strategy.virtual_stages == 5

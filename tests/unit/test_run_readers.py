@@ -99,6 +99,31 @@ def test_layout_fully_sharded_with_a_stated_shard_group_is_hsdp():
     assert lay.fixed["schedule"] == "1F1B" and lay.schedules == ("1F1B",)
 
 
+def test_layout_stated_zero_2_shards_gradients_over_the_replicated_group():
+    lay, _ = layout_of(run(parallelism={"zero_or_fsdp": "ZeRO-2 (Apex DistributedFusedAdam)"}))
+    assert (lay.fixed["dp_shard"], lay.fixed["dp_replicate"], lay.fixed["zero_stage"]) == (1, 64 // (2 * 2), 2)
+
+
+def test_layout_maxtext_expert_axis_joins_a_stated_fsdp_degree_it_does_not_divide():
+    """MaxText shards 'embed' over fsdp and expert (base.yml logical_axis_rules): FSDP 2 beside EP 8 is a
+    16-way sharded group; Megatron-Core's EP (`ep_from: any`) leaves the stated FSDP degree as it is."""
+    moe = {"name": "m", "type": "moe", "layers": 4, "hidden": 1024, "heads": 8, "kv_heads": 8, "ffn_type": "SwiGLU", "vocab": 32000,
+           "seq_len": 2048, "moe": {"num_experts": 8, "top_k": 2, "expert_ffn": 2048}}
+    par = {"tp": 1, "pp": 1, "cp": 1, "ep": 8, "fsdp": 2, "dp": 64, "zero_or_fsdp": "FSDP over 2 nodes", "global_batch_seqs": 128}
+    lay, notes = layout_of(run(model=moe, parallelism=par), engine="maxtext")
+    assert (lay.fixed["dp_shard"], lay.fixed["dp_replicate"]) == (2 * 8, 64 // (2 * 8))
+    assert any("expert axis 8" in n for n in notes)
+    with pytest.raises(BandwiseError, match="ep=8 cannot be placed"):
+        layout_of(run(model=moe, parallelism=par), engine="torchtitan")
+
+
+def test_stated_expert_tensor_parallelism_is_read_above_one_only():
+    notes: list[str] = []
+    assert read_stated(run(parallelism={"etp": 4}), "", None, notes).expert_tp == 4
+    assert read_stated(run(parallelism={"etp": 1}), "", None, notes).expert_tp is None
+    assert read_stated(run(), "", None, notes).expert_tp is None
+
+
 def test_layout_global_batch_from_tokens_and_rounded_to_dp():
     lay, notes = layout_of(run(parallelism={"tp": 8, "pp": 1, "cp": 1, "global_batch_seqs": None, "global_batch_tokens": 2048 * 101}))
     assert lay.global_batch == 104  # 101 sequences over dp = 64 / 8 = 8: the nearest multiple of 8

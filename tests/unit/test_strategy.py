@@ -252,3 +252,22 @@ def test_divisors_are_the_brute_force_ones(n):
 def test_divisors_of_a_mistyped_device_count_come_at_once():
     """10^12 and 10^12 - 1: trial division up to sqrt(n), a million steps each, not 10^12."""
     assert len(divisors(10**12)) == 169 and divisors(999_999_999_999)[-1] == 999_999_999_999
+
+
+def test_a_split_may_give_the_embedding_and_the_loss_a_stage_each_where_the_engine_does():
+    """Megatron-Core counts the embedding and the loss as a layer each in the pipeline split
+    (account_for_embedding/loss_in_pipeline_split): up to layers + 2 stages, the engines that split
+    whole layers alone (and the trainer) no more than the layers."""
+    from bandwise.runtime.parallel.mesh import check_runtime_support
+    from bandwise.specs.registry import get_engine
+
+    L = DEBUG.layers
+    fits = Strategy(pp=2, virtual_stages=(L + 2) // 2, schedule="Interleaved1F1B", global_batch=8)
+    fits.check(fits.world_size, DEBUG)
+    past = Strategy(pp=2, virtual_stages=(L + 4) // 2, schedule="Interleaved1F1B", global_batch=8)
+    with pytest.raises(BandwiseError, match="exceeds"):
+        past.check(past.world_size, DEBUG)
+    assert get_engine("megatron").rules.why(fits, DEBUG) is None
+    assert get_engine("torchtitan").rules.why(fits, DEBUG) == "more pipeline stages than layers"
+    with pytest.raises(BandwiseError, match="stages of whole layers"):
+        check_runtime_support(fits, DEBUG)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bandwise.cost.memory import GIB
+from bandwise.cost.remat import RematPolicy
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -46,6 +47,25 @@ class CostParams:
     and it is the cheap saving that remains (MaxText's `minimal` policy recomputes every element-wise
     op). Megatron-LM's `--recompute-granularity selective` re-runs only `core_attn` (Korthikanti et
     al. 2022 Sec. 5; Megatron-Core's `recompute_modules` default)."""
+    expert_tensor_parallel: int = 1
+    """Ranks each routed expert is split over besides expert parallelism: Megatron-Core's
+    `expert_tensor_parallel_size` (its expert ranks are pp x etp x ep x edp, `parallel_state.py`
+    initialize_model_parallel, d98e8a64dd), as a run states it; 1: each expert whole on its EP rank.
+    Memory only: the expert GEMMs' FLOPs per device are the same either way."""
+    remat_policy: RematPolicy | None = None
+    """Full recomputation as a MaxText remat policy (`cost.remat`): the tensors it keeps in HBM or
+    offloads to the host are not re-run; None: the whole layer is re-run from its input."""
+    cp_shards_weights: bool = False
+    """FSDP shards the weights, gradients and optimizer states over the CP ranks even where dp_shard is
+    1 (ZeRO-3 over dp_shard x cp): TorchTitan's `ParallelDims.fsdp_enabled` is `dp_shard_enabled or
+    cp_enabled` and it shards over the mesh 'dp_shard_cp' (distributed/parallel_dims.py,
+    models/llama3/infra/parallelize.py at 31a17bfdb). Off: a layout with dp_shard 1 is not sharded."""
+    selective_regathers_inputs: bool = False
+    """Under selective recomputation the GEMMs' all-gathered inputs are not kept but gathered again in
+    the recompute, so only the sequence shard stays (`tp_gathered_inputs` then holds only without
+    recomputation): TorchTitan's op-level SAC marks MUST_SAVE only mm, SDPA, reduce_scatter and max
+    outputs, every other op, the all-gather among them, PREFER_RECOMPUTE (parallelize_llama.py
+    _apply_ac_to_transformer_block at 820504e)."""
     sequence_parallel: bool = True
     """Tensor parallelism splits the norms and dropouts along the sequence (Korthikanti et al. 2022,
     Sec. 4.2.2). Off, the 10·s·b·h bytes outside the TP regions stay whole on every TP rank (their

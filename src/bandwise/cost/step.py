@@ -141,7 +141,7 @@ def _evaluate_block(m: ModelSpec, cluster: Cluster, c: Layouts, order: tuple[str
     else:
         keyed, inverse = c, np.arange(len(c))
     lt_key = layer_terms(m, cluster, keyed, P)
-    s, lt = Shape.of(m, c), RowTerms.of(lt_key, inverse)
+    s, lt = Shape.of(m, c, P.cp_shards_weights), RowTerms.of(lt_key, inverse)
     gb, n_mb = microbatches(c, s)
     stages = stage_compute(m, dev, s, c.schedule, c.recompute, n_mb, lt.layer, lt.head, lt.local, P)
     pf = pipeline_factors(c.schedule, s.pp, n_mb, s.virtual_stages)
@@ -161,7 +161,7 @@ def _evaluate_block(m: ModelSpec, cluster: Cluster, c: Layouts, order: tuple[str
         used = np.unique(inverse[fit])
         ct = comm_terms(m, cluster, keyed.take(used), order, take_rows(lt_key, used), P)
         c_fit = c.take(fit)
-        s_fit = Shape.of(m, c_fit)
+        s_fit = Shape.of(m, c_fit, P.cp_shards_weights)
         fitting = _Rows(c_fit, s_fit, *microbatches(c_fit, s_fit), RowTerms.of(lt_key, inverse[fit]),
                         *(take_rows(x, fit) for x in (stages, pf.overhead, dense, experts)))
         t = spread_rows(_time(m, dev, fitting, take_rows(ct, np.searchsorted(used, inverse[fit])), P), fit, len(c))

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from bandwise.cost.memory import RECOMPUTE_MODULES
+from bandwise.cost.remat import MAXTEXT_POLICIES, PLACES, TENSORS, RematPolicy
 from bandwise.errors import BandwiseError
 from bandwise.specs.model import MAX_DIMENSION, brief
 
@@ -121,6 +122,49 @@ def parse_graph_scope(value: Any, rid: str) -> tuple[str, ...] | None:
     return scopes
 
 
+def parse_remat_policy(text: Any) -> RematPolicy | None:
+    """A MaxText `remat_policy` that keeps or offloads named tensors (`cost.remat`), or None where the
+    text names none ('full' is the planner's full; 'minimal', 'minimal_flash' and
+    'minimal_with_context', which save every matmul's output, its selective, `parse_recompute`).
+
+    'remat_policy: qkv_proj_offloaded' names a preset; 'remat_policy: custom; decoder_layer_input,
+    query_proj = offload (host)' or 'custom; context=offload, mlpwo=offload' place tensors, each name
+    taking the place written after the next '='; a custom policy's unnamed tensors are recomputed and
+    its layer input stays on the device (MaxText base.yml's defaults)."""
+    if text is None:
+        return None
+    t = str(text).lower()
+    found = re.search(r"remat_policy\s*[:=]\s*([a-z0-9_]+)", t)
+    if found is None:
+        return None
+    name = found.group(1)
+    if name != "custom":
+        if name in ("full", "none") or name.startswith("minimal") and "offload" not in name:
+            return None  # the planner's full, none and selective (`parse_recompute`)
+        if name not in MAXTEXT_POLICIES:
+            raise BandwiseError(f"remat_policy {name!r}: not priced; use full, minimal, custom or one of {', '.join(MAXTEXT_POLICIES)}")
+        return MAXTEXT_POLICIES[name]
+    places: dict[str, str] = {}
+    pending: list[str] = []
+    tokens = re.findall(r"[a-z0-9_]+|=", t[found.end():])
+    for i, tok in enumerate(tokens):
+        if tok == "=":
+            place = tokens[i + 1] if i + 1 < len(tokens) else ""
+            if place not in PLACES or not pending:
+                raise BandwiseError(f"remat_policy custom {brief(text)}: write 'tensor, tensor = place', the place one of {', '.join(PLACES)}")
+            places.update(dict.fromkeys(pending, place))
+            pending = []
+        elif tok in TENSORS:
+            pending.append(tok)
+        elif re.fullmatch(r"[a-z]+(_[a-z0-9]+)+", tok) and (i + 1 < len(tokens) and tokens[i + 1] in (",", "=")):
+            raise BandwiseError(f"remat_policy custom: tensor {tok!r} not priced; use some of {', '.join(TENSORS)}")
+    if pending:
+        raise BandwiseError(f"remat_policy custom {brief(text)}: {', '.join(pending)} without a place; write 'tensor = place'")
+    device = {"decoder_layer_input"} - {t for t, p in places.items() if p != "device"}
+    return RematPolicy(name="custom", device=frozenset(device | {t for t, p in places.items() if p == "device"}),
+                       offload=frozenset(t for t, p in places.items() if p == "offload"))
+
+
 def parse_recompute(text: Any) -> str | None:
     """Recomputation wording -> none / selective / full (None = not stated).
 
@@ -131,6 +175,8 @@ def parse_recompute(text: Any) -> str | None:
     """
     if text is None:
         return None
+    if parse_remat_policy(text) is not None:
+        return "full"  # re-run from the layer input, less what the policy keeps (`cost.remat`)
     t = str(text).lower()
     if t.startswith(("no", "none")) or "without activation checkpointing" in t:
         return "none"

@@ -47,7 +47,7 @@ def read_layout(run: dict[str, Any], model: ModelSpec, devices: int, engine: Eng
     rid = str(run.get("id") or "?")
     p = _per_chip(run, devices, rid, notes)
     fixed, dp = _degrees(p, model, devices, rid)
-    _data_parallel(p, dp, fixed, rid)
+    _data_parallel(p, dp, fixed, rid, engine.rules.ep_from == "fsdp", notes)
     gb, mb = _batch(p, model, dp, fixed.get("pp"), engine, rid, notes)
     if mb is not None:
         fixed["micro_batch"] = mb
@@ -120,23 +120,31 @@ def _fsdp_degree(p: dict[str, Any]) -> int | None:
     return count(p.get("fsdp"), "parallelism.fsdp") or leading_count(p.get("fsdp"), "parallelism.fsdp")
 
 
-def _data_parallel(p: dict[str, Any], dp: int | None, fixed: dict[str, Any], rid: str) -> None:
+def _data_parallel(p: dict[str, Any], dp: int | None, fixed: dict[str, Any], rid: str, ep_in_fsdp: bool = False,
+                   notes: list[str] | None = None) -> None:
     """Replicated, ZeRO-1/2 or fully sharded data parallelism, as `zero_or_fsdp` and `fsdp` state it,
-    into `fixed` (dp_shard, dp_replicate, zero_stage); then the expert-parallel degree's placement."""
+    into `fixed` (dp_shard, dp_replicate, zero_stage); then the expert-parallel degree's placement.
+
+    `ep_in_fsdp`: the engine's expert axis shards the non-expert weights and the batch as FSDP does
+    (MaxText: `logical_axis_rules` shard 'embed' and the activation batch over ['fsdp', 'fsdp_transpose',
+    'sequence', 'expert'], 'embed_moe' over fsdp alone; base.yml at 5dd56b6a and e591f30c), so a stated FSDP
+    degree that EP does not divide, or one whose stated replicas x fsdp x ep make the data-parallel ranks,
+    counts the FSDP axis alone and the sharded group is fsdp x ep."""
     zf = str(p.get("zero_or_fsdp") or "").lower()
     fsdp_col = str(p.get("fsdp") if p.get("fsdp") is not None else "")
     fsdp_n = _fsdp_degree(p)
+    ep = fixed.get("ep") or 1
+    # an FSDP degree EP divides may already count the expert axis; the stated replicas tell (data x fsdp x expert = dp)
+    beside = bool(fsdp_n) and ep > 1 and bool(dp) and dp % (fsdp_n * ep) == 0 and (fsdp_n % ep or _replicas(p) * fsdp_n * ep == dp)
+    if ep_in_fsdp and beside:
+        if notes is not None:
+            notes.append(f"FSDP {fsdp_n} beside the expert axis {ep}: the engine shards the weights over both, dp_shard = {fsdp_n * ep}")
+        fsdp_n *= ep
     dcn = count(p.get("dp_over_dcn"), "parallelism.dp_over_dcn", least=1)
     if dp is not None:
         if "zero-3" in zf or "fsdp" in zf or fsdp_col == "1" or "fully sharded" in fsdp_col:
             if "params not resharded" in zf:  # Llama 3 Sec. 3.3.2: optimizer + gradients sharded
                 fixed.update(dp_shard=1, dp_replicate=dp, zero_stage=2)
-            elif fsdp_n and fsdp_n > 1 and _expert_axis(p, fsdp_n) * fsdp_n * _replicas(p) == dp:
-                # the stated data axes multiply to the data-parallel ranks only where EP is an axis of its own beside
-                # FSDP, as in MaxText's mesh (data, fsdp, expert), whose expert ranks shard the dense weights and the
-                # batch as FSDP ranks do (base.yml logical_axis_rules: 'embed' and the activation batch over fsdp and
-                # expert; 'embed_moe' over fsdp alone; MaxText e591f30c)
-                fixed.update(dp_shard=fsdp_n * _expert_axis(p, fsdp_n), dp_replicate=_replicas(p), zero_stage=0)
             elif fsdp_n and fsdp_n > 1 and dp % fsdp_n == 0:
                 fixed.update(dp_shard=fsdp_n, dp_replicate=dp // fsdp_n, zero_stage=0)
             else:
@@ -146,6 +154,8 @@ def _data_parallel(p: dict[str, Any], dp: int | None, fixed: dict[str, Any], rid
                 fixed.update(dp_shard=dp // rep, dp_replicate=rep, zero_stage=0)
         elif "zero-1" in zf:
             fixed.update(dp_shard=1, dp_replicate=dp, zero_stage=1)
+        elif "zero-2" in zf:  # optimizer states and gradients sharded (e.g. Apex DistributedFusedAdam)
+            fixed.update(dp_shard=1, dp_replicate=dp, zero_stage=2)
         elif zf.startswith("none") or fsdp_col == "0":
             fixed.update(dp_shard=1, dp_replicate=dp)
             if zf.startswith("none"):
@@ -164,12 +174,6 @@ def _data_parallel(p: dict[str, Any], dp: int | None, fixed: dict[str, Any], rid
 def _replicas(p: dict[str, Any]) -> int:
     """The stated data-parallel degree (`dp`), 0 where unstated."""
     return count(p.get("dp"), "parallelism.dp", least=1) or 0
-
-
-def _expert_axis(p: dict[str, Any], fsdp_n: int) -> int:
-    """The stated expert-parallel degree where it can be a mesh axis beside FSDP (more than 1), else 0."""
-    ep = count(p.get("ep"), "parallelism.ep", least=1) or 0
-    return ep if ep > 1 else 0
 
 
 def _batch(p: dict[str, Any], model: ModelSpec, dp: int | None, pp: int | None, engine: Engine, rid: str,

@@ -14,7 +14,16 @@ from typing import Any
 
 from bandwise.cost.params import GRAD_REDUCE
 from bandwise.errors import BandwiseError
-from bandwise.plan.run_fields import parse_fp8_recipe, parse_graph_scope, parse_moe_dispatcher, parse_precision, recompute_modules
+from bandwise.cost.remat import RematPolicy
+from bandwise.plan.run_fields import (
+    count,
+    parse_fp8_recipe,
+    parse_graph_scope,
+    parse_moe_dispatcher,
+    parse_precision,
+    parse_remat_policy,
+    recompute_modules,
+)
 from bandwise.specs.model import brief
 
 STATED: dict[str, str] = {
@@ -34,6 +43,9 @@ STATED: dict[str, str] = {
     "moe_dispatcher": "the run states its MoE token dispatcher (alltoall, allgather, DeepEP, HybridEP), whose host syncs each MoE layer's forward makes",
     "moe_permute_fusion": "the run states whether its MoE permutation runs fused (Megatron's moe_permute_fusion); unfused, its masked_selects sync with the host",
     "cuda_graph_scope": "the run states what a CUDA graph captures (Megatron's cuda_graph_scope); a graph over the whole MoE layer leaves it no host sync",
+    "expert_tp": "the run states an expert tensor parallelism: each routed expert split over etp ranks besides EP (Megatron-Core's expert_tensor_parallel_size)",
+    "remat_policy": "the run states a MaxText remat policy: full recomputation less the tensors it keeps in HBM or offloads to the host, "
+                    "the offloaded ones' copies over the host link (cost/remat.py)",
 }
 """What a run may state of its own job beyond its layout, as `plan`'s flags would: each is applied to
 the run as stated and named in its notes. What an engine does by itself is the engine's
@@ -66,6 +78,10 @@ class Stated:
     """Whether the run states its MoE permutation fused; None: its engine's."""
     cuda_graph_scope: tuple[str, ...] | None = None
     """What the run states a CUDA graph captures; None: its engine's."""
+    expert_tp: int | None = None
+    """The expert tensor parallelism the run states (`parallelism.etp`); None: unstated."""
+    remat_policy: RematPolicy | None = None
+    """The MaxText remat policy the run states (`cost.remat`); None: the planner's recomputation."""
     names: list[str] = field(default_factory=list)
     """The `STATED` keys found, in the order read."""
 
@@ -126,9 +142,18 @@ def read_stated(run: dict[str, Any], conventions: str, recompute: str | None, no
     scope = parse_graph_scope(p.get("cuda_graph_scope"), rid)
     if scope is not None:
         state("cuda_graph_scope")
+    etp = count(p.get("etp"), "parallelism.etp", least=1)
+    if etp is not None and etp > 1:
+        state("expert_tp")
+    policy = parse_remat_policy(p.get("recompute"))
+    if policy is not None:
+        state("remat_policy")
+        notes.append(f"remat_policy {policy.name}: device {', '.join(sorted(policy.device)) or 'nothing'}; "
+                     f"host {', '.join(sorted(policy.offload)) or 'nothing'}; the rest recomputed")
     return Stated(precision=precision, overlap=overlap, compiled=compiled, grad_reduce=grad_reduce,
                   selective_modules=modules, fp8_recipe=recipe, moe_capacity_factor=capacity, moe_one_hot_dispatch=one_hot,
-                  moe_dispatcher=dispatcher, moe_permute_fusion=fusion, cuda_graph_scope=scope, names=found)
+                  moe_dispatcher=dispatcher, moe_permute_fusion=fusion, cuda_graph_scope=scope, remat_policy=policy,
+                  expert_tp=etp if etp is not None and etp > 1 else None, names=found)
 
 
 def _moe_capacity(p: dict[str, Any]) -> tuple[float, bool]:

@@ -38,6 +38,7 @@ from bandwise.plan.run_fields import (  # noqa: F401  (the field readers, re-exp
 from bandwise.plan.run_hardware import read_cluster
 from bandwise.plan.run_layout import SCHEDULE_CHOICES, read_layout  # noqa: F401
 from bandwise.plan.run_model import GPT2_VOCAB, read_model  # noqa: F401
+from bandwise.cost.remat import RematPolicy
 from bandwise.plan.run_stated import STATED, read_stated  # noqa: F401
 from bandwise.plan.search import FIXABLE
 from bandwise.specs.hardware import MAX_DEVICES, Cluster
@@ -127,6 +128,11 @@ class Case:
     """Whether the run states its MoE permutation fused, as the engine behaviour `moe_permute_fusion`; None: its engine's."""
     cuda_graph_scope: tuple[str, ...] | None = None
     """What the run states a CUDA graph captures, as the engine behaviour `moe_cuda_graph_scope`; None: its engine's."""
+    expert_tp: int | None = None
+    """The expert tensor parallelism the run states (`CostParams.expert_tensor_parallel`); None: unstated."""
+    remat_policy: RematPolicy | None = None
+    """The MaxText remat policy the run states (`cost.remat`): what its full recomputation keeps,
+    offloads and re-runs; None: the planner's full recomputation."""
     engine: str = DEFAULT_ENGINE
     """The engine (and version) the run was trained with: the source's, or the run's own `engine`."""
     token_scale: float = 1.0
@@ -266,7 +272,8 @@ def convert(run: dict[str, Any], sources: dict[str, Any] | None = None, engine_o
         stated=stated.names, compiled=stated.compiled, grad_reduce=stated.grad_reduce, selective_modules=stated.selective_modules,
         fp8_recipe=stated.fp8_recipe, moe_capacity_factor=stated.moe_capacity_factor,
         moe_one_hot_dispatch=stated.moe_one_hot_dispatch, moe_dispatcher=stated.moe_dispatcher, moe_permute_fusion=stated.moe_permute_fusion,
-        cuda_graph_scope=stated.cuda_graph_scope, engine=engine, token_scale=layout.token_scale, memory=published_memory(run),
+        cuda_graph_scope=stated.cuda_graph_scope, remat_policy=stated.remat_policy, expert_tp=stated.expert_tp,
+        engine=engine, token_scale=layout.token_scale, memory=published_memory(run),
     )
 
 

@@ -150,7 +150,10 @@ def _degree_tuples(model: ModelSpec, n: int, fixed: dict[str, Any], allow_pp: bo
 def _schedule_choices(fixed: dict[str, Any], schedules: tuple[str, ...] = SCHEDULES) -> list[tuple[int, int]]:
     """(schedule, virtual stages) pairs to search: those `schedules` allows (an engine's), as `fixed` narrows them."""
     combos = [(SCHEDULES.index(s), 1) for s in SINGLE_STAGE if s in schedules]
-    combos += [(SCHEDULES.index(s), v) for s in LOOPED if s in schedules for v in VIRTUAL_CHOICES]
+    # a stated count of virtual stages is searched as stated, inside the choices or not (NeMo's
+    # recipes run VP5, VP7 and VP12: llama3.1 README_70b.md etc. at dgxc-benchmarking v24.11.1)
+    virtuals = (fixed["virtual_stages"],) if fixed.get("virtual_stages", 1) > 1 else VIRTUAL_CHOICES
+    combos += [(SCHEDULES.index(s), v) for s in LOOPED if s in schedules for v in virtuals]
     combos += [(SCHEDULES.index(s), 2) for s in V_SHAPED if s in schedules]
     if "schedule" in fixed:
         combos = [c for c in combos if SCHEDULES[c[0]] == fixed["schedule"]]

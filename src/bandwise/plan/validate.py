@@ -216,6 +216,10 @@ def priced(case: Case, params: CostParams = DEFAULT_PARAMS) -> CostParams:
         params = replace(params, moe_permute_fusion=case.moe_permute_fusion)
     if case.cuda_graph_scope is not None:
         params = replace(params, moe_cuda_graph_scope=case.cuda_graph_scope)
+    if case.remat_policy is not None:
+        params = replace(params, remat_policy=case.remat_policy)
+    if case.expert_tp is not None:
+        params = replace(params, expert_tensor_parallel=case.expert_tp)
     return replace(params, eager_elementwise=False) if case.compiled else params
 
 

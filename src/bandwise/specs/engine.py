@@ -68,7 +68,7 @@ class Engine:
     def search_space(self) -> dict[str, Any]:
         """The search's bounds for layouts this engine can run (`plan.search.search`'s keywords)."""
         bounds: dict[str, Any] = {k: v for k, v in (("schedules", self.schedules), ("zero_stages", self.zero_stages)) if v is not None}
-        return {**bounds, "rules": self.rules} if self.rules != LayoutRules() else bounds
+        return {**bounds, "rules": self.rules}  # the default rules too: no more pipeline stages than layers
 
     @property
     def label(self) -> str:
@@ -226,5 +226,5 @@ def _rules(raw: dict[str, Any], stages: str, where: str) -> LayoutRules:
         raise BandwiseError(f"{where}: layouts.ep_from {brief(ep_from)}: one of {', '.join(EP_FROM)}")
     return LayoutRules(recompute=tuple(recompute) if recompute is not None else None, hsdp=raw.get("hsdp", True), ep_from=ep_from,
                        cp_needs_fsdp=raw.get("cp_needs_fsdp", False), microbatches_of_stages=raw.get("microbatches_of_stages", False),
-                       equal_stages=stages == "equal", paired_hides_ep=raw.get("paired_hides_ep", True),
+                       equal_stages=stages == "equal", end_stages=stages == "layout", paired_hides_ep=raw.get("paired_hides_ep", True),
                        tp_over_mixers=raw.get("tp_over_mixers", True))

@@ -42,6 +42,10 @@ class LayoutRules:
     """With PP, the micro-batches per step are a multiple of the pipeline size."""
     equal_stages: bool = False
     """With PP, the layers divide over pp·v stages of equal whole layers."""
+    end_stages: bool = False
+    """With PP, the embedding and the loss may each take a layer's place in the split, so up to
+    layers + 2 stages (`strategy.END_STAGES`; Megatron-Core's account_for_embedding/loss_in_pipeline_split);
+    off, no more stages than layers."""
     paired_hides_ep: bool = True
     """A schedule that pairs micro-batches (DualPipeV) hides the expert all-to-all behind the other's
     compute; off where the engine runs the schedule without that overlap."""
@@ -71,6 +75,9 @@ class LayoutRules:
                 n_mb = c.global_batch // np.maximum(c.dp_replicate * c.dp_shard * c.micro_batch, 1)
                 return (c.pp == 1) | (n_mb % c.pp == 0)
             out.append((stages_divide, "a number of micro-batches that is not a multiple of the pipeline stages"))
+        if not self.end_stages and model is not None:
+            layers = model.layers
+            out.append((lambda c: c.pp * c.virtual_stages <= layers, "more pipeline stages than layers"))
         if self.equal_stages and model is not None:
             layers = model.layers
             out.append((lambda c: (c.pp == 1) | (layers % (c.pp * c.virtual_stages) == 0), "stages of unequal whole layers"))

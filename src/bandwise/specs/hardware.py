@@ -100,6 +100,9 @@ class Device:
     comm_sm_share: float = 0.0
     """Share of the compute units a running collective occupies (NCCL runs its channels as thread
     blocks on the SMs); 0 where collectives run on dedicated engines (TPU ICI DMA)."""
+    host_link_bandwidth: float = 0.0
+    """Bytes/s each way between the chip and its host's memory (PCIe), what host offload of
+    activations moves over; 0: not known, and a policy that offloads is refused on the device."""
     power_curve: PowerCurve | None = None
     """How the sustained clock falls under a lower power limit (`power_limited`); None: not measured."""
     aliases: tuple[str, ...] = ()
@@ -368,7 +371,7 @@ def torus_slice(level: Level, chips: int) -> Level | None:
 
 
 FILE_KEYS: dict[type, dict[str, str]] = {
-    Device: {"peak_flops_per_s": "peak_flops", "hbm_bandwidth_bytes_per_s": "hbm_bandwidth"},
+    Device: {"peak_flops_per_s": "peak_flops", "hbm_bandwidth_bytes_per_s": "hbm_bandwidth", "host_link_bandwidth_bytes_per_s": "host_link_bandwidth"},
     Level: {"bandwidth_bytes_per_s": "bandwidth", "latency_s": "latency"},
 }
 """Per dataclass, the keys of the preset and cluster files whose name carries a unit, and the field

@@ -364,12 +364,22 @@ def _rules(model: ModelSpec | None) -> list[Rule]:
     return r
 
 
+END_STAGES = 2
+"""Pipeline stages beyond the layer count a split may have: the embedding's and the loss's, each
+counted as a layer (Megatron-Core's account_for_embedding_in_pipeline_split and
+account_for_loss_in_pipeline_split)."""
+
+
 def _model_rules(m: ModelSpec) -> list[Rule]:
     kv = m.attention_kind.key_value_heads  # MLA's are its query heads: no rule beyond heads
     return [
         (
-            lambda c, w: c.pp * c.virtual_stages <= m.layers,
-            lambda s, w: f"pp·virtual_stages = {s.pp * s.virtual_stages} stages exceeds the {m.layers} layers of {m.name}; use fewer stages",
+            # the embedding and the loss may each take a layer's place in the split (Megatron-Core's
+            # account_for_embedding/loss_in_pipeline_split, transformer_block.py get_num_layers_to_build at
+            # d98e8a64dd); engines that split whole layers alone say so in their rules (`LayoutRules.end_stages`)
+            lambda c, w: c.pp * c.virtual_stages <= m.layers + END_STAGES,
+            lambda s, w: f"pp·virtual_stages = {s.pp * s.virtual_stages} stages exceeds the {m.layers} layers of {m.name} "
+            f"(and the embedding's and the loss's stages); use fewer stages",
         ),
         (
             lambda c, w: (m.heads % c.tp == 0) & ((kv % c.tp == 0) | (c.tp % kv == 0)),

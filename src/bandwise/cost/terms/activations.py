@@ -50,8 +50,9 @@ def kept_per_token(m: ModelSpec, s: Shape, selective: bool, P: CostParams) -> np
     frac_moe = m.moe_layers / m.layers
     per_precision = []
     for fp8 in (False, True):
+        gathered = P.tp_gathered_inputs and not (selective and P.selective_regathers_inputs)
         kw = dict(selective=selective, modules=P.selective_modules, flash=P.flash_attention, dropout=m.dropout, fp8=fp8,
-                  sequence_parallel=P.sequence_parallel, fp8_act_cache=P.fp8_activation_cache, gathered_gemm_inputs=P.tp_gathered_inputs)
+                  sequence_parallel=P.sequence_parallel, fp8_act_cache=P.fp8_activation_cache, gathered_gemm_inputs=gathered)
         if m.is_hybrid:
             a, r = hybrid_kept_per_token(m, kw)
             per_precision.append(a / s.tp + r)
@@ -94,6 +95,9 @@ def activations(m: ModelSpec, s: Shape, rec: np.ndarray, pf: PipelineFactors, st
     kept, kept_selective = kept_per_token(m, s, False, P), kept_per_token(m, s, True, P)
     # full recomputation keeps each layer's input: split over TP only with sequence parallelism
     kept_input = layer_input_bytes_per_token(m) / np.where(P.sequence_parallel, tp, 1.0)
+    if P.remat_policy is not None:  # what the policy keeps in HBM: its device tensors (`cost.remat`); offloaded ones leave
+        kept_input = ((1 - frac_moe) * P.remat_policy.bytes_per_token(m, False, "device")
+                      + frac_moe * P.remat_policy.bytes_per_token(m, True, "device")) / tp
     stage_mb = tokens * np.select([rec == FULL, rec == SELECTIVE], [kept_input, kept_selective], kept)  # one micro-batch, one layer
     working = np.where(rec == FULL, tokens * kept, 0.0)  # one layer re-materialised during backward
     logits = tokens * logits_bytes_per_token(m) / tp

@@ -33,6 +33,7 @@ from bandwise.cost.mixers import (
 )
 from bandwise.cost.params import CostParams, moe_host_syncs
 from bandwise.cost.quantized import QUANTIZED_CASTS, check_precision
+from bandwise.cost.remat import RematPolicy, exposed_transfer_s
 from bandwise.cost.terms.shape import Shape
 from bandwise.errors import BandwiseError
 from bandwise.specs.hardware import Device
@@ -138,13 +139,17 @@ class LayerCompute:
     mixers: MixerTimes | None = None
     """A hybrid's mixer layers (`attn_in`, `attn_out` are then an attention layer's GEMMs, and `attn`
     the mean layer's cores: attention and scans)."""
+    full: np.ndarray | None = None
+    """What full recomputation adds: under a remat policy (`CostParams.remat_policy`) the forward less
+    what the policy keeps, and its host copies' exposed time; None: the whole forward again."""
 
     @property
     def attn_total(self) -> np.ndarray:
         return self.attn + self.attn_bwd
 
     def passes(self) -> LayerPasses:
-        return LayerPasses(fwd=self.fwd, bwd=self.bwd, kernel_gaps=self.kernel_gaps, selective=self.selective, moe_fwd=self.moe_fwd)
+        return LayerPasses(fwd=self.fwd, bwd=self.bwd, kernel_gaps=self.kernel_gaps, selective=self.selective, moe_fwd=self.moe_fwd,
+                           full=self.fwd if self.full is None else self.full)
 
     def backward(self, fwd: np.ndarray) -> np.ndarray:
         """GEMMs twice, attention its own ratio."""
@@ -179,6 +184,8 @@ class LayerPasses:
     kernel_gaps: np.ndarray
     selective: np.ndarray
     moe_fwd: np.ndarray
+    full: np.ndarray
+    """What full recomputation re-runs (`LayerCompute.full`)."""
 
 
 def gemms_time(gemms: list[Gemm], m: ModelSpec, s: Shape, rates: Rates) -> np.ndarray:
@@ -336,11 +343,32 @@ def layer_compute(m: ModelSpec, dev: Device, s: Shape, rates: Rates, P: CostPara
                  + (0.0 if P.flash_attention or "core_attn" not in mods else attn_fwd)
                  + P.selective_forward_share * (fwd - attn_fwd))
     recipe_bwd = (1 - frac_moe) * fp8_backward_extra(m, False, s, rates, recipe, gemms) + frac_moe * fp8_backward_extra(m, True, s, rates, recipe, gemms)
+    bwd = 2.0 * (fwd - attn_fwd) + attn_bwd + is_fp8 * recipe_bwd
+    full = None if P.remat_policy is None else policy_recompute(m, dev, s, P.remat_policy, (attn_in, attn_fwd, attn_out, mlp_up), fwd, bwd)
     return LayerCompute(
         attn=attn_fwd, attn_bwd=attn_bwd, attn_in=attn_in, attn_out=attn_out, mlp_up=mlp_up, mlp_down=mlp_down, moe_mlp=moe_mlp,
-        dense_fwd=dense_fwd, moe_fwd=moe_fwd, fwd=fwd, bwd=2.0 * (fwd - attn_fwd) + attn_bwd + is_fp8 * recipe_bwd, selective=selective,
-        kernel_gaps=np.full_like(s.tokens, kernel_gaps(P, frac_moe)),
+        dense_fwd=dense_fwd, moe_fwd=moe_fwd, fwd=fwd, bwd=bwd, selective=selective,
+        kernel_gaps=np.full_like(s.tokens, kernel_gaps(P, frac_moe)), full=full,
     )
+
+
+def policy_recompute(m: ModelSpec, dev: Device, s: Shape, policy: RematPolicy, parts: tuple[np.ndarray, ...], fwd: np.ndarray,
+                     bwd: np.ndarray) -> np.ndarray:
+    """Seconds full recomputation adds to one layer under a remat policy (`cost.remat`): the forward
+    less the work whose outputs it keeps (`parts`: the QKV projection, the attention core, the output
+    projection, the MLP's input projections), and the time the offloaded tensors' copies outlast the
+    pass each hides behind (device to host in the forward, back in the backward with its re-run)."""
+    frac_moe = m.moe_layers / m.layers
+    rerun = fwd - policy.skipped_forward(*parts, m, frac_moe)
+    if not policy.offloads:
+        return rerun
+    if dev.host_link_bandwidth <= 0:
+        raise BandwiseError(f"remat policy {policy.name} offloads {', '.join(sorted(policy.offload))} to the host, and device {dev.name} "
+                            "has no host link bandwidth; give its host_link_bandwidth_bytes_per_s or keep the tensors on the device")
+    per_token = (1 - frac_moe) * policy.bytes_per_token(m, False, "offload") + frac_moe * policy.bytes_per_token(m, True, "offload")
+    moved = per_token * s.tokens / s.tp
+    return (rerun + exposed_transfer_s(moved, dev.host_link_bandwidth, fwd)
+            + exposed_transfer_s(moved, dev.host_link_bandwidth, bwd + rerun))
 
 
 def fp8_backward_extra(m: ModelSpec, moe_layer: bool, s: Shape, rates: Rates, recipe: Fp8Recipe,

@@ -72,14 +72,14 @@ class CommTerms:
 
 
 def layer_terms(m: ModelSpec, cluster: Cluster, c: Layouts, P: CostParams = DEFAULT_PARAMS) -> LayerTerms:
-    s = Shape.of(m, c)
+    s = Shape.of(m, c, P.cp_shards_weights)
     rates = Rates.of(cluster.device, s, P)
     layer = layer_compute(m, cluster.device, s, rates, P)
-    return LayerTerms(compute=layer, head=head_compute(m, s, rates, layer, P), local=LocalParams.of(m, s))
+    return LayerTerms(compute=layer, head=head_compute(m, s, rates, layer, P), local=LocalParams.of(m, s, P.expert_tensor_parallel))
 
 
 def comm_terms(m: ModelSpec, cluster: Cluster, c: Layouts, order: tuple[str, ...], lt: LayerTerms, P: CostParams = DEFAULT_PARAMS) -> CommTerms:
-    s = Shape.of(m, c)
+    s = Shape.of(m, c, P.cp_shards_weights)
     groups = Groups.of(order, c, s)
     return CommTerms(
         tensor=tensor_comm(m, cluster, s, groups, lt.compute, P), context=context_comm(m, cluster, s, groups, lt.compute, P),

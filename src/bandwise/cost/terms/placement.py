@@ -58,7 +58,8 @@ class LocalParams:
     emb: np.ndarray
     out: np.ndarray
     expert_split: np.ndarray
-    """Ranks the routed experts are split over: EP where it is on, else TP."""
+    """Ranks the routed experts are split over: EP (times a stated expert tensor parallelism) where it
+    is on, else TP."""
     expert_dp: np.ndarray
     """Ranks holding the same experts."""
     expert_fsdp: np.ndarray
@@ -66,10 +67,11 @@ class LocalParams:
     shard_expert: np.ndarray
 
     @classmethod
-    def of(cls, m: ModelSpec, s: Shape) -> LocalParams:
+    def of(cls, m: ModelSpec, s: Shape, expert_tp: int = 1) -> LocalParams:
+        """`expert_tp`: ranks each routed expert is split over besides EP (`CostParams.expert_tensor_parallel`)."""
         tp, cp, dp, dps, dpr, zero = s.tp, s.cp, s.dp, s.dp_shard, s.dp_replicate, s.zero
-        expert_split = np.where(s.ep > 1, s.ep, tp)
-        expert_dp = dp * cp * tp / expert_split
+        expert_split = np.where(s.ep > 1, s.ep * expert_tp, tp)
+        expert_dp = np.maximum(dp * cp * tp / expert_split, 1.0)
         # Under FSDP the experts are sharded over what dp_shard·cp·tp leaves of the EP group and replicated
         # over dp_replicate. An EP group spanning replicas (Megatron, DeepSeek-V3) exists only without FSDP
         # (specs/strategy.py), where ZeRO-1/2 shard the experts' state over all expert_dp ranks.

@@ -38,12 +38,15 @@ class Shape:
     """Tokens of this device's sequence shard in one micro-batch (full width)."""
 
     @classmethod
-    def of(cls, model: ModelSpec, c: Layouts) -> Shape:
+    def of(cls, model: ModelSpec, c: Layouts, cp_shards_weights: bool = False) -> Shape:
+        """`cp_shards_weights`: the engine applies FSDP over the CP ranks even without dp_shard
+        (`CostParams.cp_shards_weights`), so ZeRO-3 is in force wherever cp > 1."""
         f = lambda a: np.asarray(a, dtype=float)  # noqa: E731
+        sharded = (c.dp_shard > 1) | ((c.cp > 1) & cp_shards_weights)
         dps, dpr, cp, mb = f(c.dp_shard), f(c.dp_replicate), f(c.cp), f(c.micro_batch)
         return cls(
             tp=f(c.tp), cp=cp, pp=f(c.pp), ep=f(c.ep), dp_shard=dps, dp_replicate=dpr, dp=dps * dpr, micro_batch=mb,
-            virtual_stages=f(c.virtual_stages), zero=np.where(c.dp_shard > 1, 3, c.zero_stage), fp8=c.precision != _BF16, precision=np.asarray(c.precision),
+            virtual_stages=f(c.virtual_stages), zero=np.where(sharded, 3, c.zero_stage), fp8=c.precision != _BF16, precision=np.asarray(c.precision),
             tokens=mb * model.seq_len / cp,
         )
 

@@ -87,7 +87,8 @@ class StageCompute:
     """Seconds per micro-batch on the slowest pipeline rank, and where the layers sit."""
 
     layer_recompute: np.ndarray
-    """One layer's recomputation (its forward again under full, the re-run modules under selective)."""
+    """One layer's recomputation (its forward again under full, less what a remat policy keeps; the
+    re-run modules under selective)."""
     together: np.ndarray
     """One rank holds the first and the last stage (`first_and_last_on_one_rank`)."""
     layers_rank: np.ndarray
@@ -114,7 +115,7 @@ def fsdp_copy_bytes(P: CostParams) -> float:
 def stage_compute(m: ModelSpec, dev: Device, s: Shape, schedule: np.ndarray, rec: np.ndarray, n_mb: np.ndarray, layer: LayerPasses,
                   head_c: HeadCompute, local: LocalParams, P: CostParams) -> StageCompute:
     pp, v = s.pp, s.virtual_stages
-    layer_recompute = np.select([rec == FULL, rec == SELECTIVE], [layer.fwd, layer.selective], 0.0)
+    layer_recompute = np.select([rec == FULL, rec == SELECTIVE], [layer.full, layer.selective], 0.0)
     # each micro-batch's backward folds its weight gradients into the step's accumulator outside
     # the GEMMs where the framework does so (`CostParams.grad_accumulation_bytes`): per layer, and on
     # the head's rank for the output layer's weights (a tied head's copy under a pipeline, `LocalParams`)

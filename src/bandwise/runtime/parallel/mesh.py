@@ -33,6 +33,9 @@ def check_runtime_support(s: Strategy, model: ModelSpec) -> None:
             f"tp={s.tp}: the trainer does not split Mamba-2 mixers over tensor parallelism (their packed input projection "
             "is not cut by heads); use tp=1 and give its ranks to dp_shard"
         )
+    if s.pp * s.virtual_stages > model.layers:
+        raise BandwiseError(f"pp·virtual_stages = {s.pp * s.virtual_stages}: the trainer builds stages of whole layers, and {model.name} "
+                            f"has {model.layers}; use at most {model.layers} stages")
     if s.cp > 1:
         raise BandwiseError(f"cp={s.cp}: the trainer does not run context parallelism; use cp=1 and give its ranks to dp_shard")
     if s.ep > 1 and s.dp_shard % s.ep:
