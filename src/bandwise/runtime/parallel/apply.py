@@ -47,9 +47,17 @@ class Parallel:
         return [p for part in self.parts for p in expert_parameters(part)] if self.experts_outside_fsdp else []
 
 
+COMPILE_BACKEND = "inductor"
+"""torch.compile's backend for the blocks (tests trace with "aot_eager": the same graphs, forward
+and backward, without generating code)."""
+
+
 def _compile_blocks(model: nn.Module) -> None:
+    """Each block as one graph (`fullgraph=True`: a graph break is an error, not a silent split).
+    Routing changes no shape the graph sees: the experts' group sizes live in a device tensor read
+    inside `_grouped_mm` (`runtime/grouped.py`), so the graphs are not recompiled step to step."""
     for block in model.layers.values():
-        block.compile()
+        block.compile(fullgraph=True, backend=COMPILE_BACKEND)
 
 
 def parallelize(model: nn.Module, s: Strategy, meshes: Meshes | None, *, param_dtype: torch.dtype, compile: bool = False) -> Parallel:
