@@ -34,6 +34,7 @@ from bandwise.runtime import checkpoint as ckpt
 from bandwise.runtime.data import DataConfig, make_splits, train_loader, val_batches
 from bandwise.runtime.grouped import KERNELS as EXPERT_KERNELS
 from bandwise.runtime.grouped import describe as describe_kernel
+from bandwise.runtime.grouped import syncs_host as kernel_syncs_host
 from bandwise.runtime.grouped import unsupported as kernel_unsupported
 from bandwise.runtime.metrics import (
     JsonlLog,
@@ -51,7 +52,7 @@ from bandwise.runtime.moe import (
 )
 from bandwise.runtime.ops import cross_entropy
 from bandwise.runtime.optim import MasterAdamW, low_precision_candidates
-from bandwise.runtime.parallel.apply import Parallel, parallelize
+from bandwise.runtime.parallel.apply import Parallel, describe_compile, parallelize
 from bandwise.runtime.parallel.expert import expert_parameters
 from bandwise.runtime.parallel.mesh import Meshes, build_meshes, check_runtime_support
 from bandwise.runtime.parallel.pipeline import build_schedule, last_stage_rank, run_step, warm_up
@@ -277,6 +278,9 @@ def _run(spec, strategy, cfg, splits, device, rank, world, on_step, out) -> RunR
     experts_line = describe_kernel(experts.kernel, device, dtype, experts.widths) if experts is not None else None
     if experts_line and rank == 0 and out is not None:
         out.print(experts_line)
+    if cfg.compile and rank == 0 and out is not None:
+        synced = experts is not None and kernel_syncs_host(experts.kernel, device, dtype)
+        out.print(describe_compile(device, host_synced_experts=synced, ep=strategy.ep))
     moes = [m for p in parts for m in p.modules() if isinstance(m, MoE)]
     optimizers = make_optimizers(par, cfg, dtype, device, distributed=meshes is not None)
     schedulers = [torch.optim.lr_scheduler.LambdaLR(o, lr_lambda(cfg)) for o in optimizers]

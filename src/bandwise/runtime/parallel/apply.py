@@ -60,6 +60,26 @@ def _compile_blocks(model: nn.Module) -> None:
         block.compile(fullgraph=True, backend=COMPILE_BACKEND)
 
 
+def describe_compile(device: torch.device, *, host_synced_experts: bool, ep: int) -> str:
+    """The run header's line on compilation, naming why the blocks are not captured in CUDA graphs.
+
+    A CUDA graph replays kernels without the host, so nothing inside may wait on a host copy:
+    the per-expert loop and torch's grouped-mm fallback copy the group sizes to the host
+    (`runtime/grouped.py`), and expert parallelism's all-to-all takes its split sizes as Python
+    ints (`parallel/expert.py`). Where neither holds, capture (`mode="reduce-overhead"`) would be
+    possible, but it has not been measured against the plain compile on a GPU, so it stays off."""
+    head = f"compile: each block one graph (fullgraph, {COMPILE_BACKEND})"
+    if device.type != "cuda":
+        why = f"no CUDA graphs on {device.type}"
+    elif ep > 1:
+        why = "no CUDA graphs: the EP all-to-all needs its split sizes on the host"
+    elif host_synced_experts:
+        why = "no CUDA graphs: the experts' kernel copies the group sizes to the host"
+    else:
+        why = "no CUDA graphs: capture not yet measured against the plain compile on a GPU"
+    return f"{head}; {why}"
+
+
 def parallelize(model: nn.Module, s: Strategy, meshes: Meshes | None, *, param_dtype: torch.dtype, compile: bool = False) -> Parallel:
     if meshes is None:  # one process: only recomputation (and compilation) apply
         apply_recompute(model, s.recompute)
