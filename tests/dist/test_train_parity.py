@@ -150,10 +150,12 @@ BF16_STEPS = 20
 BF16_LAYOUTS = [
     {"dp_shard": 2, "micro_batch": 1, "global_batch": GB},  # FSDP2: its fp32 shards are the masters
     {"dp_shard": 2, "ep": 2, "micro_batch": 2, "global_batch": GB},  # EP: experts outside FSDP, bf16 with masters in the optimizer
+    {"tp": 2, "micro_batch": 2, "global_batch": GB},  # TP: DTensor weights in bf16, DTensor masters
+    {"pp": 2, "micro_batch": 1, "global_batch": GB, "schedule": "1F1B"},  # PP: each stage's weights in bf16
 ]
 
 
-def test_bf16_tracks_fp32_over_20_steps(tmp_path):
+def test_bf16_tracks_fp32_over_20_steps_in_every_layout(tmp_path):
     """bf16 (weights in bf16 with fp32 masters outside FSDP; FSDP2's mixed precision inside) keeps
     each step's loss within bf16's tolerance of one fp32 process: torch.testing's default for bf16,
     rtol 1.6e-2 (measured here: 5e-3 at worst, where near-tied routing decisions part)."""

@@ -54,7 +54,9 @@ class MasterAdamW(torch.optim.Optimizer):
             if id(p) not in members or p.dtype == dtype or "master" in self.state[p]:
                 continue
             self.state[p]["master"] = p.detach().clone()
-            p.data = p.data.to(dtype)
+            # in place, keeping the object (modules, tied copies and id-keyed sets still name it);
+            # not `p.data = ...`, which leaves a DTensor's local shard in the old dtype
+            torch.utils.swap_tensors(p, nn.Parameter(p.detach().to(dtype), requires_grad=p.requires_grad))
         # The whole state now, not at the first step: a checkpoint loader that fills the state the
         # optimizer already has (DCP's `set_optimizer_state_dict`) must find every key.
         for p in (p for g in self.param_groups for p in g["params"]):
@@ -98,7 +100,11 @@ class MasterAdamW(torch.optim.Optimizer):
             exp_avg_sq = [self.state[p]["exp_avg_sq"] for p in ordered]
             self._update(masters, grads, exp_avg, exp_avg_sq, t, lr, beta1, beta2, eps, wd)
             for idx in _by_kind(masters[: len(lowp)]):
-                torch._foreach_copy_([lowp[i] for i in idx], [masters[i] for i in idx])
+                if isinstance(masters[idx[0]], DTensor):  # DTensor has no sharding rule for `_foreach_copy_` (torch 2.13)
+                    for i in idx:
+                        lowp[i].copy_(masters[i])
+                else:
+                    torch._foreach_copy_([lowp[i] for i in idx], [masters[i] for i in idx])
         return loss
 
     @staticmethod
