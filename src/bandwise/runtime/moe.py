@@ -107,8 +107,8 @@ class MoEConfig:
 class _CastMatmul(torch.autograd.Function):
     """x @ w.to(x.dtype), keeping w itself for the backward rather than the cast copy.
 
-    Experts outside FSDP (expert parallelism with no data-parallel peer) hold fp32 weights and miss
-    FSDP's bf16 cast. Cast in the forward as `x @ w.to(bf16)`, autograd keeps the bf16 copy of every
+    For fp32 experts under bf16 rows (the dry run, which keeps fp32 weights under autocast; the
+    trainer holds weights outside FSDP in bf16 already, `runtime/optim.py`). Cast in the forward as `x @ w.to(bf16)`, autograd keeps the bf16 copy of every
     layer's experts until its backward: 2 bytes a parameter a layer (Mixtral at EP 8: 0.33 GiB a
     layer). Here the copy is made again in the backward; the gradients are autograd's to the bit."""
 
@@ -165,8 +165,8 @@ class GroupedExperts(nn.Module):
             dtype = torch.get_autocast_dtype(x_ND.device.type) if torch.is_autocast_enabled(x_ND.device.type) else x_ND.dtype
             if grouped.unsupported(dtype, self.widths) is None:
                 return self._grouped(x_ND.to(dtype), counts_E, gates_N, *weights)
-        # Experts left out of FSDP (expert parallel, no data-parallel peer) miss its bf16 cast:
-        # `cast_matmul` casts them per use and keeps the fp32 weight, not the copy.
+        # fp32 experts under bf16 rows (the dry run's fp32 weights under autocast): `cast_matmul`
+        # casts them per use and keeps the fp32 weight, not the copy.
         w1, w2, w3 = weights
         counts = counts_E if isinstance(counts_E, list) else counts_E.tolist()
         gates = torch.split(gates_N, counts) if gates_N is not None else [None] * len(counts)

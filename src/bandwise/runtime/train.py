@@ -6,7 +6,8 @@ Order of work: check the Strategy against the world size and the model (before a
 starts), load the data, start the process group, build the model from one seed on every rank,
 parallelise it (`parallel.apply`), restore a checkpoint if asked, then train: gradient
 accumulation up to the global batch (or pipeline micro-batches), bf16 by FSDP mixed precision
-or autocast, gradient clipping, AdamW with linear warm-up and cosine decay (Loshchilov & Hutter
+or, for the weights FSDP does not hold, bf16 weights with fp32 masters in the optimizer
+(`runtime/optim.py`) under autocast, gradient clipping, AdamW with linear warm-up and cosine decay (Loshchilov & Hutter
 2017, "SGDR"/"Decoupled Weight Decay Regularization"), aux-free router bias update after the
 optimizer step. Each step is measured by the doctor's `Monitor` (data wait, step time,
 tokens/s, MFU) and logged to JSONL and a progress bar; the end compares the measured median
@@ -85,7 +86,7 @@ class TrainConfig:
     """Compute dtype: bf16 (FSDP mixed precision or autocast), fp32, fp64 (parity checks), or auto:
     bf16 on CUDA, fp32 on CPU (CPU bf16 matmuls without AMX run several times slower than fp32)."""
     compile: bool = False
-    """torch.compile each block (slow first step; not used in tests)."""
+    """torch.compile each block, one graph each (slow first step; `parallel/apply.py`)."""
     expert_kernel: str = "auto"
     """How MoE experts run (`runtime/grouped.py`): grouped_mm, loop, or auto (grouped_mm where
     torch and the compute dtype allow it, else the loop). The run's header names the choice."""
