@@ -147,13 +147,17 @@ def test_tied_embeddings_train_alike_in_every_layout(tmp_path, tied_reference, w
 
 
 BF16_STEPS = 20
+BF16_GB = 2
+"""A global batch of 2 (one sample a data-parallel rank) keeps 20 steps in 4 layouts cheap."""
 BF16_LAYOUTS = [
-    {"dp_shard": 2, "micro_batch": 1, "global_batch": GB},  # FSDP2: its fp32 shards are the masters
-    {"dp_shard": 2, "ep": 2, "micro_batch": 2, "global_batch": GB},  # EP: experts outside FSDP, bf16 with masters in the optimizer
+    {"dp_shard": 2, "micro_batch": 1, "global_batch": BF16_GB},  # FSDP2: its fp32 shards are the masters
+    {"dp_shard": 2, "ep": 2, "micro_batch": 1, "global_batch": BF16_GB},  # EP: experts outside FSDP, bf16 with masters in the optimizer
+    {"tp": 2, "micro_batch": 2, "global_batch": BF16_GB},  # TP: DTensor weights in bf16, DTensor masters
+    {"pp": 2, "micro_batch": 1, "global_batch": BF16_GB, "schedule": "1F1B"},  # PP: each stage's weights in bf16
 ]
 
 
-def test_bf16_tracks_fp32_over_20_steps(tmp_path):
+def test_bf16_tracks_fp32_over_20_steps_in_every_layout(tmp_path):
     """bf16 (weights in bf16 with fp32 masters outside FSDP; FSDP2's mixed precision inside) keeps
     each step's loss within bf16's tolerance of one fp32 process: torch.testing's default for bf16,
     rtol 1.6e-2 (measured here: 5e-3 at worst, where near-tied routing decisions part)."""
@@ -166,7 +170,7 @@ def test_bf16_tracks_fp32_over_20_steps(tmp_path):
     ref = {}
     for dtype in ("fp32", "bf16"):
         cfg = TrainConfig(**{**common, "dtype": dtype}, data=DataConfig(num_workers=0))
-        ref[dtype] = train(get_model(MODEL), Strategy(micro_batch=1, global_batch=GB), cfg).losses
+        ref[dtype] = train(get_model(MODEL), Strategy(micro_batch=1, global_batch=BF16_GB), cfg).losses
     assert ref["fp32"][BF16_STEPS] < ref["fp32"][1] - 1.0, "the reference should learn in 20 steps"
     runs = {"one process": {str(k): v for k, v in ref["bf16"].items()}}
     results = spawn("train_layouts", 2, tmp_path, model=MODEL, layouts=BF16_LAYOUTS, train={**common, "dtype": "bf16"})[0]

@@ -207,19 +207,18 @@ def test_gqa_attention_matches_explicit_softmax():
 
 
 def test_permute_and_unpermute_against_indexing():
-    """The gather-only permutation equals plain indexing forward (x[token]) and the accumulating
-    combine (index_put_), with the gradients autograd gives those, in fp64."""
-    from bandwise.runtime.moe import inverse_permutation, permute, unpermute
+    """The permutation equals plain indexing forward (x[token]) and the accumulating combine
+    (index_put_), with the gradients autograd gives those, in fp64."""
+    from bandwise.runtime.moe import permute, unpermute
 
     g = torch.Generator().manual_seed(3)
     T, K, D = 6, 3, 5
     idx_TK = torch.stack([torch.randperm(8, generator=g)[:K] for _ in range(T)])
-    order = torch.argsort(idx_TK.flatten(), stable=True)
-    inv = inverse_permutation(order)
+    token = torch.argsort(idx_TK.flatten(), stable=True) // K
     x = torch.randn(T, D, dtype=torch.float64, generator=g, requires_grad=True)
     y = torch.randn(T * K, D, dtype=torch.float64, generator=g, requires_grad=True)
-    ours = (permute(x, order, inv, K), unpermute(y, order, inv, K))
-    ref = (x[order // K], torch.zeros(T, D, dtype=torch.float64).index_put_((order // K,), y, accumulate=True))
+    ours = (permute(x, token), unpermute(y, token, T))
+    ref = (x[token], torch.zeros(T, D, dtype=torch.float64).index_put_((token,), y, accumulate=True))
     for a, b in zip(ours, ref):
         torch.testing.assert_close(a, b)
         w = torch.randn(a.shape, dtype=torch.float64, generator=g)

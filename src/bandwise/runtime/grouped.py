@@ -58,6 +58,14 @@ def choose_kernel(dtype: torch.dtype, widths: tuple[int, ...]) -> str:
     return "loop" if unsupported(dtype, widths) else "grouped_mm"
 
 
+def syncs_host(kernel: str, device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether running the experts copies their group sizes to the host (see the module docstring):
+    everywhere but CUTLASS's grouped GEMM (CUDA, bf16, compute capability 9.x/10.x)."""
+    if kernel == "loop" or device.type != "cuda":
+        return True
+    return not (dtype == torch.bfloat16 and torch.cuda.get_device_capability(device)[0] in (9, 10))
+
+
 def describe(kernel: str, device: torch.device, dtype: torch.dtype, widths: tuple[int, ...]) -> str:
     """One line for the run's header: which kernel runs the experts and whether it syncs."""
     if kernel == "loop":

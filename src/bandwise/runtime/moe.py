@@ -107,8 +107,8 @@ class MoEConfig:
 class _CastMatmul(torch.autograd.Function):
     """x @ w.to(x.dtype), keeping w itself for the backward rather than the cast copy.
 
-    Experts outside FSDP (expert parallelism with no data-parallel peer) hold fp32 weights and miss
-    FSDP's bf16 cast. Cast in the forward as `x @ w.to(bf16)`, autograd keeps the bf16 copy of every
+    For fp32 experts under bf16 rows (the dry run, which keeps fp32 weights under autocast; the
+    trainer holds weights outside FSDP in bf16 already, `runtime/optim.py`). Cast in the forward as `x @ w.to(bf16)`, autograd keeps the bf16 copy of every
     layer's experts until its backward: 2 bytes a parameter a layer (Mixtral at EP 8: 0.33 GiB a
     layer). Here the copy is made again in the backward; the gradients are autograd's to the bit."""
 
@@ -165,8 +165,8 @@ class GroupedExperts(nn.Module):
             dtype = torch.get_autocast_dtype(x_ND.device.type) if torch.is_autocast_enabled(x_ND.device.type) else x_ND.dtype
             if grouped.unsupported(dtype, self.widths) is None:
                 return self._grouped(x_ND.to(dtype), counts_E, gates_N, *weights)
-        # Experts left out of FSDP (expert parallel, no data-parallel peer) miss its bf16 cast:
-        # `cast_matmul` casts them per use and keeps the fp32 weight, not the copy.
+        # fp32 experts under bf16 rows (the dry run's fp32 weights under autocast): `cast_matmul`
+        # casts them per use and keeps the fp32 weight, not the copy.
         w1, w2, w3 = weights
         counts = counts_E if isinstance(counts_E, list) else counts_E.tolist()
         gates = torch.split(gates_N, counts) if gates_N is not None else [None] * len(counts)
@@ -273,49 +273,40 @@ def balance_loss(scores_BTE: torch.Tensor, idx_BTK: torch.Tensor, num_experts: i
 
 
 class _Permute(torch.autograd.Function):
-    """Token copies in expert order and back, each way a gather, so neither direction scatters.
+    """Token copies in expert order (`index_select`) and back (`index_add_`), each the other's adjoint.
 
-    forward(x_TD) = x_TD[order_N // K]: row n is a copy of the token whose pair order_N[n] is.
-    Its adjoint sums each token's K copies: g_ND[inv_N].view(T, K, D).sum(1), with inv_N the
-    inverse permutation; and that sum is the combine (`unpermute`), whose adjoint is the gather
-    again. Autograd's own backward of `x[idx]` is an accumulating `index_put_`, which on the CPU
-    runs serially and in bf16 rounds after every addition; a sum over K rounds once. Saved: the
-    two index vectors (N int64 each), nothing of the activations (`index_add_`'s autograd formula
-    keeps its whole source, 2·D bytes a pair in bf16: torch's derivatives.yaml, `expand_as(source)`)."""
+    permute(x_TD)[n] = x_TD[token_N[n]]; unpermute(y_ND) = Σ over the rows n of a token of y_ND[n].
+    The backward of each is the other, written here so that only token_N (N int64) is saved:
+    autograd's own formulas keep more (`index_add_`'s keeps its whole source, 2·D bytes a pair in
+    bf16: torch's derivatives.yaml, `expand_as(source)`), or scatter through an accumulating
+    `index_put_`, which on the CPU took twice as long as `index_add_` (2,048 tokens, K = 4, width
+    256: 5 ms against 2.7 ms the pair of directions; benchmarks/RESULTS.md, issue 52). The layout
+    of TorchTitan's and Megatron-Core's MoE: gather the tokens, scatter-add them back."""
 
     @staticmethod
-    def forward(ctx, t: torch.Tensor, order_N: torch.Tensor, inv_N: torch.Tensor, k: int, gather: bool) -> torch.Tensor:  # type: ignore[override]
-        ctx.save_for_backward(order_N, inv_N)
-        ctx.k, ctx.gather = k, gather
-        return _spread(t, order_N, k) if gather else _collect(t, inv_N, k)
+    def forward(ctx, t: torch.Tensor, token_N: torch.Tensor, tokens: int, gather: bool) -> torch.Tensor:  # type: ignore[override]
+        ctx.save_for_backward(token_N)
+        ctx.tokens, ctx.gather = tokens, gather
+        return t.index_select(0, token_N) if gather else _scatter_add(t, token_N, tokens)
 
     @staticmethod
     def backward(ctx, g: torch.Tensor):  # type: ignore[override]
-        order_N, inv_N = ctx.saved_tensors
-        return (_collect(g, inv_N, ctx.k) if ctx.gather else _spread(g, order_N, ctx.k)), None, None, None, None
+        (token_N,) = ctx.saved_tensors
+        return (_scatter_add(g, token_N, ctx.tokens) if ctx.gather else g.index_select(0, token_N)), None, None, None
 
 
-def _spread(x_TD: torch.Tensor, order_N: torch.Tensor, k: int) -> torch.Tensor:
-    return x_TD.index_select(0, order_N // k)
+def _scatter_add(y_ND: torch.Tensor, token_N: torch.Tensor, tokens: int) -> torch.Tensor:
+    return y_ND.new_zeros((tokens, y_ND.shape[-1])).index_add_(0, token_N, y_ND)
 
 
-def _collect(y_ND: torch.Tensor, inv_N: torch.Tensor, k: int) -> torch.Tensor:
-    return y_ND.index_select(0, inv_N).view(-1, k, y_ND.shape[-1]).sum(1)
+def permute(x_TD: torch.Tensor, token_N: torch.Tensor) -> torch.Tensor:
+    """(N, D): row n is a copy of token token_N[n]."""
+    return _Permute.apply(x_TD, token_N, x_TD.shape[0], True)
 
 
-def inverse_permutation(order_N: torch.Tensor) -> torch.Tensor:
-    """inv_N with inv_N[order_N[n]] = n."""
-    return torch.empty_like(order_N).scatter_(0, order_N, torch.arange(order_N.numel(), device=order_N.device))
-
-
-def permute(x_TD: torch.Tensor, order_N: torch.Tensor, inv_N: torch.Tensor, k: int) -> torch.Tensor:
-    """(N, D): the K copies of each token, in the order `order_N` gives the token-expert pairs."""
-    return _Permute.apply(x_TD, order_N, inv_N, k, True)
-
-
-def unpermute(y_ND: torch.Tensor, order_N: torch.Tensor, inv_N: torch.Tensor, k: int) -> torch.Tensor:
-    """(T, D): each token's K rows of y_ND (in `order_N` order) summed; `permute`'s adjoint."""
-    return _Permute.apply(y_ND, order_N, inv_N, k, False)
+def unpermute(y_ND: torch.Tensor, token_N: torch.Tensor, tokens: int) -> torch.Tensor:
+    """(tokens, D): each token's rows of y_ND summed; `permute`'s adjoint."""
+    return _Permute.apply(y_ND, token_N, tokens, False)
 
 
 class MoE(nn.Module):
@@ -366,10 +357,10 @@ class MoE(nn.Module):
 
         order_N = torch.argsort(idx_TK.flatten(), stable=True)  # token-expert pairs grouped by expert
         # the gates scale each copy inside its expert, before the down-projection (`ops._SwiGLU`)
-        inv_N = inverse_permutation(order_N)
+        token_N = order_N // self.top_k
         gates_N = gates_TK.flatten().index_select(0, order_N)
-        y_ND = self.dispatch(permute(x_TD, order_N, inv_N, self.top_k), gates_N, counts_E, self.experts)
-        out_TD = unpermute(y_ND.to(x_TD.dtype), order_N, inv_N, self.top_k)
+        y_ND = self.dispatch(permute(x_TD, token_N), gates_N, counts_E, self.experts)
+        out_TD = unpermute(y_ND.to(x_TD.dtype), token_N, B * T)
         if self.shared is not None:
             out_TD = out_TD + self.shared(x_TD)
         out_TD = self._attach_aux(out_TD, scores_TE.view(B, T, -1), idx_TK.view(B, T, -1))

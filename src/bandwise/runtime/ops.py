@@ -82,7 +82,7 @@ def _rotate(x_BTHD: torch.Tensor, rope_TD2: torch.Tensor, *, sign: float) -> tor
         pairs = pairs.contiguous()
     z = torch.view_as_complex(pairs.view(B, T, H, Dh // 2, 2))
     turn = torch.view_as_complex(rope_TD2[:T].to(pairs.dtype))[:, None]  # (T, 1, Dh/2)
-    out = z * (turn if sign > 0 else turn.conj())
+    out = z * (turn if sign > 0 else torch.conj_physical(turn))  # a lazy conj() would be cloned by the multiply
     return torch.view_as_real(out).view(B, T, H, Dh).to(x_BTHD.dtype)
 
 

@@ -14,9 +14,10 @@ Update (Loshchilov & Hutter 2019, "Decoupled Weight Decay Regularization", Algor
 torch's AdamW form): θ ← θ·(1 − lr·λ); m ← β1·m + (1 − β1)·g; v ← β2·v + (1 − β2)·g²;
 θ ← θ − lr/(1 − β1ᵗ) · m / (sqrt(v)/sqrt(1 − β2ᵗ) + ε). It runs as a few multi-tensor (`_foreach`)
 ops per group, not a dozen ops a parameter; the step count t is the group's (`group["step"]`), so
-the bias corrections cost no host copy a parameter. Gradients in the compute dtype are copied into
-one fp32 buffer per group (one op) before the update, and the masters are copied back into the
-parameters (one op) after it.
+the bias corrections cost no host copy a parameter. Gradients stay in the compute dtype (the
+moments take them in fp32, each foreach op promoting per tensor), so no fp32 gradient is kept:
+2 + 2 + 4 + 8 bytes a cast parameter (weight, gradient, master, moments), as fp32 weights with
+AdamW took; the masters are copied back into the parameters (one op) after the update.
 
 Norm gains (1-D parameters) stay fp32: `ops._RMSNorm` computes in fp32 and would cast a bf16 gain
 back on every call.
@@ -54,28 +55,20 @@ class MasterAdamW(torch.optim.Optimizer):
             if id(p) not in members or p.dtype == dtype or "master" in self.state[p]:
                 continue
             self.state[p]["master"] = p.detach().clone()
-            p.data = p.data.to(dtype)
+            # in place, keeping the object (modules, tied copies and id-keyed sets still name it);
+            # not `p.data = ...`, which leaves a DTensor's local shard in the old dtype
+            torch.utils.swap_tensors(p, nn.Parameter(p.detach().to(dtype), requires_grad=p.requires_grad))
         # The whole state now, not at the first step: a checkpoint loader that fills the state the
         # optimizer already has (DCP's `set_optimizer_state_dict`) must find every key.
         for p in (p for g in self.param_groups for p in g["params"]):
             ref = self.state[p].get("master", p)
             self.state[p]["exp_avg"] = torch.zeros_like(ref, memory_format=torch.preserve_format)
             self.state[p]["exp_avg_sq"] = torch.zeros_like(ref, memory_format=torch.preserve_format)
-        self._grad_buffers: dict[int, list[torch.Tensor]] = {}
-
-    def _fp32_grads(self, group_index: int, lowp: list[torch.Tensor]) -> list[torch.Tensor]:
-        """fp32 views of one flat buffer, one a low-precision gradient; made once, reused each step."""
-        views = self._grad_buffers.get(group_index)
-        if views is None or [v.shape for v in views] != [g.shape for g in lowp]:
-            flat = torch.empty(sum(g.numel() for g in lowp), dtype=torch.float32, device=lowp[0].device)
-            views = [t.view_as(g) for t, g in zip(flat.split([g.numel() for g in lowp]), lowp)]
-            self._grad_buffers[group_index] = views
-        return views
 
     @torch.no_grad()
     def step(self, closure=None):  # torch.optim.Optimizer's signature
         loss = closure() if closure is not None else None
-        for gi, group in enumerate(self.param_groups):
+        for group in self.param_groups:
             with_grad = [p for p in group["params"] if p.grad is not None]
             if not with_grad:
                 continue
@@ -84,21 +77,20 @@ class MasterAdamW(torch.optim.Optimizer):
             lr, (beta1, beta2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
             lowp = [p for p in with_grad if "master" in self.state[p]]
             full = [p for p in with_grad if "master" not in self.state[p]]
-            masters = [self.state[p]["master"] for p in lowp] + full
-            grads = [p.grad for p in full]
-            if lowp:
-                plain = [p.grad for p in lowp if not isinstance(p.grad, DTensor)]
-                g32 = iter(self._fp32_grads(gi, plain) if plain else [])
-                if plain:
-                    torch._foreach_copy_(self._grad_buffers[gi], plain)
-                # a tensor-parallel gradient (DTensor) cannot be copied into a plain buffer: cast it alone
-                grads = [p.grad.float() if isinstance(p.grad, DTensor) else next(g32) for p in lowp] + grads
             ordered = lowp + full
+            masters = [self.state[p]["master"] for p in lowp] + full
+            # bf16 gradients go into the fp32 moments as they are (the foreach ops promote per
+            # tensor); a tensor-parallel one (DTensor) is cast alone, DTensor's foreach ops do not promote
+            grads = [p.grad.float() if isinstance(p.grad, DTensor) and p.grad.dtype != m.dtype else p.grad for p, m in zip(ordered, masters)]
             exp_avg = [self.state[p]["exp_avg"] for p in ordered]
             exp_avg_sq = [self.state[p]["exp_avg_sq"] for p in ordered]
             self._update(masters, grads, exp_avg, exp_avg_sq, t, lr, beta1, beta2, eps, wd)
             for idx in _by_kind(masters[: len(lowp)]):
-                torch._foreach_copy_([lowp[i] for i in idx], [masters[i] for i in idx])
+                if isinstance(masters[idx[0]], DTensor):  # DTensor has no sharding rule for `_foreach_copy_` (torch 2.13)
+                    for i in idx:
+                        lowp[i].copy_(masters[i])
+                else:
+                    torch._foreach_copy_([lowp[i] for i in idx], [masters[i] for i in idx])
         return loss
 
     @staticmethod
@@ -109,7 +101,8 @@ class MasterAdamW(torch.optim.Optimizer):
             th, gr, ma, va = ([lst[i] for i in idx] for lst in (theta, g, m, v))
             if wd:
                 torch._foreach_mul_(th, 1 - lr * wd)
-            torch._foreach_lerp_(ma, gr, 1 - beta1)
+            torch._foreach_mul_(ma, beta1)
+            torch._foreach_add_(ma, gr, alpha=1 - beta1)
             torch._foreach_mul_(va, beta2)
             torch._foreach_addcmul_(va, gr, gr, 1 - beta2)
             denom = torch._foreach_sqrt(va)

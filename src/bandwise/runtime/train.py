@@ -6,7 +6,8 @@ Order of work: check the Strategy against the world size and the model (before a
 starts), load the data, start the process group, build the model from one seed on every rank,
 parallelise it (`parallel.apply`), restore a checkpoint if asked, then train: gradient
 accumulation up to the global batch (or pipeline micro-batches), bf16 by FSDP mixed precision
-or autocast, gradient clipping, AdamW with linear warm-up and cosine decay (Loshchilov & Hutter
+or, for the weights FSDP does not hold, bf16 weights with fp32 masters in the optimizer
+(`runtime/optim.py`) under autocast, gradient clipping, AdamW with linear warm-up and cosine decay (Loshchilov & Hutter
 2017, "SGDR"/"Decoupled Weight Decay Regularization"), aux-free router bias update after the
 optimizer step. Each step is measured by the doctor's `Monitor` (data wait, step time,
 tokens/s, MFU) and logged to JSONL and a progress bar; the end compares the measured median
@@ -34,6 +35,7 @@ from bandwise.runtime import checkpoint as ckpt
 from bandwise.runtime.data import DataConfig, make_splits, train_loader, val_batches
 from bandwise.runtime.grouped import KERNELS as EXPERT_KERNELS
 from bandwise.runtime.grouped import describe as describe_kernel
+from bandwise.runtime.grouped import syncs_host as kernel_syncs_host
 from bandwise.runtime.grouped import unsupported as kernel_unsupported
 from bandwise.runtime.metrics import (
     JsonlLog,
@@ -51,7 +53,7 @@ from bandwise.runtime.moe import (
 )
 from bandwise.runtime.ops import cross_entropy
 from bandwise.runtime.optim import MasterAdamW, low_precision_candidates
-from bandwise.runtime.parallel.apply import Parallel, parallelize
+from bandwise.runtime.parallel.apply import Parallel, describe_compile, parallelize
 from bandwise.runtime.parallel.expert import expert_parameters
 from bandwise.runtime.parallel.mesh import Meshes, build_meshes, check_runtime_support
 from bandwise.runtime.parallel.pipeline import build_schedule, last_stage_rank, run_step, warm_up
@@ -84,7 +86,7 @@ class TrainConfig:
     """Compute dtype: bf16 (FSDP mixed precision or autocast), fp32, fp64 (parity checks), or auto:
     bf16 on CUDA, fp32 on CPU (CPU bf16 matmuls without AMX run several times slower than fp32)."""
     compile: bool = False
-    """torch.compile each block (slow first step; not used in tests)."""
+    """torch.compile each block, one graph each (slow first step; `parallel/apply.py`)."""
     expert_kernel: str = "auto"
     """How MoE experts run (`runtime/grouped.py`): grouped_mm, loop, or auto (grouped_mm where
     torch and the compute dtype allow it, else the loop). The run's header names the choice."""
@@ -277,6 +279,9 @@ def _run(spec, strategy, cfg, splits, device, rank, world, on_step, out) -> RunR
     experts_line = describe_kernel(experts.kernel, device, dtype, experts.widths) if experts is not None else None
     if experts_line and rank == 0 and out is not None:
         out.print(experts_line)
+    if cfg.compile and rank == 0 and out is not None:
+        synced = experts is not None and kernel_syncs_host(experts.kernel, device, dtype)
+        out.print(describe_compile(device, host_synced_experts=synced, ep=strategy.ep))
     moes = [m for p in parts for m in p.modules() if isinstance(m, MoE)]
     optimizers = make_optimizers(par, cfg, dtype, device, distributed=meshes is not None)
     schedulers = [torch.optim.lr_scheduler.LambdaLR(o, lr_lambda(cfg)) for o in optimizers]

@@ -47,9 +47,37 @@ class Parallel:
         return [p for part in self.parts for p in expert_parameters(part)] if self.experts_outside_fsdp else []
 
 
+COMPILE_BACKEND = "inductor"
+"""torch.compile's backend for the blocks (tests trace with "aot_eager": the same graphs, forward
+and backward, without generating code)."""
+
+
 def _compile_blocks(model: nn.Module) -> None:
+    """Each block as one graph (`fullgraph=True`: a graph break is an error, not a silent split).
+    Routing changes no shape the graph sees: the experts' group sizes live in a device tensor read
+    inside `_grouped_mm` (`runtime/grouped.py`), so the graphs are not recompiled step to step."""
     for block in model.layers.values():
-        block.compile()
+        block.compile(fullgraph=True, backend=COMPILE_BACKEND)
+
+
+def describe_compile(device: torch.device, *, host_synced_experts: bool, ep: int) -> str:
+    """The run header's line on compilation, naming why the blocks are not captured in CUDA graphs.
+
+    A CUDA graph replays kernels without the host, so nothing inside may wait on a host copy:
+    the per-expert loop and torch's grouped-mm fallback copy the group sizes to the host
+    (`runtime/grouped.py`), and expert parallelism's all-to-all takes its split sizes as Python
+    ints (`parallel/expert.py`). Where neither holds, capture (`mode="reduce-overhead"`) would be
+    possible, but it has not been measured against the plain compile on a GPU, so it stays off."""
+    head = f"compile: each block one graph (fullgraph, {COMPILE_BACKEND})"
+    if device.type != "cuda":
+        why = f"no CUDA graphs on {device.type}"
+    elif ep > 1:
+        why = "no CUDA graphs: the EP all-to-all needs its split sizes on the host"
+    elif host_synced_experts:
+        why = "no CUDA graphs: the experts' kernel copies the group sizes to the host"
+    else:
+        why = "no CUDA graphs: capture not yet measured against the plain compile on a GPU"
+    return f"{head}; {why}"
 
 
 def parallelize(model: nn.Module, s: Strategy, meshes: Meshes | None, *, param_dtype: torch.dtype, compile: bool = False) -> Parallel:

@@ -1,0 +1,42 @@
+"""`train --compile` on debug-moe: each block is one graph (fullgraph, so a graph break fails the
+run), and routing that changes from step to step recompiles nothing. Counted with torch's own
+compile counters (`torch._dynamo.utils.counters`), traced with the "aot_eager" backend: the same
+forward and backward graphs inductor would get, without generating code."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.slow
+
+
+def test_compiled_blocks_do_not_break_or_recompile_as_routing_changes(monkeypatch):
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    import bandwise.runtime.parallel.apply as apply
+    from bandwise.runtime.data import DataConfig
+    from bandwise.runtime.train import TrainConfig, train
+    from bandwise.specs.registry import get_model
+    from bandwise.specs.strategy import Strategy
+
+    monkeypatch.setattr(apply, "COMPILE_BACKEND", "aot_eager")
+    torch._dynamo.reset()
+    counters.clear()
+    seen: dict[int, tuple[int, int, int]] = {}
+    loads: list[tuple] = []
+
+    def on_step(rec) -> None:
+        stats = counters["stats"]
+        seen[rec["step"]] = (stats["unique_graphs"], stats["calls_captured"], sum(counters["graph_break"].values()))
+        loads.append(tuple(rec["maxvio"]))  # the MoE layers' load imbalance: routing, step by step
+
+    cfg = TrainConfig(steps=10, seq_len=64, dtype="bf16", compile=True, progress=False, compare=False,
+                      check_memory=False, data=DataConfig(num_workers=0))
+    train(get_model("debug-moe"), Strategy(), cfg, on_step=on_step)
+    graphs, _, breaks = seen[10]
+    assert breaks == 0
+    assert graphs == 2, "one graph for the dense block and one for the MoE blocks, which share it"
+    assert seen[1] == seen[10], "recompiled between step 1 and step 10"
+    assert len(set(loads)) >= 3, "routing should change from step to step"
