@@ -55,7 +55,7 @@ def test_plan_human_output_shows_table_verdict_and_breakdown(capsys):
         (["plan", "--model", "gpt5"], "unknown model 'gpt5'; presets: debug"),
         (["plan", "--cluster", "h900"], "unknown cluster 'h900';"),
         (["plan", "--engine", "megatorn"], "unknown engine 'megatorn'; did you mean megatron?"),
-        (["plan", "--engine", "megatron@1999"], "engine 'megatron' has no version '1999'; versions: 2021, 2022, bridge"),
+        (["plan", "--engine", "megatron@1999"], "engine 'megatron' has no version '1999'; versions: 2021, 2022, 2024, bridge"),
         (["plan", "--devices", "0"], "devices=0"),
         (["plan", "--devices", "-8"], "devices=-8"),
         (["plan", "--headroom", "nan"], "--headroom=nan"),
