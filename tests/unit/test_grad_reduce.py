@@ -93,10 +93,10 @@ def test_doctor_takes_it_only_with_a_plan(tmp_path, capsys):
 def test_a_run_that_states_bf16_gradients_is_priced_as_plan_grad_reduce_bf16():
     """`grad_reduce: bf16` prices the run as `plan --engine E --grad-reduce bf16` (`api.inputs.cost_params`)."""
     case = convert(shipped_run(NEMOTRON), SOURCES)
-    assert case.grad_reduce == "bf16" and "grad_reduce" in case.stated
+    assert case.stated.grad_reduce == "bf16" and "grad_reduce" in case.stated.names
     assert priced(case) == cost_params(DEFAULT_PARAMS.headroom, None, None, case.engine, case.cluster.device, "bf16")
     plain = convert(shipped_run("nemo2407_h100_nemotron-22b_64gpu"), SOURCES)
-    assert plain.grad_reduce is None and priced(plain).grad_reduce_bytes == 4
+    assert plain.stated.grad_reduce is None and priced(plain).grad_reduce_bytes == 4
 
 
 def test_a_run_stating_another_dtype_is_refused():

@@ -126,7 +126,7 @@ def test_a_run_stating_an_offloading_policy_is_priced_and_says_so():
         "precision": "bf16", "target": {"tokens_per_sec_per_device": 1000.0},
     }
     case = convert(run, None)
-    assert case.fixed["recompute"] == "full" and case.remat_policy.offload == {"decoder_layer_input", "query_proj", "key_proj", "value_proj"}
+    assert case.fixed["recompute"] == "full" and case.stated.remat_policy.offload == {"decoder_layer_input", "query_proj", "key_proj", "value_proj"}
     res = predict(case)
     assert res.reason is None and res.predicted > 0
     assert any("remat policy" in n for n in res.notes)

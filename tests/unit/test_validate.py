@@ -163,7 +163,7 @@ def test_torchtitan_selective_ac_costs_about_half_a_forward():
 
 def test_fp8_and_what_a_run_states_are_recorded():
     case = convert(shipped_run("torchtitan_h100_t4_70b_2d_asynctp"))
-    assert case.fixed["precision"] == "fp8" and case.overlap["tp"] is True and "async_tp" in case.stated
+    assert case.fixed["precision"] == "fp8" and case.overlap["tp"] is True and "async_tp" in case.stated.names
     assert case.cluster.device.hbm_bytes == 95 * 2**30  # as the device reports it (TorchTitan: "95 GiB memory")
     local = convert(shipped_run("narayanan2021_t1_145B"))
     assert local.overlap["dp"] is False and local.fixed["virtual_stages"] == 2
@@ -396,11 +396,11 @@ def test_a_run_that_states_compile_is_priced_as_plan_compiled():
     from bandwise.cli.options import cost_params
 
     case = convert(shipped_run("torchtitan_h100_t1_fsdp_compile"), SOURCES)
-    assert case.compiled and "compiled" in case.stated
+    assert case.stated.compiled and "compiled" in case.stated.names
     flags = cost_params(DEFAULT_PARAMS.headroom, None, False, case.engine, case.cluster.device)
     assert priced(case) == flags
     eager = convert(shipped_run("torchtitan_h100_t1_fsdp"), SOURCES)
-    assert not eager.compiled and priced(eager).eager_elementwise
+    assert not eager.stated.compiled and priced(eager).eager_elementwise
 
 
 @pytest.mark.parametrize("run_id, key, switch", [
@@ -414,7 +414,7 @@ def test_a_run_that_states_an_overlap_is_priced_as_the_plan_flag(run_id, key, sw
     from bandwise.cost.step import estimate
 
     case = convert(shipped_run(run_id), SOURCES)
-    assert key in case.stated
+    assert key in case.stated.names
     res = predict(case)
     assert getattr(res.strategy, switch) is True
     assert res.predicted == pytest.approx(estimate(case.model, case.cluster, res.strategy, priced(case)).tokens_per_s_per_device * case.token_scale, rel=1e-12)
@@ -422,7 +422,7 @@ def test_a_run_that_states_an_overlap_is_priced_as_the_plan_flag(run_id, key, sw
     del plain["parallelism"][key]
     plain_case = convert(plain, SOURCES)
     unstated = predict(plain_case)
-    assert key not in plain_case.stated and unstated.strategy == res.strategy.replace(**{switch: False})
+    assert key not in plain_case.stated.names and unstated.strategy == res.strategy.replace(**{switch: False})
     assert res.predicted > unstated.predicted * 1.001
 
 
@@ -435,11 +435,11 @@ def test_a_run_that_states_its_recompute_modules_is_priced_with_them():
     from bandwise.cost.step import estimate
 
     case = convert(shipped_run("mbridge_b200_deepseekv3_2511"), SOURCES)
-    assert case.selective_modules == ("mla_up_proj",) and "recompute_modules" in case.stated
+    assert case.stated.selective_modules == ("mla_up_proj",) and "recompute_modules" in case.stated.names
     plain_run = shipped_run("mbridge_b200_deepseekv3_2511")
     del plain_run["parallelism"]["recompute_modules"]
     plain = convert(plain_run, SOURCES)
-    assert plain.selective_modules is None and priced(plain).selective_modules == ("core_attn",)
+    assert plain.stated.selective_modules is None and priced(plain).selective_modules == ("core_attn",)
     assert priced(case) == replace(priced(plain), selective_modules=("mla_up_proj",))
     strategy = predict(case).strategy
     assert strategy.recompute == "selective"

@@ -9,10 +9,10 @@ the engine's (`specs/presets/engines.yaml`), never keyed here to a source.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from bandwise.cost.params import GRAD_REDUCE
+from bandwise.cost.params import GRAD_REDUCE, CostParams
 from bandwise.errors import BandwiseError
 from bandwise.cost.remat import RematPolicy
 from bandwise.plan.run_fields import (
@@ -84,6 +84,25 @@ class Stated:
     """The MaxText remat policy the run states (`cost.remat`); None: the planner's recomputation."""
     names: list[str] = field(default_factory=list)
     """The `STATED` keys found, in the order read."""
+
+    def apply(self, params: CostParams) -> CostParams:
+        """`params` (the run's engine's, on its device) with what the run states of its job set over them, as
+        `plan`'s flags and the engine behaviours of the same names would set them; the one place a stated
+        field becomes a price."""
+        stated = {
+            "selective_modules": self.selective_modules,
+            "grad_reduce_bytes": None if self.grad_reduce is None else GRAD_REDUCE[self.grad_reduce],
+            "fp8_recipe": self.fp8_recipe,
+            "moe_dispatcher": self.moe_dispatcher,
+            "moe_permute_fusion": self.moe_permute_fusion,
+            "moe_cuda_graph_scope": self.cuda_graph_scope,
+            "remat_policy": self.remat_policy,
+            "expert_tensor_parallel": self.expert_tp,
+            "eager_elementwise": False if self.compiled else None,
+        }
+        if self.moe_capacity_factor > 0:
+            stated.update(moe_capacity_factor=self.moe_capacity_factor, moe_one_hot_dispatch=self.moe_one_hot_dispatch)
+        return replace(params, **{k: v for k, v in stated.items() if v is not None})
 
 
 def read_stated(run: dict[str, Any], conventions: str, recompute: str | None, notes: list[str]) -> Stated:

@@ -38,8 +38,7 @@ from bandwise.plan.run_fields import (  # noqa: F401  (the field readers, re-exp
 from bandwise.plan.run_hardware import read_cluster
 from bandwise.plan.run_layout import SCHEDULE_CHOICES, read_layout  # noqa: F401
 from bandwise.plan.run_model import GPT2_VOCAB, read_model  # noqa: F401
-from bandwise.cost.remat import RematPolicy
-from bandwise.plan.run_stated import STATED, read_stated  # noqa: F401
+from bandwise.plan.run_stated import STATED, Stated, read_stated  # noqa: F401
 from bandwise.plan.search import FIXABLE
 from bandwise.specs.hardware import MAX_DEVICES, Cluster
 from bandwise.specs.model import ModelSpec, brief
@@ -103,42 +102,22 @@ class Case:
     """Strategy fields the source states (FIXABLE names)."""
     schedules: tuple[str, ...] = ("1F1B",)
     """Pipeline schedules to try when the source does not name one."""
-    overlap: dict[str, bool] = field(default_factory=dict)
     completed: list[str] = field(default_factory=list)
     """Fields the source leaves null, to be chosen by the search (or filled by a stated default)."""
     assumptions: list[str] = field(default_factory=list)
-    stated: list[str] = field(default_factory=list)
-    """What the run states of its own job beyond the layout (`STATED` keys), applied as stated."""
-    compiled: bool = False
-    """The run states torch.compile (element-wise ops fused), as `plan --compiled`."""
-    grad_reduce: str | None = None
-    """The dtype the run states its gradients are kept and reduced in ('fp32', 'bf16'), as `plan
-    --grad-reduce`; None: its engine's."""
-    selective_modules: tuple[str, ...] | None = None
-    """The modules the run states its selective recomputation re-runs (`cost.memory.RECOMPUTE_MODULES`),
-    priced as the engine behaviour `selective_modules`; None: its engine's."""
-    fp8_recipe: str | None = None
-    """The float8 recipe the run states, priced as `plan --fp8-recipe`; None: its engine's."""
-    moe_capacity_factor: float = 0.0
-    """The MoE capacity factor the run states (0: dropless) and whether its dispatch is one-hot (`Stated`)."""
-    moe_one_hot_dispatch: bool = False
-    moe_dispatcher: str | None = None
-    """The MoE token dispatcher the run states, priced as the engine behaviour `moe_dispatcher`; None: its engine's."""
-    moe_permute_fusion: bool | None = None
-    """Whether the run states its MoE permutation fused, as the engine behaviour `moe_permute_fusion`; None: its engine's."""
-    cuda_graph_scope: tuple[str, ...] | None = None
-    """What the run states a CUDA graph captures, as the engine behaviour `moe_cuda_graph_scope`; None: its engine's."""
-    expert_tp: int | None = None
-    """The expert tensor parallelism the run states (`CostParams.expert_tensor_parallel`); None: unstated."""
-    remat_policy: RematPolicy | None = None
-    """The MaxText remat policy the run states (`cost.remat`): what its full recomputation keeps,
-    offloads and re-runs; None: the planner's full recomputation."""
+    stated: Stated
+    """What the run states of its own job beyond the layout (`run_stated`), applied as `plan`'s flags would."""
     engine: str = DEFAULT_ENGINE
     """The engine (and version) the run was trained with: the source's, or the run's own `engine`."""
     token_scale: float = 1.0
     """Real tokens per modelled token (< 1 where the sequence is padded to split over tp·cp)."""
     memory: PublishedMemory | None = None
     """Per-device memory the source publishes, if any."""
+
+    @property
+    def overlap(self) -> dict[str, bool]:
+        """Overlap switches the run states (Strategy.overlap_* by dimension)."""
+        return self.stated.overlap
 
 
 # ------------------------------------------------------------------------------------------
@@ -268,11 +247,7 @@ def convert(run: dict[str, Any], sources: dict[str, Any] | None = None, engine_o
     return Case(
         id=rid, source=src, quality=str((run.get("target") or {}).get("quality") or "unknown"), target=target,
         model=layout.model, cluster=cluster, devices=devices, global_batch=layout.global_batch, fixed=fixed,
-        schedules=layout.schedules, overlap=stated.overlap, completed=sorted(set(completed)), assumptions=notes,
-        stated=stated.names, compiled=stated.compiled, grad_reduce=stated.grad_reduce, selective_modules=stated.selective_modules,
-        fp8_recipe=stated.fp8_recipe, moe_capacity_factor=stated.moe_capacity_factor,
-        moe_one_hot_dispatch=stated.moe_one_hot_dispatch, moe_dispatcher=stated.moe_dispatcher, moe_permute_fusion=stated.moe_permute_fusion,
-        cuda_graph_scope=stated.cuda_graph_scope, remat_policy=stated.remat_policy, expert_tp=stated.expert_tp,
+        schedules=layout.schedules, completed=sorted(set(completed)), assumptions=notes, stated=stated,
         engine=engine, token_scale=layout.token_scale, memory=published_memory(run),
     )
 

@@ -18,7 +18,7 @@ import numpy as np
 from bandwise.cost.fp8 import check_device, fp8_recipe
 from bandwise.cost.calibrated import calibrated_cluster, calibrated_params
 from bandwise.cost.memory import GIB
-from bandwise.cost.params import DEFAULT_PARAMS, GRAD_REDUCE, CostParams
+from bandwise.cost.params import DEFAULT_PARAMS, CostParams
 from bandwise.cost.profiles import params_for
 from bandwise.cost.results import Estimate
 from bandwise.cost.step import estimate
@@ -197,30 +197,9 @@ def _complete(case: Case, params: CostParams, res: RunResult) -> tuple[Strategy,
 
 
 def priced(case: Case, params: CostParams = DEFAULT_PARAMS) -> CostParams:
-    """The parameters a run is priced with: its engine's behaviours on its device, and torch.compile
-    and the gradients' dtype where the run states them (as `plan --compiled` and `--grad-reduce`
-    price them, `api.inputs.pricing`), and its selective recomputation's modules, MoE dispatcher,
-    permutation fusion and CUDA-graph scope as the engine behaviours of those names price them."""
-    params = params_for(get_engine(case.engine), case.cluster.device, params)
-    if case.selective_modules is not None:
-        params = replace(params, selective_modules=case.selective_modules)
-    if case.grad_reduce is not None:
-        params = replace(params, grad_reduce_bytes=GRAD_REDUCE[case.grad_reduce])
-    if case.fp8_recipe is not None:
-        params = replace(params, fp8_recipe=case.fp8_recipe)
-    if case.moe_capacity_factor > 0:
-        params = replace(params, moe_capacity_factor=case.moe_capacity_factor, moe_one_hot_dispatch=case.moe_one_hot_dispatch)
-    if case.moe_dispatcher is not None:
-        params = replace(params, moe_dispatcher=case.moe_dispatcher)
-    if case.moe_permute_fusion is not None:
-        params = replace(params, moe_permute_fusion=case.moe_permute_fusion)
-    if case.cuda_graph_scope is not None:
-        params = replace(params, moe_cuda_graph_scope=case.cuda_graph_scope)
-    if case.remat_policy is not None:
-        params = replace(params, remat_policy=case.remat_policy)
-    if case.expert_tp is not None:
-        params = replace(params, expert_tensor_parallel=case.expert_tp)
-    return replace(params, eager_elementwise=False) if case.compiled else params
+    """The parameters a run is priced with: its engine's behaviours on its device, with what the run states
+    of its job set over them (`run_stated.Stated.apply`), as `plan`'s flags would (`api.inputs.pricing`)."""
+    return case.stated.apply(params_for(get_engine(case.engine), case.cluster.device, params))
 
 
 def predict(case: Case, params: CostParams = DEFAULT_PARAMS) -> RunResult:
@@ -228,7 +207,7 @@ def predict(case: Case, params: CostParams = DEFAULT_PARAMS) -> RunResult:
     params = priced(case, params)
     res = RunResult(id=case.id, source=case.source, quality=case.quality, target=case.target,
                     completed_fields=list(case.completed), engine=case.engine, model=case.model.name,
-                    notes=case.assumptions + [f"engine: {case.engine}"] + [f"stated: {STATED[s]}" for s in case.stated],
+                    notes=case.assumptions + [f"engine: {case.engine}"] + [f"stated: {STATED[s]}" for s in case.stated.names],
                     device=case.cluster.device.name, moe=case.model.is_moe, devices=case.devices,
                     fp8_recipe=params.fp8_recipe if case.fixed["precision"] == "fp8" else None)
     try:
