@@ -148,13 +148,14 @@ def test_tied_embeddings_train_alike_in_every_layout(tmp_path, tied_reference, w
 
 BF16_STEPS = 20
 BF16_GB = 2
-"""A global batch of 2 (one sample a data-parallel rank) keeps 20 steps in 4 layouts cheap."""
+"""A global batch of 2 (one sample a data-parallel rank) keeps 20 steps in 3 layouts cheap."""
 BF16_LAYOUTS = [
     {"dp_shard": 2, "micro_batch": 1, "global_batch": BF16_GB},  # FSDP2: its fp32 shards are the masters
     {"dp_shard": 2, "ep": 2, "micro_batch": 1, "global_batch": BF16_GB},  # EP: experts outside FSDP, bf16 with masters in the optimizer
     {"tp": 2, "micro_batch": 2, "global_batch": BF16_GB},  # TP: DTensor weights in bf16, DTensor masters
-    {"pp": 2, "micro_batch": 1, "global_batch": BF16_GB, "schedule": "1F1B"},  # PP: each stage's weights in bf16
 ]
+"""PP's stages hold plain weights, cast as one process's are; it passed as a fourth layout while this was
+written (benchmarks/RESULTS.md) and is left out to keep the suite's time."""
 
 
 def test_bf16_tracks_fp32_over_20_steps_in_every_layout(tmp_path):
@@ -166,7 +167,7 @@ def test_bf16_tracks_fp32_over_20_steps_in_every_layout(tmp_path):
     from bandwise.specs.registry import get_model
     from bandwise.specs.strategy import Strategy
 
-    common = {**TINY, "steps": BF16_STEPS, "seed": SEED}
+    common = {**TINY, "steps": BF16_STEPS, "seed": SEED, "eval_batches": 1}
     ref = {}
     for dtype in ("fp32", "bf16"):
         cfg = TrainConfig(**{**common, "dtype": dtype}, data=DataConfig(num_workers=0))

@@ -6,7 +6,6 @@ forward and backward graphs inductor would get, without generating code."""
 from __future__ import annotations
 
 import pytest
-import torch
 
 pytestmark = pytest.mark.slow
 

@@ -356,8 +356,8 @@ class MoE(nn.Module):
                 self.tokens_per_expert += counts_E.to(self.tokens_per_expert.dtype)
 
         order_N = torch.argsort(idx_TK.flatten(), stable=True)  # token-expert pairs grouped by expert
-        # the gates scale each copy inside its expert, before the down-projection (`ops._SwiGLU`)
         token_N = order_N // self.top_k
+        # the gates scale each copy inside its expert, before the down-projection (`ops._SwiGLU`)
         gates_N = gates_TK.flatten().index_select(0, order_N)
         y_ND = self.dispatch(permute(x_TD, token_N), gates_N, counts_E, self.experts)
         out_TD = unpermute(y_ND.to(x_TD.dtype), token_N, B * T)
