@@ -320,7 +320,10 @@ MARGIN = 0.03
 # 2026-12-06, after the remat policies, host offload, ZeRO-2 and stated virtual stages, MaxText's expert axis,
 # the capacity factor, FSDP2's copies, bucket latencies and MoE host syncs: 30 of the 497 refused now (95 at
 # first sight), median 17.9%, p90 68.9% on the 467 priced.
-GUARD_FIRST_SIGHT = {"refused": 30, "median": 0.179, "p90": 0.689}
+# 2026-12-06, the Blackwell and CDNA GEMM fractions from one measured matmul table, scaled from the H100's
+# checked product (benchmarks/RESULTS.md, "Blackwell and CDNA GEMM fractions"): median 17.9% -> 17.7%,
+# p90 68.9% -> 64.0% (MI355X and MI300X runs down; B200 fp8 runs up, their measured fp8 being nearer bf16).
+GUARD_FIRST_SIGHT = {"refused": 30, "median": 0.177, "p90": 0.640}
 
 
 @pytest.fixture(scope="module")
