@@ -35,6 +35,7 @@ from bandwise.doctor.collect import (
     C_SDPA,
     C_SOFTMAX,
     COLLECTIVES,
+    D_LOW,
     COMM_CODES,
     COMPUTE_CODES,
     K_ATTN_FUSED,
@@ -55,6 +56,7 @@ from bandwise.doctor.collect import (
     device_check,
     vendor,
 )
+from bandwise.doctor.cpu_ops import classify_steps
 from bandwise.doctor.device import (
     blocking_calls,
     host_wait_ops,
@@ -204,6 +206,8 @@ def analyze_trace(path: str | Path, **limits: Any) -> dict[str, Any]:
         signals["sync_idle_share"] = med("sync_idle_share") if len(c.blocking) else 0.0
         signals["sync_top"] = sync["top"]
         signals["host_wait_ops"] = host_wait_ops(c, idle_parts["host"], main_tids, len(per_step))
+    else:
+        signals.update(_cpu_classes(c, main_tids, [] if synthetic else windows))
     signals.update(_cpu_signals(c, main_tids, windows))
     signals.update(_memory_signals(c, meta))
     return {"path": str(path), "events": c.events, "steps": signals["steps"], "breakdown": breakdown, "signals": signals, "per_step": per_step}
@@ -270,6 +274,22 @@ def _gpu_signals(c: Collected, code: np.ndarray, per_step: list[dict[str, float]
 def _median_ms(per_step: list[dict[str, float]], key: str) -> float | None:
     vals = [r[key] * r["step_us"] / 1e3 for r in per_step if key in r]
     return statistics.median(vals) if vals else None
+
+
+def _cpu_classes(c: Collected, main_tids: set[str], windows: list[tuple[float, float]]) -> dict[str, Any]:
+    """A CPU-only trace's step by class (`cpu_ops`), keyed as the GPU path's `kernel_ms` and
+    `comm_exposed_ms`, so that `measured.StepClasses` and the calibration read both alike."""
+    events: list[tuple[float, float, str, bool]] = []
+    for tid in main_tids:
+        if tid in c.cpu:
+            s, e = c.cpu[tid].np()
+            low = np.frombuffer(c.cpu_dtype[tid], dtype=np.int8) == D_LOW
+            events += [(float(a), float(b), c.names[n], bool(lo)) for a, b, n, lo in zip(s, e, c.cpu_name[tid], low)]
+        if tid in c.annotations:
+            s, e = c.annotations[tid].np()
+            events += [(float(a), float(b), c.names[n], False) for a, b, n in zip(s, e, c.ann_name[tid])]
+    found = classify_steps(events, windows)
+    return {"kernel_ms": found.kernel_ms, "comm_exposed_ms": found.comm_exposed_ms}
 
 
 def _cpu_signals(c: Collected, main_tids: set[str], windows: list[tuple[float, float]]) -> dict[str, Any]:

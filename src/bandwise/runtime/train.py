@@ -109,6 +109,11 @@ class TrainConfig:
     check_memory: bool = True
     """Refuse, before allocating, a layout the planner says needs more memory than is free
     (`runtime/preflight.py`)."""
+    profile: str = ""
+    """Directory for a torch.profiler trace of `profile_steps` steps, one file per rank (rank{N}.json),
+    after one step skipped and one warm-up step (torch.profiler.schedule); "" for none. CPU activity
+    always, CUDA activity on a GPU: what `bandwise doctor trace` and `bandwise calibrate TRACE` read."""
+    profile_steps: int = 3
     data: DataConfig = field(default_factory=DataConfig)
     moe: MoEConfig = field(default_factory=MoEConfig)
 
@@ -125,6 +130,8 @@ class TrainConfig:
             raise BandwiseError(f"lr={self.lr}, min_lr_ratio={self.min_lr_ratio}, warmup={self.warmup}, grad_clip={self.grad_clip}: need lr > 0, 0 <= min_lr_ratio <= 1, warmup >= 0, grad_clip >= 0")
         if self.checkpoint_every and not self.checkpoint_dir:
             raise BandwiseError("checkpoint_every needs a checkpoint directory (--checkpoint-dir)")
+        if self.profile and self.profile_steps < 1:
+            raise BandwiseError(f"profile_steps={self.profile_steps} must be >= 1")
         if self.resume and not self.checkpoint_dir:
             raise BandwiseError("--resume needs --checkpoint-dir, where the checkpoints are")
 
@@ -346,6 +353,7 @@ def _run(spec, strategy, cfg, splits, device, rank, world, on_step, out) -> RunR
             return evaluate_pipeline(schedule, parts, splits, cfg, strategy, meshes, device, autocast, first_stage, last_stage)
         return evaluate(parts[0], splits, cfg, strategy, meshes, device, autocast)
 
+    prof = _profiler(cfg, device, rank)
     try:
         for step, batch in zip(range(start + 1, cfg.steps + 1), mon.loader(_micro_batches(loader, m))):
             with mon.step(samples=strategy.effective_global_batch / world, tokens=tokens_per_step / world):
@@ -398,6 +406,8 @@ def _run(spec, strategy, cfg, splits, device, rank, world, on_step, out) -> RunR
                 for opt in optimizers:
                     opt.zero_grad(set_to_none=True)
                 maxvio = _router_update(moes, dp_group, meshes, strategy, spec, finite, device, lr_scale)
+            if prof is not None:
+                prof.step()
             rec = _record(step, mon.records[-1], loss_value, norm, schedulers[0].get_last_lr()[0], maxvio, world, device, finite)
             losses[step] = loss_value
             history.append(rec)
@@ -412,6 +422,8 @@ def _run(spec, strategy, cfg, splits, device, rank, world, on_step, out) -> RunR
         val_loss = validate()
         log.write({"step": cfg.steps, "val_loss": val_loss})
     finally:
+        if prof is not None:
+            prof.stop()
         progress.close()
         log.close()
 
@@ -502,6 +514,23 @@ def evaluate_pipeline(schedule, parts, splits, cfg: TrainConfig, strategy: Strat
     for part in parts:
         part.train()
     return float(total[0] / total[1]) if total[1] > 0 else None
+
+
+def _profiler(cfg: TrainConfig, device: torch.device, rank: int) -> Any:
+    """A started torch.profiler over steps 2 .. 1 + `cfg.profile_steps` (one skipped, one warm-up), writing
+    `cfg.profile`/rank{rank}.json when they are done; None without `cfg.profile`. Each step is a
+    ProfilerStep#N range (prof.step() per optimizer step), the step windows the doctor reads."""
+    if not cfg.profile:
+        return None
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    folder = Path(cfg.profile)
+    folder.mkdir(parents=True, exist_ok=True)
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    prof = profile(activities=acts, record_shapes=True, schedule=schedule(wait=1, warmup=1, active=cfg.profile_steps, repeat=1),
+                   on_trace_ready=lambda p: p.export_chrome_trace(str(folder / f"rank{rank}.json")))
+    prof.start()
+    return prof
 
 
 def _record(step, mon_rec, loss, norm, lr, maxvio, world, device, finite) -> dict[str, Any]:
