@@ -12,7 +12,7 @@ Run under torchrun, gloo on 4 CPU ranks:
 3. fits the calibration from the traces (`api.calibrating.calibrate`, what
    `bandwise calibrate OUT/trace --strategy OUT/fsdp4.json --model debug --cluster OUT/cpu-cluster.yaml
    --engine bandwise` does), written to OUT/calibration.yaml;
-4. runs each of the two other layouts 5 times (unprofiled) and compares the median of the runs'
+4. runs the traced layout and each of the two others 5 times (unprofiled) and compares the median of the runs'
    median steps with the plan's step for that layout, with and without the calibration.
 
 Rank 0 prints one table and writes OUT/transfer.json.
@@ -77,7 +77,7 @@ def main() -> None:
     clus = runtime_cluster(device, world, peak, dtype=dtype, attention=attn)
 
     measured: dict[str, list[float]] = {}
-    for label, s in PREDICT:
+    for label, s in (CALIBRATE_ON, *PREDICT):  # the traced layout too, unprofiled: the fit's own error and the profiler's cost
         measured[label] = [train(spec, s, _config(args.steps)).median_step_s for _ in range(args.runs)]
     dist.barrier()
     if rank != 0:
@@ -90,7 +90,7 @@ def main() -> None:
     cal = calibrate(sorted(trace_dir.glob("rank*.json")), strategy=s0, model=MODEL, cluster=clus, engine="bandwise").calibration
     (args.out / "calibration.yaml").write_text(cal.to_yaml())
     rows = []
-    for label, s in PREDICT:
+    for label, s in (CALIBRATE_ON, *PREDICT):
         med = statistics.median(measured[label])
         before = priced(s, MODEL, clus, None, engine="bandwise")[3].step_time_s
         after = priced(s, MODEL, clus, None, engine="bandwise", calibration=cal)[3].step_time_s
