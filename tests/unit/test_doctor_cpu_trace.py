@@ -92,3 +92,14 @@ def test_train_profile_is_read(tmp_path, monkeypatch):
     m = StepClasses.of(sig)
     assert m.gemm_ms > 0 and m.attention_ms > 0 and m.memory_ms > 0
     assert m.gemm_ms + m.attention_ms + m.memory_ms <= m.step_ms
+
+
+def test_profile_into_a_file_is_one_line(tmp_path, capsys):
+    from bandwise.cli.main import main
+
+    bad = tmp_path / "a-file"
+    bad.write_text("")
+    with pytest.raises(SystemExit) as exc:
+        main(["train", "--model", "debug", "--steps", "2", "--profile", str(bad), "-q"])
+    err = capsys.readouterr().err
+    assert exc.value.code != 0 and "--profile" in err and str(bad) in err and "Traceback" not in err

@@ -131,7 +131,7 @@ class TrainConfig:
         if self.checkpoint_every and not self.checkpoint_dir:
             raise BandwiseError("checkpoint_every needs a checkpoint directory (--checkpoint-dir)")
         if self.profile and self.profile_steps < 1:
-            raise BandwiseError(f"profile_steps={self.profile_steps} must be >= 1")
+            raise BandwiseError(f"profile_steps={self.profile_steps} (--profile-steps) must be >= 1")
         if self.resume and not self.checkpoint_dir:
             raise BandwiseError("--resume needs --checkpoint-dir, where the checkpoints are")
 
@@ -257,6 +257,11 @@ def train(spec: ModelSpec, strategy: Strategy, cfg: TrainConfig, *, on_step: Cal
         ckpt.prepare_root(Path(cfg.checkpoint_dir), refuse_existing=cfg.checkpoint_every > 0 and not cfg.resume)
     if cfg.log and int(os.environ.get("RANK", "0")) == 0:
         JsonlLog(cfg.log).close()
+    if cfg.profile:
+        try:
+            Path(cfg.profile).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise BandwiseError(f"--profile {cfg.profile}: cannot create the directory ({exc.strerror or exc}); pass a writable directory") from None
     cuda = torch.cuda.is_available()
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
@@ -524,8 +529,7 @@ def _profiler(cfg: TrainConfig, device: torch.device, rank: int) -> Any:
         return None
     from torch.profiler import ProfilerActivity, profile, schedule
 
-    folder = Path(cfg.profile)
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = Path(cfg.profile)  # created, or refused in one line, by `train`
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     prof = profile(activities=acts, record_shapes=True, schedule=schedule(wait=1, warmup=1, active=cfg.profile_steps, repeat=1),
                    on_trace_ready=lambda p: p.export_chrome_trace(str(folder / f"rank{rank}.json")))
