@@ -280,14 +280,23 @@ def _cpu_classes(c: Collected, main_tids: set[str], windows: list[tuple[float, f
     """A CPU-only trace's step by class (`cpu_ops`), keyed as the GPU path's `kernel_ms` and
     `comm_exposed_ms`, so that `measured.StepClasses` and the calibration read both alike."""
     events: list[tuple[float, float, str, bool]] = []
+    lo_w = np.array(sorted(a for a, _ in windows))
+    hi_w = np.array(sorted(b for _, b in windows))
+
+    def kept(s: np.ndarray, e: np.ndarray) -> np.ndarray:
+        """Events that overlap a window (the windows do not overlap): only those are turned into tuples."""
+        i = np.searchsorted(lo_w, e, side="left") - 1
+        return (i >= 0) & (s < hi_w[np.clip(i, 0, None)]) if lo_w.size else np.zeros(s.shape, dtype=bool)
+
     for tid in main_tids:
-        if tid in c.cpu:
-            s, e = c.cpu[tid].np()
-            low = np.frombuffer(c.cpu_dtype[tid], dtype=np.int8) == D_LOW
-            events += [(float(a), float(b), c.names[n], bool(lo)) for a, b, n, lo in zip(s, e, c.cpu_name[tid], low)]
-        if tid in c.annotations:
-            s, e = c.annotations[tid].np()
-            events += [(float(a), float(b), c.names[n], False) for a, b, n in zip(s, e, c.ann_name[tid])]
+        for iv, names, dtypes in ((c.cpu.get(tid), c.cpu_name.get(tid), c.cpu_dtype.get(tid)), (c.annotations.get(tid), c.ann_name.get(tid), None)):
+            if iv is None or names is None:
+                continue
+            s, e = iv.np()
+            low = np.frombuffer(dtypes, dtype=np.int8) == D_LOW if dtypes is not None else np.zeros(s.shape, dtype=bool)
+            idx = np.frombuffer(names, dtype=np.int32)
+            for k in np.flatnonzero(kept(s, e)):
+                events.append((float(s[k]), float(e[k]), c.names[idx[k]], bool(low[k])))
     found = classify_steps(events, windows)
     return {"kernel_ms": found.kernel_ms, "comm_exposed_ms": found.comm_exposed_ms}
 
