@@ -100,6 +100,6 @@ def test_profile_into_a_file_is_one_line(tmp_path, capsys):
     bad = tmp_path / "a-file"
     bad.write_text("")
     with pytest.raises(SystemExit) as exc:
-        main(["train", "--model", "debug", "--steps", "2", "--profile", str(bad), "-q"])
+        main(["train", "--model", "debug", "--steps", "5", "--profile", str(bad), "-q"])
     err = capsys.readouterr().err
     assert exc.value.code != 0 and "--profile" in err and str(bad) in err and "Traceback" not in err

@@ -132,6 +132,9 @@ class TrainConfig:
             raise BandwiseError("checkpoint_every needs a checkpoint directory (--checkpoint-dir)")
         if self.profile and self.profile_steps < 1:
             raise BandwiseError(f"profile_steps={self.profile_steps} (--profile-steps) must be >= 1")
+        if self.profile and self.steps < 2 + self.profile_steps:
+            raise BandwiseError(f"--steps {self.steps} ends before the profiled steps: --profile skips one step, warms up on one and "
+                                f"records {self.profile_steps}; use --steps {2 + self.profile_steps} or more")
         if self.resume and not self.checkpoint_dir:
             raise BandwiseError("--resume needs --checkpoint-dir, where the checkpoints are")
 
@@ -522,7 +525,7 @@ def evaluate_pipeline(schedule, parts, splits, cfg: TrainConfig, strategy: Strat
 
 
 def _profiler(cfg: TrainConfig, device: torch.device, rank: int) -> Any:
-    """A started torch.profiler over steps 2 .. 1 + `cfg.profile_steps` (one skipped, one warm-up), writing
+    """A started torch.profiler over steps 3 .. 2 + `cfg.profile_steps` (step 1 skipped, step 2 its warm-up), writing
     `cfg.profile`/rank{rank}.json when they are done; None without `cfg.profile`. Each step is a
     ProfilerStep#N range (prof.step() per optimizer step), the step windows the doctor reads."""
     if not cfg.profile:
