@@ -534,8 +534,16 @@ def _profiler(cfg: TrainConfig, device: torch.device, rank: int) -> Any:
 
     folder = Path(cfg.profile)  # created, or refused in one line, by `train`
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    path = folder / f"rank{rank}.json"
+
+    def export(p: Any) -> None:
+        try:
+            p.export_chrome_trace(str(path))
+        except OSError as exc:  # a full or read-only disk, once the steps are recorded
+            raise BandwiseError(f"--profile: cannot write {path} ({exc.strerror or exc}); pass a writable directory with room for the trace") from None
+
     prof = profile(activities=acts, record_shapes=True, schedule=schedule(wait=1, warmup=1, active=cfg.profile_steps, repeat=1),
-                   on_trace_ready=lambda p: p.export_chrome_trace(str(folder / f"rank{rank}.json")))
+                   on_trace_ready=export)
     prof.start()
     return prof
 
