@@ -130,6 +130,8 @@ def train(
     layers: Optional[int] = typer.Option(None, "--layers", help="--dry-run: build this many layers (faster); the full-depth figure is extrapolated and says how."),
     pp_rank: Optional[list[int]] = typer.Option(None, "--pp-rank", help="--dry-run: play these pipeline ranks (repeatable) instead of the first, a middle and the last."),
     cluster: str = typer.Option("h100", "--cluster", "-c", help="--dry-run: cluster preset or file of the planner's figures."),
+    profile: str = typer.Option("", "--profile", help="Write a torch.profiler trace of --profile-steps steps (after one skipped and one warm-up) to this directory, one rank{N}.json per rank: CPU operators always, CUDA kernels on a GPU; read by `doctor trace` and `calibrate`."),
+    profile_steps: int = typer.Option(3, "--profile-steps", help="With --profile: how many steps the trace holds."),
     check_memory: bool = typer.Option(True, "--check-memory/--no-check-memory", help="Refuse before allocating when the planner's memory for this layout exceeds what is free."),
 ) -> None:
     spec = get_model(model)
@@ -159,7 +161,7 @@ def train(
     cfg = TrainConfig(
         steps=steps, seq_len=seq_len or spec.seq_len, lr=lr, warmup=warmup, grad_clip=grad_clip, dtype=dtype,
         compile=compile_, expert_kernel=expert_kernel, seed=seed, on_nonfinite=on_nonfinite, log=log, eval_every=eval_every, check_memory=check_memory,
-        checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every, resume=resume,
+        profile=profile, profile_steps=profile_steps, checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every, resume=resume,
         data=DataConfig(path=data, token_dtype=token_dtype, num_workers=num_workers, prefetch_factor=prefetch_factor, pin_memory=pin_memory, persistent_workers=persistent_workers, seed=seed),
         moe=MoEConfig(router=router, balance=balance, gamma=gamma_for_lr(lr) if gamma is None else gamma, gamma_follows_lr=gamma is None, aux_alpha=aux_alpha, seq_alpha=seq_alpha),
     )

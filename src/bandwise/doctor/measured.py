@@ -47,8 +47,8 @@ class StepClasses:
         kernel = signals.get("kernel_ms") or {}
         step = signals.get("step_ms")
         if not isinstance(step, (int, float)) or step <= 0 or not kernel:
-            raise BandwiseError(f"{where}: no profiled step with device kernels to calibrate from; "
-                                f"profile a few training steps with CUDA activity (torch.profiler)")
+            raise BandwiseError(f"{where}: no profiled step with kernels or operators to calibrate from; "
+                                f"profile a few training steps with torch.profiler (bandwise train --profile DIR)")
         total = lambda names: float(sum(kernel.get(n, 0.0) or 0.0 for n in names))  # noqa: E731
         comm = {k: float(v) for k, v in (signals.get("comm_exposed_ms") or {}).items() if isinstance(v, (int, float))}
         return cls(step_ms=float(step), gemm_ms=total(GEMM_CLASSES), attention_ms=total(ATTENTION_CLASSES), memory_ms=total(MEMORY_CLASSES),

@@ -35,6 +35,7 @@ from bandwise.doctor.collect import (
     C_SDPA,
     C_SOFTMAX,
     COLLECTIVES,
+    D_LOW,
     COMM_CODES,
     COMPUTE_CODES,
     K_ATTN_FUSED,
@@ -55,6 +56,7 @@ from bandwise.doctor.collect import (
     device_check,
     vendor,
 )
+from bandwise.doctor.cpu_ops import classify_steps
 from bandwise.doctor.device import (
     blocking_calls,
     host_wait_ops,
@@ -204,6 +206,8 @@ def analyze_trace(path: str | Path, **limits: Any) -> dict[str, Any]:
         signals["sync_idle_share"] = med("sync_idle_share") if len(c.blocking) else 0.0
         signals["sync_top"] = sync["top"]
         signals["host_wait_ops"] = host_wait_ops(c, idle_parts["host"], main_tids, len(per_step))
+    else:
+        signals.update(_cpu_classes(c, main_tids, [] if synthetic else windows))
     signals.update(_cpu_signals(c, main_tids, windows))
     signals.update(_memory_signals(c, meta))
     return {"path": str(path), "events": c.events, "steps": signals["steps"], "breakdown": breakdown, "signals": signals, "per_step": per_step}
@@ -270,6 +274,31 @@ def _gpu_signals(c: Collected, code: np.ndarray, per_step: list[dict[str, float]
 def _median_ms(per_step: list[dict[str, float]], key: str) -> float | None:
     vals = [r[key] * r["step_us"] / 1e3 for r in per_step if key in r]
     return statistics.median(vals) if vals else None
+
+
+def _cpu_classes(c: Collected, main_tids: set[str], windows: list[tuple[float, float]]) -> dict[str, Any]:
+    """A CPU-only trace's step by class (`cpu_ops`), keyed as the GPU path's `kernel_ms` and
+    `comm_exposed_ms`, so that `measured.StepClasses` and the calibration read both alike."""
+    events: list[tuple[float, float, str, bool]] = []
+    lo_w = np.array(sorted(a for a, _ in windows))
+    hi_w = np.array(sorted(b for _, b in windows))
+
+    def kept(s: np.ndarray, e: np.ndarray) -> np.ndarray:
+        """Events that overlap a window (the windows do not overlap): only those are turned into tuples."""
+        i = np.searchsorted(lo_w, e, side="left") - 1
+        return (i >= 0) & (s < hi_w[np.clip(i, 0, None)]) if lo_w.size else np.zeros(s.shape, dtype=bool)
+
+    for tid in main_tids:
+        for iv, names, dtypes in ((c.cpu.get(tid), c.cpu_name.get(tid), c.cpu_dtype.get(tid)), (c.annotations.get(tid), c.ann_name.get(tid), None)):
+            if iv is None or names is None:
+                continue
+            s, e = iv.np()
+            low = np.frombuffer(dtypes, dtype=np.int8) == D_LOW if dtypes is not None else np.zeros(s.shape, dtype=bool)
+            idx = np.frombuffer(names, dtype=np.int32)
+            for k in np.flatnonzero(kept(s, e)):
+                events.append((float(s[k]), float(e[k]), c.names[idx[k]], bool(low[k])))
+    found = classify_steps(events, windows)
+    return {"kernel_ms": found.kernel_ms, "comm_exposed_ms": found.comm_exposed_ms}
 
 
 def _cpu_signals(c: Collected, main_tids: set[str], windows: list[tuple[float, float]]) -> dict[str, Any]:

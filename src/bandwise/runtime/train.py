@@ -109,6 +109,11 @@ class TrainConfig:
     check_memory: bool = True
     """Refuse, before allocating, a layout the planner says needs more memory than is free
     (`runtime/preflight.py`)."""
+    profile: str = ""
+    """Directory for a torch.profiler trace of `profile_steps` steps, one file per rank (rank{N}.json),
+    after one step skipped and one warm-up step (torch.profiler.schedule); "" for none. CPU activity
+    always, CUDA activity on a GPU: what `bandwise doctor trace` and `bandwise calibrate TRACE` read."""
+    profile_steps: int = 3
     data: DataConfig = field(default_factory=DataConfig)
     moe: MoEConfig = field(default_factory=MoEConfig)
 
@@ -125,6 +130,11 @@ class TrainConfig:
             raise BandwiseError(f"lr={self.lr}, min_lr_ratio={self.min_lr_ratio}, warmup={self.warmup}, grad_clip={self.grad_clip}: need lr > 0, 0 <= min_lr_ratio <= 1, warmup >= 0, grad_clip >= 0")
         if self.checkpoint_every and not self.checkpoint_dir:
             raise BandwiseError("checkpoint_every needs a checkpoint directory (--checkpoint-dir)")
+        if self.profile and self.profile_steps < 1:
+            raise BandwiseError(f"profile_steps={self.profile_steps} (--profile-steps) must be >= 1")
+        if self.profile and self.steps < 2 + self.profile_steps:
+            raise BandwiseError(f"--steps {self.steps} ends before the profiled steps: --profile skips one step, warms up on one and "
+                                f"records {self.profile_steps}; use --steps {2 + self.profile_steps} or more")
         if self.resume and not self.checkpoint_dir:
             raise BandwiseError("--resume needs --checkpoint-dir, where the checkpoints are")
 
@@ -250,6 +260,11 @@ def train(spec: ModelSpec, strategy: Strategy, cfg: TrainConfig, *, on_step: Cal
         ckpt.prepare_root(Path(cfg.checkpoint_dir), refuse_existing=cfg.checkpoint_every > 0 and not cfg.resume)
     if cfg.log and int(os.environ.get("RANK", "0")) == 0:
         JsonlLog(cfg.log).close()
+    if cfg.profile:
+        try:
+            Path(cfg.profile).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise BandwiseError(f"--profile {cfg.profile}: cannot create the directory ({exc.strerror or exc}); pass a writable directory") from None
     cuda = torch.cuda.is_available()
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
@@ -346,6 +361,7 @@ def _run(spec, strategy, cfg, splits, device, rank, world, on_step, out) -> RunR
             return evaluate_pipeline(schedule, parts, splits, cfg, strategy, meshes, device, autocast, first_stage, last_stage)
         return evaluate(parts[0], splits, cfg, strategy, meshes, device, autocast)
 
+    prof = _profiler(cfg, device, rank)
     try:
         for step, batch in zip(range(start + 1, cfg.steps + 1), mon.loader(_micro_batches(loader, m))):
             with mon.step(samples=strategy.effective_global_batch / world, tokens=tokens_per_step / world):
@@ -398,6 +414,8 @@ def _run(spec, strategy, cfg, splits, device, rank, world, on_step, out) -> RunR
                 for opt in optimizers:
                     opt.zero_grad(set_to_none=True)
                 maxvio = _router_update(moes, dp_group, meshes, strategy, spec, finite, device, lr_scale)
+            if prof is not None:
+                prof.step()
             rec = _record(step, mon.records[-1], loss_value, norm, schedulers[0].get_last_lr()[0], maxvio, world, device, finite)
             losses[step] = loss_value
             history.append(rec)
@@ -412,6 +430,8 @@ def _run(spec, strategy, cfg, splits, device, rank, world, on_step, out) -> RunR
         val_loss = validate()
         log.write({"step": cfg.steps, "val_loss": val_loss})
     finally:
+        if prof is not None:
+            prof.stop()
         progress.close()
         log.close()
 
@@ -502,6 +522,30 @@ def evaluate_pipeline(schedule, parts, splits, cfg: TrainConfig, strategy: Strat
     for part in parts:
         part.train()
     return float(total[0] / total[1]) if total[1] > 0 else None
+
+
+def _profiler(cfg: TrainConfig, device: torch.device, rank: int) -> Any:
+    """A started torch.profiler over steps 3 .. 2 + `cfg.profile_steps` (step 1 skipped, step 2 its warm-up), writing
+    `cfg.profile`/rank{rank}.json when they are done; None without `cfg.profile`. Each step is a
+    ProfilerStep#N range (prof.step() per optimizer step), the step windows the doctor reads."""
+    if not cfg.profile:
+        return None
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    folder = Path(cfg.profile)  # created, or refused in one line, by `train`
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    path = folder / f"rank{rank}.json"
+
+    def export(p: Any) -> None:
+        try:
+            p.export_chrome_trace(str(path))
+        except OSError as exc:  # a full or read-only disk, once the steps are recorded
+            raise BandwiseError(f"--profile: cannot write {path} ({exc.strerror or exc}); pass a writable directory with room for the trace") from None
+
+    prof = profile(activities=acts, record_shapes=True, schedule=schedule(wait=1, warmup=1, active=cfg.profile_steps, repeat=1),
+                   on_trace_ready=export)
+    prof.start()
+    return prof
 
 
 def _record(step, mon_rec, loss, norm, lr, maxvio, world, device, finite) -> dict[str, Any]:

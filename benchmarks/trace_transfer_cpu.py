@@ -1,0 +1,116 @@
+"""Calibrate from a trace of one layout, predict two others: issue 49's transfer check on what CI has.
+
+Run under torchrun, gloo on 4 CPU ranks:
+
+    PYTHONPATH=src torchrun --nproc-per-node 4 benchmarks/trace_transfer_cpu.py --out /tmp/transfer
+
+1. trains `debug` with the calibration layout (FSDP over 4) under `train --profile`: a torch.profiler
+   CPU trace of 3 steps per rank (`runtime.train._profiler`);
+2. measures the device as `bandwise train` does at its end (`runtime.compare.runtime_cluster`: matmul
+   peak, copy bandwidth, attention at the model's shape, a timed all-reduce over the 4 ranks) and
+   writes it as a cluster file, OUT/cpu-cluster.yaml;
+3. fits the calibration from the traces (`api.calibrating.calibrate`, what
+   `bandwise calibrate OUT/trace --strategy OUT/fsdp4.json --model debug --cluster OUT/cpu-cluster.yaml
+   --engine bandwise` does), written to OUT/calibration.yaml;
+4. runs the traced layout and each of the two others 5 times (unprofiled) and compares the median of the runs'
+   median steps with the plan's step for that layout, with and without the calibration.
+
+Rank 0 prints one table and writes OUT/transfer.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from bandwise.api.calibrating import calibrate  # noqa: E402
+from bandwise.api.doctoring import priced  # noqa: E402
+from bandwise.runtime.compare import attention_efficiency, runtime_cluster  # noqa: E402
+from bandwise.runtime.data import DataConfig  # noqa: E402
+from bandwise.runtime.metrics import measure_matmul_flops  # noqa: E402
+from bandwise.runtime.train import TrainConfig, train  # noqa: E402
+from bandwise.specs.hardware import cluster_to_file_dict  # noqa: E402
+from bandwise.specs.registry import get_model  # noqa: E402
+from bandwise.specs.strategy import Strategy  # noqa: E402
+
+MODEL = "debug"
+BATCH = dict(global_batch=8, micro_batch=2, overlap_fsdp=False, overlap_dp=False)
+"""Nothing overlaps here: the trace shows FSDP2's all-gathers and reduce-scatters on the step's own thread
+(its `FSDP::all_gather` ranges hold the wait; gloo runs them on the CPU the ranks share), so the plans are
+priced without the overlap a GPU job has (`Strategy.overlap_fsdp`, `overlap_dp`)."""
+CALIBRATE_ON = ("fsdp4", Strategy(dp_shard=4, **BATCH))
+PREDICT = (("fsdp2-tp2", Strategy(dp_shard=2, tp=2, **BATCH)), ("fsdp2-pp2", Strategy(dp_shard=2, pp=2, **BATCH)))
+
+
+def _config(steps: int, profile: str = "") -> TrainConfig:
+    return TrainConfig(steps=steps, warmup=2, progress=False, compare=False, check_memory=False, profile=profile, profile_steps=3,
+                       data=DataConfig(num_workers=0, persistent_workers=False))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=8, help="steps of each timed run (the first is left out of its median)")
+    args = ap.parse_args()
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    spec = get_model(MODEL)
+    trace_dir = args.out / "trace"
+    name, s0 = CALIBRATE_ON
+    train(spec, s0, _config(6, profile=str(trace_dir)))
+    dist.barrier()
+
+    device, dtype = torch.device("cpu"), torch.float32
+    peak = measure_matmul_flops(device, dtype, n=1024)
+    attn = attention_efficiency(spec, s0.micro_batch, device, dtype, peak)
+    clus = runtime_cluster(device, world, peak, dtype=dtype, attention=attn)
+
+    measured: dict[str, list[float]] = {}
+    for label, s in (CALIBRATE_ON, *PREDICT):  # the traced layout too, unprofiled: the fit's own error and the profiler's cost
+        measured[label] = [train(spec, s, _config(args.steps)).median_step_s for _ in range(args.runs)]
+    dist.barrier()
+    if rank != 0:
+        dist.destroy_process_group()
+        return
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "cpu-cluster.yaml").write_text(yaml.safe_dump(cluster_to_file_dict(clus), sort_keys=False))
+    (args.out / f"{name}.json").write_text(json.dumps(s0.to_dict()))
+    cal = calibrate(sorted(trace_dir.glob("rank*.json")), strategy=s0, model=MODEL, cluster=clus, engine="bandwise").calibration
+    (args.out / "calibration.yaml").write_text(cal.to_yaml())
+    rows = []
+    for label, s in (CALIBRATE_ON, *PREDICT):
+        med = statistics.median(measured[label])
+        before = priced(s, MODEL, clus, None, engine="bandwise")[3].step_time_s
+        after = priced(s, MODEL, clus, None, engine="bandwise", calibration=cal)[3].step_time_s
+        rows.append({"layout": label, "strategy": s.describe(), "runs_s": measured[label], "measured_median_s": med,
+                     "datasheet_s": before, "calibrated_s": after, "calibrated_error": after / med - 1, "datasheet_error": before / med - 1})
+    traced = priced(s0, MODEL, clus, None, engine="bandwise", calibration=cal)[3].step_time_s
+    result = {"calibrated_on": s0.describe(), "factors": {f.name: f.value for f in cal.factors}, "evidence": cal.evidence,
+              "calibrated_plan_of_traced_layout_s": traced, "cluster": cluster_to_file_dict(clus), "rows": rows,
+              "torch": torch.__version__, "threads": torch.get_num_threads(), "cpus": os.cpu_count()}
+    (args.out / "transfer.json").write_text(json.dumps(result, indent=1))
+    print(f"calibrated on {s0.describe()}: {cal.evidence}")
+    for f in cal.factors:
+        print(f"  {f.name:24s} {f.value:8.3f}  {f.fitted_from}")
+    print(f"calibrated plan of the traced layout: {traced:.3f} s")
+    print(f"{'layout':12s} {'measured (median of 5)':>24s} {'datasheet plan':>15s} {'calibrated plan':>16s} {'error':>8s}")
+    for r in rows:
+        print(f"{r['layout']:12s} {r['measured_median_s']:24.3f} {r['datasheet_s']:15.3f} {r['calibrated_s']:16.3f} {r['calibrated_error']:+8.1%}"
+              f"   runs: {', '.join(f'{x:.3f}' for x in r['runs_s'])}")
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

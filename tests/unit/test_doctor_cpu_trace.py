@@ -1,0 +1,105 @@
+"""A CPU-only profiler trace split into the GPU path's classes (`doctor.cpu_ops`): against torch's own
+event tree, and end to end from `bandwise train --profile` to the classes `calibrate` reads."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from bandwise.doctor.cpu_ops import ATTENTION, ELEMENTWISE, GEMM, classify_steps, op_class
+from bandwise.doctor.measured import StepClasses
+from bandwise.doctor.trace import analyze_trace
+
+pytestmark = pytest.mark.slow
+
+
+def test_op_names():
+    assert op_class("aten::addmm") == GEMM and op_class("aten::_grouped_mm") == GEMM
+    assert op_class("aten::mm", low_precision=True) == "gemm_bf16_fp16_fp8"
+    assert op_class("aten::_scaled_dot_product_flash_attention_for_cpu") == ATTENTION
+    assert op_class("c10d::_allgather_base_") == "comm:all_gather"
+    assert op_class("gloo:all_reduce") == "comm:all_reduce"
+    assert op_class("FSDP::post_backward_reduce (layers.0)") == "comm:reduce_scatter"
+    assert op_class("aten::mul") is None and op_class("autograd::engine::evaluate_function: MmBackward0") is None
+
+
+def test_self_time_goes_to_the_nearest_classified_parent():
+    # linear [0, 10] > addmm [1, 9] > empty [2, 3]; mul [10, 14]; a host range [14, 20] with nothing inside
+    events = [(0.0, 10.0, "aten::linear", False), (1.0, 9.0, "aten::addmm", False), (2.0, 3.0, "aten::empty", False),
+              (10.0, 14.0, "aten::mul", False), (14.0, 20.0, "Optimizer.zero_grad", False),
+              (20.0, 30.0, "_c10d_functional::all_reduce", False), (30.0, 35.0, "_c10d_functional::wait_tensor", False)]
+    got = classify_steps(events, [(0.0, 40.0)])
+    assert got.kernel_ms == pytest.approx({GEMM: 10e-3, ELEMENTWISE: 4e-3})
+    assert got.comm_exposed_ms == pytest.approx({"all_reduce": 15e-3})  # the wait is the all-reduce's
+
+
+def _outermost_us(events, match) -> float:
+    """Summed total time of the events `match` accepts that no accepted event encloses (torch's own tree)."""
+    total = 0.0
+    for e in events:
+        if not match(e.name):
+            continue
+        p = e.cpu_parent
+        while p is not None and not match(p.name):
+            p = p.cpu_parent
+        if p is None:
+            total += e.cpu_time_total
+    return total
+
+
+def test_classes_match_torch_event_tree(tmp_path):
+    """GEMM and attention time read from the exported trace equal what torch's own event tree says the
+    outermost matmul and attention operators took (all their time, children included)."""
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(64, 64)
+    x = torch.randn(8, 32, 64)
+    q = torch.randn(2, 4, 32, 16, requires_grad=True)
+    sched = torch.profiler.schedule(wait=0, warmup=1, active=2, repeat=1)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], schedule=sched) as prof:
+        for _ in range(3):
+            y = lin(x).relu().sum() + F.scaled_dot_product_attention(q, q, q, is_causal=True).sum()
+            y.backward()
+            prof.step()
+    path = tmp_path / "cpu.json"
+    prof.export_chrome_trace(str(path))
+    sig = analyze_trace(path)["signals"]
+    assert sig["steps"] == 2
+    evs = [e for e in prof.events() if not e.name.startswith("ProfilerStep")]
+    is_gemm = lambda n: op_class(n) == GEMM  # noqa: E731
+    is_attn = lambda n: op_class(n) == ATTENTION  # noqa: E731
+    # per step, as the doctor reports it; the trace rounds times to 1 us per event (Kineto's chrome export)
+    n_ops = sum(1 for e in evs if is_gemm(e.name) or is_attn(e.name))
+    assert sig["kernel_ms"][GEMM] == pytest.approx(_outermost_us(evs, is_gemm) / 2 / 1e3, abs=n_ops * 2e-3)
+    assert sig["kernel_ms"][ATTENTION] == pytest.approx(_outermost_us(evs, is_attn) / 2 / 1e3, abs=n_ops * 2e-3)
+    assert sig["kernel_ms"][ELEMENTWISE] > 0
+    m = StepClasses.of(sig)
+    assert m.gemm_ms > 0 and m.attention_ms > 0 and m.memory_ms > 0
+
+
+def test_train_profile_is_read(tmp_path, monkeypatch):
+    """`bandwise train --profile` on one CPU process writes rank0.json, and the doctor classifies it."""
+    from bandwise.cli.main import main
+
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        monkeypatch.delenv(k, raising=False)
+    with pytest.raises(SystemExit) as exc:
+        main(["train", "--model", "debug", "--steps", "3", "--profile", str(tmp_path), "--profile-steps", "1", "--seq-len", "64",
+              "--global-batch", "2", "--micro-batch", "2", "--num-workers", "0", "-q", "--json"])
+    assert exc.value.code == 0
+    sig = analyze_trace(tmp_path / "rank0.json")["signals"]
+    assert sig["device"] == "cpu" and sig["steps"] == 1
+    m = StepClasses.of(sig)
+    assert m.gemm_ms > 0 and m.attention_ms > 0 and m.memory_ms > 0
+    assert m.gemm_ms + m.attention_ms + m.memory_ms <= m.step_ms
+
+
+def test_profile_into_a_file_is_one_line(tmp_path, capsys):
+    from bandwise.cli.main import main
+
+    bad = tmp_path / "a-file"
+    bad.write_text("")
+    with pytest.raises(SystemExit) as exc:
+        main(["train", "--model", "debug", "--steps", "5", "--profile", str(bad), "-q"])
+    err = capsys.readouterr().err
+    assert exc.value.code != 0 and "--profile" in err and str(bad) in err and "Traceback" not in err
