@@ -40,6 +40,7 @@ from typing import Any
 
 from bandwise.errors import BandwiseError
 from bandwise.specs.hf_fields import ConfigRead, Fields
+from bandwise.specs.hf_blocks import BLOCKS, from_blocks_config
 from bandwise.specs.hf_hybrid import HYBRID, from_hybrid_config
 from bandwise.specs.model import MAX_DIMENSION, ModelSpec, brief
 
@@ -146,7 +147,6 @@ REFUSED = {
     # model_type: (the config field, what ModelSpec lacks)
     # DeciLM's modeling code (the models' own modeling_decilm.py): each block_configs entry sets its layer's
     # attention (n_heads_in_group, or no_op / replace_with_linear) and FFN (ffn_mult, or no_op)
-    "nemotron-nas": ("block_configs", "per-layer widths and layers without attention or MLP (modeling_decilm.py)"),
     "deci": ("block_configs", "per-layer widths and layers without attention or MLP (modeling_decilm.py)"),
     "falcon_h1": ("mamba_d_ssm", "a Mamba-2 mixer beside attention in every layer"),
     "granitemoehybrid": ("layer_types", "Mamba-2 layers between attention layers"),
@@ -207,6 +207,8 @@ def _from_fields(cfg: Fields, *, name: str, seq_len: int) -> ModelSpec:
     kind = cfg.get("model_type")
     if isinstance(kind, str) and kind in HYBRID:  # layer kinds besides attention (specs/hf_hybrid.py)
         return from_hybrid_config(cfg, name=name, seq_len=seq_len)
+    if isinstance(kind, str) and kind in BLOCKS:  # per-layer widths (specs/hf_blocks.py)
+        return from_blocks_config(cfg, name=name, seq_len=seq_len)
     if isinstance(kind, str) and kind in REFUSED:
         field, what = REFUSED[kind]
         raise BandwiseError(f"config.json ({kind}): {field} describes {what}, which ModelSpec does not describe; not supported")

@@ -19,6 +19,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from bandwise.specs.ffn import DenseMLP
 from bandwise.specs.model import ModelSpec, causal_chunk_pairs, causal_window_pairs
 
 MIXERS = ("attention", "mamba2", "none")
@@ -53,7 +54,12 @@ def _take(flags: list[bool], chosen: list[bool]) -> list[bool]:
 
 
 def layer_kinds(m: ModelSpec) -> list[LayerKind]:
-    """The kind of every layer, in order (see the module docstring for the placement)."""
+    """The kind of every layer, in order (see the module docstring for the placement); where the
+    model states its `blocks`, theirs (a linear map in attention's or the MLP's place is named as
+    that part absent: its FLOPs are `layer_flops`'s)."""
+    if m.blocks:
+        return [LayerKind(mixer="attention" if b.mixer == "attention" else "none", mlp="dense" if b.mlp == "mlp" else "none")
+                for b in m.blocks]
     n = m.layers
     has_mixer = [not f for f in spread(n, m.mixer_free_layers)]
     mixers = n - m.mixer_free_layers
@@ -117,6 +123,13 @@ def layer_flops(m: ModelSpec) -> np.ndarray:
     if m.experts:
         moe = m.ffn_kind
         mlps["moe"] = 2.0 * (moe.non_routed_params + moe.active_routed_params)
+    if m.blocks:  # each layer its own widths: GQA of its KV heads, a linear map, an MLP of its width
+        linear = 2.0 * m.hidden * m.hidden
+        return np.asarray([
+            (2.0 * m.block_attention(b.kv_heads).params + core_per_key * keys(LayerKind("attention", "dense")) if b.mixer == "attention"
+             else linear if b.mixer == "linear" else 0.0)
+            + (2.0 * DenseMLP(hidden=m.hidden, ffn=b.ffn, gated=m.gated_mlp).params if b.mlp == "mlp" else linear if b.mlp == "linear" else 0.0)
+            for b in m.blocks], dtype=float)
     out = []
     for kind in layer_kinds(m):
         f = mixers[kind.mixer] + mlps[kind.mlp]
