@@ -23,6 +23,7 @@ from typing import Any
 
 from bandwise.errors import BandwiseError
 from bandwise.specs.hf import FAMILIES, dropout_rates, window_layers
+from bandwise.specs.hf_blocks import BLOCKS
 from bandwise.specs.hf_hybrid import HYBRID
 from bandwise.specs.model import ModelSpec, brief
 
@@ -90,6 +91,9 @@ class Architecture:
     hybrid_pattern: str = ""
     """A hybrid's layers in order, in Nemotron-H's letters (`hybrid_override_pattern`): M a Mamba-2
     mixer, * attention, - an MLP, one block a layer; '' for a transformer."""
+    blocks_file: str = ""
+    """The config.json whose `block_configs` give each layer its widths (Nemotron-NAS), for an engine
+    that reads the file itself (Megatron-LM's --heterogeneous-layers-config-path); '' where layers are alike."""
     window_layers: tuple[bool, ...] = ()
     """Which layers the window covers, in order (`specs.hf.window_layers`); () with a window: every layer."""
     unsupported: tuple[str, ...] = ()
@@ -222,6 +226,9 @@ def from_hf(cfg: dict[str, Any], where: str = "config.json") -> Architecture:
     """The architecture a Hugging Face config.json describes (its model_type is one `specs.hf` reads)."""
     kind = cfg.get("model_type")
     defaults = TRANSFORMERS_DEFAULTS.get(kind)
+    if kind in BLOCKS:  # Llama's block, layer by layer (specs/hf_blocks.py): Llama's positions, norms and biases
+        return replace(from_hf({**cfg, "model_type": "llama"}, where), family=kind, blocks_file=where,
+                       source=f"{where} (model_type {kind})")
     if defaults is None:
         if kind in HYBRID:
             return _hybrid(cfg, kind, where)
@@ -425,7 +432,8 @@ def architecture(model: ModelSpec, source: str | Path | None = None) -> Architec
     if path is not None and path.is_file():
         data = _read(path)
         if isinstance(data, dict) and ("model_type" in data or "architectures" in data):
-            return from_hf(data, where=str(source))
+            arch = from_hf(data, where=str(source))
+            return replace(arch, blocks_file=str(path.resolve())) if arch.blocks_file else arch
         return None
     preset = _preset_spec(model.name)
     if preset is not None and _shape(preset) == _shape(model):

@@ -133,6 +133,8 @@ def check_model(model: ModelSpec, arch: Architecture | None) -> None:
     """Refuse, in one line naming the field, a model whose job Megatron-LM cannot state."""
     out = refusals(model, arch, windows=True)  # --window-size and --window-attn-skip-freq (`_window_args`)
     if arch is not None:
+        if model.blocks:
+            out += _block_blockers(model, arch)
         rope = arch.rope
         if rope is not None and not float(rope.theta).is_integer():
             out.append(f"rope_theta={rope.theta:g}: Megatron-LM's --rotary-base takes an integer")
@@ -299,6 +301,25 @@ def render(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int,
     return "\n".join(lines) + "\n", notes
 
 
+def _block_blockers(model: ModelSpec, arch: Architecture) -> list[str]:
+    """What keeps Megatron-LM d98e8a6 from building a model of per-layer blocks. It reads them from the
+    config.json itself (--heterogeneous-layers-config-path; megatron/core/transformer/heterogeneous/
+    heterogeneous_config.py, HeterogeneousTransformerConfig: no_op, replace_with_linear, n_heads_in_group,
+    ffn_mult per layer) and arguments.py, validate_model_config_args_from_heterogeneous_config, asserts
+    one n_heads_in_group for every attention layer, SwiGLU, RMSNorm, RoPE and --use-rope-scaling."""
+    kv = {b.kv_heads for b in model.blocks if b.mixer == "attention"}
+    if not arch.blocks_file:
+        return ["per-layer blocks without their config.json: Megatron-LM reads them only from "
+                "--heterogeneous-layers-config-path; pass the config.json as --model"]
+    if len(kv) > 1:
+        return [f"KV heads that differ by layer ({', '.join(map(str, sorted(kv)))}): Megatron-LM's heterogeneous config asserts "
+                "one n_heads_in_group for every layer (arguments.py, validate_model_config_args_from_heterogeneous_config)"]
+    if arch.rope is None or arch.rope.scaling != "llama3" or not arch.gated or arch.norm != "RMSNorm":
+        return ["per-layer blocks without Llama 3.1's RoPE scaling, SwiGLU and RMSNorm: Megatron-LM's heterogeneous config "
+                "asserts them (arguments.py, validate_model_config_args_from_heterogeneous_config)"]
+    return []
+
+
 def entry_point(arch: Architecture) -> str:
     """Megatron-LM's training script: pretrain_hybrid.py for a hybrid (pretrain_mamba.py at d98e8a6 is its
     deprecated wrapper), else pretrain_gpt.py."""
@@ -322,7 +343,7 @@ def _model_args(m: ModelSpec, arch: Architecture) -> list[tuple[str, object]]:
         if m.q_lora_rank:
             a.append(("q-lora-rank", m.q_lora_rank))
     else:
-        if m.n_kv_heads != m.heads:
+        if m.n_kv_heads != m.heads or m.blocks:  # the heterogeneous config asserts GQA's flags (`_block_blockers`)
             a += [("group-query-attention", None), ("num-query-groups", m.n_kv_heads)]
         if m.d_head != m.hidden // m.heads:
             a.append(("kv-channels", m.d_head))
@@ -355,6 +376,8 @@ def _model_args(m: ModelSpec, arch: Architecture) -> list[tuple[str, object]]:
             if rope.scaling == "yarn":
                 a += [("rotary-scaling-factor", _num(rope.factor)), ("mscale", _num(rope.mscale)), ("mscale-all-dim", _num(rope.mscale_all_dim))]
     a += _window_args(arch)
+    if arch.blocks_file:  # each layer's widths, read by Megatron-LM from the file (`_block_blockers`)
+        a.append(("heterogeneous-layers-config-path", arch.blocks_file))
     a += [("normalization", arch.norm), ("norm-epsilon", _num(arch.norm_eps))]
     if arch.qk_norm:
         a.append(("qk-layernorm", None))
