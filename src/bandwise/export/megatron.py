@@ -376,8 +376,9 @@ def _model_args(m: ModelSpec, arch: Architecture) -> list[tuple[str, object]]:
             if rope.scaling == "yarn":
                 a += [("rotary-scaling-factor", _num(rope.factor)), ("mscale", _num(rope.mscale)), ("mscale-all-dim", _num(rope.mscale_all_dim))]
     a += _window_args(arch)
-    if arch.blocks_file:  # each layer's widths, read by Megatron-LM from the file (`_block_blockers`)
-        a.append(("heterogeneous-layers-config-path", arch.blocks_file))
+    if arch.blocks_file:  # each layer's widths, read by Megatron-LM from the file (`_block_blockers`); the check
+        # there also asks for the legacy --use-rotary-position-embeddings (arguments.py: it sets position_embedding_type rope)
+        a += [("heterogeneous-layers-config-path", arch.blocks_file), ("use-rotary-position-embeddings", None)]
     a += [("normalization", arch.norm), ("norm-epsilon", _num(arch.norm_eps))]
     if arch.qk_norm:
         a.append(("qk-layernorm", None))
