@@ -81,7 +81,7 @@ FAMILIES: dict[str, dict[str, Any]] = {
     "gpt_oss": {"norms": 2, "qkv": True, "o": True, "window": 2},
     **{k: {"norms": 2} for k in DEEPSEEK},
 }
-SUPPORTED = sorted({*FAMILIES, "gemma3", "llama4", "llama4_text", *HYBRID})
+SUPPORTED = sorted({*FAMILIES, "gemma3", "llama4", "llama4_text", *HYBRID, *BLOCKS})
 
 CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
     # Keys published configs leave to the class (transformers' configuration_<type>.py defaults).
