@@ -285,6 +285,10 @@ HAND_WRITTEN = {
     "--multi-latent-attention": (None, None, None),  # selects MLATransformerConfig
     "--untie-embeddings-and-output-weights": (None, None, None),  # GPTModel(share_embeddings_and_output_weights=False)
     "--position-embedding-type": (None, None, None),  # GPTModel argument
+    # per-layer blocks: read from the file by core_transformer_config_from_args into HeterogeneousTransformerConfig
+    # (megatron_validate_args.py judges them with Megatron-LM's own code); the legacy rope flag sets position_embedding_type
+    "--heterogeneous-layers-config-path": (None, None, None),
+    "--use-rotary-position-embeddings": (None, None, None),
     # the rope flags (arguments.py, _add_network_size_args): GPTModel(rotary_base=..., rope_scaling=...,
     # rope_scaling_factor=...), and core_transformer_config_from_args copies the same-named
     # arguments into MLATransformerConfig's rotary_base, rope_type, rotary_scaling_factor, mscale, mscale_all_dim
