@@ -125,3 +125,33 @@ def test_a_model_file_states_blocks_that_agree_with_its_counts():
         ModelSpec.from_dict({**base, "layers": 3, "blocks": blocks, "mixer_free_layers": 1})
     with pytest.raises(BandwiseError, match="mixer='conv'"):
         ModelSpec.from_dict({**base, "blocks": [{**blocks[0], "mixer": "conv"}, blocks[1]], "mixer_free_layers": 1})
+
+
+def layer_weights(cfg: dict) -> list[int]:
+    """Each layer's weights by the closed form of `closed_form`, norms left out (as the placement does)."""
+    h = cfg["hidden_size"]
+    out = []
+    for block in cfg["block_configs"]:
+        one = dict(cfg, block_configs=[block], vocab_size=0)
+        norms = (not block["attention"]["no_op"]) + (not block["ffn"]["no_op"])
+        out.append(closed_form(one) - norms * h - h)
+    return out
+
+
+def test_each_pipeline_rank_holds_its_own_layers_weights(cfg):
+    """At PP4 the layers are cut 20 a stage: rank 0 holds layers 0-19, the head's rank 60-79; each
+    rank's weights over 20 mean layers is what the memory placement multiplies the mean layer by."""
+    from bandwise.specs.layer_order import stage_param_weights
+
+    m = from_hf_config(cfg, name="super-49b")
+    w = layer_weights(cfg)
+    mean = sum(w) / len(w)
+    stages = [sum(w[i * 20:(i + 1) * 20]) / (20 * mean) for i in range(4)]
+    first, head, heavy = stage_param_weights(m, 4, 1, False)
+    assert (first, head, heavy) == pytest.approx((stages[0], stages[3], max(stages)))
+    assert first > 1.2 and head < 0.8  # the attending, widest layers come first
+    # V-shaped, 2 stages a rank: rank 0 holds stages 0 and 7 (layers 0-9 and 70-79)
+    w8 = [sum(w[i * 10:(i + 1) * 10]) / (10 * mean) for i in range(8)]
+    first_v, _, heavy_v = stage_param_weights(m, 4, 2, True)
+    assert first_v == pytest.approx((w8[0] + w8[7]) / 2)
+    assert heavy_v == pytest.approx(max((w8[r] + w8[7 - r]) / 2 for r in range(4)))

@@ -174,3 +174,37 @@ def stage_weights(m: ModelSpec, pp: int, v: int, v_shaped: bool) -> tuple[float,
     head = 0 if v_shaped else pp - 1
     heavy = max(weight) / max(max(count), 1.0)
     return float(heavy) if heavy > 1.0 else 1.0, float(weight[head] / count[head]) if count[head] else 1.0
+
+
+def layer_params(m: ModelSpec) -> np.ndarray | None:
+    """Weights of each layer, in order, where the model states its `blocks` (each its own KV heads,
+    MLP width or linear maps); None otherwise, where the placement prices the mean layer."""
+    if not m.blocks:
+        return None
+    linear = m.hidden * m.hidden
+    return np.asarray([
+        (m.block_attention(b.kv_heads).params if b.mixer == "attention" else linear if b.mixer == "linear" else 0)
+        + (DenseMLP(hidden=m.hidden, ffn=b.ffn, gated=m.gated_mlp).params if b.mlp == "mlp" else linear if b.mlp == "linear" else 0)
+        for b in m.blocks], dtype=float)
+
+
+@lru_cache(maxsize=4096)
+def stage_param_weights(m: ModelSpec, pp: int, v: int, v_shaped: bool) -> tuple[float, float, float]:
+    """(the first rank's, the output head's rank's, the heaviest rank's) layer weights over the mean
+    layer's times their layer counts, cut as `stage_weights` cuts them; 1.0 each where the model
+    prices its mean layer (`layer_params` None) or runs one stage."""
+    w = layer_params(m)
+    if pp <= 1 or w is None or not w.mean():
+        return 1.0, 1.0, 1.0
+    w = w / w.mean()
+    n, L = pp * v, m.layers
+    base, extra = divmod(L, n)
+    bounds = np.concatenate([[0], np.cumsum([base + (j < extra) for j in range(n)])])
+    sw = np.add.reduceat(np.append(w, 0.0), bounds[:-1])[:n]
+    sw = np.where(np.diff(bounds) > 0, sw, 0.0)
+    sc = np.diff(bounds).astype(float)
+    ranks = [[r, n - 1 - r] if v_shaped else list(range(r, n, pp)) for r in range(pp)]
+    weight, count = [sw[s].sum() for s in ranks], [sc[s].sum() for s in ranks]
+    share = [wt / c if c else 1.0 for wt, c in zip(weight, count)]
+    head = 0 if v_shaped else pp - 1
+    return float(share[0]), float(share[head]), float(max(weight) / max(max(count), 1.0))
