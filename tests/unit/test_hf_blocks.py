@@ -155,3 +155,10 @@ def test_each_pipeline_rank_holds_its_own_layers_weights(cfg):
     first_v, _, heavy_v = stage_param_weights(m, 4, 2, True)
     assert first_v == pytest.approx((w8[0] + w8[7]) / 2)
     assert heavy_v == pytest.approx(max((w8[r] + w8[7 - r]) / 2 for r in range(4)))
+
+
+def test_the_trainer_refuses_per_layer_blocks_in_one_line(cfg):
+    from bandwise.runtime.layer_plan import unsupported
+
+    message = unsupported(from_hf_config(cfg, name="super-49b"))
+    assert message is not None and "block_configs" in message and "\n" not in message

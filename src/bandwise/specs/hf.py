@@ -18,10 +18,10 @@ huggingface/transformers d98ac17 and neighbours) or, for remote-code models, the
                                            on the RoPE layers (`_llama4`)
 Parameters outside the weight matrices (norms, biases, sinks, gates) land in `vector_params`, so
 `total_params` is the checkpoint's count. Hybrids (nemotron_h, qwen3_next, jamba) are read by
-`specs.hf_hybrid`.
+`specs.hf_hybrid`, Nemotron-NAS's per-layer widths (nemotron-nas `block_configs`) by `specs.hf_blocks`.
 
-A config ModelSpec cannot describe is refused in one line that names the field: per-layer widths,
-a Mamba-2 mixer beside attention in one layer, and the hybrids not read yet.
+A config ModelSpec cannot describe is refused in one line that names the field: DeciLM's per-layer
+KV heads (deci), a Mamba-2 mixer beside attention in one layer, and the hybrids not read yet.
 
 Sliding-window attention (`window_spec`): the window is `sliding_window` (absent or null: none),
 switched off by `use_sliding_window: false`. Which layers it covers: `layer_types`
