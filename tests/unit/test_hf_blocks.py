@@ -162,3 +162,10 @@ def test_the_trainer_refuses_per_layer_blocks_in_one_line(cfg):
 
     message = unsupported(from_hf_config(cfg, name="super-49b"))
     assert message is not None and "block_configs" in message and "\n" not in message
+
+
+def test_a_read_model_round_trips_through_its_fields(cfg):
+    """What `--json` writes and a model file states: the blocks come back as they were read."""
+    m = from_hf_config(cfg, name="super-49b")
+    again = ModelSpec.from_dict(json.loads(json.dumps(m.to_dict())))
+    assert again == m and again.total_params == closed_form(cfg)
