@@ -274,6 +274,15 @@ HAND_WRITTEN = {
     # flag: (config, field, value or None to take the flag's value); config None: not a config field
     "--swiglu": ("transformer", "gated_linear_unit", True),  # also activation_func = silu (below)
     "--squared-relu": (None, None, None),  # activation_func = squared_relu (below)
+    "--quick-geglu": ("transformer", "gated_linear_unit", True),  # also activation_func = quick_gelu (below)
+    # bias_dropout_fusion is left out of the generated flags (arguments.py's exclude list); --no-bias-dropout-fusion sets it
+    "--no-bias-dropout-fusion": ("transformer", "bias_dropout_fusion", False),
+    # YaRN outside MLA: argument_utils.py _apply_yarn_config_from_args sets yarn_* attributes after the config is built
+    "--yarn-original-max-position-embeddings": (None, None, None),
+    "--yarn-beta-fast": (None, None, None),
+    "--yarn-beta-slow": (None, None, None),
+    "--yarn-correction-range-round-to-int": (None, None, None),
+    "--no-yarn-correction-range-round-to-int": (None, None, None),
     # pretrain_hybrid.py's layer pattern (hybrid_config_from_args; megatron_validate_args.py judges it with Megatron-LM's own code)
     "--hybrid-layer-pattern": (None, None, None),
     "--group-query-attention": (None, None, None),  # makes --num-query-groups count
@@ -285,6 +294,10 @@ HAND_WRITTEN = {
     "--multi-latent-attention": (None, None, None),  # selects MLATransformerConfig
     "--untie-embeddings-and-output-weights": (None, None, None),  # GPTModel(share_embeddings_and_output_weights=False)
     "--position-embedding-type": (None, None, None),  # GPTModel argument
+    # per-layer blocks: read from the file by core_transformer_config_from_args into HeterogeneousTransformerConfig
+    # (megatron_validate_args.py judges them with Megatron-LM's own code); the legacy rope flag sets position_embedding_type
+    "--heterogeneous-layers-config-path": (None, None, None),
+    "--use-rotary-position-embeddings": (None, None, None),
     # the rope flags (arguments.py, _add_network_size_args): GPTModel(rotary_base=..., rope_scaling=...,
     # rope_scaling_factor=...), and core_transformer_config_from_args copies the same-named
     # arguments into MLATransformerConfig's rotary_base, rope_type, rotary_scaling_factor, mscale, mscale_all_dim
@@ -409,6 +422,10 @@ def megatron_configs(flags: dict[str, list[str]]) -> tuple[Any, Any]:
         from megatron.core.activations import squared_relu
 
         transformer["activation_func"] = squared_relu
+    if "--quick-geglu" in flags:  # argument_utils.py core_transformer_config_from_args: megatron.core's quick_gelu
+        from megatron.core.fusions.fused_bias_geglu import quick_gelu
+
+        transformer["activation_func"] = quick_gelu
     # argument_utils.py core_transformer_config_from_args: bias_activation_fusion is --bias-swiglu-fusion's or
     # --bias-gelu-fusion's (both on by default), and validate_args turns the GELU one off without biases
     transformer["bias_activation_fusion"] = ("--no-bias-swiglu-fusion" not in flags if "--swiglu" in flags else
@@ -605,6 +622,12 @@ def assert_megatron_model(cfg: Any, flags: dict[str, list[str]], model: ModelSpe
     rope = arch.rope
     if rope is None:  # a hybrid's attention (Nemotron-H's) has no positions; GPT-2's a learned table
         assert flags["--position-embedding-type"] == ["none" if arch.hybrid_pattern else "learned_absolute"]
+    elif rope.scaling == "yarn" and not model.is_mla:  # GPTModel's yarn branch, its yarn_* from the flags (argument_utils.py)
+        assert flags["--position-embedding-type"] == ["yarn"] and float(flags["--rotary-base"][0]) == rope.theta
+        stated = [float(flags[f][0]) for f in ("--rotary-scaling-factor", "--yarn-original-max-position-embeddings", "--yarn-beta-fast",
+                                               "--yarn-beta-slow", "--mscale", "--mscale-all-dim")]
+        assert stated == [rope.factor, rope.original_positions, rope.beta_fast, rope.beta_slow, rope.mscale, rope.mscale_all_dim]
+        assert ("--no-yarn-correction-range-round-to-int" in flags) == (not rope.truncate)
     else:
         assert flags["--position-embedding-type"] == ["rope"]
         assert float(flags["--rotary-base"][0]) == rope.theta, f"rotary base {flags.get('--rotary-base')}, the model's {rope.theta:g}"
@@ -622,6 +645,15 @@ def assert_megatron_model(cfg: Any, flags: dict[str, list[str]], model: ModelSpe
     assert cfg.add_bias_linear == arch.bias
     assert cfg.add_qkv_bias == (arch.qkv_bias or arch.bias)  # validate_args: add_bias_linear sets add_qkv_bias
     assert cfg.gated_linear_unit == arch.gated
+    # gpt-oss: sinks (softmax_type), the GLU's offset and clamp, quick_gelu
+    assert cfg.softmax_type == ("learnable" if arch.sinks else "vanilla")
+    assert cfg.glu_linear_offset == arch.glu_offset and (cfg.activation_func_clamp_value or 0.0) == arch.glu_clamp
+    if arch.activation == "quick_gelu":
+        from megatron.core.fusions.fused_bias_geglu import quick_gelu
+
+        assert cfg.activation_func is quick_gelu and arch.gated
+    # Nemotron-NAS: the per-layer blocks, from the config.json the plan read
+    assert flags.get("--heterogeneous-layers-config-path", [""]) == [arch.blocks_file]
     if arch.activation == "relu2":
         from megatron.core.activations import squared_relu
 

@@ -95,7 +95,7 @@ PLANS = [
          expect(torchtitan="rope.scaling= (yarn)", maxtext="MaxText selects DeepSeek's routing by the model_name")),
     Plan("Kimi-K2.json@512xh100", hf("Kimi-K2-Instruct"), "h100", 512, expect(torchtitan=NO_TT, maxtext="model_name")),
     Plan("gpt-oss-120b.json@64xh100", hf("gpt-oss-120b"), "h100", 64,
-         expect(torchtitan=NO_TT, megatron="attention sinks")),  # MaxText: its own gpt-oss-120b config
+         expect(torchtitan=NO_TT)),  # MaxText: its own gpt-oss-120b config; Megatron-LM: sinks, quick-GeGLU, YaRN flags
     # families beyond Llama's block: GPT-2's learned positions, biases and tanh GELU; StarCoder2's LayerNorm, biases and
     # tanh GELU with RoPE; GPT-NeoX's exact GELU; DeepSeek-V2's softmax router without renormalization; and what no
     # engine here writes, refused by the config's own field names

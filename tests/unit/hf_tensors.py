@@ -21,7 +21,8 @@ def tensors(cfg: dict) -> dict[str, tuple[int, ...]]:
         c = {**c["text_config"], "model_type": "llama4_text"}
         kind = "llama4_text"
     return {"gpt2": _gpt2, "gpt_neox": _neox, "falcon": _falcon, "dbrx": _dbrx, "llama4_text": _llama4,
-            "jamba": _jamba, "nemotron_h": _nemotron_h}.get(kind, _llama_like)(c)
+            "jamba": _jamba, "nemotron_h": _nemotron_h,
+            "nemotron-nas": _nemotron_nas}.get(kind, _llama_like)(c)
 
 
 def count(cfg: dict) -> int:
@@ -130,6 +131,38 @@ def _llama_like(c: dict) -> dict:
         for n in names:
             t |= _norm(p + n, h, layer_norm)
         t |= _feed_forward(p, c, kind, i, h, f)
+    return t
+
+
+def _nemotron_nas(c: dict) -> dict:
+    # modeling_decilm.py (the model's own code): embed_tokens; per block_configs entry a DeciLMDecoderLayer whose
+    # attention, unless no_op, is input_layernorm (h) and either self_attn.linear_attn (h, h) (replace_with_linear)
+    # or q_proj (H·d, h), k_proj and v_proj (H/n_heads_in_group · d, h), o_proj (h, H·d), no biases; whose FFN,
+    # unless no_op, is post_attention_layernorm (h) and either mlp.linear_mlp (h, h) or gate_proj and up_proj
+    # (f, h) and down_proj (h, f) with f from ffn_mult (_ffn_mult_to_intermediate_size: 2/3 of ffn_mult·h, up
+    # to a multiple of 256); then norm and an untied lm_head.
+    h, V, H = c["hidden_size"], c["vocab_size"], c["num_attention_heads"]
+    d = h // H
+    t = {"embed_tokens": (V, h), "norm": (h,)}
+    if not c.get("tie_word_embeddings", False):
+        t["lm_head"] = (V, h)
+    for i, block in enumerate(c["block_configs"]):
+        p, att, ffn = f"layers.{i}.", block["attention"], block["ffn"]
+        if not att["no_op"]:
+            t[p + "input_layernorm"] = (h,)
+            if att["replace_with_linear"]:
+                t[p + "linear_attn"] = (h, h)
+            else:
+                kv = H // att["n_heads_in_group"]
+                t |= {p + "q_proj": (H * d, h), p + "k_proj": (kv * d, h), p + "v_proj": (kv * d, h), p + "o_proj": (h, H * d)}
+        if not ffn["no_op"]:
+            t[p + "post_attention_layernorm"] = (h,)
+            if ffn["replace_with_linear"]:
+                t[p + "linear_mlp"] = (h, h)
+            else:
+                f = int(2 * ffn["ffn_mult"] * h / 3)
+                f += -f % 256
+                t |= {p + "gate_proj": (f, h), p + "up_proj": (f, h), p + "down_proj": (h, f)}
     return t
 
 

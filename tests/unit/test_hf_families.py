@@ -138,7 +138,7 @@ def test_deepseek_moe_layer_freq_above_one_is_refused_by_name():
     "cfg, field",
     [
         ({"model_type": "bamba", "attn_layer_indices": [9, 18]}, "attn_layer_indices"),
-        ({"model_type": "nemotron-nas", "block_configs": [{"attention": {"no_op": True}}]}, "block_configs"),
+        ({"model_type": "deci", "block_configs": [{"attention": {"no_op": True}}]}, "block_configs"),
     ],
 )
 def test_families_modelspec_cannot_describe_are_refused_by_field(cfg, field):

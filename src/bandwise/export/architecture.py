@@ -23,6 +23,7 @@ from typing import Any
 
 from bandwise.errors import BandwiseError
 from bandwise.specs.hf import FAMILIES, dropout_rates, window_layers
+from bandwise.specs.hf_blocks import BLOCKS
 from bandwise.specs.hf_hybrid import HYBRID
 from bandwise.specs.model import ModelSpec, brief
 
@@ -43,6 +44,9 @@ class Rope:
     beta_slow: float = 1.0
     mscale: float = 1.0
     mscale_all_dim: float = 0.0
+    truncate: bool = True
+    """YaRN's correction range rounded to whole dimensions (transformers' `truncate`, default true;
+    gpt-oss sets false)."""
 
 
 @dataclass(frozen=True)
@@ -62,7 +66,7 @@ class Architecture:
     gated: bool = True
     """SwiGLU MLP (SiLU gate); else a two-matrix MLP of `activation`."""
     activation: str = "silu"
-    """The MLP's activation: 'silu' (SwiGLU), 'gelu_tanh' (GELU's tanh approximation: transformers'
+    """The MLP's activation: 'silu' (SwiGLU), 'quick_gelu' (gpt-oss's gated x·σ(1.702·x)), 'gelu_tanh' (GELU's tanh approximation: transformers'
     gelu_new and gelu_pytorch_tanh, GPT-2's), 'gelu' (the exact, erf GELU: transformers' gelu),
     'relu2' (squared ReLU, Nemotron-H's)."""
     positions: int = 0
@@ -73,6 +77,13 @@ class Architecture:
     where the model trains with dropout (`ModelSpec.dropout`)."""
     attention_dropout: float | None = None
     """Dropout on the attention probabilities; None as `hidden_dropout`."""
+    sinks: bool = False
+    """A learned sink logit per head in each attention softmax (gpt-oss's `sinks`)."""
+    glu_offset: float = 0.0
+    """Added to the GLU's linear half before the product: act(gate)·(up + offset) (gpt-oss: 1)."""
+    glu_clamp: float = 0.0
+    """The GLU's gate clamped above and its linear half on both sides at this value (gpt-oss's
+    `swiglu_limit` 7); 0: no clamp."""
     router: str = ""
     """MoE gate scores: 'softmax' or 'sigmoid'; '' for a dense model."""
     topk_norm: bool = True
@@ -90,6 +101,9 @@ class Architecture:
     hybrid_pattern: str = ""
     """A hybrid's layers in order, in Nemotron-H's letters (`hybrid_override_pattern`): M a Mamba-2
     mixer, * attention, - an MLP, one block a layer; '' for a transformer."""
+    blocks_file: str = ""
+    """The config.json whose `block_configs` give each layer its widths (Nemotron-NAS), for an engine
+    that reads the file itself (Megatron-LM's --heterogeneous-layers-config-path); '' where layers are alike."""
     window_layers: tuple[bool, ...] = ()
     """Which layers the window covers, in order (`specs.hf.window_layers`); () with a window: every layer."""
     unsupported: tuple[str, ...] = ()
@@ -166,7 +180,7 @@ TRANSFORMERS_DEFAULTS: dict[str, dict[str, Any]] = {
                     "norm_topk_prob": True, "routed_scaling_factor": 2.5},
     "kimi_k2": {"rope_theta": 50000.0, "rms_norm_eps": 1e-6, "scoring_func": "sigmoid", "topk_method": "noaux_tc",
                 "norm_topk_prob": True, "routed_scaling_factor": 2.827},
-    "gpt_oss": {"rope_theta": 150000.0, "rms_norm_eps": 1e-5},
+    "gpt_oss": {"rope_theta": 150000.0, "rms_norm_eps": 1e-5, "swiglu_limit": 7.0},
     # transformers 4.57.1 configuration classes (InternLM2's is the model's own remote code)
     "deepseek_v2": {"rope_theta": 10000.0, "rms_norm_eps": 1e-6, "scoring_func": "softmax", "topk_method": "greedy",
                     "norm_topk_prob": False, "routed_scaling_factor": 1.0},
@@ -222,6 +236,9 @@ def from_hf(cfg: dict[str, Any], where: str = "config.json") -> Architecture:
     """The architecture a Hugging Face config.json describes (its model_type is one `specs.hf` reads)."""
     kind = cfg.get("model_type")
     defaults = TRANSFORMERS_DEFAULTS.get(kind)
+    if kind in BLOCKS:  # Llama's block, layer by layer (specs/hf_blocks.py): Llama's positions, norms and biases
+        return replace(from_hf({**cfg, "model_type": "llama"}, where), family=kind, blocks_file=where,
+                       source=f"{where} (model_type {kind})")
     if defaults is None:
         if kind in HYBRID:
             return _hybrid(cfg, kind, where)
@@ -270,7 +287,8 @@ def from_hf(cfg: dict[str, Any], where: str = "config.json") -> Architecture:
             rope = replace(rope, scaling="yarn", factor=float(scaling.get("factor", 1.0)),
                            original_positions=int(scaling.get("original_max_position_embeddings", 4096)),
                            beta_fast=float(scaling.get("beta_fast", 32.0)), beta_slow=float(scaling.get("beta_slow", 1.0)),
-                           mscale=float(scaling.get("mscale", 1.0)), mscale_all_dim=float(scaling.get("mscale_all_dim", 0.0)))
+                           mscale=float(scaling.get("mscale", 1.0)), mscale_all_dim=float(scaling.get("mscale_all_dim", 0.0)),
+                           truncate=scaling.get("truncate", True) is not False)
         elif rtype == "linear":  # positions divided by the factor (transformers' _compute_linear_scaling_rope_parameters)
             rope = replace(rope, scaling="linear", factor=float(scaling.get("factor", 1.0)))
             unsupported.append(f"rope_scaling type 'linear' (factor {rope.factor:g})")
@@ -349,11 +367,11 @@ def from_hf(cfg: dict[str, Any], where: str = "config.json") -> Architecture:
         arch = replace(arch, router=score, topk_norm=bool(get("norm_topk_prob")), expert_bias=method == "noaux_tc",
                        routed_scale=number("routed_scaling_factor"))
     elif kind == "gpt_oss":
-        # Megatron-Core d98e8a6 has each part (TransformerConfig softmax_type 'learnable', glu_linear_offset,
-        # activation_func_clamp_value; arguments.py --position-embedding-type yarn), but the router's bias and the
-        # experts' biases together with them are not written by this export yet
-        unsupported.append("attention sinks with the clamped, offset GLU and biased router and experts (gpt-oss): not "
-                           "written for Megatron-LM by this export, though Megatron-Core has sinks (softmax_type 'learnable')")
+        # transformers modeling_gpt_oss.py: GptOssAttention's per-head `sinks` and biased q, k, v, o; GptOssTopKRouter's
+        # linear with bias, a softmax over the top-k logits; GptOssExperts' biased gate_up and down, and
+        # _apply_gate: gate.clamp(max=limit), up.clamp(-limit, limit), (up + 1)·gate·σ(1.702·gate) (alpha 1.702)
+        arch = replace(arch, bias=True, activation="quick_gelu", sinks=True, glu_offset=1.0, glu_clamp=number("swiglu_limit"),
+                       router="softmax", topk_norm=True)
     return replace(arch, unsupported=tuple(unsupported))
 
 
@@ -425,7 +443,8 @@ def architecture(model: ModelSpec, source: str | Path | None = None) -> Architec
     if path is not None and path.is_file():
         data = _read(path)
         if isinstance(data, dict) and ("model_type" in data or "architectures" in data):
-            return from_hf(data, where=str(source))
+            arch = from_hf(data, where=str(source))
+            return replace(arch, blocks_file=str(path.resolve())) if arch.blocks_file else arch
         return None
     preset = _preset_spec(model.name)
     if preset is not None and _shape(preset) == _shape(model):

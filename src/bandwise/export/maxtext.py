@@ -300,6 +300,10 @@ def mesh(cluster: Cluster, s: Strategy, devices: int) -> tuple[dict[str, int], d
 
 def check_model(model: ModelSpec, arch: Architecture | None) -> None:
     """Refuse, in one line naming the field, a model MaxText's config cannot state."""
+    if model.blocks:  # Nemotron-NAS's `block_configs`
+        raise BandwiseError(f"maxtext cannot run {model.name}: per-layer attention and MLP widths (block_configs): MaxText's config has one "
+                            "base_mlp_dim and one base_num_kv_heads for every decoder layer and no layer without attention "
+                            "(configs/base.yml; as of MaxText 0.2.5); export to megatron")
     if arch is not None and arch.family in FILE_BLOCKS:  # stated by MaxText's own model file, or not at all
         name, why = model_file(model, arch)
         if name is None:

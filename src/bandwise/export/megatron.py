@@ -133,6 +133,8 @@ def check_model(model: ModelSpec, arch: Architecture | None) -> None:
     """Refuse, in one line naming the field, a model whose job Megatron-LM cannot state."""
     out = refusals(model, arch, windows=True)  # --window-size and --window-attn-skip-freq (`_window_args`)
     if arch is not None:
+        if model.blocks:
+            out += _block_blockers(model, arch)
         rope = arch.rope
         if rope is not None and not float(rope.theta).is_integer():
             out.append(f"rope_theta={rope.theta:g}: Megatron-LM's --rotary-base takes an integer")
@@ -140,8 +142,6 @@ def check_model(model: ModelSpec, arch: Architecture | None) -> None:
             # megatron/core/models/common/embeddings/rotary_pos_embedding.py, RotaryEmbedding._apply_scaling
             out.append(f"rope_scaling (low_freq_factor {rope.low_freq_factor:g}, high_freq_factor {rope.high_freq_factor:g}, "
                        f"original {rope.original_positions}): Megatron applies Llama 3.1 scaling with 1, 4 and 8192 only")
-        if rope is not None and rope.scaling == "yarn" and not model.is_mla:
-            out.append("rope_scaling yarn: Megatron-LM applies YaRN to multi-latent attention only (--rope-type)")
         if rope is not None and rope.scaling == "yarn" and model.is_mla:
             # MLATransformerConfig's defaults; Megatron-LM has flags for the factor and the two mscales only
             for name, value, default in (("beta_fast", rope.beta_fast, 32), ("beta_slow", rope.beta_slow, 1),
@@ -299,6 +299,25 @@ def render(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int,
     return "\n".join(lines) + "\n", notes
 
 
+def _block_blockers(model: ModelSpec, arch: Architecture) -> list[str]:
+    """What keeps Megatron-LM d98e8a6 from building a model of per-layer blocks. It reads them from the
+    config.json itself (--heterogeneous-layers-config-path; megatron/core/transformer/heterogeneous/
+    heterogeneous_config.py, HeterogeneousTransformerConfig: no_op, replace_with_linear, n_heads_in_group,
+    ffn_mult per layer) and arguments.py, validate_model_config_args_from_heterogeneous_config, asserts
+    one n_heads_in_group for every attention layer, SwiGLU, RMSNorm, RoPE and --use-rope-scaling."""
+    kv = {b.kv_heads for b in model.blocks if b.mixer == "attention"}
+    if not arch.blocks_file:
+        return ["per-layer blocks without their config.json: Megatron-LM reads them only from "
+                "--heterogeneous-layers-config-path; pass the config.json as --model"]
+    if len(kv) > 1:
+        return [f"KV heads that differ by layer ({', '.join(map(str, sorted(kv)))}): Megatron-LM's heterogeneous config asserts "
+                "one n_heads_in_group for every layer (arguments.py, validate_model_config_args_from_heterogeneous_config)"]
+    if arch.rope is None or arch.rope.scaling != "llama3" or not arch.gated or arch.norm != "RMSNorm":
+        return ["per-layer blocks without Llama 3.1's RoPE scaling, SwiGLU and RMSNorm: Megatron-LM's heterogeneous config "
+                "asserts them (arguments.py, validate_model_config_args_from_heterogeneous_config)"]
+    return []
+
+
 def entry_point(arch: Architecture) -> str:
     """Megatron-LM's training script: pretrain_hybrid.py for a hybrid (pretrain_mamba.py at d98e8a6 is its
     deprecated wrapper), else pretrain_gpt.py."""
@@ -322,11 +341,14 @@ def _model_args(m: ModelSpec, arch: Architecture) -> list[tuple[str, object]]:
         if m.q_lora_rank:
             a.append(("q-lora-rank", m.q_lora_rank))
     else:
-        if m.n_kv_heads != m.heads:
+        if m.n_kv_heads != m.heads or m.blocks:  # the heterogeneous config asserts GQA's flags (`_block_blockers`)
             a += [("group-query-attention", None), ("num-query-groups", m.n_kv_heads)]
         if m.d_head != m.hidden // m.heads:
             a.append(("kv-channels", m.d_head))
-    if arch.gated:
+    if arch.gated and arch.activation == "quick_gelu":
+        # arguments.py --quick-geglu: gated_linear_unit with megatron/core/activations.py quick_gelu, x·σ(1.702·x)
+        a.append(("quick-geglu", None))
+    elif arch.gated:
         a.append(("swiglu", None))
     elif arch.activation == "relu2":  # arguments.py: --squared-relu, activation_func = squared_relu
         a.append(("squared-relu", None))
@@ -334,6 +356,14 @@ def _model_args(m: ModelSpec, arch: Architecture) -> list[tuple[str, object]]:
         # with biases Megatron-LM fuses bias and GELU into its tanh approximation (bias_gelu_impl); the exact GELU
         # (F.gelu, TransformerConfig.activation_func's default) needs the fusion off
         a.append(("no-bias-gelu-fusion", None))
+    if arch.glu_offset:  # TransformerConfig.glu_linear_offset: activation(gate)·(up + offset)
+        a.append(("glu-linear-offset", _num(arch.glu_offset)))
+    if arch.glu_clamp:
+        # TransformerConfig.activation_func_clamp_value: the experts' GLU clamps the gate above and the linear half on
+        # both sides (moe/experts.py, the glu of TEGroupedMLP; fused_bias_geglu.py, weighted_bias_quick_geglu_impl)
+        a.append(("activation-func-clamp-value", _num(arch.glu_clamp)))
+    if arch.sinks:  # TransformerConfig.softmax_type 'learnable': a learned sink logit per head
+        a.append(("softmax-type", "learnable"))
     rope = arch.rope
     if m.mamba is not None and arch.hybrid_pattern:  # TransformerConfig's mamba_* fields
         a += [("mamba-num-heads", m.mamba.heads), ("mamba-head-dim", m.mamba.head_dim), ("mamba-state-dim", m.mamba.state),
@@ -342,6 +372,14 @@ def _model_args(m: ModelSpec, arch: Architecture) -> list[tuple[str, object]]:
         a.append(("position-embedding-type", "none"))
     elif rope is None:
         a.append(("position-embedding-type", "learned_absolute"))
+    elif rope.scaling == "yarn" and not m.is_mla:
+        # arguments.py: --position-embedding-type yarn, and argument_utils.py _apply_yarn_config_from_args copies
+        # --rotary-scaling-factor, --yarn-original-max-position-embeddings, --yarn-beta-fast/-slow, --mscale,
+        # --mscale-all-dim and the correction range's rounding into the config's yarn_* fields
+        a += [("position-embedding-type", "yarn"), ("rotary-base", int(rope.theta)), ("rotary-scaling-factor", _num(rope.factor)),
+              ("yarn-original-max-position-embeddings", rope.original_positions), ("yarn-beta-fast", _num(rope.beta_fast)),
+              ("yarn-beta-slow", _num(rope.beta_slow)), ("mscale", _num(rope.mscale)), ("mscale-all-dim", _num(rope.mscale_all_dim)),
+              ("yarn-correction-range-round-to-int" if rope.truncate else "no-yarn-correction-range-round-to-int", None)]
     else:
         a += [("position-embedding-type", "rope"), ("rotary-base", int(rope.theta))]
         if rope.scaling == "llama3":
@@ -355,6 +393,9 @@ def _model_args(m: ModelSpec, arch: Architecture) -> list[tuple[str, object]]:
             if rope.scaling == "yarn":
                 a += [("rotary-scaling-factor", _num(rope.factor)), ("mscale", _num(rope.mscale)), ("mscale-all-dim", _num(rope.mscale_all_dim))]
     a += _window_args(arch)
+    if arch.blocks_file:  # each layer's widths, read by Megatron-LM from the file (`_block_blockers`); the check
+        # there also asks for the legacy --use-rotary-position-embeddings (arguments.py: it sets position_embedding_type rope)
+        a += [("heterogeneous-layers-config-path", arch.blocks_file), ("use-rotary-position-embeddings", None)]
     a += [("normalization", arch.norm), ("norm-epsilon", _num(arch.norm_eps))]
     if arch.qk_norm:
         a.append(("qk-layernorm", None))
@@ -388,6 +429,8 @@ def _model_args(m: ModelSpec, arch: Architecture) -> list[tuple[str, object]]:
             a.append(("moe-router-topk-scaling-factor", _num(arch.routed_scale)))
         # the all-to-all the plan prices (Megatron-Core's default is all-gather), over grouped GEMMs
         a += [("moe-token-dispatcher-type", "alltoall"), ("moe-grouped-gemm", None)]
+        if arch.bias:  # moe/experts.py, TEGroupedMLP: "bias_dropout_fusion is not supported ... when add_bias_linear=True"
+            a.append(("no-bias-dropout-fusion", None))
     if m.mtp_depth:
         a.append(("mtp-num-layers", m.mtp_depth))
     return a

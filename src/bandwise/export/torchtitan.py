@@ -132,6 +132,14 @@ def stage_modules(layers: int, stages: int) -> list[list[str]]:
 
 def check_model(model: ModelSpec, arch: Architecture | None) -> None:
     """Refuse, in one line, a model neither a TorchTitan config function nor a written one builds."""
+    if model.blocks:  # Nemotron-NAS's `block_configs`
+        # torchtitan 0.3.0 takes one block config a layer (models/common/decoder.py, Decoder.Config.layers), but
+        # TransformerBlock.Config.attention is required there, and this export writes one block for all layers
+        free = sum(b.mixer != "attention" for b in model.blocks)
+        why = (f"{free} layers without attention (block_configs no_op or replace_with_linear): TorchTitan's "
+               "TransformerBlock.Config requires an attention (models/common/decoder.py)" if free else
+               "per-layer attention and MLP widths (block_configs): this export writes one block config for every layer")
+        raise BandwiseError(f"torchtitan cannot run {model.name}: {lacks('torchtitan', why)}; export to megatron")
     preset = is_preset(model, arch)
     if preset in CONFIGS:
         return

@@ -22,6 +22,9 @@ def unsupported(m: ModelSpec) -> str | None:
     if isinstance(m.linear_attention, GatedDeltaNet):
         return (f"model {name}: the trainer does not build Gated DeltaNet mixers ({m.linear_attention_layers} layers); "
                 "plan it with `bandwise plan`, or train a Mamba-2 hybrid (e.g. nemotron-h-8b)")
+    if m.blocks:
+        return (f"model {name}: the trainer builds one width for every layer, not per-layer blocks (block_configs); "
+                "plan it with `bandwise plan`")
     if m.attention_output_gate:
         return f"model {name}: the trainer does not build gated attention (attention_output_gate); plan it with `bandwise plan`"
     if m.mamba is not None and m.is_mla:

@@ -18,10 +18,10 @@ huggingface/transformers d98ac17 and neighbours) or, for remote-code models, the
                                            on the RoPE layers (`_llama4`)
 Parameters outside the weight matrices (norms, biases, sinks, gates) land in `vector_params`, so
 `total_params` is the checkpoint's count. Hybrids (nemotron_h, qwen3_next, jamba) are read by
-`specs.hf_hybrid`.
+`specs.hf_hybrid`, Nemotron-NAS's per-layer widths (nemotron-nas `block_configs`) by `specs.hf_blocks`.
 
-A config ModelSpec cannot describe is refused in one line that names the field: per-layer widths,
-a Mamba-2 mixer beside attention in one layer, and the hybrids not read yet.
+A config ModelSpec cannot describe is refused in one line that names the field: DeciLM's per-layer
+KV heads (deci), a Mamba-2 mixer beside attention in one layer, and the hybrids not read yet.
 
 Sliding-window attention (`window_spec`): the window is `sliding_window` (absent or null: none),
 switched off by `use_sliding_window: false`. Which layers it covers: `layer_types`
@@ -40,6 +40,7 @@ from typing import Any
 
 from bandwise.errors import BandwiseError
 from bandwise.specs.hf_fields import ConfigRead, Fields
+from bandwise.specs.hf_blocks import BLOCKS, from_blocks_config
 from bandwise.specs.hf_hybrid import HYBRID, from_hybrid_config
 from bandwise.specs.model import MAX_DIMENSION, ModelSpec, brief
 
@@ -80,7 +81,7 @@ FAMILIES: dict[str, dict[str, Any]] = {
     "gpt_oss": {"norms": 2, "qkv": True, "o": True, "window": 2},
     **{k: {"norms": 2} for k in DEEPSEEK},
 }
-SUPPORTED = sorted({*FAMILIES, "gemma3", "llama4", "llama4_text", *HYBRID})
+SUPPORTED = sorted({*FAMILIES, "gemma3", "llama4", "llama4_text", *HYBRID, *BLOCKS})
 
 CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
     # Keys published configs leave to the class (transformers' configuration_<type>.py defaults).
@@ -146,7 +147,6 @@ REFUSED = {
     # model_type: (the config field, what ModelSpec lacks)
     # DeciLM's modeling code (the models' own modeling_decilm.py): each block_configs entry sets its layer's
     # attention (n_heads_in_group, or no_op / replace_with_linear) and FFN (ffn_mult, or no_op)
-    "nemotron-nas": ("block_configs", "per-layer widths and layers without attention or MLP (modeling_decilm.py)"),
     "deci": ("block_configs", "per-layer widths and layers without attention or MLP (modeling_decilm.py)"),
     "falcon_h1": ("mamba_d_ssm", "a Mamba-2 mixer beside attention in every layer"),
     "granitemoehybrid": ("layer_types", "Mamba-2 layers between attention layers"),
@@ -207,6 +207,8 @@ def _from_fields(cfg: Fields, *, name: str, seq_len: int) -> ModelSpec:
     kind = cfg.get("model_type")
     if isinstance(kind, str) and kind in HYBRID:  # layer kinds besides attention (specs/hf_hybrid.py)
         return from_hybrid_config(cfg, name=name, seq_len=seq_len)
+    if isinstance(kind, str) and kind in BLOCKS:  # per-layer widths (specs/hf_blocks.py)
+        return from_blocks_config(cfg, name=name, seq_len=seq_len)
     if isinstance(kind, str) and kind in REFUSED:
         field, what = REFUSED[kind]
         raise BandwiseError(f"config.json ({kind}): {field} describes {what}, which ModelSpec does not describe; not supported")

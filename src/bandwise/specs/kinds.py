@@ -333,3 +333,44 @@ class GatedDeltaNet:
         """Recurrent state of one sequence in one layer: a d_k×d_v fp32 matrix per value head, plus
         the convolution's last k - 1 inputs in bf16."""
         return 4 * self.value_heads * self.key_head_dim * self.value_head_dim + 2 * (self.conv_kernel - 1) * self.conv_channels
+
+
+BLOCK_MIXERS = ("attention", "linear", "none")
+BLOCK_MLPS = ("mlp", "linear", "none")
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class Block:
+    """One layer of a model whose layers differ in width (Nemotron-NAS, Bercovich et al. 2025,
+    "Puzzle", arXiv 2411.19146, Sec. 3: each `block_configs` entry of the config.json, read by
+    DeciLM's modeling code, `modeling_decilm.py` in nvidia/Llama-3_3-Nemotron-Super-49B-v1).
+
+    The attention is grouped-query attention with the model's query heads and `kv_heads` key/value
+    heads, a single hidden × hidden linear map (`replace_with_linear`), or absent (`no_op`); the
+    MLP is a gated MLP `ffn` wide, a single hidden × hidden linear map, or absent. Each present part
+    has its pre-norm (an RMSNorm of width hidden)."""
+
+    mixer: str = "attention"
+    """attention, linear or none."""
+    kv_heads: int = 0
+    """Key/value heads of an attention mixer (heads / n_heads_in_group)."""
+    mlp: str = "mlp"
+    """mlp, linear or none."""
+    ffn: int = 0
+    """Intermediate width of a gated MLP."""
+
+    def __post_init__(self) -> None:
+        if self.mixer not in BLOCK_MIXERS:
+            raise BandwiseError(f"block: mixer={self.mixer!r:.60} must be one of {', '.join(BLOCK_MIXERS)}")
+        if self.mlp not in BLOCK_MLPS:
+            raise BandwiseError(f"block: mlp={self.mlp!r:.60} must be one of {', '.join(BLOCK_MLPS)}")
+        for name, value, needed in (("kv_heads", self.kv_heads, self.mixer == "attention"), ("ffn", self.ffn, self.mlp == "mlp")):
+            if not isinstance(value, int) or isinstance(value, bool) or not (1 if needed else 0) <= value <= _MAX:
+                raise BandwiseError(f"block: {name}={value!r:.60} must be an integer from {1 if needed else 0} to {_MAX:,}")
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "block") -> Block:
+        return _from_mapping(cls, data, where)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)

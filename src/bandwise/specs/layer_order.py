@@ -19,6 +19,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from bandwise.specs.ffn import DenseMLP
 from bandwise.specs.model import ModelSpec, causal_chunk_pairs, causal_window_pairs
 
 MIXERS = ("attention", "mamba2", "none")
@@ -53,7 +54,12 @@ def _take(flags: list[bool], chosen: list[bool]) -> list[bool]:
 
 
 def layer_kinds(m: ModelSpec) -> list[LayerKind]:
-    """The kind of every layer, in order (see the module docstring for the placement)."""
+    """The kind of every layer, in order (see the module docstring for the placement); where the
+    model states its `blocks`, theirs (a linear map in attention's or the MLP's place is named as
+    that part absent: its FLOPs are `layer_flops`'s)."""
+    if m.blocks:
+        return [LayerKind(mixer="attention" if b.mixer == "attention" else "none", mlp="dense" if b.mlp == "mlp" else "none")
+                for b in m.blocks]
     n = m.layers
     has_mixer = [not f for f in spread(n, m.mixer_free_layers)]
     mixers = n - m.mixer_free_layers
@@ -117,6 +123,13 @@ def layer_flops(m: ModelSpec) -> np.ndarray:
     if m.experts:
         moe = m.ffn_kind
         mlps["moe"] = 2.0 * (moe.non_routed_params + moe.active_routed_params)
+    if m.blocks:  # each layer its own widths: GQA of its KV heads, a linear map, an MLP of its width
+        linear = 2.0 * m.hidden * m.hidden
+        return np.asarray([
+            (2.0 * m.block_attention(b.kv_heads).params + core_per_key * keys(LayerKind("attention", "dense")) if b.mixer == "attention"
+             else linear if b.mixer == "linear" else 0.0)
+            + (2.0 * DenseMLP(hidden=m.hidden, ffn=b.ffn, gated=m.gated_mlp).params if b.mlp == "mlp" else linear if b.mlp == "linear" else 0.0)
+            for b in m.blocks], dtype=float)
     out = []
     for kind in layer_kinds(m):
         f = mixers[kind.mixer] + mlps[kind.mlp]
@@ -161,3 +174,37 @@ def stage_weights(m: ModelSpec, pp: int, v: int, v_shaped: bool) -> tuple[float,
     head = 0 if v_shaped else pp - 1
     heavy = max(weight) / max(max(count), 1.0)
     return float(heavy) if heavy > 1.0 else 1.0, float(weight[head] / count[head]) if count[head] else 1.0
+
+
+def layer_params(m: ModelSpec) -> np.ndarray | None:
+    """Weights of each layer, in order, where the model states its `blocks` (each its own KV heads,
+    MLP width or linear maps); None otherwise, where the placement prices the mean layer."""
+    if not m.blocks:
+        return None
+    linear = m.hidden * m.hidden
+    return np.asarray([
+        (m.block_attention(b.kv_heads).params if b.mixer == "attention" else linear if b.mixer == "linear" else 0)
+        + (DenseMLP(hidden=m.hidden, ffn=b.ffn, gated=m.gated_mlp).params if b.mlp == "mlp" else linear if b.mlp == "linear" else 0)
+        for b in m.blocks], dtype=float)
+
+
+@lru_cache(maxsize=4096)
+def stage_param_weights(m: ModelSpec, pp: int, v: int, v_shaped: bool) -> tuple[float, float, float]:
+    """(the first rank's, the output head's rank's, the heaviest rank's) layer weights over the mean
+    layer's times their layer counts, cut as `stage_weights` cuts them; 1.0 each where the model
+    prices its mean layer (`layer_params` None) or runs one stage."""
+    w = layer_params(m)
+    if pp <= 1 or w is None or not w.mean():
+        return 1.0, 1.0, 1.0
+    w = w / w.mean()
+    n, L = pp * v, m.layers
+    base, extra = divmod(L, n)
+    bounds = np.concatenate([[0], np.cumsum([base + (j < extra) for j in range(n)])])
+    sw = np.add.reduceat(np.append(w, 0.0), bounds[:-1])[:n]
+    sw = np.where(np.diff(bounds) > 0, sw, 0.0)
+    sc = np.diff(bounds).astype(float)
+    ranks = [[r, n - 1 - r] if v_shaped else list(range(r, n, pp)) for r in range(pp)]
+    weight, count = [sw[s].sum() for s in ranks], [sc[s].sum() for s in ranks]
+    share = [wt / c if c else 1.0 for wt, c in zip(weight, count)]
+    head = 0 if v_shaped else pp - 1
+    return float(share[0]), float(share[head]), float(max(weight) / max(max(count), 1.0))

@@ -20,7 +20,7 @@ from bandwise.specs.attention import (
     LatentAttention,
 )
 from bandwise.specs.ffn import DenseMLP, FfnKind, MixtureOfExperts
-from bandwise.specs.kinds import GatedDeltaNet, Mamba1, Mamba2
+from bandwise.specs.kinds import Block, GatedDeltaNet, Mamba1, Mamba2
 
 MAX_DIMENSION = 2**31 - 1
 """The largest value any integer field may take: orders of magnitude past every real model (the
@@ -200,6 +200,13 @@ class ModelSpec:
     """Layers that are an MLP alone, without attention or a mixer (Nemotron-H's "-" blocks). The rest
     of the layers attend: layers - mamba_layers - linear_attention_layers - mixer_free_layers. Which
     layers are which does not change the cost: it is a mean over layers, weighted by these counts."""
+    blocks: tuple[Block, ...] = ()
+    """Each layer's own attention and MLP, in order, where layers differ in width (Nemotron-NAS's
+    `block_configs`, `specs.kinds.Block`); empty: every layer as the fields above. Where given, its
+    counts must agree with `mixer_free_layers` (layers whose mixer is not attention: a linear map or
+    none) and `mlp_free_layers` (layers whose MLP is a linear map or none); parameters and FLOPs sum
+    the layers' own widths, `ffn` and `kv_heads` stand for the mean layer in the per-GEMM time terms,
+    and pipeline stages weigh each layer by its own FLOPs (`specs.layer_order.layer_flops`)."""
     attention_output_gate: bool = False
     """Attention output scaled by sigmoid(x·W_g), W_g projected beside the queries (Qiu et al. 2025,
     "Gated Attention for Large Language Models"; Qwen3-Next's q_proj is 2·H·d wide)."""
@@ -220,6 +227,9 @@ class ModelSpec:
                 least = 1 if f.name in positive else 0
                 if not isinstance(value, int) or isinstance(value, bool) or not least <= value <= MAX_DIMENSION:
                     raise BandwiseError(f"model {brief(self.name)}: {f.name}={brief(value)} must be an integer from {least} to {MAX_DIMENSION:,}")
+            elif f.name == "blocks":
+                if not isinstance(value, tuple) or not all(isinstance(b, Block) for b in value):
+                    raise BandwiseError(f"model {brief(self.name)}: blocks must be a list of blocks (mixer, kv_heads, mlp, ffn)")
             elif f.type == "bool" and not isinstance(value, bool):
                 raise BandwiseError(f"model {brief(self.name)}: {f.name}={brief(value)} must be true or false")
             elif f.type == "str" and not isinstance(value, str):
@@ -267,7 +277,9 @@ class ModelSpec:
                 f"model {brief(self.name)}: mamba_layers + linear_attention_layers + mixer_free_layers = "
                 f"{self.layers - self.attention_layers} is more than layers={self.layers}"
             )
-        if self.mlp_free_layers > self.layers or self.mlp_free_layers + self.mixer_free_layers > self.layers:
+        if self.blocks:
+            self._check_blocks()
+        elif self.mlp_free_layers > self.layers or self.mlp_free_layers + self.mixer_free_layers > self.layers:
             raise BandwiseError(
                 f"model {brief(self.name)}: mlp_free_layers={self.mlp_free_layers} and mixer_free_layers={self.mixer_free_layers} "
                 f"leave a layer with neither (of {self.layers})"
@@ -290,6 +302,21 @@ class ModelSpec:
                 f"model {brief(self.name)}: MLA (kv_lora_rank={self.kv_lora_rank}) needs qk_nope_head_dim, "
                 "qk_rope_head_dim and v_head_dim"
             )
+
+    def _check_blocks(self) -> None:
+        """`blocks` names every layer once, and the layer counts say what it says."""
+        if len(self.blocks) != self.layers:
+            raise BandwiseError(f"model {brief(self.name)}: {len(self.blocks)} blocks for layers={self.layers}; give one block a layer")
+        if self.experts or self.mamba or self.linear_attention:
+            raise BandwiseError(f"model {brief(self.name)}: blocks describe dense attention layers; drop experts, mamba and linear_attention")
+        mixer_free = sum(b.mixer != "attention" for b in self.blocks)
+        mlp_free = sum(b.mlp != "mlp" for b in self.blocks)
+        if (self.mixer_free_layers, self.mlp_free_layers) != (mixer_free, mlp_free):
+            raise BandwiseError(f"model {brief(self.name)}: mixer_free_layers={self.mixer_free_layers} and mlp_free_layers="
+                                f"{self.mlp_free_layers} disagree with blocks ({mixer_free} and {mlp_free}); set them to those")
+        for b in self.blocks:
+            if b.mixer == "attention" and self.heads % b.kv_heads:
+                raise BandwiseError(f"model {brief(self.name)}: a block's kv_heads={b.kv_heads} does not divide heads={self.heads}")
 
     # ----- layer kinds (`specs.attention`, `specs.ffn`, `specs.kinds`) -----
     @property
@@ -317,9 +344,39 @@ class ModelSpec:
                                     shared_experts=self.shared_experts, shared_ffn=self.shared_ffn, gated=self.gated_mlp)
         return self.dense_mlp
 
+    def block_attention(self, kv_heads: int) -> GroupedQueryAttention:
+        """The attention of one of the `blocks`: the model's query heads, the block's KV heads."""
+        return GroupedQueryAttention(hidden=self.hidden, heads=self.heads, kv_heads=kv_heads,
+                                     head_dim=self.head_dim or self.hidden // self.heads, output_gate=self.attention_output_gate)
+
+    @property
+    def attention_layer_kinds(self) -> tuple[tuple[AttentionKind, int], ...]:
+        """Each attention kind with its number of layers: one kind but where `blocks` vary the KV heads."""
+        if not self.blocks:
+            return ((self.attention_kind, self.attention_layers),) if self.attention_layers else ()
+        counts: dict[int, int] = {}
+        for b in self.blocks:
+            if b.mixer == "attention":
+                counts[b.kv_heads] = counts.get(b.kv_heads, 0) + 1
+        return tuple((self.block_attention(kv), n) for kv, n in sorted(counts.items()))
+
+    @property
+    def linear_layer_params(self) -> int:
+        """The hidden × hidden linear maps that stand for attention or an MLP in some `blocks`
+        (DeciLM's `replace_with_linear`: nn.Linear(hidden, hidden, bias=False))."""
+        maps = sum((b.mixer == "linear") + (b.mlp == "linear") for b in self.blocks)
+        return maps * self.hidden * self.hidden
+
     @property
     def ffn_layers(self) -> tuple[tuple[FfnKind, int], ...]:
-        """Each feed-forward kind with its number of layers, dense first; kinds with no layer left out."""
+        """Each feed-forward kind with its number of layers, dense first; kinds with no layer left out.
+        Where `blocks` vary the width, one dense MLP per width, narrowest first."""
+        if self.blocks:
+            widths: dict[int, int] = {}
+            for b in self.blocks:
+                if b.mlp == "mlp":
+                    widths[b.ffn] = widths.get(b.ffn, 0) + 1
+            return tuple((DenseMLP(hidden=self.hidden, ffn=w, gated=self.gated_mlp), n) for w, n in sorted(widths.items()))
         kinds = ((self.dense_mlp, self.n_dense_mlp_layers), (self.ffn_kind, self.moe_layers))
         return tuple((kind, count) for kind, count in kinds if count)
 
@@ -413,7 +470,8 @@ class ModelSpec:
     def non_expert_layer_params(self) -> int:
         """All transformer-block weights except routed experts (attention, dense MLPs, shared, router)."""
         ffn = sum(count * kind.non_routed_params for kind, count in self.ffn_layers)
-        return self.attention_layers * self.attn_params + ffn + self.mixer_params
+        attention = sum(count * kind.params for kind, count in self.attention_layer_kinds)
+        return attention + ffn + self.mixer_params + self.linear_layer_params
 
     @property
     def mixer_params(self) -> int:
@@ -532,6 +590,11 @@ class ModelSpec:
         if missing:
             raise BandwiseError(f"{where}: missing field(s) {', '.join(missing)}")
         kinds = {k: _kind_from_dict(k, data[k], f"{where}: {k}") for k in _KINDS if data.get(k) is not None}
+        if data.get("blocks") is not None:
+            blocks = data["blocks"]
+            if not isinstance(blocks, (list, tuple)):
+                raise BandwiseError(f"{where}: blocks={brief(blocks)} must be a list of blocks, one a layer")
+            kinds["blocks"] = tuple(Block.from_dict(b, f"{where}: blocks[{i}]") for i, b in enumerate(blocks))
         return cls(**{**data, **kinds})
 
 

@@ -372,6 +372,10 @@ account_for_loss_in_pipeline_split)."""
 
 def _model_rules(m: ModelSpec) -> list[Rule]:
     kv = m.attention_kind.key_value_heads  # MLA's are its query heads: no rule beyond heads
+    # per-layer widths (`ModelSpec.blocks`): TP splits every layer's MLP, so it must divide their common divisor
+    widths = sorted({kind.ffn for kind, _ in m.ffn_layers}) if m.blocks else []
+    ffn = math.gcd(*widths) if widths else m.ffn
+    width = f"of every layer ({', '.join(map(str, widths))})" if widths else f"ffn={m.ffn}"
     return [
         (
             # the embedding and the loss may each take a layer's place in the split (Megatron-Core's
@@ -387,8 +391,8 @@ def _model_rules(m: ModelSpec) -> list[Rule]:
             + f" of {m.name}; valid tp: {', '.join(str(t) for t in divisors(m.heads) if kv % t == 0 or t % kv == 0)}",
         ),
         (
-            lambda c, w: (m.ffn % c.tp == 0) & ((m.expert_ffn or m.ffn) % c.tp == 0),
-            lambda s, w: f"tp={s.tp} must divide the MLP width ffn={m.ffn}" + (f" and expert_ffn={m.expert_ffn}" if m.is_moe else "") + f" of {m.name}",
+            lambda c, w: (ffn % c.tp == 0) & ((m.expert_ffn or ffn) % c.tp == 0),
+            lambda s, w: f"tp={s.tp} must divide the MLP width {width}" + (f" and expert_ffn={m.expert_ffn}" if m.is_moe else "") + f" of {m.name}",
         ),
         (
             lambda c, w: (c.ep == 1) | (max(m.experts, 1) % np.maximum(c.ep, 1) == 0),  # no experts: 1 % ep, ep = 1 only

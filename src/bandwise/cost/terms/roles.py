@@ -12,6 +12,7 @@ import numpy as np
 from bandwise.cost.terms.placement import LocalParams
 from bandwise.cost.terms.shape import Shape
 from bandwise.cost.terms.stages import StageCompute
+from bandwise.specs.layer_order import stage_param_weights
 from bandwise.specs.model import ModelSpec
 
 
@@ -56,17 +57,33 @@ def of_each(at: np.ndarray, values: list) -> np.ndarray:
 def roles(m: ModelSpec, s: Shape, local: LocalParams, stages: StageCompute) -> Roles:
     el, xl, emb, together = local.dense_layer, local.expert_layer, local.emb, stages.together
     head_layers, layers_rank = stages.head_layers, stages.layers_rank
+    # layers of their own widths (`ModelSpec.blocks`): each rank holds its own layers' weights, not the mean's
+    w_first, w_head, w_inner = param_weights(m, s.pp, s.virtual_stages, together & (s.pp > 1))
     head_dense = local.out + m.mtp_depth * (m.mtp_module_params - m.mtp_expert_params) / s.tp
     head_expert = m.mtp_depth * m.mtp_expert_params / local.expert_split
     first_layers = np.where(together & (s.pp > 1), head_layers, layers_rank)
     return Roles(
-        first=Role(first_layers * el + emb + np.where(together, head_dense, 0.0), first_layers * xl + np.where(together, head_expert, 0.0),
+        first=Role(first_layers * el * w_first + emb + np.where(together, head_dense, 0.0), first_layers * xl + np.where(together, head_expert, 0.0),
                    together, first_layers),
-        head=Role(head_layers * el + np.where(together, emb, 0.0) + head_dense, head_layers * xl + head_expert, np.ones_like(together),
+        head=Role(head_layers * el * w_head + np.where(together, emb, 0.0) + head_dense, head_layers * xl + head_expert, np.ones_like(together),
                   head_layers),
-        inner=Role(layers_rank * el, layers_rank * xl, np.zeros_like(together), layers_rank),
+        inner=Role(layers_rank * el * w_inner, layers_rank * xl, np.zeros_like(together), layers_rank),
         head_dense=head_dense, head_expert=head_expert,
     )
+
+
+def param_weights(m: ModelSpec, pp: np.ndarray, v: np.ndarray, v_shaped: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per row, `specs.layer_order.stage_param_weights`: (first rank, head's rank, heaviest rank) weights
+    over the mean layer's; ones for a model priced by its mean layer."""
+    pp, v, v_shaped = np.broadcast_arrays(np.asarray(pp), np.asarray(v), np.asarray(v_shaped))
+    ones = np.ones(pp.shape)
+    if not m.blocks:
+        return ones, ones, ones
+    keys = np.stack([pp.ravel(), v.ravel(), v_shaped.ravel().astype(pp.dtype)], axis=1)
+    combos, inverse = np.unique(keys, axis=0, return_inverse=True)
+    found = np.array([stage_param_weights(m, int(a), int(b), bool(c)) for a, b, c in combos]).reshape(-1, 3)
+    inverse = inverse.reshape(-1)
+    return tuple(found[inverse, i].reshape(pp.shape) for i in range(3))  # type: ignore[return-value]
 
 
 def most_dense(r: Roles) -> tuple[np.ndarray, np.ndarray]:
