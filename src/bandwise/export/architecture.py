@@ -379,7 +379,8 @@ HYBRID_PARTS = {
     # the parts of a hybrid no export here writes, named with the engine code that lacks them
     "jamba": "Mamba-1 mixers (Jamba's JambaMambaMixer): Megatron-LM d98e8a6's hybrid model has Mamba-2 mixers only "
              "(megatron/core/ssm/mamba_mixer.py, the SSD kernel), and TorchTitan 0.3.0 and MaxText 0.2.5 have no Mamba block",
-    "qwen3_next": "Gated DeltaNet layers beside gated attention (Qwen3-Next): not written here for any engine",
+    "qwen3_next": "Gated DeltaNet layers beside gated attention (Qwen3-Next): not written here yet, though Megatron-LM d98e8a6 has "
+                  "the layer (megatron/core/ssm/gated_delta_net) and MaxText 0.2.5 its model config (configs/models/qwen3-next-80b-a3b.yml)",
 }
 
 
