@@ -126,3 +126,15 @@ def test_sweep_over_device_counts_prices_each_and_marks_the_frontier(capsys):
     assert bad.returncode == 2 and "--tokens" in bad.stderr
     bad = in_process(capsys, "sweep", "--vary", "devices=16,x", "-m", "llama3-8b", "--tokens", "1T")
     assert bad.returncode == 2 and "whole numbers" in bad.stderr
+
+
+def test_several_devices_sweep_the_device_count_as_vary_devices(capsys):
+    """`sweep --devices 16,32 --tokens ...` is `--vary devices=16,32`, as people write it; a bad count or both at
+    once is one line."""
+    args = ("-m", "llama3-8b", "--global-batch-tokens", str(2**21), "--tokens", "1T", "--price", "2", "--json")
+    assert json_of(capsys, "sweep", "--devices", "16,32", *args) == json_of(capsys, "sweep", "--vary", "devices=16,32", *args)
+    for argv, words in ((("--devices", "16,32", "--vary", "scale-up-size=8,16"), "give one of them"),
+                        (("--devices", "sixteen", "--vary", "scale-up-size=8,16"), "is not a device count"),
+                        (("--devices", "16"), "nothing to vary")):
+        bad = in_process(capsys, "sweep", "-m", "llama3-8b", *argv)
+        assert bad.returncode == 2 and words in bad.stderr and len(bad.stderr.strip().splitlines()) == 1

@@ -9,6 +9,7 @@ import typer
 
 from bandwise import api
 from bandwise.api.devices_sweep import PREFIX, sweep_devices
+from bandwise.errors import BandwiseError
 from bandwise.cli.options import (
     ATTENTION,
     CALIBRATION,
@@ -30,7 +31,6 @@ from bandwise.cli.options import (
     THRESHOLD_OPT,
     TOKENS,
     command_line,
-    devices_option,
     model_option,
 )
 from bandwise.cli.points import (
@@ -68,9 +68,9 @@ is within --threshold of the best overall there, exactly as `bandwise plan` deci
 
 def sweep(
     ctx: typer.Context,
-    vary: str = typer.Option(..., "--vary", help="scale-up-size=8,16,36,72,144 or scale-out-bandwidth=25,50,100,200,400 (GB/s per device)."),
+    vary: str | None = typer.Option(None, "--vary", help="scale-up-size=8,16,36,72,144, scale-out-bandwidth=25,50,100,200,400 (GB/s per device) or devices=1024,2048,4096."),
     model: str = model_option("deepseek-v3"),
-    devices: int = devices_option(2048),
+    devices: str = typer.Option("2048", "--devices", "-n", help="Number of accelerators; several, comma-separated, sweep the device count (as --vary devices=...)."),
     base_cluster: str = typer.Option("h100", "--base-cluster", "-c", help="Cluster preset or file whose level is varied."),
     engine: str = ENGINE,
     seq_len: int | None = SEQ_LEN,
@@ -95,7 +95,8 @@ def sweep(
     calibration: Path | None = CALIBRATION,
 ) -> None:
     out = Output(json_mode=json_out)
-    if vary.strip().startswith(PREFIX):
+    vary, count = _what_varies(vary, devices)
+    if vary.startswith(PREFIX):
         _sweep_devices(out, vary.strip(), model, base_cluster, png, json_out,
                        tokens=tokens, steps=steps, price=price, engine=engine, seq_len=seq_len, global_batch=global_batch,
                        global_batch_tokens=global_batch_tokens, precision=precision, threshold=threshold, headroom=headroom,
@@ -111,7 +112,7 @@ def sweep(
     held: list[api.SweepOutcome] = []
 
     def run(done: Callable[[Point], None]) -> list[Point]:
-        held.append(api.sweep(vary, model, devices, on_point=done, **asked))
+        held.append(api.sweep(vary, model, count, on_point=done, **asked))
         return held[0].points
 
     run_with_bar(out, labels, f"{len(labels)} points", run)
@@ -144,6 +145,20 @@ def sweep(
         out.print(f"chart written to {png}")
     if html_out is not None:
         out.print(f"page written to {html_out}")
+
+
+def _what_varies(vary: str | None, devices: str) -> tuple[str, int]:
+    """(what to vary, the device count of an interconnect sweep): several --devices are `--vary devices=...`."""
+    counts = devices.strip()
+    if "," in counts:
+        if vary is not None:
+            raise BandwiseError(f"--devices {counts!r} sweeps the device count; --vary {vary!r} varies another quantity: give one of them")
+        return PREFIX + counts, 0
+    if vary is None:
+        raise BandwiseError("nothing to vary: give --vary scale-up-size=..., --vary scale-out-bandwidth=..., or several --devices (1024,2048,4096)")
+    if not counts.isdigit() or int(counts) < 1:
+        raise BandwiseError(f"--devices {counts!r} is not a device count; write a positive whole number, or several separated by commas")
+    return vary.strip(), int(counts)
 
 
 def _sweep_devices(out: Output, vary: str, model: str, base_cluster: str, png: Path | None, json_out: bool, **kw) -> None:
