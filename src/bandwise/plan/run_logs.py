@@ -23,7 +23,7 @@ from pathlib import Path
 
 from bandwise.errors import BandwiseError
 from bandwise.inputs import read_text
-from bandwise.plan.runs import Case
+from bandwise.plan.runs import Case, Stated
 from bandwise.specs.hardware import Cluster
 from bandwise.specs.model import ModelSpec
 from bandwise.specs.strategy import Strategy
@@ -95,5 +95,6 @@ def logged_case(path: str | Path, strategy: Strategy, model: ModelSpec, cluster:
                                                 "virtual_stages", "schedule", "recompute", "precision")}
     overlap = {"dp": strategy.overlap_dp, "fsdp": strategy.overlap_fsdp, "tp": strategy.overlap_tp, "ep": strategy.overlap_ep}
     case = Case(id=Path(path).name, source="log", quality="direct", target=run.tokens_per_s_per_device, model=model, cluster=cluster,
-                devices=devices, global_batch=strategy.effective_global_batch, fixed=fixed, overlap=overlap, engine=engine)
+                devices=devices, global_batch=strategy.effective_global_batch, fixed=fixed, engine=engine,
+                stated=Stated(precision=strategy.precision, overlap=overlap))
     return case, run
