@@ -104,7 +104,7 @@ def test_each_drawn_export_launches_or_is_refused_in_one_line(exported, maxtext)
         try:
             s, m, n = job.strategy, planned.model, d.devices
             if d.engine == "torchtitan":
-                judges.judge_torchtitan(job.text, m, n, s)
+                judges.judge_torchtitan(job.text, m, n, s, architecture(m, d.model))
             elif d.engine == "megatron":
                 judges.judge_megatron(job.text, m, planned.cluster, n, s, architecture(m, d.model))
             else:
