@@ -130,7 +130,7 @@ def grouped_linear(x_ND: torch.Tensor, w_EDF: torch.Tensor, offsets_E: torch.Ten
 def nonempty_groups(offsets_E: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """(E, 1, 1): 1 where group e holds rows, else 0, the factor on its weight gradient."""
     counts_E = torch.diff(offsets_E, prepend=offsets_E.new_zeros(1))
-    return (counts_E > 0).to(dtype)[:, None, None]
+    return (counts_E > 0).to(dtype).view(-1, 1, 1)
 
 
 def group_offsets(counts_E: torch.Tensor) -> torch.Tensor:
