@@ -178,7 +178,9 @@ class GroupedExperts(nn.Module):
         if isinstance(counts_E, list):  # balanced loads of the dry run
             counts_E = torch.tensor(counts_E, device=x_ND.device)
         offsets_E = grouped.group_offsets(counts_E)
-        keep_E11 = (counts_E > 0).to(w1.dtype).view(-1, 1, 1)  # once for the three projections
+        keep_E11 = None  # once for the three projections, where the kernel's zeros are not trusted
+        if grouped.masks_empty_groups(x_ND.device):
+            keep_E11 = (counts_E > 0).to(w1.dtype).view(-1, 1, 1)
         args = (grouped.grouped_linear(x_ND, w1, offsets_E, keep_E11), grouped.grouped_linear(x_ND, w3, offsets_E, keep_E11), gates_N)
         down = lambda h: grouped.grouped_linear(h, w2, offsets_E, keep_E11)
         if self.recompute_core:
