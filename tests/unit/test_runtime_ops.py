@@ -6,7 +6,7 @@ torch = pytest.importorskip("torch")
 import torch.nn.functional as F  # noqa: E402
 
 from bandwise.runtime.model import rope_tables  # noqa: E402
-from bandwise.runtime.ops import apply_rope, rms_norm, swiglu  # noqa: E402
+from bandwise.runtime.ops import apply_rope, linear, rms_norm, swiglu  # noqa: E402
 
 
 def _reference_rms_norm(x, w, eps):
@@ -16,7 +16,7 @@ def _reference_rms_norm(x, w, eps):
 def _reference_rope(x, rope):
     B, T, H, D = x.shape
     pairs = x.reshape(B, T, H, D // 2, 2)
-    cos, sin = rope[:T, None, :, 0].to(x.dtype), rope[:T, None, :, 1].to(x.dtype)
+    cos, sin = rope[:T].real.to(x.dtype), rope[:T].imag.to(x.dtype)  # (T, 1, D/2): e^{iθ} = cos + i·sin
     x0, x1 = pairs[..., 0], pairs[..., 1]
     return torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1).reshape(B, T, H, D)
 
@@ -36,7 +36,7 @@ def test_forward_and_backward_equal_autograd_on_the_formula(case):
         x, w = torch.randn(3, 5, 16, dtype=torch.float64, generator=gen), torch.randn(16, dtype=torch.float64, generator=gen)
         ours, ref, inputs = (lambda a, b: rms_norm(a, b, 1e-6)), (lambda a, b: _reference_rms_norm(a, b, 1e-6)), (x, w)
     elif case == "rope":
-        rope = rope_tables(7, 8, 10000.0).double()
+        rope = rope_tables(7, 8, 10000.0).to(torch.complex128)
         x = torch.randn(2, 7, 3, 8, dtype=torch.float64, generator=gen)
         ours, ref, inputs = (lambda a: apply_rope(a, rope)), (lambda a: _reference_rope(a, rope)), (x,)
     else:
@@ -47,6 +47,36 @@ def test_forward_and_backward_equal_autograd_on_the_formula(case):
     torch.testing.assert_close(out, out_ref)
     for g, g_ref in zip(grads, grads_ref):
         torch.testing.assert_close(g, g_ref)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("shape", [(2, 5, 24), (7, 24)])
+def test_linear_is_torchs_to_the_bit(dtype, shape):
+    """`ops.linear` against `F.linear`: output and both gradients equal to the bit, on rows and on
+    (B, T, D) inputs, and the same under autocast to the inputs' dtype (the trainer's bf16 case)."""
+    gen = torch.Generator().manual_seed(0)
+    x, w = torch.randn(shape, generator=gen).to(dtype), torch.randn(40, 24, generator=gen).to(dtype)
+    g = torch.randn(*shape[:-1], 40, generator=gen).to(dtype)
+    for autocast in (False, True):
+        results = []
+        for fn in (linear, F.linear):
+            a, b = x.clone().requires_grad_(), w.clone().requires_grad_()
+            with torch.autocast("cpu", dtype=dtype, enabled=autocast):
+                y = fn(a, b)
+            results.append((y, *torch.autograd.grad(y, (a, b), g)))
+        assert results[0][0].grad_fn.name() != results[1][0].grad_fn.name()  # the short path ran
+        for ours, ref in zip(*results):
+            assert ours.dtype == ref.dtype and torch.equal(ours, ref)
+
+
+def test_linear_under_autocast_casts_as_torch_does():
+    """fp32 weights under bf16 autocast (the dry run's): torch's own `F.linear`, casts included."""
+    gen = torch.Generator().manual_seed(0)
+    x, w = torch.randn(3, 4, 16, generator=gen), torch.randn(8, 16, generator=gen, requires_grad=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y, ref = linear(x, w), F.linear(x, w)
+    assert y.dtype == torch.bfloat16 and torch.equal(y, ref)
+    assert torch.equal(*(torch.autograd.grad(t.float().sum(), w)[0] for t in (y, ref)))
 
 
 def test_saved_tensors_are_only_the_inputs():
@@ -110,7 +140,7 @@ def test_latent_attention_with_narrower_values_equals_the_attention_formula():
                      kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=4, v_head_dim=6, source="test")
     torch.manual_seed(0)
     att = LatentAttention(spec, 1e-6).double()
-    rope = rope_tables(7, 4, 10000.0).double()
+    rope = rope_tables(7, 4, 10000.0).to(torch.complex128)
     x = torch.randn(2, 7, 32, dtype=torch.float64, requires_grad=True)
     out = att(x, rope)
 
@@ -234,12 +264,15 @@ def test_recomputed_product_is_released_until_backward_and_changes_no_bit(gated)
 
 
 def _saved_by(node, seen=None):
-    """Every tensor saved by the autograd graph under `node` (the `_saved_*` attributes)."""
+    """Every tensor saved by the autograd graph under `node` (the `_saved_*` attributes of torch's
+    nodes, `saved_tensors` of an `autograd.Function`'s)."""
     seen = set() if seen is None else seen
     if node is None or id(node) in seen:
         return []
     seen.add(id(node))
     out = [getattr(node, a) for a in dir(node) if a.startswith("_saved_") and isinstance(getattr(node, a, None), torch.Tensor)]
+    if isinstance(node, torch.autograd.function.BackwardCFunction):
+        out += list(node.saved_tensors)
     for nxt, _ in node.next_functions:
         out += _saved_by(nxt, seen)
     return out

@@ -3,8 +3,9 @@
 parameters among them, bounded. And the optimizer that makes the casts unnecessary: its update
 against torch's AdamW, its masters through a state-dict round trip, and resume in bf16.
 
-Figures before this work (benchmarks/RESULTS.md, "A debug-moe step in ops"): 2,146 ops a step,
-1,481 of them doing work (not aliasing), 50 casts of a weight. The work is bounded at half, the casts at 0.
+Figures before this work (benchmarks/RESULTS.md, "Ops a debug-moe step dispatches"): 2,146 ops a step,
+1,481 of them doing work (not aliasing), 50 casts of a weight. The ops and the work are bounded at half,
+the casts at 0.
 """
 
 from __future__ import annotations
@@ -63,9 +64,9 @@ def test_a_bf16_step_casts_no_weight_and_does_half_the_work():
     c = _count(*_stepper(torch.bfloat16, masters=True))
     assert c.param_casts == 0, c.by_op.most_common(10)
     assert c.work <= WORK_BEFORE // 2, (c.work, c.by_op.most_common(15))
-    # with aliasing ops (views, transposes: no kernel) the step is at 60 % of before, not half: the
-    # bound keeps that gain, and says that the goal of half is not met on this count
-    assert c.ops <= OPS_BEFORE * 0.65, (c.ops, c.by_op.most_common(15))
+    # aliasing ops (views, transposes) included: half as well (linears, rope and SwiGLU's backward
+    # with fewer of them; benchmarks/RESULTS.md)
+    assert c.ops <= OPS_BEFORE // 2, (c.ops, c.by_op.most_common(15))
 
 
 @pytest.mark.slow

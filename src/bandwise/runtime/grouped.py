@@ -90,7 +90,8 @@ def _(x_ND, w_EDF, offsets_E):
 
 @torch.library.custom_op("bandwise::grouped_mm_weight_grad", mutates_args=())
 def _grouped_weight_grad(x_ND: torch.Tensor, g_NF: torch.Tensor, offsets_E: torch.Tensor) -> torch.Tensor:
-    """(E, D, F): X_eᵀ · dY_e per group (an empty group's is zeroed by `_GroupedLinear.backward`)."""
+    """(E, D, F): X_eᵀ · dY_e per group (an empty group's is zeroed by `_GroupedLinear.backward`
+    off the CPU, `masks_empty_groups`)."""
     return _TORCH_GROUPED_MM(x_ND.mT, g_NF, offs=offsets_E)
 
 
@@ -112,17 +113,27 @@ class _GroupedLinear(torch.autograd.Function):
         dx = _grouped_mm(g_NF, w_EDF.to(g_NF.dtype).mT, offsets_E) if ctx.needs_input_grad[0] else None
         dw = None
         if ctx.needs_input_grad[1]:
-            # an empty group's gradient is zero by definition; set it so here rather than trust each
-            # backend's kernel with it (pytorch/pytorch#172439 reports stale values on sm100)
-            dw = _grouped_weight_grad(x_ND, g_NF, offsets_E).to(w_EDF.dtype) * keep_E11
+            dw = _grouped_weight_grad(x_ND, g_NF, offsets_E).to(w_EDF.dtype)
+            if masks_empty_groups(x_ND.device):
+                # an empty group's gradient is zero by definition; set it so here rather than trust
+                # each accelerator's kernel with it (pytorch/pytorch#172439 reports stale values on sm100)
+                dw = dw * keep_E11
         return dx, dw, None, None
+
+
+def masks_empty_groups(device: torch.device) -> bool:
+    """Whether the weight gradient is multiplied by `nonempty_groups`: not on the CPU, where torch's
+    kernel is `_grouped_mm_fallback`, whose `mm_out` over an empty slice of the contraction writes
+    zeros (`GroupedMMUtils.h` at 2295ac7; tests/unit/test_moe_grouped.py checks the zeros)."""
+    return device.type != "cpu"
 
 
 def grouped_linear(x_ND: torch.Tensor, w_EDF: torch.Tensor, offsets_E: torch.Tensor, keep_E11: torch.Tensor | None = None) -> torch.Tensor:
     """x_ND[n] @ w_EDF[e] for the rows n of group e, in x's dtype (see the module docstring).
     `keep_E11`: 1 for a group with rows, 0 for an empty one, shaped (E, 1, 1) in w's dtype
-    (`nonempty_groups`); made once for the projections that share the offsets."""
-    if keep_E11 is None:
+    (`nonempty_groups`); made once for the projections that share the offsets; None on the CPU,
+    which needs none (`masks_empty_groups`)."""
+    if keep_E11 is None and masks_empty_groups(x_ND.device):
         keep_E11 = nonempty_groups(offsets_E, w_EDF.dtype)
     return _GroupedLinear.apply(x_ND, w_EDF, offsets_E, keep_E11)
 
@@ -130,7 +141,7 @@ def grouped_linear(x_ND: torch.Tensor, w_EDF: torch.Tensor, offsets_E: torch.Ten
 def nonempty_groups(offsets_E: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """(E, 1, 1): 1 where group e holds rows, else 0, the factor on its weight gradient."""
     counts_E = torch.diff(offsets_E, prepend=offsets_E.new_zeros(1))
-    return (counts_E > 0).to(dtype)[:, None, None]
+    return (counts_E > 0).to(dtype).view(-1, 1, 1)
 
 
 def group_offsets(counts_E: torch.Tensor) -> torch.Tensor:

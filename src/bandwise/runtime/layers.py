@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bandwise.runtime.ops import recomputed_between, rms_norm, swiglu
+from bandwise.runtime.ops import linear, recomputed_between, rms_norm, swiglu
 
 _RECOMPUTING = [False]
 
@@ -47,6 +47,17 @@ def _squared_relu(a: torch.Tensor) -> torch.Tensor:
     return F.relu(a).square()
 
 
+class Linear(nn.Linear):
+    """`nn.Linear` without a bias whose eager forward and backward dispatch fewer ops (`ops.linear`);
+    the same parameters, and the same values to the bit."""
+
+    def __init__(self, dim: int, out: int) -> None:
+        super().__init__(dim, out, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return linear(x, self.weight)
+
+
 class FeedForward(nn.Module):
     """SwiGLU: w2(silu(w1 x) · w3 x) (Shazeer 2020, "GLU Variants Improve Transformer"); without
     the gate, GPT's w2(gelu(w1 x)) (Radford et al. 2019; Brown et al. 2020), or w2(relu(w1 x)²)
@@ -54,9 +65,9 @@ class FeedForward(nn.Module):
 
     def __init__(self, dim: int, hidden: int, gated: bool = True, *, squared_relu: bool = False) -> None:
         super().__init__()
-        self.w1 = nn.Linear(dim, hidden, bias=False)
-        self.w2 = nn.Linear(hidden, dim, bias=False)
-        self.w3: nn.Module | None = nn.Linear(dim, hidden, bias=False) if gated else None
+        self.w1 = Linear(dim, hidden)
+        self.w2 = Linear(hidden, dim)
+        self.w3: nn.Module | None = Linear(dim, hidden) if gated else None
         self.act = _squared_relu if squared_relu and not gated else F.gelu
         self.recompute_core = False
         """Selective recomputation: re-run silu(a)·b (or gelu(a)) in backward instead of keeping it

@@ -33,7 +33,7 @@ from torch.utils.checkpoint import checkpoint
 
 from bandwise.errors import BandwiseError
 from bandwise.runtime.init import init_parameters
-from bandwise.runtime.layers import FeedForward, RMSNorm, recompute_guard
+from bandwise.runtime.layers import FeedForward, Linear, RMSNorm, recompute_guard
 from bandwise.runtime.local_attention import MaskCache, local_attention
 from bandwise.runtime.mamba import Mamba2Mixer
 from bandwise.runtime.moe import MoE, MoEConfig
@@ -58,10 +58,14 @@ class ModelConfig:
 
 
 def rope_tables(seq_len: int, head_dim: int, theta: float) -> torch.Tensor:
-    """cos and sin of position·θ^(-2i/Dh), stacked: (T, Dh/2, 2). RoFormer eq. 34."""
+    """e^{i·position·θ^(-2i/Dh)} = cos + i·sin, as a complex (T, 1, Dh/2): the turn each pair of a
+    head is multiplied by (RoFormer eq. 34), shaped to broadcast over the heads. Held complex, not as
+    (cos, sin) pairs, so a call of `ops.apply_rope` slices and views nothing of it (three ops a call).
+    cos and sin are computed in fp64 and stored in fp32 (fp64 under an fp64 default dtype)."""
     inv_freq = theta ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
     angles = torch.outer(torch.arange(seq_len, dtype=torch.float64), inv_freq)  # (T, Dh/2)
-    return torch.stack((angles.cos(), angles.sin()), dim=-1).to(torch.promote_types(torch.get_default_dtype(), torch.float32))
+    pairs = torch.stack((angles.cos(), angles.sin()), dim=-1).to(torch.promote_types(torch.get_default_dtype(), torch.float32))
+    return torch.view_as_complex(pairs)[:, None].contiguous()
 
 
 class Attention(nn.Module):
@@ -74,18 +78,19 @@ class Attention(nn.Module):
         self.head_dim = spec.d_head
         self.window, self.chunk = window, chunk
         self.masks = masks if masks is not None else MaskCache()
-        self.wq = nn.Linear(spec.hidden, spec.heads * self.head_dim, bias=False)
-        self.wk = nn.Linear(spec.hidden, spec.n_kv_heads * self.head_dim, bias=False)
-        self.wv = nn.Linear(spec.hidden, spec.n_kv_heads * self.head_dim, bias=False)
-        self.wo = nn.Linear(spec.heads * self.head_dim, spec.hidden, bias=False)
+        self.wq = Linear(spec.hidden, spec.heads * self.head_dim)
+        self.wk = Linear(spec.hidden, spec.n_kv_heads * self.head_dim)
+        self.wv = Linear(spec.hidden, spec.n_kv_heads * self.head_dim)
+        self.wo = Linear(spec.heads * self.head_dim, spec.hidden)
         self.recompute_core = False
         """Selective recomputation: keep no SDPA activations, re-run it in backward."""
 
     def forward(self, x_BTD: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
-        B, T, _ = x_BTD.shape
-        q_BTHD = self.wq(x_BTD).view(B, T, -1, self.head_dim)
-        k_BTKD = self.wk(x_BTD).view(B, T, -1, self.head_dim)
-        v_BTKD = self.wv(x_BTD).view(B, T, -1, self.head_dim)
+        B, T, D = x_BTD.shape
+        x_ND = x_BTD.view(B * T, D)  # once for the three projections, each of which would flatten it again
+        q_BTHD = self.wq(x_ND).view(B, T, -1, self.head_dim)
+        k_BTKD = self.wk(x_ND).view(B, T, -1, self.head_dim)
+        v_BTKD = self.wv(x_ND).view(B, T, -1, self.head_dim)
         q_BTHD, k_BTKD = apply_rope(q_BTHD, rope), apply_rope(k_BTKD, rope)
         q, k, v = (t.transpose(1, 2) for t in (q_BTHD, k_BTKD, v_BTKD))  # (B, heads, T, Dh)
         # GQA inside the kernel (`enable_gqa`): K/V are read at Hkv heads, not expanded to H heads
@@ -253,7 +258,7 @@ class Transformer(nn.Module):
         masks = MaskCache()  # one window / chunk mask for all the layers that use it
         self.layers = nn.ModuleDict({str(i): Block(spec, cfg, i, kind, masks) for i, kind in enumerate(layer_kinds(spec))})
         self.norm: nn.Module | None = RMSNorm(spec.hidden, cfg.norm_eps)
-        self.output: nn.Module | None = nn.Linear(spec.hidden, spec.vocab, bias=False)
+        self.output: nn.Module | None = Linear(spec.hidden, spec.vocab)
         self.tie_head()
         # Not persistent: derived from the spec, and a pipeline stage may hold no block at all.
         self.register_buffer("rope", rope_tables(spec.seq_len, self.rope_dim(spec), cfg.rope_theta), persistent=False)

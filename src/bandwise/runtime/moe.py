@@ -38,7 +38,7 @@ from torch import nn
 
 from bandwise.errors import BandwiseError
 from bandwise.runtime import grouped
-from bandwise.runtime.layers import FeedForward, recomputing
+from bandwise.runtime.layers import FeedForward, Linear, recomputing
 from bandwise.runtime.ops import recomputed_between, swiglu
 from bandwise.specs.model import ModelSpec
 
@@ -178,7 +178,9 @@ class GroupedExperts(nn.Module):
         if isinstance(counts_E, list):  # balanced loads of the dry run
             counts_E = torch.tensor(counts_E, device=x_ND.device)
         offsets_E = grouped.group_offsets(counts_E)
-        keep_E11 = (counts_E > 0).to(w1.dtype)[:, None, None]  # once for the three projections
+        keep_E11 = None  # once for the three projections, where the kernel's zeros are not trusted
+        if grouped.masks_empty_groups(x_ND.device):
+            keep_E11 = (counts_E > 0).to(w1.dtype).view(-1, 1, 1)
         args = (grouped.grouped_linear(x_ND, w1, offsets_E, keep_E11), grouped.grouped_linear(x_ND, w3, offsets_E, keep_E11), gates_N)
         down = lambda h: grouped.grouped_linear(h, w2, offsets_E, keep_E11)
         if self.recompute_core:
@@ -314,7 +316,7 @@ class MoE(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.num_experts, self.top_k = spec.experts, spec.top_k
-        self.gate = nn.Linear(spec.hidden, spec.experts, bias=False)
+        self.gate = Linear(spec.hidden, spec.experts)
         self.experts = GroupedExperts(spec.experts, spec.hidden, spec.expert_ffn)
         # n shared experts of width f equal one SwiGLU of width n·f (the hidden units concatenate).
         self.shared: nn.Module | None = (

@@ -63,31 +63,77 @@ class _Rope(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, x_BTHD: torch.Tensor, rope_TD2: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
-        ctx.save_for_backward(rope_TD2)
-        return _rotate(x_BTHD, rope_TD2, sign=1.0)
+    def forward(ctx, x_BTHD: torch.Tensor, turn_T1P: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        ctx.save_for_backward(turn_T1P)
+        return _rotate(x_BTHD, turn_T1P, sign=1.0)
 
     @staticmethod
     def backward(ctx, g: torch.Tensor):  # type: ignore[override]
-        (rope_TD2,) = ctx.saved_tensors
-        return _rotate(g, rope_TD2, sign=-1.0), None
+        (turn_T1P,) = ctx.saved_tensors
+        return _rotate(g, turn_T1P, sign=-1.0), None
 
 
-def _rotate(x_BTHD: torch.Tensor, rope_TD2: torch.Tensor, *, sign: float) -> torch.Tensor:
+def _rotate(x_BTHD: torch.Tensor, turn_T1P: torch.Tensor, *, sign: float) -> torch.Tensor:
     """Each pair (x0, x1) as the complex x0 + i·x1 times e^{±iθ} = cos ± i·sin: one multiply, where
-    the real form takes a dozen ops a call (the table's last dimension is already (cos, sin))."""
+    the real form takes a dozen ops a call. `turn_T1P`: the complex table of `model.rope_tables`,
+    (positions, 1, Dh/2); sliced only when the sequence is shorter than it."""
     B, T, H, Dh = x_BTHD.shape
     pairs = x_BTHD.to(_compute_dtype(x_BTHD))
     if not pairs.is_contiguous():  # a view_as_complex needs unit stride on the pairs
         pairs = pairs.contiguous()
     z = torch.view_as_complex(pairs.view(B, T, H, Dh // 2, 2))
-    turn = torch.view_as_complex(rope_TD2[:T].to(pairs.dtype))[:, None]  # (T, 1, Dh/2)
+    turn = turn_T1P if turn_T1P.shape[0] == T else turn_T1P[:T]
+    if turn.dtype != z.dtype:  # fp64 rows (gradient checks) against the fp32 table
+        turn = turn.to(z.dtype)
     out = z * (turn if sign > 0 else torch.conj_physical(turn))  # a lazy conj() would be cloned by the multiply
     return torch.view_as_real(out).view(B, T, H, Dh).to(x_BTHD.dtype)
 
 
-def apply_rope(x_BTHD: torch.Tensor, rope_TD2: torch.Tensor) -> torch.Tensor:
-    return _Rope.apply(x_BTHD, rope_TD2)
+def apply_rope(x_BTHD: torch.Tensor, turn_T1P: torch.Tensor) -> torch.Tensor:
+    """x rotated pair by pair by the complex table `turn_T1P` (`model.rope_tables`)."""
+    return _Rope.apply(x_BTHD, turn_T1P)
+
+
+class _Linear(torch.autograd.Function):
+    """y = x · wᵀ (no bias) over any leading dimensions: the kernels eager `F.linear` runs, in fewer ops.
+
+    Eager, `F.linear` on (..., D) rows is `view`, `t`, `mm`, `_unsafe_view`, and autograd's backward
+    of those is eight ops more (the view's, the transpose's, and `MmBackward`'s three transposes:
+    torch's `mm_mat2_backward` in FunctionsManual.cpp computes the weight's gradient of a
+    transposed operand as (gᵀ · x)ᵀ, and `TBackward` transposes it back). Here the backward is
+    dx = g · w and dw = gᵀ · x with one transpose: the same `mm` calls on the same operands, so the
+    values are torch's bit for bit (tests/unit/test_runtime_ops.py); the saved tensors are x and w,
+    as `mm` saves."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        rows = x.dim() == 2
+        x2 = x if rows else x.reshape(-1, x.shape[-1])
+        ctx.save_for_backward(x2, w)
+        ctx.x_shape = None if rows else x.shape
+        y = torch.mm(x2, w.t())
+        return y if rows else y.view(*x.shape[:-1], w.shape[0])
+
+    @staticmethod
+    def backward(ctx, g: torch.Tensor):  # type: ignore[override]
+        x2, w = ctx.saved_tensors
+        g2 = g if ctx.x_shape is None else g.reshape(-1, g.shape[-1])
+        dx = dw = None
+        if ctx.needs_input_grad[0]:
+            dx = torch.mm(g2, w)
+            dx = dx if ctx.x_shape is None else dx.view(ctx.x_shape)
+        if ctx.needs_input_grad[1]:
+            dw = torch.mm(g2.t(), x2)
+        return dx, dw
+
+
+def linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """x · wᵀ, as `F.linear(x, w)`; `_Linear` where x and w are plain tensors of the dtype the op
+    computes in (under autocast, its dtype), else `F.linear` (autocast's casts, DTensor's rules)."""
+    dtype = torch.get_autocast_dtype(x.device.type) if torch.is_autocast_enabled(x.device.type) else x.dtype
+    if x.dtype == w.dtype == dtype and type(x) is torch.Tensor and type(w) in (torch.Tensor, torch.nn.Parameter):
+        return _Linear.apply(x, w)
+    return F.linear(x, w)
 
 
 SWIGLU_CHUNK_ELEMENTS = 2**24
@@ -122,8 +168,9 @@ class _SwiGLU(torch.autograd.Function):
         a, b, *rest = ctx.saved_tensors
         w = rest[0] if rest else None
         width = a.shape[-1]
-        a2, b2, g2 = a.reshape(-1, width), b.reshape(-1, width), g.reshape(-1, width)
-        w1 = None if w is None else w.reshape(-1)
+        flat = a.dim() != 2  # rows already (an MoE layer's experts): no reshape, each an op a call
+        a2, b2, g2 = (a.reshape(-1, width), b.reshape(-1, width), g.reshape(-1, width)) if flat else (a, b, g)
+        w1 = None if w is None else w.reshape(-1) if w.dim() != 1 else w
         rows = max(1, SWIGLU_CHUNK_ELEMENTS // width)
         if a2.shape[0] <= rows:  # one chunk: no buffers to fill and no slicing, a handful of ops
             s = F.silu(a2)
@@ -134,6 +181,8 @@ class _SwiGLU(torch.autograd.Function):
             db = g2 * s
             del s
             da = torch.ops.aten.silu_backward(g2 * b2, a2)
+            if not flat:
+                return da, db, dw
             return da.view(a.shape), db.view(b.shape), None if dw is None else dw.view(w.shape)
         da, db = torch.empty_like(a2), torch.empty_like(b2)
         dw = None if w1 is None else torch.empty_like(w1)
