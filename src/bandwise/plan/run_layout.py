@@ -191,7 +191,8 @@ def _batch(p: dict[str, Any], model: ModelSpec, dp: int | None, pp: int | None, 
     if gb is None and tokens:
         gb = tokens // model.seq_len
     if gb is None:
-        raise BandwiseError(f"run {rid}: no global batch (global_batch_seqs, global_batch_tokens or a per-rank batch)")
+        raise BandwiseError(f"run {rid}: not priced: the run states no batch size, and the step it prices depends on it; "
+                            "give parallelism.global_batch_seqs, global_batch_tokens or batch_size_per_dp")
     if dp and gb % dp:
         rounded = max(dp, round(gb / dp) * dp)
         notes.append(f"global batch {gb} is not a multiple of dp={dp}: {rounded} sequences")
