@@ -189,7 +189,7 @@ def _complete(case: Case, params: CostParams, res: RunResult) -> tuple[Strategy,
     if any(runnable):  # completions the engine can run; a stated layout it cannot is still the run's
         scored = [s for s, ok in zip(scored, runnable) if ok]
     if not scored:
-        res.reason = ("no valid completion of the stated layout (" + ", ".join(f"{k}={case.fixed[k]}" for k in DEGREES) + ")"
+        res.reason = ("not priced: no valid completion of the stated layout (" + ", ".join(f"{k}={case.fixed[k]}" for k in DEGREES) + ")"
                       + (f": {refused[0]}" if refused else ""))
         return None
     fitting = [s for s in scored if s[1].fits]
