@@ -326,7 +326,11 @@ MARGIN = 0.03
 # 2026-12-06, the TorchTitan NVFP4 doc's GPU read from the message of the commit that added it (GB200): its 6
 # runs price (BF16 +6.5% / -4.0%, MXFP8 +24.6% / +19.8%, NVFP4 +68.9% / +75.0%); 24 refused, each naming what
 # is not priced (benchmarks/RESULTS.md, "Refused runs priced (third pass)"): p90 64.0% -> 64.2%.
-GUARD_FIRST_SIGHT = {"refused": 24, "median": 0.177, "p90": 0.642}
+# Then TPU7x's host link (the scaling book's per-TPU PCIe figure): the 10 MaxText TPU7x runs that offload
+# to the host price, 14 refused. The link costs them 0-14%; MaxText MoE on TPU7x is over-predicted
+# (DeepSeek-V3 +73..+80%, gpt-oss +155%, Qwen3 +51%), which moves the set: median 17.7% -> 17.9%, p90
+# 64.2% -> 68.9%, with the 473 runs priced before unchanged.
+GUARD_FIRST_SIGHT = {"refused": 14, "median": 0.179, "p90": 0.689}
 
 
 @pytest.fixture(scope="module")
