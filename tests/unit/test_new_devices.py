@@ -35,6 +35,13 @@ def test_tpu7x_matches_google_clouds_table():
     assert dcn.bandwidth == pytest.approx(100e9 / 8)
 
 
+def test_tpu7x_host_link_is_the_scaling_books_per_tpu_pcie_figure():
+    # "How to Think About TPUs" (jax-ml/scaling-book tpus.md, 2026-05): "PCIe bandwidth is typically around
+    # 1.6e10 bytes / second per TPU (3.2e10 for TPU v6e)"; TPU7x has no exception there. A host offload on
+    # TPU7x is priced, not refused.
+    assert DEVICES["tpu7x"].host_link_bandwidth == pytest.approx(1.6e10)
+
+
 def test_b300_matches_the_hgx_b300_datasheet():
     # HGX B300 (8 GPUs): FP8 72 and BF16 36 PFLOPS with sparsity (dense = half), up to 2.3 TB HBM3e,
     # 8 TB/s per GPU, NVLink 1.8 TB/s per GPU bidirectional; one ConnectX-8 800 Gb/s per GPU.

@@ -130,6 +130,14 @@ def test_layout_global_batch_from_tokens_and_rounded_to_dp():
     assert any("global batch 101 is not a multiple of dp=8" in n for n in notes)
 
 
+def test_layout_global_batch_from_a_per_device_batch_and_the_device_count():
+    # micro-batch 2 x 4 micro-batches per step x dp = 64 / (2 * 2): Megatron's global batch
+    lay, notes = layout_of(run(parallelism={"global_batch_seqs": None, "micro_batch": 2, "grad_accum": 4}))
+    assert lay.global_batch == 2 * 4 * (64 // (2 * 2)) and lay.fixed["micro_batch"] == 2
+    with pytest.raises(BandwiseError, match="not priced: the run states no batch size"):
+        layout_of(run(parallelism={"global_batch_seqs": None, "micro_batch": 2}))  # micro-batches per step unknown
+
+
 def test_layout_interleaved_schedule_from_megatron_wording():
     lay, _ = layout_of(run(parallelism={"pp_schedule": "interleaved, virtual-pipeline-stage 3"}))
     assert lay.fixed["schedule"] == "Interleaved1F1B" and lay.fixed["virtual_stages"] == 24 // (2 * 3)

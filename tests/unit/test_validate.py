@@ -323,7 +323,14 @@ MARGIN = 0.03
 # 2026-12-06, the Blackwell and CDNA GEMM fractions from one measured matmul table, scaled from the H100's
 # checked product (benchmarks/RESULTS.md, "Blackwell and CDNA GEMM fractions"): median 17.9% -> 17.7%,
 # p90 68.9% -> 64.0% (MI355X and MI300X runs down; B200 fp8 runs up, their measured fp8 being nearer bf16).
-GUARD_FIRST_SIGHT = {"refused": 30, "median": 0.177, "p90": 0.640}
+# 2026-12-06, the TorchTitan NVFP4 doc's GPU read from the message of the commit that added it (GB200): its 6
+# runs price (BF16 +6.5% / -4.0%, MXFP8 +24.6% / +19.8%, NVFP4 +68.9% / +75.0%); 24 refused, each naming what
+# is not priced (benchmarks/RESULTS.md, "Refused runs priced (third pass)"): p90 64.0% -> 64.2%.
+# Then TPU7x's host link (the scaling book's per-TPU PCIe figure): the 10 MaxText TPU7x runs that offload
+# to the host price, 14 refused. The link costs them 0-14%; MaxText MoE on TPU7x is over-predicted
+# (DeepSeek-V3 +73..+80%, gpt-oss +155%, Qwen3 +51%), which moves the set: median 17.7% -> 17.9%, p90
+# 64.2% -> 68.9%, with the 473 runs priced before unchanged.
+GUARD_FIRST_SIGHT = {"refused": 14, "median": 0.179, "p90": 0.689}
 
 
 @pytest.fixture(scope="module")
@@ -344,6 +351,12 @@ def test_first_sight_runs_do_not_regress(all_results):
     s = summarize(seen)
     assert s.median_abs_error <= GUARD_FIRST_SIGHT["median"] + MARGIN
     assert s.p90_abs_error <= GUARD_FIRST_SIGHT["p90"] + MARGIN
+
+
+def test_a_refused_shipped_run_names_what_is_not_priced_in_one_line(all_results):
+    """Issue 48's Fit acceptance: a run that ran is priced, or its one-line reason says what is not priced."""
+    for r in (r for r in all_results if r.reason is not None):
+        assert "\n" not in r.reason and "not priced: " in r.reason and len(r.reason) < 400, (r.id, r.reason)
 
 
 def test_accuracy_does_not_regress(guarded_results):

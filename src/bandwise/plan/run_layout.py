@@ -190,8 +190,17 @@ def _batch(p: dict[str, Any], model: ModelSpec, dp: int | None, pp: int | None, 
     tokens = count(p.get("global_batch_tokens"), "parallelism.global_batch_tokens", least=1)
     if gb is None and tokens:
         gb = tokens // model.seq_len
+    mb_stated = count(p.get("micro_batch"), "parallelism.micro_batch", least=1)
+    ga_stated = count(p.get("grad_accum"), "parallelism.grad_accum", least=1)
+    if gb is None and mb_stated and ga_stated and dp:
+        # a per-device batch and the device count: micro-batch x micro-batches per step x dp (Megatron-LM
+        # megatron/core/num_microbatches_calculator.py: num_micro_batches = global_batch_size // (micro_batch_size
+        # x data_parallel_size); dp = devices / (tp x pp x cp))
+        gb = mb_stated * ga_stated * dp
+        notes.append(f"global batch {gb} = micro_batch {mb_stated} x grad_accum {ga_stated} x dp {dp}")
     if gb is None:
-        raise BandwiseError(f"run {rid}: no global batch (global_batch_seqs, global_batch_tokens or a per-rank batch)")
+        raise BandwiseError(f"run {rid}: not priced: the run states no batch size, and the step it prices depends on it; "
+                            "give parallelism.global_batch_seqs, global_batch_tokens, batch_size_per_dp, or micro_batch with grad_accum")
     if dp and gb % dp:
         rounded = max(dp, round(gb / dp) * dp)
         notes.append(f"global batch {gb} is not a multiple of dp={dp}: {rounded} sequences")

@@ -172,21 +172,25 @@ def _complete(case: Case, params: CostParams, res: RunResult) -> tuple[Strategy,
     """Stated degrees: try every completion of the other fields, keep the fastest that fits.
 
     Where no completion fits by the cost model's memory, the run still ran, so the completion
-    that needs the least memory is predicted and the run is flagged.
+    that needs the least memory is predicted and the run is flagged. Where none is valid at all,
+    `res.reason` says so with the first rule a completion broke.
     """
-    scored, runnable = [], []
+    scored, runnable, refused = [], [], []
     rules = get_engine(case.engine).rules
     for fields in _completions(case):
         strategy = _strategy(case, fields)
         try:
             strategy.check(case.devices, case.model)
-        except BandwiseError:
+        except BandwiseError as exc:
+            refused.append(str(exc))
             continue
         scored.append((strategy, estimate(case.model, case.cluster, strategy, params)))
         runnable.append(rules.why(strategy, case.model) is None)
     if any(runnable):  # completions the engine can run; a stated layout it cannot is still the run's
         scored = [s for s, ok in zip(scored, runnable) if ok]
     if not scored:
+        res.reason = ("not priced: no valid completion of the stated layout (" + ", ".join(f"{k}={case.fixed[k]}" for k in DEGREES) + ")"
+                      + (f": {refused[0]}" if refused else ""))
         return None
     fitting = [s for s in scored if s[1].fits]
     if fitting:
@@ -215,8 +219,7 @@ def predict(case: Case, params: CostParams = DEFAULT_PARAMS) -> RunResult:
             check_device(fp8_recipe(res.fp8_recipe), case.cluster.device.name)
         if all(k in case.fixed for k in DEGREES):
             found = _complete(case, params, res)
-            if found is None:
-                res.reason = "no valid completion of the stated layout (" + ", ".join(f"{k}={case.fixed[k]}" for k in DEGREES) + ")"
+            if found is None:  # `_complete` gave the reason
                 return res
             res.strategy, res.estimate = found
         else:

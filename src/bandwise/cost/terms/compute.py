@@ -363,8 +363,9 @@ def policy_recompute(m: ModelSpec, dev: Device, s: Shape, policy: RematPolicy, p
     if not policy.offloads:
         return rerun
     if dev.host_link_bandwidth <= 0:
-        raise BandwiseError(f"remat policy {policy.name} offloads {', '.join(sorted(policy.offload))} to the host, and device {dev.name} "
-                            "has no host link bandwidth; give its host_link_bandwidth_bytes_per_s or keep the tensors on the device")
+        raise BandwiseError(f"not priced: remat policy {policy.name} offloads {', '.join(sorted(policy.offload))} to the host, and device "
+                            f"{dev.name} has no published host link (PCIe) bandwidth; give host_link_bandwidth_bytes_per_s in a cluster "
+                            "file (--cluster PATH) or keep the tensors on the device")
     per_token = (1 - frac_moe) * policy.bytes_per_token(m, False, "offload") + frac_moe * policy.bytes_per_token(m, True, "offload")
     moved = per_token * s.tokens / s.tp
     return (rerun + exposed_transfer_s(moved, dev.host_link_bandwidth, fwd)
