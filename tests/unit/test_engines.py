@@ -87,11 +87,13 @@ def test_an_engine_file_reads_like_a_preset_and_its_errors_are_one_line(tmp_path
     path.write_text(shown.stdout)
     mine = load_engine_file(path)
     assert mine.behaviours == PRESETS["megatron"].behaviours and mine.schedules == PRESETS["megatron"].schedules
+    assert mine.rules.microbatch_floors == "megatron"
     for text, says in (
         ("title: x\nbehaviours: {flash: {value: true, source: s}}\n", "'flash' is not a behaviour the cost model prices"),
         ("title: x\nbehaviours: {flash_attention: {value: false}}\n", "needs a value and its source"),
         ("title: x\nlayouts: {schedules: [OneFOneB], source: s}\n", "layouts.schedules"),
         ("title: x\nbogus: 1\n", "unknown key 'bogus'"),
+        ("title: x\nlayouts: {microbatch_floors: nanotron, source: s}\n", "layouts.microbatch_floors 'nanotron': one of torch, megatron"),
         ("title: x\nbehaviours: {kernel_gap_s: {value: abc, source: s}}\n", "kernel_gap_s='abc' is not a value of that field"),
         ("title: x\nbehaviours: {flash_attention: {value: 'no', source: s}}\n", "write it true or false"),
     ):

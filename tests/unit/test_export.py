@@ -101,6 +101,26 @@ def test_megatron_has_no_zero_bubble_schedule() -> None:
     assert "--num-virtual-stages-per-pipeline-rank 2" in ex.text
 
 
+def test_fewer_micro_batches_than_an_engines_code_runs_are_refused_in_its_words() -> None:
+    """One micro-batch through two 1F1B stages: Megatron-Core runs it (warm-up min(p - r - 1, m),
+    schedules.py at d98e8a64), torch's Schedule1F1B stops at m < p (torch 2.13), so TorchTitan's job
+    is refused. Megatron's interleaved schedule stops at m not a multiple of p (default group size)."""
+    m, c, s = _plan("llama3-8b", "h100", 64, dp_replicate=32, pp=2, zero_stage=1, micro_batch=2, global_batch=64, recompute="full")
+    assert s.microbatches == 1
+    ex = export("megatron", m, c, s, 64, exact=True)
+    assert ex.strategy == s and "--pipeline-model-parallel-size 2" in ex.text
+    with pytest.raises(BandwiseError, match=r"Number of microbatches \(1\) must be greater than or equal to the number of stages \(2\)"):
+        export("torchtitan", m, c, s.replace(zero_stage=0), 64, exact=True)
+    looped = s.replace(pp=4, dp_replicate=16, schedule="Interleaved1F1B", virtual_stages=2, micro_batch=1, global_batch=96)
+    assert looped.microbatches == 6
+    with pytest.raises(BandwiseError, match=r"should be 0, or larger than or equal to the pipeline-parallel size, but it is 2 .*"
+                                            r"Use a multiple of 4 micro-batches"):
+        export("megatron", m, c, looped, 64, exact=True)
+    with pytest.raises(BandwiseError, match=r"should range in \[PP=4 , M=2\]"):
+        export("megatron", m, c, looped.replace(global_batch=32), 64, exact=True)
+    assert export("megatron", m, c, looped.replace(global_batch=128), 64, exact=True).strategy.microbatches == 8
+
+
 def test_maxtext_mesh_fills_each_slice_and_counts_the_slices() -> None:
     c = get_cluster("h100")
     s = Strategy(dp_replicate=4, dp_shard=16, tp=8, global_batch=512, micro_batch=1)

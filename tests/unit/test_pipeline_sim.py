@@ -160,14 +160,31 @@ def test_schedule_factors_simulates_each_combination_once_and_invalid_is_nan():
     again, _ = schedule_factors(sched, p, m, v)
     assert pipeline._factors.cache_info().misses == distinct
     np.testing.assert_array_equal(again, overhead)
-    bad, _ = schedule_factors(np.array([SCHEDULES.index("1F1B")]), np.array([4]), np.array([2]), np.array([1]))
+    # fewer micro-batches than DualPipeV's V needs (2p): no schedule to simulate
+    bad, _ = schedule_factors(np.array([SCHEDULES.index("DualPipeV")]), np.array([4]), np.array([6]), np.array([2]))
     assert np.isnan(bad[0])
+
+
+@pytest.mark.parametrize("p", [2, 3, 4, 8])
+def test_fewer_micro_batches_than_stages_is_the_closed_form_bubble(p):
+    """1F1B with m < p micro-batches (Megatron-Core and DeepSpeed run it; torch's Schedule1F1B does
+    not): with uniform stage times the step is (m + p - 1)(f + b + w), so idle / busy = (p - 1) / m
+    and the bubble fraction (p - 1) / (m + p - 1) (Narayanan et al. 2021, Sec. 2.2); at m = 1 the
+    stages run one after another. Every rank holds all m micro-batches at its peak."""
+    f, b, w = 1.0, 1.5, 0.5
+    for m in range(1, p):
+        overhead, inflight = schedule_factors(np.array([SCHEDULES.index("1F1B")]), np.array([p]), np.array([m]), np.array([1]), f=f, b=b, w=w)
+        assert overhead[0] == pytest.approx((p - 1) / m)
+        assert inflight[0] == m
+        t = simulate(PipelineSpec(schedule="1F1B", stages=p, microbatches=m, f=f, b=b, w=w))
+        assert t.makespan == pytest.approx((m + p - 1) * (f + b + w))
+        assert t.bubble_fraction == pytest.approx((p - 1) / (m + p - 1))
 
 
 @pytest.mark.parametrize(
     "name,p,m,v,message",
     [
-        ("1F1B", 4, 2, 1, r"Number of microbatches \(2\) must be greater than or equal to the number of stages \(4\)\."),
+        ("1F1B", 4, 2, 1, None),  # the schedule runs m < p; torch's Schedule1F1B alone refuses it (`specs.schedules.FLOORS`)
         ("Interleaved1F1B", 4, 10, 2, None),  # torch accepts: rounds 2, 10 % 2 == 0
         ("Interleaved1F1B", 4, 9, 2, r"Interleaved 1F1B requires the number of microbatches to be a multiple of the number of rounds \(2\), but got 9\."),
         ("InterleavedZeroBubble", 4, 13, 2, r"Zero bubble requires the number of microbatches to be a multiple of the number of rounds \(3\), but got 13\."),
@@ -225,10 +242,16 @@ def test_cli_text_timeline(capsys):
     assert "makespan 12, bubble 25.0%" in out  # (p-1)/(m+p-1) = 1/4
 
 
+def test_cli_one_micro_batch_runs_the_stages_in_turn(capsys):
+    code, out, _ = _cli(["schedule", "--schedule", "1F1B", "--stages", "4", "--microbatches", "1"], capsys)
+    assert code == 0
+    # F = 1, fused backward = b + w = 2: four forwards in turn, then four backwards in reverse, 4 x 3
+    assert "makespan 12, bubble 75.0%" in out  # (p-1)/(m+p-1) = 3/4
+
+
 @pytest.mark.parametrize(
     "args,needle",
     [
-        (["--schedule", "1F1B", "--stages", "4", "--microbatches", "2"], "must be greater than or equal to the number of stages (4)"),
         (["--schedule", "Interleaved1F1B", "--stages", "4", "--microbatches", "9"], "multiple of the number of rounds (2), but got 9"),
         (["--schedule", "DualPipeV", "--stages", "4", "--microbatches", "7"], "but got 7 microbatches and 8 stages"),
         (["--schedule", "Pipedream", "--stages", "4"], "unknown schedule 'Pipedream'"),

@@ -116,11 +116,19 @@ def test_schedule_fixes_the_stages_per_rank(schedule, v, names):
     assert names in text and f"virtual_stages={v}" in text and schedule in text
 
 
-def test_pipeline_needs_at_least_pp_micro_batches():
-    # torch's own wording (Schedule1F1B): the same line a user would get from torch.distributed.pipelining
-    text = message(Strategy(pp=4, schedule="1F1B", global_batch=2), 4)
-    assert "Number of microbatches (2)" in text and "number of stages (4)" in text
+def test_fewer_micro_batches_than_stages_is_a_layout_and_torch_s_1f1b_refuses_it():
+    """1F1B runs any m (Megatron-Core warms up min(p - r - 1, m)); torch's Schedule1F1B alone needs
+    m >= p, which the torch engines' rules keep, and the trainer refuses in torch's own words."""
+    s = Strategy(pp=4, schedule="1F1B", global_batch=2)
+    s.check(4)
     Strategy(pp=4, schedule="GPipe", global_batch=2).check(4)  # GPipe runs any m
+    pytest.importorskip("torch")
+    from bandwise.runtime.parallel.mesh import check_runtime_support
+
+    with pytest.raises(BandwiseError) as err:
+        check_runtime_support(s, get_model("llama3-8b"))
+    assert "Number of microbatches (2) must be greater than or equal to the number of stages (4)" in str(err.value)
+    assert "Use at least 4 micro-batches with 1F1B" in str(err.value)
 
 
 def test_looped_schedules_need_rounds_of_pp():

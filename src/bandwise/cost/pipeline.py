@@ -574,7 +574,7 @@ def pipeline_factors(
 
     schedule holds indices into SCHEDULES; p, m, v are stage ranks, micro-batches, stages per rank.
     The planner's default times are backward = 2 x forward, split evenly (b = w = f). Each distinct
-    (schedule, p, m, v) is simulated once per process. Combinations torch refuses (see
+    (schedule, p, m, v) is simulated once per process. Combinations no engine runs (see
     `schedules.check`) give NaN: the planner's `valid_mask` drops them with the same rule. p <= 1 is
     no pipeline: no bubble, one micro-batch in flight, nothing waiting.
     """

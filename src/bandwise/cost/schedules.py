@@ -10,7 +10,9 @@ The orders follow the schedule designs and, action for action, the orders that t
 builds for them (tests/dist/test_pipeline_torch.py compares the two on live schedule objects):
 
   GPipe              all forwards, then all backwards                Huang et al. 2019, "GPipe"
-  1F1B               p-r warm-up forwards on rank r, then alternate  Narayanan et al. 2019, "PipeDream"
+  1F1B               min(m, p-r) warm-up forwards on rank r, then    Narayanan et al. 2019, "PipeDream"
+                     alternate (at m < p, which torch refuses, the
+                     order Megatron-Core's min(p-r-1, m) warm-up runs)
   Interleaved1F1B    1F1B over v looped stages, micro-batches in     Narayanan et al. 2021, Sec. 2.2.2
                      rounds; warm-up (v-1)·k + 2(p-1-r)
   LoopedBFS          every micro-batch through a stage before the    Lamy-Poirier 2023, "Breadth-First
@@ -67,7 +69,8 @@ def rounds(p: int, m: int) -> tuple[int, int]:
 
 
 def check(schedule: str, p: int, m: int, v: int) -> None:
-    """Raise the error torch would raise for this combination (its own words, then the fix)."""
+    """Raise the error torch would raise for a combination the schedule itself cannot run (its own words,
+    then the fix); an engine's own floors on micro-batches are its layout rules' (`specs.schedules.FLOORS`)."""
     if p < 1 or m < 1 or v < 1:
         raise BandwiseError(f"stages, micro-batches and virtual stages must be >= 1 (got p={p}, m={m}, v={v})")
     if schedule not in GENERATORS:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from bandwise.cost.run import RunCost
+from bandwise.specs.schedules import FLOORS
 from bandwise.specs.strategy import Strategy
 
 
@@ -17,6 +18,13 @@ CHECKED = {"torchtitan": "torchtitan 0.3.0", "megatron": "Megatron-LM d98e8a6", 
 def lacks(engine: str, reason: str) -> str:
     """A refusal's reason with the engine code it was checked against, unless it names it already."""
     return reason if CHECKED[engine] in reason else f"{reason} (as of {CHECKED[engine]})"
+
+
+def too_few_microbatches(floors: str, s: Strategy) -> str | None:
+    """The engine code's own words where its floor on micro-batches (`specs.schedules.FLOORS`) refuses
+    `s`'s schedule, else None: a job it would stop at its first step."""
+    floor = next((f for f in FLOORS[floors] if f.schedule == s.schedule), None)
+    return floor.broken(s.microbatches, s.pp) if floor is not None else None
 
 
 class Adapted(NamedTuple):

@@ -49,7 +49,7 @@ import shlex
 from bandwise.cost.params import DEFAULT_PARAMS, CostParams, grad_reduce_name
 from bandwise.errors import BandwiseError
 from bandwise.export.architecture import Architecture, refusals
-from bandwise.export.common import TORCHRUN, Adapted, lacks, script_head, stage_layers
+from bandwise.export.common import TORCHRUN, Adapted, lacks, script_head, stage_layers, too_few_microbatches
 from bandwise.specs.hardware import Cluster
 from bandwise.specs.model import ModelSpec
 from bandwise.specs.strategy import Strategy
@@ -72,6 +72,10 @@ def adapt(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int, arch: A
         changes.append(f"{s.schedule}: Megatron-LM has no such schedule; {to}"
                        + (f" with {s.virtual_stages} stages per rank" if to == "Interleaved1F1B" else ""))
         s = s.replace(schedule=to, virtual_stages=s.virtual_stages if to == "Interleaved1F1B" else 1)
+    # forward_backward_pipelining_with_interleaving refuses fewer than pp micro-batches, or a count that
+    # is not a multiple of pp, at its default microbatch_group_size_per_vp_stage (schedules.py at d98e8a64)
+    if (few := too_few_microbatches("megatron", s)) is not None:
+        raise BandwiseError(f"{s.describe()}: {few}")
     if s.dp_shard == 1 and s.zero_stage == 2:
         changes.append("ZeRO-2: Megatron's distributed optimizer shards optimizer states and master weights but keeps the "
                        "whole gradient buffer (ZeRO-1)")

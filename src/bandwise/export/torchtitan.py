@@ -41,7 +41,7 @@ from bandwise.cost.params import DEFAULT_PARAMS, CostParams, grad_reduce_name
 from bandwise.errors import BandwiseError
 from bandwise.export.architecture import Architecture, differences, is_preset
 import bandwise.export.torchtitan_module as written
-from bandwise.export.common import TORCHRUN, Adapted, lacks, script_head, stage_layers
+from bandwise.export.common import TORCHRUN, Adapted, lacks, script_head, stage_layers, too_few_microbatches
 from bandwise.specs.hardware import Cluster
 from bandwise.specs.model import ModelSpec
 from bandwise.specs.strategy import Strategy
@@ -82,6 +82,9 @@ def adapt(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int, arch: A
     if model.seq_len % divisor:
         raise BandwiseError(f"{s.describe()}: TorchTitan's Trainer needs the {model.seq_len}-token sequence divisible by "
                             f"TP x 2CP = {divisor} (torchtitan 0.3.0 trainer.py)")
+    # its schedules are torch.distributed.pipelining's, which stop below their floors (torch 2.13)
+    if (few := too_few_microbatches("torch", s)) is not None:
+        raise BandwiseError(f"{s.describe()}: {few}")
     reasons = [why for cond, why in (
         (s.zero_stage in (1, 2), f"ZeRO-{s.zero_stage} over DP{s.dp_replicate}: TorchTitan has no ZeRO-1/2"),
         (s.cp > 1, f"CP{s.cp} under DDP: TorchTitan shards the parameters over the CP ranks whenever CP is on"),

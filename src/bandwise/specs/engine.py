@@ -20,7 +20,7 @@ from typing import Any
 from bandwise.errors import BandwiseError
 from bandwise.specs.engine_rules import EP_FROM, LayoutRules
 from bandwise.specs.model import brief
-from bandwise.specs.schedules import SCHEDULES
+from bandwise.specs.schedules import FLOORS, SCHEDULES
 from bandwise.specs.strategy import RECOMPUTE
 
 
@@ -125,7 +125,8 @@ class Engine:
 ENGINE_KEYS = ("name", "title", "exports", "layouts", "behaviours", "defaults", "versions")
 VERSION_KEYS = ("title", "behaviours", "defaults", "layouts")
 """What a version entry may hold: what changed from its engine."""
-RULE_KEYS = ("recompute", "hsdp", "ep_from", "cp_needs_fsdp", "microbatches_of_stages", "paired_hides_ep", "tp_over_mixers")
+RULE_KEYS = ("recompute", "hsdp", "ep_from", "cp_needs_fsdp", "microbatches_of_stages", "microbatch_floors", "paired_hides_ep",
+             "tp_over_mixers")
 """`layouts` keys that are `LayoutRules` fields (their meanings there)."""
 STAGES = ("even", "equal", "layout")
 """How an engine cuts the layers into pipeline stages. `even`: as evenly as they go, earlier stages
@@ -221,10 +222,13 @@ def _rules(raw: dict[str, Any], stages: str, where: str) -> LayoutRules:
     for key in ("hsdp", "cp_needs_fsdp", "microbatches_of_stages", "paired_hides_ep", "tp_over_mixers"):
         if key in raw and not isinstance(raw[key], bool):
             raise BandwiseError(f"{where}: layouts.{key} {brief(raw[key])}: true or false")
+    floors = raw.get("microbatch_floors", "torch")
+    if floors not in FLOORS:
+        raise BandwiseError(f"{where}: layouts.microbatch_floors {brief(floors)}: one of {', '.join(FLOORS)} (whose code's floors on micro-batches)")
     ep_from = raw.get("ep_from", "any")
     if ep_from not in EP_FROM:
         raise BandwiseError(f"{where}: layouts.ep_from {brief(ep_from)}: one of {', '.join(EP_FROM)}")
     return LayoutRules(recompute=tuple(recompute) if recompute is not None else None, hsdp=raw.get("hsdp", True), ep_from=ep_from,
                        cp_needs_fsdp=raw.get("cp_needs_fsdp", False), microbatches_of_stages=raw.get("microbatches_of_stages", False),
-                       equal_stages=stages == "equal", end_stages=stages == "layout", paired_hides_ep=raw.get("paired_hides_ep", True),
+                       microbatch_floors=floors, equal_stages=stages == "equal", end_stages=stages == "layout", paired_hides_ep=raw.get("paired_hides_ep", True),
                        tp_over_mixers=raw.get("tp_over_mixers", True))

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from bandwise.specs.model import ModelSpec
-from bandwise.specs.strategy import RECOMPUTE, Layouts, Strategy
+from bandwise.specs.schedules import FLOORS
+from bandwise.specs.strategy import RECOMPUTE, SCHEDULES, Layouts, Strategy
 
 EP_FROM = ("any", "sharded", "fsdp")
 """Where expert parallelism takes its ranks. `any`: from dp_shard·cp·tp and across replicas
@@ -40,6 +41,9 @@ class LayoutRules:
     CP ranks too, which a layout without dp_shard does not price."""
     microbatches_of_stages: bool = False
     """With PP, the micro-batches per step are a multiple of the pipeline size."""
+    microbatch_floors: str = "torch"
+    """Whose code's floors on micro-batches per schedule it keeps (`specs.schedules.FLOORS`): torch's
+    (Schedule1F1B wants m >= p) unless the engine runs its own pipeline schedules."""
     equal_stages: bool = False
     """With PP, the layers divide over pp·v stages of equal whole layers."""
     end_stages: bool = False
@@ -75,6 +79,12 @@ class LayoutRules:
                 n_mb = c.global_batch // np.maximum(c.dp_replicate * c.dp_shard * c.micro_batch, 1)
                 return (c.pp == 1) | (n_mb % c.pp == 0)
             out.append((stages_divide, "a number of micro-batches that is not a multiple of the pipeline stages"))
+        for floor in FLOORS[self.microbatch_floors]:
+            def kept(c: Layouts, multiple: bool = bool(floor.remainder), code: int = SCHEDULES.index(floor.schedule)) -> np.ndarray:
+                m, pp = c.microbatches, np.maximum(c.pp, 1)
+                return (c.pp == 1) | (c.schedule != code) | ((m >= pp) & ((m % pp == 0) | (not multiple)))
+            out.append((kept, f"{floor.schedule} over fewer than pp micro-batches{' or not a multiple of pp' if floor.remainder else ''} "
+                              f"({floor.source})"))
         if not self.end_stages and model is not None:
             layers = model.layers
             out.append((lambda c: c.pp * c.virtual_stages <= layers, "more pipeline stages than layers"))

@@ -287,7 +287,7 @@ Rule = tuple[Callable[[Layouts, int], np.ndarray], Callable[[Strategy, int], str
 
 
 def _too_few_microbatches(sch: Schedule) -> Rule:
-    """torch's floor on micro-batches per pipeline rank for `sch` (`Schedule.microbatches_per_rank`)."""
+    """The floor on micro-batches per pipeline rank that `sch` itself needs (`Schedule.microbatches_per_rank`)."""
     code, k = SCHEDULES.index(sch.name), sch.microbatches_per_rank
     return (
         lambda c, w: (c.pp == 1) | (c.schedule != code) | (c.microbatches >= k * c.pp),
@@ -349,8 +349,8 @@ def _rules(model: ModelSpec | None) -> list[Rule]:
             + ("1 stage per rank (virtual_stages=1)" if s.schedule in SINGLE_STAGE else "2 or more stages per rank (virtual_stages >= 2)")
             + f", got virtual_stages={s.virtual_stages}",
         ),
-        # Micro-batch counts: torch's checks and words (torch/distributed/pipelining/schedules.py).
-        # GPipe, LoopedBFS and ZBVZeroBubble accept any count.
+        # Micro-batch counts a schedule itself needs, in torch's words (torch/distributed/pipelining/schedules.py);
+        # an engine's own floors (torch's Schedule1F1B: m >= p) are its layout rules' (`specs.schedules.FLOORS`).
         *(_too_few_microbatches(sch) for sch in REGISTRY if sch.microbatches_per_rank),
         (
             lambda c, w: (c.pp == 1) | ~np.isin(c.schedule, _code(tuple(sch.name for sch in REGISTRY if sch.rounds))) | (c.microbatches % np.maximum(1, c.microbatches // c.pp) == 0),

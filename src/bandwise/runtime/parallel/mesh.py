@@ -19,6 +19,7 @@ from torch.distributed.device_mesh import DeviceMesh
 from bandwise.errors import BandwiseError
 from bandwise.runtime.layer_plan import unsupported
 from bandwise.specs.model import ModelSpec
+from bandwise.specs.schedules import FLOORS
 from bandwise.specs.strategy import Strategy
 
 
@@ -33,6 +34,10 @@ def check_runtime_support(s: Strategy, model: ModelSpec) -> None:
             f"tp={s.tp}: the trainer does not split Mamba-2 mixers over tensor parallelism (their packed input projection "
             "is not cut by heads); use tp=1 and give its ranks to dp_shard"
         )
+    # the trainer's schedules are torch.distributed.pipelining's, with torch's floors on micro-batches
+    floor = next((f for f in FLOORS["torch"] if f.schedule == s.schedule), None)
+    if floor is not None and (why := floor.broken(s.microbatches, s.pp)):
+        raise BandwiseError(why)
     if s.pp * s.virtual_stages > model.layers:
         raise BandwiseError(f"pp·virtual_stages = {s.pp * s.virtual_stages}: the trainer builds stages of whole layers, and {model.name} "
                             f"has {model.layers}; use at most {model.layers} stages")
