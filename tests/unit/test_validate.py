@@ -330,7 +330,10 @@ MARGIN = 0.03
 # to the host price, 14 refused. The link costs them 0-14%; MaxText MoE on TPU7x is over-predicted
 # (DeepSeek-V3 +73..+80%, gpt-oss +155%, Qwen3 +51%), which moves the set: median 17.7% -> 17.9%, p90
 # 64.2% -> 68.9%, with the 473 runs priced before unchanged.
-GUARD_FIRST_SIGHT = {"refused": 14, "median": 0.179, "p90": 0.689}
+# Then a routed MoE layer's `mlpwo` priced as the backward residual it is in MaxText's sparse_matmul (top_k·h
+# per token; benchmarks/RESULTS.md, "MaxText MoE on TPU7x (third pass)"): the two gpt-oss TPU7x rows that
+# offload it go from +155% to -21%, p90 68.9% -> 68.1%; the guard follows the improvement.
+GUARD_FIRST_SIGHT = {"refused": 14, "median": 0.179, "p90": 0.681}
 
 
 @pytest.fixture(scope="module")
