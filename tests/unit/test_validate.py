@@ -333,7 +333,11 @@ MARGIN = 0.03
 # Then each engine's own floor on micro-batches (benchmarks/RESULTS.md, "Fewer micro-batches than stages
 # (third pass)"): Megatron-Core's 1F1B has none, so nanotron's bench run of one micro-batch through PP2 prices,
 # at +217% like its 64-node siblings; 13 refused, the 483 priced before unchanged: p90 68.9% -> 69.2%.
-GUARD_FIRST_SIGHT = {"refused": 13, "median": 0.179, "p90": 0.692}
+# Then a routed MoE layer's `mlpwo` priced as the backward residual it is in MaxText's sparse_matmul (top_k·h
+# per token; benchmarks/RESULTS.md, "MaxText MoE on TPU7x (third pass)"): the two gpt-oss TPU7x rows that
+# offload it go from +155% to -21%, p90 68.9% -> 68.1%; the guard follows the improvement. Both together:
+# 13 refused, median 17.9%, p90 68.7%.
+GUARD_FIRST_SIGHT = {"refused": 13, "median": 0.179, "p90": 0.688}
 
 
 @pytest.fixture(scope="module")

@@ -16,9 +16,16 @@ function's outputs are element-wise and always recomputed): the layer input (h e
 query, key and value projections (H·d, kv·d, kv·d_v), the attention output `context` (H·d_v, read
 by the output projection's weight gradient and the attention backward), the output projection's
 result `out_proj` (h: with the input it makes the second norm's input), and the MLP's input
-projections `mlpwi_0` / `mlpwi_1` (one intermediate width each, gated; `mlpwi` ungated). The MLP's
-down projection `mlpwo` is read by no backward of the layer, so JAX keeps nothing for it whatever
-its place: naming it moves no memory.
+projections `mlpwi_0` / `mlpwi_1` (one intermediate width each, gated; `mlpwi` ungated). A dense
+MLP's down projection `mlpwo` is read by no backward of the layer (it is added to the residual
+stream), so JAX keeps nothing for it whatever its place: naming it moves no memory. A routed MoE
+layer's is read: MaxText names the grouped down projection's output `mlpwo` before `unpermute`
+(`RoutedMoE.sparse_matmul`, src/MaxText/layers/moe.py at maxtext-tutorial-v1.5.0 and
+src/maxtext/layers/moe.py at a0fceb5: `checkpoint_name(intermediate_output, "mlpwo")`, one h-wide row
+per routed copy, tokens·top_k rows), and the routing-weighted sum after it
+(`einsum("BKE,BK -> BE", ...)`) needs those rows for the routing weights' gradient, so there
+`mlpwo` is top_k·h elements per token (under a capacity, MaxText's dense_matmul holds capacity
+slots instead; not priced apart).
 
 Recomputation re-runs, for each tensor the backward reads and the policy neither keeps nor
 offloads, the work that makes it: the QKV projection, the attention core's forward, the output
@@ -101,20 +108,25 @@ class RematPolicy:
         return bool(self.offload)
 
 
-PARTS: tuple[str, ...] = ("decoder_layer_input", "query_proj", "key_proj", "value_proj", "context", "out_proj", "mlpwi_0", "mlpwi_1", "mlpwi")
+PARTS: tuple[str, ...] = ("decoder_layer_input", "query_proj", "key_proj", "value_proj", "context", "out_proj", "mlpwi_0", "mlpwi_1", "mlpwi",
+                         "mlpwo")
 """The tensors a layer's backward reads, by the name of the separate projection that makes each."""
 FUSED: dict[str, tuple[str, ...]] = {"query_proj": ("qkv_proj",), "key_proj": ("kv_proj", "qkv_proj"), "value_proj": ("kv_proj", "qkv_proj")}
 """The fused projections' names that also hold a part."""
 
 
 def _widths(m: ModelSpec, moe_layer: bool) -> dict[str, int]:
-    """Elements per token of each of `PARTS` (`mlpwo` is read by no backward of the layer)."""
+    """Elements per token of each of `PARTS`: `mlpwo` only in a routed MoE layer, its routed rows per
+    token (top_k) of h each (see the module docstring); a dense MLP's is read by no backward."""
     a = m.attention_kind
-    inter = (m.ffn_kind if moe_layer else m.dense_mlp).intermediate_per_token
+    ffn = m.ffn_kind if moe_layer else m.dense_mlp
+    inter = ffn.intermediate_per_token
     gated = m.gated_mlp
+    routed_rows = max((g.rows_per_token for g in ffn.routed_gemms()), default=0.0)
     return {"decoder_layer_input": m.hidden, "query_proj": a.heads * a.d_head, "key_proj": a.key_value_heads * a.d_head,
             "value_proj": a.key_value_heads * a.d_value, "context": a.heads * a.d_value, "out_proj": m.hidden,
-            "mlpwi_0": inter if gated else 0, "mlpwi_1": inter if gated else 0, "mlpwi": 0 if gated else inter}
+            "mlpwi_0": inter if gated else 0, "mlpwi_1": inter if gated else 0, "mlpwi": 0 if gated else inter,
+            "mlpwo": int(routed_rows * m.hidden)}
 
 
 def exposed_transfer_s(bytes_moved: np.ndarray, bandwidth: float, behind: np.ndarray) -> np.ndarray:
