@@ -875,3 +875,29 @@ def test_a_capacity_factor_pads_the_experts_and_one_hot_dispatch_adds_two_gemms(
     slots = m.seq_len * m.top_k * 2
     assert [g.n for g in capacity_gemms(m, 2.0)] == [slots, slots]
     assert one_hot == pytest.approx(padded + 2 * 2 * slots * m.hidden)
+
+
+def test_torchao_recasts_every_fp8_weight_each_micro_batch_at_its_roofline_bytes():
+    """torchao's roofline (roofline_utils.py, role "weight", at 36027d82d): tensorwise 2 + 3 + 3, rowwise
+    3 + 4 + 3, rowwise_with_gw_hp 3 + 3 bytes a weight element, every micro-batch. Llama 3 8B's linear weights
+    per layer counted by hand (QKV 4096 x (4096 + 2 x 1024), output 4096 x 4096, gate, up and down 3 x 4096 x 14336),
+    split over TP 2; the added time of one layer's forward and backward is those bytes at the streamed HBM rate."""
+    from bandwise.cost.terms.compute import Rates, layer_compute
+    from bandwise.cost.terms.shape import Shape
+
+    m, c = get_model("llama3-8b"), get_cluster("h100")
+    weights = 4096 * (4096 + 2 * 1024) + 4096 * 4096 + 3 * 4096 * 14336
+    s = Shape.of(m, Layouts.of([Strategy(tp=2, micro_batch=1, global_batch=8, precision="fp8")]))
+    for recipe, roofline_bytes in (("tensorwise", 8), ("rowwise", 10), ("rowwise_with_gw_hp", 6)):
+        kept = replace(DEFAULT_PARAMS, fp8_recipe=recipe, fp8_weight_cast_per_microbatch=False)
+        recast = replace(kept, fp8_weight_cast_per_microbatch=True)
+        rates = Rates.of(c.device, s, kept)
+        a, b = layer_compute(m, c.device, s, rates, kept), layer_compute(m, c.device, s, rates, recast)
+        added = float((b.fwd + b.bwd - a.fwd - a.bwd)[0])
+        assert added == pytest.approx(roofline_bytes * weights / 2 / (c.device.hbm_bandwidth * DEFAULT_PARAMS.hbm_efficiency), rel=1e-9), recipe
+    bf16 = Shape.of(m, Layouts.of([Strategy(tp=2, micro_batch=1, global_batch=8)]))
+    rates = Rates.of(c.device, bf16, DEFAULT_PARAMS)
+    on = replace(DEFAULT_PARAMS, fp8_weight_cast_per_microbatch=True)
+    assert float(layer_compute(m, c.device, bf16, rates, on).fwd[0]) == float(layer_compute(m, c.device, bf16, rates, DEFAULT_PARAMS).fwd[0])
+    titan, megatron = (params_for(get_engine(e), c.device, DEFAULT_PARAMS) for e in ("torchtitan", "megatron"))
+    assert titan.fp8_weight_cast_per_microbatch and not megatron.fp8_weight_cast_per_microbatch

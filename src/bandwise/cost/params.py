@@ -239,6 +239,13 @@ class CostParams:
     behaving at scale."""
     eager_elementwise: bool = False
     """Element-wise ops run as separate eager PyTorch kernels (no torch.compile, no fused norms)."""
+    fp8_weight_cast_per_microbatch: bool = False
+    """Under fp8 the engine quantizes each linear layer's bf16 weight in every micro-batch, for the forward and
+    again for the input gradient (`cost.fp8.Fp8Recipe.weight_cast_bytes` a weight element): torchao's Float8Linear
+    (torchao/float8/float8_linear.py, `matmul_with_hp_or_float8_args`, at 36027d82d) unless FSDP gathered the
+    weight already in float8 (then the shard is cast before the gather, which this does not tell apart). Off:
+    the quantized weight is kept across a step's micro-batches, Transformer Engine's `is_first_microbatch`
+    (its one cast a step is left out)."""
     fp8_recipe: str = "tensorwise"
     """How fp8 GEMMs are scaled (`cost.fp8.FP8_RECIPES`): what the casts around them move, and which of
     the backward GEMMs run in fp8. Tensorwise current scaling by default; each engine names its own
