@@ -901,3 +901,30 @@ def test_torchao_recasts_every_fp8_weight_each_micro_batch_at_its_roofline_bytes
     assert float(layer_compute(m, c.device, bf16, rates, on).fwd[0]) == float(layer_compute(m, c.device, bf16, rates, DEFAULT_PARAMS).fwd[0])
     titan, megatron = (params_for(get_engine(e), c.device, DEFAULT_PARAMS) for e in ("torchtitan", "megatron"))
     assert titan.fp8_weight_cast_per_microbatch and not megatron.fp8_weight_cast_per_microbatch
+
+
+def test_rowwise_under_plain_tp_casts_the_whole_gathered_sequence_and_gathers_bf16():
+    """TorchTitan at 820504e runs regular TP for the rowwise recipes (parallelize_llama.py, "all-gather happens in
+    high precision"): every rank casts the gathered h-wide operands, the attention and MLP inputs forward and the
+    output projection's and MLP-down's output gradients backward, all of the tokens instead of 1/t of them, at the
+    recipe's bytes (rowwise 8 = 5 + 3, torchao's roofline); its TP all-gathers move bf16. Tensorwise keeps
+    torchao's float8 TP (cast on the shard, gathered in fp8)."""
+    from bandwise.cost.terms.compute import Rates, layer_compute
+    from bandwise.cost.terms.shape import Shape
+
+    m, c = get_model("llama3-8b"), get_cluster("h100")
+    tp, mb = 8, 2
+    s = Shape.of(m, Layouts.of([Strategy(tp=tp, micro_batch=mb, global_batch=8, precision="fp8")]))
+    for recipe, cast in (("rowwise", 8), ("rowwise_with_gw_hp", 3), ("tensorwise", 0)):
+        quantized_tp = replace(DEFAULT_PARAMS, fp8_recipe=recipe)
+        plain_tp = replace(quantized_tp, rowwise_tp_in_bf16=True)
+        rates = Rates.of(c.device, s, quantized_tp)
+        a, b = layer_compute(m, c.device, s, rates, quantized_tp), layer_compute(m, c.device, s, rates, plain_tp)
+        added = float((b.fwd + b.bwd - a.fwd - a.bwd)[0])
+        by_hand = cast * 4 * 4096 * mb * 8192 * (1 - 1 / tp) / (c.device.hbm_bandwidth * DEFAULT_PARAMS.hbm_efficiency)
+        assert added == pytest.approx(by_hand, rel=1e-9, abs=1e-15), recipe
+    m_small, strategy = get_model("llama3-8b"), Strategy(tp=8, micro_batch=1, global_batch=8, precision="fp8")
+    titan = params_for(get_engine("torchtitan"), c.device, DEFAULT_PARAMS)
+    assert titan.rowwise_tp_in_bf16
+    step = {r: estimate(m_small, c, strategy, replace(titan, fp8_recipe=r)).breakdown for r in ("tensorwise", "rowwise")}
+    assert step["rowwise"]["tp"] > step["tensorwise"]["tp"]  # its gathers move twice the bytes

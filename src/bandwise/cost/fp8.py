@@ -33,6 +33,9 @@ class Fp8Recipe:
     """The weight-gradient GEMM runs in bf16, at the bf16 rate."""
     block_scaled_gemm: bool = False
     """The GEMM needs tensor cores that apply per-block scales themselves (Blackwell's MX formats)."""
+    axiswise: bool = False
+    """Scales per row or column (torchao's AXISWISE granularity): a tensor cannot be cast on a sequence shard and
+    gathered in fp8 as one tensorwise scale allows (`CostParams.rowwise_tp_in_bf16`)."""
     weight_cast_bytes: float = 0.0
     """HBM bytes per weight element to quantize a linear layer's weight for its forward and input-gradient
     GEMMs, where the engine does it every micro-batch (`CostParams.fp8_weight_cast_per_microbatch`): torchao's
@@ -53,14 +56,14 @@ FP8_RECIPES: dict[str, Fp8Recipe] = {r.name: r for r in (
                "writes both fp8 layouts and records the amax on the way (2 + 1 + 1) (Transformer Engine's DelayedScaling recipe; "
                "Megatron-LM's default --fp8-recipe delayed, megatron/training/arguments.py)"),
     Fp8Recipe(
-        name="rowwise", cast_bytes=(2 + 1 + 2) + (2 + 1), rescaled_backward=True, weight_cast_bytes=(2 + 1) + 2 * 2 + (2 + 1),
+        name="rowwise", cast_bytes=(2 + 1 + 2) + (2 + 1), rescaled_backward=True, axiswise=True, weight_cast_bytes=(2 + 1) + 2 * 2 + (2 + 1),
         source="one scale per row: a kernel reads the tensor, writes the fp8 rows and a bf16 transpose (2 + 1 + 2), a second "
                "casts the transpose (2 + 1) (torchao roofline, 'rowwise'); the backward GEMMs run without fast accumulation, "
                "which torchao sends to cuBLAS's tensorwise kernel and then multiplies each output by its scales "
                "(torchao/float8/float8_ops.py, addmm_float8_unwrapped; Float8GemmConfig use_fast_accum=False for grad_input and "
                "grad_weight, torchao/float8/config.py)"),
     Fp8Recipe(
-        name="rowwise_with_gw_hp", cast_bytes=2 + 1, bf16_weight_grad=True, weight_cast_bytes=(2 + 1) + (2 + 1),
+        name="rowwise_with_gw_hp", cast_bytes=2 + 1, bf16_weight_grad=True, axiswise=True, weight_cast_bytes=(2 + 1) + (2 + 1),
         source="rowwise scales for the output and input-gradient GEMMs, each operand cast once (2 + 1); the weight-gradient "
                "GEMM reads the bf16 tensors and runs in bf16 (torchao roofline and Float8LinearConfig.from_recipe_name, "
                "'rowwise_with_gw_hp')"),

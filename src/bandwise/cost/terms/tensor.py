@@ -12,6 +12,7 @@ import numpy as np
 
 from bandwise.cost import comm
 from bandwise.cost.flops import BF16
+from bandwise.cost.fp8 import fp8_recipe
 from bandwise.cost.params import CostParams
 from bandwise.cost.terms.compute import LayerCompute
 from bandwise.cost.terms.placement import Groups
@@ -19,8 +20,10 @@ from bandwise.cost.terms.shape import Shape
 from bandwise.specs.hardware import Cluster
 from bandwise.specs.kinds import Mamba1
 from bandwise.specs.model import ModelSpec
+from bandwise.specs.strategy import PRECISIONS
 
 FP8_BYTES = 1.0
+FP8 = PRECISIONS.index("fp8")
 FP8_GATHER_SOURCE = (
     "Under fp8 with sequence parallelism every TP all-gather moves quantized data, one byte an element; the "
     "reduce-scatters carry bf16 GEMM outputs and gradients. Transformer Engine (v2.8) quantizes before it gathers: the "
@@ -61,7 +64,10 @@ def tensor_comm(m: ModelSpec, cluster: Cluster, s: Shape, groups: Groups, layer:
     one = comm.all_gather_time(cluster, s.tokens * m.hidden * BF16, groups.tp, s.tp)
     # an all-gather under fp8 (`FP8_GATHER_SOURCE`); without sequence parallelism the collectives are
     # all-reduces of bf16 outputs
-    gather = np.where(s.fp8 & P.sequence_parallel, comm.all_gather_time(cluster, s.tokens * m.hidden * FP8_BYTES, groups.tp, s.tp), one)
+    # (bf16 where the engine runs plain TP under an axis-wise recipe, `CostParams.rowwise_tp_in_bf16`)
+    plain_tp = P.rowwise_tp_in_bf16 and fp8_recipe(P.fp8_recipe).axiswise
+    quantized = s.fp8 & P.sequence_parallel & ~((np.asarray(s.precision) == FP8) & plain_tp)
+    gather = np.where(quantized, comm.all_gather_time(cluster, s.tokens * m.hidden * FP8_BYTES, groups.tp, s.tp), one)
     # the collectives of one pass, forward or backward: two all-gathers and two reduce-scatters (all-reduces without SP)
     pass_total = 2.0 * (gather + one)
     # TP collectives overlap GEMMs only inside one NVLink domain: Transformer Engine's userbuffers
