@@ -323,7 +323,10 @@ MARGIN = 0.03
 # 2026-12-06, the Blackwell and CDNA GEMM fractions from one measured matmul table, scaled from the H100's
 # checked product (benchmarks/RESULTS.md, "Blackwell and CDNA GEMM fractions"): median 17.9% -> 17.7%,
 # p90 68.9% -> 64.0% (MI355X and MI300X runs down; B200 fp8 runs up, their measured fp8 being nearer bf16).
-GUARD_FIRST_SIGHT = {"refused": 30, "median": 0.177, "p90": 0.640}
+# 2026-12-06, GB300's GEMM fractions from its silicon's measurement on the B300 board, torchao's per-micro-batch weight
+# casts and TorchTitan's plain TP under rowwise float8 (benchmarks/RESULTS.md, "Signed biases by engine and device
+# (third pass)"): median 17.7% unchanged, p90 64.0% -> 63.4% (the async-TP rowwise runs, +58-110% -> +37-77%).
+GUARD_FIRST_SIGHT = {"refused": 30, "median": 0.177, "p90": 0.635}
 
 
 @pytest.fixture(scope="module")
