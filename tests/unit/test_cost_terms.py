@@ -928,3 +928,19 @@ def test_rowwise_under_plain_tp_casts_the_whole_gathered_sequence_and_gathers_bf
     assert titan.rowwise_tp_in_bf16
     step = {r: estimate(m_small, c, strategy, replace(titan, fp8_recipe=r)).breakdown for r in ("tensorwise", "rowwise")}
     assert step["rowwise"]["tp"] > step["tensorwise"]["tp"]  # its gathers move twice the bytes
+
+
+def test_async_tp_leaves_the_rowwise_recipes_bf16_gathers_whole():
+    """PyTorch's async TP fuses an all-gather only into matmuls that read the gathered tensor itself
+    (micro_pipeline_tp.py, _find_consumer_matmuls); under TorchTitan's plain TP for rowwise the gathered bf16
+    tensor feeds the casts, so every all-gather (half of the TP collectives, all in bf16) stays exposed with
+    overlap on. Tensorwise's fp8 gathers (a third of the bytes moved) feed _scaled_mm and hide."""
+    m, c = get_model("llama3-8b"), get_cluster("h100")
+    titan = params_for(get_engine("torchtitan"), c.device, DEFAULT_PARAMS)
+    tp = {}
+    for recipe in ("tensorwise", "rowwise"):
+        for overlap in (False, True):
+            s = Strategy(tp=8, dp_shard=8, micro_batch=1, global_batch=64, precision="fp8", overlap_tp=overlap)
+            tp[recipe, overlap] = estimate(m, c, s, replace(titan, fp8_recipe=recipe)).breakdown["tp"]
+    assert tp["rowwise", True] >= 0.5 * tp["rowwise", False]
+    assert tp["tensorwise", True] < tp["tensorwise", False] / 3
