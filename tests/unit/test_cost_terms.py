@@ -875,3 +875,72 @@ def test_a_capacity_factor_pads_the_experts_and_one_hot_dispatch_adds_two_gemms(
     slots = m.seq_len * m.top_k * 2
     assert [g.n for g in capacity_gemms(m, 2.0)] == [slots, slots]
     assert one_hot == pytest.approx(padded + 2 * 2 * slots * m.hidden)
+
+
+def test_torchao_recasts_every_fp8_weight_each_micro_batch_at_its_roofline_bytes():
+    """torchao's roofline (roofline_utils.py, role "weight", at 36027d82d): tensorwise 2 + 3 + 3, rowwise
+    3 + 4 + 3, rowwise_with_gw_hp 3 + 3 bytes a weight element, every micro-batch. Llama 3 8B's linear weights
+    per layer counted by hand (QKV 4096 x (4096 + 2 x 1024), output 4096 x 4096, gate, up and down 3 x 4096 x 14336),
+    split over TP 2; the added time of one layer's forward and backward is those bytes at the streamed HBM rate."""
+    from bandwise.cost.terms.compute import Rates, layer_compute
+    from bandwise.cost.terms.shape import Shape
+
+    m, c = get_model("llama3-8b"), get_cluster("h100")
+    weights = 4096 * (4096 + 2 * 1024) + 4096 * 4096 + 3 * 4096 * 14336
+    s = Shape.of(m, Layouts.of([Strategy(tp=2, micro_batch=1, global_batch=8, precision="fp8")]))
+    for recipe, roofline_bytes in (("tensorwise", 8), ("rowwise", 10), ("rowwise_with_gw_hp", 6)):
+        kept = replace(DEFAULT_PARAMS, fp8_recipe=recipe, fp8_weight_cast_per_microbatch=False)
+        recast = replace(kept, fp8_weight_cast_per_microbatch=True)
+        rates = Rates.of(c.device, s, kept)
+        a, b = layer_compute(m, c.device, s, rates, kept), layer_compute(m, c.device, s, rates, recast)
+        added = float((b.fwd + b.bwd - a.fwd - a.bwd)[0])
+        assert added == pytest.approx(roofline_bytes * weights / 2 / (c.device.hbm_bandwidth * DEFAULT_PARAMS.hbm_efficiency), rel=1e-9), recipe
+    bf16 = Shape.of(m, Layouts.of([Strategy(tp=2, micro_batch=1, global_batch=8)]))
+    rates = Rates.of(c.device, bf16, DEFAULT_PARAMS)
+    on = replace(DEFAULT_PARAMS, fp8_weight_cast_per_microbatch=True)
+    assert float(layer_compute(m, c.device, bf16, rates, on).fwd[0]) == float(layer_compute(m, c.device, bf16, rates, DEFAULT_PARAMS).fwd[0])
+    titan, megatron = (params_for(get_engine(e), c.device, DEFAULT_PARAMS) for e in ("torchtitan", "megatron"))
+    assert titan.fp8_weight_cast_per_microbatch and not megatron.fp8_weight_cast_per_microbatch
+
+
+def test_rowwise_under_plain_tp_casts_the_whole_gathered_sequence_and_gathers_bf16():
+    """TorchTitan at 820504e runs regular TP for the rowwise recipes (parallelize_llama.py, "all-gather happens in
+    high precision"): every rank casts the gathered h-wide operands, the attention and MLP inputs forward and the
+    output projection's and MLP-down's output gradients backward, all of the tokens instead of 1/t of them, at the
+    recipe's bytes (rowwise 8 = 5 + 3, torchao's roofline); its TP all-gathers move bf16. Tensorwise keeps
+    torchao's float8 TP (cast on the shard, gathered in fp8)."""
+    from bandwise.cost.terms.compute import Rates, layer_compute
+    from bandwise.cost.terms.shape import Shape
+
+    m, c = get_model("llama3-8b"), get_cluster("h100")
+    tp, mb = 8, 2
+    s = Shape.of(m, Layouts.of([Strategy(tp=tp, micro_batch=mb, global_batch=8, precision="fp8")]))
+    for recipe, cast in (("rowwise", 8), ("rowwise_with_gw_hp", 3), ("tensorwise", 0)):
+        quantized_tp = replace(DEFAULT_PARAMS, fp8_recipe=recipe)
+        plain_tp = replace(quantized_tp, rowwise_tp_in_bf16=True)
+        rates = Rates.of(c.device, s, quantized_tp)
+        a, b = layer_compute(m, c.device, s, rates, quantized_tp), layer_compute(m, c.device, s, rates, plain_tp)
+        added = float((b.fwd + b.bwd - a.fwd - a.bwd)[0])
+        by_hand = cast * 4 * 4096 * mb * 8192 * (1 - 1 / tp) / (c.device.hbm_bandwidth * DEFAULT_PARAMS.hbm_efficiency)
+        assert added == pytest.approx(by_hand, rel=1e-9, abs=1e-15), recipe
+    m_small, strategy = get_model("llama3-8b"), Strategy(tp=8, micro_batch=1, global_batch=8, precision="fp8")
+    titan = params_for(get_engine("torchtitan"), c.device, DEFAULT_PARAMS)
+    assert titan.rowwise_tp_in_bf16
+    step = {r: estimate(m_small, c, strategy, replace(titan, fp8_recipe=r)).breakdown for r in ("tensorwise", "rowwise")}
+    assert step["rowwise"]["tp"] > step["tensorwise"]["tp"]  # its gathers move twice the bytes
+
+
+def test_async_tp_leaves_the_rowwise_recipes_bf16_gathers_whole():
+    """PyTorch's async TP fuses an all-gather only into matmuls that read the gathered tensor itself
+    (micro_pipeline_tp.py, _find_consumer_matmuls); under TorchTitan's plain TP for rowwise the gathered bf16
+    tensor feeds the casts, so every all-gather (half of the TP collectives, all in bf16) stays exposed with
+    overlap on. Tensorwise's fp8 gathers (a third of the bytes moved) feed _scaled_mm and hide."""
+    m, c = get_model("llama3-8b"), get_cluster("h100")
+    titan = params_for(get_engine("torchtitan"), c.device, DEFAULT_PARAMS)
+    tp = {}
+    for recipe in ("tensorwise", "rowwise"):
+        for overlap in (False, True):
+            s = Strategy(tp=8, dp_shard=8, micro_batch=1, global_batch=64, precision="fp8", overlap_tp=overlap)
+            tp[recipe, overlap] = estimate(m, c, s, replace(titan, fp8_recipe=recipe)).breakdown["tp"]
+    assert tp["rowwise", True] >= 0.5 * tp["rowwise", False]
+    assert tp["tensorwise", True] < tp["tensorwise", False] / 3

@@ -71,7 +71,15 @@ def test_the_source_quotes_the_measurement(name):
         assert f"{MAMF_FP8[name]:.1f}" in src
 
 
-def test_gb300_has_no_measurement_and_says_so():
-    d = DEVICES["gb300"]
-    assert (d.gemm_efficiency, d.fp8_gemm_efficiency) == (DEVICES["h100-sxm"].gemm_efficiency, DEVICES["h100-sxm"].fp8_gemm_efficiency)
-    assert "no matmul measurement on GB300" in d.source
+def test_gb300_takes_the_fraction_measured_on_its_silicon_on_the_b300_board():
+    # GB300 NVL72 and HGX B300 carry the same Blackwell Ultra GPU (NVIDIA Blackwell Ultra technical brief); the
+    # table has no GB300 board, so GB300 must reach the B300's measured fraction of its datasheet peak at its own
+    # datasheet peak (GB300 NVL72: dense BF16 2.5, FP8 5 PFLOPS per GPU; HGX B300: 2.25 and 4.5).
+    datasheet = {"b300": {"bf16": 2250.0, "fp8": 4500.0}, "gb300": {"bf16": 2500.0, "fp8": 5000.0}}
+    for precision, mamf in (("bf16", MAMF_BF16["b300"]), ("fp8", MAMF_FP8["b300"])):
+        assert DEVICES["gb300"].peak(precision) / 1e12 == pytest.approx(datasheet["gb300"][precision], rel=1e-3)
+        expected = mamf / datasheet["b300"][precision] * datasheet["gb300"][precision] / MAMF_BF16["h100-sxm"]
+        modelled = modelled_tflops("gb300", precision) / modelled_tflops("h100-sxm", "bf16")
+        assert modelled == pytest.approx(expected, rel=ROUNDING)
+    src = DEVICES["gb300"].source
+    assert "Blackwell Ultra" in src and f"{MAMF_BF16['b300']:.1f}" in src and f"{MAMF_FP8['b300']:.1f}" in src

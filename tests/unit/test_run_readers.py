@@ -211,3 +211,17 @@ def test_stated_moe_capacity(parallelism, expected):
     s = read_stated(run(parallelism=parallelism), "", None, [])
     assert (s.moe_capacity_factor, s.moe_one_hot_dispatch) == expected
     assert ("moe_capacity" in s.names) == (expected[0] > 0)
+
+
+def test_stated_float8_all_gather_turns_off_the_weight_casts_per_micro_batch():
+    """torchao's Float8Linear skips the weight's cast when FSDP gathered it in float8 already
+    (tensor_already_casted_to_fp8); with a bf16 all-gather it casts every micro-batch."""
+    from bandwise.cost.params import DEFAULT_PARAMS
+
+    titan = __import__("dataclasses").replace(DEFAULT_PARAMS, fp8_weight_cast_per_microbatch=True)
+    gathered = read_stated(run(precision="float8 tensorwise (float8 all-gather) + torch.compile"), "", None, [])
+    assert gathered.fp8_all_gather and "fp8_all_gather" in gathered.names
+    assert not gathered.apply(titan).fp8_weight_cast_per_microbatch
+    for text in ("float8 rowwise (bf16 all-gather) + torch.compile", "Float8 + torch.compile", "bf16 (float8 all-gather off)"):
+        s = read_stated(run(precision=text), "", None, [])
+        assert not s.fp8_all_gather and s.apply(titan).fp8_weight_cast_per_microbatch, text

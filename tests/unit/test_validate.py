@@ -337,7 +337,11 @@ MARGIN = 0.03
 # per token; benchmarks/RESULTS.md, "MaxText MoE on TPU7x (third pass)"): the two gpt-oss TPU7x rows that
 # offload it go from +155% to -21%, p90 68.9% -> 68.1%; the guard follows the improvement. Both together:
 # 13 refused, median 17.9%, p90 68.7%.
-GUARD_FIRST_SIGHT = {"refused": 13, "median": 0.179, "p90": 0.688}
+# 2026-12-06, GB300's GEMM fractions from its silicon's measurement on the B300 board, torchao's per-micro-batch weight
+# casts and TorchTitan's plain TP under rowwise float8 (benchmarks/RESULTS.md, "Signed biases by engine and device
+# (third pass)"): median 17.7% unchanged, p90 64.0% -> 63.4% (the async-TP rowwise runs, +58-110% -> +37-77%).
+# All of this third pass together: 13 refused, median 17.9%, p90 65.5%.
+GUARD_FIRST_SIGHT = {"refused": 13, "median": 0.179, "p90": 0.655}
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,10 @@ operand (a linear layer's input, and its output's gradient), summed over every l
 and backward GEMMs read, the bf16 source read as often as the recipe's kernels read it: torchao's
 roofline model of its own kernels (`torchao/testing/training/roofline_utils.py`,
 `get_tensor_memory_traffic_ovhd_s` and `get_blockwise_float8_mem_sympy`, pytorch/ao at 36027d82d,
-2026-08), without the fusion with the previous op that it models as optional.
+2026-08), without the fusion with the previous op that it models as optional. The weights' casts
+(`weight_cast_bytes`: tensorwise an amax read and two casts, 2 + 3 + 3; rowwise a cast, a bf16 transpose
+and a cast, 3 + 4 + 3; rowwise_with_gw_hp, MXFP8 and blockwise one cast per layout, 3 + 3; delayed one fused
+cast-transpose, 2 + 1 + 1) are priced where the engine repeats them every micro-batch.
 """
 
 from __future__ import annotations
@@ -30,40 +33,48 @@ class Fp8Recipe:
     """The weight-gradient GEMM runs in bf16, at the bf16 rate."""
     block_scaled_gemm: bool = False
     """The GEMM needs tensor cores that apply per-block scales themselves (Blackwell's MX formats)."""
+    axiswise: bool = False
+    """Scales per row or column (torchao's AXISWISE granularity): a tensor cannot be cast on a sequence shard and
+    gathered in fp8 as one tensorwise scale allows (`CostParams.rowwise_tp_in_bf16`)."""
+    weight_cast_bytes: float = 0.0
+    """HBM bytes per weight element to quantize a linear layer's weight for its forward and input-gradient
+    GEMMs, where the engine does it every micro-batch (`CostParams.fp8_weight_cast_per_microbatch`): torchao's
+    roofline, role "weight" (`get_tensor_memory_traffic_ovhd_s`; `get_blockwise_float8_mem_sympy`, "Weight is
+    quantized twice")."""
     source: str = ""
 
 
 FP8_RECIPES: dict[str, Fp8Recipe] = {r.name: r for r in (
     Fp8Recipe(
-        name="tensorwise", cast_bytes=2 + 2 + 1 + 1,
+        name="tensorwise", cast_bytes=2 + 2 + 1 + 1, weight_cast_bytes=2 + (2 + 1) + (2 + 1),
         source="one scale per tensor from its current amax: an amax pass reads the bf16 tensor (2), a cast reads it again and "
                "writes the row- and column-major fp8 copies (2 + 1 + 1) (torchao roofline, 'tensorwise'; Transformer Engine's "
                "current scaling, Megatron-LM --fp8-recipe tensorwise, NeMo's FP8-CS)"),
     Fp8Recipe(
-        name="delayed", cast_bytes=2 + 1 + 1,
+        name="delayed", cast_bytes=2 + 1 + 1, weight_cast_bytes=2 + 1 + 1,
         source="the scale comes from the amax history of earlier steps, so one fused cast-transpose reads the tensor once, "
                "writes both fp8 layouts and records the amax on the way (2 + 1 + 1) (Transformer Engine's DelayedScaling recipe; "
                "Megatron-LM's default --fp8-recipe delayed, megatron/training/arguments.py)"),
     Fp8Recipe(
-        name="rowwise", cast_bytes=(2 + 1 + 2) + (2 + 1), rescaled_backward=True,
+        name="rowwise", cast_bytes=(2 + 1 + 2) + (2 + 1), rescaled_backward=True, axiswise=True, weight_cast_bytes=(2 + 1) + 2 * 2 + (2 + 1),
         source="one scale per row: a kernel reads the tensor, writes the fp8 rows and a bf16 transpose (2 + 1 + 2), a second "
                "casts the transpose (2 + 1) (torchao roofline, 'rowwise'); the backward GEMMs run without fast accumulation, "
                "which torchao sends to cuBLAS's tensorwise kernel and then multiplies each output by its scales "
                "(torchao/float8/float8_ops.py, addmm_float8_unwrapped; Float8GemmConfig use_fast_accum=False for grad_input and "
                "grad_weight, torchao/float8/config.py)"),
     Fp8Recipe(
-        name="rowwise_with_gw_hp", cast_bytes=2 + 1, bf16_weight_grad=True,
+        name="rowwise_with_gw_hp", cast_bytes=2 + 1, bf16_weight_grad=True, axiswise=True, weight_cast_bytes=(2 + 1) + (2 + 1),
         source="rowwise scales for the output and input-gradient GEMMs, each operand cast once (2 + 1); the weight-gradient "
                "GEMM reads the bf16 tensors and runs in bf16 (torchao roofline and Float8LinearConfig.from_recipe_name, "
                "'rowwise_with_gw_hp')"),
     Fp8Recipe(
-        name="blockwise", cast_bytes=2 * (2 + 1 + 4 / 128),
+        name="blockwise", cast_bytes=2 * (2 + 1 + 4 / 128), weight_cast_bytes=2 * (2 + 1 + 4 / 128**2),
         source="1x128 tiles of activations and gradients, 128x128 blocks of weights (DeepSeek-V3 report, Sec. 3.3.2): each "
                "operand quantized once per layout its GEMMs read, reading the bf16 tensor and writing fp8 with an fp32 scale per "
                "128 elements, 2 x (2 + 1 + 4/128) (torchao roofline, get_blockwise_float8_mem_sympy); Megatron-LM --fp8-recipe "
                "blockwise"),
     Fp8Recipe(
-        name="mxfp8", cast_bytes=2 * (2 + 1 + 1 / 32), block_scaled_gemm=True,
+        name="mxfp8", cast_bytes=2 * (2 + 1 + 1 / 32), block_scaled_gemm=True, weight_cast_bytes=2 * (2 + 1 + 1 / 32),
         source="OCP MX: an E8M0 scale per 32 elements, applied by the tensor cores (NVIDIA Blackwell; AMD CDNA4); one kernel "
                "per layout reads the tensor and writes fp8 with its scales, 2 x (2 + 1 + 1/32) (torchao roofline, 'mxfp8_cublas'; "
                "Megatron-LM --fp8-recipe mxfp8, NeMo's FP8-MX)"),

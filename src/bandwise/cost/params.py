@@ -239,6 +239,19 @@ class CostParams:
     behaving at scale."""
     eager_elementwise: bool = False
     """Element-wise ops run as separate eager PyTorch kernels (no torch.compile, no fused norms)."""
+    fp8_weight_cast_per_microbatch: bool = False
+    """Under fp8 the engine quantizes each linear layer's bf16 weight in every micro-batch, for the forward and
+    again for the input gradient (`cost.fp8.Fp8Recipe.weight_cast_bytes` a weight element): torchao's Float8Linear
+    (torchao/float8/float8_linear.py, `matmul_with_hp_or_float8_args`, at 36027d82d) unless FSDP gathered the
+    weight already in float8 (then the shard is cast before the gather, which this does not tell apart). Off:
+    the quantized weight is kept across a step's micro-batches, Transformer Engine's `is_first_microbatch`
+    (its one cast a step is left out)."""
+    rowwise_tp_in_bf16: bool = False
+    """Under an axis-wise fp8 recipe (`cost.fp8.Fp8Recipe.axiswise`) tensor parallelism is the plain one: its
+    all-gathers move bf16, and every rank casts the whole gathered sequence of the column-parallel GEMMs' inputs
+    and of the row-parallel GEMMs' output gradients (TorchTitan: "For rowwise recipes, we use regular TP and
+    all-gather happens in high precision", torchtitan/models/llama3/parallelize_llama.py at 820504e). Off: the
+    inputs are cast on their sequence shard and gathered in fp8, as tensorwise TP does (`FP8_GATHER_SOURCE`)."""
     fp8_recipe: str = "tensorwise"
     """How fp8 GEMMs are scaled (`cost.fp8.FP8_RECIPES`): what the casts around them move, and which of
     the backward GEMMs run in fp8. Tensorwise current scaling by default; each engine names its own

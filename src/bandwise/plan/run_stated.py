@@ -38,6 +38,8 @@ STATED: dict[str, str] = {
     "compiled": "the run states torch.compile: the element-wise ops are fused, whatever the engine's default (as plan --compiled)",
     "grad_reduce": "the run states the dtype its gradients are kept and reduced in, whatever the engine's default (as plan --grad-reduce)",
     "fp8_recipe": "the run states how its fp8 GEMMs are scaled, whatever the engine's default (as plan --fp8-recipe)",
+    "fp8_all_gather": "the run states FSDP's float8 all-gather: its weights arrive quantized, so the per-micro-batch weight casts "
+                      "are not priced (torchao's tensor_already_casted_to_fp8)",
     "moe_capacity": "the run states an MoE capacity factor: the experts compute every slot of their capacity, and MaxText's dense_matmul "
                     "reaches the slots through one-hot einsums (its sparse_matmul off)",
     "moe_dispatcher": "the run states its MoE token dispatcher (alltoall, allgather, DeepEP, HybridEP), whose host syncs each MoE layer's forward makes",
@@ -68,6 +70,9 @@ class Stated:
     """The modules its selective recomputation re-runs, as the engine behaviour `selective_modules`; None: its engine's."""
     fp8_recipe: str | None = None
     """The float8 recipe the run states (`cost.fp8.FP8_RECIPES`), as `plan --fp8-recipe`; None: its engine's."""
+    fp8_all_gather: bool = False
+    """The run states FSDP's float8 all-gather: the weights arrive quantized, so no cast each micro-batch
+    (`CostParams.fp8_weight_cast_per_microbatch` off)."""
     moe_capacity_factor: float = 0.0
     """Expert slots per routed token the run states (`CostParams.moe_capacity_factor`); 0: dropless."""
     moe_one_hot_dispatch: bool = False
@@ -99,6 +104,7 @@ class Stated:
             "remat_policy": self.remat_policy,
             "expert_tensor_parallel": self.expert_tp,
             "eager_elementwise": False if self.compiled else None,
+            "fp8_weight_cast_per_microbatch": False if self.fp8_all_gather else None,
         }
         if self.moe_capacity_factor > 0:
             stated.update(moe_capacity_factor=self.moe_capacity_factor, moe_one_hot_dispatch=self.moe_one_hot_dispatch)
@@ -150,6 +156,9 @@ def read_stated(run: dict[str, Any], conventions: str, recompute: str | None, no
     recipe = parse_fp8_recipe(run.get("precision")) if precision == "fp8" else None
     if recipe is not None:
         state("fp8_recipe")
+    fp8_all_gather = precision == "fp8" and re.search(r"(float8|fp8) all-gather", str(run.get("precision") or "").lower()) is not None
+    if fp8_all_gather:
+        state("fp8_all_gather")
     dispatcher = parse_moe_dispatcher(p.get("moe_dispatcher"), rid)
     if dispatcher is not None:
         state("moe_dispatcher")
@@ -170,7 +179,7 @@ def read_stated(run: dict[str, Any], conventions: str, recompute: str | None, no
         notes.append(f"remat_policy {policy.name}: device {', '.join(sorted(policy.device)) or 'nothing'}; "
                      f"host {', '.join(sorted(policy.offload)) or 'nothing'}; the rest recomputed")
     return Stated(precision=precision, overlap=overlap, compiled=compiled, grad_reduce=grad_reduce,
-                  selective_modules=modules, fp8_recipe=recipe, moe_capacity_factor=capacity, moe_one_hot_dispatch=one_hot,
+                  selective_modules=modules, fp8_recipe=recipe, fp8_all_gather=fp8_all_gather, moe_capacity_factor=capacity, moe_one_hot_dispatch=one_hot,
                   moe_dispatcher=dispatcher, moe_permute_fusion=fusion, cuda_graph_scope=scope, remat_policy=policy,
                   expert_tp=etp if etp is not None and etp > 1 else None, names=found)
 

@@ -320,7 +320,8 @@ def layer_compute(m: ModelSpec, dev: Device, s: Shape, rates: Rates, P: CostPara
     attn_in, attn_out = attention_gemm_times(m, gemms)
     mlp_up, mlp_down = (gemms([g]) for g in m.dense_mlp.gemms())
     elementwise = lambda moe: rates.streamed(  # noqa: E731
-        (elementwise_bytes_per_token(m, moe, P.eager_elementwise) + fp8_cast_bytes_per_token(m, moe, cast_bytes)) * s.tokens / s.tp)
+        (elementwise_bytes_per_token(m, moe, P.eager_elementwise) + fp8_cast_bytes_per_token(m, moe, cast_bytes)) * s.tokens / s.tp
+        + (weight_cast_bytes_per_microbatch(m, moe, s, recipe, P) + gathered_cast_bytes_per_microbatch(m, moe, s, recipe, P)) * is_fp8)
     dense_fwd = attn_in + attn_out + mlp_up + mlp_down + attn_fwd
     dense_fwd += elementwise(False)
     if m.moe_layers:  # the main layers' feed-forward, where it is not the dense MLP
@@ -370,6 +371,29 @@ def policy_recompute(m: ModelSpec, dev: Device, s: Shape, policy: RematPolicy, p
     moved = per_token * s.tokens / s.tp
     return (rerun + exposed_transfer_s(moved, dev.host_link_bandwidth, fwd)
             + exposed_transfer_s(moved, dev.host_link_bandwidth, bwd + rerun))
+
+
+def weight_cast_bytes_per_microbatch(m: ModelSpec, moe_layer: bool, s: Shape, recipe: Fp8Recipe, P: CostParams) -> np.ndarray:
+    """A third of the HBM bytes one device moves to quantize one layer's fp8 weights in one micro-batch, where
+    the engine recasts them every micro-batch (`CostParams.fp8_weight_cast_per_microbatch`): the recipe's
+    `weight_cast_bytes` for each weight element it holds (`weight_elements`, split as the GEMMs are over TP and
+    EP). A third, because the layer's element-wise time counts its forward once and twice again in the backward
+    (`LayerCompute.backward`), as `fp8_cast_bytes_per_token` does."""
+    if not P.fp8_weight_cast_per_microbatch:
+        return np.zeros_like(s.tokens, dtype=float)
+    return recipe.weight_cast_bytes * weight_elements(fp8_gemms(m, moe_layer), m, s) / 3
+
+
+def gathered_cast_bytes_per_microbatch(m: ModelSpec, moe_layer: bool, s: Shape, recipe: Fp8Recipe, P: CostParams) -> np.ndarray:
+    """A third of the HBM bytes one device adds, beyond its 1/TP share, casting the whole gathered sequence under
+    plain tensor parallelism with an axis-wise recipe (`CostParams.rowwise_tp_in_bf16`): the h-wide operands TP
+    gathers, the attention block's input and its output projection's output gradient, and the dense MLP's input and
+    MLP-down's output gradient (an MoE layer's experts are reached by dispatch, not by the TP gather), each cast
+    at the recipe's `cast_bytes` on (1 - 1/t) more of the tokens. A third, as `fp8_cast_bytes_per_token`."""
+    if not (P.rowwise_tp_in_bf16 and recipe.axiswise):
+        return np.zeros_like(s.tokens, dtype=float)
+    h_wide = 2 * m.hidden + (0 if moe_layer else 2 * m.hidden)
+    return recipe.cast_bytes * h_wide * s.tokens * (1.0 - 1.0 / s.tp) / 3
 
 
 def fp8_backward_extra(m: ModelSpec, moe_layer: bool, s: Shape, rates: Rates, recipe: Fp8Recipe,

@@ -12,6 +12,7 @@ import numpy as np
 
 from bandwise.cost import comm
 from bandwise.cost.flops import BF16
+from bandwise.cost.fp8 import fp8_recipe
 from bandwise.cost.params import CostParams
 from bandwise.cost.terms.compute import LayerCompute
 from bandwise.cost.terms.placement import Groups
@@ -19,8 +20,10 @@ from bandwise.cost.terms.shape import Shape
 from bandwise.specs.hardware import Cluster
 from bandwise.specs.kinds import Mamba1
 from bandwise.specs.model import ModelSpec
+from bandwise.specs.strategy import PRECISIONS
 
 FP8_BYTES = 1.0
+FP8 = PRECISIONS.index("fp8")
 FP8_GATHER_SOURCE = (
     "Under fp8 with sequence parallelism every TP all-gather moves quantized data, one byte an element; the "
     "reduce-scatters carry bf16 GEMM outputs and gradients. Transformer Engine (v2.8) quantizes before it gathers: the "
@@ -61,7 +64,10 @@ def tensor_comm(m: ModelSpec, cluster: Cluster, s: Shape, groups: Groups, layer:
     one = comm.all_gather_time(cluster, s.tokens * m.hidden * BF16, groups.tp, s.tp)
     # an all-gather under fp8 (`FP8_GATHER_SOURCE`); without sequence parallelism the collectives are
     # all-reduces of bf16 outputs
-    gather = np.where(s.fp8 & P.sequence_parallel, comm.all_gather_time(cluster, s.tokens * m.hidden * FP8_BYTES, groups.tp, s.tp), one)
+    # (bf16 where the engine runs plain TP under an axis-wise recipe, `CostParams.rowwise_tp_in_bf16`)
+    plain_tp = P.rowwise_tp_in_bf16 and fp8_recipe(P.fp8_recipe).axiswise
+    quantized = s.fp8 & P.sequence_parallel & ~((np.asarray(s.precision) == FP8) & plain_tp)
+    gather = np.where(quantized, comm.all_gather_time(cluster, s.tokens * m.hidden * FP8_BYTES, groups.tp, s.tp), one)
     # the collectives of one pass, forward or backward: two all-gathers and two reduce-scatters (all-reduces without SP)
     pass_total = 2.0 * (gather + one)
     # TP collectives overlap GEMMs only inside one NVLink domain: Transformer Engine's userbuffers
@@ -84,7 +90,7 @@ def tensor_comm(m: ModelSpec, cluster: Cluster, s: Shape, groups: Groups, layer:
     # window is overstated there); an MoE layer's router and experts stand on the MLP side, half
     # behind each collective, an assumption: no source pairs grouped expert GEMMs with them.
     pair = lambda gemm, c=one: np.maximum(0.0, c - gemm)  # noqa: E731
-    gathered, scattered = overlapped_pairs(one, gather, P)
+    gathered, scattered = overlapped_pairs(one, gather, P, unfused_gathers=(np.asarray(s.precision) == FP8) & plain_tp)
     attn_in, attn_out = layer.attn_in, layer.attn_out
 
     def exposed(inputs, outputs) -> np.ndarray:  # what each collective beside the input and the output GEMMs leaves
@@ -118,13 +124,18 @@ def tensor_comm(m: ModelSpec, cluster: Cluster, s: Shape, groups: Groups, layer:
     return TensorComm(one=one, overlappable=overlappable, bwd_exposed=bwd_exposed, bwd_total=bwd_total, **passes)
 
 
-def overlapped_pairs(one: np.ndarray, gather: np.ndarray, P: CostParams):
+def overlapped_pairs(one: np.ndarray, gather: np.ndarray, P: CostParams, unfused_gathers: np.ndarray | bool = False):
     """What an overlapped all-gather and reduce-scatter leave exposed beside a GEMM of `gemm`
     seconds: an all-gather fused into the GEMM it feeds, max(0, c - GEMM); a reduce-scatter the same
     out of the GEMM that produces it, or all of it where only the all-gathers overlap
-    (`CostParams.tp_overlap_reduce_scatter` off: XLA's continuation fusion of all-gathers on TPU)."""
+    (`CostParams.tp_overlap_reduce_scatter` off: XLA's continuation fusion of all-gathers on TPU).
+    `unfused_gathers`: layouts whose gathered tensor feeds casts, not a GEMM (the bf16 gathers of plain TP
+    under an axis-wise fp8 recipe, `CostParams.rowwise_tp_in_bf16`): PyTorch's async TP fuses an all-gather
+    only into the matmuls that take the gathered tensor itself as their left operand (torch/_inductor/fx_passes/
+    micro_pipeline_tp.py, fuse_all_gather_matmul and _find_consumer_matmuls, aten.mm or aten._scaled_mm users of
+    the all-gather's result), so those gathers stay whole."""
     def gathered(gemm: np.ndarray) -> np.ndarray:
-        return np.maximum(0.0, gather - gemm)
+        return np.where(unfused_gathers, gather, np.maximum(0.0, gather - gemm))
 
     def scattered(gemm: np.ndarray) -> np.ndarray:
         return np.maximum(0.0, one - gemm) if P.tp_overlap_reduce_scatter else one
