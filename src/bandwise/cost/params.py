@@ -52,6 +52,14 @@ class CostParams:
     `expert_tensor_parallel_size` (its expert ranks are pp x etp x ep x edp, `parallel_state.py`
     initialize_model_parallel, d98e8a64dd), as a run states it; 1: each expert whole on its EP rank.
     Memory only: the expert GEMMs' FLOPs per device are the same either way."""
+    selective_keeps_dots: bool = False
+    """Selective recomputation keeps what MaxText's `minimal` policy keeps, the layer input and the outputs of
+    the q/k/v, output and MLP-input projections (`cost.remat`, MAXTEXT_POLICIES["minimal"]), rather than
+    Megatron's set, which also keeps the two norms' inputs and outputs and the attention output (Korthikanti et
+    al. 2022 Sec. 5). MaxText's `minimal` is `jax.checkpoint_policies.checkpoint_dots_with_no_batch_dims` at
+    76bd53b0f (MaxText/layers/models.py, 2023-12) and `save_only_these_names` of those projections at
+    e591f30cb (decoders.py `get_remat_policy`): the norms' and the attention core's outputs are not dots without
+    batch dimensions and are recomputed. Memory only: both re-run the attention core and the element-wise work."""
     remat_policy: RematPolicy | None = None
     """Full recomputation as a MaxText remat policy (`cost.remat`): the tensors it keeps in HBM or
     offloads to the host are not re-run; None: the whole layer is re-run from its input."""

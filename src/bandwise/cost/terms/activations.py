@@ -21,6 +21,7 @@ from bandwise.cost.mixers import (
     mixer_output_grad_bytes_per_token,
 )
 from bandwise.cost.params import CostParams
+from bandwise.cost.remat import MAXTEXT_POLICIES
 from bandwise.cost.pipeline import PipelineFactors
 from bandwise.cost.terms.roles import Roles
 from bandwise.cost.terms.shape import Shape
@@ -93,6 +94,10 @@ def hybrid_output_grads_per_token(m: ModelSpec) -> tuple[float, float]:
 def activations(m: ModelSpec, s: Shape, rec: np.ndarray, pf: PipelineFactors, stages: StageCompute, r: Roles, P: CostParams) -> Activations:
     tokens, tp, frac_moe = s.tokens, s.tp, m.moe_layers / m.layers
     kept, kept_selective = kept_per_token(m, s, False, P), kept_per_token(m, s, True, P)
+    if P.selective_keeps_dots:  # the engine's selective is MaxText's `minimal` (`CostParams.selective_keeps_dots`)
+        minimal = MAXTEXT_POLICIES["minimal"]
+        kept_selective = ((1 - frac_moe) * minimal.bytes_per_token(m, False, "device")
+                          + frac_moe * minimal.bytes_per_token(m, True, "device")) / tp
     # full recomputation keeps each layer's input: split over TP only with sequence parallelism
     kept_input = layer_input_bytes_per_token(m) / np.where(P.sequence_parallel, tp, 1.0)
     if P.remat_policy is not None:  # what the policy keeps in HBM: its device tensors (`cost.remat`); offloaded ones leave

@@ -1,0 +1,47 @@
+"""Layouts that ran must fit (issue 48, part 4, third pass): each memory mechanism against a closed form
+taken from the engine's code.
+
+MaxText's selective recomputation is its `minimal` policy: `checkpoint_dots_with_no_batch_dims` at
+76bd53b0f (MaxText/layers/models.py), which keeps the layer input (the scan's carry) and the outputs of
+the q/k/v, output and MLP-input projections, in bf16; the down projection's output is read by no
+backward. The closed form below counts those tensors from the model's own dimensions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from bandwise.cost.memory import GIB
+from bandwise.cost.params import DEFAULT_PARAMS
+from bandwise.cost.profiles import params_for
+from bandwise.cost.step import estimate
+from bandwise.specs.registry import get_cluster, get_engine, get_model
+from bandwise.specs.strategy import Strategy
+
+M = get_model("llama3-8b")  # hidden 4096, 32 heads of 128, 8 kv heads, gated ffn 14336
+
+
+def _activations(params, recompute, tp=1, mb=4):
+    s = Strategy(dp_shard=8 // tp, tp=tp, recompute=recompute, micro_batch=mb)
+    return estimate(M, get_cluster("tpu-v5p"), s, params).memory_gib["activations"]
+
+
+def test_maxtext_prices_its_selective_as_minimal_and_megatron_does_not():
+    assert params_for(get_engine("maxtext"), get_cluster("tpu-v5p").device).selective_keeps_dots
+    assert not params_for(get_engine("megatron"), get_cluster("h100").device).selective_keeps_dots
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_maxtext_selective_keeps_less_than_megatrons_by_the_norms_and_the_attention_output(tp):
+    """Both keep q/k/v and the MLP's input projections. Megatron's selective (Korthikanti Sec. 5) also keeps
+    both norms' inputs and outputs (8h bytes a token) and the attention output (2·H·d); MaxText's `minimal`
+    keeps instead the layer input and the output projection's result (2h + 2h)."""
+    megatron_like = replace(DEFAULT_PARAMS, selective_modules=("core_attn", "mlp_act"))
+    maxtext_like = replace(megatron_like, selective_keeps_dots=True)
+    d = M.hidden // M.heads
+    per_token_layer = 8 * M.hidden + 2 * M.heads * d - 4 * M.hidden
+    closed = M.layers * 4 * M.seq_len * per_token_layer / tp / GIB
+    got = _activations(megatron_like, "selective", tp) - _activations(maxtext_like, "selective", tp)
+    assert got == pytest.approx(closed, rel=1e-6)
