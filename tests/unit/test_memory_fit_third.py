@@ -45,3 +45,13 @@ def test_maxtext_selective_keeps_less_than_megatrons_by_the_norms_and_the_attent
     closed = M.layers * 4 * M.seq_len * per_token_layer / tp / GIB
     got = _activations(megatron_like, "selective", tp) - _activations(maxtext_like, "selective", tp)
     assert got == pytest.approx(closed, rel=1e-6)
+
+
+@pytest.mark.parametrize("name, docs_gb, chip_gib", [("tpu-v6e", 32, 32), ("tpu-v5e", 16, 16)])
+def test_tpu_capacity_is_what_the_runtime_allocates_between_the_docs_figure_and_the_chip(name, docs_gb, chip_gib):
+    """The runtime's bytes_limit (JAX `memory_stats()`) keeps part of the chip's GiB for itself but is more than
+    the decimal GB of Google's docs: a capacity outside that range is not a reported one."""
+    hbm = get_cluster(name).device.hbm_bytes
+    assert docs_gb * 1e9 < hbm < chip_gib * 2**30
+    assert chip_gib * 2**30 - hbm < 2**30  # the runtime keeps under 1 GiB (0.75 GiB on v6e, 0.25 GiB on v5e)
+
