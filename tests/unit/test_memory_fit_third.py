@@ -55,3 +55,30 @@ def test_tpu_capacity_is_what_the_runtime_allocates_between_the_docs_figure_and_
     assert docs_gb * 1e9 < hbm < chip_gib * 2**30
     assert chip_gib * 2**30 - hbm < 2**30  # the runtime keeps under 1 GiB (0.75 GiB on v6e, 0.25 GiB on v5e)
 
+
+# ---- MaxText's vocabulary tiling ----------------------------------------------------------------
+@pytest.mark.parametrize("tiles", [4, 16])
+def test_vocabulary_tiling_keeps_one_tile_of_the_fp32_logits(tiles):
+    """With no recomputation the loss's moment holds the logits, 4·V bytes a token (fp32), beside every layer's
+    kept tensors: n tiles leave 1/n of them (MaxText docs/explanations/tiling.md at 50bafeb98299)."""
+    s = Strategy(dp_replicate=8, recompute="none", micro_batch=1)
+    whole = estimate(M, get_cluster("h100"), s, DEFAULT_PARAMS).memory_gib["activations"]
+    tiled = estimate(M, get_cluster("h100"), s, replace(DEFAULT_PARAMS, vocab_tiles=tiles)).memory_gib["activations"]
+    logits = M.seq_len * 4 * M.vocab / GIB
+    assert whole - tiled == pytest.approx(logits * (1 - 1 / tiles), rel=1e-6)
+
+
+def test_a_run_stating_num_vocab_tiling_is_read_and_a_bad_count_is_one_line():
+    from bandwise.errors import BandwiseError
+    from bandwise.plan.run_stated import read_stated
+
+    def stated(flags):
+        run = {"id": "r", "precision": "bf16", "parallelism": {"flags": flags}}
+        return read_stated(run, "", None, [])
+
+    assert stated("reuse_example_batch=1; num_vocab_tiling=16").vocab_tiles == 16
+    assert stated("num_vocab_tiling=4; attention=flash").apply(DEFAULT_PARAMS).vocab_tiles == 4
+    assert stated("num_vocab_tiling=1").vocab_tiles is None  # MaxText's default: no tiling
+    assert stated("attention=flash").vocab_tiles is None
+    with pytest.raises(BandwiseError, match="num_vocab_tiling"):
+        stated("num_vocab_tiling=many")

@@ -60,6 +60,12 @@ class CostParams:
     76bd53b0f (MaxText/layers/models.py, 2023-12) and `save_only_these_names` of those projections at
     e591f30cb (decoders.py `get_remat_policy`): the norms' and the attention core's outputs are not dots without
     batch dimensions and are recomputed. Memory only: both re-run the attention core and the element-wise work."""
+    vocab_tiles: int = 1
+    """The output layer's logits, loss and gradients are made one tile of the tokens at a time, so 1/n of the
+    logits is alive: MaxText's `num_vocab_tiling` ("Vocabulary tiling avoids materializing the full logits
+    tensor. Instead, it tiles the input hidden states and computes the logits, loss, and gradients one tile at
+    a time", docs/explanations/tiling.md at 50bafeb98299), as a run states it. Memory only: the tile's forward
+    re-run in its backward (one head GEMM of the tile) is not priced. 1: the whole logits."""
     remat_policy: RematPolicy | None = None
     """Full recomputation as a MaxText remat policy (`cost.remat`): the tensors it keeps in HBM or
     offloads to the host are not re-run; None: the whole layer is re-run from its input."""

@@ -44,6 +44,8 @@ STATED: dict[str, str] = {
     "moe_permute_fusion": "the run states whether its MoE permutation runs fused (Megatron's moe_permute_fusion); unfused, its masked_selects sync with the host",
     "cuda_graph_scope": "the run states what a CUDA graph captures (Megatron's cuda_graph_scope); a graph over the whole MoE layer leaves it no host sync",
     "expert_tp": "the run states an expert tensor parallelism: each routed expert split over etp ranks besides EP (Megatron-Core's expert_tensor_parallel_size)",
+    "vocab_tiling": "the run states MaxText's num_vocab_tiling: the logits, loss and gradients made one tile of tokens at a time, "
+                    "1/n of the logits alive (the tile's re-run forward not priced)",
     "remat_policy": "the run states a MaxText remat policy: full recomputation less the tensors it keeps in HBM or offloads to the host, "
                     "the offloaded ones' copies over the host link (cost/remat.py)",
 }
@@ -82,6 +84,8 @@ class Stated:
     """The expert tensor parallelism the run states (`parallelism.etp`); None: unstated."""
     remat_policy: RematPolicy | None = None
     """The MaxText remat policy the run states (`cost.remat`); None: the planner's recomputation."""
+    vocab_tiles: int | None = None
+    """MaxText's `num_vocab_tiling` as the run's flags state it (`CostParams.vocab_tiles`); None: unstated."""
     names: list[str] = field(default_factory=list)
     """The `STATED` keys found, in the order read."""
 
@@ -98,6 +102,7 @@ class Stated:
             "moe_cuda_graph_scope": self.cuda_graph_scope,
             "remat_policy": self.remat_policy,
             "expert_tensor_parallel": self.expert_tp,
+            "vocab_tiles": self.vocab_tiles,
             "eager_elementwise": False if self.compiled else None,
         }
         if self.moe_capacity_factor > 0:
@@ -169,10 +174,24 @@ def read_stated(run: dict[str, Any], conventions: str, recompute: str | None, no
         state("remat_policy")
         notes.append(f"remat_policy {policy.name}: device {', '.join(sorted(policy.device)) or 'nothing'}; "
                      f"host {', '.join(sorted(policy.offload)) or 'nothing'}; the rest recomputed")
+    tiles = _vocab_tiles(p, rid)
+    if tiles is not None:
+        state("vocab_tiling")
     return Stated(precision=precision, overlap=overlap, compiled=compiled, grad_reduce=grad_reduce,
                   selective_modules=modules, fp8_recipe=recipe, moe_capacity_factor=capacity, moe_one_hot_dispatch=one_hot,
                   moe_dispatcher=dispatcher, moe_permute_fusion=fusion, cuda_graph_scope=scope, remat_policy=policy,
-                  expert_tp=etp if etp is not None and etp > 1 else None, names=found)
+                  expert_tp=etp if etp is not None and etp > 1 else None, vocab_tiles=tiles, names=found)
+
+
+def _vocab_tiles(p: dict[str, Any], rid: str) -> int | None:
+    """MaxText's `num_vocab_tiling=n` in the run's `flags`, where n > 1 (its default 1 tiles nothing, base.yml)."""
+    found = re.search(r"num_vocab_tiling\s*[=:]\s*(\S+?)(?=[;,\s]|$)", str(p.get("flags") or "").lower())
+    if found is None:
+        return None
+    if not found.group(1).isdigit() or int(found.group(1)) < 1:
+        raise BandwiseError(f"run {brief(rid)}: num_vocab_tiling={brief(found.group(1))}: write a whole number of tiles, 1 or more")
+    n = int(found.group(1))
+    return n if n > 1 else None
 
 
 def _moe_capacity(p: dict[str, Any]) -> tuple[float, bool]:
