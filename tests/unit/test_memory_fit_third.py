@@ -82,3 +82,21 @@ def test_a_run_stating_num_vocab_tiling_is_read_and_a_bad_count_is_one_line():
     assert stated("attention=flash").vocab_tiles is None
     with pytest.raises(BandwiseError, match="num_vocab_tiling"):
         stated("num_vocab_tiling=many")
+
+
+# ---- XLA's FSDP gathers weight by weight ------------------------------------------------------
+def test_xla_fsdp_holds_two_of_the_largest_weight_and_two_of_its_gradients_not_a_layers_units():
+    """FSDP2-like units hold a layer gathered twice and its gradient, (2 + 2 + g) bytes a layer parameter; XLA
+    (one all-gather and one reduce-scatter in flight, openxla latency_hiding_scheduler.h) holds the largest
+    weight twice and its gradient twice, (2 + 2 + 2g) bytes a parameter of it. Four micro-batches, so the
+    peak sums every term; a small vocabulary, so a layer, not the output head, sets FSDP's buffers."""
+    m = replace(M, vocab=1024)
+    s = Strategy(dp_shard=8, recompute="full", micro_batch=1, global_batch=32)
+    cluster = get_cluster("tpu-v5p")
+    units = estimate(m, cluster, s, DEFAULT_PARAMS).memory_gib["buffers"]
+    xla = estimate(m, cluster, s, replace(DEFAULT_PARAMS, fsdp_gathers_per_weight=True)).memory_gib["buffers"]
+    g = DEFAULT_PARAMS.grad_reduce_bytes
+    d = M.hidden // M.heads
+    layer = 4 * M.hidden * M.heads * d // 1 - 2 * M.hidden * (M.heads - M.kv_heads) * d + 3 * M.hidden * M.ffn  # q, k, v, o; 3 MLP
+    largest = M.hidden * M.ffn  # an MLP matrix (4096 x 14336) is larger than the query projection (4096 x 4096)
+    assert units - xla == pytest.approx(((4 + g) * layer - (4 + 2 * g) * largest) / GIB, rel=1e-3)

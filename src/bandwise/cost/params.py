@@ -147,6 +147,15 @@ class CostParams:
     `set_requires_gradient_sync(last_backward)` (stage.py, backward_maybe_with_nosync), and FSDP2
     accumulates the unsynced gradients in reduce_dtype (FSDPParam.to_accumulated_grad_if_needed).
     FSDP x PP is a PyTorch-only combination (DeepSpeed refuses ZeRO-2/3 with its pipeline engine)."""
+    fsdp_gathers_per_weight: bool = False
+    """FSDP gathers weight by weight, not layer by layer: XLA's SPMD partitioner puts an all-gather before each
+    weight's matmul and a reduce-scatter after each weight gradient (the scaling book, "How to Scale Your
+    Model", training.md, its FSDP algorithm), and its latency-hiding scheduler keeps one all-gather and one
+    reduce-scatter in flight (`SchedulerConfig.all_gather_overlap_limit = 1`, `reduce_scatter_overlap_limit =
+    1`, openxla xla/service/latency_hiding_scheduler.h). A device then holds two gathered weights (the one
+    read, the next one arriving) and two unsharded gradients (the one made, the one being reduced) of the
+    layer's largest weight (`LocalParams.largest_weight`), where that is less than a layer's units (FSDP2's
+    `fully_shard` units, `terms.fsdp_buffers`). Off: units of a layer."""
     fsdp_grads_freed: bool = True
     """Under FSDP2, a step of one micro-batch without a pipeline is counted at the moment of its peak
     rather than as the sum of every term's own maximum. No gradient exists at the loss: the optimizer
