@@ -100,3 +100,10 @@ def test_xla_fsdp_holds_two_of_the_largest_weight_and_two_of_its_gradients_not_a
     layer = 4 * M.hidden * M.heads * d // 1 - 2 * M.hidden * (M.heads - M.kv_heads) * d + 3 * M.hidden * M.ffn  # q, k, v, o; 3 MLP
     largest = M.hidden * M.ffn  # an MLP matrix (4096 x 14336) is larger than the query projection (4096 x 4096)
     assert units - xla == pytest.approx(((4 + g) * layer - (4 + 2 * g) * largest) / GIB, rel=1e-3)
+
+
+@pytest.mark.parametrize("engine, per_weight", [("maxtext", True), ("deepspeed", True), ("torchtitan", False), ("megatron", False)])
+def test_engines_that_gather_weight_by_weight(engine, per_weight):
+    """XLA (MaxText) and DeepSpeed's ZeRO-3 (fetch_sub_module) gather weight by weight; FSDP2 (TorchTitan) and
+    Megatron-FSDP gather units of a layer."""
+    assert params_for(get_engine(engine), get_cluster("h100").device).fsdp_gathers_per_weight is per_weight

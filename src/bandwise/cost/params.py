@@ -155,7 +155,10 @@ class CostParams:
     1`, openxla xla/service/latency_hiding_scheduler.h). A device then holds two gathered weights (the one
     read, the next one arriving) and two unsharded gradients (the one made, the one being reduced) of the
     layer's largest weight (`LocalParams.largest_weight`), where that is less than a layer's units (FSDP2's
-    `fully_shard` units, `terms.fsdp_buffers`). Off: units of a layer."""
+    `fully_shard` units, `terms.fsdp_buffers`). DeepSpeed's ZeRO-3 is bounded alike: it gathers a submodule's
+    parameters at its forward and releases them after, prefetching at most 5e7 elements ahead, and reduces
+    gradients in 5e8-element buckets (deepspeed/runtime/zero/stage3.py at v0.3.15, fetch_sub_module,
+    reduce_independent_p_g_buckets_and_remove_grads). Off: units of a layer."""
     fsdp_grads_freed: bool = True
     """Under FSDP2, a step of one micro-batch without a pipeline is counted at the moment of its peak
     rather than as the sum of every term's own maximum. No gradient exists at the loss: the optimizer
