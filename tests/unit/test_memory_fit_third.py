@@ -107,3 +107,22 @@ def test_engines_that_gather_weight_by_weight(engine, per_weight):
     """XLA (MaxText) and DeepSpeed's ZeRO-3 (fetch_sub_module) gather weight by weight; FSDP2 (TorchTitan) and
     Megatron-FSDP gather units of a layer."""
     assert params_for(get_engine(engine), get_cluster("h100").device).fsdp_gathers_per_weight is per_weight
+
+
+# ---- XLA on TPU: compile-time allocation ------------------------------------------------------
+@pytest.mark.parametrize("static, fits", [(True, True), (False, False)])
+def test_a_statically_allocated_step_fits_up_to_the_whole_capacity(static, fits):
+    """A peak at 95% of the device's capacity: within it where the compiler assigns every buffer (XLA on TPU),
+    outside the 90% the caching allocator's headroom leaves (PyTorch)."""
+    s = Strategy(dp_shard=8, recompute="full", micro_batch=1)
+    cluster = get_cluster("tpu-v5p")
+    params = replace(DEFAULT_PARAMS, static_allocation=static)
+    total = estimate(M, cluster, s, params).memory_gib_per_device * GIB
+    device = replace(cluster.device, hbm_bytes=total / 0.95)
+    assert estimate(M, replace(cluster, device=device), s, params).fits is fits
+
+
+def test_maxtext_allocates_statically_on_tpu_only():
+    maxtext = get_engine("maxtext")
+    assert params_for(maxtext, get_cluster("tpu-v6e").device).static_allocation
+    assert not params_for(maxtext, get_cluster("h100").device).static_allocation

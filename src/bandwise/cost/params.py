@@ -193,6 +193,12 @@ class CostParams:
     rounding to 512-byte blocks and 2 MiB segments; PyTorch "CUDA semantics", memory management).
     Published peaks (TorchTitan's `max_reserved_gib`) are reserved figures: the headroom is the
     allowance for reserved over allocated, plus transient workspaces not itemized."""
+    static_allocation: bool = False
+    """The compiler places every buffer of the step at compile time and refuses a program whose peak exceeds
+    the runtime's limit, so no caching allocator's slack needs the headroom: a layout fits where its peak is
+    within the capacity. XLA on TPU: buffer assignment, and "RESOURCE_EXHAUSTED: E1000: CompileTimeHbmOom:
+    XLA:TPU compile permanent error. Ran out of memory in memory space hbm. Used 215.17G of 31.25G hbm"
+    (EnzymeAD/Enzyme-JAX pull request 2422, a v6e at its 31.25 GiB limit). Off: the headroom applies."""
     persistent_state: bool = False
     """The engine allocates the weights, their gradients and the optimizer state once and keeps them
     from step to step, so only what is allocated and freed within a step (activations, gathered

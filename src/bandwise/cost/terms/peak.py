@@ -102,5 +102,7 @@ def peak_memory(s: Shape, n_mb: np.ndarray, local: LocalParams, r: Roles, a: Act
     buffers = fsdp + a2a_buffers + P.reserved_bytes
     total = full.states - freed + activations + buffers
     charged = total - P.headroom * (full.states - freed) if P.persistent_state else total
+    if P.static_allocation:  # set against the whole capacity (`CostParams.static_allocation`)
+        charged = total * (1 - P.headroom)
     return PeakMemory(params=full.weights, grads_optimizer=full.states - full.weights, grads_not_at_peak=-freed, activations=activations,
                       buffers=buffers, total=total, charged=charged)
