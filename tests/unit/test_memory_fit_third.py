@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from bandwise.cost.memory import GIB
@@ -126,3 +127,28 @@ def test_maxtext_allocates_statically_on_tpu_only():
     maxtext = get_engine("maxtext")
     assert params_for(maxtext, get_cluster("tpu-v6e").device).static_allocation
     assert not params_for(maxtext, get_cluster("h100").device).static_allocation
+
+
+# ---- MaxText's bf16 weights ------------------------------------------------------------------
+@pytest.mark.parametrize("zero, per_param", [(3, 8.0 / 64), (0, 8.0)])
+def test_bf16_weights_without_a_master_copy_keep_eight_bytes_a_parameter(zero, per_param):
+    """optax's AdamW on bf16 parameters (MaxText weight_dtype=bfloat16): the weights, their gradients, mu (its
+    dtype inherits weight_dtype) and nu (zeros_like the parameters), 2 bytes each, sharded over 64 under FSDP."""
+    from bandwise.cost.memory import StateBytes
+
+    states = StateBytes.of(np.array([zero]), grad_bytes=2, moment_bytes=2, master_bytes=0)
+    assert states.of_params(np.array([1.0]), np.array([64.0]))[0] == pytest.approx(per_param)
+    with_master = StateBytes.of(np.array([zero]), grad_bytes=2, moment_bytes=2)
+    assert with_master.of_params(np.array([1.0]), np.array([64.0]))[0] == pytest.approx(per_param * 12 / 8)
+
+
+@pytest.mark.parametrize("precision, flags, stated", [
+    ("bf16 (weight_dtype=bfloat16)", "", True), ("bf16 (dtype=bfloat16, weight_dtype=bfloat16)", None, True),
+    ("bf16", "weight_dtype=float32 megablox=False", False), ("bf16 (dtype=bfloat16; weight_dtype default float32)", None, False)])
+def test_a_run_stating_bf16_weights_prices_them_without_a_master(precision, flags, stated):
+    from bandwise.plan.run_stated import read_stated
+
+    read = read_stated({"id": "r", "precision": precision, "parallelism": {"flags": flags}}, "", None, [])
+    params = read.apply(DEFAULT_PARAMS)
+    assert read.bf16_weights is stated
+    assert (params.master_weight_bytes, params.grad_reduce_bytes, params.adam_moment_bytes) == ((0, 2, 2) if stated else (4, 4, 4))

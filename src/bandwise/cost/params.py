@@ -41,6 +41,11 @@ class CostParams:
     adam_moment_bytes: int = 4
     """Bytes of each AdamW moment: fp32 in Megatron-LM, DeepSpeed and torch.optim; 2 where a framework
     keeps them in bf16 (DeepSeek-V3 Sec. 3.3.3, "Low-Precision Optimizer States")."""
+    master_weight_bytes: int = 4
+    """Bytes of the fp32 master copy the optimizer updates beside bf16 weights (ZeRO Sec. 3.1; where weights
+    are fp32 they are the master). 0 where the optimizer updates the bf16 weights themselves: MaxText with
+    `weight_dtype=bfloat16` (base.yml; optax.adamw on the bf16 parameters, its mu in mu_dtype, "inherits from
+    weight_dtype if unset" at 9f1820b472ef, its nu zeros_like(params), optimizers.py), as a run states it."""
     selective_modules: tuple[str, ...] = ("core_attn", "mlp_act")
     """What selective recomputation re-runs (`memory.RECOMPUTE_MODULES`). The default adds the MLP's
     activation function to the attention core: with FlashAttention no score matrix is left to drop,

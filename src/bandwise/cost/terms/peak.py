@@ -50,7 +50,7 @@ class _Fullest:
 def _fullest(s: Shape, local: LocalParams, r: Roles, a: Activations, fb: FsdpBuffers, P: CostParams) -> _Fullest:
     """The role whose states, activations and FSDP buffers sum highest, and what it holds."""
     zero, shard_dense, shard_expert = s.zero, local.shard_dense, local.shard_expert
-    per_stage = StateBytes.of(zero, grad_bytes=P.grad_reduce_bytes, moment_bytes=P.adam_moment_bytes)
+    per_stage = StateBytes.of(zero, grad_bytes=P.grad_reduce_bytes, moment_bytes=P.adam_moment_bytes, master_bytes=P.master_weight_bytes)
     states = [per_stage.of_params(role.dense, shard_dense) + per_stage.of_params(role.expert, shard_expert) for role in r]
     weights = [per_stage.weights_of(role.dense, shard_dense) + per_stage.weights_of(role.expert, shard_expert) for role in r]
     acts, fsdp = [a.first, a.last, a.inner], [fb.first, fb.last, fb.inner]
