@@ -152,3 +152,21 @@ def test_a_run_stating_bf16_weights_prices_them_without_a_master(precision, flag
     params = read.apply(DEFAULT_PARAMS)
     assert read.bf16_weights is stated
     assert (params.master_weight_bytes, params.grad_reduce_bytes, params.adam_moment_bytes) == ((0, 2, 2) if stated else (4, 4, 4))
+
+
+# ---- runs that publish their peak memory ran within it -------------------------------------------
+def test_no_run_that_publishes_its_peak_memory_is_called_nothing_fits():
+    """A run that publishes what it held per device ran in that memory: the cost model's fit rule must let it
+    run (the BLOOM prequel's dp24·tp8·pp2 row reserved 76.0 of its 80 GiB, over the 90% the headroom leaves,
+    which DeepSpeed's once-allocated states, `persistent_state`, spare)."""
+    from published import RUNS, SOURCES
+
+    from bandwise.plan.runs import published_memory
+    from bandwise.plan.validate import run_all
+
+    with_memory = [r for r in RUNS if published_memory(r) is not None]
+    assert len(with_memory) > 100
+    results = run_all(with_memory, sources=SOURCES)
+    assert len(results) == len(with_memory)
+    called = [r.id for r in results if any("nothing fits" in n for n in r.notes)]
+    assert called == []
