@@ -170,3 +170,22 @@ def test_no_run_that_publishes_its_peak_memory_is_called_nothing_fits():
     assert len(results) == len(with_memory)
     called = [r.id for r in results if any("nothing fits" in n for n in r.notes)]
     assert called == []
+
+
+# ---- bf16 resident parameters under torch's Adam (NeMo AutoModel) ------------------------------
+def test_bf16_resident_parameters_keep_eight_bytes_a_parameter_and_reduce_in_fp32():
+    """AutoModel's guide: unset torch_dtype leaves bf16 resident parameters and bf16 Adam state; FSDP2 reduces in
+    fp32 and stores the shard's gradient in the parameter's dtype. The model states fall from 16 to 8 bytes a parameter over the FSDP ranks; FSDP's unit buffers (fp32 unsharded
+    gradients) do not move."""
+    from bandwise.plan.run_stated import read_stated
+
+    stated = read_stated({"id": "r", "precision": "BF16", "parallelism": {
+        "flags": "model torch_dtype: bfloat16 (resident FSDP2 shards); optimizer torch.optim.Adam"}}, "", None, [])
+    assert stated.bf16_resident
+    s = Strategy(dp_shard=8, recompute="full", micro_batch=1, global_batch=32)
+    fp32 = estimate(M, get_cluster("h100"), s, DEFAULT_PARAMS).memory_gib
+    bf16 = estimate(M, get_cluster("h100"), s, stated.apply(DEFAULT_PARAMS)).memory_gib
+    states = lambda g: g["params"] + g["grads_optimizer"]  # noqa: E731
+    assert states(bf16) == pytest.approx(states(fp32) / 2, rel=1e-9)
+    assert bf16["buffers"] == pytest.approx(fp32["buffers"], rel=1e-12)
+    assert states(fp32) == pytest.approx(16 * M.total_params / 8 / GIB, rel=0.02)  # fp32 shards, grads, moments

@@ -38,6 +38,11 @@ class CostParams:
     `accumulate_allreduce_grads_in_fp32`, its fp32 `main_grad` buffer: 18 bytes per parameter in its
     docs/source/api-guide/dist_optimizer.md; torchtitan's default `mixed_precision_reduce = float32`,
     which keeps FSDP2's sharded gradients in fp32; DeepSeek-V3 Sec. 3.3.3 keeps fp32 gradients)."""
+    sharded_grad_bytes: int = 0
+    """Bytes of each stored gradient where they differ from the reduction's (`grad_reduce_bytes`, which the
+    reduce-scatters and FSDP's unsharded gradients keep): FSDP2 casts the reduced shard back to the parameter's
+    dtype (torch 2.13 _fsdp_collectives.py foreach_reduce, `_to_dtype_if_needed(reduce_output, orig_dtype)`), so
+    bf16 resident parameters reduced in fp32 keep bf16 gradients. 0: as the reduction's."""
     adam_moment_bytes: int = 4
     """Bytes of each AdamW moment: fp32 in Megatron-LM, DeepSpeed and torch.optim; 2 where a framework
     keeps them in bf16 (DeepSeek-V3 Sec. 3.3.3, "Low-Precision Optimizer States")."""

@@ -46,6 +46,8 @@ STATED: dict[str, str] = {
     "expert_tp": "the run states an expert tensor parallelism: each routed expert split over etp ranks besides EP (Megatron-Core's expert_tensor_parallel_size)",
     "bf16_weights": "the run states MaxText's weight_dtype=bfloat16: the optimizer updates bf16 weights, no fp32 master copy; "
                     "bf16 gradients (reduced in bf16) and bf16 AdamW moments (mu_dtype inherits weight_dtype)",
+    "bf16_resident": "the run states bf16 resident parameters (torch_dtype bfloat16) under torch.optim.Adam: no fp32 master, bf16 Adam "
+                     "moments and stored gradients; the reduction stays in its dtype (FSDP2 casts the reduced shard back)",
     "vocab_tiling": "the run states MaxText's num_vocab_tiling: the logits, loss and gradients made one tile of tokens at a time, "
                     "1/n of the logits alive (the tile's re-run forward not priced)",
     "remat_policy": "the run states a MaxText remat policy: full recomputation less the tensors it keeps in HBM or offloads to the host, "
@@ -88,6 +90,8 @@ class Stated:
     """The MaxText remat policy the run states (`cost.remat`); None: the planner's recomputation."""
     bf16_weights: bool = False
     """The run states MaxText's `weight_dtype=bfloat16` (`CostParams.master_weight_bytes`)."""
+    bf16_resident: bool = False
+    """The run states bf16 resident parameters under torch's Adam (`CostParams.sharded_grad_bytes`)."""
     vocab_tiles: int | None = None
     """MaxText's `num_vocab_tiling` as the run's flags state it (`CostParams.vocab_tiles`); None: unstated."""
     names: list[str] = field(default_factory=list)
@@ -111,6 +115,8 @@ class Stated:
         }
         if self.bf16_weights:  # bf16 parameters, their gradients and AdamW moments; no master (`master_weight_bytes`)
             stated.update(master_weight_bytes=0, grad_reduce_bytes=GRAD_REDUCE["bf16"], adam_moment_bytes=2)
+        if self.bf16_resident:  # bf16 shards, Adam state and stored gradients; the reduction as the engine's
+            stated.update(master_weight_bytes=0, adam_moment_bytes=2, sharded_grad_bytes=GRAD_REDUCE["bf16"])
         if self.moe_capacity_factor > 0:
             stated.update(moe_capacity_factor=self.moe_capacity_factor, moe_one_hot_dispatch=self.moe_one_hot_dispatch)
         return replace(params, **{k: v for k, v in stated.items() if v is not None})
@@ -184,13 +190,16 @@ def read_stated(run: dict[str, Any], conventions: str, recompute: str | None, no
     bf16_weights = re.search(r"weight_dtype\s*[=:]?\s*['\"]?bfloat16", weights_text) is not None
     if bf16_weights:
         state("bf16_weights")
+    bf16_resident = re.search(r"torch_dtype\s*[=:]?\s*['\"]?(bfloat16|bf16)\b", weights_text) is not None
+    if bf16_resident:
+        state("bf16_resident")
     tiles = _vocab_tiles(p, rid)
     if tiles is not None:
         state("vocab_tiling")
     return Stated(precision=precision, overlap=overlap, compiled=compiled, grad_reduce=grad_reduce,
                   selective_modules=modules, fp8_recipe=recipe, moe_capacity_factor=capacity, moe_one_hot_dispatch=one_hot,
                   moe_dispatcher=dispatcher, moe_permute_fusion=fusion, cuda_graph_scope=scope, remat_policy=policy,
-                  expert_tp=etp if etp is not None and etp > 1 else None, vocab_tiles=tiles, bf16_weights=bf16_weights, names=found)
+                  expert_tp=etp if etp is not None and etp > 1 else None, vocab_tiles=tiles, bf16_weights=bf16_weights, bf16_resident=bf16_resident, names=found)
 
 
 def _vocab_tiles(p: dict[str, Any], rid: str) -> int | None:
