@@ -189,3 +189,26 @@ def test_bf16_resident_parameters_keep_eight_bytes_a_parameter_and_reduce_in_fp3
     assert states(bf16) == pytest.approx(states(fp32) / 2, rel=1e-9)
     assert bf16["buffers"] == pytest.approx(fp32["buffers"], rel=1e-12)
     assert states(fp32) == pytest.approx(16 * M.total_params / 8 / GIB, rel=0.02)  # fp32 shards, grads, moments
+
+
+# ---- what a run states that is not priced is said beside "nothing fits" --------------------------
+def test_a_stated_activation_offload_is_named_as_not_priced_beside_nothing_fits():
+    from published import shipped_run
+
+    from bandwise.plan.runs import convert
+    from bandwise.plan.validate import predict
+
+    run = shipped_run("mbridge_gb200_llama3_70b_fsdp_2511")
+    note = [n for n in predict(convert(run, SOURCES_)).notes if "nothing fits" in n]
+    assert note and "not priced: the activations of 40 layers offloaded to the host" in note[0]
+    del run["parallelism"]["cpu_offloading_num_layers"]
+    assert all("not priced" not in n for n in predict(convert(run, SOURCES_)).notes)
+
+
+def _sources():
+    from published import SOURCES
+
+    return SOURCES
+
+
+SOURCES_ = _sources()

@@ -96,6 +96,9 @@ class Stated:
     """MaxText's `num_vocab_tiling` as the run's flags state it (`CostParams.vocab_tiles`); None: unstated."""
     names: list[str] = field(default_factory=list)
     """The `STATED` keys found, in the order read."""
+    unpriced: tuple[str, ...] = ()
+    """What the run states of its job that the cost model does not price, one phrase each (said beside a
+    layout that does not fit)."""
 
     def apply(self, params: CostParams) -> CostParams:
         """`params` (the run's engine's, on its device) with what the run states of its job set over them, as
@@ -193,13 +196,17 @@ def read_stated(run: dict[str, Any], conventions: str, recompute: str | None, no
     bf16_resident = re.search(r"torch_dtype\s*[=:]?\s*['\"]?(bfloat16|bf16)\b", weights_text) is not None
     if bf16_resident:
         state("bf16_resident")
+    unpriced = []
+    offloaded = count(p.get("cpu_offloading_num_layers"), "parallelism.cpu_offloading_num_layers", least=0)
+    if offloaded:
+        unpriced.append(f"the activations of {offloaded} layers offloaded to the host (Megatron's cpu_offloading_num_layers)")
     tiles = _vocab_tiles(p, rid)
     if tiles is not None:
         state("vocab_tiling")
     return Stated(precision=precision, overlap=overlap, compiled=compiled, grad_reduce=grad_reduce,
                   selective_modules=modules, fp8_recipe=recipe, moe_capacity_factor=capacity, moe_one_hot_dispatch=one_hot,
                   moe_dispatcher=dispatcher, moe_permute_fusion=fusion, cuda_graph_scope=scope, remat_policy=policy,
-                  expert_tp=etp if etp is not None and etp > 1 else None, vocab_tiles=tiles, bf16_weights=bf16_weights, bf16_resident=bf16_resident, names=found)
+                  expert_tp=etp if etp is not None and etp > 1 else None, vocab_tiles=tiles, bf16_weights=bf16_weights, bf16_resident=bf16_resident, names=found, unpriced=tuple(unpriced))
 
 
 def _vocab_tiles(p: dict[str, Any], rid: str) -> int | None:
