@@ -64,18 +64,21 @@ class StateBytes:
 
     __slots__ = ("whole", "sharded", "weight_whole", "weight_sharded")
 
-    def __init__(self, stage: np.ndarray, grad_bytes: float, moment_bytes: float) -> None:
-        opt = MASTER_WEIGHT_BYTES + 2 * moment_bytes
+    def __init__(self, stage: np.ndarray, grad_bytes: float, moment_bytes: float, master_bytes: float = MASTER_WEIGHT_BYTES) -> None:
+        opt = master_bytes + 2 * moment_bytes
         self.whole = np.array([BF16 + grad_bytes + opt, BF16 + grad_bytes, BF16, 0.0])[stage]
-        self.sharded = np.array([0.0, opt, grad_bytes + opt, _sharded_weight_bytes(grad_bytes) + grad_bytes + 2 * moment_bytes])[stage]
+        self.sharded = np.array([0.0, opt, grad_bytes + opt, _sharded_weight_bytes(grad_bytes, master_bytes) + grad_bytes + 2 * moment_bytes])[stage]
         # the weights alone: bf16 whole, or the shard under ZeRO-3/FSDP
         self.weight_whole = np.where(stage == 3, 0.0, float(BF16))
-        self.weight_sharded = np.where(stage == 3, float(MASTER_WEIGHT_BYTES if grad_bytes >= MASTER_WEIGHT_BYTES else BF16), 0.0)
+        self.weight_sharded = np.where(stage == 3, float(MASTER_WEIGHT_BYTES if master_bytes and grad_bytes >= MASTER_WEIGHT_BYTES else BF16), 0.0)
 
     @classmethod
-    def of(cls, zero: np.ndarray, *, grad_bytes: float = BF16, moment_bytes: float = ADAM_MOMENT_BYTES) -> StateBytes:
+    def of(cls, zero: np.ndarray, *, grad_bytes: float = BF16, moment_bytes: float = ADAM_MOMENT_BYTES,
+           master_bytes: float = MASTER_WEIGHT_BYTES) -> StateBytes:
+        """`master_bytes`: the master copy beside the bf16 weights (0 where the optimizer updates the bf16
+        weights themselves, `CostParams.master_weight_bytes`)."""
         zero = np.asarray(zero)
-        return cls(np.where((zero >= 0) & (zero <= 2), zero, 3), grad_bytes, moment_bytes)
+        return cls(np.where((zero >= 0) & (zero <= 2), zero, 3), grad_bytes, moment_bytes, master_bytes)
 
     def of_params(self, params: np.ndarray, shard: np.ndarray) -> np.ndarray:
         """States of `params` parameters over `shard` ranks (at least 1)."""
@@ -89,12 +92,15 @@ class StateBytes:
         return self.weight_whole * params + self.weight_sharded * params / np.maximum(np.asarray(shard, dtype=float), 1.0)
 
 
-def _sharded_weight_bytes(grad_bytes: float) -> float:
+def _sharded_weight_bytes(grad_bytes: float, master_bytes: float = MASTER_WEIGHT_BYTES) -> float:
     """Bytes per parameter of a ZeRO-3/FSDP weight shard. With fp32 gradients, FSDP2 keeps the shard
     itself in fp32 and casts it to bf16 when it gathers (MixedPrecisionPolicy(param_dtype=bf16,
     reduce_dtype=fp32)): the shard is the master copy, 4 bytes. With 2-byte gradients (DeepSpeed
-    ZeRO-3, the ZeRO paper) a bf16 shard sits beside the fp32 master: 2 + 4."""
-    return MASTER_WEIGHT_BYTES if grad_bytes >= MASTER_WEIGHT_BYTES else BF16 + MASTER_WEIGHT_BYTES
+    ZeRO-3, the ZeRO paper) a bf16 shard sits beside the fp32 master: 2 + 4; without a master copy
+    (`master_bytes` 0: the optimizer updates the bf16 shard), 2."""
+    if not master_bytes:
+        return BF16
+    return MASTER_WEIGHT_BYTES if grad_bytes >= MASTER_WEIGHT_BYTES else BF16 + master_bytes
 
 
 def activation_bytes_per_token(

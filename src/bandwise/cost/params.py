@@ -38,9 +38,19 @@ class CostParams:
     `accumulate_allreduce_grads_in_fp32`, its fp32 `main_grad` buffer: 18 bytes per parameter in its
     docs/source/api-guide/dist_optimizer.md; torchtitan's default `mixed_precision_reduce = float32`,
     which keeps FSDP2's sharded gradients in fp32; DeepSeek-V3 Sec. 3.3.3 keeps fp32 gradients)."""
+    sharded_grad_bytes: int = 0
+    """Bytes of each stored gradient where they differ from the reduction's (`grad_reduce_bytes`, which the
+    reduce-scatters and FSDP's unsharded gradients keep): FSDP2 casts the reduced shard back to the parameter's
+    dtype (torch 2.13 _fsdp_collectives.py foreach_reduce, `_to_dtype_if_needed(reduce_output, orig_dtype)`), so
+    bf16 resident parameters reduced in fp32 keep bf16 gradients. 0: as the reduction's."""
     adam_moment_bytes: int = 4
     """Bytes of each AdamW moment: fp32 in Megatron-LM, DeepSpeed and torch.optim; 2 where a framework
     keeps them in bf16 (DeepSeek-V3 Sec. 3.3.3, "Low-Precision Optimizer States")."""
+    master_weight_bytes: int = 4
+    """Bytes of the fp32 master copy the optimizer updates beside bf16 weights (ZeRO Sec. 3.1; where weights
+    are fp32 they are the master). 0 where the optimizer updates the bf16 weights themselves: MaxText with
+    `weight_dtype=bfloat16` (base.yml; optax.adamw on the bf16 parameters, its mu in mu_dtype, "inherits from
+    weight_dtype if unset" at 9f1820b472ef, its nu zeros_like(params), optimizers.py), as a run states it."""
     selective_modules: tuple[str, ...] = ("core_attn", "mlp_act")
     """What selective recomputation re-runs (`memory.RECOMPUTE_MODULES`). The default adds the MLP's
     activation function to the attention core: with FlashAttention no score matrix is left to drop,
@@ -52,6 +62,20 @@ class CostParams:
     `expert_tensor_parallel_size` (its expert ranks are pp x etp x ep x edp, `parallel_state.py`
     initialize_model_parallel, d98e8a64dd), as a run states it; 1: each expert whole on its EP rank.
     Memory only: the expert GEMMs' FLOPs per device are the same either way."""
+    selective_keeps_dots: bool = False
+    """Selective recomputation keeps what MaxText's `minimal` policy keeps, the layer input and the outputs of
+    the q/k/v, output and MLP-input projections (`cost.remat`, MAXTEXT_POLICIES["minimal"]), rather than
+    Megatron's set, which also keeps the two norms' inputs and outputs and the attention output (Korthikanti et
+    al. 2022 Sec. 5). MaxText's `minimal` is `jax.checkpoint_policies.checkpoint_dots_with_no_batch_dims` at
+    76bd53b0f (MaxText/layers/models.py, 2023-12) and `save_only_these_names` of those projections at
+    e591f30cb (decoders.py `get_remat_policy`): the norms' and the attention core's outputs are not dots without
+    batch dimensions and are recomputed. Memory only: both re-run the attention core and the element-wise work."""
+    vocab_tiles: int = 1
+    """The output layer's logits, loss and gradients are made one tile of the tokens at a time, so 1/n of the
+    logits is alive: MaxText's `num_vocab_tiling` ("Vocabulary tiling avoids materializing the full logits
+    tensor. Instead, it tiles the input hidden states and computes the logits, loss, and gradients one tile at
+    a time", docs/explanations/tiling.md at 50bafeb98299), as a run states it. Memory only: the tile's forward
+    re-run in its backward (one head GEMM of the tile) is not priced. 1: the whole logits."""
     remat_policy: RematPolicy | None = None
     """Full recomputation as a MaxText remat policy (`cost.remat`): the tensors it keeps in HBM or
     offloads to the host are not re-run; None: the whole layer is re-run from its input."""
@@ -133,6 +157,18 @@ class CostParams:
     `set_requires_gradient_sync(last_backward)` (stage.py, backward_maybe_with_nosync), and FSDP2
     accumulates the unsynced gradients in reduce_dtype (FSDPParam.to_accumulated_grad_if_needed).
     FSDP x PP is a PyTorch-only combination (DeepSpeed refuses ZeRO-2/3 with its pipeline engine)."""
+    fsdp_gathers_per_weight: bool = False
+    """FSDP gathers weight by weight, not layer by layer: XLA's SPMD partitioner puts an all-gather before each
+    weight's matmul and a reduce-scatter after each weight gradient (the scaling book, "How to Scale Your
+    Model", training.md, its FSDP algorithm), and its latency-hiding scheduler keeps one all-gather and one
+    reduce-scatter in flight (`SchedulerConfig.all_gather_overlap_limit = 1`, `reduce_scatter_overlap_limit =
+    1`, openxla xla/service/latency_hiding_scheduler.h). A device then holds two gathered weights (the one
+    read, the next one arriving) and two unsharded gradients (the one made, the one being reduced) of the
+    layer's largest weight (`LocalParams.largest_weight`), where that is less than a layer's units (FSDP2's
+    `fully_shard` units, `terms.fsdp_buffers`). DeepSpeed's ZeRO-3 is bounded alike: it gathers a submodule's
+    parameters at its forward and releases them after, prefetching at most 5e7 elements ahead, and reduces
+    gradients in 5e8-element buckets (deepspeed/runtime/zero/stage3.py at v0.3.15, fetch_sub_module,
+    reduce_independent_p_g_buckets_and_remove_grads). Off: units of a layer."""
     fsdp_grads_freed: bool = True
     """Under FSDP2, a step of one micro-batch without a pipeline is counted at the moment of its peak
     rather than as the sum of every term's own maximum. No gradient exists at the loss: the optimizer
@@ -167,6 +203,12 @@ class CostParams:
     rounding to 512-byte blocks and 2 MiB segments; PyTorch "CUDA semantics", memory management).
     Published peaks (TorchTitan's `max_reserved_gib`) are reserved figures: the headroom is the
     allowance for reserved over allocated, plus transient workspaces not itemized."""
+    static_allocation: bool = False
+    """The compiler places every buffer of the step at compile time and refuses a program whose peak exceeds
+    the runtime's limit, so no caching allocator's slack needs the headroom: a layout fits where its peak is
+    within the capacity. XLA on TPU: buffer assignment, and "RESOURCE_EXHAUSTED: E1000: CompileTimeHbmOom:
+    XLA:TPU compile permanent error. Ran out of memory in memory space hbm. Used 215.17G of 31.25G hbm"
+    (EnzymeAD/Enzyme-JAX pull request 2422, a v6e at its 31.25 GiB limit). Off: the headroom applies."""
     persistent_state: bool = False
     """The engine allocates the weights, their gradients and the optimizer state once and keeps them
     from step to step, so only what is allocated and freed within a step (activations, gathered

@@ -46,6 +46,12 @@ STATED: dict[str, str] = {
     "moe_permute_fusion": "the run states whether its MoE permutation runs fused (Megatron's moe_permute_fusion); unfused, its masked_selects sync with the host",
     "cuda_graph_scope": "the run states what a CUDA graph captures (Megatron's cuda_graph_scope); a graph over the whole MoE layer leaves it no host sync",
     "expert_tp": "the run states an expert tensor parallelism: each routed expert split over etp ranks besides EP (Megatron-Core's expert_tensor_parallel_size)",
+    "bf16_weights": "the run states MaxText's weight_dtype=bfloat16: the optimizer updates bf16 weights, no fp32 master copy; "
+                    "bf16 gradients (reduced in bf16) and bf16 AdamW moments (mu_dtype inherits weight_dtype)",
+    "bf16_resident": "the run states bf16 resident parameters (torch_dtype bfloat16) under torch.optim.Adam: no fp32 master, bf16 Adam "
+                     "moments and stored gradients; the reduction stays in its dtype (FSDP2 casts the reduced shard back)",
+    "vocab_tiling": "the run states MaxText's num_vocab_tiling: the logits, loss and gradients made one tile of tokens at a time, "
+                    "1/n of the logits alive (the tile's re-run forward not priced)",
     "remat_policy": "the run states a MaxText remat policy: full recomputation less the tensors it keeps in HBM or offloads to the host, "
                     "the offloaded ones' copies over the host link (cost/remat.py)",
 }
@@ -87,8 +93,17 @@ class Stated:
     """The expert tensor parallelism the run states (`parallelism.etp`); None: unstated."""
     remat_policy: RematPolicy | None = None
     """The MaxText remat policy the run states (`cost.remat`); None: the planner's recomputation."""
+    bf16_weights: bool = False
+    """The run states MaxText's `weight_dtype=bfloat16` (`CostParams.master_weight_bytes`)."""
+    bf16_resident: bool = False
+    """The run states bf16 resident parameters under torch's Adam (`CostParams.sharded_grad_bytes`)."""
+    vocab_tiles: int | None = None
+    """MaxText's `num_vocab_tiling` as the run's flags state it (`CostParams.vocab_tiles`); None: unstated."""
     names: list[str] = field(default_factory=list)
     """The `STATED` keys found, in the order read."""
+    unpriced: tuple[str, ...] = ()
+    """What the run states of its job that the cost model does not price, one phrase each (said beside a
+    layout that does not fit)."""
 
     def apply(self, params: CostParams) -> CostParams:
         """`params` (the run's engine's, on its device) with what the run states of its job set over them, as
@@ -103,9 +118,14 @@ class Stated:
             "moe_cuda_graph_scope": self.cuda_graph_scope,
             "remat_policy": self.remat_policy,
             "expert_tensor_parallel": self.expert_tp,
+            "vocab_tiles": self.vocab_tiles,
             "eager_elementwise": False if self.compiled else None,
             "fp8_weight_cast_per_microbatch": False if self.fp8_all_gather else None,
         }
+        if self.bf16_weights:  # bf16 parameters, their gradients and AdamW moments; no master (`master_weight_bytes`)
+            stated.update(master_weight_bytes=0, grad_reduce_bytes=GRAD_REDUCE["bf16"], adam_moment_bytes=2)
+        if self.bf16_resident:  # bf16 shards, Adam state and stored gradients; the reduction as the engine's
+            stated.update(master_weight_bytes=0, adam_moment_bytes=2, sharded_grad_bytes=GRAD_REDUCE["bf16"])
         if self.moe_capacity_factor > 0:
             stated.update(moe_capacity_factor=self.moe_capacity_factor, moe_one_hot_dispatch=self.moe_one_hot_dispatch)
         return replace(params, **{k: v for k, v in stated.items() if v is not None})
@@ -178,10 +198,35 @@ def read_stated(run: dict[str, Any], conventions: str, recompute: str | None, no
         state("remat_policy")
         notes.append(f"remat_policy {policy.name}: device {', '.join(sorted(policy.device)) or 'nothing'}; "
                      f"host {', '.join(sorted(policy.offload)) or 'nothing'}; the rest recomputed")
+    weights_text = " ".join(str(x or "") for x in (run.get("precision"), p.get("flags"))).lower()
+    bf16_weights = re.search(r"weight_dtype\s*[=:]?\s*['\"]?bfloat16", weights_text) is not None
+    if bf16_weights:
+        state("bf16_weights")
+    bf16_resident = re.search(r"torch_dtype\s*[=:]?\s*['\"]?(bfloat16|bf16)\b", weights_text) is not None
+    if bf16_resident:
+        state("bf16_resident")
+    unpriced = []
+    offloaded = count(p.get("cpu_offloading_num_layers"), "parallelism.cpu_offloading_num_layers", least=0)
+    if offloaded:
+        unpriced.append(f"the activations of {offloaded} layers offloaded to the host (Megatron's cpu_offloading_num_layers)")
+    tiles = _vocab_tiles(p, rid)
+    if tiles is not None:
+        state("vocab_tiling")
     return Stated(precision=precision, overlap=overlap, compiled=compiled, grad_reduce=grad_reduce,
                   selective_modules=modules, fp8_recipe=recipe, fp8_all_gather=fp8_all_gather, moe_capacity_factor=capacity, moe_one_hot_dispatch=one_hot,
                   moe_dispatcher=dispatcher, moe_permute_fusion=fusion, cuda_graph_scope=scope, remat_policy=policy,
-                  expert_tp=etp if etp is not None and etp > 1 else None, names=found)
+                  expert_tp=etp if etp is not None and etp > 1 else None, vocab_tiles=tiles, bf16_weights=bf16_weights, bf16_resident=bf16_resident, names=found, unpriced=tuple(unpriced))
+
+
+def _vocab_tiles(p: dict[str, Any], rid: str) -> int | None:
+    """MaxText's `num_vocab_tiling=n` in the run's `flags`, where n > 1 (its default 1 tiles nothing, base.yml)."""
+    found = re.search(r"num_vocab_tiling\s*[=:]\s*(\S+?)(?=[;,\s]|$)", str(p.get("flags") or "").lower())
+    if found is None:
+        return None
+    if not found.group(1).isdigit() or int(found.group(1)) < 1:
+        raise BandwiseError(f"run {brief(rid)}: num_vocab_tiling={brief(found.group(1))}: write a whole number of tiles, 1 or more")
+    n = int(found.group(1))
+    return n if n > 1 else None
 
 
 def _moe_capacity(p: dict[str, Any]) -> tuple[float, bool]:

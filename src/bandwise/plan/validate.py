@@ -196,7 +196,8 @@ def _complete(case: Case, params: CostParams, res: RunResult) -> tuple[Strategy,
     if fitting:
         return max(fitting, key=lambda s: s[1].tokens_per_s_per_device)
     strategy, est = min(scored, key=lambda s: s[1].memory_gib_per_device)
-    res.notes.append(f"memory: nothing fits by the cost model; least-memory completion needs {est.memory_gib_per_device:.1f} GiB")
+    unpriced = "; not priced: " + ", ".join(case.stated.unpriced) if case.stated.unpriced else ""
+    res.notes.append(f"memory: nothing fits by the cost model; least-memory completion needs {est.memory_gib_per_device:.1f} GiB{unpriced}")
     return strategy, est
 
 

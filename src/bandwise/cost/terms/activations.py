@@ -21,6 +21,7 @@ from bandwise.cost.mixers import (
     mixer_output_grad_bytes_per_token,
 )
 from bandwise.cost.params import CostParams
+from bandwise.cost.remat import MAXTEXT_POLICIES
 from bandwise.cost.pipeline import PipelineFactors
 from bandwise.cost.terms.roles import Roles
 from bandwise.cost.terms.shape import Shape
@@ -93,6 +94,10 @@ def hybrid_output_grads_per_token(m: ModelSpec) -> tuple[float, float]:
 def activations(m: ModelSpec, s: Shape, rec: np.ndarray, pf: PipelineFactors, stages: StageCompute, r: Roles, P: CostParams) -> Activations:
     tokens, tp, frac_moe = s.tokens, s.tp, m.moe_layers / m.layers
     kept, kept_selective = kept_per_token(m, s, False, P), kept_per_token(m, s, True, P)
+    if P.selective_keeps_dots:  # the engine's selective is MaxText's `minimal` (`CostParams.selective_keeps_dots`)
+        minimal = MAXTEXT_POLICIES["minimal"]
+        kept_selective = ((1 - frac_moe) * minimal.bytes_per_token(m, False, "device")
+                          + frac_moe * minimal.bytes_per_token(m, True, "device")) / tp
     # full recomputation keeps each layer's input: split over TP only with sequence parallelism
     kept_input = layer_input_bytes_per_token(m) / np.where(P.sequence_parallel, tp, 1.0)
     if P.remat_policy is not None:  # what the policy keeps in HBM: its device tensors (`cost.remat`); offloaded ones leave
@@ -100,7 +105,7 @@ def activations(m: ModelSpec, s: Shape, rec: np.ndarray, pf: PipelineFactors, st
                       + frac_moe * P.remat_policy.bytes_per_token(m, True, "device")) / tp
     stage_mb = tokens * np.select([rec == FULL, rec == SELECTIVE], [kept_input, kept_selective], kept)  # one micro-batch, one layer
     working = np.where(rec == FULL, tokens * kept, 0.0)  # one layer re-materialised during backward
-    logits = tokens * logits_bytes_per_token(m) / tp
+    logits = tokens * logits_bytes_per_token(m) / tp / P.vocab_tiles  # one tile alive (`CostParams.vocab_tiles`)
     head_logits = (1 + m.mtp_depth) * logits  # the MTP module's pass through the head keeps its own logits
     # the final norm's and the output projection's inputs: alive with the logits, until the head's
     # weight gradient (after the loss's backward has freed the logits)
@@ -109,7 +114,7 @@ def activations(m: ModelSpec, s: Shape, rec: np.ndarray, pf: PipelineFactors, st
     # Beside the loss in its backward (`head_logits`), the head's rank keeps what the loss keeps of the
     # logits, and the head's inputs, for every other micro-batch whose loss has run and whose backward
     # has not (`pipeline.losses_held`: all m - 1 under GPipe and looped BFS, none under 1F1B)
-    kept_loss = (1 + m.mtp_depth) * tokens * P.loss_kept_bytes_per_logit * m.vocab / tp
+    kept_loss = (1 + m.mtp_depth) * tokens * P.loss_kept_bytes_per_logit * m.vocab / tp / P.vocab_tiles
     other_losses = np.maximum(pf.head_losses - 1.0, 0.0)
     held_heads = other_losses * (kept_loss + head_in)
     # The head and the MTP block belong to the last stage, on the last rank (a V-shaped schedule runs

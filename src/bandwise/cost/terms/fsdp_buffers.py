@@ -60,6 +60,8 @@ def fsdp_buffers(s: Shape, n_mb: np.ndarray, local: LocalParams, r: Roles, a: Ac
                  P: CostParams) -> FsdpBuffers:
     fsdp_xl = in_fsdp(local, local.expert_layer)
     layer = unit_bytes(P) * (local.dense_layer + fsdp_xl)
+    if P.fsdp_gathers_per_weight:  # two weights gathered, two gradients unsharded (`CostParams.fsdp_gathers_per_weight`)
+        layer = np.minimum(layer, (2 * BF16 + 2 * P.grad_reduce_bytes) * local.largest_weight)
     whole_stage = P.fsdp_pp_unsharded & (s.pp > 1) & (n_mb > 1)
     fsdp = s.zero == 3  # only FSDP holds these buffers
     if fsdp.any():

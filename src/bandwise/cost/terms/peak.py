@@ -47,10 +47,15 @@ class _Fullest:
     expert: np.ndarray
 
 
+def stored_grad_bytes(P: CostParams) -> float:
+    """Bytes of a stored (sharded) gradient: `CostParams.sharded_grad_bytes`, else the reduction's."""
+    return P.sharded_grad_bytes or P.grad_reduce_bytes
+
+
 def _fullest(s: Shape, local: LocalParams, r: Roles, a: Activations, fb: FsdpBuffers, P: CostParams) -> _Fullest:
     """The role whose states, activations and FSDP buffers sum highest, and what it holds."""
     zero, shard_dense, shard_expert = s.zero, local.shard_dense, local.shard_expert
-    per_stage = StateBytes.of(zero, grad_bytes=P.grad_reduce_bytes, moment_bytes=P.adam_moment_bytes)
+    per_stage = StateBytes.of(zero, grad_bytes=stored_grad_bytes(P), moment_bytes=P.adam_moment_bytes, master_bytes=P.master_weight_bytes)
     states = [per_stage.of_params(role.dense, shard_dense) + per_stage.of_params(role.expert, shard_expert) for role in r]
     weights = [per_stage.weights_of(role.dense, shard_dense) + per_stage.weights_of(role.expert, shard_expert) for role in r]
     acts, fsdp = [a.first, a.last, a.inner], [fb.first, fb.last, fb.inner]
@@ -77,17 +82,17 @@ def peak_memory(s: Shape, n_mb: np.ndarray, local: LocalParams, r: Roles, a: Act
     # Elsewhere every moment is counted at once (the gradients of an earlier micro-batch stand
     # through the next one's forward; a stage runs several micro-batches).
     moment_rows = P.fsdp_grads_freed & (zero == 3) & (n_mb == 1) & (s.pp == 1)
-    grads_rank = P.grad_reduce_bytes * (full.dense / shard_dense + full.expert / shard_expert)
+    grads_rank = stored_grad_bytes(P) * (full.dense / shard_dense + full.expert / shard_expert)
     # Under FSDP with pipeline parallelism a stage accumulates unsharded gradients (`fsdp_pp_unsharded`)
     # and makes its sharded ones only in the last micro-batch's reduce-scatter, after every peak
     # counted above; the optimizer freed the last step's (set_to_none). Experts outside FSDP (shard
     # degree 1) keep ordinary gradients from their first backward.
     sharded_late = P.fsdp_grads_freed & fb.whole_stage & (zero == 3)
-    grads_sharded = P.grad_reduce_bytes * (full.dense / shard_dense + in_fsdp(local, full.expert / shard_expert))
+    grads_sharded = stored_grad_bytes(P) * (full.dense / shard_dense + in_fsdp(local, full.expert / shard_expert))
     freed = np.where(sharded_late, grads_sharded, 0.0)
     if np.any(moment_rows):
         head_out = np.where(full.holds_head, local.out, 0.0)
-        head_grads = P.grad_reduce_bytes * head_out / shard_dense
+        head_grads = stored_grad_bytes(P) * head_out / shard_dense
         stored = np.maximum(activations - np.maximum(a.working, a.head_logits + a.head_in), 0.0)
         moments = [  # (activations, gradients present, FSDP buffers) at each moment
             (stored + a.head_logits + a.head_in, 0.0, BF16 * head_out),
@@ -102,5 +107,7 @@ def peak_memory(s: Shape, n_mb: np.ndarray, local: LocalParams, r: Roles, a: Act
     buffers = fsdp + a2a_buffers + P.reserved_bytes
     total = full.states - freed + activations + buffers
     charged = total - P.headroom * (full.states - freed) if P.persistent_state else total
+    if P.static_allocation:  # set against the whole capacity (`CostParams.static_allocation`)
+        charged = total * (1 - P.headroom)
     return PeakMemory(params=full.weights, grads_optimizer=full.states - full.weights, grads_not_at_peak=-freed, activations=activations,
                       buffers=buffers, total=total, charged=charged)

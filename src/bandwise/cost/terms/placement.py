@@ -65,6 +65,11 @@ class LocalParams:
     expert_fsdp: np.ndarray
     shard_dense: np.ndarray
     shard_expert: np.ndarray
+    largest_weight: np.ndarray = 0.0
+    """The largest single weight of a layer on one device, as an engine that keeps each projection a
+    parameter of its own holds it (MaxText: query, key, value and output projections, each MLP matrix, the
+    routed experts' stacked matrix of one projection): what an FSDP that gathers weight by weight holds
+    (`CostParams.fsdp_gathers_per_weight`)."""
 
     @classmethod
     def of(cls, m: ModelSpec, s: Shape, expert_tp: int = 1) -> LocalParams:
@@ -88,4 +93,17 @@ class LocalParams:
             expert_split=expert_split, expert_dp=expert_dp, expert_fsdp=expert_fsdp,
             shard_dense=np.select([zero == 3, zero >= 1], [dps * cp, dpr * cp], 1.0),
             shard_expert=np.select([zero == 3, zero >= 1], [expert_fsdp, expert_dp], 1.0),
+            largest_weight=_largest_weight(m, tp, expert_split),
         )
+
+
+def _largest_weight(m: ModelSpec, tp: np.ndarray, expert_split: np.ndarray) -> np.ndarray:
+    """`LocalParams.largest_weight`: the query or output projection (h x heads x head width), the dense or
+    shared MLP's matrix (h x ffn), each split over TP, and the local routed experts' matrix of one projection
+    (experts x h x expert ffn over the expert split)."""
+    a, h = m.attention_kind, m.hidden
+    attention = h * a.heads * max(a.d_head, a.d_value) if m.attention_layers else 0
+    dense = h * m.ffn if m.n_dense_mlp_layers and m.ffn else 0
+    shared = h * m.shared_ffn * m.shared_experts if m.moe_layers else 0
+    routed = (m.experts * h * m.expert_ffn) / expert_split if m.moe_layers else 0.0
+    return np.maximum(max(attention, dense, shared) / tp, routed)
