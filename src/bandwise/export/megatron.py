@@ -204,7 +204,9 @@ def linear_blockers(model: ModelSpec, arch: Architecture) -> list[str]:
     """What Megatron-LM d98e8a6 cannot state of a Gated DeltaNet hybrid (Qwen3-Next). It builds one as a GPT
     model with an experimental attention variant (pretrain_gpt.py; megatron/core/models/gpt/
     experimental_attention_variant_module_specs.py, get_linear_attention_pattern: 1 a Gated DeltaNet layer,
-    0 attention, from --linear-attention-freq) whose mixer widths are TransformerConfig's linear_* fields."""
+    0 attention, from --linear-attention-freq) whose mixer widths are TransformerConfig's linear_* fields.
+    TransformerConfig.__post_init__ asserts the key and value heads are multiples of TP x CP; a plan already
+    has no CP over these layers and a TP that divides the key heads (specs.strategy, Strategy.check)."""
     mixer, pattern = model.linear_attention, arch.linear_layers
     if mixer is None or len(pattern) != model.layers or sum(pattern) != model.linear_attention_layers:
         return [f"linear-attention layers without their order ({len(pattern)} listed, {model.linear_attention_layers} of "
@@ -213,17 +215,6 @@ def linear_blockers(model: ModelSpec, arch: Architecture) -> list[str]:
         return [f"Gated DeltaNet chunk={mixer.chunk}: Megatron-LM d98e8a6's GatedDeltaNet fixes {GDN_CHUNK} "
                 "(megatron/core/ssm/gated_delta_net/gdn.py)"]
     return []
-
-
-def linear_parallel_blockers(model: ModelSpec, s: Strategy) -> list[str]:
-    """TransformerConfig.__post_init__ at d98e8a6 asserts linear_num_key_heads and linear_num_value_heads are
-    multiples of TP x CP (each rank holds whole Gated DeltaNet heads)."""
-    mixer, split = model.linear_attention, s.tp * s.cp
-    if mixer is None or (mixer.key_heads % split == 0 and mixer.value_heads % split == 0):
-        return []
-    return [f"TP x CP = {split} ranks over {mixer.key_heads} Gated DeltaNet key heads and {mixer.value_heads} value heads: "
-            "Megatron-Core asserts both are multiples of it (transformer_config.py, __post_init__); plan with --fix tp and cp "
-            "that divide them"]
 
 
 def _linear_freq(pattern: tuple[bool, ...]) -> int | str:
@@ -273,9 +264,6 @@ def render(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int,
     notes: list[str] = []
     check_model(model, arch)
     assert arch is not None
-    blocked = linear_parallel_blockers(model, s)
-    if blocked:
-        raise BandwiseError(f"megatron cannot run {model.name} as planned: {lacks('megatron', blocked[0])}; export to another engine")
     args: list[tuple[str, object]] = _model_args(model, arch)
     args += [("tensor-model-parallel-size", s.tp), ("pipeline-model-parallel-size", s.pp), ("context-parallel-size", s.cp)]
     if s.tp > 1:
