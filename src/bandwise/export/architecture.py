@@ -16,7 +16,6 @@ A model read from a file is the preset only when its shape and these fields are 
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -492,14 +491,14 @@ def architecture(model: ModelSpec, source: str | Path | None = None) -> Architec
     id (`registry.model_file`, the planner's own look-up), else from the preset `model` is (its shape
     exactly, any sequence length); None when neither says. The window is the planner's reading of the
     config (`ModelSpec.sliding_window`), so the job states the attention the plan priced (`from_hf`)."""
-    from bandwise.specs.registry import model_file, model_presets
+    from bandwise.specs.registry import model_file, model_file_fields, model_presets
 
     path = None
     if source is not None and str(source).lower() not in (model.name.lower(), *model_presets()):
         path = model_file(str(source))
     if path is not None and path.is_file():
-        data = _read(path)
-        if isinstance(data, dict) and ("model_type" in data or "architectures" in data):
+        data = model_file_fields(path)  # the planner's own reading of the file
+        if "model_type" in data or "architectures" in data:
             arch = from_hf(data, where=str(source))
             return replace(arch, blocks_file=str(path.resolve())) if arch.blocks_file else arch
         return None
@@ -564,19 +563,6 @@ def _shape(m: ModelSpec) -> ModelSpec:
     """The fields that make the model: not its name, source or training sequence length, nor its
     norm and bias count (`vector_params`, which the presets leave at 0: they count weight matrices)."""
     return replace(m, name="", source="", seq_len=1, vector_params=0)
-
-
-def _read(path: Path) -> Any:
-    import yaml
-
-    from bandwise.inputs import read_text
-    from bandwise.specs.registry import MAX_MODEL_FILE_BYTES
-
-    text = read_text(path, limit=MAX_MODEL_FILE_BYTES, where=str(path), what="a model file", fix="pass a model's config.json")
-    try:
-        return json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError):
-        return None
 
 
 def refusals(model: ModelSpec, arch: Architecture | None, *, windows: bool = False) -> list[str]:

@@ -71,9 +71,14 @@ def from_hybrid_config(cfg: Mapping[str, Any], *, name: str = "hf-model", seq_le
         mixer = GatedDeltaNet(key_heads=need("linear_num_key_heads"), value_heads=need("linear_num_value_heads"),
                               key_head_dim=need("linear_key_head_dim"), value_head_dim=need("linear_value_head_dim"),
                               conv_kernel=need("linear_conv_kernel_dim"))
+        h, d = base["hidden"], base["head_dim"] or base["hidden"] // heads
+        # outside the matrices ModelSpec counts (Qwen3NextDecoderLayer, modeling_qwen3_next.py): two RMSNorms a layer and the
+        # final one; q_norm and k_norm (head_dim each) on the attention layers; the shared expert's gate, Linear(h, 1), a layer.
+        # The Gated DeltaNet counts its own (`GatedDeltaNet.params`).
+        vectors = (2 * layers + 1) * h + 2 * d * (layers - linear) + (layers * h if shared else 0)
         return ModelSpec(**base, layers=layers, attention_output_gate=True, linear_attention=mixer, linear_attention_layers=linear,
                          experts=need("num_experts"), top_k=need("num_experts_per_tok"), expert_ffn=need("moe_intermediate_size"),
-                         shared_experts=1 if shared else 0, shared_expert_ffn=shared)
+                         shared_experts=1 if shared else 0, shared_expert_ffn=shared, vector_params=vectors)
     if kind == "jamba":
         return _jamba(cfg, need, base)
     raise BandwiseError(f"config.json: model_type={brief(kind)} is not a hybrid bandwise reads; hybrids: {', '.join(HYBRID)}")
