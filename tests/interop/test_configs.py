@@ -159,3 +159,7 @@ def test_qwen3_next_exports_to_megatron_and_maxtext_and_torchtitan_says_why_not(
     assert isinstance(maxtext, Export) and yaml.safe_load(maxtext.text)["decoder_block"] == "qwen3_next"
     assert isinstance(titan, BandwiseError) and "torchtitan/models/qwen3_5" in str(titan)
     assert c.model.linear_attention_layers == sum(c.arch.linear_layers) == 36
+    # MaxText's pipeline stages hold whole scanned blocks of a cycle each, not the layers a stage is told
+    piped = Strategy(pp=2, dp_shard=c.devices // 2, ep=8, micro_batch=1, global_batch=256, recompute="full")
+    with pytest.raises(BandwiseError, match="_get_pipeline_stage_module"):
+        export("maxtext", c.model, get_cluster("h100"), piped, c.devices, model_source=c.path)

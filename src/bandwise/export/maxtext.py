@@ -185,6 +185,13 @@ pipeline or none, selective remat, no ZeRO-2."""
 
 def adapt(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int, arch: Architecture | None = None) -> Adapted:
     changes: list[str] = []
+    if s.pp > 1 and model.linear_attention is not None:
+        # layers/nnx_decoders.py: with scan_layers (base.yml: true) the qwen3_next decoder's layer class is its
+        # Qwen3NextScannableBlock (get_scannable), and _get_pipeline_stage_module fills a stage with
+        # num_layers_per_pipeline_stage of them, each inhomogeneous_layer_cycle_interval layers (models/qwen3.py)
+        raise BandwiseError(f"{s.describe()}: MaxText 0.2.5 fills a qwen3_next pipeline stage with whole scanned blocks of "
+                            "inhomogeneous_layer_cycle_interval layers per num_layers_per_pipeline_stage (layers/nnx_decoders.py, "
+                            "_get_pipeline_stage_module), not the layers a stage is told; plan with --fix pp=1")
     if s.recompute == "none":
         changes.append("no recomputation: MaxText's lightest remat policy, 'minimal', keeps every matmul output and "
                        "recomputes the rest (the plan's selective)")
