@@ -133,8 +133,8 @@ def stage_modules(layers: int, stages: int) -> list[list[str]]:
 LINEAR_MIXERS = (
     "Gated DeltaNet or Mamba layers beside attention: torchtitan 0.3.0's text models (torchtitan/models/llama3, qwen3, "
     "deepseek_v3, gpt_oss) have no such layer, and its only Gated DeltaNet (torchtitan/models/qwen3_5/model.py, "
-    "GatedDeltaNet) is built inside the Qwen3.5 vision-language model (Qwen35Model with its vision encoder, MRoPE and "
-    "the multimodal dataloader of qwen3_5/config_registry.py), for which bandwise writes no config function"
+    "GatedDeltaNet) is built inside the Qwen3.5 vision-language model, whose Qwen35Model.Config requires a "
+    "vision_encoder: a job would train a vision tower the plan does not hold"
 )
 """Why TorchTitan is refused a hybrid (Qwen3-Next, Nemotron-H, Jamba)."""
 
