@@ -479,10 +479,15 @@ def _qwen3_next(cfg: dict[str, Any], where: str) -> Architecture:
     if cfg.get("rope_scaling"):
         unsupported.append(f"rope_scaling={brief(cfg.get('rope_scaling'))}")
     fraction = number("partial_rotary_factor")
+    if fraction > 1:
+        raise BandwiseError(f"{where}: partial_rotary_factor={brief(cfg.get('partial_rotary_factor'))} must be at most 1")
+    dropout = get("attention_dropout")
+    if not isinstance(dropout, (int, float)) or isinstance(dropout, bool) or not 0 <= dropout < 1:
+        raise BandwiseError(f"{where}: attention_dropout={brief(dropout)} must be a number from 0 to below 1")
     return Architecture(family="qwen3_next", rope=Rope(number("rope_theta")), norm_eps=number("rms_norm_eps"), qk_norm=True,
                         router="softmax", topk_norm=bool(get("norm_topk_prob")), shared_expert_gate=True,
                         linear_layers=linear_layers(cfg), rotary_fraction=fraction, norm_offset=True,
-                        hidden_dropout=0.0, attention_dropout=float(get("attention_dropout")),
+                        hidden_dropout=0.0, attention_dropout=float(dropout),
                         unsupported=tuple(unsupported), source=f"{where} (model_type qwen3_next)")
 
 
