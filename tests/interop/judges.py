@@ -294,6 +294,9 @@ HAND_WRITTEN = {
     "--multi-latent-attention": (None, None, None),  # selects MLATransformerConfig
     "--untie-embeddings-and-output-weights": (None, None, None),  # GPTModel(share_embeddings_and_output_weights=False)
     "--position-embedding-type": (None, None, None),  # GPTModel argument
+    # hand-written at d98e8a6 (arguments.py, _add_experimental_attention_variant_args, through la_freq_type: N or a list expression)
+    "--linear-attention-freq": ("transformer", "linear_attention_freq", None),
+    "--rotary-percent": (None, None, None),  # GPTModel(rotary_percent=...), arguments.py _add_network_size_args
     # per-layer blocks: read from the file by core_transformer_config_from_args into HeterogeneousTransformerConfig
     # (megatron_validate_args.py judges them with Megatron-LM's own code); the legacy rope flag sets position_embedding_type
     "--heterogeneous-layers-config-path": (None, None, None),
@@ -406,7 +409,7 @@ def megatron_configs(flags: dict[str, list[str]]) -> tuple[Any, Any]:
             continue
         if fixed is not None:
             value = fixed
-        elif name in ("--moe-layer-freq", "--window-attn-skip-freq"):
+        elif name in ("--moe-layer-freq", "--window-attn-skip-freq", "--linear-attention-freq"):
             value = _pattern(values[0]) if "[" in values[0] else int(values[0])
         elif name == "--window-size":  # arguments.py, tuple_type
             value = tuple(int(v) for v in values[0].strip("()").split(","))
@@ -679,6 +682,22 @@ def assert_megatron_model(cfg: Any, flags: dict[str, list[str]], model: ModelSpe
         assert cfg.moe_router_pre_softmax == (arch.router == "softmax" and (not arch.topk_norm or model.top_k == 1))
         assert cfg.moe_token_dispatcher_type == "alltoall" and cfg.moe_grouped_gemm
         assert cfg.moe_shared_expert_gate == arch.shared_expert_gate
+    # Qwen3-Next: zero-centered norms, gated attention, partial rotary positions, and the Gated DeltaNet layers in the order
+    # Megatron-Core's own spec builder reads them (experimental_attention_variant_module_specs.py, get_linear_attention_pattern)
+    assert cfg.layernorm_zero_centered_gamma == arch.norm_offset
+    assert cfg.attention_output_gate == model.attention_output_gate
+    assert float(flags.get("--rotary-percent", ["1"])[0]) == arch.rotary_fraction
+    if model.linear_attention is not None:
+        from megatron.core.models.gpt.experimental_attention_variant_module_specs import get_linear_attention_pattern
+
+        la = model.linear_attention
+        assert cfg.experimental_attention_variant == "gated_delta_net"
+        assert [bool(x) for x in get_linear_attention_pattern(cfg)] == list(arch.linear_layers)
+        assert sum(arch.linear_layers) == model.linear_attention_layers
+        assert (cfg.linear_num_key_heads, cfg.linear_num_value_heads, cfg.linear_key_head_dim, cfg.linear_value_head_dim,
+                cfg.linear_conv_kernel_dim) == (la.key_heads, la.value_heads, la.key_head_dim, la.value_head_dim, la.conv_kernel)
+    else:
+        assert cfg.experimental_attention_variant is None
     if arch.hybrid_pattern:  # the layers pretrain_hybrid.py builds, in order, and their Mamba-2 mixers
         assert flags["--hybrid-layer-pattern"][0].replace("|", "") == arch.hybrid_pattern
         assert model.mamba is not None
@@ -748,6 +767,17 @@ def judge_maxtext(cfg: dict, answer: dict, model: ModelSpec, devices: int, s: St
     if arch is not None:
         assert math.isclose(got["normalization_layer_epsilon"], arch.norm_eps)
         assert got["use_qk_norm"] == arch.qk_norm and got["attention_bias"] == arch.qkv_bias
+        assert math.isclose(got["partial_rotary_factor"], arch.rotary_fraction)
+        # Qwen3-Next: MaxText's qwen3_next decoder attends on the last layer of each cycle (models/qwen3.py,
+        # Qwen3NextDecoderLayer) and builds its Gated DeltaNet from the gdn_* keys
+        assert (got["decoder_block"] == "qwen3_next") == (model.linear_attention is not None)
+        if model.linear_attention is not None:
+            la, every = model.linear_attention, got["inhomogeneous_layer_cycle_interval"]
+            assert [(i + 1) % every != 0 for i in range(model.layers)] == list(arch.linear_layers)
+            assert (got["gdn_num_key_heads"], got["gdn_num_value_heads"], got["gdn_key_head_dim"], got["gdn_value_head_dim"],
+                    got["gdn_conv_kernel_dim"], got["gdn_chunk_size"]) == (la.key_heads, la.value_heads, la.key_head_dim,
+                                                                           la.value_head_dim, la.conv_kernel, la.chunk)
+            assert got["shared_experts"] == model.shared_experts and got["norm_topk_prob"] == arch.topk_norm
         if arch.rope is not None:
             assert math.isclose(got["rope_max_timescale"], arch.rope.theta), f"rope {got['rope_max_timescale']}, the model's {arch.rope.theta:g}"
             llama31 = got["rope_type"] == "llama3.1" or str(got["model_name"]).startswith("llama3.1")  # layers/attentions.py

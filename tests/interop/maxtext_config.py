@@ -39,7 +39,9 @@ KEYS = ("decoder_block", "num_decoder_layers", "emb_dim", "num_query_heads", "nu
         "num_pipeline_microbatches", "num_pipeline_repeats", "num_layers_per_pipeline_stage", "pipeline_parallel_layers",
         "global_batch_size_to_train_on", "micro_batch_size_to_train_on", "gradient_accumulation_steps",
         "shard_optimizer_over_data", "remat_policy", "quantization", "max_target_length", "sliding_window_size",
-        "local_rope_max_timescale", "rope_linear_scaling_factor", "attention_sink", "inhomogeneous_layer_cycle_interval")
+        "local_rope_max_timescale", "rope_linear_scaling_factor", "attention_sink", "inhomogeneous_layer_cycle_interval",
+        "gdn_num_key_heads", "gdn_num_value_heads", "gdn_key_head_dim", "gdn_value_head_dim", "gdn_conv_kernel_dim", "gdn_chunk_size",
+        "partial_rotary_factor")
 
 
 class _StandIn(importlib.abc.MetaPathFinder, importlib.abc.Loader):

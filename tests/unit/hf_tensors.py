@@ -21,7 +21,7 @@ def tensors(cfg: dict) -> dict[str, tuple[int, ...]]:
         c = {**c["text_config"], "model_type": "llama4_text"}
         kind = "llama4_text"
     return {"gpt2": _gpt2, "gpt_neox": _neox, "falcon": _falcon, "dbrx": _dbrx, "llama4_text": _llama4,
-            "jamba": _jamba, "nemotron_h": _nemotron_h,
+            "jamba": _jamba, "nemotron_h": _nemotron_h, "qwen3_next": _qwen3_next,
             "nemotron-nas": _nemotron_nas}.get(kind, _llama_like)(c)
 
 
@@ -324,6 +324,43 @@ def _nemotron_h(c: dict) -> dict:
             t |= {p + "q": (H * d, h), p + "k": (kv * d, h), p + "v": (kv * d, h), p + "o": (h, H * d)}
         else:
             t |= {p + "up_proj": (f, h), p + "down_proj": (h, f)}
+    return t
+
+
+def _qwen3_next(c: dict) -> dict:
+    # modeling_qwen3_next.py (transformers): embed_tokens; per layer input_layernorm and post_attention_layernorm (h);
+    # layer_types[i] (default: "full_attention" where (i + 1) % full_attention_interval == 0) picks Qwen3NextAttention,
+    # q_proj (2·H·d, h: the query and its output gate), k_proj, v_proj (kv·d, h), o_proj (h, H·d), no biases, q_norm and
+    # k_norm (d), or Qwen3NextGatedDeltaNet, in_proj_qkvz (2·Kh·dk + 2·Vh·dv, h), in_proj_ba (2·Vh, h), conv1d
+    # (2·Kh·dk + Vh·dv, 1, K) without bias, dt_bias and A_log (Vh), norm (dv), out_proj (h, Vh·dv); every layer a
+    # Qwen3NextSparseMoeBlock: gate (E, h), E experts of gate/up (f, h) and down (h, f), shared_expert likewise of fs,
+    # shared_expert_gate (1, h); then norm and an untied lm_head.
+    h, V, L = c["hidden_size"], c["vocab_size"], c["num_hidden_layers"]
+    H, kv = c["num_attention_heads"], c["num_key_value_heads"]
+    d = c.get("head_dim") or h // H
+    Kh, Vh, dk, dv, K = (c[k] for k in ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
+                                        "linear_value_head_dim", "linear_conv_kernel_dim"))
+    E, f, fs = c["num_experts"], c["moe_intermediate_size"], c["shared_expert_intermediate_size"]
+    types = c.get("layer_types") or ["full_attention" if (i + 1) % c["full_attention_interval"] == 0 else "linear_attention"
+                                     for i in range(L)]
+    t = {"embed_tokens": (V, h), "norm": (h,)}
+    if not c.get("tie_word_embeddings", False):
+        t["lm_head"] = (V, h)
+    for i, kind in enumerate(types):
+        p = f"layers.{i}."
+        t |= {p + "input_layernorm": (h,), p + "post_attention_layernorm": (h,)}
+        if kind == "full_attention":
+            t |= {p + "q_proj": (2 * H * d, h), p + "k_proj": (kv * d, h), p + "v_proj": (kv * d, h), p + "o_proj": (h, H * d),
+                  p + "q_norm": (d,), p + "k_norm": (d,)}
+        else:
+            t |= {p + "in_proj_qkvz": (2 * Kh * dk + 2 * Vh * dv, h), p + "in_proj_ba": (2 * Vh, h),
+                  p + "conv1d": (2 * Kh * dk + Vh * dv, 1, K), p + "dt_bias": (Vh,), p + "A_log": (Vh,), p + "norm": (dv,),
+                  p + "out_proj": (h, Vh * dv)}
+        t[p + "gate"] = (E, h)
+        for j in range(E):
+            t |= {p + f"mlp.e{j}.gate_proj": (f, h), p + f"mlp.e{j}.up_proj": (f, h), p + f"mlp.e{j}.down_proj": (h, f)}
+        t |= {p + "shared_expert.gate_proj": (fs, h), p + "shared_expert.up_proj": (fs, h), p + "shared_expert.down_proj": (h, fs),
+              p + "shared_expert_gate": (1, h)}
     return t
 
 

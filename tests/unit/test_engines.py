@@ -9,7 +9,8 @@ from dataclasses import fields
 
 import pytest
 from entry import in_process
-from published import SOURCES, shipped_run
+import published
+from published import shipped_run
 
 from bandwise.cost.params import CostParams
 from bandwise.cost.profiles import PRICED, TRAINER, params_for
@@ -76,7 +77,7 @@ def test_a_version_replaces_only_what_changed():
     ("torchtitan_h100_t1_fsdp", "torchtitan@2024", lambda p: p.attention == "fa2"),
 ])
 def test_each_published_run_is_priced_as_its_engine(run_id, engine, check):
-    case = convert(shipped_run(run_id), SOURCES)
+    case = convert(shipped_run(run_id), published.SOURCES)
     assert case.engine == engine and check(priced(case))
 
 

@@ -8,7 +8,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 from entry import exit_code
-from published import SOURCES, shipped_run
+import published
+from published import shipped_run
 
 import bandwise
 from bandwise.api.inputs import cost_params
@@ -92,17 +93,17 @@ def test_doctor_takes_it_only_with_a_plan(tmp_path, capsys):
 
 def test_a_run_that_states_bf16_gradients_is_priced_as_plan_grad_reduce_bf16():
     """`grad_reduce: bf16` prices the run as `plan --engine E --grad-reduce bf16` (`api.inputs.cost_params`)."""
-    case = convert(shipped_run(NEMOTRON), SOURCES)
+    case = convert(shipped_run(NEMOTRON), published.SOURCES)
     assert case.stated.grad_reduce == "bf16" and "grad_reduce" in case.stated.names
     assert priced(case) == cost_params(DEFAULT_PARAMS.headroom, None, None, case.engine, case.cluster.device, "bf16")
-    plain = convert(shipped_run("nemo2407_h100_nemotron-22b_64gpu"), SOURCES)
+    plain = convert(shipped_run("nemo2407_h100_nemotron-22b_64gpu"), published.SOURCES)
     assert plain.stated.grad_reduce is None and priced(plain).grad_reduce_bytes == 4
 
 
 def test_a_run_stating_another_dtype_is_refused():
     run = {**shipped_run(NEMOTRON), "grad_reduce": "fp16"}
     with pytest.raises(BandwiseError, match="grad_reduce.*fp32, bf16"):
-        convert(run, SOURCES)
+        convert(run, published.SOURCES)
 
 
 def _bf16_job(engine: str):

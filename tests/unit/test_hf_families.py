@@ -74,6 +74,7 @@ def test_gemma_non_embedding_counts_are_the_reports(repo, embedding, non_embeddi
         ("Qwen1.5-MoE-A2.7B-Chat", 14.3e9, 0.1e9, None, None),  # Qwen1.5-MoE card: 14.3B in total
         ("OLMo-2-1124-7B", 7.3e9, 0.1e9, None, None),  # OLMo 2 report (arXiv:2501.00656) Table 1: 7.3B
         ("OLMo-2-1124-13B", 13.7e9, 0.1e9, None, None),  # same table: 13.7B
+        ("Qwen3-Next-80B-A3B-Instruct", 80e9, 1e9, None, None),  # Qwen/Qwen3-Next-80B-A3B-Instruct card: 80B in total
     ],
 )
 def test_counts_are_the_published_ones_to_their_precision(repo, total, step, non_embedding, non_embedding_step):

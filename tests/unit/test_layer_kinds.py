@@ -260,3 +260,29 @@ def test_hybrid_configs_read_as_the_presets():
         assert m.model_flops_per_token() == presets[preset].model_flops_per_token()
     with pytest.raises(BandwiseError, match="hybrid_override_pattern"):
         from_hybrid_config({**nemotron, "hybrid_override_pattern": "MX"})
+
+
+def test_qwen3_next_layer_order_is_read_once_for_planner_and_exports():
+    """`linear_layers` is the one reading of a Qwen3-Next config's layer order: `layer_types` where it lists every
+    layer, else transformers' Qwen3NextConfig default (attention where (i + 1) % full_attention_interval == 0). The
+    planner's count and the exports' pattern (export.architecture) are both that reading."""
+    from bandwise.export.architecture import from_hf
+    from bandwise.specs.hf_hybrid import from_hybrid_config, linear_layers
+
+    base = {"model_type": "qwen3_next", "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
+            "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 256, "num_hidden_layers": 6, "linear_num_key_heads": 2,
+            "linear_num_value_heads": 4, "linear_key_head_dim": 8, "linear_value_head_dim": 8, "linear_conv_kernel_dim": 4,
+            "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32, "shared_expert_intermediate_size": 32}
+    by_interval = {**base, "full_attention_interval": 3}
+    assert linear_layers(by_interval) == (True, True, False, True, True, False)
+    listed = {**by_interval, "layer_types": ["full_attention"] + ["linear_attention"] * 5}  # the list wins over the interval
+    assert linear_layers(listed) == (False, True, True, True, True, True)
+    for cfg in (by_interval, listed):
+        assert from_hybrid_config(cfg).linear_attention_layers == sum(linear_layers(cfg))
+        assert from_hf(cfg).linear_layers == linear_layers(cfg)
+    with pytest.raises(BandwiseError, match="layer_types"):
+        linear_layers({**by_interval, "layer_types": ["sliding_attention"] * 6})
+    with pytest.raises(BandwiseError, match="full_attention_interval"):
+        linear_layers(base)
+    # what the planner does not price is named for the exports: dense MLPs in some layers
+    assert any("mlp_only_layers" in u for u in from_hf({**by_interval, "mlp_only_layers": [0]}).unsupported)

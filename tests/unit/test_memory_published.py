@@ -11,7 +11,8 @@ from bandwise.cost.params import DEFAULT_PARAMS
 from bandwise.plan.runs import published_memory
 from bandwise.plan.validate import comparable_memory_gib, run_all
 from entry import exit_code
-from published import IN_SAMPLE, RUNS, SOURCES, shipped_run
+import published
+from published import shipped_run
 
 
 
@@ -21,12 +22,12 @@ def test_published_memory_is_read_with_what_it_measures():
     fig = published_memory(shipped_run("korthikanti2022_175B"))
     assert fig.gib == pytest.approx(45.56 + 12.35) and fig.basis == "states_and_activations"
     assert published_memory(shipped_run("korthikanti2022_530B_dp8_2240gpu")) is None  # not in Figure 1
-    assert sum(published_memory(r) is not None for r in IN_SAMPLE) == 4 + 12
-    assert sum(published_memory(r) is not None for r in RUNS) > 4 + 12  # sources added since publish theirs too
+    assert sum(published_memory(r) is not None for r in published.IN_SAMPLE) == 4 + 12
+    assert sum(published_memory(r) is not None for r in published.RUNS) > 4 + 12  # sources added since publish theirs too
 
 
 def test_reserved_peak_leaves_out_what_lies_outside_the_allocator():
-    res = run_all([shipped_run("torchtitan_h100_t1_fsdp")], sources=SOURCES)[0]
+    res = run_all([shipped_run("torchtitan_h100_t1_fsdp")], sources=published.SOURCES)[0]
     est = res.estimate
     assert res.memory_predicted_gib == pytest.approx(est.memory_gib_per_device - DEFAULT_PARAMS.reserved_bytes / GIB)
     assert res.memory_error == pytest.approx(res.memory_predicted_gib / 82.4 - 1)
@@ -35,7 +36,7 @@ def test_reserved_peak_leaves_out_what_lies_outside_the_allocator():
 
 
 def test_korthikanti_figure_1_totals_within_ten_percent_through_validate():
-    results = run_all(RUNS, source="korthikanti2022", sources=SOURCES)
+    results = run_all(published.RUNS, source="korthikanti2022", sources=published.SOURCES)
     with_memory = [r for r in results if r.memory_published_gib is not None]
     assert len(with_memory) == 4
     for r in with_memory:

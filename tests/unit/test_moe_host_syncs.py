@@ -4,7 +4,7 @@ what a run states of them, the term against its closed form, and a synthetic run
 from __future__ import annotations
 
 import pytest
-from published import SOURCES
+import published
 
 from bandwise.cost.params import DEFAULT_PARAMS, CostParams, moe_host_syncs
 from bandwise.cost.profiles import params_for
@@ -85,14 +85,14 @@ def test_kernel_gaps_add_each_sync_once_per_moe_layer():
 
 def test_a_synthetic_moe_run_pays_its_syncs_and_a_dense_one_none():
     """4 micro-batches x 3 MoE layers: the unfused alltoall run pays 2 syncs a layer more than the HybridEP one."""
-    unfused = convert(moe_run(moe_dispatcher="AlltoAll", moe_permute_fusion=False), SOURCES)
-    hybrid = convert(moe_run(moe_dispatcher="HybridEP"), SOURCES)
+    unfused = convert(moe_run(moe_dispatcher="AlltoAll", moe_permute_fusion=False), published.SOURCES)
+    hybrid = convert(moe_run(moe_dispatcher="HybridEP"), published.SOURCES)
     assert priced(unfused).moe_dispatcher == "alltoall" and not priced(unfused).moe_permute_fusion
     a, b = predict(unfused).estimate, predict(hybrid).estimate
     assert a.step_time_s - b.step_time_s == pytest.approx(4 * 3 * 2 * DEFAULT_PARAMS.host_sync_s, rel=1e-6)
     dense = moe_run(moe_dispatcher="AlltoAll")
     dense["model"] = {k: v for k, v in dense["model"].items() if k not in ("moe", "type")}
-    d_sync, d_none = convert(dense, SOURCES), convert({**dense, "parallelism": {**dense["parallelism"], "moe_dispatcher": None}}, SOURCES)
+    d_sync, d_none = convert(dense, published.SOURCES), convert({**dense, "parallelism": {**dense["parallelism"], "moe_dispatcher": None}}, published.SOURCES)
     assert predict(d_sync).estimate.step_time_s == predict(d_none).estimate.step_time_s
 
 

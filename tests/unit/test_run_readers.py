@@ -7,7 +7,7 @@ devices / (tp·pp·cp), Megatron's micro-batches, MaxText's per-chip batch), not
 from __future__ import annotations
 
 import pytest
-from published import SOURCES
+import published
 
 from bandwise.errors import BandwiseError
 from bandwise.plan.run_hardware import read_cluster
@@ -182,7 +182,7 @@ def test_stated_recompute_modules_need_selective():
 
 
 def test_stated_tp_overlap_from_the_source_conventions():
-    s = read_stated(run(), SOURCES["megatron_h100_2024"]["conventions"], None, [])
+    s = read_stated(run(), published.SOURCES["megatron_h100_2024"]["conventions"], None, [])
     assert s.overlap.get("tp") is True and "tp_comm_overlap" in s.names
 
 

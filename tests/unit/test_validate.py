@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 import yaml
 from entry import exit_code
-from published import FIRST_SIGHT, IN_SAMPLE, RUNS, SOURCES, shipped_run
+import published
+from published import shipped_run
 
 from bandwise.cost.params import DEFAULT_PARAMS
 from bandwise.errors import BandwiseError
@@ -139,7 +140,7 @@ def test_network_units_are_read_case_sensitively(text, per_gpu):
 
 def test_expert_parallelism_carved_from_zero1_data_parallelism():
     """DeepSeek-V3 Sec. 3.2: PP16, EP64 over 8 nodes, ZeRO-1 DP: no FSDP stand-in any more."""
-    case = convert(shipped_run("deepseek_v3_2048_h800"), SOURCES)
+    case = convert(shipped_run("deepseek_v3_2048_h800"), published.SOURCES)
     assert (case.fixed["dp_shard"], case.fixed["dp_replicate"], case.fixed["zero_stage"], case.fixed["ep"]) == (1, 128, 1, 64)
     est = predict(case).estimate
     assert est.breakdown["fsdp"] == 0.0 and est.comm_total_s["fsdp"] == 0.0
@@ -148,7 +149,7 @@ def test_expert_parallelism_carved_from_zero1_data_parallelism():
 def test_torchtitan_pipeline_defaults_reproduce_the_schedule_ratio():
     """TorchTitan's H100 Table 5 (405B, PP8, local batch 32): Interleaved 1F1B 128 vs 1F1B 100 TPS/GPU.
     With its default of pp micro-batches and 2 stages per rank, the predicted ratio must agree."""
-    one, inter = (predict(convert(shipped_run(f"torchtitan_h100_t5_405b_{k}"), SOURCES)) for k in ("1f1b", "interleaved"))
+    one, inter = (predict(convert(shipped_run(f"torchtitan_h100_t5_405b_{k}"), published.SOURCES)) for k in ("1f1b", "interleaved"))
     assert one.strategy.microbatches == inter.strategy.microbatches == 8 and inter.strategy.virtual_stages == 2
     assert inter.predicted / one.predicted == pytest.approx(128 / 100, rel=0.05)
 
@@ -156,7 +157,7 @@ def test_torchtitan_pipeline_defaults_reproduce_the_schedule_ratio():
 def test_torchtitan_selective_ac_costs_about_half_a_forward():
     """TorchTitan's A100 table: Llama 2 13B on 64 GPUs, no AC 2162 WPS vs op-level selective AC 1904
     (-12%); Megatron-style selective recomputation alone would cost almost nothing."""
-    noac, sel = (predict(convert(shipped_run(f"torchtitan_a100x64_llama2_13b_{k}"), SOURCES)) for k in ("noac", "sel_op"))
+    noac, sel = (predict(convert(shipped_run(f"torchtitan_a100x64_llama2_13b_{k}"), published.SOURCES)) for k in ("noac", "sel_op"))
     assert sel.engine == "torchtitan@2024" and "engine: torchtitan@2024" in sel.notes  # TorchTitan's op-level policy is its engine's
     assert sel.predicted / noac.predicted == pytest.approx(1904 / 2162, abs=0.03)
 
@@ -177,10 +178,10 @@ def test_deepseek_v3_runs_carry_their_mtp_module_and_balanced_layout():
 
     from bandwise.cost.step import estimate
 
-    ds = convert(shipped_run("deepseek_v3_2048_h800"), SOURCES)
+    ds = convert(shipped_run("deepseek_v3_2048_h800"), published.SOURCES)
     assert ds.model.mtp_depth == 1 and ds.engine == "hai-llm" and priced(ds).balanced_stages
     for rid, uneven in (("mbridge_b200_deepseekv3_2511", True), ("mbridge_h100_llama3_70b_2511", False)):
-        case = convert(shipped_run(rid), SOURCES)
+        case = convert(shipped_run(rid), published.SOURCES)
         res = predict(case)
         s, params = res.strategy, priced(case)
         assert params.balanced_when_uneven and (case.model.layers % (s.pp * s.virtual_stages) != 0) == uneven
@@ -194,11 +195,11 @@ def test_megatron_runs_complete_only_equal_whole_layer_stages():
     from bandwise.plan.validate import _completions
 
     for rid, allowed in (("megatron_h100_gpt_119B", {1}), ("megatron_h100_gpt_70B", {1, 2, 3, 6})):
-        case = convert(shipped_run(rid), SOURCES)
+        case = convert(shipped_run(rid), published.SOURCES)
         assert get_engine(case.engine).stages == "layout"
         assert {c["virtual_stages"] for c in _completions(case)} == allowed
     # an engine that splits as evenly as layers go (torch.distributed.pipelining) keeps every count
-    case = convert(shipped_run("megatron_h100_gpt_119B"), SOURCES, engine_override="torchtitan")
+    case = convert(shipped_run("megatron_h100_gpt_119B"), published.SOURCES, engine_override="torchtitan")
     assert {c["virtual_stages"] for c in _completions(case)} > {1}
 
 
@@ -207,7 +208,7 @@ def test_completion_stays_inside_the_engines_layouts():
     that leaves both unstated is completed among those only."""
     from bandwise.plan.validate import _completions
 
-    case = convert(shipped_run("nemo2407_h100_llama2-7b_8gpu"), SOURCES)
+    case = convert(shipped_run("nemo2407_h100_llama2-7b_8gpu"), published.SOURCES)
     got = _completions(case)
     assert {c["zero_stage"] for c in got} <= {0, 1} and {c["schedule"] for c in got} <= {"1F1B", "Interleaved1F1B"}
     assert predict(case).strategy.zero_stage in (0, 1)
@@ -269,15 +270,15 @@ def test_summary_against_numpy():
 
 # ---------------------------------------------------------------- qualitative results of the literature
 def test_palm_540b_without_pp_within_10_percent():
-    r = predict(convert(shipped_run("palm_540b_6144_tpuv4"), SOURCES))
+    r = predict(convert(shipped_run("palm_540b_6144_tpuv4"), published.SOURCES))
     assert r.strategy.pp == 1
     assert abs(r.error) <= 0.10
 
 
 def test_narayanan_zero3_degrades_with_scale_while_ptd_holds():
     """Narayanan et al. 2021 Table 2: ZeRO-3 falls 144 -> 44 TFLOP/s/GPU from 384 to 1536 GPUs; PTD-P holds."""
-    z = [predict(convert(shipped_run(f"narayanan2021_t2_zero3_174B_{n}gpu"), SOURCES)).predicted for n in (384, 1536)]
-    p = [predict(convert(shipped_run(f"narayanan2021_t2_ptd_174B_{n}gpu"), SOURCES)).predicted for n in (384, 1536)]
+    z = [predict(convert(shipped_run(f"narayanan2021_t2_zero3_174B_{n}gpu"), published.SOURCES)).predicted for n in (384, 1536)]
+    p = [predict(convert(shipped_run(f"narayanan2021_t2_ptd_174B_{n}gpu"), published.SOURCES)).predicted for n in (384, 1536)]
     assert z[1] / z[0] < 0.5 and p[1] / p[0] > 0.85
 
 
@@ -346,7 +347,7 @@ GUARD_FIRST_SIGHT = {"refused": 13, "median": 0.179, "p90": 0.655}
 
 @pytest.fixture(scope="module")
 def all_results():
-    return run_all(RUNS, sources=SOURCES)
+    return run_all(published.RUNS, sources=published.SOURCES)
 
 
 @pytest.fixture(scope="module")
@@ -357,7 +358,7 @@ def guarded_results(all_results):
 
 def test_first_sight_runs_do_not_regress(all_results):
     seen = [r for r in all_results if r.first_sight is not None]
-    assert len(seen) == len(FIRST_SIGHT) and len(IN_SAMPLE) + len(seen) == len(RUNS)
+    assert len(seen) == len(published.FIRST_SIGHT) and len(published.IN_SAMPLE) + len(seen) == len(published.RUNS)
     assert sum(r.reason is not None for r in seen) <= GUARD_FIRST_SIGHT["refused"]
     s = summarize(seen)
     assert s.median_abs_error <= GUARD_FIRST_SIGHT["median"] + MARGIN
@@ -434,7 +435,7 @@ def test_nothing_is_keyed_to_a_source_name():
     readers = sorted(Path(runs_module.__file__).parent.glob("run_*.py"))
     assert len(readers) >= 5, readers  # fields, hardware, model, layout, stated
     code = "".join(p.read_text() for p in [Path(runs_module.__file__), Path(validate_module.__file__), *readers])
-    named = [src for src in SOURCES if f'"{src}"' in code or f"'{src}'" in code]
+    named = [src for src in published.SOURCES if f'"{src}"' in code or f"'{src}'" in code]
     assert not named, named
     assert not hasattr(runs_module, "PARAM_SWITCHES") and not hasattr(runs_module, "SWITCHES")
 
@@ -443,11 +444,11 @@ def test_a_run_that_states_compile_is_priced_as_plan_compiled():
     """`precision: ... torch.compile` prices the run as `plan --engine E --compiled` (`cli.options.cost_params`)."""
     from bandwise.cli.options import cost_params
 
-    case = convert(shipped_run("torchtitan_h100_t1_fsdp_compile"), SOURCES)
+    case = convert(shipped_run("torchtitan_h100_t1_fsdp_compile"), published.SOURCES)
     assert case.stated.compiled and "compiled" in case.stated.names
     flags = cost_params(DEFAULT_PARAMS.headroom, None, False, case.engine, case.cluster.device)
     assert priced(case) == flags
-    eager = convert(shipped_run("torchtitan_h100_t1_fsdp"), SOURCES)
+    eager = convert(shipped_run("torchtitan_h100_t1_fsdp"), published.SOURCES)
     assert not eager.stated.compiled and priced(eager).eager_elementwise
 
 
@@ -461,14 +462,14 @@ def test_a_run_that_states_an_overlap_is_priced_as_the_plan_flag(run_id, key, sw
     same layout otherwise, estimated with the same parameters; stating it moves the prediction."""
     from bandwise.cost.step import estimate
 
-    case = convert(shipped_run(run_id), SOURCES)
+    case = convert(shipped_run(run_id), published.SOURCES)
     assert key in case.stated.names
     res = predict(case)
     assert getattr(res.strategy, switch) is True
     assert res.predicted == pytest.approx(estimate(case.model, case.cluster, res.strategy, priced(case)).tokens_per_s_per_device * case.token_scale, rel=1e-12)
     plain = shipped_run(run_id)
     del plain["parallelism"][key]
-    plain_case = convert(plain, SOURCES)
+    plain_case = convert(plain, published.SOURCES)
     unstated = predict(plain_case)
     assert key not in plain_case.stated.names and unstated.strategy == res.strategy.replace(**{switch: False})
     assert res.predicted > unstated.predicted * 1.001
@@ -482,11 +483,11 @@ def test_a_run_that_states_its_recompute_modules_is_priced_with_them():
 
     from bandwise.cost.step import estimate
 
-    case = convert(shipped_run("mbridge_b200_deepseekv3_2511"), SOURCES)
+    case = convert(shipped_run("mbridge_b200_deepseekv3_2511"), published.SOURCES)
     assert case.stated.selective_modules == ("mla_up_proj",) and "recompute_modules" in case.stated.names
     plain_run = shipped_run("mbridge_b200_deepseekv3_2511")
     del plain_run["parallelism"]["recompute_modules"]
-    plain = convert(plain_run, SOURCES)
+    plain = convert(plain_run, published.SOURCES)
     assert plain.stated.selective_modules is None and priced(plain).selective_modules == ("core_attn",)
     assert priced(case) == replace(priced(plain), selective_modules=("mla_up_proj",))
     strategy = predict(case).strategy
@@ -505,13 +506,13 @@ def test_a_recompute_module_set_the_cost_model_cannot_price_is_refused(change, m
     run = shipped_run("mbridge_b200_deepseekv3_2511")
     run["parallelism"].update(change)
     with pytest.raises(BandwiseError, match=match):
-        convert(run, SOURCES)
+        convert(run, published.SOURCES)
 
 
 def test_accuracy_meets_the_issue_targets(guarded_results):
     """The acceptance lines themselves: median <= 10 %, p90 <= 25 %, no source above 15 %."""
     s = summarize(guarded_results)
-    assert len(guarded_results) == len(IN_SAMPLE)
+    assert len(guarded_results) == len(published.IN_SAMPLE)
     assert s.median_abs_error <= 0.10 and s.p90_abs_error <= 0.25
     worst = max(by_source(guarded_results).items(), key=lambda kv: kv[1].median_abs_error)
     assert worst[1].median_abs_error <= 0.15, worst

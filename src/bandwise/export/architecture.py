@@ -16,7 +16,6 @@ A model read from a file is the preset only when its shape and these fields are 
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,7 @@ from typing import Any
 from bandwise.errors import BandwiseError
 from bandwise.specs.hf import FAMILIES, dropout_rates, window_layers
 from bandwise.specs.hf_blocks import BLOCKS
-from bandwise.specs.hf_hybrid import HYBRID
+from bandwise.specs.hf_hybrid import HYBRID, linear_layers
 from bandwise.specs.model import ModelSpec, brief
 
 
@@ -106,6 +105,15 @@ class Architecture:
     that reads the file itself (Megatron-LM's --heterogeneous-layers-config-path); '' where layers are alike."""
     window_layers: tuple[bool, ...] = ()
     """Which layers the window covers, in order (`specs.hf.window_layers`); () with a window: every layer."""
+    linear_layers: tuple[bool, ...] = ()
+    """Which layers are Gated DeltaNet layers rather than attention, in order (`specs.hf_hybrid.linear_layers`,
+    the planner's own reading); () where every layer attends. The mixer's widths are `ModelSpec.linear_attention`."""
+    rotary_fraction: float = 1.0
+    """The share of each head's dimensions the rotary embedding turns (transformers' partial_rotary_factor;
+    Qwen3-Next: 0.25); the rest carry no position."""
+    norm_offset: bool = False
+    """Every RMSNorm of the residual stream and the q/k norms computed as x̂·(1 + w) with w from zero
+    (Qwen3NextRMSNorm, zero-centered weights), not x̂·w."""
     unsupported: tuple[str, ...] = ()
     """Parts no engine here writes, each named as its source names it."""
     source: str = ""
@@ -379,8 +387,6 @@ HYBRID_PARTS = {
     # the parts of a hybrid no export here writes, named with the engine code that lacks them
     "jamba": "Mamba-1 mixers (Jamba's JambaMambaMixer): Megatron-LM d98e8a6's hybrid model has Mamba-2 mixers only "
              "(megatron/core/ssm/mamba_mixer.py, the SSD kernel), and TorchTitan 0.3.0 and MaxText 0.2.5 have no Mamba block",
-    "qwen3_next": "Gated DeltaNet layers beside gated attention (Qwen3-Next): not written here yet, though Megatron-LM d98e8a6 has "
-                  "the layer (megatron/core/ssm/gated_delta_net) and MaxText 0.2.5 its model config (configs/models/qwen3-next-80b-a3b.yml)",
 }
 
 
@@ -398,8 +404,12 @@ PRESETS.update({
                "every 8th layer, no position embeddings",
     ),
     "qwen3-next-80b-a3b": Architecture(
-        family="qwen3_next", rope=Rope(10_000_000.0), norm_eps=1e-6, router="softmax", unsupported=(HYBRID_PARTS["qwen3_next"],),
-        source="Qwen/Qwen3-Next-80B-A3B config.json: rope_theta 1e7, rms_norm_eps 1e-6, Gated DeltaNet on 3 layers of 4",
+        family="qwen3_next", rope=Rope(10_000_000.0), norm_eps=1e-6, qk_norm=True, router="softmax", topk_norm=True,
+        shared_expert_gate=True, linear_layers=tuple((i + 1) % 4 != 0 for i in range(48)), rotary_fraction=0.25, norm_offset=True,
+        hidden_dropout=0.0, attention_dropout=0.0,
+        source="Qwen/Qwen3-Next-80B-A3B-Instruct config.json: rope_theta 1e7, partial_rotary_factor 0.25, rms_norm_eps 1e-6, "
+               "norm_topk_prob true, full_attention_interval 4 (Gated DeltaNet on 3 layers of 4), attention_dropout 0; "
+               "zero-centered RMSNorms, q/k norms and the shared expert's sigmoid gate (transformers modeling_qwen3_next.py)",
     ),
     "llama4-scout": Architecture(
         family="llama4_text", rope=Rope(500_000.0), norm_eps=1e-5, router="sigmoid", unsupported=(WHOLE_MODEL_PARTS["llama4_text"],),
@@ -416,7 +426,10 @@ PRESETS.update({
 
 def _hybrid(cfg: dict[str, Any], kind: str, where: str) -> Architecture:
     """A hybrid's record: Nemotron-H's in full (no positions: its attention layers use none, as
-    NemotronHAttention in its modeling code; squared-ReLU MLPs; RMSNorm), the others named."""
+    NemotronHAttention in its modeling code; squared-ReLU MLPs; RMSNorm), Qwen3-Next's (`_qwen3_next`),
+    Jamba's named."""
+    if kind == "qwen3_next":
+        return _qwen3_next(cfg, where)
     if kind != "nemotron_h":
         return Architecture(family=kind, rope=None, unsupported=(HYBRID_PARTS[kind],), source=f"{where} (model_type {kind})")
     eps = cfg.get("rms_norm_eps", cfg.get("layer_norm_epsilon", 1e-5))
@@ -431,19 +444,66 @@ def _hybrid(cfg: dict[str, Any], kind: str, where: str) -> Architecture:
                         hidden_dropout=0.0, attention_dropout=0.0, source=f"{where} (model_type {kind})")
 
 
+QWEN3_NEXT_DEFAULTS: dict[str, Any] = {
+    # transformers configuration_qwen3_next.py, Qwen3NextConfig's defaults for the keys read here
+    "rope_theta": 10000.0, "rms_norm_eps": 1e-6, "partial_rotary_factor": 0.25, "hidden_act": "silu", "norm_topk_prob": True,
+    "decoder_sparse_step": 1, "attention_dropout": 0.0,
+}
+
+
+def _qwen3_next(cfg: dict[str, Any], where: str) -> Architecture:
+    """Qwen3-Next (transformers modeling_qwen3_next.py): Qwen3NextAttention with a sigmoid output gate
+    (`ModelSpec.attention_output_gate`), q_norm and k_norm, partial rotary positions; Gated DeltaNet on
+    the layers `linear_layers` names; Qwen3NextRMSNorm, x̂·(1 + w) with w from zero; every layer a
+    Qwen3NextSparseMoeBlock (softmax top-k, renormalized by norm_topk_prob, a shared expert behind a
+    sigmoid gate) unless mlp_only_layers or decoder_sparse_step say otherwise; no biases."""
+    def get(key: str) -> Any:
+        value = cfg.get(key)
+        return QWEN3_NEXT_DEFAULTS.get(key) if value is None else value
+
+    def number(key: str) -> float:
+        value = get(key)
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
+            raise BandwiseError(f"{where}: {key}={brief(value)} must be a positive number")
+        return float(value)
+
+    unsupported = []
+    if get("hidden_act") != "silu":
+        unsupported.append(f"hidden_act={get('hidden_act')!r} (Qwen3-Next's experts are SwiGLU)")
+    if cfg.get("attention_bias"):
+        unsupported.append("attention_bias=true")
+    if cfg.get("mlp_only_layers") or get("decoder_sparse_step") != 1:
+        # the planner prices an MoE block in every layer (specs.hf_hybrid)
+        unsupported.append(f"mlp_only_layers={brief(cfg.get('mlp_only_layers'))}, decoder_sparse_step={brief(get('decoder_sparse_step'))} "
+                           "(dense MLPs in some layers)")
+    if cfg.get("rope_scaling"):
+        unsupported.append(f"rope_scaling={brief(cfg.get('rope_scaling'))}")
+    fraction = number("partial_rotary_factor")
+    if fraction > 1:
+        raise BandwiseError(f"{where}: partial_rotary_factor={brief(cfg.get('partial_rotary_factor'))} must be at most 1")
+    dropout = get("attention_dropout")
+    if not isinstance(dropout, (int, float)) or isinstance(dropout, bool) or not 0 <= dropout < 1:
+        raise BandwiseError(f"{where}: attention_dropout={brief(dropout)} must be a number from 0 to below 1")
+    return Architecture(family="qwen3_next", rope=Rope(number("rope_theta")), norm_eps=number("rms_norm_eps"), qk_norm=True,
+                        router="softmax", topk_norm=bool(get("norm_topk_prob")), shared_expert_gate=True,
+                        linear_layers=linear_layers(cfg), rotary_fraction=fraction, norm_offset=True,
+                        hidden_dropout=0.0, attention_dropout=float(dropout),
+                        unsupported=tuple(unsupported), source=f"{where} (model_type qwen3_next)")
+
+
 def architecture(model: ModelSpec, source: str | Path | None = None) -> Architecture | None:
     """The architecture of `model`: from `source` (the --model argument) when it names a file or a Hub
     id (`registry.model_file`, the planner's own look-up), else from the preset `model` is (its shape
     exactly, any sequence length); None when neither says. The window is the planner's reading of the
     config (`ModelSpec.sliding_window`), so the job states the attention the plan priced (`from_hf`)."""
-    from bandwise.specs.registry import model_file, model_presets
+    from bandwise.specs.registry import model_file, model_file_fields, model_presets
 
     path = None
     if source is not None and str(source).lower() not in (model.name.lower(), *model_presets()):
         path = model_file(str(source))
     if path is not None and path.is_file():
-        data = _read(path)
-        if isinstance(data, dict) and ("model_type" in data or "architectures" in data):
+        data = model_file_fields(path)  # the planner's own reading of the file
+        if "model_type" in data or "architectures" in data:
             arch = from_hf(data, where=str(source))
             return replace(arch, blocks_file=str(path.resolve())) if arch.blocks_file else arch
         return None
@@ -508,19 +568,6 @@ def _shape(m: ModelSpec) -> ModelSpec:
     """The fields that make the model: not its name, source or training sequence length, nor its
     norm and bias count (`vector_params`, which the presets leave at 0: they count weight matrices)."""
     return replace(m, name="", source="", seq_len=1, vector_params=0)
-
-
-def _read(path: Path) -> Any:
-    import yaml
-
-    from bandwise.inputs import read_text
-    from bandwise.specs.registry import MAX_MODEL_FILE_BYTES
-
-    text = read_text(path, limit=MAX_MODEL_FILE_BYTES, where=str(path), what="a model file", fix="pass a model's config.json")
-    try:
-        return json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError):
-        return None
 
 
 def refusals(model: ModelSpec, arch: Architecture | None, *, windows: bool = False) -> list[str]:

@@ -60,6 +60,9 @@ DECODERS = {
     # Granite with their packed projections split, where their config leaves nothing else set (`architecture.from_hf`
     # names what is); GPT-3's (LayerNorm and biases, GELU, learned positions) for GPT-2; DeepSeek's for DeepSeek-V2
     "phi3": "llama2", "internlm2": "llama2", "granite": "llama2", "gpt2": "gpt3", "deepseek_v2": "deepseek",
+    # Qwen3-Next's hybrid (models/qwen3.py: Qwen3NextDecoderLayer, Qwen3NextGatedDeltaNet, Qwen3NextFullAttention,
+    # Qwen3NextSparseMoeBlock), its shape from keys rather than model_name (`gdn_keys`)
+    "qwen3_next": "qwen3_next",
 }
 
 MODEL_FILES: dict[str, dict[str, object]] = {
@@ -182,6 +185,13 @@ pipeline or none, selective remat, no ZeRO-2."""
 
 def adapt(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int, arch: Architecture | None = None) -> Adapted:
     changes: list[str] = []
+    if s.pp > 1 and model.linear_attention is not None:
+        # layers/nnx_decoders.py: with scan_layers (base.yml: true) the qwen3_next decoder's layer class is its
+        # Qwen3NextScannableBlock (get_scannable), and _get_pipeline_stage_module fills a stage with
+        # num_layers_per_pipeline_stage of them, each inhomogeneous_layer_cycle_interval layers (models/qwen3.py)
+        raise BandwiseError(f"{s.describe()}: MaxText 0.2.5 fills a qwen3_next pipeline stage with whole scanned blocks of "
+                            "inhomogeneous_layer_cycle_interval layers per num_layers_per_pipeline_stage (layers/nnx_decoders.py, "
+                            "_get_pipeline_stage_module), not the layers a stage is told; plan with --fix pp=1")
     if s.recompute == "none":
         changes.append("no recomputation: MaxText's lightest remat policy, 'minimal', keeps every matmul output and "
                        "recomputes the rest (the plan's selective)")
@@ -298,6 +308,58 @@ def mesh(cluster: Cluster, s: Strategy, devices: int) -> tuple[dict[str, int], d
     return ici, dcn, k
 
 
+def gdn_blockers(model: ModelSpec, arch: Architecture) -> list[str]:
+    """What MaxText 0.2.5's qwen3_next decoder cannot state of a Gated DeltaNet hybrid. It builds each layer from
+    its index (models/qwen3.py, Qwen3NextDecoderLayer: full attention where (layer_idx + 1) %
+    inhomogeneous_layer_cycle_interval == 0, else Qwen3NextGatedDeltaNet) and scans the layers in whole cycles
+    (layers/nnx_decoders.py: num_decoder_layers / inhomogeneous_layer_cycle_interval blocks); its attention always
+    carries the sigmoid output gate, the q/k norms and partial RoPE (layers/attentions.py, is_qwen3_hybrid), its norms
+    are Qwen3NextRMSNorm, x̂·(1 + scale) (layers/normalizations.py); its shared expert is one MlpBlock of moe_mlp_dim
+    behind a sigmoid gate (Qwen3NextSparseMoeBlock); its delta rule runs in gdn_chunk_size chunks."""
+    mixer, pattern = model.linear_attention, arch.linear_layers
+    if mixer is None or len(pattern) != model.layers or sum(pattern) != model.linear_attention_layers:
+        return [f"linear-attention layers without their order ({len(pattern)} listed): pass the model's config.json"]
+    every = _cycle(pattern)
+    if every is None:
+        return ["its layer order: MaxText's qwen3_next decoder attends on the last layer of each inhomogeneous_layer_cycle_interval "
+                "layers and on no other (models/qwen3.py, Qwen3NextDecoderLayer)"]
+    if model.layers % every:
+        return [f"{model.layers} layers: MaxText's qwen3_next decoder scans whole cycles of {every} layers (layers/nnx_decoders.py)"]
+    if not model.attention_output_gate or not arch.qk_norm or not arch.norm_offset or arch.bias or arch.qkv_bias:
+        return ["attention without Qwen3-Next's output gate, q/k norms and (1 + w) norms: MaxText's qwen3_next decoder has them "
+                "(layers/attentions.py, is_qwen3_hybrid; layers/normalizations.py, Qwen3NextRMSNorm)"]
+    if not model.is_moe or model.dense_layers or model.shared_experts != 1 or model.shared_ffn != model.expert_ffn:
+        return [f"shared experts {model.shared_experts} of width {model.shared_ffn} beside experts of {model.expert_ffn}: MaxText's "
+                "qwen3_next decoder has MoE in every layer and one shared expert of moe_mlp_dim (models/qwen3.py, "
+                "Qwen3NextSparseMoeBlock)"]
+    if arch.rope is None or (model.d_head * arch.rotary_fraction) % 2:
+        return [f"partial_rotary_factor={arch.rotary_fraction:g} of head_dim {model.d_head}: MaxText asks for an even rotary "
+                "dimension (configs/types.py)"]
+    return []
+
+
+def _cycle(pattern: tuple[bool, ...]) -> int | None:
+    """The k for which layer i attends exactly when (i + 1) % k == 0, or None."""
+    n = len(pattern)
+    return next((k for k in range(1, n + 1) if all(la == ((i + 1) % k != 0) for i, la in enumerate(pattern))), None)
+
+
+def gdn_keys(m: ModelSpec, arch: Architecture) -> list[tuple[str, object]]:
+    """The qwen3_next decoder's own keys (configs/types.py at maxtext 0.2.5: gdn_* of the Gated DeltaNet,
+    inhomogeneous_layer_cycle_interval, partial_rotary_factor, shared_experts, norm_topk_prob), as its
+    configs/models/qwen3-next-80b-a3b.yml sets them for Qwen3-Next-80B-A3B. No context_parallel_load_balance:
+    MaxText refuses its default under CP for these layers (configs/types.py), and a plan has no CP over them
+    (specs.strategy, Strategy.check)."""
+    la = m.linear_attention
+    assert la is not None
+    keys: list[tuple[str, object]] = [
+        ("inhomogeneous_layer_cycle_interval", _cycle(arch.linear_layers)), ("gdn_conv_kernel_dim", la.conv_kernel),
+        ("gdn_key_head_dim", la.key_head_dim), ("gdn_value_head_dim", la.value_head_dim), ("gdn_num_key_heads", la.key_heads),
+        ("gdn_num_value_heads", la.value_heads), ("gdn_chunk_size", la.chunk), ("partial_rotary_factor", _plain(arch.rotary_fraction)),
+    ]
+    return keys
+
+
 def check_model(model: ModelSpec, arch: Architecture | None) -> None:
     """Refuse, in one line naming the field, a model MaxText's config cannot state."""
     if model.blocks:  # Nemotron-NAS's `block_configs`
@@ -318,6 +380,11 @@ def check_model(model: ModelSpec, arch: Architecture | None) -> None:
         if decoder is None:
             why = " (the sigmoid gate on its shared expert)" if arch.shared_expert_gate else ""
             out.append(f"model_type {arch.family}{why}: MaxText has no decoder block for it")
+        elif decoder == "qwen3_next":
+            out += gdn_blockers(model, arch)
+        elif model.linear_attention is not None or model.attention_output_gate or arch.norm_offset or arch.rotary_fraction != 1:
+            out.append(f"Gated DeltaNet layers, gated attention, (1 + w) norms or partial rotary positions: MaxText's {decoder} "
+                       "decoder has none of them")
         elif decoder == "deepseek" and MODEL_NAMES.get(is_preset(model, arch) or "") is None:
             out.append("router (score function, expert bias, group limit): MaxText selects DeepSeek's routing by the model_name "
                        "of its own DeepSeek and Kimi configs (layers/moe.py, get_topk), and this model is not one of them")
@@ -373,6 +440,8 @@ def render(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int,
         if name:
             keys.append(("model_name", name))
         keys += model_keys(model, arch)
+        if model.linear_attention is not None:
+            keys += gdn_keys(model, arch)
     keys.append(("max_target_length", model.seq_len))
     keys.append(("num_slices", k))
     keys += [(f"ici_{a}_parallelism" if a != "stage" else "ici_pipeline_parallelism", ici[a]) for a in AXES]
@@ -457,7 +526,7 @@ def model_keys(m: ModelSpec, arch: Architecture) -> list[tuple[str, object]]:
             keys.append(("routed_scaling_factor", _plain(arch.routed_scale)))
         if m.expert_groups:
             keys += [("n_routing_groups", m.expert_groups), ("topk_routing_group", m.groups_per_token)]
-        if arch.family == "qwen3_moe":
+        if arch.family in ("qwen3_moe", "qwen3_next"):
             keys.append(("norm_topk_prob", arch.topk_norm))
     if m.is_mla:
         keys += [("attention_type", "mla"), ("q_lora_rank", m.q_lora_rank), ("kv_lora_rank", m.kv_lora_rank),

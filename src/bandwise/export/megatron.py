@@ -160,6 +160,8 @@ def check_model(model: ModelSpec, arch: Architecture | None) -> None:
                        "expert by its softmax probability")
         if arch.hybrid_pattern:
             out += hybrid_blockers(model, arch)
+        if model.linear_attention is not None or arch.linear_layers:
+            out += linear_blockers(model, arch)
         if not arch.gated and arch.activation == "gelu_tanh" and not arch.bias:
             # the tanh GELU is Megatron's fused bias-GELU kernel (core/fusions/fused_bias_gelu.py, bias_gelu_impl); without
             # biases arguments.py turns the fusion off and the MLP runs F.gelu, the exact GELU (core/transformer/mlp.py)
@@ -191,6 +193,40 @@ def hybrid_blockers(model: ModelSpec, arch: Architecture) -> list[str]:
                 out.append(f"Mamba-2 {name}={getattr(mixer, name)}: Megatron-LM d98e8a6's MambaMixer fixes {value} "
                            "(megatron/core/ssm/mamba_mixer.py)")
     return out
+
+
+GDN_CHUNK = 64
+"""The chunk of Megatron-LM d98e8a6's Gated DeltaNet (megatron/core/ssm/gated_delta_net/gdn.py, GatedDeltaNet:
+chunk_size 64, flash-linear-attention's chunk_gated_delta_rule): no flag sets it."""
+GDN_VARIANT = "gated_delta_net"
+"""--experimental-attention-variant for Gated DeltaNet: Megatron-Core 0.16.1's TransformerConfig takes
+'gated_delta_net' or 'dsa'; Megatron-LM d98e8a6 also takes 'gdn' and normalizes 'gated_delta_net' to it
+(megatron/core/transformer/transformer_config.py, experimental_attention_variant), so this name runs on both."""
+
+
+def linear_blockers(model: ModelSpec, arch: Architecture) -> list[str]:
+    """What Megatron-LM d98e8a6 cannot state of a Gated DeltaNet hybrid (Qwen3-Next). It builds one as a GPT
+    model with an experimental attention variant (pretrain_gpt.py; megatron/core/models/gpt/
+    experimental_attention_variant_module_specs.py, get_linear_attention_pattern: 1 a Gated DeltaNet layer,
+    0 attention, from --linear-attention-freq) whose mixer widths are TransformerConfig's linear_* fields.
+    TransformerConfig.__post_init__ asserts the key and value heads are multiples of TP x CP; a plan already
+    has no CP over these layers and a TP that divides the key heads (specs.strategy, Strategy.check)."""
+    mixer, pattern = model.linear_attention, arch.linear_layers
+    if mixer is None or len(pattern) != model.layers or sum(pattern) != model.linear_attention_layers:
+        return [f"linear-attention layers without their order ({len(pattern)} listed, {model.linear_attention_layers} of "
+                f"{model.layers} priced): pass the model's config.json"]
+    if mixer.chunk != GDN_CHUNK:
+        return [f"Gated DeltaNet chunk={mixer.chunk}: Megatron-LM d98e8a6's GatedDeltaNet fixes {GDN_CHUNK} "
+                "(megatron/core/ssm/gated_delta_net/gdn.py)"]
+    return []
+
+
+def _linear_freq(pattern: tuple[bool, ...]) -> int | str:
+    """--linear-attention-freq (arguments.py at d98e8a6, la_freq_type): N where layer n (from 1) attends exactly
+    when n % N == 0, else the list expression of 1 (Gated DeltaNet) and 0 (attention) it evaluates."""
+    n = len(pattern)
+    every = next((k for k in range(1, n + 1) if all(la == ((i + 1) % k != 0) for i, la in enumerate(pattern))), None)
+    return every if every is not None else _runs(pattern)
 
 
 def hybrid_pattern(pattern: str, pp: int, virtual: int) -> str:
@@ -368,6 +404,14 @@ def _model_args(m: ModelSpec, arch: Architecture) -> list[tuple[str, object]]:
         a.append(("activation-func-clamp-value", _num(arch.glu_clamp)))
     if arch.sinks:  # TransformerConfig.softmax_type 'learnable': a learned sink logit per head
         a.append(("softmax-type", "learnable"))
+    if m.attention_output_gate:  # TransformerConfig.attention_output_gate: attention's output times sigmoid(x·W_g)
+        a.append(("attention-output-gate", None))
+    if m.linear_attention is not None:  # `linear_blockers`; TransformerConfig's linear_* fields, one flag each
+        la = m.linear_attention
+        a += [("experimental-attention-variant", GDN_VARIANT), ("linear-attention-freq", _linear_freq(arch.linear_layers)),
+              ("linear-conv-kernel-dim", la.conv_kernel), ("linear-key-head-dim", la.key_head_dim),
+              ("linear-value-head-dim", la.value_head_dim), ("linear-num-key-heads", la.key_heads),
+              ("linear-num-value-heads", la.value_heads)]
     rope = arch.rope
     if m.mamba is not None and arch.hybrid_pattern:  # TransformerConfig's mamba_* fields
         a += [("mamba-num-heads", m.mamba.heads), ("mamba-head-dim", m.mamba.head_dim), ("mamba-state-dim", m.mamba.state),
@@ -396,11 +440,17 @@ def _model_args(m: ModelSpec, arch: Architecture) -> list[tuple[str, object]]:
                 a.append(("no-rope-fusion", None))
             if rope.scaling == "yarn":
                 a += [("rotary-scaling-factor", _num(rope.factor)), ("mscale", _num(rope.mscale)), ("mscale-all-dim", _num(rope.mscale_all_dim))]
+    if rope is not None and arch.rotary_fraction != 1:
+        # arguments.py --rotary-percent: GPTModel's RotaryEmbedding turns the first rotary_percent of each head's channels,
+        # as transformers' partial_rotary_factor turns the first rotary_dim (apply_rotary_pos_emb on q[..., :rotary_dim])
+        a.append(("rotary-percent", _num(arch.rotary_fraction)))
     a += _window_args(arch)
     if arch.blocks_file:  # each layer's widths, read by Megatron-LM from the file (`_block_blockers`); the check
         # there also asks for the legacy --use-rotary-position-embeddings (arguments.py: it sets position_embedding_type rope)
         a += [("heterogeneous-layers-config-path", arch.blocks_file), ("use-rotary-position-embeddings", None)]
     a += [("normalization", arch.norm), ("norm-epsilon", _num(arch.norm_eps))]
+    if arch.norm_offset:  # TransformerConfig.layernorm_zero_centered_gamma, flag --apply-layernorm-1p: x̂·(1 + γ), γ from zero
+        a.append(("apply-layernorm-1p", None))
     if arch.qk_norm:
         a.append(("qk-layernorm", None))
     if not arch.bias:

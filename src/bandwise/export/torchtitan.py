@@ -133,6 +133,15 @@ def stage_modules(layers: int, stages: int) -> list[list[str]]:
     return parts
 
 
+LINEAR_MIXERS = (
+    "Gated DeltaNet or Mamba layers beside attention: torchtitan 0.3.0's text models (torchtitan/models/llama3, qwen3, "
+    "deepseek_v3, gpt_oss) have no such layer, and its only Gated DeltaNet (torchtitan/models/qwen3_5/model.py, "
+    "GatedDeltaNet) is built inside the Qwen3.5 vision-language model, whose Qwen35Model.Config requires a "
+    "vision_encoder: a job would train a vision tower the plan does not hold"
+)
+"""Why TorchTitan is refused a hybrid (Qwen3-Next, Nemotron-H, Jamba)."""
+
+
 def check_model(model: ModelSpec, arch: Architecture | None) -> None:
     """Refuse, in one line, a model neither a TorchTitan config function nor a written one builds."""
     if model.blocks:  # Nemotron-NAS's `block_configs`
@@ -151,6 +160,8 @@ def check_model(model: ModelSpec, arch: Architecture | None) -> None:
         if not blocked:
             return
         raise BandwiseError(f"torchtitan cannot run {model.name}: {lacks('torchtitan', blocked[0])}; export to megatron or maxtext")
+    if model.linear_attention is not None or model.mamba is not None:
+        raise BandwiseError(f"torchtitan cannot run {model.name}: {lacks('torchtitan', LINEAR_MIXERS)}; export to megatron or maxtext")
     own = ", ".join(fn for by in CONFIGS.values() for _, fn in by.values())
     if model.name.lower() in CONFIGS:
         diff = differences(model, arch, model.name)

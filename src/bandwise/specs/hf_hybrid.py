@@ -66,21 +66,46 @@ def from_hybrid_config(cfg: Mapping[str, Any], *, name: str = "hf-model", seq_le
                          mlp_free_layers=pattern.count("M") + pattern.count("*"), vector_params=(len(pattern) + 1) * base["hidden"])
     if kind == "qwen3_next":
         layers = need("num_hidden_layers")
-        types = cfg.get("layer_types")
-        if isinstance(types, list) and len(types) == layers:
-            linear = sum(t == "linear_attention" for t in types)
-        else:  # transformers' default: every full_attention_interval-th layer attends
-            linear = layers - layers // need("full_attention_interval")
+        linear = sum(linear_layers(cfg))
         shared = cfg.get("shared_expert_intermediate_size") or 0
         mixer = GatedDeltaNet(key_heads=need("linear_num_key_heads"), value_heads=need("linear_num_value_heads"),
                               key_head_dim=need("linear_key_head_dim"), value_head_dim=need("linear_value_head_dim"),
                               conv_kernel=need("linear_conv_kernel_dim"))
+        h, d = base["hidden"], base["head_dim"] or base["hidden"] // heads
+        # outside the matrices ModelSpec counts (Qwen3NextDecoderLayer, modeling_qwen3_next.py): two RMSNorms a layer and the
+        # final one; q_norm and k_norm (head_dim each) on the attention layers; the shared expert's gate, Linear(h, 1), a layer.
+        # The Gated DeltaNet counts its own (`GatedDeltaNet.params`).
+        vectors = (2 * layers + 1) * h + 2 * d * (layers - linear) + (layers * h if shared else 0)
         return ModelSpec(**base, layers=layers, attention_output_gate=True, linear_attention=mixer, linear_attention_layers=linear,
                          experts=need("num_experts"), top_k=need("num_experts_per_tok"), expert_ffn=need("moe_intermediate_size"),
-                         shared_experts=1 if shared else 0, shared_expert_ffn=shared)
+                         shared_experts=1 if shared else 0, shared_expert_ffn=shared, vector_params=vectors)
     if kind == "jamba":
         return _jamba(cfg, need, base)
     raise BandwiseError(f"config.json: model_type={brief(kind)} is not a hybrid bandwise reads; hybrids: {', '.join(HYBRID)}")
+
+
+def linear_layers(cfg: Mapping[str, Any]) -> tuple[bool, ...]:
+    """Which layers of a Qwen3-Next config are Gated DeltaNet layers (True) rather than gated attention,
+    in order: its `layer_types` where it lists one per layer, else transformers' Qwen3NextConfig
+    default, layer i linear unless (i + 1) % full_attention_interval == 0. The planner counts these
+    and the exports write them, so both read the config here."""
+    layers = cfg.get("num_hidden_layers")
+    if not isinstance(layers, int) or isinstance(layers, bool) or not 1 <= layers <= MAX_DIMENSION:
+        raise BandwiseError(f"config.json (qwen3_next): num_hidden_layers={brief(layers)} must be an integer from 1 to {MAX_DIMENSION:,}")
+    types = cfg.get("layer_types")
+    if isinstance(types, list) and len(types) == layers:
+        odd = [t for t in types if t not in ("linear_attention", "full_attention")]
+        if odd:
+            raise BandwiseError(f"config.json (qwen3_next): layer_types holds {brief(odd[0])}; "
+                                "each entry is 'linear_attention' or 'full_attention'")
+        return tuple(t == "linear_attention" for t in types)
+    every = cfg.get("full_attention_interval")
+    if every is None:
+        raise BandwiseError("config.json (qwen3_next): missing field 'full_attention_interval'")
+    if not isinstance(every, int) or isinstance(every, bool) or not 1 <= every <= MAX_DIMENSION:
+        raise BandwiseError(f"config.json (qwen3_next): full_attention_interval={brief(every)} must be an integer from 1 to "
+                            f"{MAX_DIMENSION:,} (or give layer_types, one entry a layer)")
+    return tuple((i + 1) % every != 0 for i in range(layers))
 
 
 def _jamba(cfg: Mapping[str, Any], need: Any, base: dict[str, Any]) -> ModelSpec:

@@ -259,11 +259,10 @@ def load_model_file(path: Path) -> ModelSpec:
     return read_model_file(path)[0]
 
 
-def read_model_file(path: Path, name: str | None = None) -> tuple[ModelSpec, ConfigRead | None]:
-    """A model file's ModelSpec and, for a Hugging Face config.json, which of its fields were read;
-    `name` names the model (a Hub id's), else the file does (`hf_model_name`)."""
-    from bandwise.specs.hf import read_hf_config
-
+def model_file_fields(path: Path) -> dict[str, Any]:
+    """The mapping a model file holds (a config.json, or YAML/JSON of ModelSpec fields): the one reading of
+    the file, for the planner (`read_model_file`) and the exports' architecture record alike
+    (export.architecture), so that they cannot read it differently."""
     if not path.is_file():
         raise BandwiseError(f"model file {str(path)!r} does not exist; give a preset name or a path to a config.json")
     # a 450 MB config.json of small numbers peaked at 2.3 GB before this bound (tests/fuzz)
@@ -276,6 +275,15 @@ def read_model_file(path: Path, name: str | None = None) -> tuple[ModelSpec, Con
         raise BandwiseError(f"{path}: nested too deeply to be a model config; pass a model's config.json") from None
     if not isinstance(data, dict):
         raise BandwiseError(f"{path}: expected a mapping of fields at the top level")
+    return data
+
+
+def read_model_file(path: Path, name: str | None = None) -> tuple[ModelSpec, ConfigRead | None]:
+    """A model file's ModelSpec and, for a Hugging Face config.json, which of its fields were read;
+    `name` names the model (a Hub id's), else the file does (`hf_model_name`)."""
+    from bandwise.specs.hf import read_hf_config
+
+    data = model_file_fields(path)
     if "model_type" in data or "architectures" in data:
         return read_hf_config(data, name=name or hf_model_name(path))
     data.setdefault("name", path.stem)
