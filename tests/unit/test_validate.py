@@ -367,14 +367,15 @@ def test_first_sight_runs_do_not_regress(all_results):
 
 def test_one_micro_batch_through_two_stages_is_priced_with_the_closed_form_bubble(all_results):
     """nanotron's bench run (GBS 256 over DP128 x MBS 2: one micro-batch through PP2) ran: nanotron's 1F1B
-    asserts only m >= pp - 1 (engine.py at c2528430), and Megatron-Core's, its source's engine here, none.
+    asserts only m >= pp - 1 (engine.py at c2528430); priced as its source's engine, nanotron, whose search
+    keeps torch's floor (m >= pp), the stated layout is still the run's.
     At m = 1 its stages run one after the other: idle / busy is (p - 1) / m = 1 with equal stages (less
     where the busiest stage is the larger), and GPipe, whose bubble is (p - 1)/(m + p - 1) at any m
     (Huang et al. 2019), prices the same step."""
     from bandwise.cost.step import estimate
 
     r = next(r for r in all_results if r.id == "nanotron_bench_1p34b_64n")
-    assert r.reason is None and r.engine == "megatron"
+    assert r.reason is None and r.engine == "nanotron"
     s = r.strategy
     assert (s.pp, s.microbatches, s.schedule) == (2, 1, "1F1B")
     t = r.estimate.breakdown

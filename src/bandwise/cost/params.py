@@ -109,6 +109,20 @@ class CostParams:
     grad_bucket_params_per_dp_rank: float = 0.0
     """Growth of the bucket with the DP x CP size: buckets hold max(`grad_bucket_params`, this x DP·CP)
     parameters (Megatron-Core's default, `bucket_params`)."""
+    zero_grad_all_reduce: bool = False
+    """ZeRO-1/2 reduce the gradients with a full all-reduce (2·g bytes per parameter through the ring)
+    before the shard's update and the bf16 weights' all-gather, instead of a reduce-scatter (g bytes):
+    nanotron at c2528430 (src/nanotron/trainer.py, `sync_gradients_across_dp(..., reduce_scatter=False)`,
+    "This is too memory hungry, instead we run all_reduce"; optim/gradient_accumulator.py
+    `dist.all_reduce(self._contiguous_fp32_grad_buffer)`). Off: a reduce-scatter (Megatron-Core's
+    distributed optimizer, DeepSpeed ZeRO-1/2)."""
+    zero_sync_overlapped: bool = True
+    """Under ZeRO-1/2 the synchronisation overlaps the backward in buckets. Off: it runs after the
+    whole backward as one collective, exposed: nanotron at c2528430 wraps the model in DDP only when
+    `not (accumulate_grad_in_fp32 and zero_stage > 0)` (src/nanotron/trainer.py `make_ddp`), so with
+    fp32 accumulation no gradient hook runs in the backward and the all-reduce of the contiguous fp32
+    buffer follows `train_batch_iter`; ZeroDistributedOptimizer.step then all-gathers the weights
+    (optim/zero.py `_all_gather_params`) before the next forward."""
     fsdp_copy_out: bool = False
     """FSDP copies each unit's parameters out of the all-gather buffer, and its gradients into the
     reduce-scatter buffer, on the compute stream: PyTorch FSDP2 (torch 2.13.0,

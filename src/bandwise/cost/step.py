@@ -47,7 +47,7 @@ from bandwise.cost.terms.expert import (
 )
 from bandwise.cost.terms.fsdp import fsdp_terms
 from bandwise.cost.terms.fsdp_buffers import fsdp_buffers
-from bandwise.cost.terms.grad_sync import bucket_params, grad_sync
+from bandwise.cost.terms.grad_sync import bucket_params, grad_sync, sync_overlapped
 from bandwise.cost.terms.keyed import CommTerms, RowTerms, comm_terms, layer_terms
 from bandwise.cost.terms.optimizer import optimizer_time
 from bandwise.cost.terms.peak import peak_memory
@@ -97,8 +97,9 @@ def _time(m: ModelSpec, dev: Device, rows: _Rows, ct: CommTerms, P: CostParams) 
     busy = n_mb * (stages.total + contention_mb + exposed_mb + fsdp.exposed)
     bubble = pipe.bubble(busy, rows.overhead, stages.chunk_ratio)
     last_backward = np.minimum(layers_rank * (layer.bwd + stages.layer_recompute), stages.total)
-    sync = grad_sync(ct.sync, local, s.zero, rows.dense, rows.experts, root, last_backward, c.overlap_dp, P.grad_reduce_bytes,
-                     bucket_params(P, s.dp * s.cp, c.overlap_dp))
+    overlap_dp = sync_overlapped(P, s.zero, c.overlap_dp)
+    sync = grad_sync(ct.sync, local, s.zero, rows.dense, rows.experts, root, last_backward, overlap_dp, P.grad_reduce_bytes,
+                     bucket_params(P, s.dp * s.cp, overlap_dp), P.zero_grad_all_reduce)
     dp_contention = data_parallel_contention(dev, sync.total, sync.exposed)
     sends = pipe.sends(ct.p2p, s)
     optimizer = optimizer_time(dev, local, s.zero, rows.dense, rows.experts, P)

@@ -125,7 +125,7 @@ class Engine:
 ENGINE_KEYS = ("name", "title", "exports", "layouts", "behaviours", "defaults", "versions")
 VERSION_KEYS = ("title", "behaviours", "defaults", "layouts")
 """What a version entry may hold: what changed from its engine."""
-RULE_KEYS = ("recompute", "hsdp", "ep_from", "cp_needs_fsdp", "microbatches_of_stages", "microbatch_floors", "paired_hides_ep",
+RULE_KEYS = ("recompute", "fsdp", "hsdp", "ep_from", "cp_needs_fsdp", "microbatches_of_stages", "microbatch_floors", "paired_hides_ep",
              "tp_over_mixers")
 """`layouts` keys that are `LayoutRules` fields (their meanings there)."""
 STAGES = ("even", "equal", "layout")
@@ -219,7 +219,7 @@ def _rules(raw: dict[str, Any], stages: str, where: str) -> LayoutRules:
     recompute = raw.get("recompute")
     if recompute is not None and (not isinstance(recompute, (list, tuple)) or not recompute or not all(r in RECOMPUTE for r in recompute)):
         raise BandwiseError(f"{where}: layouts.recompute {brief(recompute)}: a list, each one of {', '.join(RECOMPUTE)}")
-    for key in ("hsdp", "cp_needs_fsdp", "microbatches_of_stages", "paired_hides_ep", "tp_over_mixers"):
+    for key in ("fsdp", "hsdp", "cp_needs_fsdp", "microbatches_of_stages", "paired_hides_ep", "tp_over_mixers"):
         if key in raw and not isinstance(raw[key], bool):
             raise BandwiseError(f"{where}: layouts.{key} {brief(raw[key])}: true or false")
     floors = raw.get("microbatch_floors", "torch")
@@ -228,7 +228,7 @@ def _rules(raw: dict[str, Any], stages: str, where: str) -> LayoutRules:
     ep_from = raw.get("ep_from", "any")
     if ep_from not in EP_FROM:
         raise BandwiseError(f"{where}: layouts.ep_from {brief(ep_from)}: one of {', '.join(EP_FROM)}")
-    return LayoutRules(recompute=tuple(recompute) if recompute is not None else None, hsdp=raw.get("hsdp", True), ep_from=ep_from,
+    return LayoutRules(recompute=tuple(recompute) if recompute is not None else None, fsdp=raw.get("fsdp", True), hsdp=raw.get("hsdp", True), ep_from=ep_from,
                        cp_needs_fsdp=raw.get("cp_needs_fsdp", False), microbatches_of_stages=raw.get("microbatches_of_stages", False),
                        microbatch_floors=floors, equal_stages=stages == "equal", end_stages=stages == "layout", paired_hides_ep=raw.get("paired_hides_ep", True),
                        tp_over_mixers=raw.get("tp_over_mixers", True))

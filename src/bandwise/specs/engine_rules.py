@@ -32,6 +32,8 @@ class LayoutRules:
 
     recompute: tuple[str, ...] | None = None
     """The recomputation modes it runs (None: none, selective and full)."""
+    fsdp: bool = True
+    """It runs sharded data parallelism (ZeRO-3 / FSDP, dp_shard > 1); off: replicated only."""
     hsdp: bool = True
     """It shards and replicates data parallelism at once (FSDP inside, replicas across)."""
     ep_from: str = "any"
@@ -63,6 +65,8 @@ class LayoutRules:
         if self.recompute is not None:
             codes = [RECOMPUTE.index(r) for r in self.recompute]
             out.append((lambda c: np.isin(c.recompute, codes), f"recomputation other than {', '.join(self.recompute)}"))
+        if not self.fsdp:
+            out.append((lambda c: c.dp_shard == 1, "sharded data parallelism (FSDP / ZeRO-3)"))
         if not self.hsdp:
             out.append((lambda c: (c.dp_shard == 1) | (c.dp_replicate == 1), "sharded and replicated data parallelism at once (HSDP)"))
         if self.ep_from == "sharded":
