@@ -104,6 +104,13 @@ def test_layout_stated_zero_2_shards_gradients_over_the_replicated_group():
     assert (lay.fixed["dp_shard"], lay.fixed["dp_replicate"], lay.fixed["zero_stage"]) == (1, 64 // (2 * 2), 2)
 
 
+@pytest.mark.parametrize("wording, stage", [("ZeRO-0", 0), ("ZeRO-0 (nanotron zero_stage 0)", 0), ("none", 0),
+                                             ("ZeRO-0 in the config, bf16 optimizer ZeRO-1-equivalent", 1)])
+def test_layout_stated_zero_stage_is_read_not_searched(wording, stage):
+    lay, _ = layout_of(run(parallelism={"zero_or_fsdp": wording}))
+    assert (lay.fixed["dp_shard"], lay.fixed["dp_replicate"], lay.fixed["zero_stage"]) == (1, 64 // (2 * 2), stage)
+
+
 def test_layout_maxtext_expert_axis_joins_a_stated_fsdp_degree_it_does_not_divide():
     """MaxText shards 'embed' over fsdp and expert (base.yml logical_axis_rules): FSDP 2 beside EP 8 is a
     16-way sharded group; Megatron-Core's EP (`ep_from: any`) leaves the stated FSDP degree as it is."""

@@ -156,9 +156,10 @@ def _data_parallel(p: dict[str, Any], dp: int | None, fixed: dict[str, Any], rid
             fixed.update(dp_shard=1, dp_replicate=dp, zero_stage=1)
         elif "zero-2" in zf:  # optimizer states and gradients sharded (e.g. Apex DistributedFusedAdam)
             fixed.update(dp_shard=1, dp_replicate=dp, zero_stage=2)
-        elif zf.startswith("none") or fsdp_col == "0":
+        elif zf.startswith("none") or zf.startswith("zero-0") or fsdp_col == "0":
+            # "ZeRO-0": DeepSpeed's `zero_optimization.stage: 0`, nanotron's `zero_stage: 0`
             fixed.update(dp_shard=1, dp_replicate=dp)
-            if zf.startswith("none"):
+            if zf.startswith(("none", "zero-0")):
                 fixed["zero_stage"] = 0
         elif not zf:  # nothing said about sharding: plain data parallelism, ZeRO stage left open
             fixed.update(dp_shard=1, dp_replicate=dp)
