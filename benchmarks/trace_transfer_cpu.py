@@ -40,7 +40,7 @@ from bandwise.runtime.data import DataConfig  # noqa: E402
 from bandwise.runtime.metrics import measure_matmul_flops  # noqa: E402
 from bandwise.runtime.train import TrainConfig, train  # noqa: E402
 from bandwise.specs.hardware import cluster_to_file_dict  # noqa: E402
-from bandwise.specs.registry import get_model  # noqa: E402
+from bandwise.specs.registry import get_cluster, get_model  # noqa: E402
 from bandwise.specs.strategy import Strategy  # noqa: E402
 
 MODEL = "debug"
@@ -68,7 +68,14 @@ def main() -> None:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--steps", type=int, default=8, help="steps of each timed run (the first is left out of its median)")
+    ap.add_argument("--reprice", action="store_true", help="no training: fit and price again from OUT's traces, cluster file and "
+                    "measured runs (an earlier run's), so two versions of the model are set against the same measurements")
     args = ap.parse_args()
+    if args.reprice:
+        earlier = json.loads((args.out / "transfer.json").read_text())
+        clus = get_cluster(str(args.out / "cpu-cluster.yaml"))
+        report(args.out, clus, {r["layout"]: r["runs_s"] for r in earlier["rows"]}, name="transfer-repriced.json")
+        return
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     spec = get_model(MODEL)
@@ -93,8 +100,16 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "cpu-cluster.yaml").write_text(yaml.safe_dump(cluster_to_file_dict(clus), sort_keys=False))
     (args.out / f"{name}.json").write_text(json.dumps(s0.to_dict()))
+    report(args.out, clus, measured)
+    dist.destroy_process_group()
+
+
+def report(out: Path, clus, measured: dict[str, list[float]], name: str = "transfer.json") -> None:
+    """Fit the calibration from OUT/trace, price every layout with and without it against its measured runs."""
+    s0 = CALIBRATE_ON[1]
+    trace_dir = out / "trace"
     cal = calibrate(sorted(trace_dir.glob("rank*.json")), strategy=s0, model=MODEL, cluster=clus, engine="bandwise").calibration
-    (args.out / "calibration.yaml").write_text(cal.to_yaml())
+    (out / name.replace("transfer", "calibration").replace(".json", ".yaml")).write_text(cal.to_yaml())
     rows = []
     for label, s in (CALIBRATE_ON, *PREDICT, *ALSO):
         med = statistics.median(measured[label])
@@ -106,7 +121,7 @@ def main() -> None:
     result = {"calibrated_on": s0.describe(), "factors": {f.name: f.value for f in cal.factors}, "evidence": cal.evidence,
               "calibrated_plan_of_traced_layout_s": traced, "cluster": cluster_to_file_dict(clus), "rows": rows,
               "torch": torch.__version__, "threads": torch.get_num_threads(), "cpus": os.cpu_count()}
-    (args.out / "transfer.json").write_text(json.dumps(result, indent=1))
+    (out / name).write_text(json.dumps(result, indent=1))
     print(f"calibrated on {s0.describe()}: {cal.evidence}")
     for f in cal.factors:
         print(f"  {f.name:24s} {f.value:8.3f}  {f.fitted_from}")
@@ -115,7 +130,6 @@ def main() -> None:
     for r in rows:
         print(f"{r['layout']:12s} {r['measured_median_s']:24.3f} {r['datasheet_s']:15.3f} {r['calibrated_s']:16.3f} {r['calibrated_error']:+8.1%}"
               f"   runs: {', '.join(f'{x:.3f}' for x in r['runs_s'])}")
-    dist.destroy_process_group()
 
 
 if __name__ == "__main__":
