@@ -26,6 +26,18 @@ def stats(errors: list[float]) -> str:
     return f"{len(e):4d} pairs  median {np.median(e):6.1%}  p90 {np.percentile(e, 90):6.1%}"
 
 
+FIELDS = ("tp", "pp", "cp", "ep", "dp_shard", "dp_replicate", "zero", "precision", "micro_batch", "recompute", "fp8_recipe", "virtual_stages", "schedule")
+"""The stated fields of a run's layout (`Case.fixed`) that a pair of runs may differ in."""
+
+
+def differs(i, j) -> tuple[str, ...]:
+    """What differs between two runs of one model: the stated layout fields, the device count, the global batch, the sequence."""
+    out = [k for k in FIELDS if i.fixed.get(k) != j.fixed.get(k)]
+    out += [name for name, a, b in (("devices", i.devices, j.devices), ("global_batch", i.global_batch, j.global_batch),
+                                    ("seq_len", i.model.seq_len, j.model.seq_len)) if a != b]
+    return tuple(out)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", default=None, help="A runs file in the published_runs schema (default: the shipped runs).")
@@ -42,7 +54,7 @@ def main() -> None:
     cases = [c for c in cases if base[c.id].predicted is not None]
     cals = {c.id: fit_runs([Measured(case=c, tokens_per_s_per_device=c.target)]) for c in cases}
     stack = lambda c: (c.source, c.cluster.device.name, c.engine)  # noqa: E731
-    same_model, other_model = defaultdict(list), defaultdict(list)
+    same_model, other_model, by_difference = defaultdict(list), defaultdict(list), defaultdict(list)
     for i in cases:
         for j in cases:
             if i is j or stack(i) != stack(j):
@@ -53,6 +65,8 @@ def main() -> None:
             bucket["none"].append(base[j.id].error)
             bucket["one scalar"].append(scalar)
             bucket["calibrated"].append(calibrated)
+            if bucket is same_model:
+                by_difference[differs(i, j)].append(calibrated)
     models = {(stack(c), c.model.name) for c in cases}
     pairs = {k for k in models if sum((stack(c), c.model.name) == k for c in cases) >= 2}
     print(f"{len(cases)} runs predicted; {len(pairs)} models with runs at two or more scales or layouts in one source, device and engine")
@@ -60,6 +74,10 @@ def main() -> None:
         print(title)
         for name in ("none", "one scalar", "calibrated"):
             print(f"  {name:11s} {stats(bucket[name])}")
+    print("same model, `calibrate --runs` from one run, by what differs between the calibrating run and the predicted one (30 pairs or more)")
+    for key, errs in sorted(by_difference.items(), key=lambda kv: -len(kv[1])):
+        if len(errs) >= 30:
+            print(f"  {', '.join(key) or 'no stated field (recipe, dispatcher, version)':60s} {stats(errs)}")
     # two runs of a model at different scales (the smallest and the largest device count) identify more where
     # their communication weighs differently (`fit_runs`); predict the model's other runs
     two = defaultdict(list)
@@ -77,7 +95,7 @@ def main() -> None:
             one = cals[ends[0].id]
             two["one run (the smallest)"].append(predict_calibrated(j, one).predicted / j.target - 1)
     print(f"same model, calibrated from its smallest and largest scale, predicting the scales between "
-          f"(a network factor fitted apart in {fitted_apart} of the models)")
+          f"(a factor fitted apart from the speed in {fitted_apart} of the models)")
     for name in ("none", "one run (the smallest)", "two runs"):
         print(f"  {name:22s} {stats(two[name])}")
     print(f"{time.perf_counter() - start:.0f} s")

@@ -221,3 +221,24 @@ def test_calibrate_refuses_bad_input_in_one_line(capsys, args, words):
     args = tuple(str(default_runs_path()) if a == "SHIPPED" else a for a in args)
     res = in_process(capsys, "calibrate", *args)
     assert res.returncode == 2 and words in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
+
+
+LONGSEQ = ["mds_longseq_gpt30b_tp32_2k_new", "mds_longseq_gpt30b_tp32_8k_new", "mds_longseq_gpt30b_tp32_32k_new", "mds_longseq_gpt30b_tp32_128k_new"]
+
+
+def test_runs_at_several_sequence_lengths_tell_attention_apart_and_say_so():
+    """DeepSpeed-Ulysses' GPT 30B at 2k to 128k tokens, "measured" by the model under a planted stack speed 0.9
+    and attention at half of it: attention's share grows with the sequence, so the runs identify it apart
+    from the speed; one of the runs alone identifies the speed only."""
+    runs = measured_runs(None, LONGSEQ)
+    planted = Calibration(device=runs[0].case.cluster.device.name,
+                          factors=(*(Factor(name=n, value=0.9) for n in ("gemm", "elementwise", "host_gap")), Factor(name="attention", value=0.45),
+                                   *(Factor(name=f"bandwidth.{lv}", value=0.9) for lv in reached(runs))))
+    measured = [Measured(case=m.case, tokens_per_s_per_device=predict_calibrated(m.case, planted).predicted) for m in runs]
+    cal = fit_runs(measured)
+    assert cal.value("attention") == pytest.approx(0.45, rel=0.1), cal.to_dict()
+    assert cal.value("gemm") == pytest.approx(0.9, rel=0.1)
+    assert cal.by_name["attention"].confounded_with == () and "attention" not in cal.by_name["gemm"].confounded_with
+    assert max(abs(predict_calibrated(m.case, cal).predicted / m.tokens_per_s_per_device - 1) for m in measured) < 0.02
+    one = fit_runs(measured[:1])
+    assert "attention" in one.by_name["gemm"].confounded_with and one.value("attention") == one.value("gemm")

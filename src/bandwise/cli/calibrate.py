@@ -28,9 +28,11 @@ step lines (tps) or Megatron-LM's iteration lines (elapsed time per iteration).
 
 One run identifies one factor, the stack's speed: every term (GEMM, attention, element-wise, host
 gaps and the bandwidth of each level the run crosses) at one value, which the file says are
-confounded. Runs at several scales whose communication weighs differently also identify the
-bandwidth of the outermost level they cross, by least squares in log space. Levels no run crosses
-keep their datasheet bandwidth, and plans made with the file say so.
+confounded. Several runs also identify each factor whose term weighs differently across them (the
+outermost level's bandwidth across scales, attention across sequence lengths, memory-bound kernels
+and host gaps across micro-batches), no more factors than runs, by least squares in log space; the
+file says which were fitted apart and why the others were not. Levels no run crosses keep their
+datasheet bandwidth, and plans made with the file say so.
 
 --bench, under torchrun, times the collectives at each level of --cluster that the job's ranks reach
 and writes each level's bandwidth factor (measured over the cost model's time for the same group);

@@ -31,10 +31,10 @@ def check_applies(cal: Calibration, cluster: Cluster, engine: str | None = None)
         raise BandwiseError(f"--calibration {cal.path or cal.name!r} was measured under engine {cal.engine}, the plan is priced as {engine}; "
                             f"use --engine {cal.engine} or calibrate under {engine}")
     names = {lv.name for lv in cluster.levels}
-    unknown = sorted(set(cal.level_factors()) - names)
+    unknown = sorted((set(cal.level_factors()) | set(cal.latency_factors())) - names)
     if unknown:
         raise BandwiseError(f"--calibration {cal.path or cal.name!r}: level(s) {', '.join(unknown)} are not levels of cluster {cluster.name} "
-                            f"({', '.join(lv.name for lv in cluster.levels)}); name the cluster's levels in bandwidth.<level>")
+                            f"({', '.join(lv.name for lv in cluster.levels)}); name the cluster's levels in bandwidth.<level> and latency.<level>")
 
 
 def calibrated_params(params: CostParams, cal: Calibration | None) -> CostParams:
@@ -46,12 +46,15 @@ def calibrated_params(params: CostParams, cal: Calibration | None) -> CostParams
 
 
 def calibrated_cluster(cluster: Cluster, cal: Calibration | None) -> Cluster:
-    """`cluster` with each measured level's bandwidth scaled; the others keep their datasheet figure."""
+    """`cluster` with each measured level's bandwidth scaled and latency divided by its factor; the others keep their datasheet figure."""
     if cal is None:
         return cluster
     for name, factor in cal.level_factors().items():
         i = next(i for i, lv in enumerate(cluster.levels) if lv.name == name)
         cluster = cluster.with_level(i, bandwidth=cluster.levels[i].bandwidth * factor)
+    for name, factor in cal.latency_factors().items():
+        i = next(i for i, lv in enumerate(cluster.levels) if lv.name == name)
+        cluster = cluster.with_level(i, latency=cluster.levels[i].latency / factor)
     return cluster
 
 
@@ -65,14 +68,14 @@ def calibrated(cluster: Cluster, params: CostParams, cal: Calibration | None, en
 
 def datasheet_levels(cal: Calibration, cluster: Cluster) -> list[str]:
     """Levels of `cluster` whose bandwidth the calibration did not measure: the plan's band says they stay the datasheet's."""
-    measured = set(cal.level_factors()) | set(cal.levels_measured)
+    measured = set(cal.level_factors()) | set(cal.latency_factors()) | set(cal.levels_measured)
     return [lv.name for lv in cluster.levels if lv.name not in measured]
 
 
 def calibration_dict(cal: Calibration, cluster: Cluster) -> dict[str, object]:
     """What a plan's `--json` and pages say of its calibration: the file, each factor, what was measured and what was not."""
     return {"label": cal.label, "file": cal.path or None, "device": cal.device, "engine": cal.engine, "evidence": cal.evidence,
-            "factors": {f.name: f.value for f in cal.factors}, "levels_measured": [n for n in cal.level_factors() if n in {lv.name for lv in cluster.levels}],
+            "factors": {f.name: f.value for f in cal.factors}, "levels_measured": [lv.name for lv in cluster.levels if lv.name in cal.level_factors() or lv.name in cal.latency_factors()],
             "levels_datasheet": datasheet_levels(cal, cluster)}
 
 
@@ -140,12 +143,16 @@ def preset_figures(cal: Calibration, cluster: Cluster, params: CostParams) -> di
     base = {"gemm": ("device gemm_efficiency", dev.gemm_efficiency), "attention": ("device attention_efficiency", dev.attention_efficiency),
             "elementwise": ("engine hbm_efficiency", params.hbm_efficiency), "host_gap": ("engine kernel_gap_s (s)", params.kernel_gap_s)}
     levels = {lv.name: lv.bandwidth for lv in cluster.levels}
+    latencies = {lv.name: lv.latency for lv in cluster.levels}
     out = {}
     for f in cal.factors:
         if f.name in base:
             what, v = base[f.name]
             out[f.name] = (what, v, v / f.value if f.name == "host_gap" else v * f.value)
-        elif f.name[len("bandwidth."):] in levels:
+        elif f.name.startswith("bandwidth.") and f.name[len("bandwidth."):] in levels:
             v = levels[f.name[len("bandwidth."):]]
             out[f.name] = (f"level {f.name[len('bandwidth.'):]} bandwidth (B/s per device)", v, v * f.value)
+        elif f.name[len("latency."):] in latencies and f.name.startswith("latency."):
+            v = latencies[f.name[len("latency."):]]
+            out[f.name] = (f"level {f.name[len('latency.'):]} latency (s)", v, v / f.value)
     return out

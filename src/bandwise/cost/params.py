@@ -170,7 +170,9 @@ class CostParams:
     apply_fsdp, "to avoid per-microbatch all-gathers"); torch.distributed.pipelining's stage calls
     `set_requires_gradient_sync(last_backward)` (stage.py, backward_maybe_with_nosync), and FSDP2
     accumulates the unsynced gradients in reduce_dtype (FSDPParam.to_accumulated_grad_if_needed).
-    FSDP x PP is a PyTorch-only combination (DeepSpeed refuses ZeRO-2/3 with its pipeline engine)."""
+    FSDP x PP is a PyTorch-only combination (DeepSpeed refuses ZeRO-2/3 with its pipeline engine).
+    Its time follows: each layer is gathered once and its gradients reduced once a step, not once per
+    micro-batch (`terms.fsdp`, `FsdpTerms.once`)."""
     fsdp_gathers_per_weight: bool = False
     """FSDP gathers weight by weight, not layer by layer: XLA's SPMD partitioner puts an all-gather before each
     weight's matmul and a reduce-scatter after each weight gradient (the scaling book, "How to Scale Your
@@ -230,6 +232,11 @@ class CostParams:
     <= HBM (`PeakMemory.charged`). The caching allocator's slack is split and cached blocks of
     tensors freed and allocated again (PyTorch "CUDA semantics", memory management); a tensor kept
     for the whole job leaves none. Off where gradients are freed each step (`zero_grad(set_to_none=True)`)."""
+    norm_all_reduces_per_tensor: float = 0.0
+    """Scalar all-reduces the gradient norm runs per parameter tensor, over each mesh dimension that
+    shards it (`terms.grad_norm`): 1 for an engine that reduces each tensor's norm on its own
+    (bandwise's trainer, `runtime.metrics.grad_norm_and_clip`), 0 where the norms are stacked and
+    reduced once (TorchTitan's `clip_grad_norm_`), which costs one latency a step and is not priced."""
     kernel_gap_s: float = 2.0e-6
     """Idle time between two dependent kernels on the device (launch latency not hidden by the
     queue, tail of the previous kernel): a few microseconds ("Accelerating PyTorch with CUDA

@@ -12,7 +12,8 @@ per-micro-batch communication (`terms.tensor`, `terms.context`, `terms.expert`, 
 its overlap window does not hide, exposed = max(0, comm - window) (the scaling book's T_lower =
 max(T_math, T_comms) per overlapped pair); contention what hidden communication takes from the
 compute beside it (`terms.contention`); bubble the schedule's idle share (`terms.pipeline`);
-exposed_dp the gradient synchronisation left after the last backward (`terms.grad_sync`);
+exposed_dp the gradient synchronisation left after the last backward (`terms.grad_sync`) and the
+gradient norm's all-reduces where the engine runs one per tensor (`terms.grad_norm`);
 the optimizer step over the device's shard (`terms.optimizer`). Memory is the fullest pipeline
 rank's peak (`terms.roles`, `terms.activations`, `terms.fsdp_buffers`, `terms.peak`); MFU and HFU
 come from `terms.utilisation`.
@@ -47,6 +48,7 @@ from bandwise.cost.terms.expert import (
 )
 from bandwise.cost.terms.fsdp import fsdp_terms
 from bandwise.cost.terms.fsdp_buffers import fsdp_buffers
+from bandwise.cost.terms.grad_norm import norm_time
 from bandwise.cost.terms.grad_sync import bucket_params, grad_sync, sync_overlapped
 from bandwise.cost.terms.keyed import CommTerms, RowTerms, comm_terms, layer_terms
 from bandwise.cost.terms.optimizer import optimizer_time
@@ -94,7 +96,9 @@ def _time(m: ModelSpec, dev: Device, rows: _Rows, ct: CommTerms, P: CostParams) 
     fsdp = fsdp_terms(ct.fsdp, s.zero, layers_rank, root, layer.fwd, layer.bwd, stages.layer_recompute, c.overlap_fsdp, P)
     exposed_mb = layers_rank * (tensor.exposed + ct.context.exposed + expert.exposed)
     contention_mb = contention(dev, m, layers_rank, tensor, ct.context, ct.expert, expert, layer.moe_fwd, fsdp, s.zero, c.overlap_ep)
-    busy = n_mb * (stages.total + contention_mb + exposed_mb + fsdp.exposed)
+    whole_stage = P.fsdp_pp_unsharded & (s.pp > 1) & (n_mb > 1)  # gathered once a step (`terms.fsdp`)
+    fsdp_step = np.where(whole_stage, fsdp.once, n_mb * fsdp.exposed)
+    busy = n_mb * (stages.total + contention_mb + exposed_mb) + fsdp_step
     bubble = pipe.bubble(busy, rows.overhead, stages.chunk_ratio)
     last_backward = np.minimum(layers_rank * (layer.bwd + stages.layer_recompute), stages.total)
     overlap_dp = sync_overlapped(P, s.zero, c.overlap_dp)
@@ -103,7 +107,8 @@ def _time(m: ModelSpec, dev: Device, rows: _Rows, ct: CommTerms, P: CostParams) 
     dp_contention = data_parallel_contention(dev, sync.total, sync.exposed)
     sends = pipe.sends(ct.p2p, s)
     optimizer = optimizer_time(dev, local, s.zero, rows.dense, rows.experts, P)
-    step = busy + bubble + dp_contention + sync.exposed + sends + optimizer
+    norm = norm_time(m, layers_rank, ct.norm, P.norm_all_reduces_per_tensor)
+    step = busy + bubble + dp_contention + sync.exposed + norm + sends + optimizer
 
     use = utilisation(m, dev, s, c.recompute, rows.global_batch, step, P)
     per_step = n_mb * layers_rank
@@ -111,9 +116,9 @@ def _time(m: ModelSpec, dev: Device, rows: _Rows, ct: CommTerms, P: CostParams) 
         step_time_s=step, tokens_per_s_per_device=use.tokens_per_s_per_device, mfu=use.mfu, hfu=use.hfu,
         time=StepTime(compute=n_mb * stages.compute, recompute=n_mb * stages.recompute, contention=n_mb * contention_mb + dp_contention,
                       bubble=bubble, tp=per_step * tensor.exposed, cp=per_step * ct.context.exposed, ep=per_step * expert.exposed,
-                      fsdp=n_mb * fsdp.exposed, dp=sync.exposed, pp=sends, optimizer=optimizer),
+                      fsdp=fsdp_step, dp=sync.exposed + norm, pp=sends, optimizer=optimizer),
         comm_total=CommTotals(tp=per_step * tensor.total, ep=per_step * (m.moe_layers / m.layers) * expert.layer,
-                              fsdp=np.where(s.zero == 3, per_step * fsdp.layer_total, 0.0), dp=sync.total),
+                              fsdp=np.where(s.zero == 3, per_step * fsdp.layer_total, 0.0), dp=sync.total + norm),
     )
 
 

@@ -8,12 +8,15 @@ its measured tokens/s per device. The fit works in log space, where a factor is 
   reproduces the run. A throughput cannot tell the terms apart; scaling compute alone would amplify
   the run's error onto runs whose compute weighs more (on the shipped runs it did: p90 22.8% against
   19.2% for the uniform factor, benchmarks/RESULTS.md, "Calibration");
-- runs whose communication weighs differently (several scales across the network) identify a second,
-  the bandwidth of the outermost level they cross relative to the rest, by least squares
-  (Gauss-Newton on log(predicted / measured), the Jacobian by finite differences; Nocedal & Wright,
-  Numerical Optimization, Sec. 10.3). Where the Jacobian's two columns are too alike (their angle
-  under `MIN_ANGLE`) or the bandwidth moves no run by `MIN_SENSITIVITY`, only the speed is fitted
-  and the bandwidth is named as not identified.
+- several runs identify more: each factor whose terms weigh differently across them, apart from the
+  speed. The candidates are the bandwidth of the outermost level they cross (several scales across the
+  network), attention (several sequence lengths) and the memory-bound kernels and host gaps (several
+  micro-batches). `identify` takes them greedily, most independent first. A factor must move some run
+  by `MIN_SENSITIVITY`, its Jacobian column must stand `MIN_ANGLE` off the span of those taken, and
+  there is at most one factor per run. `fit_runs` solves for them by least squares (Gauss-Newton on
+  log(predicted / measured), the Jacobian by finite differences; Nocedal & Wright, Numerical
+  Optimization, Sec. 10.3). The file names which factors were fitted apart, and why each of the others
+  was not.
 """
 
 from __future__ import annotations
@@ -60,13 +63,18 @@ def predict_calibrated(case: Case, cal: Calibration | None, params: CostParams =
     return predict_with(case, params, cal)
 
 
-def _trial(case: Case, speed: float, level: str | None = None, bandwidth: float = 1.0, levels: tuple[str, ...] = ()) -> Calibration:
-    """Every term and each of `levels` at `speed`, and `level`'s bandwidth `bandwidth` times faster again."""
+def _trial(case: Case, speed: float, level: str | None = None, bandwidth: float = 1.0, levels: tuple[str, ...] = (),
+           apart: dict[str, float] | None = None) -> Calibration:
+    """Every term and each of `levels` at `speed`; `level`'s bandwidth `bandwidth` times faster again, and
+    each factor of `apart` its value times faster again."""
     lo, hi = FACTOR_RANGE  # a step of the search stays inside what a file may hold
     bound = lambda x: min(max(x, lo), hi)  # noqa: E731
-    fs = [Factor(name=n, value=bound(speed)) for n in TERM_FACTORS]
-    fs += [Factor(name=BANDWIDTH + lv.name, value=bound(speed * (bandwidth if lv.name == level else 1.0))) for lv in case.cluster.levels
-           if lv.name in levels or lv.name == level]
+    rel = dict(apart or {})
+    if level is not None:
+        rel[BANDWIDTH + level] = bandwidth
+    fs = [Factor(name=n, value=bound(speed * rel.get(n, 1.0))) for n in TERM_FACTORS]
+    fs += [Factor(name=BANDWIDTH + lv.name, value=bound(speed * rel.get(BANDWIDTH + lv.name, 1.0))) for lv in case.cluster.levels
+           if lv.name in levels or BANDWIDTH + lv.name in rel]
     return Calibration(device=case.cluster.device.name, factors=tuple(fs))
 
 
@@ -115,10 +123,17 @@ def _describe(runs: list[Measured], errors0: list[float]) -> str:
                      f"{m.tokens_per_s_per_device * math.exp(e):,.0f} modelled" for m, e in zip(runs, errors0))
 
 
-def fit_runs(runs: list[Measured], params: CostParams = DEFAULT_PARAMS, *, evidence: str = "", name: str = "") -> Calibration:
-    """The calibration the runs identify (module docstring): the stack's speed, and the outermost
-    level's bandwidth apart from it where the runs tell the two apart. Levels no run crosses keep
-    their datasheet figure and are named so."""
+APART = ("attention", "elementwise", "host_gap")
+"""Term factors that runs can tell apart from the stack's speed where those terms weigh differently in them
+(several sequence lengths for attention; micro-batches for the memory-bound kernels and host gaps), beside
+the bandwidth of the outermost level the runs cross."""
+
+
+def fit_runs(runs: list[Measured], params: CostParams = DEFAULT_PARAMS, *, evidence: str = "", name: str = "",
+             spare: int = 0) -> Calibration:
+    """The calibration the runs identify (module docstring): the stack's speed, and apart from it each
+    factor the runs tell apart, no more of them than the runs less `spare` (`identify`). Levels no run
+    crosses keep their datasheet figure and are named so."""
     if not runs:
         raise BandwiseError("calibrate: no run to fit from; give at least one measured run of a known layout")
     devices = sorted({m.case.cluster.device.name for m in runs})
@@ -131,46 +146,93 @@ def fit_runs(runs: list[Measured], params: CostParams = DEFAULT_PARAMS, *, evide
     datasheet = tuple(n for n in names if n not in levels)
     errors0 = [_log_error(m, _trial(m.case, 1.0), params) for m in runs]
     described = _describe(runs, errors0)
-    level = levels[-1] if len(runs) > 1 and levels else None
-    why_not, x, bandwidth = "", None, 1.0
-    if level is not None:
-        sens = np.array([(_log_error(m, _trial(m.case, 1.0, level, math.exp(STEP)), params) - e) / STEP for m, e in zip(runs, errors0)])
-        # the speed shifts every run alike (a column of ones): the bandwidth is seen only through how
-        # differently it moves the runs, the part of its column off the ones
-        centred = sens - sens.mean()
-        angle = math.asin(min(1.0, float(np.linalg.norm(centred)) / max(float(np.linalg.norm(sens)), 1e-12)))
-        if float(np.max(np.abs(sens))) < MIN_SENSITIVITY:
-            why_not = f"bandwidth.{level} not fitted apart: it moves no run's throughput by {MIN_SENSITIVITY:.0%} per e-fold"
-        elif angle < MIN_ANGLE:
-            why_not = f"bandwidth.{level} not fitted apart: the runs' communication weighs alike, so a slow network reads as a slow stack"
-        else:
-            x = _gauss_newton(runs, params, level, levels, np.array(errors0))
-    if x is None:
+    candidates = [*((BANDWIDTH + levels[-1],) if levels else ()), *APART] if len(runs) > 1 else []
+    chosen, why_not = identify(runs, params, levels, candidates, np.array(errors0), spare)
+    if not chosen:
         speed, errs = fit_speed(runs, levels, params)
+        apart: dict[str, float] = {}
         how = f"{len(runs)} run(s), one factor for the stack" + (f"; {why_not}" if why_not else "")
     else:
-        speed, bandwidth = math.exp(x[0]), math.exp(x[1])
-        errs = [_log_error(m, _trial(m.case, speed, level, bandwidth, levels), params) for m in runs]
-        how = f"{len(runs)} runs by least squares in log space, the stack's speed and bandwidth.{level} apart from it"
+        lo, hi = FACTOR_RANGE
+        while True:
+            x = _gauss_newton(runs, params, chosen, levels, np.array(errors0))
+            speed, apart = math.exp(x[0]), {n: math.exp(v) for n, v in zip(chosen, x[1:])}
+            # a factor the fit drives to the edge of what a file may hold is not pinned by the runs (they
+            # would take it further): it goes back to the stack's speed and the rest are fitted again
+            edge = [n for n, v in apart.items() if not lo * 1.01 < speed * v < hi / 1.01]
+            if edge:
+                chosen = [n for n in chosen if n not in edge]
+                why_not = "; ".join([*(f"{n} not fitted apart: the fit drove it past [{lo:g}, {hi:g}]" for n in edge), *([why_not] if why_not else [])])
+            if not edge or not chosen:
+                break
+        apart = {n: v for n, v in apart.items() if n in chosen}
+        if not chosen:
+            speed, _ = fit_speed(runs, levels, params)
+        errs = [_log_error(m, _trial(m.case, speed, levels=levels, apart=apart), params) for m in runs]
+        how = (f"{len(runs)} runs by least squares in log space, the stack's speed" + (f" and {', '.join(chosen)} apart from it" if chosen else "")
+               + (f"; {why_not}" if why_not else ""))
     residual = float(np.sqrt(np.mean(np.square(errs))))
     evidence = f"{evidence}; {described}" if evidence else described
-    together = [*TERM_FACTORS, *(BANDWIDTH + n for n in levels if n != level or x is None)]
+    together = [n for n in (*TERM_FACTORS, *(BANDWIDTH + n for n in levels)) if n not in apart]
     factors = [Factor(name=n, value=speed, fitted_from=how, residual=residual, confounded_with=tuple(c for c in together if c != n))
                for n in together]
-    if x is not None:
-        factors.append(Factor(name=BANDWIDTH + level, value=speed * bandwidth, fitted_from=how, residual=residual))
+    factors += [Factor(name=n, value=min(max(speed * v, FACTOR_RANGE[0]), FACTOR_RANGE[1]), fitted_from=how, residual=residual) for n, v in apart.items()]
     return Calibration(device=devices[0], engine=engines[0], factors=tuple(factors), name=name, evidence=evidence,
-                       levels_measured=levels, levels_datasheet=datasheet)
+                       levels_measured=tuple(dict.fromkeys([*levels, *(n[len(BANDWIDTH):] for n in apart if n.startswith(BANDWIDTH))])),
+                       levels_datasheet=datasheet)
 
 
-def _gauss_newton(runs: list[Measured], params: CostParams, level: str, levels: tuple[str, ...], r: np.ndarray) -> np.ndarray:
-    """(log speed, log bandwidth of `level` over the speed) from (0, 0); a step that raises the error is halved."""
+def identify(runs: list[Measured], params: CostParams, levels: tuple[str, ...], candidates: list[str], r: np.ndarray,
+             spare: int = 0) -> tuple[list[str], str]:
+    """The candidates the runs tell apart from the stack's speed, most independent first, and why the others are not.
+
+    Columns of the Jacobian of the runs' log errors in each factor's log (finite differences at STEP): a
+    candidate is taken while it moves some run by MIN_SENSITIVITY per e-fold and its column stands
+    MIN_ANGLE off the span of the speed's and those taken, at most one factor per run in all, less `spare`
+    (runs left over to measure the fit's residual by)."""
+    if not candidates:
+        return [], ""
+    def column(apart: dict[str, float] | None, speed: float = 1.0) -> np.ndarray:
+        return (np.array([_log_error(m, _trial(m.case, speed, levels=levels, apart=apart), params) for m in runs]) - r) / STEP
+
+    cols = {"": column(None, math.exp(STEP))}
+    cols.update({n: column({n: math.exp(STEP)}) for n in candidates})
+    chosen: list[str] = []
+    notes: dict[str, str] = {}
+    while len(chosen) + 1 < len(runs) - spare:
+        basis, _ = np.linalg.qr(np.stack([cols[""], *(cols[n] for n in chosen)], axis=1))
+        best, best_off = None, 0.0
+        for n in candidates:
+            if n in chosen:
+                continue
+            c = cols[n]
+            off = c - basis @ (basis.T @ c)
+            angle = math.asin(min(1.0, float(np.linalg.norm(off)) / max(float(np.linalg.norm(c)), 1e-12)))
+            if float(np.max(np.abs(c))) < MIN_SENSITIVITY:
+                notes[n] = f"{n} not fitted apart: it moves no run's throughput by {MIN_SENSITIVITY:.0%} per e-fold"
+            elif angle < MIN_ANGLE:
+                notes[n] = f"{n} not fitted apart: it moves the runs alike, so it reads as the stack's speed"
+            elif float(np.linalg.norm(off)) > best_off:
+                best, best_off = n, float(np.linalg.norm(off))
+        if best is None:
+            break
+        chosen.append(best)
+        notes.pop(best, None)
+    left = [n for n in candidates if n not in chosen and n not in notes]
+    why = [notes[n] for n in candidates if n in notes] + ([f"{', '.join(left)} not fitted apart: no more factors than runs"] if left else [])
+    return chosen, "; ".join(why)
+
+
+def _gauss_newton(runs: list[Measured], params: CostParams, chosen: list[str], levels: tuple[str, ...], r: np.ndarray) -> np.ndarray:
+    """(log speed, log of each chosen factor over the speed) from zeros; a step that raises the error is halved."""
     def residuals(v: np.ndarray) -> np.ndarray:
-        return np.array([_log_error(m, _trial(m.case, math.exp(v[0]), level, math.exp(v[1]), levels), params) for m in runs])
+        apart = {n: math.exp(x) for n, x in zip(chosen, v[1:])}
+        return np.array([_log_error(m, _trial(m.case, math.exp(v[0]), levels=levels, apart=apart), params) for m in runs])
 
-    x = np.zeros(2)
+    k = 1 + len(chosen)
+    x = np.zeros(k)
     for _ in range(8):
-        J = np.stack([(residuals(x + STEP * e) - r) / STEP for e in np.eye(2)], axis=1)
+        J = np.stack([(residuals(x + STEP * e) - r) / STEP for e in np.eye(k)], axis=1)
         step, *_ = np.linalg.lstsq(J, -r, rcond=None)
         for _ in range(5):
             trial = np.clip(x + step, math.log(FACTOR_RANGE[0]), math.log(FACTOR_RANGE[1]))

@@ -41,7 +41,9 @@ def _memory_bytes(device: torch.device) -> float:
 
 def _link(device: torch.device, world: int) -> tuple[float, float]:
     """(bus bandwidth bytes/s, latency s) of an all-reduce over the whole job; a nominal
-    figure for one process, where no communication happens."""
+    figure for one process, where no communication happens. The latency is per step of the ring, as a
+    level's latency is read (`cost.comm.all_reduce_time`: 2 (d - 1) steps): a timed all-reduce of one
+    element over `world` ranks, divided by its 2 (world - 1) steps."""
     if world == 1 or not dist.is_initialized():
         return 1e12, 1e-6
     small = torch.zeros(1, device=device)
@@ -56,7 +58,7 @@ def _link(device: torch.device, world: int) -> tuple[float, float]:
     for _ in range(3):
         dist.all_reduce(big)
     dt = (time.perf_counter() - t0) / 3
-    return 2 * (world - 1) / world * big.numel() * 4 / max(dt - latency, 1e-9), latency
+    return 2 * (world - 1) / world * big.numel() * 4 / max(dt - latency, 1e-9), latency / (2 * (world - 1))
 
 
 def attention_efficiency(spec: ModelSpec, micro_batch: int, device: torch.device, dtype: torch.dtype, peak_flops: float) -> float:

@@ -15,8 +15,9 @@ cost parameters are resolved; `plan.calibrate` fits them from measured runs.
 
 Factors (every one a speed ratio, > 1: faster than the model's figure): `gemm` (GEMM efficiency),
 `attention` (the attention core), `elementwise` (memory-bound kernels: HBM efficiency), `host_gap`
-(the inverse of the idle gap between kernels), and `bandwidth.<level>` (a topology level's bandwidth,
-by the level's name in the cluster). What no factor names stays the datasheet's.
+(the inverse of the idle gap between kernels), `bandwidth.<level>` (a topology level's bandwidth,
+by the level's name in the cluster) and `latency.<level>` (the inverse of the level's latency per
+collective step: what a collective of a few bytes costs, apart from its bytes). What no factor names stays the datasheet's.
 """
 
 from __future__ import annotations
@@ -38,6 +39,9 @@ COMPUTE_FACTORS = ("gemm", "attention", "elementwise")
 TERM_FACTORS = (*COMPUTE_FACTORS, "host_gap")
 BANDWIDTH = "bandwidth."
 """Prefix of a level's bandwidth factor: `bandwidth.<level name>`."""
+LATENCY = "latency."
+"""Prefix of a level's latency factor: `latency.<level name>` (modelled over measured latency of one collective step)."""
+LEVEL_PREFIXES = (BANDWIDTH, LATENCY)
 FACTOR_RANGE = (0.01, 100.0)
 """Factors a file may hold: past 100x either way the evidence or the plan it was set against is wrong, not the datasheet."""
 MAX_BYTES = 1 << 20
@@ -64,8 +68,8 @@ class Factor:
 
     def __post_init__(self) -> None:
         where = f"calibration factor {self.name!r}"
-        if not (self.name in TERM_FACTORS or (self.name.startswith(BANDWIDTH) and len(self.name) > len(BANDWIDTH))):
-            raise BandwiseError(f"{where}: not a factor bandwise applies; use one of {', '.join(TERM_FACTORS)} or bandwidth.<level name>")
+        if not (self.name in TERM_FACTORS or any(self.name.startswith(p) and len(self.name) > len(p) for p in LEVEL_PREFIXES)):
+            raise BandwiseError(f"{where}: not a factor bandwise applies; use one of {', '.join(TERM_FACTORS)}, bandwidth.<level name> or latency.<level name>")
         lo, hi = FACTOR_RANGE
         if not (_number(self.value) and lo <= self.value <= hi):
             raise BandwiseError(f"{where}: value={self.value!r} must be a number in [{lo:g}, {hi:g}] (measured over modelled speed)")
@@ -128,6 +132,10 @@ class Calibration:
     def level_factors(self) -> dict[str, float]:
         """{level name: bandwidth factor}."""
         return {f.name[len(BANDWIDTH):]: f.value for f in self.factors if f.name.startswith(BANDWIDTH)}
+
+    def latency_factors(self) -> dict[str, float]:
+        """{level name: latency factor} (a speed ratio: the level's latency divides by it)."""
+        return {f.name[len(LATENCY):]: f.value for f in self.factors if f.name.startswith(LATENCY)}
 
     @property
     def label(self) -> str:

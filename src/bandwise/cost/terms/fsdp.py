@@ -54,6 +54,9 @@ class FsdpTerms:
     exposed: np.ndarray
     layer_total: np.ndarray
     """One layer's gathers and reduction before overlap: 2 all-gathers and a reduce-scatter."""
+    once: np.ndarray
+    """Seconds per step, not per micro-batch, where a pipeline stage stays gathered across its micro-batches
+    (`CostParams.fsdp_pp_unsharded`): one all-gather and one reduce-scatter per layer a step."""
 
 
 def fsdp_terms(fc: FsdpComm, zero: np.ndarray, layers_rank: np.ndarray, root: np.ndarray, fwd: np.ndarray, bwd: np.ndarray,
@@ -70,4 +73,12 @@ def fsdp_terms(fc: FsdpComm, zero: np.ndarray, layers_rank: np.ndarray, root: np
     # the root's reduce-scatter runs in the final backward callback)
     root_edge = root * (BF16 + P.grad_reduce_bytes) * fc.per_byte + 2 * fc.latency
     exposed = np.where(zero == 3, layers_rank * layer_exposed + root_edge + np.where(overlap, ag + rs, 0.0), 0.0)
-    return FsdpTerms(exposed=exposed, layer_total=2 * ag + rs)
+    # A stage that stays gathered over its micro-batches (TorchTitan: reshard_after_forward = not pp_enabled,
+    # parallelize.py; bandwise's trainer likewise, runtime/parallel/apply.py) gathers each layer once, and
+    # torch's PipelineStage turns the gradient sync off until the last micro-batch's backward
+    # (set_requires_gradient_sync(False), torch/distributed/pipelining/stage.py, torch 2.13): one
+    # reduce-scatter per layer a step. A CPU trace of FSDP2·PP2 with 2 micro-batches shows 2 gathers
+    # and 2 reductions a step for its 2 layers (benchmarks/RESULTS.md, "Calibrate (third pass)").
+    layer_once = np.where(overlap, np.maximum(0.0, ag - fwd) + np.maximum(0.0, rs - bwd - recompute), ag + rs)
+    once = np.where(zero == 3, layers_rank * layer_once + root_edge + np.where(overlap, ag + rs, 0.0), 0.0)
+    return FsdpTerms(exposed=exposed, layer_total=2 * ag + rs, once=once)

@@ -26,6 +26,7 @@ from bandwise.cost.terms.compute import (
 from bandwise.cost.terms.context import ContextComm, context_comm
 from bandwise.cost.terms.expert import ExpertComm, expert_comm
 from bandwise.cost.terms.fsdp import FsdpComm, fsdp_comm
+from bandwise.cost.terms.grad_norm import norm_latency
 from bandwise.cost.terms.grad_sync import SyncGroups
 from bandwise.cost.terms.placement import Groups, LocalParams
 from bandwise.cost.terms.shape import Shape
@@ -69,6 +70,8 @@ class CommTerms:
     sync: SyncGroups
     p2p: np.ndarray
     """One micro-batch's activations sent to the next pipeline stage."""
+    norm: np.ndarray
+    """One gradient tensor's norm reduction: scalar all-reduces over its sharding groups (`terms.grad_norm`)."""
 
 
 def layer_terms(m: ModelSpec, cluster: Cluster, c: Layouts, P: CostParams = DEFAULT_PARAMS) -> LayerTerms:
@@ -85,4 +88,5 @@ def comm_terms(m: ModelSpec, cluster: Cluster, c: Layouts, order: tuple[str, ...
         tensor=tensor_comm(m, cluster, s, groups, lt.compute, P), context=context_comm(m, cluster, s, groups, lt.compute, P),
         expert=expert_comm(m, cluster, s, groups, P), fsdp=fsdp_comm(cluster, s, groups, lt.local, P),
         sync=SyncGroups.of(cluster, s, groups, lt.local), p2p=pipe.p2p_time(m, cluster, s, groups.pp),
+        norm=norm_latency(cluster, s, groups) if P.norm_all_reduces_per_tensor > 0 else np.zeros_like(s.tp),
     )
