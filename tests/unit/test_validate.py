@@ -381,7 +381,7 @@ def test_one_micro_batch_through_two_stages_is_priced_with_the_closed_form_bubbl
     t = r.estimate.breakdown
     busy = t["compute"] + t["recompute"] + t["tp"] + t["ep"] + t["cp"] + t["fsdp"] + t["contention"]
     assert 0 < t["bubble"] <= busy
-    case = convert(shipped_run(r.id), SOURCES)
+    case = convert(shipped_run(r.id), published.SOURCES)
     gpipe = estimate(case.model, case.cluster, s.replace(schedule="GPipe"), priced(case))
     assert t["bubble"] == pytest.approx(gpipe.breakdown["bubble"], rel=1e-9)
     assert r.estimate.step_time_s == pytest.approx(gpipe.step_time_s, rel=1e-9)
