@@ -74,8 +74,13 @@ class FeedForward(nn.Module):
         for w2's weight gradient (`ops.recomputed_between`)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        args = (self.w1(x), self.w3(x)) if self.w3 is not None else (self.w1(x),)
+        # rows once for the three projections and the activation, each of which would flatten and
+        # restore the leading dimensions again, forward and backward (two ops a linear each way)
+        rows = x if x.dim() == 2 else x.reshape(-1, x.shape[-1])
+        args = (self.w1(rows), self.w3(rows)) if self.w3 is not None else (self.w1(rows),)
         fn = swiglu if self.w3 is not None else self.act
         if self.recompute_core:
-            return recomputed_between(fn, args, self.w2)
-        return self.w2(fn(*args))
+            out = recomputed_between(fn, args, self.w2)
+        else:
+            out = self.w2(fn(*args))
+        return out if rows is x else out.view(*x.shape[:-1], out.shape[-1])

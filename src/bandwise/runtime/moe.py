@@ -274,6 +274,67 @@ def balance_loss(scores_BTE: torch.Tensor, idx_BTK: torch.Tensor, num_experts: i
     return (f_BE * probs_BTE.mean(1)).sum(-1).mean()
 
 
+class _Gates(torch.autograd.Function):
+    """The chosen experts' scores normalised over the chosen: ĝ_k = s_k / S with S = Σ_j s_j over a
+    token's K choices (DeepSeek-V3 eq. 13), gathered from scores (T, E).
+
+    Backward in one pass over (T, K): ds_k = (dĝ_k − Σ_j dĝ_j · ĝ_j) / S, scattered back to the
+    chosen columns. Autograd's gather, sum and divide take ten ops for this (`DivBackward0` with
+    both operands, `SumBackward1`'s expand and the sum of the two paths, `GatherBackward0`); this
+    takes six. Saved: the indices, ĝ and S."""
+
+    @staticmethod
+    def forward(ctx, scores_TE: torch.Tensor, idx_TK: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        chosen_TK = scores_TE.gather(1, idx_TK)
+        sum_T1 = chosen_TK.sum(-1, keepdim=True)
+        gates_TK = chosen_TK / sum_T1
+        ctx.save_for_backward(idx_TK, gates_TK, sum_T1)
+        ctx.experts = scores_TE.shape[-1]
+        return gates_TK
+
+    @staticmethod
+    def backward(ctx, g_TK: torch.Tensor):  # type: ignore[override]
+        idx_TK, gates_TK, sum_T1 = ctx.saved_tensors
+        d_TK = (g_TK - (g_TK * gates_TK).sum(-1, keepdim=True)) / sum_T1
+        return g_TK.new_zeros((g_TK.shape[0], ctx.experts)).scatter_(1, idx_TK, d_TK), None
+
+
+class _SigmoidRoute(torch.autograd.Function):
+    """The sigmoid router in one node: scores s = σ(logits), top-k of s + bias (bias None: of s),
+    gates normalised over the chosen (`_Gates`). Returns (scores, chosen experts, gates).
+
+    Backward: the gates' gradient as `_Gates.backward`, plus the scores' own where they are used
+    (the balance losses), through σ' = s(1 − s) (`sigmoid_backward`). Autograd takes 20 ops for
+    this (the sigmoid's and the gates' saved outputs are detached each way); this takes 15."""
+
+    @staticmethod
+    def forward(ctx, logits_TE: torch.Tensor, bias_E: torch.Tensor | None, k: int):  # type: ignore[override]
+        scores_TE = torch.sigmoid(logits_TE)
+        idx_TK = torch.topk(scores_TE if bias_E is None else scores_TE + bias_E, k, dim=-1).indices
+        chosen_TK = scores_TE.gather(1, idx_TK)
+        sum_T1 = chosen_TK.sum(-1, keepdim=True)
+        gates_TK = chosen_TK / sum_T1
+        # the logits, not the scores: a saved output is detached when saved and when unpacked,
+        # where σ is one op again in backward
+        ctx.save_for_backward(logits_TE, idx_TK, chosen_TK, sum_T1)
+        ctx.mark_non_differentiable(idx_TK)
+        ctx.set_materialize_grads(False)
+        return scores_TE, idx_TK, gates_TK
+
+    @staticmethod
+    def backward(ctx, g_scores_TE, _g_idx, g_gates_TK):  # type: ignore[override]
+        logits_TE, idx_TK, chosen_TK, sum_T1 = ctx.saved_tensors
+        scores_TE = torch.sigmoid(logits_TE)
+        d_TE = g_scores_TE
+        if g_gates_TK is not None:
+            # dĝ_k − Σ_j dĝ_j · ĝ_j over S, with ĝ_j = s_j / S
+            d_TK = (g_gates_TK - (g_gates_TK * chosen_TK).sum(-1, keepdim=True) / sum_T1) / sum_T1
+            d_TE = (scores_TE.new_zeros(scores_TE.shape) if d_TE is None else d_TE.clone()).scatter_add_(1, idx_TK, d_TK)
+        if d_TE is None:
+            return None, None, None
+        return torch.ops.aten.sigmoid_backward(d_TE, scores_TE), None, None
+
+
 class _Permute(torch.autograd.Function):
     """Token copies in expert order (`index_select`) and back (`index_add_`), each the other's adjoint.
 
@@ -338,12 +399,12 @@ class MoE(nn.Module):
         """Returns scores (T, E) fp32, chosen experts (T, K) and gates (T, K)."""
         logits_TE = self.gate(x_TD)
         logits_TE = logits_TE.to(torch.float64 if logits_TE.dtype == torch.float64 else torch.float32)  # not promote_types: an aten op
-        scores_TE = torch.sigmoid(logits_TE) if self.cfg.router == "sigmoid" else torch.softmax(logits_TE, dim=-1)
-        select_TE = scores_TE + self.expert_bias if self.cfg.aux_free else scores_TE
-        idx_TK = torch.topk(select_TE, self.top_k, dim=-1).indices
-        gates_TK = scores_TE.gather(1, idx_TK)  # unbiased scores (Wang et al. 2024)
-        gates_TK = gates_TK / gates_TK.sum(-1, keepdim=True)
-        return scores_TE, idx_TK, gates_TK
+        bias_E = self.expert_bias if self.cfg.aux_free else None
+        if self.cfg.router == "sigmoid":
+            return _SigmoidRoute.apply(logits_TE, bias_E, self.top_k)
+        scores_TE = torch.softmax(logits_TE, dim=-1)
+        idx_TK = torch.topk(scores_TE if bias_E is None else scores_TE + bias_E, self.top_k, dim=-1).indices
+        return scores_TE, idx_TK, _Gates.apply(scores_TE, idx_TK)  # unbiased scores (Wang et al. 2024)
 
     def forward(self, x_BTD: torch.Tensor) -> torch.Tensor:
         B, T, D = x_BTD.shape
@@ -354,10 +415,10 @@ class MoE(nn.Module):
         else:
             counts_E = expert_counts(idx_TK, self.num_experts)
         if self.training and torch.is_grad_enabled() and not recomputing() and not self.assume_balanced:
-            with torch.no_grad():
-                self.tokens_per_expert += counts_E.to(self.tokens_per_expert.dtype)
+            with torch.no_grad():  # the int64 counts promoted inside the add, as a cast would make them
+                self.tokens_per_expert.add_(counts_E)
 
-        order_N = torch.argsort(idx_TK.flatten(), stable=True)  # token-expert pairs grouped by expert
+        order_N = torch.argsort(idx_TK.view(-1), stable=True)  # token-expert pairs grouped by expert
         token_N = order_N // self.top_k
         # the gates scale each copy inside its expert, before the down-projection (`ops._SwiGLU`)
         gates_N = gates_TK.flatten().index_select(0, order_N)

@@ -38,15 +38,20 @@ class _RMSNorm(torch.autograd.Function):
         x32 = x.to(_compute_dtype(x))
         r = torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
         ctx.save_for_backward(x, weight, r)
-        return (x32 * r * weight.to(x32.dtype)).to(x.dtype)
+        # the weight (bf16 under master weights) is promoted inside the multiply, as a cast would
+        # make it, to the same values: one op fewer a call
+        return (x32 * r * weight).to(x.dtype)
 
     @staticmethod
     def backward(ctx, g: torch.Tensor):  # type: ignore[override]
         x, weight, r = ctx.saved_tensors
-        xh = x.to(r.dtype) * r
-        g32 = g.to(r.dtype)
-        u = g32 * weight.to(r.dtype)
-        dx = r * (u - xh * (u * xh).mean(-1, keepdim=True))
+        xh = x * r  # x and the weight promoted to r's dtype inside the multiplies: no cast ops
+        # g too, where the weight is in r's dtype already (an fp32 norm weight beside bf16 matrices):
+        # the product is then computed in fp32, as after a cast
+        g32 = g if weight.dtype == r.dtype else g.to(r.dtype)
+        u = g32 * weight
+        # u − x̂ · mean(u · x̂) as one addcmul, not a multiply and a subtraction
+        dx = r * torch.addcmul(u, xh, (u * xh).mean(-1, keepdim=True), value=-1)
         dw = (g32 * xh).sum(dim=tuple(range(xh.ndim - 1)))  # over every row (sequence shards: partial sums)
         return dx.to(x.dtype), dw.to(weight.dtype), None
 
@@ -73,25 +78,54 @@ class _Rope(torch.autograd.Function):
         return _rotate(g, turn_T1P, sign=-1.0), None
 
 
-def _rotate(x_BTHD: torch.Tensor, turn_T1P: torch.Tensor, *, sign: float) -> torch.Tensor:
+def _rotate(x: torch.Tensor, turn_T1P: torch.Tensor, *, sign: float, shape: tuple[int, ...] | None = None,
+            out_shape: tuple[int, ...] | None = None) -> torch.Tensor:
     """Each pair (x0, x1) as the complex x0 + i·x1 times e^{±iθ} = cos ± i·sin: one multiply, where
-    the real form takes a dozen ops a call. `turn_T1P`: the complex table of `model.rope_tables`,
-    (positions, 1, Dh/2); sliced only when the sequence is shorter than it."""
-    B, T, H, Dh = x_BTHD.shape
-    pairs = x_BTHD.to(_compute_dtype(x_BTHD))
-    if not pairs.is_contiguous():  # a view_as_complex needs unit stride on the pairs
+    the real form takes a dozen ops a call. x: (B, T, H, Dh), or rows (B·T, H·Dh) with `shape`
+    (B, T, H, Dh) given; returned contiguous in x's dtype, shaped as x or `out_shape`. `turn_T1P`: the complex
+    table of `model.rope_tables`, (positions, 1, Dh/2); sliced only when the sequence is shorter.
+    The backward turns by −θ as a division by the table (|e^{iθ}| = 1, so z / e^{iθ} = z · e^{−iθ}):
+    one op, where the conjugate is two (a lazy conj() would be cloned by the multiply)."""
+    B, T, H, Dh = shape or x.shape
+    pairs = x.to(_compute_dtype(x))
+    if pairs.stride(-1) != 1:  # a view_as_complex needs unit stride on the pairs
         pairs = pairs.contiguous()
     z = torch.view_as_complex(pairs.view(B, T, H, Dh // 2, 2))
     turn = turn_T1P if turn_T1P.shape[0] == T else turn_T1P[:T]
     if turn.dtype != z.dtype:  # fp64 rows (gradient checks) against the fp32 table
         turn = turn.to(z.dtype)
-    out = z * (turn if sign > 0 else torch.conj_physical(turn))  # a lazy conj() would be cloned by the multiply
-    return torch.view_as_real(out).view(B, T, H, Dh).to(x_BTHD.dtype)
+    out = z * turn if sign > 0 else z / turn
+    return torch.view_as_real(out).to(x.dtype, memory_format=torch.contiguous_format).view(out_shape or x.shape)
 
 
 def apply_rope(x_BTHD: torch.Tensor, turn_T1P: torch.Tensor) -> torch.Tensor:
     """x rotated pair by pair by the complex table `turn_T1P` (`model.rope_tables`)."""
     return _Rope.apply(x_BTHD, turn_T1P)
+
+
+class _RopeHeads(torch.autograd.Function):
+    """`apply_rope` on a projection's rows (B·T, H·Dh), returned as attention takes it, (B, H, T, Dh).
+
+    The view to heads, the rotation and the transpose as one autograd node: the view's and the
+    transpose's own backward nodes (an op each, each way) are not made, and the gradient comes
+    back as rows, as the projection's backward takes it."""
+
+    @staticmethod
+    def forward(ctx, x_NF: torch.Tensor, turn_T1P: torch.Tensor, batch: int, head_dim: int) -> torch.Tensor:  # type: ignore[override]
+        ctx.save_for_backward(turn_T1P)
+        ctx.heads_shape = shape = (batch, x_NF.shape[0] // batch, x_NF.shape[1] // head_dim, head_dim)
+        return _rotate(x_NF, turn_T1P, sign=1.0, shape=shape, out_shape=shape).transpose(1, 2)
+
+    @staticmethod
+    def backward(ctx, g_BHTD: torch.Tensor):  # type: ignore[override]
+        (turn_T1P,) = ctx.saved_tensors
+        B, T, H, Dh = ctx.heads_shape
+        return _rotate(g_BHTD.transpose(1, 2), turn_T1P, sign=-1.0, out_shape=(B * T, H * Dh)), None, None, None
+
+
+def rope_heads(x_NF: torch.Tensor, turn_T1P: torch.Tensor, batch: int, head_dim: int) -> torch.Tensor:
+    """Rows (B·T, H·Dh) of a q or k projection rotated by `turn_T1P`, as (B, H, T, Dh)."""
+    return _RopeHeads.apply(x_NF, turn_T1P, batch, head_dim)
 
 
 class _Linear(torch.autograd.Function):
@@ -175,8 +209,8 @@ class _SwiGLU(torch.autograd.Function):
         if a2.shape[0] <= rows:  # one chunk: no buffers to fill and no slicing, a handful of ops
             s = F.silu(a2)
             dw = None
-            if w1 is not None:
-                dw = torch.sum(g2.to(w1.dtype) * (s * b2).to(w1.dtype), -1)
+            if w1 is not None:  # g2 promoted inside the multiply to the cast's values
+                dw = torch.sum((s * b2).to(w1.dtype) * g2, -1)
                 g2 = (g2 * w1[:, None]).to(g.dtype)
             db = g2 * s
             del s
@@ -284,10 +318,13 @@ class _CrossEntropy(torch.autograd.Function):
         max_N = z_NV.amax(-1).to(dt)
         if group is not None:
             dist.all_reduce(max_N, op=dist.ReduceOp.MAX, group=group)
-        sum_N = torch.empty(n_rows, dtype=dt, device=z_NV.device)
-        for i in range(0, n_rows, step):
-            # one temporary a chunk: the subtraction promotes to `dt`, the exponential runs in place
-            torch.sum(torch.sub(z_NV[i : i + step], max_N[i : i + step, None]).exp_(), -1, out=sum_N[i : i + step])
+        if n_rows <= step:  # one chunk: no buffer to fill and no slices (an op each)
+            sum_N = torch.sub(z_NV, max_N[:, None]).exp_().sum(-1)
+        else:
+            sum_N = torch.empty(n_rows, dtype=dt, device=z_NV.device)
+            for i in range(0, n_rows, step):
+                # one temporary a chunk: the subtraction promotes to `dt`, the exponential runs in place
+                torch.sum(torch.sub(z_NV[i : i + step], max_N[i : i + step, None]).exp_(), -1, out=sum_N[i : i + step])
         if group is not None:
             dist.all_reduce(sum_N, group=group)
         lse_N = max_N + torch.log(sum_N)
@@ -304,8 +341,12 @@ class _CrossEntropy(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g: torch.Tensor):  # type: ignore[override]
         z_NV, local_N, mine_N, lse_N = ctx.saved_tensors
-        dz_NV = torch.empty_like(z_NV)
         coef = g.to(lse_N.dtype) * ctx.scale
+        if z_NV.shape[0] <= ctx.step:  # one chunk, as in forward
+            p = torch.sub(z_NV, lse_N[:, None]).exp_()
+            p.scatter_add_(1, local_N[:, None], -mine_N[:, None].to(p.dtype))
+            return p.mul_(coef).to(z_NV.dtype), None, None, None, None
+        dz_NV = torch.empty_like(z_NV)
         for i in range(0, z_NV.shape[0], ctx.step):
             p = torch.sub(z_NV[i : i + ctx.step], lse_N[i : i + ctx.step, None]).exp_()  # the chunk's one temporary
             p.scatter_add_(1, local_N[i : i + ctx.step, None], -mine_N[i : i + ctx.step, None].to(p.dtype))
