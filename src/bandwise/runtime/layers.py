@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bandwise.runtime.ops import linear, recomputed_between, rms_norm, swiglu
+from bandwise.runtime.ops import linear, linears, recomputed_between, rms_norm, swiglu
 
 _RECOMPUTING = [False]
 
@@ -58,6 +58,15 @@ class Linear(nn.Linear):
         return linear(x, self.weight)
 
 
+def project(x: torch.Tensor, *modules: nn.Module) -> tuple[torch.Tensor, ...]:
+    """Each module applied to the same rows x: one node (`ops.linears`) where every module is a plain
+    `Linear` that nothing hooks (a tensor-parallel style hooks its modules; their weights are
+    DTensors as well), else each module called."""
+    if all(type(m) is Linear and not (m._forward_hooks or m._forward_pre_hooks) for m in modules):
+        return linears(x, *(m.weight for m in modules))
+    return tuple(m(x) for m in modules)
+
+
 class FeedForward(nn.Module):
     """SwiGLU: w2(silu(w1 x) · w3 x) (Shazeer 2020, "GLU Variants Improve Transformer"); without
     the gate, GPT's w2(gelu(w1 x)) (Radford et al. 2019; Brown et al. 2020), or w2(relu(w1 x)²)
@@ -77,7 +86,7 @@ class FeedForward(nn.Module):
         # rows once for the three projections and the activation, each of which would flatten and
         # restore the leading dimensions again, forward and backward (two ops a linear each way)
         rows = x if x.dim() == 2 else x.reshape(-1, x.shape[-1])
-        args = (self.w1(rows), self.w3(rows)) if self.w3 is not None else (self.w1(rows),)
+        args = project(rows, self.w1, self.w3) if self.w3 is not None else (self.w1(rows),)
         fn = swiglu if self.w3 is not None else self.act
         if self.recompute_core:
             out = recomputed_between(fn, args, self.w2)

@@ -33,7 +33,7 @@ from torch.utils.checkpoint import checkpoint
 
 from bandwise.errors import BandwiseError
 from bandwise.runtime.init import init_parameters
-from bandwise.runtime.layers import FeedForward, Linear, RMSNorm, recompute_guard
+from bandwise.runtime.layers import FeedForward, Linear, RMSNorm, project, recompute_guard
 from bandwise.runtime.local_attention import MaskCache, local_attention
 from bandwise.runtime.mamba import Mamba2Mixer
 from bandwise.runtime.moe import MoE, MoEConfig
@@ -89,8 +89,9 @@ class Attention(nn.Module):
         B, T, D = x_BTD.shape
         x_ND = x_BTD.view(B * T, D)  # once for the three projections, each of which would flatten it again
         # (B, heads, T, Dh); q and k viewed, rotated and transposed in one node (`ops.rope_heads`)
-        q, k = rope_heads(self.wq(x_ND), rope, B, self.head_dim), rope_heads(self.wk(x_ND), rope, B, self.head_dim)
-        v = self.wv(x_ND).view(B, T, -1, self.head_dim).transpose(1, 2)
+        q, k, v = project(x_ND, self.wq, self.wk, self.wv)  # one node, the input's gradient summed inside
+        q, k = rope_heads(q, rope, B, self.head_dim), rope_heads(k, rope, B, self.head_dim)
+        v = v.view(B, T, -1, self.head_dim).transpose(1, 2)
         # GQA inside the kernel (`enable_gqa`): K/V are read at Hkv heads, not expanded to H heads
         # and saved so for backward (the dry run measured 3.5x the saved bytes of one Llama 3 8B
         # attention call with the expansion)

@@ -237,7 +237,8 @@ def expert_counts(idx_TK: torch.Tensor, num_experts: int) -> torch.Tensor:
     and which `torch.compile` cannot trace without a graph break; scattered into a fixed E the
     count needs neither."""
     idx_N = idx_TK.flatten()
-    return torch.zeros(num_experts, dtype=torch.int64, device=idx_N.device).scatter_add_(0, idx_N, torch.ones_like(idx_N))
+    # a scalar 1 added at each index (`scatter_`'s value form): no tensor of ones to make first
+    return torch.zeros(num_experts, dtype=torch.int64, device=idx_N.device).scatter_(0, idx_N, 1, reduce="add")
 
 
 def balanced_counts(pairs: int, experts: int) -> list[int]:
@@ -362,6 +363,23 @@ def _scatter_add(y_ND: torch.Tensor, token_N: torch.Tensor, tokens: int) -> torc
     return y_ND.new_zeros((tokens, y_ND.shape[-1])).index_add_(0, token_N, y_ND)
 
 
+class _Combine(torch.autograd.Function):
+    """base_TD plus each token's rows of y_ND: `unpermute` added onto the shared experts' output in
+    one out-of-place `index_add` (a copy of base with the rows added), where the unpermute's zeros,
+    its `index_add_` and the sum with base are three ops. Backward: g itself for base, its rows
+    gathered for y_ND (`index_select`); only the token ids are saved."""
+
+    @staticmethod
+    def forward(ctx, y_ND: torch.Tensor, token_N: torch.Tensor, base_TD: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        ctx.save_for_backward(token_N)
+        return base_TD.index_add(0, token_N, y_ND)
+
+    @staticmethod
+    def backward(ctx, g_TD: torch.Tensor):  # type: ignore[override]
+        (token_N,) = ctx.saved_tensors
+        return g_TD.index_select(0, token_N) if ctx.needs_input_grad[0] else None, None, g_TD
+
+
 def permute(x_TD: torch.Tensor, token_N: torch.Tensor) -> torch.Tensor:
     """(N, D): row n is a copy of token token_N[n]."""
     return _Permute.apply(x_TD, token_N, x_TD.shape[0], True)
@@ -410,34 +428,38 @@ class MoE(nn.Module):
         B, T, D = x_BTD.shape
         x_TD = x_BTD.reshape(B * T, D)
         scores_TE, idx_TK, gates_TK = self.route(x_TD)
+        idx_N = idx_TK.view(-1)  # once, for the counts and the sort
         if self.assume_balanced:
             counts_E = balanced_counts(idx_TK.numel(), self.num_experts)
         else:
-            counts_E = expert_counts(idx_TK, self.num_experts)
+            counts_E = expert_counts(idx_N, self.num_experts)
         if self.training and torch.is_grad_enabled() and not recomputing() and not self.assume_balanced:
             with torch.no_grad():  # the int64 counts promoted inside the add, as a cast would make them
                 self.tokens_per_expert.add_(counts_E)
 
-        order_N = torch.argsort(idx_TK.view(-1), stable=True)  # token-expert pairs grouped by expert
+        order_N = torch.argsort(idx_N, stable=True)  # token-expert pairs grouped by expert
         token_N = order_N // self.top_k
-        # the gates scale each copy inside its expert, before the down-projection (`ops._SwiGLU`)
-        gates_N = gates_TK.flatten().index_select(0, order_N)
-        y_ND = self.dispatch(permute(x_TD, token_N), gates_N, counts_E, self.experts)
-        out_TD = unpermute(y_ND.to(x_TD.dtype), token_N, B * T)
+        # the gates scale each copy inside its expert, before the down-projection (`ops._SwiGLU`);
+        # a column (N, 1), as SwiGLU multiplies rows by it
+        gates_N1 = gates_TK.view(-1, 1).index_select(0, order_N)
+        y_ND = self.dispatch(permute(x_TD, token_N), gates_N1, counts_E, self.experts).to(x_TD.dtype)
         if self.shared is not None:
-            out_TD = out_TD + self.shared(x_TD)
-        out_TD = self._attach_aux(out_TD, scores_TE.view(B, T, -1), idx_TK.view(B, T, -1))
+            out_TD = _Combine.apply(y_ND, token_N, self.shared(x_TD))
+        else:
+            out_TD = unpermute(y_ND, token_N, B * T)
+        out_TD = self._attach_aux(out_TD, scores_TE, idx_TK, B)
         return out_TD.view(B, T, D)
 
-    def _attach_aux(self, out_TD: torch.Tensor, scores_BTE: torch.Tensor, idx_BTK: torch.Tensor) -> torch.Tensor:
+    def _attach_aux(self, out_TD: torch.Tensor, scores_TE: torch.Tensor, idx_TK: torch.Tensor, batch: int) -> torch.Tensor:
         if not (self.training and torch.is_grad_enabled()):
             return out_TD
         aux = None
         if self.cfg.balance == "aux_loss" and self.cfg.aux_alpha > 0:
-            flat = scores_BTE.reshape(1, -1, self.num_experts), idx_BTK.reshape(1, -1, self.top_k)
+            flat = scores_TE.view(1, -1, self.num_experts), idx_TK.view(1, -1, self.top_k)
             aux = self.cfg.aux_alpha * balance_loss(*flat, self.num_experts)
         elif self.cfg.balance.endswith("seq_aux") and self.cfg.seq_alpha > 0:
-            aux = self.cfg.seq_alpha * balance_loss(scores_BTE, idx_BTK, self.num_experts)
+            per_row = scores_TE.view(batch, -1, self.num_experts), idx_TK.view(batch, -1, self.top_k)
+            aux = self.cfg.seq_alpha * balance_loss(*per_row, self.num_experts)
         return out_TD if aux is None else _AddAuxGrad.apply(out_TD, aux, self.aux_grad_scale)
 
 

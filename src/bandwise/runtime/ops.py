@@ -35,12 +35,21 @@ class _RMSNorm(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:  # type: ignore[override]
-        x32 = x.to(_compute_dtype(x))
-        r = torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
+        dt = _compute_dtype(x)
+        if type(x) is torch.Tensor:
+            # mean(x²) + eps as ‖x‖² / D + eps: the norm reads x in its own dtype and sums in dt
+            # (`linalg_vector_norm`'s dtype argument), so no dt copy of x is made; 3 ops where the
+            # cast, square, mean and add are 4 (and x, a weight of another dtype, promote inside
+            # the multiplies below). DTensor rows (sequence parallelism) take the plain ops.
+            n = torch.linalg.vector_norm(x, 2, -1, True, dtype=dt)
+            r = torch.rsqrt(torch.addcmul(torch.tensor(eps, dtype=dt), n, n, value=1.0 / x.shape[-1]))
+            y = x * r * weight
+        else:
+            x32 = x.to(dt)
+            r = torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
+            y = x32 * r * weight
         ctx.save_for_backward(x, weight, r)
-        # the weight (bf16 under master weights) is promoted inside the multiply, as a cast would
-        # make it, to the same values: one op fewer a call
-        return (x32 * r * weight).to(x.dtype)
+        return y.to(x.dtype)
 
     @staticmethod
     def backward(ctx, g: torch.Tensor):  # type: ignore[override]
@@ -170,6 +179,44 @@ def linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return F.linear(x, w)
 
 
+class _Linears(torch.autograd.Function):
+    """y_i = x · w_iᵀ for several weights that read the same rows x (q, k and v; an MLP's w1 and w3).
+
+    As `_Linear` each, except that the input's gradient is summed inside: dx = g_1 · w_1, then
+    `addmm` adds each g_i · w_i to it, where separate nodes each return a product that autograd then
+    adds (an `mm` and an `add` a weight become one `addmm`). The sum is rounded once per weight
+    instead of twice in bf16 (the product, then the sum), so the gradient differs from
+    `_Linear`'s in the last bit."""
+
+    # two or three weights, as named arguments: torch.compile traces no variadic forward
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, w3: torch.Tensor | None):  # type: ignore[override]
+        ws = (w1, w2) if w3 is None else (w1, w2, w3)
+        ctx.save_for_backward(x, *ws)
+        return tuple(torch.mm(x, w.t()) for w in ws)
+
+    @staticmethod
+    def backward(ctx, *gs: torch.Tensor):  # type: ignore[override]
+        x, *ws = ctx.saved_tensors
+        dx = None
+        if ctx.needs_input_grad[0]:
+            for g, w in zip(gs, ws):
+                if g is not None:
+                    dx = torch.mm(g, w) if dx is None else torch.addmm(dx, g, w)
+        dws = [torch.mm(g.t(), x) if g is not None and need else None for g, w, need in zip(gs, ws, ctx.needs_input_grad[1:])]
+        return dx, *dws, *([None] * (3 - len(ws)))
+
+
+def linears(x: torch.Tensor, *ws: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """(x · w_1ᵀ, x · w_2ᵀ[, x · w_3ᵀ]) for rows x (N, D): one node (`_Linears`) where `linear` would
+    take `_Linear` for each, else `linear` for each."""
+    dtype = torch.get_autocast_dtype(x.device.type) if torch.is_autocast_enabled(x.device.type) else x.dtype
+    plain = (torch.Tensor, torch.nn.Parameter)
+    if len(ws) in (2, 3) and x.dim() == 2 and type(x) is torch.Tensor and x.dtype == dtype and all(type(w) in plain and w.dtype == dtype for w in ws):
+        return _Linears.apply(x, *ws, *([None] * (3 - len(ws))))
+    return tuple(linear(x, w) for w in ws)
+
+
 SWIGLU_CHUNK_ELEMENTS = 2**24
 """Elements per chunk of the SwiGLU backward (its temporaries: 32 MiB each in bf16)."""
 
@@ -194,7 +241,9 @@ class _SwiGLU(torch.autograd.Function):
         ctx.save_for_backward(a, b, *(() if w is None else (w,)))
         out = F.silu(a) * b
         if w is not None:
-            out.mul_(w[..., None])  # computed in the wider dtype, rounded once to out's
+            # computed in the wider dtype, rounded once to out's; w a column (rows, 1) already (an
+            # MoE layer's gates) or one weight per row of a's leading dimensions
+            out.mul_(w if w.dim() == a.dim() else w[..., None])
         return out
 
     @staticmethod
@@ -204,28 +253,31 @@ class _SwiGLU(torch.autograd.Function):
         width = a.shape[-1]
         flat = a.dim() != 2  # rows already (an MoE layer's experts): no reshape, each an op a call
         a2, b2, g2 = (a.reshape(-1, width), b.reshape(-1, width), g.reshape(-1, width)) if flat else (a, b, g)
-        w1 = None if w is None else w.reshape(-1) if w.dim() != 1 else w
+        # the weights as a column (rows, 1); the gradient is returned in w's own shape
+        w1 = None if w is None else w if w.dim() == 2 and w.shape[1] == 1 else w.reshape(-1, 1)
         rows = max(1, SWIGLU_CHUNK_ELEMENTS // width)
         if a2.shape[0] <= rows:  # one chunk: no buffers to fill and no slicing, a handful of ops
             s = F.silu(a2)
             dw = None
             if w1 is not None:  # g2 promoted inside the multiply to the cast's values
-                dw = torch.sum((s * b2).to(w1.dtype) * g2, -1)
-                g2 = (g2 * w1[:, None]).to(g.dtype)
+                dw = torch.sum((s * b2).to(w1.dtype) * g2, -1, keepdim=True)
+                g2 = (g2 * w1).to(g.dtype)
             db = g2 * s
             del s
             da = torch.ops.aten.silu_backward(g2 * b2, a2)
+            if dw is not None and dw.shape != w.shape:
+                dw = dw.view(w.shape)
             if not flat:
                 return da, db, dw
-            return da.view(a.shape), db.view(b.shape), None if dw is None else dw.view(w.shape)
+            return da.view(a.shape), db.view(b.shape), dw
         da, db = torch.empty_like(a2), torch.empty_like(b2)
         dw = None if w1 is None else torch.empty_like(w1)
         for i in range(0, a2.shape[0], rows):
             ac, bc, gc = a2[i : i + rows], b2[i : i + rows], g2[i : i + rows]
             s = F.silu(ac)
             if w1 is not None:
-                wc = w1[i : i + rows, None]
-                dw[i : i + rows] = torch.sum(gc.to(wc.dtype) * (s * bc).to(wc.dtype), -1)
+                wc = w1[i : i + rows]
+                dw[i : i + rows] = torch.sum((s * bc).to(wc.dtype) * gc, -1, keepdim=True)
                 gc = (gc * wc).to(g.dtype)
             torch.mul(gc, s, out=db[i : i + rows])
             del s
