@@ -58,11 +58,17 @@ class Linear(nn.Linear):
         return linear(x, self.weight)
 
 
+def plain(*modules: nn.Module) -> bool:
+    """Whether every module is a `Linear` that nothing hooks. A tensor-parallel style hooks its
+    modules, and lays out their inputs and outputs by dimension (sequence parallelism shards
+    dimension 1 of (B, T, D)), so those are called as they are, on the shapes the plan expects."""
+    return all(type(m) is Linear and not (m._forward_hooks or m._forward_pre_hooks) for m in modules)
+
+
 def project(x: torch.Tensor, *modules: nn.Module) -> tuple[torch.Tensor, ...]:
-    """Each module applied to the same rows x: one node (`ops.linears`) where every module is a plain
-    `Linear` that nothing hooks (a tensor-parallel style hooks its modules; their weights are
-    DTensors as well), else each module called."""
-    if all(type(m) is Linear and not (m._forward_hooks or m._forward_pre_hooks) for m in modules):
+    """Each module applied to the same rows x: one node (`ops.linears`) where the modules are
+    `plain`, else each module called."""
+    if plain(*modules):
         return linears(x, *(m.weight for m in modules))
     return tuple(m(x) for m in modules)
 
@@ -85,7 +91,8 @@ class FeedForward(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # rows once for the three projections and the activation, each of which would flatten and
         # restore the leading dimensions again, forward and backward (two ops a linear each way)
-        rows = x if x.dim() == 2 else x.reshape(-1, x.shape[-1])
+        mods = (self.w1, self.w2) if self.w3 is None else (self.w1, self.w2, self.w3)
+        rows = x if x.dim() == 2 or not plain(*mods) else x.reshape(-1, x.shape[-1])
         args = project(rows, self.w1, self.w3) if self.w3 is not None else (self.w1(rows),)
         fn = swiglu if self.w3 is not None else self.act
         if self.recompute_core:

@@ -33,7 +33,7 @@ from torch.utils.checkpoint import checkpoint
 
 from bandwise.errors import BandwiseError
 from bandwise.runtime.init import init_parameters
-from bandwise.runtime.layers import FeedForward, Linear, RMSNorm, project, recompute_guard
+from bandwise.runtime.layers import FeedForward, Linear, RMSNorm, plain, project, recompute_guard
 from bandwise.runtime.local_attention import MaskCache, local_attention
 from bandwise.runtime.mamba import Mamba2Mixer
 from bandwise.runtime.moe import MoE, MoEConfig
@@ -104,6 +104,8 @@ class Attention(nn.Module):
             out = checkpoint(core, q, k, v, use_reentrant=False)
         else:
             out = core(q, k, v)  # (B, H, T, Dh)
+        if not plain(self.wo):  # a tensor-parallel plan lays out (B, T, ·) (`layers.plain`)
+            return self.wo(out.transpose(1, 2).reshape(B, T, -1))
         return self.wo(out.transpose(1, 2).reshape(B * T, -1)).view(B, T, -1)  # rows: see FeedForward.forward
 
 
@@ -167,6 +169,8 @@ class LatentAttention(nn.Module):
         else:
             out = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H, T, q's head dim)
         out = out[..., : self.v_dim] if pad > 0 else out
+        if not plain(self.wo):  # a tensor-parallel plan lays out (B, T, ·) (`layers.plain`)
+            return self.wo(out.transpose(1, 2).reshape(B, T, -1))
         return self.wo(out.transpose(1, 2).reshape(B * T, -1)).view(B, T, -1)  # rows: see FeedForward.forward
 
 
