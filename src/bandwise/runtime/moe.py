@@ -444,7 +444,8 @@ class MoE(nn.Module):
         gates_N1 = gates_TK.view(-1, 1).index_select(0, order_N)
         y_ND = self.dispatch(permute(x_TD, token_N), gates_N1, counts_E, self.experts).to(x_TD.dtype)
         if self.shared is not None:
-            out_TD = _Combine.apply(y_ND, token_N, self.shared(x_TD))
+            # in x's dtype, as the sum of the two was (autocast's shared output is bf16 beside fp32 rows)
+            out_TD = _Combine.apply(y_ND, token_N, self.shared(x_TD).to(y_ND.dtype))
         else:
             out_TD = unpermute(y_ND, token_N, B * T)
         out_TD = self._attach_aux(out_TD, scores_TE, idx_TK, B)
