@@ -97,7 +97,9 @@ def _rotate(x: torch.Tensor, turn_T1P: torch.Tensor, *, sign: float, shape: tupl
     one op, where the conjugate is two (a lazy conj() would be cloned by the multiply)."""
     B, T, H, Dh = shape or x.shape
     pairs = x.to(_compute_dtype(x))
-    if pairs.stride(-1) != 1:  # a view_as_complex needs unit stride on the pairs
+    # a view_as_complex needs unit stride on the pairs, and even strides and offset elsewhere; a
+    # transposed gradient has them, so it is not copied
+    if pairs.stride(-1) != 1 or pairs.storage_offset() % 2 or any(st % 2 for st in pairs.stride()[:-1]):
         pairs = pairs.contiguous()
     z = torch.view_as_complex(pairs.view(B, T, H, Dh // 2, 2))
     turn = turn_T1P if turn_T1P.shape[0] == T else turn_T1P[:T]
