@@ -89,15 +89,15 @@ def _(x_ND, w_EDF, offsets_E):
 
 
 @torch.library.custom_op("bandwise::grouped_mm_nt", mutates_args=())
-def _grouped_mm_nt(x_ND: torch.Tensor, w_EFD: torch.Tensor, offsets_E: torch.Tensor) -> torch.Tensor:
-    """x_ND[n] @ w_EFD[e]ᵀ per group: the input's gradient through the stored weight, transposed
-    here as the op reads it (a view, not an op of the step's own)."""
-    return _TORCH_GROUPED_MM(x_ND, w_EFD.mT, offs=offsets_E)
+def _grouped_mm_nt(g_NF: torch.Tensor, w_EDF: torch.Tensor, offsets_E: torch.Tensor) -> torch.Tensor:
+    """g_NF[n] @ w_EDF[e]ᵀ per group: the input's gradient through the stored weight, transposed
+    here as the op reads it (a view inside the op, not an op of the step's own)."""
+    return _TORCH_GROUPED_MM(g_NF, w_EDF.mT, offs=offsets_E)
 
 
 @_grouped_mm_nt.register_fake
-def _(x_ND, w_EFD, offsets_E):
-    return x_ND.new_empty((x_ND.shape[0], w_EFD.shape[-2]))
+def _(g_NF, w_EDF, offsets_E):
+    return g_NF.new_empty((g_NF.shape[0], w_EDF.shape[-2]))
 
 
 @torch.library.custom_op("bandwise::grouped_mm_weight_grad", mutates_args=())
