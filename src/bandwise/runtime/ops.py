@@ -88,7 +88,7 @@ class _Rope(torch.autograd.Function):
 
 
 def _rotate(x: torch.Tensor, turn_T1P: torch.Tensor, *, sign: float, shape: tuple[int, ...] | None = None,
-            out_shape: tuple[int, ...] | None = None) -> torch.Tensor:
+            out_shape: tuple[int, ...] | None = None, transposed: bool = False) -> torch.Tensor:
     """Each pair (x0, x1) as the complex x0 + i·x1 times e^{±iθ} = cos ± i·sin: one multiply, where
     the real form takes a dozen ops a call. x: (B, T, H, Dh), or rows (B·T, H·Dh) with `shape`
     (B, T, H, Dh) given; returned contiguous in x's dtype, shaped as x or `out_shape`. `turn_T1P`: the complex
@@ -97,9 +97,9 @@ def _rotate(x: torch.Tensor, turn_T1P: torch.Tensor, *, sign: float, shape: tupl
     one op, where the conjugate is two (a lazy conj() would be cloned by the multiply)."""
     B, T, H, Dh = shape or x.shape
     pairs = x.to(_compute_dtype(x))
-    # a view_as_complex needs unit stride on the pairs, and even strides and offset elsewhere; a
-    # transposed gradient has them, so it is not copied
-    if pairs.stride(-1) != 1 or pairs.storage_offset() % 2 or any(st % 2 for st in pairs.stride()[:-1]):
+    # a view_as_complex needs unit stride on the pairs and even strides and offset elsewhere;
+    # `transposed`: a transpose of a contiguous tensor (rope_heads' gradient), which has them
+    if not (transposed or pairs.is_contiguous()):
         pairs = pairs.contiguous()
     z = torch.view_as_complex(pairs.view(B, T, H, Dh // 2, 2))
     turn = turn_T1P if turn_T1P.shape[0] == T else turn_T1P[:T]
@@ -131,7 +131,9 @@ class _RopeHeads(torch.autograd.Function):
     def backward(ctx, g_BHTD: torch.Tensor):  # type: ignore[override]
         (turn_T1P,) = ctx.saved_tensors
         B, T, H, Dh = ctx.heads_shape
-        return _rotate(g_BHTD.transpose(1, 2), turn_T1P, sign=-1.0, out_shape=(B * T, H * Dh)), None, None, None
+        g_BTHD = g_BHTD.transpose(1, 2)
+        transposed = g_BHTD.is_contiguous()  # else copied as any other input
+        return _rotate(g_BTHD, turn_T1P, sign=-1.0, out_shape=(B * T, H * Dh), transposed=transposed), None, None, None
 
 
 def rope_heads(x_NF: torch.Tensor, turn_T1P: torch.Tensor, batch: int, head_dim: int) -> torch.Tensor:
