@@ -7,6 +7,9 @@ The counter is loaded from this checkout's file, so the same script counts an ol
     python benchmarks/step_ops.py                                  # this checkout
     git archive b7e3ca0 src | tar -x -C /tmp/base
     PYTHONPATH=/tmp/base/src python benchmarks/step_ops.py         # the code before master weights
+    PYTHONPATH=/tmp/base/src python benchmarks/step_ops.py --foreach   # ... with torch's foreach AdamW
+
+The "issue" line sums the phases issue 52 counts (forward, backward, optimizer).
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ def main(argv: list[str] | None = None) -> dict[str, tuple[int, int, int]]:
     ap.add_argument("--model", default="debug-moe")
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--top", type=int, default=8, help="Most frequent ops to list per phase.")
+    ap.add_argument("--foreach", action="store_true", help="Where the checkout has no optimizer of its own: torch's AdamW with foreach=True "
+                    "(on the CPU its default is the per-parameter loop).")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     spec = get_model(args.model).with_seq_len(args.tokens)
@@ -44,7 +49,7 @@ def main(argv: list[str] | None = None) -> dict[str, tuple[int, int, int]]:
 
         opt = make_optimizers(par, cfg, dtype, torch.device("cpu"), distributed=False)[0]
     except ImportError:
-        opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
+        opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay, foreach=args.foreach or None)
     loss_fn = make_loss_fn(None, strategy, spec)
     moes = [m for m in model.modules() if isinstance(m, MoE)]
     params = list(model.parameters())
@@ -82,7 +87,9 @@ def main(argv: list[str] | None = None) -> dict[str, tuple[int, int, int]]:
         common = ", ".join(f"{n.removeprefix('aten.')} {v}" for n, v in c.by_op.most_common(args.top))
         print(f"{k:<10} {c.ops:>6} {c.work:>6} {c.param_casts:>13}  {common}")
     print(f"{'step':<10} {total[0]:>6} {total[1]:>6} {total[2]:>13}")
-    rows["step"] = total
+    issue = tuple(sum(rows[k][i] for k in ("forward", "backward", "optimizer")) for i in range(3))
+    print(f"{'issue':<10} {issue[0]:>6} {issue[1]:>6} {issue[2]:>13}  forward + backward + optimizer, as issue 52 counts")
+    rows["step"], rows["issue"] = total, issue
     return rows
 
 

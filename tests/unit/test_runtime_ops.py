@@ -250,8 +250,12 @@ def test_recomputed_product_is_released_until_backward_and_changes_no_bit(gated)
     for ff in (plain, lean):
         xi = x.clone().requires_grad_()
         out = ff(xi)
-        # what the down-projection saved for its weight gradient: its input, the product
-        held = [t for t in _saved_by(out.grad_fn) if tuple(t.shape) == (18, 40)]
+        # what the down-projection saved for its weight gradient: its input, the product (the
+        # first linear's node under the output; SwiGLU's own inputs are rows of that shape too)
+        node = out.grad_fn
+        while node is not None and "Linear" not in node.name():
+            node = node.next_functions[0][0]
+        held = [t for t in node.saved_tensors if tuple(t.shape) == (18, 40)]
         results.append((out, [t.untyped_storage().nbytes() for t in held]))
         out.backward(g)
         results[-1] += (xi.grad, *(p.grad for p in ff.parameters()))

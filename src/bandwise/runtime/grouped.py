@@ -88,6 +88,18 @@ def _(x_ND, w_EDF, offsets_E):
     return x_ND.new_empty((x_ND.shape[0], w_EDF.shape[-1]))
 
 
+@torch.library.custom_op("bandwise::grouped_mm_nt", mutates_args=())
+def _grouped_mm_nt(g_NF: torch.Tensor, w_EDF: torch.Tensor, offsets_E: torch.Tensor) -> torch.Tensor:
+    """g_NF[n] @ w_EDF[e]ᵀ per group: the input's gradient through the stored weight, transposed
+    here as the op reads it (a view inside the op, not an op of the step's own)."""
+    return _TORCH_GROUPED_MM(g_NF, w_EDF.mT, offs=offsets_E)
+
+
+@_grouped_mm_nt.register_fake
+def _(g_NF, w_EDF, offsets_E):
+    return g_NF.new_empty((g_NF.shape[0], w_EDF.shape[-2]))
+
+
 @torch.library.custom_op("bandwise::grouped_mm_weight_grad", mutates_args=())
 def _grouped_weight_grad(x_ND: torch.Tensor, g_NF: torch.Tensor, offsets_E: torch.Tensor) -> torch.Tensor:
     """(E, D, F): X_eᵀ · dY_e per group (an empty group's is zeroed by `_GroupedLinear.backward`
@@ -110,7 +122,7 @@ class _GroupedLinear(torch.autograd.Function):
     def backward(ctx, g_NF: torch.Tensor):  # type: ignore[override]
         x_ND, w_EDF, offsets_E, keep_E11 = ctx.saved_tensors
         g_NF = g_NF.contiguous()
-        dx = _grouped_mm(g_NF, w_EDF.to(g_NF.dtype).mT, offsets_E) if ctx.needs_input_grad[0] else None
+        dx = _grouped_mm_nt(g_NF, w_EDF.to(g_NF.dtype), offsets_E) if ctx.needs_input_grad[0] else None
         dw = None
         if ctx.needs_input_grad[1]:
             dw = _grouped_weight_grad(x_ND, g_NF, offsets_E).to(w_EDF.dtype)

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bandwise.runtime.ops import linear, recomputed_between, rms_norm, swiglu
+from bandwise.runtime.ops import linear, linears, recomputed_between, rms_norm, swiglu
 
 _RECOMPUTING = [False]
 
@@ -58,6 +58,21 @@ class Linear(nn.Linear):
         return linear(x, self.weight)
 
 
+def plain(*modules: nn.Module) -> bool:
+    """Whether every module is a `Linear` that nothing hooks. A tensor-parallel style hooks its
+    modules, and lays out their inputs and outputs by dimension (sequence parallelism shards
+    dimension 1 of (B, T, D)), so those are called as they are, on the shapes the plan expects."""
+    return all(type(m) is Linear and not (m._forward_hooks or m._forward_pre_hooks) for m in modules)
+
+
+def project(x: torch.Tensor, *modules: nn.Module) -> tuple[torch.Tensor, ...]:
+    """Each module applied to the same rows x: one node (`ops.linears`) where the modules are
+    `plain`, else each module called."""
+    if plain(*modules):
+        return linears(x, *(m.weight for m in modules))
+    return tuple(m(x) for m in modules)
+
+
 class FeedForward(nn.Module):
     """SwiGLU: w2(silu(w1 x) · w3 x) (Shazeer 2020, "GLU Variants Improve Transformer"); without
     the gate, GPT's w2(gelu(w1 x)) (Radford et al. 2019; Brown et al. 2020), or w2(relu(w1 x)²)
@@ -74,8 +89,14 @@ class FeedForward(nn.Module):
         for w2's weight gradient (`ops.recomputed_between`)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        args = (self.w1(x), self.w3(x)) if self.w3 is not None else (self.w1(x),)
+        # rows once for the three projections and the activation, each of which would flatten and
+        # restore the leading dimensions again, forward and backward (two ops a linear each way)
+        mods = (self.w1, self.w2) if self.w3 is None else (self.w1, self.w2, self.w3)
+        rows = x if x.dim() == 2 or not plain(*mods) else x.reshape(-1, x.shape[-1])
+        args = project(rows, self.w1, self.w3) if self.w3 is not None else (self.w1(rows),)
         fn = swiglu if self.w3 is not None else self.act
         if self.recompute_core:
-            return recomputed_between(fn, args, self.w2)
-        return self.w2(fn(*args))
+            out = recomputed_between(fn, args, self.w2)
+        else:
+            out = self.w2(fn(*args))
+        return out if rows is x else out.view(*x.shape[:-1], out.shape[-1])

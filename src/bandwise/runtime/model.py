@@ -33,11 +33,11 @@ from torch.utils.checkpoint import checkpoint
 
 from bandwise.errors import BandwiseError
 from bandwise.runtime.init import init_parameters
-from bandwise.runtime.layers import FeedForward, Linear, RMSNorm, recompute_guard
+from bandwise.runtime.layers import FeedForward, Linear, RMSNorm, plain, project, recompute_guard
 from bandwise.runtime.local_attention import MaskCache, local_attention
 from bandwise.runtime.mamba import Mamba2Mixer
 from bandwise.runtime.moe import MoE, MoEConfig
-from bandwise.runtime.ops import apply_rope
+from bandwise.runtime.ops import apply_rope, rope_heads
 from bandwise.specs.layer_order import LayerKind, layer_kinds
 from bandwise.specs.model import ModelSpec
 
@@ -88,11 +88,10 @@ class Attention(nn.Module):
     def forward(self, x_BTD: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
         B, T, D = x_BTD.shape
         x_ND = x_BTD.view(B * T, D)  # once for the three projections, each of which would flatten it again
-        q_BTHD = self.wq(x_ND).view(B, T, -1, self.head_dim)
-        k_BTKD = self.wk(x_ND).view(B, T, -1, self.head_dim)
-        v_BTKD = self.wv(x_ND).view(B, T, -1, self.head_dim)
-        q_BTHD, k_BTKD = apply_rope(q_BTHD, rope), apply_rope(k_BTKD, rope)
-        q, k, v = (t.transpose(1, 2) for t in (q_BTHD, k_BTKD, v_BTKD))  # (B, heads, T, Dh)
+        # (B, heads, T, Dh); q and k viewed, rotated and transposed in one node (`ops.rope_heads`)
+        q, k, v = project(x_ND, self.wq, self.wk, self.wv)  # one node, the input's gradient summed inside
+        q, k = rope_heads(q, rope, B, self.head_dim), rope_heads(k, rope, B, self.head_dim)
+        v = v.view(B, T, -1, self.head_dim).transpose(1, 2)
         # GQA inside the kernel (`enable_gqa`): K/V are read at Hkv heads, not expanded to H heads
         # and saved so for backward (the dry run measured 3.5x the saved bytes of one Llama 3 8B
         # attention call with the expansion)
@@ -105,7 +104,9 @@ class Attention(nn.Module):
             out = checkpoint(core, q, k, v, use_reentrant=False)
         else:
             out = core(q, k, v)  # (B, H, T, Dh)
-        return self.wo(out.transpose(1, 2).reshape(B, T, -1))
+        if not plain(self.wo):  # a tensor-parallel plan lays out (B, T, ·) (`layers.plain`)
+            return self.wo(out.transpose(1, 2).reshape(B, T, -1))
+        return self.wo(out.transpose(1, 2).reshape(B * T, -1)).view(B, T, -1)  # rows: see FeedForward.forward
 
 
 class LatentAttention(nn.Module):
@@ -168,7 +169,9 @@ class LatentAttention(nn.Module):
         else:
             out = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H, T, q's head dim)
         out = out[..., : self.v_dim] if pad > 0 else out
-        return self.wo(out.transpose(1, 2).reshape(B, T, -1))
+        if not plain(self.wo):  # a tensor-parallel plan lays out (B, T, ·) (`layers.plain`)
+            return self.wo(out.transpose(1, 2).reshape(B, T, -1))
+        return self.wo(out.transpose(1, 2).reshape(B * T, -1)).view(B, T, -1)  # rows: see FeedForward.forward
 
 
 class _SumGradOverGroup(torch.autograd.Function):

@@ -237,7 +237,8 @@ def expert_counts(idx_TK: torch.Tensor, num_experts: int) -> torch.Tensor:
     and which `torch.compile` cannot trace without a graph break; scattered into a fixed E the
     count needs neither."""
     idx_N = idx_TK.flatten()
-    return torch.zeros(num_experts, dtype=torch.int64, device=idx_N.device).scatter_add_(0, idx_N, torch.ones_like(idx_N))
+    # a scalar 1 added at each index (`scatter_`'s value form): no tensor of ones to make first
+    return torch.zeros(num_experts, dtype=torch.int64, device=idx_N.device).scatter_(0, idx_N, 1, reduce="add")
 
 
 def balanced_counts(pairs: int, experts: int) -> list[int]:
@@ -274,6 +275,67 @@ def balance_loss(scores_BTE: torch.Tensor, idx_BTK: torch.Tensor, num_experts: i
     return (f_BE * probs_BTE.mean(1)).sum(-1).mean()
 
 
+class _Gates(torch.autograd.Function):
+    """The chosen experts' scores normalised over the chosen: ĝ_k = s_k / S with S = Σ_j s_j over a
+    token's K choices (DeepSeek-V3 eq. 13), gathered from scores (T, E).
+
+    Backward in one pass over (T, K): ds_k = (dĝ_k − Σ_j dĝ_j · ĝ_j) / S, scattered back to the
+    chosen columns. Autograd's gather, sum and divide take ten ops for this (`DivBackward0` with
+    both operands, `SumBackward1`'s expand and the sum of the two paths, `GatherBackward0`); this
+    takes six. Saved: the indices, ĝ and S."""
+
+    @staticmethod
+    def forward(ctx, scores_TE: torch.Tensor, idx_TK: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        chosen_TK = scores_TE.gather(1, idx_TK)
+        sum_T1 = chosen_TK.sum(-1, keepdim=True)
+        gates_TK = chosen_TK / sum_T1
+        ctx.save_for_backward(idx_TK, gates_TK, sum_T1)
+        ctx.experts = scores_TE.shape[-1]
+        return gates_TK
+
+    @staticmethod
+    def backward(ctx, g_TK: torch.Tensor):  # type: ignore[override]
+        idx_TK, gates_TK, sum_T1 = ctx.saved_tensors
+        d_TK = (g_TK - (g_TK * gates_TK).sum(-1, keepdim=True)) / sum_T1
+        return g_TK.new_zeros((g_TK.shape[0], ctx.experts)).scatter_(1, idx_TK, d_TK), None
+
+
+class _SigmoidRoute(torch.autograd.Function):
+    """The sigmoid router in one node: scores s = σ(logits), top-k of s + bias (bias None: of s),
+    gates normalised over the chosen (`_Gates`). Returns (scores, chosen experts, gates).
+
+    Backward: the gates' gradient as `_Gates.backward`, plus the scores' own where they are used
+    (the balance losses), through σ' = s(1 − s) (`sigmoid_backward`). Autograd takes 20 ops for
+    this (the sigmoid's and the gates' saved outputs are detached each way); this takes 15."""
+
+    @staticmethod
+    def forward(ctx, logits_TE: torch.Tensor, bias_E: torch.Tensor | None, k: int):  # type: ignore[override]
+        scores_TE = torch.sigmoid(logits_TE)
+        idx_TK = torch.topk(scores_TE if bias_E is None else scores_TE + bias_E, k, dim=-1).indices
+        chosen_TK = scores_TE.gather(1, idx_TK)
+        sum_T1 = chosen_TK.sum(-1, keepdim=True)
+        gates_TK = chosen_TK / sum_T1
+        # the logits, not the scores: a saved output is detached when saved and when unpacked,
+        # where σ is one op again in backward
+        ctx.save_for_backward(logits_TE, idx_TK, chosen_TK, sum_T1)
+        ctx.mark_non_differentiable(idx_TK)
+        ctx.set_materialize_grads(False)
+        return scores_TE, idx_TK, gates_TK
+
+    @staticmethod
+    def backward(ctx, g_scores_TE, _g_idx, g_gates_TK):  # type: ignore[override]
+        logits_TE, idx_TK, chosen_TK, sum_T1 = ctx.saved_tensors
+        scores_TE = torch.sigmoid(logits_TE)
+        d_TE = g_scores_TE
+        if g_gates_TK is not None:
+            # dĝ_k − Σ_j dĝ_j · ĝ_j over S, with ĝ_j = s_j / S
+            d_TK = (g_gates_TK - (g_gates_TK * chosen_TK).sum(-1, keepdim=True) / sum_T1) / sum_T1
+            d_TE = (scores_TE.new_zeros(scores_TE.shape) if d_TE is None else d_TE.clone()).scatter_add_(1, idx_TK, d_TK)
+        if d_TE is None:
+            return None, None, None
+        return torch.ops.aten.sigmoid_backward(d_TE, scores_TE), None, None
+
+
 class _Permute(torch.autograd.Function):
     """Token copies in expert order (`index_select`) and back (`index_add_`), each the other's adjoint.
 
@@ -299,6 +361,23 @@ class _Permute(torch.autograd.Function):
 
 def _scatter_add(y_ND: torch.Tensor, token_N: torch.Tensor, tokens: int) -> torch.Tensor:
     return y_ND.new_zeros((tokens, y_ND.shape[-1])).index_add_(0, token_N, y_ND)
+
+
+class _Combine(torch.autograd.Function):
+    """base_TD plus each token's rows of y_ND: `unpermute` added onto the shared experts' output in
+    one out-of-place `index_add` (a copy of base with the rows added), where the unpermute's zeros,
+    its `index_add_` and the sum with base are three ops. Backward: g itself for base, its rows
+    gathered for y_ND (`index_select`); only the token ids are saved."""
+
+    @staticmethod
+    def forward(ctx, y_ND: torch.Tensor, token_N: torch.Tensor, base_TD: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        ctx.save_for_backward(token_N)
+        return base_TD.index_add(0, token_N, y_ND)
+
+    @staticmethod
+    def backward(ctx, g_TD: torch.Tensor):  # type: ignore[override]
+        (token_N,) = ctx.saved_tensors
+        return g_TD.index_select(0, token_N) if ctx.needs_input_grad[0] else None, None, g_TD
 
 
 def permute(x_TD: torch.Tensor, token_N: torch.Tensor) -> torch.Tensor:
@@ -338,45 +417,50 @@ class MoE(nn.Module):
         """Returns scores (T, E) fp32, chosen experts (T, K) and gates (T, K)."""
         logits_TE = self.gate(x_TD)
         logits_TE = logits_TE.to(torch.float64 if logits_TE.dtype == torch.float64 else torch.float32)  # not promote_types: an aten op
-        scores_TE = torch.sigmoid(logits_TE) if self.cfg.router == "sigmoid" else torch.softmax(logits_TE, dim=-1)
-        select_TE = scores_TE + self.expert_bias if self.cfg.aux_free else scores_TE
-        idx_TK = torch.topk(select_TE, self.top_k, dim=-1).indices
-        gates_TK = scores_TE.gather(1, idx_TK)  # unbiased scores (Wang et al. 2024)
-        gates_TK = gates_TK / gates_TK.sum(-1, keepdim=True)
-        return scores_TE, idx_TK, gates_TK
+        bias_E = self.expert_bias if self.cfg.aux_free else None
+        if self.cfg.router == "sigmoid":
+            return _SigmoidRoute.apply(logits_TE, bias_E, self.top_k)
+        scores_TE = torch.softmax(logits_TE, dim=-1)
+        idx_TK = torch.topk(scores_TE if bias_E is None else scores_TE + bias_E, self.top_k, dim=-1).indices
+        return scores_TE, idx_TK, _Gates.apply(scores_TE, idx_TK)  # unbiased scores (Wang et al. 2024)
 
     def forward(self, x_BTD: torch.Tensor) -> torch.Tensor:
         B, T, D = x_BTD.shape
         x_TD = x_BTD.reshape(B * T, D)
         scores_TE, idx_TK, gates_TK = self.route(x_TD)
+        idx_N = idx_TK.view(-1)  # once, for the counts and the sort
         if self.assume_balanced:
             counts_E = balanced_counts(idx_TK.numel(), self.num_experts)
         else:
-            counts_E = expert_counts(idx_TK, self.num_experts)
+            counts_E = expert_counts(idx_N, self.num_experts)
         if self.training and torch.is_grad_enabled() and not recomputing() and not self.assume_balanced:
-            with torch.no_grad():
-                self.tokens_per_expert += counts_E.to(self.tokens_per_expert.dtype)
+            with torch.no_grad():  # the int64 counts promoted inside the add, as a cast would make them
+                self.tokens_per_expert.add_(counts_E)
 
-        order_N = torch.argsort(idx_TK.flatten(), stable=True)  # token-expert pairs grouped by expert
+        order_N = torch.argsort(idx_N, stable=True)  # token-expert pairs grouped by expert
         token_N = order_N // self.top_k
-        # the gates scale each copy inside its expert, before the down-projection (`ops._SwiGLU`)
-        gates_N = gates_TK.flatten().index_select(0, order_N)
-        y_ND = self.dispatch(permute(x_TD, token_N), gates_N, counts_E, self.experts)
-        out_TD = unpermute(y_ND.to(x_TD.dtype), token_N, B * T)
+        # the gates scale each copy inside its expert, before the down-projection (`ops._SwiGLU`);
+        # a column (N, 1), as SwiGLU multiplies rows by it
+        gates_N1 = gates_TK.view(-1, 1).index_select(0, order_N)
+        y_ND = self.dispatch(permute(x_TD, token_N), gates_N1, counts_E, self.experts).to(x_TD.dtype)
         if self.shared is not None:
-            out_TD = out_TD + self.shared(x_TD)
-        out_TD = self._attach_aux(out_TD, scores_TE.view(B, T, -1), idx_TK.view(B, T, -1))
+            # in x's dtype, as the sum of the two was (autocast's shared output is bf16 beside fp32 rows)
+            out_TD = _Combine.apply(y_ND, token_N, self.shared(x_TD).to(y_ND.dtype))
+        else:
+            out_TD = unpermute(y_ND, token_N, B * T)
+        out_TD = self._attach_aux(out_TD, scores_TE, idx_TK, B)
         return out_TD.view(B, T, D)
 
-    def _attach_aux(self, out_TD: torch.Tensor, scores_BTE: torch.Tensor, idx_BTK: torch.Tensor) -> torch.Tensor:
+    def _attach_aux(self, out_TD: torch.Tensor, scores_TE: torch.Tensor, idx_TK: torch.Tensor, batch: int) -> torch.Tensor:
         if not (self.training and torch.is_grad_enabled()):
             return out_TD
         aux = None
         if self.cfg.balance == "aux_loss" and self.cfg.aux_alpha > 0:
-            flat = scores_BTE.reshape(1, -1, self.num_experts), idx_BTK.reshape(1, -1, self.top_k)
+            flat = scores_TE.view(1, -1, self.num_experts), idx_TK.view(1, -1, self.top_k)
             aux = self.cfg.aux_alpha * balance_loss(*flat, self.num_experts)
         elif self.cfg.balance.endswith("seq_aux") and self.cfg.seq_alpha > 0:
-            aux = self.cfg.seq_alpha * balance_loss(scores_BTE, idx_BTK, self.num_experts)
+            per_row = scores_TE.view(batch, -1, self.num_experts), idx_TK.view(batch, -1, self.top_k)
+            aux = self.cfg.seq_alpha * balance_loss(*per_row, self.num_experts)
         return out_TD if aux is None else _AddAuxGrad.apply(out_TD, aux, self.aux_grad_scale)
 
 

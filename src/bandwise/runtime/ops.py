@@ -35,18 +35,32 @@ class _RMSNorm(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:  # type: ignore[override]
-        x32 = x.to(_compute_dtype(x))
-        r = torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
+        dt = _compute_dtype(x)
+        if type(x) is torch.Tensor:
+            # mean(x²) + eps as ‖x‖² / D + eps: the norm reads x in its own dtype and sums in dt
+            # (`linalg_vector_norm`'s dtype argument), so no dt copy of x is made; 3 ops where the
+            # cast, square, mean and add are 4 (and x, a weight of another dtype, promote inside
+            # the multiplies below). DTensor rows (sequence parallelism) take the plain ops.
+            n = torch.linalg.vector_norm(x, 2, -1, True, dtype=dt)
+            r = torch.rsqrt(torch.addcmul(torch.tensor(eps, dtype=dt), n, n, value=1.0 / x.shape[-1]))
+            y = x * r * weight
+        else:
+            x32 = x.to(dt)
+            r = torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
+            y = x32 * r * weight
         ctx.save_for_backward(x, weight, r)
-        return (x32 * r * weight.to(x32.dtype)).to(x.dtype)
+        return y.to(x.dtype)
 
     @staticmethod
     def backward(ctx, g: torch.Tensor):  # type: ignore[override]
         x, weight, r = ctx.saved_tensors
-        xh = x.to(r.dtype) * r
-        g32 = g.to(r.dtype)
-        u = g32 * weight.to(r.dtype)
-        dx = r * (u - xh * (u * xh).mean(-1, keepdim=True))
+        xh = x * r  # x and the weight promoted to r's dtype inside the multiplies: no cast ops
+        # g too, where the weight is in r's dtype already (an fp32 norm weight beside bf16 matrices):
+        # the product is then computed in fp32, as after a cast
+        g32 = g if weight.dtype == r.dtype else g.to(r.dtype)
+        u = g32 * weight
+        # u − x̂ · mean(u · x̂) as one addcmul, not a multiply and a subtraction
+        dx = r * torch.addcmul(u, xh, (u * xh).mean(-1, keepdim=True), value=-1)
         dw = (g32 * xh).sum(dim=tuple(range(xh.ndim - 1)))  # over every row (sequence shards: partial sums)
         return dx.to(x.dtype), dw.to(weight.dtype), None
 
@@ -73,25 +87,58 @@ class _Rope(torch.autograd.Function):
         return _rotate(g, turn_T1P, sign=-1.0), None
 
 
-def _rotate(x_BTHD: torch.Tensor, turn_T1P: torch.Tensor, *, sign: float) -> torch.Tensor:
+def _rotate(x: torch.Tensor, turn_T1P: torch.Tensor, *, sign: float, shape: tuple[int, ...] | None = None,
+            out_shape: tuple[int, ...] | None = None, transposed: bool = False) -> torch.Tensor:
     """Each pair (x0, x1) as the complex x0 + i·x1 times e^{±iθ} = cos ± i·sin: one multiply, where
-    the real form takes a dozen ops a call. `turn_T1P`: the complex table of `model.rope_tables`,
-    (positions, 1, Dh/2); sliced only when the sequence is shorter than it."""
-    B, T, H, Dh = x_BTHD.shape
-    pairs = x_BTHD.to(_compute_dtype(x_BTHD))
-    if not pairs.is_contiguous():  # a view_as_complex needs unit stride on the pairs
+    the real form takes a dozen ops a call. x: (B, T, H, Dh), or rows (B·T, H·Dh) with `shape`
+    (B, T, H, Dh) given; returned contiguous in x's dtype, shaped as x or `out_shape`. `turn_T1P`: the complex
+    table of `model.rope_tables`, (positions, 1, Dh/2); sliced only when the sequence is shorter.
+    The backward turns by −θ as a division by the table (|e^{iθ}| = 1, so z / e^{iθ} = z · e^{−iθ}):
+    one op, where the conjugate is two (a lazy conj() would be cloned by the multiply)."""
+    B, T, H, Dh = shape or x.shape
+    pairs = x.to(_compute_dtype(x))
+    # a view_as_complex needs unit stride on the pairs and even strides and offset elsewhere;
+    # `transposed`: a transpose of a contiguous tensor (rope_heads' gradient), which has them
+    if not (transposed or pairs.is_contiguous()):
         pairs = pairs.contiguous()
     z = torch.view_as_complex(pairs.view(B, T, H, Dh // 2, 2))
     turn = turn_T1P if turn_T1P.shape[0] == T else turn_T1P[:T]
     if turn.dtype != z.dtype:  # fp64 rows (gradient checks) against the fp32 table
         turn = turn.to(z.dtype)
-    out = z * (turn if sign > 0 else torch.conj_physical(turn))  # a lazy conj() would be cloned by the multiply
-    return torch.view_as_real(out).view(B, T, H, Dh).to(x_BTHD.dtype)
+    out = z * turn if sign > 0 else z / turn
+    return torch.view_as_real(out).to(x.dtype, memory_format=torch.contiguous_format).view(out_shape or x.shape)
 
 
 def apply_rope(x_BTHD: torch.Tensor, turn_T1P: torch.Tensor) -> torch.Tensor:
     """x rotated pair by pair by the complex table `turn_T1P` (`model.rope_tables`)."""
     return _Rope.apply(x_BTHD, turn_T1P)
+
+
+class _RopeHeads(torch.autograd.Function):
+    """`apply_rope` on a projection's rows (B·T, H·Dh), returned as attention takes it, (B, H, T, Dh).
+
+    The view to heads, the rotation and the transpose as one autograd node: the view's and the
+    transpose's own backward nodes (an op each, each way) are not made, and the gradient comes
+    back as rows, as the projection's backward takes it."""
+
+    @staticmethod
+    def forward(ctx, x_NF: torch.Tensor, turn_T1P: torch.Tensor, batch: int, head_dim: int) -> torch.Tensor:  # type: ignore[override]
+        ctx.save_for_backward(turn_T1P)
+        ctx.heads_shape = shape = (batch, x_NF.shape[0] // batch, x_NF.shape[1] // head_dim, head_dim)
+        return _rotate(x_NF, turn_T1P, sign=1.0, shape=shape, out_shape=shape).transpose(1, 2)
+
+    @staticmethod
+    def backward(ctx, g_BHTD: torch.Tensor):  # type: ignore[override]
+        (turn_T1P,) = ctx.saved_tensors
+        B, T, H, Dh = ctx.heads_shape
+        g_BTHD = g_BHTD.transpose(1, 2)
+        transposed = g_BHTD.is_contiguous()  # else copied as any other input
+        return _rotate(g_BTHD, turn_T1P, sign=-1.0, out_shape=(B * T, H * Dh), transposed=transposed), None, None, None
+
+
+def rope_heads(x_NF: torch.Tensor, turn_T1P: torch.Tensor, batch: int, head_dim: int) -> torch.Tensor:
+    """Rows (B·T, H·Dh) of a q or k projection rotated by `turn_T1P`, as (B, H, T, Dh)."""
+    return _RopeHeads.apply(x_NF, turn_T1P, batch, head_dim)
 
 
 class _Linear(torch.autograd.Function):
@@ -136,6 +183,44 @@ def linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return F.linear(x, w)
 
 
+class _Linears(torch.autograd.Function):
+    """y_i = x · w_iᵀ for several weights that read the same rows x (q, k and v; an MLP's w1 and w3).
+
+    As `_Linear` each, except that the input's gradient is summed inside: dx = g_1 · w_1, then
+    `addmm` adds each g_i · w_i to it, where separate nodes each return a product that autograd then
+    adds (an `mm` and an `add` a weight become one `addmm`). The sum is rounded once per weight
+    instead of twice in bf16 (the product, then the sum), so the gradient differs from
+    `_Linear`'s in the last bit."""
+
+    # two or three weights, as named arguments: torch.compile traces no variadic forward
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, w3: torch.Tensor | None):  # type: ignore[override]
+        ws = (w1, w2) if w3 is None else (w1, w2, w3)
+        ctx.save_for_backward(x, *ws)
+        return tuple(torch.mm(x, w.t()) for w in ws)
+
+    @staticmethod
+    def backward(ctx, *gs: torch.Tensor):  # type: ignore[override]
+        x, *ws = ctx.saved_tensors
+        dx = None
+        if ctx.needs_input_grad[0]:
+            for g, w in zip(gs, ws):
+                if g is not None:
+                    dx = torch.mm(g, w) if dx is None else torch.addmm(dx, g, w)
+        dws = [torch.mm(g.t(), x) if g is not None and need else None for g, w, need in zip(gs, ws, ctx.needs_input_grad[1:])]
+        return dx, *dws, *([None] * (3 - len(ws)))
+
+
+def linears(x: torch.Tensor, *ws: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """(x · w_1ᵀ, x · w_2ᵀ[, x · w_3ᵀ]) for rows x (N, D): one node (`_Linears`) where `linear` would
+    take `_Linear` for each, else `linear` for each."""
+    dtype = torch.get_autocast_dtype(x.device.type) if torch.is_autocast_enabled(x.device.type) else x.dtype
+    plain = (torch.Tensor, torch.nn.Parameter)
+    if len(ws) in (2, 3) and x.dim() == 2 and type(x) is torch.Tensor and x.dtype == dtype and all(type(w) in plain and w.dtype == dtype for w in ws):
+        return _Linears.apply(x, *ws, *([None] * (3 - len(ws))))
+    return tuple(linear(x, w) for w in ws)
+
+
 SWIGLU_CHUNK_ELEMENTS = 2**24
 """Elements per chunk of the SwiGLU backward (its temporaries: 32 MiB each in bf16)."""
 
@@ -160,7 +245,9 @@ class _SwiGLU(torch.autograd.Function):
         ctx.save_for_backward(a, b, *(() if w is None else (w,)))
         out = F.silu(a) * b
         if w is not None:
-            out.mul_(w[..., None])  # computed in the wider dtype, rounded once to out's
+            # computed in the wider dtype, rounded once to out's; w a column (rows, 1) already (an
+            # MoE layer's gates) or one weight per row of a's leading dimensions
+            out.mul_(w if w.dim() == a.dim() else w[..., None])
         return out
 
     @staticmethod
@@ -170,28 +257,31 @@ class _SwiGLU(torch.autograd.Function):
         width = a.shape[-1]
         flat = a.dim() != 2  # rows already (an MoE layer's experts): no reshape, each an op a call
         a2, b2, g2 = (a.reshape(-1, width), b.reshape(-1, width), g.reshape(-1, width)) if flat else (a, b, g)
-        w1 = None if w is None else w.reshape(-1) if w.dim() != 1 else w
+        # the weights as a column (rows, 1); the gradient is returned in w's own shape
+        w1 = None if w is None else w if w.dim() == 2 and w.shape[1] == 1 else w.reshape(-1, 1)
         rows = max(1, SWIGLU_CHUNK_ELEMENTS // width)
         if a2.shape[0] <= rows:  # one chunk: no buffers to fill and no slicing, a handful of ops
             s = F.silu(a2)
             dw = None
-            if w1 is not None:
-                dw = torch.sum(g2.to(w1.dtype) * (s * b2).to(w1.dtype), -1)
-                g2 = (g2 * w1[:, None]).to(g.dtype)
+            if w1 is not None:  # g2 promoted inside the multiply to the cast's values
+                dw = torch.sum((s * b2).to(w1.dtype) * g2, -1, keepdim=True)
+                g2 = (g2 * w1).to(g.dtype)
             db = g2 * s
             del s
             da = torch.ops.aten.silu_backward(g2 * b2, a2)
+            if dw is not None and dw.shape != w.shape:
+                dw = dw.view(w.shape)
             if not flat:
                 return da, db, dw
-            return da.view(a.shape), db.view(b.shape), None if dw is None else dw.view(w.shape)
+            return da.view(a.shape), db.view(b.shape), dw
         da, db = torch.empty_like(a2), torch.empty_like(b2)
         dw = None if w1 is None else torch.empty_like(w1)
         for i in range(0, a2.shape[0], rows):
             ac, bc, gc = a2[i : i + rows], b2[i : i + rows], g2[i : i + rows]
             s = F.silu(ac)
             if w1 is not None:
-                wc = w1[i : i + rows, None]
-                dw[i : i + rows] = torch.sum(gc.to(wc.dtype) * (s * bc).to(wc.dtype), -1)
+                wc = w1[i : i + rows]
+                dw[i : i + rows] = torch.sum((s * bc).to(wc.dtype) * gc, -1, keepdim=True)
                 gc = (gc * wc).to(g.dtype)
             torch.mul(gc, s, out=db[i : i + rows])
             del s
@@ -284,10 +374,13 @@ class _CrossEntropy(torch.autograd.Function):
         max_N = z_NV.amax(-1).to(dt)
         if group is not None:
             dist.all_reduce(max_N, op=dist.ReduceOp.MAX, group=group)
-        sum_N = torch.empty(n_rows, dtype=dt, device=z_NV.device)
-        for i in range(0, n_rows, step):
-            # one temporary a chunk: the subtraction promotes to `dt`, the exponential runs in place
-            torch.sum(torch.sub(z_NV[i : i + step], max_N[i : i + step, None]).exp_(), -1, out=sum_N[i : i + step])
+        if n_rows <= step:  # one chunk: no buffer to fill and no slices (an op each)
+            sum_N = torch.sub(z_NV, max_N[:, None]).exp_().sum(-1)
+        else:
+            sum_N = torch.empty(n_rows, dtype=dt, device=z_NV.device)
+            for i in range(0, n_rows, step):
+                # one temporary a chunk: the subtraction promotes to `dt`, the exponential runs in place
+                torch.sum(torch.sub(z_NV[i : i + step], max_N[i : i + step, None]).exp_(), -1, out=sum_N[i : i + step])
         if group is not None:
             dist.all_reduce(sum_N, group=group)
         lse_N = max_N + torch.log(sum_N)
@@ -304,8 +397,12 @@ class _CrossEntropy(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g: torch.Tensor):  # type: ignore[override]
         z_NV, local_N, mine_N, lse_N = ctx.saved_tensors
-        dz_NV = torch.empty_like(z_NV)
         coef = g.to(lse_N.dtype) * ctx.scale
+        if z_NV.shape[0] <= ctx.step:  # one chunk, as in forward
+            p = torch.sub(z_NV, lse_N[:, None]).exp_()
+            p.scatter_add_(1, local_N[:, None], -mine_N[:, None].to(p.dtype))
+            return p.mul_(coef).to(z_NV.dtype), None, None, None, None
+        dz_NV = torch.empty_like(z_NV)
         for i in range(0, z_NV.shape[0], ctx.step):
             p = torch.sub(z_NV[i : i + ctx.step], lse_N[i : i + ctx.step, None]).exp_()  # the chunk's one temporary
             p.scatter_add_(1, local_N[i : i + ctx.step, None], -mine_N[i : i + ctx.step, None].to(p.dtype))

@@ -66,7 +66,10 @@ class AllToAllDispatch:
             in_splits, out_splits = torch.stack([send_PL.sum(1), recv_PL.sum(1)]).tolist()
             per_expert = recv_PL.sum(0)
         x_recv = _AllToAll.apply(x_ND, out_splits, in_splits, self.group)
-        g_recv = _AllToAll.apply(gates_N[:, None], out_splits, in_splits, self.group)[:, 0]  # 4 bytes a row beside 2·D
+        # 4 bytes a row beside 2·D; a column (N, 1) as the layer makes them, or a vector
+        g_recv = _AllToAll.apply(gates_N if gates_N.dim() == 2 else gates_N[:, None], out_splits, in_splits, self.group)
+        if gates_N.dim() == 1:
+            g_recv = g_recv[:, 0]
 
         # Received rows arrive in (source, expert) blocks; the experts want them in (expert, source)
         # order. A stable sort by local expert id does that on the device; its inverse puts the
