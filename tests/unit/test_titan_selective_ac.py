@@ -1,0 +1,122 @@
+"""TorchTitan's op-level selective AC, priced per kept tensor (issue 48, part 4): against torch itself.
+
+TorchTitan's `SelectiveAC` (torchtitan/distributed/activation_checkpoint.py at 73aed7f6c) tags, per block,
+each compute-intensive op MUST_SAVE except every second mm, and everything else PREFER_RECOMPUTE, through
+torch.utils.checkpoint's `create_selective_checkpoint_contexts`. The test writes that rule over a small
+Llama-like block, runs its forward under torch's own checkpoint, and measures which storages the forward
+made are still alive when the backward starts: that is what the step holds per layer, which
+`odd_matmul_bytes_per_token` must give (eager, as this run is).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch.multiprocessing.reductions import StorageWeakRef  # noqa: E402
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts  # noqa: E402
+
+from bandwise.cost.params import DEFAULT_PARAMS  # noqa: E402
+from bandwise.cost.profiles import params_for  # noqa: E402
+from bandwise.cost.remat import odd_matmul_bytes_per_token  # noqa: E402
+from bandwise.cost.step import estimate  # noqa: E402
+from bandwise.specs.registry import get_cluster, get_engine, get_model  # noqa: E402
+from bandwise.specs.strategy import Strategy  # noqa: E402
+
+B, S, H_MODEL, HEADS, KV, D, F = 2, 16, 64, 4, 2, 16, 96
+
+
+def _policy():
+    """TorchTitan's rule, written from its description: save mm and attention outputs, but every second mm."""
+    count = {"forward": 0, "recompute": 0}
+
+    def policy(ctx, func, *args, **kwargs):
+        mode = "recompute" if ctx.is_recompute else "forward"
+        if func == torch.ops.aten.mm.default:
+            count[mode] += 1
+            return CheckpointPolicy.PREFER_RECOMPUTE if count[mode] % 2 == 0 else CheckpointPolicy.MUST_SAVE
+        if "scaled_dot_product" in str(func):
+            return CheckpointPolicy.MUST_SAVE
+        return CheckpointPolicy.PREFER_RECOMPUTE
+
+    return policy
+
+
+class _Made(TorchDispatchMode):
+    """Weak references to the storage of every tensor an op makes."""
+
+    def __init__(self):
+        super().__init__()
+        self.refs = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in out if isinstance(out, (tuple, list)) else (out,):
+            if isinstance(t, torch.Tensor):
+                self.refs.append((StorageWeakRef(t.untyped_storage()), t.untyped_storage().nbytes()))
+        return out
+
+
+def _block(x, w):
+    """A Llama block on (tokens, h): RMSNorm, q/k/v, grouped-query SDPA, o; RMSNorm, SwiGLU. Seven mms."""
+    def norm(t):
+        return t * torch.rsqrt(t.float().pow(2).mean(-1, keepdim=True) + 1e-6).to(t.dtype)
+
+    a = norm(x)
+    q, k, v = a @ w["q"], a @ w["k"], a @ w["v"]
+    q = q.view(B, S, HEADS, D).transpose(1, 2)
+    k = k.view(B, S, KV, D).transpose(1, 2).repeat_interleave(HEADS // KV, dim=1)
+    v = v.view(B, S, KV, D).transpose(1, 2).repeat_interleave(HEADS // KV, dim=1)
+    o = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    x = x + o.transpose(1, 2).reshape(B * S, HEADS * D) @ w["o"]
+    b = norm(x)
+    return x + (torch.nn.functional.silu(b @ w["w1"]) * (b @ w["w3"])) @ w["w2"]
+
+
+def test_the_kept_bytes_are_what_torch_keeps_under_titans_policy():
+    torch.manual_seed(0)
+    shapes = {"q": (H_MODEL, HEADS * D), "k": (H_MODEL, KV * D), "v": (H_MODEL, KV * D), "o": (HEADS * D, H_MODEL),
+              "w1": (H_MODEL, F), "w3": (H_MODEL, F), "w2": (F, H_MODEL)}
+    w = {n: (torch.randn(*s) * 0.05).to(torch.bfloat16).requires_grad_() for n, s in shapes.items()}
+    x = torch.randn(B * S, H_MODEL, dtype=torch.bfloat16, requires_grad=True)
+    made = _Made()
+    with made:
+        out = checkpoint(_block, x, w, use_reentrant=False,
+                         context_fn=lambda: create_selective_checkpoint_contexts(_policy()))
+    out_storage = StorageWeakRef(out.untyped_storage())
+    alive = {r.cdata: n for r, n in made.refs if not r.expired() and r.cdata != out_storage.cdata}
+    held = sum(alive.values())
+    lse = B * HEADS * S * 4  # SDPA's fp32 log-sum-exp, left out of the pricing
+    m = replace(get_model("llama3-8b"), hidden=H_MODEL, heads=HEADS, kv_heads=KV, head_dim=D, ffn=F)
+    tokens = B * S
+    # the block's input is the caller's here; the checkpoint keeps it in a real step
+    assert held + tokens * 2 * H_MODEL - lse == pytest.approx(tokens * odd_matmul_bytes_per_token(m, compiled=False), rel=0.02)
+    out.float().sum().backward()  # the recompute runs with what was kept
+    assert x.grad is not None and all(t.grad is not None for t in w.values())
+
+
+def test_compiled_drops_the_down_projection_and_other_layers_are_not_priced_so():
+    m = get_model("llama3-8b")
+    assert odd_matmul_bytes_per_token(m, compiled=False) - odd_matmul_bytes_per_token(m, compiled=True) == 2 * m.hidden
+    assert odd_matmul_bytes_per_token(get_model("deepseek-v3"), compiled=True) is None  # MLA and MoE keep the older set
+
+
+def test_only_torchtitans_bf16_selective_moves():
+    m, c = get_model("llama3-8b"), get_cluster("h100")
+    titan = params_for(get_engine("torchtitan"), c.device, DEFAULT_PARAMS)
+    other = replace(titan, selective_keeps_odd_matmuls=False)
+    assert titan.selective_keeps_odd_matmuls and not params_for(get_engine("megatron"), c.device, DEFAULT_PARAMS).selective_keeps_odd_matmuls
+
+    def act(p, precision, recompute="selective"):
+        s = Strategy(dp_shard=8, recompute=recompute, micro_batch=1, precision=precision)
+        return estimate(m, c, s, p).memory_gib["activations"]
+
+    assert act(titan, "fp8") == act(other, "fp8") and act(titan, "bf16", "full") == act(other, "bf16", "full")
+    # the layers' share falls by the difference of the kept sets, 32 layers x 8192 tokens
+    per_token = odd_matmul_bytes_per_token(m, compiled=not titan.eager_elementwise)
+    assert act(titan, "bf16") < act(other, "bf16")
+    assert np.isfinite(per_token) and per_token < 2 * 17 * m.hidden
