@@ -120,3 +120,13 @@ def test_only_torchtitans_bf16_selective_moves():
     per_token = odd_matmul_bytes_per_token(m, compiled=not titan.eager_elementwise)
     assert act(titan, "bf16") < act(other, "bf16")
     assert np.isfinite(per_token) and per_token < 2 * 17 * m.hidden
+
+
+def test_gb200_capacity_is_what_torch_reports_and_holds_the_published_peaks():
+    """TorchTitan prints peak reserved memory as a share of torch's total_memory (components/metrics.py at
+    bcc09297a): the NVFP4 doc's 112.63 GiB = 61.12% and 78.63 GiB = 42.67% give the total, and a run that
+    reserved 179.94 GiB must fit inside it."""
+    gib = get_cluster("gb200-nvl72").device.hbm_bytes / 2**30
+    for used, pct in ((112.63, 61.12), (78.63, 42.67), (179.94, 97.6)):
+        assert 100 * used / gib == pytest.approx(pct, abs=0.06)
+    assert gib > 179.94
