@@ -74,8 +74,9 @@ class CostParams:
     """Selective recomputation is TorchTitan's op-level SAC: it keeps the layer input, the outputs of the 1st,
     3rd, 5th (and, eager, 7th) matmul of a block and the attention's output, and recomputes the rest
     (`cost.remat.odd_matmul_bytes_per_token`; torchtitan/distributed/activation_checkpoint.py `SelectiveAC` at
-    73aed7f6c). Priced for dense, gated, grouped-query layers in bf16; fp8 and fp4 layouts, whose torchao
-    linears save their own tensors, and other layers keep the Megatron set. Memory only."""
+    73aed7f6c). Priced for dense, gated, grouped-query layers (other layers keep the Megatron set): in bf16 and
+    under torchao's float8 / MXFP8 linears (their torch.mm on subclasses is counted as bf16's), and under its
+    NVFP4 linears, whose GEMMs are not saved at all (`cost.remat.unsaved_matmul_bytes_per_token`). Memory only."""
     vocab_tiles: int = 1
     """The output layer's logits, loss and gradients are made one tile of the tokens at a time, so 1/n of the
     logits is alive: MaxText's `num_vocab_tiling` ("Vocabulary tiling avoids materializing the full logits

@@ -148,6 +148,20 @@ def odd_matmul_bytes_per_token(m: ModelSpec, *, compiled: bool) -> float | None:
     return BF16 * (kept + (0 if compiled else m.hidden))
 
 
+def unsaved_matmul_bytes_per_token(m: ModelSpec) -> float | None:
+    """Bytes per token one layer keeps under TorchTitan's selective AC when its linears are torchao's NVFP4
+    ones: the layer input and the attention's output, bf16. The NVFP4 linear quantizes with Triton kernels and
+    multiplies with `torch.nn.functional.scaled_mm` (aten._scaled_mm_v2, torch 2.13.0; nvfp4_linear.py
+    `nvfp4_mm_triton.forward` at torchao cb76f29), none of which is in the save set (torch's
+    `compute_intensive_ops` has aten._scaled_mm only; activation_checkpoint.py at 73aed7f6c adds no NVFP4 op),
+    so every GEMM output and every fp4 copy the Function saves is recomputed. None where
+    `odd_matmul_bytes_per_token` does not price the layer."""
+    if odd_matmul_bytes_per_token(m, compiled=True) is None:
+        return None
+    a = m.attention_kind
+    return BF16 * (m.hidden + a.heads * a.d_value)
+
+
 def exposed_transfer_s(bytes_moved: np.ndarray, bandwidth: float, behind: np.ndarray) -> np.ndarray:
     """Seconds a host copy of `bytes_moved` over a link of `bandwidth` bytes/s adds to a pass of
     `behind` seconds it runs asynchronously beside."""
