@@ -179,3 +179,36 @@ def test_a_dispatch_mode_sees_the_mm_of_a_tensor_subclass_as_aten_mm():
     with Seen() as seen:
         torch.mm(a, b)
     assert (torch.ops.aten.mm.default, True) in seen.ops
+
+
+def _context():
+    return create_selective_checkpoint_contexts(_policy())
+
+
+def _compiled_step(x, w):
+    return checkpoint(_block, x, w, use_reentrant=False, context_fn=_context)
+
+
+def test_a_compiled_block_saves_the_compiled_set():
+    """Compiled, the same policy's tensors are what the compiled autograd function saves (saved_tensors_hooks):
+    the down projection's output, read by no backward, is not among them (benchmarks/titan_sac_compiled.py
+    prints them)."""
+    torch.manual_seed(0)
+    shapes = {"q": (H_MODEL, HEADS * D), "k": (H_MODEL, KV * D), "v": (H_MODEL, KV * D), "o": (HEADS * D, H_MODEL),
+              "w1": (H_MODEL, F), "w3": (H_MODEL, F), "w2": (F, H_MODEL)}
+    w = {n: (torch.randn(*s) * 0.05).to(torch.bfloat16).requires_grad_() for n, s in shapes.items()}
+    x = torch.randn(B * S, H_MODEL, dtype=torch.bfloat16, requires_grad=True)
+    weights = {p.untyped_storage().data_ptr() for p in w.values()}
+    saved = []
+
+    def pack(t):
+        if t.untyped_storage().data_ptr() not in weights:
+            saved.append(t.untyped_storage().nbytes())
+        return t
+
+    torch._dynamo.reset()
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        torch.compile(_compiled_step, backend="aot_eager")(x, w)
+    m = replace(get_model("llama3-8b"), hidden=H_MODEL, heads=HEADS, kv_heads=KV, head_dim=D, ffn=F)
+    lse = B * HEADS * S * 4
+    assert sum(saved) - lse == pytest.approx(B * S * odd_matmul_bytes_per_token(m, compiled=True), rel=0.02)
