@@ -341,8 +341,11 @@ MARGIN = 0.03
 # 2026-12-06, GB300's GEMM fractions from its silicon's measurement on the B300 board, torchao's per-micro-batch weight
 # casts and TorchTitan's plain TP under rowwise float8 (benchmarks/RESULTS.md, "Signed biases by engine and device
 # (third pass)"): median 17.7% unchanged, p90 64.0% -> 63.4% (the async-TP rowwise runs, +58-110% -> +37-77%).
-# All of this third pass together: 13 refused, median 17.9%, p90 65.5%.
-GUARD_FIRST_SIGHT = {"refused": 13, "median": 0.179, "p90": 0.655}
+# All of this third pass together: 13 refused, median 17.9%, p90 65.5%. Then nanotron as its own engine and a
+# stated ZeRO-0 read (p90 64.2%), and GB200 at the 184.3 GiB its device reports (benchmarks/RESULTS.md,
+# "TorchTitan on GB200: what the step holds"): GB200 runs that state no recompute now fit without it and
+# are priced faster, so the median rises 17.9% -> 18.0% (worse, kept: the capacity is the device's).
+GUARD_FIRST_SIGHT = {"refused": 13, "median": 0.181, "p90": 0.645}
 
 
 @pytest.fixture(scope="module")

@@ -70,6 +70,13 @@ class CostParams:
     76bd53b0f (MaxText/layers/models.py, 2023-12) and `save_only_these_names` of those projections at
     e591f30cb (decoders.py `get_remat_policy`): the norms' and the attention core's outputs are not dots without
     batch dimensions and are recomputed. Memory only: both re-run the attention core and the element-wise work."""
+    selective_keeps_odd_matmuls: bool = False
+    """Selective recomputation is TorchTitan's op-level SAC: it keeps the layer input, the outputs of the 1st,
+    3rd, 5th (and, eager, 7th) matmul of a block and the attention's output, and recomputes the rest
+    (`cost.remat.odd_matmul_bytes_per_token`; torchtitan/distributed/activation_checkpoint.py `SelectiveAC` at
+    73aed7f6c). Priced for dense, gated, grouped-query layers (other layers keep the Megatron set): in bf16 and
+    under torchao's float8 / MXFP8 linears (their torch.mm on subclasses is counted as bf16's), and under its
+    NVFP4 linears, whose GEMMs are not saved at all (`cost.remat.unsaved_matmul_bytes_per_token`). Memory only."""
     vocab_tiles: int = 1
     """The output layer's logits, loss and gradients are made one tile of the tokens at a time, so 1/n of the
     logits is alive: MaxText's `num_vocab_tiling` ("Vocabulary tiling avoids materializing the full logits

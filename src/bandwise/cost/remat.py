@@ -47,6 +47,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from bandwise.cost.flops import BF16
+from bandwise.specs.attention import GroupedQueryAttention
 from bandwise.specs.model import ModelSpec
 
 TENSORS: tuple[str, ...] = ("decoder_layer_input", "query_proj", "key_proj", "value_proj", "qkv_proj", "kv_proj",
@@ -127,6 +128,38 @@ def _widths(m: ModelSpec, moe_layer: bool) -> dict[str, int]:
             "value_proj": a.key_value_heads * a.d_value, "context": a.heads * a.d_value, "out_proj": m.hidden,
             "mlpwi_0": inter if gated else 0, "mlpwi_1": inter if gated else 0, "mlpwi": 0 if gated else inter,
             "mlpwo": int(routed_rows * m.hidden)}
+
+
+def odd_matmul_bytes_per_token(m: ModelSpec, *, compiled: bool) -> float | None:
+    """Bytes per token one layer keeps under TorchTitan's op-level selective AC, bf16, at the full width;
+    None where the layer is not a dense, gated, grouped-query one (then the engine's selective is priced as
+    before). `SelectiveAC` (torchtitan/distributed/activation_checkpoint.py at 73aed7f6c) saves the outputs of
+    torch's compute-intensive ops (torch/_functorch/partitioners.py `get_default_op_list`: mm, the SDPA
+    kernels, _scaled_mm) but recomputes every second mm of the block (`meta[mm_count_key] % 2 == 0`), and the
+    checkpoint keeps the block's input. The block's seven mms run q, k, v, o, gate, up, down: it keeps the
+    layer input, the query and value projections, the attention's output and the gate projection; the
+    down projection's output is read by no backward, so a compiled block drops it (the partitioner saves
+    only what the backward reads, `must_recompute` taking PREFER_RECOMPUTE as recompute) while eager SAC
+    caches it until the recompute. The attention's fp32 log-sum-exp (4 bytes a head) is left out."""
+    a = m.attention_kind
+    if m.is_moe or m.is_mla or m.is_hybrid or not m.gated_mlp or not isinstance(a, GroupedQueryAttention) or a.output_gate:
+        return None
+    kept = m.hidden + a.heads * a.d_head + a.key_value_heads * a.d_value + a.heads * a.d_value + m.dense_mlp.intermediate_per_token
+    return BF16 * (kept + (0 if compiled else m.hidden))
+
+
+def unsaved_matmul_bytes_per_token(m: ModelSpec) -> float | None:
+    """Bytes per token one layer keeps under TorchTitan's selective AC when its linears are torchao's NVFP4
+    ones: the layer input and the attention's output, bf16. The NVFP4 linear quantizes with Triton kernels and
+    multiplies with `torch.nn.functional.scaled_mm` (aten._scaled_mm_v2, torch 2.13.0; nvfp4_linear.py
+    `nvfp4_mm_triton.forward` at torchao cb76f29), none of which is in the save set (torch's
+    `compute_intensive_ops` has aten._scaled_mm only; activation_checkpoint.py at 73aed7f6c adds no NVFP4 op),
+    so every GEMM output and every fp4 copy the Function saves is recomputed. None where
+    `odd_matmul_bytes_per_token` does not price the layer."""
+    if odd_matmul_bytes_per_token(m, compiled=True) is None:
+        return None
+    a = m.attention_kind
+    return BF16 * (m.hidden + a.heads * a.d_value)
 
 
 def exposed_transfer_s(bytes_moved: np.ndarray, bandwidth: float, behind: np.ndarray) -> np.ndarray:

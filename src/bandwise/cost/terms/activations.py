@@ -21,12 +21,13 @@ from bandwise.cost.mixers import (
     mixer_output_grad_bytes_per_token,
 )
 from bandwise.cost.params import CostParams
-from bandwise.cost.remat import MAXTEXT_POLICIES
+from bandwise.cost.remat import MAXTEXT_POLICIES, odd_matmul_bytes_per_token, unsaved_matmul_bytes_per_token
 from bandwise.cost.pipeline import PipelineFactors
 from bandwise.cost.terms.roles import Roles
 from bandwise.cost.terms.shape import Shape
 from bandwise.cost.terms.stages import FULL, SELECTIVE, StageCompute
 from bandwise.specs.model import ModelSpec
+from bandwise.specs.strategy import PRECISIONS
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +99,11 @@ def activations(m: ModelSpec, s: Shape, rec: np.ndarray, pf: PipelineFactors, st
         minimal = MAXTEXT_POLICIES["minimal"]
         kept_selective = ((1 - frac_moe) * minimal.bytes_per_token(m, False, "device")
                           + frac_moe * minimal.bytes_per_token(m, True, "device")) / tp
+    odd = odd_matmul_bytes_per_token(m, compiled=not P.eager_elementwise) if P.selective_keeps_odd_matmuls else None
+    if odd is not None:  # TorchTitan's op-level SAC (`CostParams.selective_keeps_odd_matmuls`)
+        # torchao's float8 / MXFP8 linears multiply subclasses with torch.mm, which SAC's mode sees and counts as
+        # in bf16; the NVFP4 linear's GEMMs are not in the save set (`cost.remat.unsaved_matmul_bytes_per_token`)
+        kept_selective = np.where(s.precision == PRECISIONS.index("fp4"), unsaved_matmul_bytes_per_token(m) / tp, odd / tp)
     # full recomputation keeps each layer's input: split over TP only with sequence parallelism
     kept_input = layer_input_bytes_per_token(m) / np.where(P.sequence_parallel, tp, 1.0)
     if P.remat_policy is not None:  # what the policy keeps in HBM: its device tensors (`cost.remat`); offloaded ones leave
