@@ -41,7 +41,7 @@ from bandwise.cost.results import (
 )
 from bandwise.cost.terms import pipeline as pipe
 from bandwise.cost.terms.activations import activations
-from bandwise.cost.terms.contention import contention, data_parallel_contention
+from bandwise.cost.terms.contention import contention, data_parallel_contention, fsdp_contention
 from bandwise.cost.terms.expert import (
     dispatch_buffers,
     expert_terms,
@@ -95,10 +95,11 @@ def _time(m: ModelSpec, dev: Device, rows: _Rows, ct: CommTerms, P: CostParams) 
     root = local.emb + np.where(stages.together, local.out, 0.0)  # the weights outside any layer
     fsdp = fsdp_terms(ct.fsdp, s.zero, layers_rank, root, layer.fwd, layer.bwd, stages.layer_recompute, c.overlap_fsdp, P)
     exposed_mb = layers_rank * (tensor.exposed + ct.context.exposed + expert.exposed)
-    contention_mb = contention(dev, m, layers_rank, tensor, ct.context, ct.expert, expert, layer.moe_fwd, fsdp, s.zero, c.overlap_ep)
+    contention_mb = contention(dev, m, layers_rank, tensor, ct.context, ct.expert, expert, layer.moe_fwd, c.overlap_ep)
     whole_stage = P.fsdp_pp_unsharded & (s.pp > 1) & (n_mb > 1)  # gathered once a step (`terms.fsdp`)
     fsdp_step = np.where(whole_stage, fsdp.once, n_mb * fsdp.exposed)
-    busy = n_mb * (stages.total + contention_mb + exposed_mb) + fsdp_step
+    fsdp_slowdown = fsdp_contention(dev, layers_rank, fsdp, s.zero, n_mb, whole_stage)
+    busy = n_mb * (stages.total + contention_mb + exposed_mb) + fsdp_step + fsdp_slowdown
     bubble = pipe.bubble(busy, rows.overhead, stages.chunk_ratio)
     last_backward = np.minimum(layers_rank * (layer.bwd + stages.layer_recompute), stages.total)
     overlap_dp = sync_overlapped(P, s.zero, c.overlap_dp)
@@ -114,7 +115,7 @@ def _time(m: ModelSpec, dev: Device, rows: _Rows, ct: CommTerms, P: CostParams) 
     per_step = n_mb * layers_rank
     return _Timed(
         step_time_s=step, tokens_per_s_per_device=use.tokens_per_s_per_device, mfu=use.mfu, hfu=use.hfu,
-        time=StepTime(compute=n_mb * stages.compute, recompute=n_mb * stages.recompute, contention=n_mb * contention_mb + dp_contention,
+        time=StepTime(compute=n_mb * stages.compute, recompute=n_mb * stages.recompute, contention=n_mb * contention_mb + fsdp_slowdown + dp_contention,
                       bubble=bubble, tp=per_step * tensor.exposed, cp=per_step * ct.context.exposed, ep=per_step * expert.exposed,
                       fsdp=fsdp_step, dp=sync.exposed + norm, pp=sends, optimizer=optimizer),
         comm_total=CommTotals(tp=per_step * tensor.total, ep=per_step * (m.moe_layers / m.layers) * expert.layer,

@@ -22,15 +22,26 @@ from bandwise.specs.model import ModelSpec
 
 
 def contention(dev: Device, m: ModelSpec, layers_rank: np.ndarray, tensor: TensorTerms, context: ContextComm, ec: ExpertComm,
-               expert: ExpertTerms, moe_fwd: np.ndarray, fsdp: FsdpTerms, zero: np.ndarray, overlap_ep: np.ndarray) -> np.ndarray:
-    """Seconds per micro-batch the fullest rank's compute loses to the communication hidden beside it."""
+               expert: ExpertTerms, moe_fwd: np.ndarray, overlap_ep: np.ndarray) -> np.ndarray:
+    """Seconds per micro-batch the fullest rank's compute loses to the tensor, context and expert
+    communication hidden beside it (FSDP's: `fsdp_contention`)."""
     frac_moe = m.moe_layers / m.layers
     sm_left = 1.0 - dev.comm_sm_share
     window = expert.hidden_share * frac_moe * 3 * moe_fwd * (ec.one > 0) / sm_left
     moved = frac_moe * expert.layer - expert.exposed
     occupied = np.where(overlap_ep, np.maximum(moved, window), moved)
     hidden = layers_rank * (tensor.total - tensor.exposed + context.layer - context.exposed + occupied)
-    hidden = hidden + np.where(zero == 3, layers_rank * fsdp.layer_total, 0.0) - fsdp.exposed
+    return dev.comm_sm_share * np.maximum(hidden, 0.0)
+
+
+def fsdp_contention(dev: Device, layers_rank: np.ndarray, fsdp: FsdpTerms, zero: np.ndarray, n_mb: np.ndarray,
+                    whole_stage: np.ndarray) -> np.ndarray:
+    """Seconds per step the fullest rank's compute loses beside FSDP's hidden gathers and reductions,
+    counted as often as they run: each micro-batch (2 all-gathers and a reduce-scatter a layer), or
+    once a step where a pipeline stage stays gathered (one of each a layer, `FsdpTerms.once`)."""
+    per_mb = n_mb * (layers_rank * fsdp.layer_total - fsdp.exposed)
+    per_step = layers_rank * fsdp.layer_once_total - fsdp.once
+    hidden = np.where(zero == 3, np.where(whole_stage, per_step, per_mb), 0.0)
     return dev.comm_sm_share * np.maximum(hidden, 0.0)
 
 

@@ -57,6 +57,9 @@ class FsdpTerms:
     once: np.ndarray
     """Seconds per step, not per micro-batch, where a pipeline stage stays gathered across its micro-batches
     (`CostParams.fsdp_pp_unsharded`): one all-gather and one reduce-scatter per layer a step."""
+    layer_once_total: np.ndarray
+    """One layer's gathers and reduction before overlap where the stage stays gathered: 1 all-gather and a
+    reduce-scatter a step."""
 
 
 def fsdp_terms(fc: FsdpComm, zero: np.ndarray, layers_rank: np.ndarray, root: np.ndarray, fwd: np.ndarray, bwd: np.ndarray,
@@ -81,4 +84,4 @@ def fsdp_terms(fc: FsdpComm, zero: np.ndarray, layers_rank: np.ndarray, root: np
     # and 2 reductions a step for its 2 layers (benchmarks/RESULTS.md, "Calibrate (third pass)").
     layer_once = np.where(overlap, np.maximum(0.0, ag - fwd) + np.maximum(0.0, rs - bwd - recompute), ag + rs)
     once = np.where(zero == 3, layers_rank * layer_once + root_edge + np.where(overlap, ag + rs, 0.0), 0.0)
-    return FsdpTerms(exposed=exposed, layer_total=2 * ag + rs, once=once)
+    return FsdpTerms(exposed=exposed, layer_total=2 * ag + rs, once=once, layer_once_total=ag + rs)
