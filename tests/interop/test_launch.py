@@ -124,7 +124,7 @@ def test_5_maxtext_pipeline_microbatches_are_a_multiple_of_the_stages(maxtext) -
     assert code == 2 and "multiple of the 3 stages" in one_line(err)  # no count of 512 sequences divides by 3
     # the plan's 4 micro-batches of 3 per data-parallel rank become 6 of 2, and the header says so
     code, out, err = emit("--model", "llama3-8b", "--cluster", "h100", "--devices", "24", "--global-batch", "24",
-                          "--fix", "pp=3,micro_batch=3,cp=2", "--emit", "maxtext")
+                          "--fix", "pp=3,micro_batch=3,cp=2,tp=2", "--emit", "maxtext")
     assert code == 0, err
     cfg = yaml.safe_load(out)
     assert "4 micro-batches over 3 stages" in out and cfg["num_pipeline_microbatches"] == 6

@@ -378,3 +378,16 @@ def test_int8_is_maxtexts_aqt_quantization_and_fp4_is_refused_where_no_flag_runs
         with pytest.raises(BandwiseError, match="precision fp4") as e:
             export(engine, m, c, s, 64)
         assert "\n" not in str(e.value)
+
+
+def test_an_adapted_layout_that_does_not_fit_is_exported_with_every_layer_recomputed() -> None:
+    """MaxText runs an interleaved pipeline as its circular one, which holds every micro-batch's
+    activations of a repeat: the plan's own layout so changed needs more memory than the plan did.
+    The export then runs it with full recomputation where that fits, and says so, rather than refusing."""
+    model, cluster = get_model("llama3-70b"), get_cluster("h100")
+    plan = Strategy(dp_replicate=4, dp_shard=2, tp=2, cp=4, pp=8, schedule="Interleaved1F1B", virtual_stages=6, micro_batch=1,
+                    global_batch=512)
+    ex = export("maxtext", model, cluster, plan, 512)
+    assert ex.strategy.recompute == "full" and ex.estimate is not None and ex.estimate.fits
+    assert ex.strategy.schedule == "LoopedBFS" and (ex.strategy.tp, ex.strategy.cp, ex.strategy.pp) == (2, 4, 8)
+    assert "does not fit; with every layer recomputed it does" in ex.text

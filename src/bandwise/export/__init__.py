@@ -87,7 +87,8 @@ def export(engine: str, model: ModelSpec, cluster: Cluster, strategy: Strategy, 
     (`adapt`), and the best layout the engine expresses as it is (but for a precision its config
     forces): the first such layout of the search's ranking (`ranked`, objects with .strategy and
     .estimate, best first), or, when the ranking holds none, of searches with the engine's
-    limits pinned (`research`). Either is priced by the cost model. The job states the gradients'
+    limits pinned (`research`). Where the first does not fit in memory, the same layout with every
+    layer recomputed joins them. Each is priced by the cost model. The job states the gradients'
     dtype the plan was priced with (`params.grad_reduce_bytes`), or is refused naming the field.
 
     `exact` (a row picked by the user): `strategy` as it is, or a one-line refusal naming what the
@@ -122,7 +123,15 @@ def export(engine: str, model: ModelSpec, cluster: Cluster, strategy: Strategy, 
         candidates = []
         broken = "no layout near it is one the engine holds" if impossible else _broken_rule(adapted.strategy, devices, model)
         if broken is None:
-            candidates.append((adapted.strategy, estimate(model, cluster, adapted.strategy, params), False))
+            near = estimate(model, cluster, adapted.strategy, params)
+            candidates.append((adapted.strategy, near, False))
+            if not near.fits and adapted.strategy.recompute != "full":
+                # what the refusal below advises, done: the same layout with every layer recomputed,
+                # where the engine holds it as it is
+                whole = adapted.strategy.replace(recompute="full")
+                again = _expressed(eng, model, cluster, whole, devices, arch)
+                if again is not None:
+                    candidates.append((again, estimate(model, cluster, again, params), False))
         if adapted.changes:
             alt = _best_expressible(eng, model, cluster, devices, ranked, params, arch)
             if alt is None and research is not None:
@@ -212,6 +221,16 @@ def _broken_rule(s: Strategy, devices: int, model: ModelSpec) -> str | None:
     return None
 
 
+def _expressed(eng: Engine, model: ModelSpec, cluster: Cluster, strategy: Strategy, devices: int,
+               arch: Architecture | None) -> Strategy | None:
+    """`strategy` where the engine runs it as it is (but for a precision its config forces), else None."""
+    try:
+        a = eng.adapt(model, cluster, strategy, devices, arch)
+    except BandwiseError:
+        return None
+    return None if a.changes or _broken_rule(a.strategy, devices, model) else a.strategy
+
+
 def _best_expressible(eng: Engine, model: ModelSpec, cluster: Cluster, devices: int, ranked: Sequence[Any],
                       params: CostParams, arch: Architecture | None) -> tuple[Strategy, Estimate] | None:
     """The first of the ranked layouts the engine expresses as it is (but for a precision its config
@@ -244,7 +263,10 @@ def _header(engine: str, model: ModelSpec, cluster: Cluster, plan: Strategy, dev
     if adapted.all_changes:
         lines.append(f"{engine} cannot express all of the plan:")
         lines += [f"  - {c}" for c in adapted.all_changes]
-        if searched and broken:
+        if ran.recompute != adapted.strategy.recompute and ran.replace(recompute=adapted.strategy.recompute) == adapted.strategy:
+            lines.append(f"the plan so changed ({_layout(adapted.strategy)}) does not fit; with every layer recomputed it does, "
+                         "and this file runs it:")
+        elif searched and broken:
             lines.append(f"the plan so changed ({_layout(adapted.strategy)}) breaks a rule: {broken}")
             lines.append(f"this file runs the best layout {engine} can express:")
         elif searched:
