@@ -118,7 +118,7 @@ def export(engine: str, model: ModelSpec, cluster: Cluster, strategy: Strategy, 
     if exact and adapted.all_changes:
         raise BandwiseError(f"--pick: {engine} cannot run {strategy.describe()} as it is: {'; '.join(adapted.all_changes)}; "
                             f"pick another row, or leave out --pick to export the nearest layout {engine} runs")
-    ran, est, searched, broken = strategy, None, False, None
+    ran, est, searched, broken, near_fits = strategy, None, False, None, True
     if adapted.all_changes:
         candidates = []
         broken = "no layout near it is one the engine holds" if impossible else _broken_rule(adapted.strategy, devices, model)
@@ -139,18 +139,27 @@ def export(engine: str, model: ModelSpec, cluster: Cluster, strategy: Strategy, 
                 alt = max(found, key=lambda a: (a[1].fits, a[1].tokens_per_s_per_device), default=None)
             if alt is not None:
                 candidates.append((*alt, True))
+        if not any(c[1].fits for c in candidates):
+            # none fits: the ranking's layouts as the engine would run them, as they are or with every
+            # layer recomputed, the first that fits (the search priced them in their own form)
+            for lay in ranked[:RESEARCH_TOP]:
+                found = _fitting_form(eng, model, cluster, lay.strategy, devices, arch, params)
+                if found is not None:
+                    candidates.append((*found, True))
+                    break
         if not candidates:
             raise BandwiseError(f"{engine} cannot express {strategy.describe()} ({'; '.join(adapted.all_changes)}) and no layout "
                                 f"searched is one it can; export another layout with --pick, or --fix fields the engine can hold")
         # the fastest that fits; if none fits, the fastest of those that do not
         ran, est, searched = max(candidates, key=lambda c: (c[1].fits, c[1].tokens_per_s_per_device))
+        near_fits = candidates[0][2] or candidates[0][1].fits  # the plan so changed, where it is first
     runs = est or planned
     if not runs.fits:
         capacity = cluster.device.hbm_bytes * (1 - params.headroom) / 2**30
         raise NothingFits(f"{engine} would run {_layout(ran)} at {runs.memory_gib_per_device:,.1f} GiB per device, which does not fit "
                           f"in {capacity:,.1f} GiB; export a layout that fits (plan ... --pick N), or give it more devices or recomputation")
     text, notes = eng.render(model, cluster, ran, devices, arch, params)
-    header = _header(engine, model, cluster, strategy, devices, planned, adapted, ran, searched, broken, est, notes)
+    header = _header(engine, model, cluster, strategy, devices, planned, adapted, ran, searched, broken, est, notes, near_fits)
     # every emitted format (a shell script, a YAML file) comments with '#'
     body = "\n".join(f"# {line}" if line else "#" for line in header) + "\n" + text
     return Export(engine=engine, text=body, strategy=ran, changes=adapted.all_changes, notes=notes, estimate=est)
@@ -231,6 +240,20 @@ def _expressed(eng: Engine, model: ModelSpec, cluster: Cluster, strategy: Strate
     return None if a.changes or _broken_rule(a.strategy, devices, model) else a.strategy
 
 
+def _fitting_form(eng: Engine, model: ModelSpec, cluster: Cluster, strategy: Strategy, devices: int,
+                  arch: Architecture | None, params: CostParams) -> tuple[Strategy, Estimate] | None:
+    """`strategy` as the engine runs it, as adapted or with every layer recomputed, where that fits."""
+    try:
+        near = eng.adapt(model, cluster, strategy, devices, arch).strategy
+    except BandwiseError:
+        return None
+    for form in dict.fromkeys((near, near.replace(recompute="full"))):
+        runs = _expressed(eng, model, cluster, form, devices, arch)
+        if runs is not None and (e := estimate(model, cluster, runs, params)).fits:
+            return runs, e
+    return None
+
+
 def _best_expressible(eng: Engine, model: ModelSpec, cluster: Cluster, devices: int, ranked: Sequence[Any],
                       params: CostParams, arch: Architecture | None) -> tuple[Strategy, Estimate] | None:
     """The first of the ranked layouts the engine expresses as it is (but for a precision its config
@@ -252,7 +275,8 @@ def _figures(e: Estimate) -> str:
 
 
 def _header(engine: str, model: ModelSpec, cluster: Cluster, plan: Strategy, devices: int, planned: Estimate,
-            adapted: Adapted, ran: Strategy, searched: bool, broken: str | None, est: Estimate | None, notes: list[str]) -> list[str]:
+            adapted: Adapted, ran: Strategy, searched: bool, broken: str | None, est: Estimate | None, notes: list[str],
+            near_fits: bool = True) -> list[str]:
     lines = [
         f"bandwise plan for {engine}: {model.name} on {devices} x {cluster.name} ({cluster.device.name}), seq {model.seq_len}, "
         f"global batch {plan.effective_global_batch} sequences",
@@ -269,6 +293,9 @@ def _header(engine: str, model: ModelSpec, cluster: Cluster, plan: Strategy, dev
         elif searched and broken:
             lines.append(f"the plan so changed ({_layout(adapted.strategy)}) breaks a rule: {broken}")
             lines.append(f"this file runs the best layout {engine} can express:")
+        elif searched and not near_fits:
+            lines.append(f"the plan so changed ({_layout(adapted.strategy)}) does not fit; this file runs the best layout {engine} "
+                         "can express that fits:")
         elif searched:
             lines.append(f"the plan so changed ({_layout(adapted.strategy)}) is slower than the best layout {engine} can express, which this file runs:")
         else:
