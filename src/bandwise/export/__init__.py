@@ -125,13 +125,9 @@ def export(engine: str, model: ModelSpec, cluster: Cluster, strategy: Strategy, 
         if broken is None:
             near = estimate(model, cluster, adapted.strategy, params)
             candidates.append((adapted.strategy, near, False))
-            if not near.fits and adapted.strategy.recompute != "full":
-                # what the refusal below advises, done: the same layout with every layer recomputed,
-                # where the engine holds it as it is
-                whole = adapted.strategy.replace(recompute="full")
-                again = _expressed(eng, model, cluster, whole, devices, arch)
-                if again is not None:
-                    candidates.append((again, estimate(model, cluster, again, params), False))
+            near_fits = near.fits
+            if not near_fits and (whole := _fitting_form(eng, model, cluster, adapted.strategy, devices, arch, params)):
+                candidates.append((*whole, False))  # what the refusal below advises, done: every layer recomputed
         if adapted.changes:
             alt = _best_expressible(eng, model, cluster, devices, ranked, params, arch)
             if alt is None and research is not None:
@@ -143,8 +139,11 @@ def export(engine: str, model: ModelSpec, cluster: Cluster, strategy: Strategy, 
             # none fits: the ranking's layouts as the engine would run them, as they are or with every
             # layer recomputed, the first that fits (the search priced them in their own form)
             for lay in ranked[:RESEARCH_TOP]:
-                found = _fitting_form(eng, model, cluster, lay.strategy, devices, arch, params)
-                if found is not None:
+                try:
+                    form = eng.adapt(model, cluster, lay.strategy, devices, arch).strategy
+                except BandwiseError:
+                    continue
+                if found := _fitting_form(eng, model, cluster, form, devices, arch, params):
                     candidates.append((*found, True))
                     break
         if not candidates:
@@ -152,7 +151,6 @@ def export(engine: str, model: ModelSpec, cluster: Cluster, strategy: Strategy, 
                                 f"searched is one it can; export another layout with --pick, or --fix fields the engine can hold")
         # the fastest that fits; if none fits, the fastest of those that do not
         ran, est, searched = max(candidates, key=lambda c: (c[1].fits, c[1].tokens_per_s_per_device))
-        near_fits = candidates[0][2] or candidates[0][1].fits  # the plan so changed, where it is first
     runs = est or planned
     if not runs.fits:
         capacity = cluster.device.hbm_bytes * (1 - params.headroom) / 2**30
@@ -240,15 +238,12 @@ def _expressed(eng: Engine, model: ModelSpec, cluster: Cluster, strategy: Strate
     return None if a.changes or _broken_rule(a.strategy, devices, model) else a.strategy
 
 
-def _fitting_form(eng: Engine, model: ModelSpec, cluster: Cluster, strategy: Strategy, devices: int,
+def _fitting_form(eng: Engine, model: ModelSpec, cluster: Cluster, form: Strategy, devices: int,
                   arch: Architecture | None, params: CostParams) -> tuple[Strategy, Estimate] | None:
-    """`strategy` as the engine runs it, as adapted or with every layer recomputed, where that fits."""
-    try:
-        near = eng.adapt(model, cluster, strategy, devices, arch).strategy
-    except BandwiseError:
-        return None
-    for form in dict.fromkeys((near, near.replace(recompute="full"))):
-        runs = _expressed(eng, model, cluster, form, devices, arch)
+    """`form` (a layout as the engine adapted it), or it with every layer recomputed, the first the
+    engine runs as it is and that fits, with its estimate."""
+    for tried in dict.fromkeys((form, form.replace(recompute="full"))):
+        runs = _expressed(eng, model, cluster, tried, devices, arch)
         if runs is not None and (e := estimate(model, cluster, runs, params)).fits:
             return runs, e
     return None
@@ -259,13 +254,8 @@ def _best_expressible(eng: Engine, model: ModelSpec, cluster: Cluster, devices: 
     """The first of the ranked layouts the engine expresses as it is (but for a precision its config
     forces), with its estimate."""
     for lay in ranked:
-        try:
-            a = eng.adapt(model, cluster, lay.strategy, devices, arch)
-        except BandwiseError:
-            continue
-        if a.changes or _broken_rule(a.strategy, devices, model):
-            continue
-        return a.strategy, (lay.estimate if a.strategy == lay.strategy else estimate(model, cluster, a.strategy, params))
+        if (runs := _expressed(eng, model, cluster, lay.strategy, devices, arch)) is not None:
+            return runs, (lay.estimate if runs == lay.strategy else estimate(model, cluster, runs, params))
     return None
 
 
