@@ -3,6 +3,7 @@ plan's own prediction with one term made three times too slow."""
 
 from __future__ import annotations
 
+import inspect
 import json
 import sys
 from pathlib import Path
@@ -90,6 +91,15 @@ def test_dimensions_that_share_a_collective_are_one_group() -> None:
     assert collective_groups(Strategy(dp_shard=4, tp=2)) == {("all_gather", "reduce_scatter"): ["fsdp", "tp"]}
     g = collective_groups(Strategy(dp_replicate=8, tp=2, pp=2, ep=4, zero_stage=0))
     assert g[("all_reduce",)] == ["dp"] and g[("all_to_all",)] == ["ep"] and g[("send_recv",)] == ["pp"]
+
+
+def test_hsdp_replicas_all_reduce_as_fsdp2_does() -> None:
+    """FSDP2 all-reduces each reduce-scattered shard across the replicate group (`foreach_reduce`), where
+    ZeRO-1/2 without FSDP reduce-scatter and all-gather: the replicas' traffic is its own group, on its own level."""
+    collectives = pytest.importorskip("torch.distributed.fsdp._fully_shard._fsdp_collectives")
+    assert "all_reduce(" in inspect.getsource(collectives.foreach_reduce)
+    assert collective_groups(Strategy(dp_replicate=2, dp_shard=2)) == {("all_gather", "reduce_scatter"): ["fsdp"], ("all_reduce",): ["dp"]}
+    assert collective_groups(Strategy(dp_replicate=4, zero_stage=1)) == {("all_gather", "reduce_scatter"): ["dp"]}
 
 
 @pytest.mark.parametrize("extra, says", [

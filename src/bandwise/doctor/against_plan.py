@@ -63,7 +63,10 @@ def collective_groups(s: Strategy, params: CostParams = DEFAULT_PARAMS) -> dict[
     if s.tp > 1:
         add(GATHER if params.sequence_parallel else ("all_reduce",), "tp")
     if s.dp_replicate > 1 or (s.dp_shard == 1 and s.cp > 1):
-        add(("all_reduce",) if s.zero == 0 else GATHER, "dp")
+        # HSDP all-reduces each shard's reduced gradient across the replicas (FSDP2's `foreach_reduce`,
+        # torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py, torch 2.13; `cost.terms.grad_sync`);
+        # ZeRO-1/2 without FSDP reduce-scatter the gradients and all-gather the weights
+        add(("all_reduce",) if s.zero == 0 or s.dp_shard > 1 else GATHER, "dp")
     if s.ep > 1:
         add(("all_to_all",), "ep")
     if s.pp > 1:
