@@ -13,12 +13,14 @@ import subprocess
 import sys
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from bandwise.errors import BandwiseError
 from bandwise.specs.kinds import GatedDeltaNet, Mamba2
 from bandwise.specs.model import ModelSpec
 from bandwise.specs.registry import model_presets
+from bandwise.specs.strategy import Strategy
 
 
 def mamba2_tensors(d_model: int, nheads: int, headdim: int, d_state: int, ngroups: int, d_conv: int) -> dict[str, tuple[int, ...]]:
@@ -234,7 +236,7 @@ def test_a_model_of_several_kinds_plans_from_the_command_line(model):
     assert run.returncode == 0, run.stderr
     best = json.loads(run.stdout)["best"]
     assert 0.0 < best["estimate"]["mfu"] < 1.0
-    if model.startswith(("qwen3-next", "jamba")):  # no engine runs Gated DeltaNet or Mamba-1 under context parallelism
+    if model.startswith("jamba"):  # no engine runs Mamba-1 under context parallelism
         assert best["strategy"]["cp"] == 1
 
 
@@ -286,3 +288,27 @@ def test_qwen3_next_layer_order_is_read_once_for_planner_and_exports():
         linear_layers(base)
     # what the planner does not price is named for the exports: dense MLPs in some layers
     assert any("mlp_only_layers" in u for u in from_hf({**by_interval, "mlp_only_layers": [0]}).unsupported)
+
+
+def test_gated_deltanet_runs_context_parallel_by_its_own_all_to_alls():
+    """Megatron-LM d98e8a6 splits a Gated DeltaNet layer's heads over tp·cp (gdn.py: qkv, z, beta and alpha
+    each `// tp_size // cp_size`): the in-projection's output goes to a head split and the gated norm's output
+    back, forward and backward. For Qwen3-Next (16 key heads and 32 value heads of 128) a token carries
+    2·2048 + 2·4096 + 2·32 = 12,352 values in and 4,096 out."""
+    from types import SimpleNamespace
+
+    from bandwise.cost import comm
+    from bandwise.cost.terms.context import mixer_all_to_alls
+    from bandwise.specs.registry import get_cluster
+
+    m = model_presets()["qwen3-next-80b-a3b"]
+    Strategy(tp=2, cp=8, micro_batch=1, global_batch=16).check(16, m)
+    with pytest.raises(BandwiseError, match="key_heads=16"):
+        Strategy(tp=4, cp=8, micro_batch=1, global_batch=32).check(32, m)
+    cluster = get_cluster("h100")
+    tokens, tp, cp, stride = np.array([8192.0]), np.array([2.0]), np.array([4.0]), np.array([2.0])
+    got = mixer_all_to_alls(m, cluster, SimpleNamespace(tokens=tokens, tp=tp, cp=cp), SimpleNamespace(cp=stride))
+    one = comm.all_to_all_time(cluster, tokens * (12_352 + 4_096) * 2 / tp, stride, cp)
+    assert got == pytest.approx(36 / 48 * 2 * one)
+    none = mixer_all_to_alls(m, cluster, SimpleNamespace(tokens=tokens, tp=tp, cp=np.array([1.0])), SimpleNamespace(cp=stride))
+    assert none == pytest.approx(0.0)

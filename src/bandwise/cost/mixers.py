@@ -7,8 +7,11 @@ tp_size", in_proj column-parallel, out_proj row-parallel; `GatedDeltaNet` likewi
 megatron-core 0.16.1 `ssm/mamba_mixer.py`, `ssm/gated_delta_net.py`). Context parallelism:
 `MambaContextParallel` (0.16.1, `ssm/mamba_context_parallel.py`) swaps the sequence split for a
 head split by an all-to-all before the convolution and back after the scan, so nheads must divide
-by tp·cp; Gated DeltaNet has none (its context-parallel import is commented out), so a layout
-with cp > 1 is refused for it (`specs.strategy`).
+by tp·cp. Gated DeltaNet had none in 0.16.1 (its context-parallel import is commented out); Megatron-LM
+d98e8a6 gives it the same head split by its own all-to-alls (`megatron/core/ssm/gated_delta_net/common.py`,
+`a2a_cp_to_hp`/`a2a_hp_to_cp`), priced in `cost.terms.context`, with tp·cp dividing the key heads
+(`specs.strategy`). MaxText 0.2.5 keeps its sequence split instead and composes the shards' states in two
+passes (`models/qwen3.py`, `gdn_context_axes`; `kernels/attention/gdn_cp.py`): not priced apart.
 
 Mamba-1 (Jamba) has no Megatron-Core module; split by channels as vLLM's `MambaMixer` splits it
 (vllm `model_executor/layers/mamba/mamba_mixer.py`: in_proj and dt_proj column-parallel, x_proj

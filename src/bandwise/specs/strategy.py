@@ -411,10 +411,12 @@ def _model_rules(m: ModelSpec) -> list[Rule]:
 def _mixer_rules(m: ModelSpec) -> list[Rule]:
     """Megatron-Core's checks on mixer layers (megatron-core 0.16.1): `MambaMixer` splits heads and
     groups over TP ("nheads must be evenly divisble by tp_size", "ngroups must be evenly divisible by
-    tp_size") and `MambaContextParallel` heads over TP·CP; `GatedDeltaNet` splits value and key heads
-    over TP and has no context parallelism (its context-parallel module is not imported). Mamba-1 has
-no Megatron-Core module; split by channels (`cost.mixers`), it needs tp to divide d_inner, and no
-engine runs it under context parallelism."""
+    tp_size") and `MambaContextParallel` heads over TP·CP. `GatedDeltaNet` splits key and value heads
+    over TP, and under context parallelism over TP·CP by its own all-to-alls (Megatron-LM d98e8a6,
+    `megatron/core/ssm/gated_delta_net/gdn.py`: `num_value_heads // tp_size // cp_size`, and `common.py`:
+    `qk_dim_local_tp // key_head_dim // cp_size`); value heads are a multiple of key heads, so tp·cp dividing
+    the key heads is the rule. Mamba-1 has no Megatron-Core module; split by channels (`cost.mixers`), it
+    needs tp to divide d_inner, and no engine runs it under context parallelism."""
     rules: list[Rule] = []
     if isinstance(m.mamba, Mamba1) and m.mamba_layers:
         inner = m.mamba.inner
@@ -433,9 +435,9 @@ engine runs it under context parallelism."""
     if m.linear_attention and m.linear_attention_layers:
         kh = m.linear_attention.key_heads
         rules.append((
-            lambda c, w: (c.cp == 1) & (kh % c.tp == 0),
-            lambda s, w: f"tp={s.tp}, cp={s.cp}: {m.name}'s Gated DeltaNet layers have no context parallelism (use cp=1) and need "
-            f"tp to divide key_heads={kh}; valid tp: {', '.join(map(str, divisors(kh)))}",
+            lambda c, w: kh % (c.tp * c.cp) == 0,
+            lambda s, w: f"tp={s.tp}, cp={s.cp}: {m.name}'s Gated DeltaNet layers split their heads over tp·cp, which must divide "
+            f"key_heads={kh}; valid tp·cp: {', '.join(map(str, divisors(kh)))}",
         ))
     return rules
 

@@ -46,21 +46,30 @@ def context_comm(m: ModelSpec, cluster: Cluster, s: Shape, groups: Groups, layer
             gather = gather * (m.attention_layers / m.layers)
         return ContextComm(layer=gather, exposed=gather)
     ring = 3.0 * (s.cp - 1) * comm.ring_p2p_time(cluster, kv_chunk, groups.cp, s.cp)
-    if m.is_hybrid:
-        ring = hybrid_context_comm(m, cluster, s, groups, ring)
-    return ContextComm(layer=ring, exposed=np.maximum(0.0, ring - (layer.attn + layer.attn_bwd)))
+    if not m.is_hybrid:
+        return ContextComm(layer=ring, exposed=np.maximum(0.0, ring - (layer.attn + layer.attn_bwd)))
+    ring = ring * (m.attention_layers / m.layers)
+    a2a = mixer_all_to_alls(m, cluster, s, groups)
+    # the mixers' all-to-alls sit between their projections and their scans, with nothing to hide behind
+    return ContextComm(layer=ring + a2a, exposed=np.maximum(0.0, ring - (layer.attn + layer.attn_bwd)) + a2a)
 
 
-def hybrid_context_comm(m: ModelSpec, cluster: Cluster, s: Shape, groups: Groups, ring: np.ndarray) -> np.ndarray:
-    """Seconds per mean layer of a hybrid under CP: the ring on its attention layers only, and on
+def mixer_all_to_alls(m: ModelSpec, cluster: Cluster, s: Shape, groups: Groups) -> np.ndarray:
+    """Seconds per mean layer of a hybrid under CP in its mixer layers' all-to-alls: on
     each Mamba-2 layer Megatron-Core's all-to-alls (`MambaContextParallel`, megatron-core 0.16.1
     `ssm/mamba_context_parallel.py`): forward, the convolution's input (x, B, C) to a head split and
-    the scan's output y back; backward, their gradients. (Gated DeltaNet has no CP: `specs.strategy`
-    refuses cp > 1 for it.)"""
+    the scan's output y back; backward, their gradients. Each Gated DeltaNet layer likewise: forward the
+    in-projection's output (q, k, v, z, beta, alpha) to a head split before the convolution and the gated
+    norm's output back (Megatron-LM d98e8a6, `megatron/core/ssm/gated_delta_net/common.py`: `a2a_cp_to_hp`,
+    `a2a_hp_to_cp`); backward, their gradients."""
     L = m.layers
-    mean = ring * (m.attention_layers / L)
+    mean = np.zeros_like(np.asarray(s.tokens, dtype=float))
     if isinstance(m.mamba, Mamba2) and m.mamba_layers:  # Mamba-1 has no CP (`specs.strategy`)
         width = m.mamba.conv_channels + m.mamba.inner
         a2a = comm.all_to_all_time(cluster, s.tokens * width * BF16 / s.tp, groups.cp, s.cp)
         mean = mean + (m.mamba_layers / L) * 2.0 * np.where(s.cp > 1, a2a, 0.0)
+    if m.linear_attention and m.linear_attention_layers:
+        width = m.linear_attention.in_proj_width + m.linear_attention.out_width
+        a2a = comm.all_to_all_time(cluster, s.tokens * width * BF16 / s.tp, groups.cp, s.cp)
+        mean = mean + (m.linear_attention_layers / L) * 2.0 * np.where(s.cp > 1, a2a, 0.0)
     return mean
