@@ -414,7 +414,8 @@ def _mixer_rules(m: ModelSpec) -> list[Rule]:
     tp_size") and `MambaContextParallel` heads over TP·CP. `GatedDeltaNet` splits key and value heads
     over TP, and under context parallelism over TP·CP by its own all-to-alls (Megatron-LM d98e8a6,
     `megatron/core/ssm/gated_delta_net/gdn.py`: `num_value_heads // tp_size // cp_size`, and `common.py`:
-    `qk_dim_local_tp // key_head_dim // cp_size`); value heads are a multiple of key heads, so tp·cp dividing
+    `qk_dim_local_tp // key_head_dim // cp_size`; `TransformerConfig.__post_init__` asserts tp·cp divides
+    linear_num_key_heads and linear_num_value_heads); value heads are a multiple of key heads, so tp·cp dividing
     the key heads is the rule. Mamba-1 has no Megatron-Core module; split by channels (`cost.mixers`), it
     needs tp to divide d_inner, and no engine runs it under context parallelism."""
     rules: list[Rule] = []
