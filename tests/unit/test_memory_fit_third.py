@@ -191,18 +191,21 @@ def test_bf16_resident_parameters_keep_eight_bytes_a_parameter_and_reduce_in_fp3
     assert states(fp32) == pytest.approx(16 * M.total_params / 8 / GIB, rel=0.02)  # fp32 shards, grads, moments
 
 
-# ---- what a run states that is not priced is said beside "nothing fits" --------------------------
-def test_a_stated_activation_offload_is_named_as_not_priced_beside_nothing_fits():
+# ---- a stated activation offload is priced, and said so ----------------------------------------
+def test_a_stated_activation_offload_is_priced_and_named_as_stated():
     from published import shipped_run
 
     from bandwise.plan.runs import convert
     from bandwise.plan.validate import predict
 
-    run = shipped_run("mbridge_gb200_llama3_70b_fsdp_2511")
-    note = [n for n in predict(convert(run, SOURCES_)).notes if "nothing fits" in n]
-    assert note and "not priced: the activations of 40 layers offloaded to the host" in note[0]
+    run = shipped_run("mbridge_gb200_llama3_70b_fsdp_2511")  # cpu_offloading_num_layers: 40 of 80
+    case = convert(run, SOURCES_)
+    assert case.stated.offloaded_layers == 40 and case.stated.unpriced == ()
+    res = predict(case)
+    assert any("cpu_offloading_num_layers" in n for n in res.notes)
+    assert all("; not priced:" not in n for n in res.notes)  # nothing left unpriced beside "nothing fits"
     del run["parallelism"]["cpu_offloading_num_layers"]
-    assert all("not priced" not in n for n in predict(convert(run, SOURCES_)).notes)
+    assert convert(run, SOURCES_).stated.offloaded_layers == 0
 
 
 def _sources():

@@ -83,6 +83,14 @@ class CostParams:
     tensor. Instead, it tiles the input hidden states and computes the logits, loss, and gradients one tile at
     a time", docs/explanations/tiling.md at 50bafeb98299), as a run states it. Memory only: the tile's forward
     re-run in its backward (one head GEMM of the tile) is not priced. 1: the whole logits."""
+    offloaded_layers: int = 0
+    """Layers whose saved activations leave the device for the host between their forward and backward:
+    Megatron-Core's `cpu_offloading_num_layers` (core_v0.15.0, transformer_block.py, passed to Transformer
+    Engine's `get_cpu_offload_context`; transformer_config.py allows it only without a pipeline). TE offloads
+    layers 0 .. N-1 on a side stream, each done before layer L - N + i starts, and reloads each one layer ahead
+    in the backward, so the saved activations peak at (L - N) layers' (transformer_engine/pytorch/cpu_offload.py
+    at 00382b96, `OffloadSynchronizer._default_offload_sync_init`). Memory only: the copies overlap the compute
+    and are not priced. 0: none."""
     remat_policy: RematPolicy | None = None
     """Full recomputation as a MaxText remat policy (`cost.remat`): the tensors it keeps in HBM or
     offloads to the host are not re-run; None: the whole layer is re-run from its input."""

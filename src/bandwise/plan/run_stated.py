@@ -52,6 +52,8 @@ STATED: dict[str, str] = {
                      "moments and stored gradients; the reduction stays in its dtype (FSDP2 casts the reduced shard back)",
     "vocab_tiling": "the run states MaxText's num_vocab_tiling: the logits, loss and gradients made one tile of tokens at a time, "
                     "1/n of the logits alive (the tile's re-run forward not priced)",
+    "cpu_offloading": "the run states Megatron's cpu_offloading_num_layers: those layers' saved activations wait on the host "
+                      "until their backward (Transformer Engine's offload), the copies overlapped and not priced",
     "remat_policy": "the run states a MaxText remat policy: full recomputation less the tensors it keeps in HBM or offloads to the host, "
                     "the offloaded ones' copies over the host link (cost/remat.py)",
 }
@@ -99,6 +101,8 @@ class Stated:
     """The run states bf16 resident parameters under torch's Adam (`CostParams.sharded_grad_bytes`)."""
     vocab_tiles: int | None = None
     """MaxText's `num_vocab_tiling` as the run's flags state it (`CostParams.vocab_tiles`); None: unstated."""
+    offloaded_layers: int = 0
+    """Megatron's `cpu_offloading_num_layers` as the run states it (`CostParams.offloaded_layers`); 0: none."""
     names: list[str] = field(default_factory=list)
     """The `STATED` keys found, in the order read."""
     unpriced: tuple[str, ...] = ()
@@ -119,6 +123,7 @@ class Stated:
             "remat_policy": self.remat_policy,
             "expert_tensor_parallel": self.expert_tp,
             "vocab_tiles": self.vocab_tiles,
+            "offloaded_layers": self.offloaded_layers or None,
             "eager_elementwise": False if self.compiled else None,
             "fp8_weight_cast_per_microbatch": False if self.fp8_all_gather else None,
         }
@@ -205,17 +210,18 @@ def read_stated(run: dict[str, Any], conventions: str, recompute: str | None, no
     bf16_resident = re.search(r"torch_dtype\s*[=:]?\s*['\"]?(bfloat16|bf16)\b", weights_text) is not None
     if bf16_resident:
         state("bf16_resident")
-    unpriced = []
-    offloaded = count(p.get("cpu_offloading_num_layers"), "parallelism.cpu_offloading_num_layers", least=0)
+    unpriced: list[str] = []
+    offloaded = count(p.get("cpu_offloading_num_layers"), "parallelism.cpu_offloading_num_layers", least=0) or 0
     if offloaded:
-        unpriced.append(f"the activations of {offloaded} layers offloaded to the host (Megatron's cpu_offloading_num_layers)")
+        state("cpu_offloading")
     tiles = _vocab_tiles(p, rid)
     if tiles is not None:
         state("vocab_tiling")
     return Stated(precision=precision, overlap=overlap, compiled=compiled, grad_reduce=grad_reduce,
                   selective_modules=modules, fp8_recipe=recipe, fp8_all_gather=fp8_all_gather, moe_capacity_factor=capacity, moe_one_hot_dispatch=one_hot,
                   moe_dispatcher=dispatcher, moe_permute_fusion=fusion, cuda_graph_scope=scope, remat_policy=policy,
-                  expert_tp=etp if etp is not None and etp > 1 else None, vocab_tiles=tiles, bf16_weights=bf16_weights, bf16_resident=bf16_resident, names=found, unpriced=tuple(unpriced))
+                  expert_tp=etp if etp is not None and etp > 1 else None, vocab_tiles=tiles, bf16_weights=bf16_weights, bf16_resident=bf16_resident,
+                  offloaded_layers=offloaded, names=found, unpriced=tuple(unpriced))
 
 
 def _vocab_tiles(p: dict[str, Any], rid: str) -> int | None:

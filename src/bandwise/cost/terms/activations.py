@@ -142,6 +142,9 @@ def activations(m: ModelSpec, s: Shape, rec: np.ndarray, pf: PipelineFactors, st
     head_waits = pf.head_waiting * ((1 + m.mtp_depth) * tokens * BF16 * m.vocab / tp + head_in)
     at_loss = np.maximum(working, head_logits + head_in)
     first_layers, head_layers, layers_rank = r.first.layers, stages.head_layers, stages.layers_rank
+    # activations offloaded to the host (`CostParams.offloaded_layers`): (L - N) of L layers' are on the device at the peak
+    on_device = max(m.layers - P.offloaded_layers, 0) / m.layers
+    first_layers, head_layers, layers_rank = first_layers * on_device, head_layers * on_device, layers_rank * on_device
     first = (pf.inflight * first_layers * stage_mb + pf.waiting * first_layers * out_grads
              + np.where(stages.together, m.mtp_depth * stage_mb + head_waits + at_loss, working))
     last = (pf.head_inflight * (head_layers + m.mtp_depth) * stage_mb + pf.waiting * head_layers * out_grads + held_heads + head_waits
