@@ -11,7 +11,7 @@ Run under torchrun, gloo on 4 CPU ranks:
    (a torch.profiler CPU trace of 3 steps per rank, `runtime.train._profiler`, into OUT/trace/round<N>; in the
    first `--traces` rounds), then the traced layout, each of the two others and TP once each, unprofiled, in an
    order that rotates from round to round. The machine is shared and its load drifts over minutes (load average
-   2 -> 35 within one run of this script): run in blocks, one layout's runs all met one load and the next
+   0.5 -> 35 within one run of this script): run in blocks, one layout's runs all met one load and the next
    layout's another, and the calibrating trace, taken first, a third. Interleaved, every layout and the traces
    see the same spread of load;
 3. fits the calibration from all the traces (`api.calibrating.calibrate`, the median rank of 4 x `--traces`
