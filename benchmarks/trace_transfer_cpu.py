@@ -4,16 +4,21 @@ Run under torchrun, gloo on 4 CPU ranks:
 
     PYTHONPATH=src torchrun --nproc-per-node 4 benchmarks/trace_transfer_cpu.py --out /tmp/transfer
 
-1. trains `debug` with the calibration layout (FSDP over 4) under `train --profile`: a torch.profiler
-   CPU trace of 3 steps per rank (`runtime.train._profiler`);
-2. measures the device as `bandwise train` does at its end (`runtime.compare.runtime_cluster`: matmul
+1. measures the device as `bandwise train` does at its end (`runtime.compare.runtime_cluster`: matmul
    peak, copy bandwidth, attention at the model's shape, a timed all-reduce over the 4 ranks) and
    writes it as a cluster file, OUT/cpu-cluster.yaml;
-3. fits the calibration from the traces (`api.calibrating.calibrate`, what
-   `bandwise calibrate OUT/trace --strategy OUT/fsdp4.json --model debug --cluster OUT/cpu-cluster.yaml
-   --engine bandwise` does), written to OUT/calibration.yaml;
-4. runs the traced layout, each of the two others (and TP, reported beside) 5 times (unprofiled) and compares the median of the runs'
-   median steps with the plan's step for that layout, with and without the calibration.
+2. runs `--runs` rounds. Each round trains the calibration layout (FSDP over 4) once under `train --profile`
+   (a torch.profiler CPU trace of 3 steps per rank, `runtime.train._profiler`, into OUT/trace/round<N>; in the
+   first `--traces` rounds), then the traced layout, each of the two others and TP once each, unprofiled, in an
+   order that rotates from round to round. The machine is shared and its load drifts over minutes (load average
+   0.5 -> 35 within one run of this script): run in blocks, one layout's runs all met one load and the next
+   layout's another, and the calibrating trace, taken first, a third. Interleaved, every layout and the traces
+   see the same spread of load;
+3. fits the calibration from all the traces (`api.calibrating.calibrate`, the median rank of 4 x `--traces`
+   rank traces; what `bandwise calibrate OUT/trace/round* --strategy OUT/fsdp4.json --model debug --cluster
+   OUT/cpu-cluster.yaml --engine bandwise` does), written to OUT/calibration.yaml;
+4. compares the median of each layout's runs (each run's median step) with the plan's step for that layout,
+   with and without the calibration, and gives the runs' spread.
 
 Rank 0 prints one table and writes OUT/transfer.json.
 """
@@ -68,6 +73,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--steps", type=int, default=8, help="steps of each timed run (the first is left out of its median)")
+    ap.add_argument("--traces", type=int, default=3, help="rounds that trace the calibration layout first (at most --runs)")
     ap.add_argument("--reprice", action="store_true", help="no training: fit and price again from OUT's traces, cluster file and "
                     "measured runs (an earlier run's), so two versions of the model are set against the same measurements")
     args = ap.parse_args()
@@ -79,19 +85,21 @@ def main() -> None:
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     spec = get_model(MODEL)
-    trace_dir = args.out / "trace"
     name, s0 = CALIBRATE_ON
-    train(spec, s0, _config(6, profile=str(trace_dir)))
-    dist.barrier()
 
     device, dtype = torch.device("cpu"), torch.float32
     peak = measure_matmul_flops(device, dtype, n=1024)
     attn = attention_efficiency(spec, s0.micro_batch, device, dtype, peak)
     clus = runtime_cluster(device, world, peak, dtype=dtype, attention=attn)
 
-    measured: dict[str, list[float]] = {}
-    for label, s in (CALIBRATE_ON, *PREDICT, *ALSO):  # the traced layout too, unprofiled: the fit's own error and the profiler's cost
-        measured[label] = [train(spec, s, _config(args.steps)).median_step_s for _ in range(args.runs)]
+    layouts = (CALIBRATE_ON, *PREDICT, *ALSO)
+    measured: dict[str, list[float]] = {label: [] for label, _ in layouts}
+    for r in range(args.runs):
+        if r < args.traces:
+            train(spec, s0, _config(6, profile=str(args.out / "trace" / f"round{r + 1}")))
+            dist.barrier()
+        for label, s in layouts[r % len(layouts):] + layouts[:r % len(layouts)]:  # the traced layout too, unprofiled
+            measured[label].append(train(spec, s, _config(args.steps)).median_step_s)
     dist.barrier()
     if rank != 0:
         dist.destroy_process_group()
@@ -108,15 +116,16 @@ def report(out: Path, clus, measured: dict[str, list[float]], name: str = "trans
     """Fit the calibration from OUT/trace, price every layout with and without it against its measured runs."""
     s0 = CALIBRATE_ON[1]
     trace_dir = out / "trace"
-    cal = calibrate(sorted(trace_dir.glob("rank*.json")), strategy=s0, model=MODEL, cluster=clus, engine="bandwise").calibration
+    cal = calibrate(sorted(trace_dir.glob("**/rank*.json")), strategy=s0, model=MODEL, cluster=clus, engine="bandwise").calibration
     (out / name.replace("transfer", "calibration").replace(".json", ".yaml")).write_text(cal.to_yaml())
     rows = []
+    print(f"{len(sorted(trace_dir.glob('**/rank*.json')))} rank traces of {s0.describe()}")
     for label, s in (CALIBRATE_ON, *PREDICT, *ALSO):
         med = statistics.median(measured[label])
         before = priced(s, MODEL, clus, None, engine="bandwise")[3].step_time_s
         after = priced(s, MODEL, clus, None, engine="bandwise", calibration=cal)[3].step_time_s
         rows.append({"layout": label, "strategy": s.describe(), "runs_s": measured[label], "measured_median_s": med,
-                     "target": label in dict(PREDICT), "datasheet_s": before, "calibrated_s": after, "calibrated_error": after / med - 1, "datasheet_error": before / med - 1})
+                     "target": label in dict(PREDICT), "spread": (max(measured[label]) - min(measured[label])) / med, "datasheet_s": before, "calibrated_s": after, "calibrated_error": after / med - 1, "datasheet_error": before / med - 1})
     traced = priced(s0, MODEL, clus, None, engine="bandwise", calibration=cal)[3].step_time_s
     result = {"calibrated_on": s0.describe(), "factors": {f.name: f.value for f in cal.factors}, "evidence": cal.evidence,
               "calibrated_plan_of_traced_layout_s": traced, "cluster": cluster_to_file_dict(clus), "rows": rows,
@@ -129,7 +138,7 @@ def report(out: Path, clus, measured: dict[str, list[float]], name: str = "trans
     print(f"{'layout':12s} {'measured (median of 5)':>24s} {'datasheet plan':>15s} {'calibrated plan':>16s} {'error':>8s}")
     for r in rows:
         print(f"{r['layout']:12s} {r['measured_median_s']:24.3f} {r['datasheet_s']:15.3f} {r['calibrated_s']:16.3f} {r['calibrated_error']:+8.1%}"
-              f"   runs: {', '.join(f'{x:.3f}' for x in r['runs_s'])}")
+              f"   runs: {', '.join(f'{x:.3f}' for x in r['runs_s'])} (spread {r['spread']:.0%} of the median)")
 
 
 if __name__ == "__main__":

@@ -102,7 +102,9 @@ def _torus_axis_lengths(lv: Level, stride: np.ndarray, span: np.ndarray) -> np.n
 
 
 def all_gather_time(cluster: Cluster, nbytes: np.ndarray, stride: np.ndarray, size: np.ndarray) -> np.ndarray:
-    """Seconds to all-gather a result of `nbytes` per device over the group (also reduce-scatter)."""
+    """Seconds to all-gather a result of `nbytes` per device over the group (also reduce-scatter): a level's
+    latency once per ring step, d - 1 of them (gloo's ring all-gather, gloo/allgather.cc, takes d - 1 rounds of
+    two half-chunks in flight, each round waiting for the one before)."""
     nbytes = np.asarray(nbytes, dtype=float)
     bw_time = np.zeros(np.broadcast(nbytes, np.asarray(size)).shape)
     latency = np.zeros_like(bw_time)
@@ -118,7 +120,12 @@ def all_gather_time(cluster: Cluster, nbytes: np.ndarray, stride: np.ndarray, si
 
 
 def reduce_scatter_time(cluster: Cluster, nbytes: np.ndarray, stride: np.ndarray, size: np.ndarray) -> np.ndarray:
-    """Reduce-scatter of an `nbytes` input per device: the all-gather's traffic in reverse."""
+    """Reduce-scatter of an `nbytes` input per device: the all-gather's traffic in reverse. (torch's gloo
+    backend runs a reduce-scatter as an all-reduce of the whole input and keeps its own chunk,
+    `ProcessGroupGloo::reduce_scatter_tensor_coalesced` in torch/csrc/distributed/c10d/ProcessGroupGloo.cpp: twice
+    these steps and bytes. Not priced apart: on the CPU/gloo check every layout's reductions are FSDP's, at the
+    same ratio to its gathers, and the trace's fit takes the two together, benchmarks/RESULTS.md, "Calibrate
+    (fourth pass)".)"""
     return all_gather_time(cluster, nbytes, stride, size)
 
 

@@ -6,7 +6,10 @@ bandwise's trainer does (`runtime.metrics.grad_norm_and_clip`): it takes each gr
 2-D mesh, over TP after it: torch/distributed/tensor/_redistribute.py warns of "2 sequential all_reduce
 operations", torch 2.13). A CPU trace of FSDP4 on `debug` shows 39 of them a step, one per parameter
 tensor (benchmarks/RESULTS.md, "Calibrate (third pass)"). Each carries a scalar: its cost is the group's
-latency, twice (reduce-scatter then all-gather, `comm.all_reduce_time`). Engines that stack the norms and
+latency, twice (reduce-scatter then all-gather, `comm.all_reduce_time`), 2 (g - 1) steps over g ranks. That is
+gloo's count too: its ring all-reduce (gloo/allreduce.cc, which torch's ProcessGroupGloo runs for a CPU tensor)
+cuts the input into 2g segments, of which a scalar fills one, and passes it g - 1 hops round the ring to be
+reduced and g - 1 more to be gathered, each hop waiting for the one before. Engines that stack the norms and
 reduce once (TorchTitan's `clip_grad_norm_`, torchtitan/distributed/utils.py) set no such collectives
 (`CostParams.norm_all_reduces_per_tensor` 0), and the term is zero.
 """
