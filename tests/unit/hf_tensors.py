@@ -22,7 +22,7 @@ def tensors(cfg: dict) -> dict[str, tuple[int, ...]]:
         kind = "llama4_text"
     return {"gpt2": _gpt2, "gpt_neox": _neox, "falcon": _falcon, "dbrx": _dbrx, "llama4_text": _llama4,
             "jamba": _jamba, "nemotron_h": _nemotron_h, "qwen3_next": _qwen3_next,
-            "nemotron-nas": _nemotron_nas}.get(kind, _llama_like)(c)
+            "nemotron-nas": _nemotron_nas, "glm4_moe": _glm4_moe}.get(kind, _llama_like)(c)
 
 
 def count(cfg: dict) -> int:
@@ -398,4 +398,36 @@ def _jamba(c: dict) -> dict:
             t |= {p + "mlp.router": (E, h)} | {k2: s for e in range(E) for k2, s in _mlp(f"{p}mlp.e{e}.", h, f).items()}
         else:
             t |= _mlp(p + "ffn.", h, f)
+    return t
+
+
+def _glm4_moe(c: dict) -> dict:
+    # modeling_glm4_moe.py (transformers a0699c9): embed_tokens; per layer self_attn q_proj (H·d, h), k_proj, v_proj
+    # (kv·d, h), each with a bias when attention_bias, o_proj (h, H·d) without, q_norm and k_norm (d) when use_qk_norm;
+    # input_layernorm, post_attention_layernorm; mlp: Glm4MoeMLP gate/up/down of intermediate_size on layers below
+    # first_k_dense_replace (default 1), else Glm4MoeMoE: gate.weight (E, h), experts e{k} gate/up/down of
+    # moe_intermediate_size, shared_experts of moe_intermediate_size · n_shared_experts; norm; lm_head (untied).
+    d0 = {"n_shared_experts": 1, "first_k_dense_replace": 1}
+    c = {**d0, **c}
+    h, L, V, H, kv = c["hidden_size"], c["num_hidden_layers"], c["vocab_size"], c["num_attention_heads"], c["num_key_value_heads"]
+    d = c.get("head_dim") or h // H
+    E, m = c["n_routed_experts"], c["moe_intermediate_size"]
+    t = {"embed_tokens": (V, h), "norm": (h,)}
+    if not c.get("tie_word_embeddings", False):
+        t["lm_head"] = (V, h)
+    for i in range(L):
+        p = f"layers.{i}."
+        t |= {p + "q_proj": (H * d, h), p + "k_proj": (kv * d, h), p + "v_proj": (kv * d, h), p + "o_proj": (h, H * d),
+              p + "input_layernorm": (h,), p + "post_attention_layernorm": (h,)}
+        if c.get("attention_bias", False):
+            t |= {p + "q_proj.b": (H * d,), p + "k_proj.b": (kv * d,), p + "v_proj.b": (kv * d,)}
+        if c.get("use_qk_norm", False):
+            t |= {p + "q_norm": (d,), p + "k_norm": (d,)}
+        if i < c["first_k_dense_replace"]:
+            t |= _mlp(p + "mlp.", h, c["intermediate_size"])
+        else:
+            t[p + "mlp.gate"] = (E, h)
+            for e in range(E):
+                t |= _mlp(f"{p}mlp.e{e}.", h, m)
+            t |= _mlp(p + "mlp.shared_experts.", h, m * c["n_shared_experts"])
     return t

@@ -244,6 +244,8 @@ def from_hf(cfg: dict[str, Any], where: str = "config.json") -> Architecture:
     """The architecture a Hugging Face config.json describes (its model_type is one `specs.hf` reads)."""
     kind = cfg.get("model_type")
     defaults = TRANSFORMERS_DEFAULTS.get(kind)
+    if kind in LLAMA_LIKE:  # families read as Llama's block plus their own parts (below)
+        return _llama_like(cfg, kind, where)
     if kind in BLOCKS:  # Llama's block, layer by layer (specs/hf_blocks.py): Llama's positions, norms and biases
         return replace(from_hf({**cfg, "model_type": "llama"}, where), family=kind, blocks_file=where,
                        source=f"{where} (model_type {kind})")
@@ -582,3 +584,34 @@ def refusals(model: ModelSpec, arch: Architecture | None, *, windows: bool = Fal
     if arch.rope is None and arch.positions and arch.positions < model.seq_len:
         out.append(f"n_positions={arch.positions}: its learned position table is shorter than the {model.seq_len}-token sequence")
     return out
+
+
+# ----------------------------------------------------------------- Llama-like families
+LLAMA_LIKE: dict[str, dict[str, Any]] = {
+    # model_type: its configuration class's defaults for the keys read here (transformers configuration_<type>.py)
+    "glm4_moe": {"rope_theta": 10000.0, "rms_norm_eps": 1e-5, "partial_rotary_factor": 0.5, "norm_topk_prob": True,
+                 "routed_scaling_factor": 1.0, "use_qk_norm": False},  # configuration_glm4_moe.py c7ec229
+}
+"""Families whose block is Llama's with parts named here; read by `from_hf` as Llama's (positions, norm
+epsilon, activation, dropout), then given their own parts."""
+
+
+def _llama_like(cfg: dict[str, Any], kind: str, where: str) -> Architecture:
+    defaults = LLAMA_LIKE[kind]
+    merged = {**defaults, **{k: v for k, v in cfg.items() if v is not None}}
+    base = from_hf({**merged, "model_type": "llama", "attention_bias": False}, where)
+    arch = replace(base, family=kind, source=f"{where} (model_type {kind})")
+    if kind == "glm4_moe":
+        # modeling_glm4_moe.py (a0699c9): biases on q, k, v only (attention_bias), q/k RMSNorms with use_qk_norm, RoPE on
+        # partial_rotary_factor of each head; Glm4MoeTopkRouter: sigmoid scores, e_score_correction_bias for the choice
+        # only, top-k weights renormalized with norm_topk_prob and scaled by routed_scaling_factor
+        fraction = merged["partial_rotary_factor"]
+        if not isinstance(fraction, (int, float)) or isinstance(fraction, bool) or not 0 < fraction <= 1:
+            raise BandwiseError(f"{where}: partial_rotary_factor={brief(fraction)} must be a number above 0 and at most 1")
+        scale = merged["routed_scaling_factor"]
+        if not isinstance(scale, (int, float)) or isinstance(scale, bool) or not scale > 0:
+            raise BandwiseError(f"{where}: routed_scaling_factor={brief(scale)} must be a positive number")
+        arch = replace(arch, qkv_bias=merged.get("attention_bias") is True, qk_norm=merged["use_qk_norm"] is True,
+                       rotary_fraction=float(fraction), router="sigmoid", expert_bias=True,
+                       topk_norm=merged["norm_topk_prob"] is True, routed_scale=float(scale))
+    return arch

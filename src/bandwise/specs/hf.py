@@ -80,6 +80,9 @@ FAMILIES: dict[str, dict[str, Any]] = {
     "dbrx": {"norms": 2},
     "gpt_oss": {"norms": 2, "qkv": True, "o": True, "window": 2},
     **{k: {"norms": 2} for k in DEEPSEEK},
+    # GLM-4.5 (modeling_glm4_moe.py, huggingface/transformers a0699c9): Glm4MoeAttention's q, k, v take
+    # attention_bias, o_proj none; q_norm and k_norm over head_dim only with use_qk_norm
+    "glm4_moe": {"norms": 2, "qkv": "attention_bias", "qk_norm": "use_qk_norm"},
 }
 SUPPORTED = sorted({*FAMILIES, "gemma3", "llama4", "llama4_text", *HYBRID, *BLOCKS})
 
@@ -88,6 +91,10 @@ CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
     "gemma3_text": {"vocab_size": 262_208, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
                         "sliding_window": 4096, "sliding_window_pattern": 6},  # configuration_gemma3.py, d98ac17
     "gpt_neox": {"attention_bias": True},  # configuration_gpt_neox.py
+    # Glm4MoeConfig's defaults (configuration_glm4_moe.py, huggingface/transformers c7ec229)
+    "glm4_moe": {"vocab_size": 151552, "hidden_size": 4096, "intermediate_size": 10944, "num_hidden_layers": 46,
+                 "num_attention_heads": 96, "num_key_value_heads": 8, "moe_intermediate_size": 1408, "num_experts_per_tok": 8,
+                 "n_shared_experts": 1, "n_routed_experts": 128, "n_group": 1, "topk_group": 1, "first_k_dense_replace": 1},
     "olmo3": {"sliding_window": 4096},  # configuration_olmo3.py (4.57.1)
     "starcoder2": {"use_bias": True},  # configuration_starcoder2.py
     # Llama4TextConfig's defaults (configuration_llama4.py, huggingface/transformers 008e574): Scout's shape
@@ -296,6 +303,8 @@ def _moe(r: _Keys, kind: str, spec: dict[str, Any]) -> dict[str, Any]:
             shared = r.need("shared_expert_intermediate_size")
             fields.update(shared_experts=1, shared_expert_ffn=shared)
         return fields
+    if kind == "glm4_moe":
+        return _glm4_moe(r, layers)
     if kind in DEEPSEEK:
         # MoE on layer i when i >= first_k_dense_replace and i % moe_layer_freq == 0 (DeepSeek's
         # modeling_deepseek.py); a frequency above 1 puts dense layers between MoE ones.
@@ -323,6 +332,24 @@ def _moe(r: _Keys, kind: str, spec: dict[str, Any]) -> dict[str, Any]:
     return {}
 
 
+def _glm4_moe(r: _Keys, layers: int) -> dict[str, Any]:
+    """GLM-4.5 (modeling_glm4_moe.py, huggingface/transformers a0699c9): Glm4MoeDecoderLayer i is a
+    Glm4MoeMoE when i >= first_k_dense_replace, else a SwiGLU MLP of intermediate_size; Glm4MoeMoE holds
+    n_routed_experts SwiGLU experts of moe_intermediate_size, a router h -> E without bias (its
+    e_score_correction_bias is a buffer, not a parameter) and one shared MLP of
+    moe_intermediate_size · n_shared_experts. The checkpoints' num_nextn_predict_layers MTP layers sit
+    past num_hidden_layers (transformers does not build them): `mtp_depth`, as DeepSeek-V3's."""
+    fields = {"experts": r.need("n_routed_experts"), "top_k": r.need("num_experts_per_tok"),
+              "expert_ffn": r.need("moe_intermediate_size"), "shared_experts": r.opt("n_shared_experts", 0),
+              "dense_layers": r.opt("first_k_dense_replace", 0), "mtp_depth": r.opt("num_nextn_predict_layers", 0)}
+    if fields["dense_layers"] >= layers:
+        raise BandwiseError(f"config.json (glm4_moe): first_k_dense_replace={fields['dense_layers']} leaves no MoE layer of {layers}")
+    groups = r.opt("n_group", 1)
+    if groups > 1:
+        fields.update(expert_groups=groups, groups_per_token=r.opt("topk_group", groups))
+    return fields
+
+
 def _vectors(r: _Keys, kind: str, m: ModelSpec) -> int:
     """Norm and bias parameters of the main model (not of multi-token-prediction modules), from the
     family's modelling code: per layer its norms, q/k norms and biases, then the final norm."""
@@ -339,6 +366,8 @@ def _vectors(r: _Keys, kind: str, m: ModelSpec) -> int:
         per_layer += H * d + kv * d
     elif qk == "olmoe":  # OlmoeAttention: q_norm over h, k_norm over h / H · kv
         per_layer += h + h // H * kv
+    elif qk == "use_qk_norm" and r.flag("use_qk_norm"):  # GLM-4.5: q_norm, k_norm of head_dim
+        per_layer += 2 * d
     elif qk == "cohere" and r.flag("use_qk_norm"):  # CohereLayerNorm of (heads, head_dim)
         per_layer += H * d + kv * d
     if r.flag(fam.get("qkv", False)):
