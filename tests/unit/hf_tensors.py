@@ -100,7 +100,7 @@ def _dbrx(c: dict) -> dict:
     return t
 
 
-TIED_BY_DEFAULT = {"gemma", "gemma2", "gemma3_text", "cohere", "cohere2", "starcoder2"}
+TIED_BY_DEFAULT = {"gemma", "gemma2", "gemma3_text", "cohere", "cohere2", "starcoder2", "smollm3"}
 """Classes whose tie_word_embeddings default is true (the others' is false)."""
 
 
@@ -245,7 +245,7 @@ def _feed_forward(p: str, c: dict, kind: str, i: int, h: int, f: int) -> dict:
         return t | (_mlp(p + "shared.", h, m * S) if S else {})
     if kind == "starcoder2":  # c_fc, c_proj with use_bias
         return _mlp(p, h, f, gated=False, bias=c.get("use_bias", True))
-    return _mlp(p, h, f, bias=c.get("mlp_bias", False) if kind in ("llama", "granite") else False)
+    return _mlp(p, h, f, bias=c.get("mlp_bias", False) if kind in ("llama", "granite", "smollm3") else False)
 
 
 def _llama4(c: dict) -> dict:

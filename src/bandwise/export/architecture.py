@@ -591,6 +591,7 @@ LLAMA_LIKE: dict[str, dict[str, Any]] = {
     # model_type: its configuration class's defaults for the keys read here (transformers configuration_<type>.py)
     "glm4_moe": {"rope_theta": 10000.0, "rms_norm_eps": 1e-5, "partial_rotary_factor": 0.5, "norm_topk_prob": True,
                  "routed_scaling_factor": 1.0, "use_qk_norm": False},  # configuration_glm4_moe.py c7ec229
+    "smollm3": {"rope_theta": 2_000_000.0, "rms_norm_eps": 1e-6, "no_rope_layer_interval": 4},  # modular_smollm3.py cbc6e94
 }
 """Families whose block is Llama's with parts named here; read by `from_hf` as Llama's (positions, norm
 epsilon, activation, dropout), then given their own parts."""
@@ -600,7 +601,14 @@ def _llama_like(cfg: dict[str, Any], kind: str, where: str) -> Architecture:
     defaults = LLAMA_LIKE[kind]
     merged = {**defaults, **{k: v for k, v in cfg.items() if v is not None}}
     base = from_hf({**merged, "model_type": "llama", "attention_bias": False}, where)
-    arch = replace(base, family=kind, source=f"{where} (model_type {kind})")
+    window, windowed = window_layers(cfg)  # the family's own window rule, as the planner reads it
+    arch = replace(base, family=kind, sliding_window=window, window_layers=windowed, source=f"{where} (model_type {kind})")
+    if kind == "smollm3":
+        # SmolLM3Attention (modular_smollm3.py cbc6e94) skips RoPE where no_rope_layers[i] is 0: every 4th layer by default
+        rope = merged.get("no_rope_layers")
+        if not isinstance(rope, list) or 0 in rope:
+            arch = replace(arch, unsupported=(*arch.unsupported, "layers without RoPE (SmolLM3's no_rope_layers, every "
+                                              f"{brief(merged['no_rope_layer_interval'])}th by default)"))
     if kind == "glm4_moe":
         # modeling_glm4_moe.py (a0699c9): biases on q, k, v only (attention_bias), q/k RMSNorms with use_qk_norm, RoPE on
         # partial_rotary_factor of each head; Glm4MoeTopkRouter: sigmoid scores, e_score_correction_bias for the choice

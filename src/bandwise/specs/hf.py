@@ -83,6 +83,10 @@ FAMILIES: dict[str, dict[str, Any]] = {
     # GLM-4.5 (modeling_glm4_moe.py, huggingface/transformers a0699c9): Glm4MoeAttention's q, k, v take
     # attention_bias, o_proj none; q_norm and k_norm over head_dim only with use_qk_norm
     "glm4_moe": {"norms": 2, "qkv": "attention_bias", "qk_norm": "use_qk_norm"},
+    # SmolLM3 (modular_smollm3.py, huggingface/transformers cbc6e94): Llama's attention and MLP, every
+    # no_rope_layer_interval-th layer without RoPE (no parameters); SmolLM3Config leaves tie_word_embeddings to
+    # PretrainedConfig's default, true; a window, with use_sliding_window, on the layers without RoPE
+    "smollm3": {"norms": 2, "qkv": "attention_bias", "o": "attention_bias", "mlp": "mlp_bias", "tied": True, "window": "nope"},
 }
 SUPPORTED = sorted({*FAMILIES, "gemma3", "llama4", "llama4_text", *HYBRID, *BLOCKS})
 
@@ -519,6 +523,14 @@ def _window_layers(r: _Keys, kind: str, layers: int, rule: Any) -> tuple[int, tu
         # Gemma 3 / Cohere 2: layer i is global when (i + 1) % pattern == 0
         n = r.integer("sliding_window_pattern", r.get("sliding_window_pattern"), 1)
         windowed = [(i + 1) % n != 0 for i in range(layers)]
+    elif rule == "nope":  # SmolLM3Config: windowed where no_rope_layers[i] is 0 (default: every interval-th layer)
+        if r.cfg.get("use_sliding_window") is not True:
+            return none
+        rope = _layer_list(r, "no_rope_layers", layers)
+        if rope is None or len(rope) != layers:
+            interval = r.opt("no_rope_layer_interval", 4) or 4
+            rope = [int((i + 1) % interval != 0) for i in range(layers)]
+        windowed = [not v for v in rope]
     elif rule == "qwen":
         if r.cfg.get("use_sliding_window") is not True:  # the Qwen classes' default is off
             return none
