@@ -159,7 +159,15 @@ REFUSED = {
     # DeciLM's modeling code (the models' own modeling_decilm.py): each block_configs entry sets its layer's
     # attention (n_heads_in_group, or no_op / replace_with_linear) and FFN (ffn_mult, or no_op)
     "deci": ("block_configs", "per-layer widths and layers without attention or MLP (modeling_decilm.py)"),
-    "falcon_h1": ("mamba_d_ssm", "a Mamba-2 mixer beside attention in every layer"),
+    # FalconH1DecoderLayer (modeling_falcon_h1.py) runs its Mamba-2 mixer and attention side by side on one input
+    "falcon_h1": ("mamba_d_ssm", "a Mamba-2 mixer beside attention in every layer (modeling_falcon_h1.py)"),
+    # MiniMaxDecoderLayer (modeling_minimax.py): MiniMaxLightningAttention on the "linear_attention" layers, its own
+    # residual weights (full_attn_alpha_factor, linear_attn_alpha_factor, mlp_alpha_factor and their betas)
+    "minimax": ("layer_types", "lightning (linear) attention layers and weighted residuals (modeling_minimax.py)"),
+    # DeepseekV32Attention (modeling_deepseek_v32.py): MLA whose keys are picked per query by a lightning indexer of
+    # index_n_heads heads of index_head_dim
+    "deepseek_v32": ("index_topk", "DeepSeek Sparse Attention, index_topk keys per query chosen by an indexer "
+                                   "(modeling_deepseek_v32.py)"),
     "granitemoehybrid": ("layer_types", "Mamba-2 layers between attention layers"),
     "bamba": ("attn_layer_indices", "Mamba-2 layers between attention layers"),
 }

@@ -1,0 +1,40 @@
+"""Families read since the first HF round: their variants counted against `hf_tensors`, and the families
+ModelSpec cannot describe refused in one line that names the config field and the modelling file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hf_tensors import count
+
+from bandwise.errors import BandwiseError
+from bandwise.specs.hf import REFUSED, from_hf_config
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "hf"
+
+
+def config(repo: str) -> dict:
+    return json.loads((DATA / repo / "config.json").read_text())
+
+
+@pytest.mark.parametrize("change", [{"use_qk_norm": True}, {"first_k_dense_replace": 3}, {"attention_bias": False},
+                                    {"n_shared_experts": 2}, {"tie_word_embeddings": True}])
+def test_glm4_moe_variants_count_as_the_checkpoint(change):
+    cfg = {**config("GLM-4.5-Air"), **change}
+    assert from_hf_config(cfg).total_params == count(cfg)
+
+
+def test_glm4_moe_mtp_layers_are_counted_apart():
+    m = from_hf_config(config("GLM-4.5-Air"))
+    assert m.mtp_depth == 1 and m.dense_layers == 1 and m.shared_experts == 1
+
+
+@pytest.mark.parametrize("kind", sorted(REFUSED))
+def test_refused_families_say_which_field_in_one_line(kind):
+    with pytest.raises(BandwiseError) as err:
+        from_hf_config({"model_type": kind, "num_hidden_layers": 2, "hidden_size": 64})
+    text = str(err.value)
+    field, _ = REFUSED[kind]
+    assert "\n" not in text and field in text and "not supported" in text
