@@ -115,7 +115,8 @@ def _llama_like(c: dict) -> dict:
     kv = c.get("num_key_value_heads") or H
     d = c.get("head_dim") or h // H
     f = c["intermediate_size"]
-    layer_norm = kind == "starcoder2"  # nn.LayerNorm with a bias; the others RMSNorm (Cohere: LayerNorm, no bias)
+    # nn.LayerNorm with a bias (Nemotron's NemotronLayerNorm1P is one); the others RMSNorm (Cohere: LayerNorm, no bias)
+    layer_norm = kind in ("starcoder2", "nemotron")
     t = {"embed_tokens": (V, h)}
     t |= _norm("norm", h, layer_norm)
     if not c.get("tie_word_embeddings", kind in TIED_BY_DEFAULT):
@@ -243,6 +244,8 @@ def _feed_forward(p: str, c: dict, kind: str, i: int, h: int, f: int) -> dict:
         E, m, S = c["n_routed_experts"], c["moe_intermediate_size"], c.get("n_shared_experts") or 0
         t = {p + "router": (E, h)} | {k: s for e in range(E) for k, s in _mlp(f"{p}e{e}.", h, m).items()}
         return t | (_mlp(p + "shared.", h, m * S) if S else {})
+    if kind == "nemotron":  # NemotronMLP: up_proj, down_proj (no gate), bias=mlp_bias
+        return _mlp(p, h, f, gated=False, bias=c.get("mlp_bias", False))
     if kind == "starcoder2":  # c_fc, c_proj with use_bias
         return _mlp(p, h, f, gated=False, bias=c.get("use_bias", True))
     return _mlp(p, h, f, bias=c.get("mlp_bias", False) if kind in ("llama", "granite", "smollm3") else False)

@@ -591,6 +591,7 @@ LLAMA_LIKE: dict[str, dict[str, Any]] = {
     # model_type: its configuration class's defaults for the keys read here (transformers configuration_<type>.py)
     "glm4_moe": {"rope_theta": 10000.0, "rms_norm_eps": 1e-5, "partial_rotary_factor": 0.5, "norm_topk_prob": True,
                  "routed_scaling_factor": 1.0, "use_qk_norm": False},  # configuration_glm4_moe.py c7ec229
+    "nemotron": {"rope_theta": 10000.0, "norm_eps": 1e-5, "partial_rotary_factor": 0.5, "hidden_act": "relu2"},  # configuration_nemotron.py
     "smollm3": {"rope_theta": 2_000_000.0, "rms_norm_eps": 1e-6, "no_rope_layer_interval": 4},  # modular_smollm3.py cbc6e94
 }
 """Families whose block is Llama's with parts named here; read by `from_hf` as Llama's (positions, norm
@@ -600,7 +601,10 @@ epsilon, activation, dropout), then given their own parts."""
 def _llama_like(cfg: dict[str, Any], kind: str, where: str) -> Architecture:
     defaults = LLAMA_LIKE[kind]
     merged = {**defaults, **{k: v for k, v in cfg.items() if v is not None}}
-    base = from_hf({**merged, "model_type": "llama", "attention_bias": False}, where)
+    llama = {**merged, "model_type": "llama", "attention_bias": False}
+    if kind == "nemotron":  # its norm epsilon and activation are set below
+        llama.update(rms_norm_eps=merged["norm_eps"], hidden_act="silu", mlp_bias=False)
+    base = from_hf(llama, where)
     window, windowed = window_layers(cfg)  # the family's own window rule, as the planner reads it
     arch = replace(base, family=kind, sliding_window=window, window_layers=windowed, source=f"{where} (model_type {kind})")
     if kind == "smollm3":
@@ -609,17 +613,32 @@ def _llama_like(cfg: dict[str, Any], kind: str, where: str) -> Architecture:
         if not isinstance(rope, list) or 0 in rope:
             arch = replace(arch, unsupported=(*arch.unsupported, "layers without RoPE (SmolLM3's no_rope_layers, every "
                                               f"{brief(merged['no_rope_layer_interval'])}th by default)"))
+    if kind == "nemotron":
+        # modeling_nemotron.py: NemotronLayerNorm1P (a LayerNorm with weight and bias, applied as weight + 1), up_proj ->
+        # relu2 -> down_proj, RoPE on partial_rotary_factor of each head; biases with attention_bias and mlp_bias
+        act = merged["hidden_act"]
+        parts = ["NemotronLayerNorm1P (LayerNorm weights applied as 1 + weight)"]
+        parts += [f"{k}=true" for k in ("attention_bias", "mlp_bias") if merged.get(k) is True]
+        if act != "relu2":
+            parts.append(f"hidden_act={brief(act)} (a two-matrix MLP here takes relu2)")
+        arch = replace(arch, norm="LayerNorm", norm_eps=float(merged["norm_eps"]), gated=False, activation="relu2",
+                       rotary_fraction=_fraction(merged, where), unsupported=(*arch.unsupported, *parts))
     if kind == "glm4_moe":
         # modeling_glm4_moe.py (a0699c9): biases on q, k, v only (attention_bias), q/k RMSNorms with use_qk_norm, RoPE on
         # partial_rotary_factor of each head; Glm4MoeTopkRouter: sigmoid scores, e_score_correction_bias for the choice
         # only, top-k weights renormalized with norm_topk_prob and scaled by routed_scaling_factor
-        fraction = merged["partial_rotary_factor"]
-        if not isinstance(fraction, (int, float)) or isinstance(fraction, bool) or not 0 < fraction <= 1:
-            raise BandwiseError(f"{where}: partial_rotary_factor={brief(fraction)} must be a number above 0 and at most 1")
         scale = merged["routed_scaling_factor"]
         if not isinstance(scale, (int, float)) or isinstance(scale, bool) or not scale > 0:
             raise BandwiseError(f"{where}: routed_scaling_factor={brief(scale)} must be a positive number")
         arch = replace(arch, qkv_bias=merged.get("attention_bias") is True, qk_norm=merged["use_qk_norm"] is True,
-                       rotary_fraction=float(fraction), router="sigmoid", expert_bias=True,
+                       rotary_fraction=_fraction(merged, where), router="sigmoid", expert_bias=True,
                        topk_norm=merged["norm_topk_prob"] is True, routed_scale=float(scale))
     return arch
+
+
+def _fraction(cfg: dict[str, Any], where: str) -> float:
+    """partial_rotary_factor, checked: the share of each head RoPE turns."""
+    fraction = cfg["partial_rotary_factor"]
+    if not isinstance(fraction, (int, float)) or isinstance(fraction, bool) or not 0 < fraction <= 1:
+        raise BandwiseError(f"{where}: partial_rotary_factor={brief(fraction)} must be a number above 0 and at most 1")
+    return float(fraction)

@@ -86,6 +86,9 @@ FAMILIES: dict[str, dict[str, Any]] = {
     # SmolLM3 (modular_smollm3.py, huggingface/transformers cbc6e94): Llama's attention and MLP, every
     # no_rope_layer_interval-th layer without RoPE (no parameters); SmolLM3Config leaves tie_word_embeddings to
     # PretrainedConfig's default, true; a window, with use_sliding_window, on the layers without RoPE
+    # Nemotron-4 / Minitron (modeling_nemotron.py): two NemotronLayerNorm1P a layer and a final one (LayerNorms with
+    # weight and bias), q, k, v, o with attention_bias, a two-matrix squared-ReLU MLP (up_proj, down_proj) with mlp_bias
+    "nemotron": {"norms": 2, "norm_bias": True, "qkv": "attention_bias", "o": "attention_bias", "mlp": "mlp_bias", "gated": False},
     "smollm3": {"norms": 2, "qkv": "attention_bias", "o": "attention_bias", "mlp": "mlp_bias", "tied": True, "window": "nope"},
 }
 SUPPORTED = sorted({*FAMILIES, "gemma3", "llama4", "llama4_text", *HYBRID, *BLOCKS})
@@ -271,6 +274,8 @@ def _from_fields(cfg: Fields, *, name: str, seq_len: int) -> ModelSpec:
         spec["alibi"] = r.flag("alibi")  # Falcon-RW's ALiBi bias in place of RoPE (FalconAttention, modeling_falcon.py)
     if kind == "gpt2":
         spec["position_embeddings"] = r.need("n_positions")
+    if kind == "nemotron":  # NemotronMLP: up_proj -> relu2 -> down_proj
+        spec["squared_relu_mlp"] = True
     # trained with dropout: each dropout keeps a mask for its backward (`ModelSpec.dropout`)
     spec["dropout"] = dropout_rates(r.cfg, kind).any
     spec.update(window_spec(r, kind, layers, fam.get("window")))
