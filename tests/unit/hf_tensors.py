@@ -125,7 +125,7 @@ def _llama_like(c: dict) -> dict:
         p = f"layers.{i}."
         t |= _attention(p, c, kind, h, H, kv, d)
         norms = {"gemma2": 4, "gemma3_text": 4, "cohere": 1, "cohere2": 1}.get(kind, 2)
-        if kind in ("olmo2", "olmo3"):  # Olmo2DecoderLayer: post_attention_layernorm and post_feedforward_layernorm
+        if kind in ("olmo2", "olmo3", "exaone4"):  # Olmo2DecoderLayer (Exaone4DecoderLayer is one): post-norms only
             names = ["post_attention_layernorm", "post_feedforward_layernorm"]
         else:
             names = ["input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm", "post_feedforward_layernorm"][:norms]
@@ -197,7 +197,7 @@ def _attention(p: str, c: dict, kind: str, h: int, H: int, kv: int, d: int) -> d
         t |= {p + k + ".bias": (s[0],) for k, s in qkv.items()}
     if o_bias:
         t[p + "o_proj.bias"] = (h,)
-    if kind in ("qwen3", "qwen3_moe", "gemma3_text"):  # q_norm, k_norm over head_dim
+    if kind in ("qwen3", "qwen3_moe", "gemma3_text", "exaone4"):  # q_norm, k_norm over head_dim
         t |= {p + "q_norm": (d,), p + "k_norm": (d,)}
     elif kind in ("olmo2", "olmo3"):  # q_norm over H * d, k_norm over kv * d
         t |= {p + "q_norm": (H * d,), p + "k_norm": (kv * d,)}

@@ -38,3 +38,16 @@ def test_refused_families_say_which_field_in_one_line(kind):
     text = str(err.value)
     field, _ = REFUSED[kind]
     assert "\n" not in text and field in text and "not supported" in text
+
+
+# ------------------------------------------------------------------- published figures
+def test_exaone4_32b_non_embedding_count_is_the_cards():
+    # LGAI-EXAONE/EXAONE-4.0-32B model card: "Number of Parameters (without embeddings): 30.95B"
+    m = from_hf_config(config("EXAONE-4.0-32B"))
+    assert abs(m.total_params - m.embedding_params - m.output_params - 30.95e9) < 0.005e9
+
+
+def test_glm45_air_total_is_the_published_106b():
+    # transformers docs/source/en/model_doc/glm4_moe.md: GLM-4.5-Air "106 billion total parameters"
+    # (the checkpoint's MTP layer, `mtp_depth`, is not among them)
+    assert abs(from_hf_config(config("GLM-4.5-Air")).total_params - 106e9) < 1e9

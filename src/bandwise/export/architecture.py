@@ -592,6 +592,7 @@ LLAMA_LIKE: dict[str, dict[str, Any]] = {
     "glm4_moe": {"rope_theta": 10000.0, "rms_norm_eps": 1e-5, "partial_rotary_factor": 0.5, "norm_topk_prob": True,
                  "routed_scaling_factor": 1.0, "use_qk_norm": False},  # configuration_glm4_moe.py c7ec229
     "nemotron": {"rope_theta": 10000.0, "norm_eps": 1e-5, "partial_rotary_factor": 0.5, "hidden_act": "relu2"},  # configuration_nemotron.py
+    "exaone4": {},  # the keys read are required: no class defaults are read for them here
     "smollm3": {"rope_theta": 2_000_000.0, "rms_norm_eps": 1e-6, "no_rope_layer_interval": 4},  # modular_smollm3.py cbc6e94
 }
 """Families whose block is Llama's with parts named here; read by `from_hf` as Llama's (positions, norm
@@ -601,6 +602,9 @@ epsilon, activation, dropout), then given their own parts."""
 def _llama_like(cfg: dict[str, Any], kind: str, where: str) -> Architecture:
     defaults = LLAMA_LIKE[kind]
     merged = {**defaults, **{k: v for k, v in cfg.items() if v is not None}}
+    for key in ("rope_theta", "norm_eps" if kind == "nemotron" else "rms_norm_eps"):
+        if key not in merged:
+            raise BandwiseError(f"{where}: missing field {key!r} (model_type {kind})")
     llama = {**merged, "model_type": "llama", "attention_bias": False}
     if kind == "nemotron":  # its norm epsilon and activation are set below
         llama.update(rms_norm_eps=merged["norm_eps"], hidden_act="silu", mlp_bias=False)
@@ -623,6 +627,12 @@ def _llama_like(cfg: dict[str, Any], kind: str, where: str) -> Architecture:
             parts.append(f"hidden_act={brief(act)} (a two-matrix MLP here takes relu2)")
         arch = replace(arch, norm="LayerNorm", norm_eps=float(merged["norm_eps"]), gated=False, activation="relu2",
                        rotary_fraction=_fraction(merged, where), unsupported=(*arch.unsupported, *parts))
+    if kind == "exaone4":
+        # modular_exaone4.py: OLMo 2's post-norms, q/k RMSNorms over head_dim, no RoPE on the global layers of a windowed model
+        parts = ["post_attention_layernorm and post_feedforward_layernorm on the block outputs, no norm before them (EXAONE 4.0)"]
+        if window:
+            parts.append("no RoPE on the full-attention layers (EXAONE 4.0's global layers)")
+        arch = replace(arch, qk_norm=True, unsupported=(*arch.unsupported, *parts))
     if kind == "glm4_moe":
         # modeling_glm4_moe.py (a0699c9): biases on q, k, v only (attention_bias), q/k RMSNorms with use_qk_norm, RoPE on
         # partial_rotary_factor of each head; Glm4MoeTopkRouter: sigmoid scores, e_score_correction_bias for the choice

@@ -89,6 +89,10 @@ FAMILIES: dict[str, dict[str, Any]] = {
     # Nemotron-4 / Minitron (modeling_nemotron.py): two NemotronLayerNorm1P a layer and a final one (LayerNorms with
     # weight and bias), q, k, v, o with attention_bias, a two-matrix squared-ReLU MLP (up_proj, down_proj) with mlp_bias
     "nemotron": {"norms": 2, "norm_bias": True, "qkv": "attention_bias", "o": "attention_bias", "mlp": "mlp_bias", "gated": False},
+    # EXAONE 4.0 (modular_exaone4.py): OLMo 2's block (post_attention_layernorm and post_feedforward_layernorm, no
+    # norm before attention), bias-free q, k, v, o with q_norm and k_norm over head_dim; every 4th layer global,
+    # the others windowed (sliding_window_pattern 4: "LLLG")
+    "exaone4": {"norms": 2, "qk_norm": "head", "window": 4},
     "smollm3": {"norms": 2, "qkv": "attention_bias", "o": "attention_bias", "mlp": "mlp_bias", "tied": True, "window": "nope"},
 }
 SUPPORTED = sorted({*FAMILIES, "gemma3", "llama4", "llama4_text", *HYBRID, *BLOCKS})
