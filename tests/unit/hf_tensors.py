@@ -118,13 +118,14 @@ def _llama_like(c: dict) -> dict:
     # nn.LayerNorm with a bias (Nemotron's NemotronLayerNorm1P is one); the others RMSNorm (Cohere: LayerNorm, no bias)
     layer_norm = kind in ("starcoder2", "nemotron")
     t = {"embed_tokens": (V, h)}
-    t |= _norm("norm", h, layer_norm)
+    if kind != "olmo":  # OlmoLayerNorm holds no weight or bias
+        t |= _norm("norm", h, layer_norm)
     if not c.get("tie_word_embeddings", kind in TIED_BY_DEFAULT):
         t["lm_head"] = (V, h)
     for i in range(L):
         p = f"layers.{i}."
         t |= _attention(p, c, kind, h, H, kv, d)
-        norms = {"gemma2": 4, "gemma3_text": 4, "cohere": 1, "cohere2": 1}.get(kind, 2)
+        norms = {"gemma2": 4, "gemma3_text": 4, "cohere": 1, "cohere2": 1, "olmo": 0}.get(kind, 2)
         if kind in ("olmo2", "olmo3", "exaone4"):  # Olmo2DecoderLayer (Exaone4DecoderLayer is one): post-norms only
             names = ["post_attention_layernorm", "post_feedforward_layernorm"]
         else:

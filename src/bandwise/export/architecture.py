@@ -592,6 +592,8 @@ LLAMA_LIKE: dict[str, dict[str, Any]] = {
     "glm4_moe": {"rope_theta": 10000.0, "rms_norm_eps": 1e-5, "partial_rotary_factor": 0.5, "norm_topk_prob": True,
                  "routed_scaling_factor": 1.0, "use_qk_norm": False},  # configuration_glm4_moe.py c7ec229
     "nemotron": {"rope_theta": 10000.0, "norm_eps": 1e-5, "partial_rotary_factor": 0.5, "hidden_act": "relu2"},  # configuration_nemotron.py
+    # OlmoConfig's rope_theta (configuration_olmo.py); OlmoLayerNorm's epsilon is fixed at 1e-5 in its code, no config key
+    "olmo": {"rope_theta": 10000.0, "rms_norm_eps": 1e-5},
     "exaone4": {},  # the keys read are required: no class defaults are read for them here
     "smollm3": {"rope_theta": 2_000_000.0, "rms_norm_eps": 1e-6, "no_rope_layer_interval": 4},  # modular_smollm3.py cbc6e94
 }
@@ -627,6 +629,13 @@ def _llama_like(cfg: dict[str, Any], kind: str, where: str) -> Architecture:
             parts.append(f"hidden_act={brief(act)} (a two-matrix MLP here takes relu2)")
         arch = replace(arch, norm="LayerNorm", norm_eps=float(merged["norm_eps"]), gated=False, activation="relu2",
                        rotary_fraction=_fraction(merged, where), unsupported=(*arch.unsupported, *parts))
+    if kind == "olmo":
+        # modular_olmo.py: OlmoLayerNorm is F.layer_norm without weight or bias; clip_qkv clamps q, k and v when set
+        parts = ["LayerNorm without weight or bias (OLMo's OlmoLayerNorm)"]
+        if merged.get("clip_qkv") is not None:
+            parts.append(f"clip_qkv={brief(merged['clip_qkv'])} (q, k and v clamped)")
+        parts += ["attention_bias=true"] if merged.get("attention_bias") is True else []
+        arch = replace(arch, norm="LayerNorm", unsupported=(*arch.unsupported, *parts))
     if kind == "exaone4":
         # modular_exaone4.py: OLMo 2's post-norms, q/k RMSNorms over head_dim, no RoPE on the global layers of a windowed model
         parts = ["post_attention_layernorm and post_feedforward_layernorm on the block outputs, no norm before them (EXAONE 4.0)"]

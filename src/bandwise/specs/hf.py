@@ -93,6 +93,9 @@ FAMILIES: dict[str, dict[str, Any]] = {
     # norm before attention), bias-free q, k, v, o with q_norm and k_norm over head_dim; every 4th layer global,
     # the others windowed (sliding_window_pattern 4: "LLLG")
     "exaone4": {"norms": 2, "qk_norm": "head", "window": 4},
+    # OLMo 1 (modular_olmo.py): OlmoLayerNorm has no weight or bias (input, post-attention and final norms alike),
+    # LlamaAttention's q, k, v, o take attention_bias, OlmoMLP's gate/up/down none
+    "olmo": {"norms": 0, "norm_free": True, "qkv": "attention_bias", "o": "attention_bias"},
     "smollm3": {"norms": 2, "qkv": "attention_bias", "o": "attention_bias", "mlp": "mlp_bias", "tied": True, "window": "nope"},
 }
 SUPPORTED = sorted({*FAMILIES, "gemma3", "llama4", "llama4_text", *HYBRID, *BLOCKS})
@@ -376,7 +379,7 @@ def _vectors(r: _Keys, kind: str, m: ModelSpec) -> int:
     family's modelling code: per layer its norms, q/k norms and biases, then the final norm."""
     fam = FAMILIES[kind]
     h, H, kv, d, f = m.hidden, m.heads, m.n_kv_heads, m.d_head, m.ffn
-    norm = 2 * h if fam.get("norm_bias") else h
+    norm = 0 if fam.get("norm_free") else 2 * h if fam.get("norm_bias") else h
     per_layer = fam["norms"] * norm
     if kind == "falcon" and (r.flag("new_decoder_architecture") and r.opt("num_ln_in_parallel_attn", 2) == 2 or not r.flag("parallel_attn", True)):
         per_layer = 2 * norm  # ln_attn + ln_mlp, or input + post-attention norms
