@@ -13,6 +13,11 @@ huggingface/transformers d98ac17 and neighbours) or, for remote-code models, the
   mixtral, qwen2_moe, qwen3_moe, olmoe,    routed experts (no shared one except Qwen2-MoE's, which every
   granitemoe, dbrx, gpt_oss                Qwen2-MoE layer has, with a one-output gate)
   deepseek_v2, deepseek_v3, kimi_k2        MLA, routed + shared experts, first_k_dense_replace dense layers
+  glm4_moe                                 GQA with q/k/v biases, routed + one shared expert, leading dense
+                                           layers, MTP layers beside the model (`_glm4_moe`)
+  smollm3, exaone4, olmo, nemotron         Llama's block without RoPE on some layers (SmolLM3); with OLMo 2's
+                                           post-norms and q/k norms (EXAONE 4.0); with weightless LayerNorms
+                                           (OLMo 1); with LayerNorm1P and a squared-ReLU MLP (Nemotron-4)
   llama4 (llama4_text)                     MoE (one shared expert, top-1 routed) on `moe_layers`, dense
                                            `intermediate_size_mlp` MLPs on the others; chunked attention
                                            on the RoPE layers (`_llama4`)
@@ -20,8 +25,10 @@ Parameters outside the weight matrices (norms, biases, sinks, gates) land in `ve
 `total_params` is the checkpoint's count. Hybrids (nemotron_h, qwen3_next, jamba) are read by
 `specs.hf_hybrid`, Nemotron-NAS's per-layer widths (nemotron-nas `block_configs`) by `specs.hf_blocks`.
 
-A config ModelSpec cannot describe is refused in one line that names the field: DeciLM's per-layer
-KV heads (deci), a Mamba-2 mixer beside attention in one layer, and the hybrids not read yet.
+A config ModelSpec cannot describe is refused in one line that names the field and the modelling file
+(`REFUSED`): DeciLM's per-layer KV heads (deci), a Mamba-2 mixer beside attention in one layer
+(falcon_h1), lightning attention (minimax), DeepSeek Sparse Attention (deepseek_v32), and the hybrids
+not read yet.
 
 Sliding-window attention (`window_spec`): the window is `sliding_window` (absent or null: none),
 switched off by `use_sliding_window: false`. Which layers it covers: `layer_types`
