@@ -22,7 +22,8 @@ def tensors(cfg: dict) -> dict[str, tuple[int, ...]]:
         kind = "llama4_text"
     return {"gpt2": _gpt2, "gpt_neox": _neox, "falcon": _falcon, "dbrx": _dbrx, "llama4_text": _llama4,
             "jamba": _jamba, "nemotron_h": _nemotron_h, "qwen3_next": _qwen3_next,
-            "nemotron-nas": _nemotron_nas, "glm4_moe": _glm4_moe}.get(kind, _llama_like)(c)
+            "nemotron-nas": _nemotron_nas, "glm4_moe": _glm4_moe, "bamba": _mamba2_hybrid,
+            "granitemoehybrid": _mamba2_hybrid}.get(kind, _llama_like)(c)
 
 
 def count(cfg: dict) -> int:
@@ -434,4 +435,60 @@ def _glm4_moe(c: dict) -> dict:
             for e in range(E):
                 t |= _mlp(f"{p}mlp.e{e}.", h, m)
             t |= _mlp(p + "mlp.shared_experts.", h, m * c["n_shared_experts"])
+    return t
+
+
+BAMBA = {"vocab_size": 128000, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+         "num_attention_heads": 32, "num_key_value_heads": 8, "mamba_n_heads": 128, "mamba_d_head": "auto",
+         "mamba_n_groups": 1, "mamba_d_state": 256, "mamba_d_conv": 4, "mamba_expand": 2}
+"""BambaConfig.__init__'s defaults (configuration_bamba.py)."""
+GRANITE_HYBRID = {"vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+                  "num_attention_heads": 32, "num_local_experts": 8, "shared_intermediate_size": 1024,
+                  "mamba_n_heads": 128, "mamba_d_head": "auto", "mamba_n_groups": 1, "mamba_d_state": 256,
+                  "mamba_d_conv": 4, "mamba_expand": 2}
+"""GraniteMoeHybridConfig.__init__'s defaults (configuration_granitemoehybrid.py)."""
+
+
+def _mamba2_hybrid(c: dict) -> dict:
+    # modeling_bamba.py / modular_granitemoehybrid.py: embed_tokens; per layer input_layernorm and
+    # pre_ff_layernorm (Granite: post_attention_layernorm), then the mixer: BambaMixer in_proj (I + conv + H, h)
+    # with conv = I + 2·G·N, conv1d (conv, 1, K) + bias, dt_bias, A_log, D (H), norm (I), out_proj (h, I);
+    # or attention q, k, v, o (h // H per head; Granite's biased with attention_bias). The feed-forward: Bamba's
+    # feed_forward gate/up/down of intermediate_size; Granite's block_sparse_moe router (E, h), input_linear
+    # (E, 2f, h), output_linear (E, h, f), and shared_mlp input_linear (2·fs, h), output_linear (h, fs).
+    # A final norm, and lm_head unless tied (default untied).
+    granite = c["model_type"] == "granitemoehybrid"
+    c = {**(GRANITE_HYBRID if granite else BAMBA), **{k: v for k, v in c.items() if v is not None}}
+    h, L, V, H = c["hidden_size"], c["num_hidden_layers"], c["vocab_size"], c["num_attention_heads"]
+    kv = c.get("num_key_value_heads") or H
+    d = h // H if granite else (c.get("head_dim") or h // H)
+    Hm, G, N, K = c["mamba_n_heads"], c["mamba_n_groups"], c["mamba_d_state"], c["mamba_d_conv"]
+    inner = c["mamba_expand"] * h
+    conv = inner + 2 * G * N
+    if granite:
+        kinds = c.get("layer_types") or ["mamba"] * L
+    else:
+        kinds = ["attention" if i in (c.get("attn_layer_indices") or []) else "mamba" for i in range(L)]
+    t = {"embed_tokens": (V, h), "final_norm": (h,)}
+    if not c.get("tie_word_embeddings", False):
+        t["lm_head"] = (V, h)
+    for i, kind in enumerate(kinds):
+        p = f"layers.{i}."
+        t |= {p + "norm1": (h,), p + "norm2": (h,)}
+        if kind == "mamba":
+            t |= {p + "in_proj": (inner + conv + Hm, h), p + "conv1d": (conv, 1, K), p + "conv1d.b": (conv,),
+                  p + "dt_bias": (Hm,), p + "A_log": (Hm,), p + "D": (Hm,), p + "mixer_norm": (inner,),
+                  p + "out_proj": (h, inner)}
+        else:
+            t |= {p + "q": (H * d, h), p + "k": (kv * d, h), p + "v": (kv * d, h), p + "o": (h, H * d)}
+            if granite and c.get("attention_bias"):
+                t |= {p + "q.b": (H * d,), p + "k.b": (kv * d,), p + "v.b": (kv * d,), p + "o.b": (h,)}
+        if granite:
+            E, f, fs = c["num_local_experts"], c["intermediate_size"], c["shared_intermediate_size"]
+            if E:
+                t |= {p + "router": (E, h), p + "experts.input_linear": (E, 2 * f, h), p + "experts.output_linear": (E, h, f)}
+            if fs:
+                t |= {p + "shared_mlp.input_linear": (2 * fs, h), p + "shared_mlp.output_linear": (h, fs)}
+        else:
+            t |= _mlp(p + "feed_forward.", h, c["intermediate_size"])
     return t

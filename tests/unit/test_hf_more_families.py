@@ -51,3 +51,28 @@ def test_glm45_air_total_is_the_published_106b():
     # transformers docs/source/en/model_doc/glm4_moe.md: GLM-4.5-Air "106 billion total parameters"
     # (the checkpoint's MTP layer, `mtp_depth`, is not among them)
     assert abs(from_hf_config(config("GLM-4.5-Air")).total_params - 106e9) < 1e9
+
+
+# ------------------------------------------------------------------- Mamba-2 hybrids
+# No copy of a published Bamba or Granite 4.0-H config.json was found to keep in tests/data/hf: the shapes are their
+# configuration classes' defaults (hf_tensors.BAMBA, GRANITE_HYBRID) with the layer layouts varied.
+@pytest.mark.parametrize("cfg", [
+    {"model_type": "bamba", "attn_layer_indices": [9, 18, 27]},
+    {"model_type": "bamba", "attn_layer_indices": [1], "num_hidden_layers": 2, "mamba_n_groups": 8, "head_dim": 64},
+    {"model_type": "granitemoehybrid", "num_hidden_layers": 4, "layer_types": ["mamba", "mamba", "mamba", "attention"]},
+    {"model_type": "granitemoehybrid", "num_hidden_layers": 2, "layer_types": ["attention", "mamba"], "num_local_experts": 0,
+     "attention_bias": True, "num_key_value_heads": 8, "tie_word_embeddings": True},
+    {"model_type": "granitemoehybrid", "num_hidden_layers": 2, "layer_types": ["mamba", "attention"], "shared_intermediate_size": 0},
+])
+def test_mamba2_hybrids_count_as_the_checkpoint(cfg):
+    m = from_hf_config(cfg)
+    assert m.total_params == count(cfg)
+    assert m.mamba_layers == len(cfg.get("layer_types") or []) - (cfg.get("layer_types") or []).count("attention") or \
+        m.mamba_layers == m.layers - len(cfg.get("attn_layer_indices", []))
+
+
+@pytest.mark.parametrize("change", [{"mamba_conv_bias": False}, {"mamba_proj_bias": True}, {"attn_layer_indices": [40]}])
+def test_bamba_switches_the_mixer_does_not_count_are_refused_by_name(change):
+    key = next(iter(change))
+    with pytest.raises(BandwiseError, match=key):
+        from_hf_config({"model_type": "bamba", **change})

@@ -661,3 +661,14 @@ def _fraction(cfg: dict[str, Any], where: str) -> float:
     if not isinstance(fraction, (int, float)) or isinstance(fraction, bool) or not 0 < fraction <= 1:
         raise BandwiseError(f"{where}: partial_rotary_factor={brief(fraction)} must be a number above 0 and at most 1")
     return float(fraction)
+
+
+HYBRID_PARTS.update({
+    # the Mamba-2 hybrids read by specs.hf_hybrid._mamba2_hybrid: the Megatron-LM export writes Nemotron-H's block pattern
+    # (export/megatron.py, from `hybrid_pattern`) and no other; TorchTitan 0.3.0 and MaxText 0.2.5 have no Mamba block
+    "bamba": "Mamba-2 layers with a SwiGLU MLP each (Bamba's BambaDecoderLayer): no export here writes them; the Megatron-LM "
+             "export writes Nemotron-H's hybrid_override_pattern only, and TorchTitan 0.3.0 and MaxText 0.2.5 have no Mamba block",
+    "granitemoehybrid": "Mamba-2 layers with routed experts and a shared MLP each (Granite 4.0-H's GraniteMoeHybridDecoderLayer): "
+                        "no export here writes them; the Megatron-LM export writes Nemotron-H's hybrid_override_pattern only, "
+                        "and TorchTitan 0.3.0 and MaxText 0.2.5 have no Mamba block",
+})

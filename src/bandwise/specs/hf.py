@@ -185,8 +185,6 @@ REFUSED = {
     # index_n_heads heads of index_head_dim
     "deepseek_v32": ("index_topk", "DeepSeek Sparse Attention, index_topk keys per query chosen by an indexer "
                                    "(modeling_deepseek_v32.py)"),
-    "granitemoehybrid": ("layer_types", "Mamba-2 layers between attention layers"),
-    "bamba": ("attn_layer_indices", "Mamba-2 layers between attention layers"),
 }
 
 
