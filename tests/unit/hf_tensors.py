@@ -109,7 +109,10 @@ def _llama_like(c: dict) -> dict:
     """Llama and the families built like it: embed_tokens; per layer attention (q, k, v, o or fused
     qkv), norms, an MLP or an MoE block; the final norm; lm_head unless tied."""
     kind = c["model_type"]
-    defaults = {"gemma3_text": {"vocab_size": 262_208, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256}}
+    defaults = {"gemma3_text": {"vocab_size": 262_208, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256},
+                # Glm4Config (configuration_glm4.py)
+                "glm4": {"vocab_size": 151552, "hidden_size": 4096, "intermediate_size": 13696, "num_hidden_layers": 40,
+                         "num_attention_heads": 32, "num_key_value_heads": 2, "head_dim": 128, "attention_bias": True}}
     c = {**defaults.get(kind, {}), **{k: v for k, v in c.items() if v is not None}}
     h, L, V = c["hidden_size"], c["num_hidden_layers"], c["vocab_size"]
     H = c["num_attention_heads"]
@@ -126,7 +129,7 @@ def _llama_like(c: dict) -> dict:
     for i in range(L):
         p = f"layers.{i}."
         t |= _attention(p, c, kind, h, H, kv, d)
-        norms = {"gemma2": 4, "gemma3_text": 4, "cohere": 1, "cohere2": 1, "olmo": 0}.get(kind, 2)
+        norms = {"gemma2": 4, "gemma3_text": 4, "glm4": 4, "cohere": 1, "cohere2": 1, "olmo": 0}.get(kind, 2)
         if kind in ("olmo2", "olmo3", "exaone4"):  # Olmo2DecoderLayer (Exaone4DecoderLayer is one): post-norms only
             names = ["post_attention_layernorm", "post_feedforward_layernorm"]
         else:
@@ -193,7 +196,7 @@ def _attention(p: str, c: dict, kind: str, h: int, H: int, kv: int, d: int) -> d
     t = {p + k + ".weight": s for k, s in qkv.items()} | {p + "o_proj.weight": (h, H * d)}
     qkv_bias = {"qwen2": True, "qwen2_moe": True, "gpt_oss": True, "internlm2": c.get("bias", False),
                 "starcoder2": c.get("use_bias", True)}.get(kind, c.get("attention_bias", False))
-    o_bias = {"qwen2": False, "qwen2_moe": False, "gpt_oss": True, "internlm2": c.get("bias", False),
+    o_bias = {"qwen2": False, "qwen2_moe": False, "glm4": False, "gpt_oss": True, "internlm2": c.get("bias", False),
               "starcoder2": c.get("use_bias", True)}.get(kind, c.get("attention_bias", False))
     if qkv_bias:
         t |= {p + k + ".bias": (s[0],) for k, s in qkv.items()}

@@ -76,3 +76,11 @@ def test_bamba_switches_the_mixer_does_not_count_are_refused_by_name(change):
     key = next(iter(change))
     with pytest.raises(BandwiseError, match=key):
         from_hf_config({"model_type": "bamba", **change})
+
+
+# ------------------------------------------------------------------- GLM-4 (dense)
+# No copy of a published GLM-4-0414 config.json was found: Glm4Config's defaults are GLM-4-9B's shape.
+@pytest.mark.parametrize("change", [{}, {"attention_bias": False}, {"tie_word_embeddings": True}, {"head_dim": 64}])
+def test_glm4_counts_as_the_checkpoint(change):
+    cfg = {"model_type": "glm4", **change}
+    assert from_hf_config(cfg).total_params == count(cfg)

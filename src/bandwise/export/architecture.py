@@ -591,6 +591,9 @@ LLAMA_LIKE: dict[str, dict[str, Any]] = {
     # model_type: its configuration class's defaults for the keys read here (transformers configuration_<type>.py)
     "glm4_moe": {"rope_theta": 10000.0, "rms_norm_eps": 1e-5, "partial_rotary_factor": 0.5, "norm_topk_prob": True,
                  "routed_scaling_factor": 1.0, "use_qk_norm": False},  # configuration_glm4_moe.py c7ec229
+    # Glm4Config (configuration_glm4.py 008e574): rms_norm_eps 1.5625e-07, attention_bias true, partial_rotary_factor 0.5;
+    # rope_theta 10000 (rope_parameters' default)
+    "glm4": {"rope_theta": 10000.0, "rms_norm_eps": 1.5625e-07, "partial_rotary_factor": 0.5, "attention_bias": True},
     "nemotron": {"rope_theta": 10000.0, "norm_eps": 1e-5, "partial_rotary_factor": 0.5, "hidden_act": "relu2"},  # configuration_nemotron.py
     # OlmoConfig's rope_theta (configuration_olmo.py); OlmoLayerNorm's epsilon is fixed at 1e-5 in its code, no config key
     "olmo": {"rope_theta": 10000.0, "rms_norm_eps": 1e-5},
@@ -642,6 +645,12 @@ def _llama_like(cfg: dict[str, Any], kind: str, where: str) -> Architecture:
         if window:
             parts.append("no RoPE on the full-attention layers (EXAONE 4.0's global layers)")
         arch = replace(arch, qk_norm=True, unsupported=(*arch.unsupported, *parts))
+    if kind == "glm4":
+        # modular_glm4.py (08c5327): GlmAttention's q, k, v biases (attention_bias), RoPE on partial_rotary_factor of each
+        # head, and post_self_attn_layernorm / post_mlp_layernorm on the sublayer outputs
+        arch = replace(arch, qkv_bias=merged.get("attention_bias") is True, rotary_fraction=_fraction(merged, where),
+                       unsupported=(*arch.unsupported, "post_self_attn_layernorm and post_mlp_layernorm on the block outputs "
+                                                       "(GLM-4's sandwich norms)"))
     if kind == "glm4_moe":
         # modeling_glm4_moe.py (a0699c9): biases on q, k, v only (attention_bias), q/k RMSNorms with use_qk_norm, RoPE on
         # partial_rotary_factor of each head; Glm4MoeTopkRouter: sigmoid scores, e_score_correction_bias for the choice

@@ -13,6 +13,7 @@ huggingface/transformers d98ac17 and neighbours) or, for remote-code models, the
   mixtral, qwen2_moe, qwen3_moe, olmoe,    routed experts (no shared one except Qwen2-MoE's, which every
   granitemoe, dbrx, gpt_oss                Qwen2-MoE layer has, with a one-output gate)
   deepseek_v2, deepseek_v3, kimi_k2        MLA, routed + shared experts, first_k_dense_replace dense layers
+  glm4                                     GLM-4-0414: four RMSNorms a layer, q/k/v biases, fused gate_up
   glm4_moe                                 GQA with q/k/v biases, routed + one shared expert, leading dense
                                            layers, MTP layers beside the model (`_glm4_moe`)
   smollm3, exaone4, olmo, nemotron         Llama's block without RoPE on some layers (SmolLM3); with OLMo 2's
@@ -103,6 +104,9 @@ FAMILIES: dict[str, dict[str, Any]] = {
     # OLMo 1 (modular_olmo.py): OlmoLayerNorm has no weight or bias (input, post-attention and final norms alike),
     # LlamaAttention's q, k, v, o take attention_bias, OlmoMLP's gate/up/down none
     "olmo": {"norms": 0, "norm_free": True, "qkv": "attention_bias", "o": "attention_bias"},
+    # GLM-4-0414 (modular_glm4.py, huggingface/transformers 08c5327): four RMSNorms a layer (input, post_self_attn,
+    # post_attention, post_mlp), GlmAttention's q, k, v with attention_bias and o_proj without, Phi3MLP's fused gate_up
+    "glm4": {"norms": 4, "qkv": "attention_bias"},
     "smollm3": {"norms": 2, "qkv": "attention_bias", "o": "attention_bias", "mlp": "mlp_bias", "tied": True, "window": "nope"},
 }
 SUPPORTED = sorted({*FAMILIES, "gemma3", "llama4", "llama4_text", *HYBRID, *BLOCKS})
@@ -112,6 +116,9 @@ CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
     "gemma3_text": {"vocab_size": 262_208, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
                         "sliding_window": 4096, "sliding_window_pattern": 6},  # configuration_gemma3.py, d98ac17
     "gpt_neox": {"attention_bias": True},  # configuration_gpt_neox.py
+    # Glm4Config's defaults (configuration_glm4.py, huggingface/transformers 008e574): GLM-4-9B's shape
+    "glm4": {"vocab_size": 151552, "hidden_size": 4096, "intermediate_size": 13696, "num_hidden_layers": 40,
+             "num_attention_heads": 32, "num_key_value_heads": 2, "head_dim": 128, "attention_bias": True},
     # Glm4MoeConfig's defaults (configuration_glm4_moe.py, huggingface/transformers c7ec229)
     "glm4_moe": {"vocab_size": 151552, "hidden_size": 4096, "intermediate_size": 10944, "num_hidden_layers": 46,
                  "num_attention_heads": 96, "num_key_value_heads": 8, "moe_intermediate_size": 1408, "num_experts_per_tok": 8,
