@@ -111,6 +111,9 @@ def _llama_like(c: dict) -> dict:
     kind = c["model_type"]
     defaults = {"gemma3_text": {"vocab_size": 262_208, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256},
                 # Glm4Config (configuration_glm4.py)
+                # SeedOssConfig (configuration_seed_oss.py)
+                "seed_oss": {"vocab_size": 155136, "hidden_size": 4096, "intermediate_size": 27648, "num_hidden_layers": 64,
+                             "num_attention_heads": 80, "num_key_value_heads": 8, "head_dim": 128, "attention_bias": True},
                 "glm4": {"vocab_size": 151552, "hidden_size": 4096, "intermediate_size": 13696, "num_hidden_layers": 40,
                          "num_attention_heads": 32, "num_key_value_heads": 2, "head_dim": 128, "attention_bias": True}}
     c = {**defaults.get(kind, {}), **{k: v for k, v in c.items() if v is not None}}
@@ -196,7 +199,7 @@ def _attention(p: str, c: dict, kind: str, h: int, H: int, kv: int, d: int) -> d
     t = {p + k + ".weight": s for k, s in qkv.items()} | {p + "o_proj.weight": (h, H * d)}
     qkv_bias = {"qwen2": True, "qwen2_moe": True, "gpt_oss": True, "internlm2": c.get("bias", False),
                 "starcoder2": c.get("use_bias", True)}.get(kind, c.get("attention_bias", False))
-    o_bias = {"qwen2": False, "qwen2_moe": False, "glm4": False, "gpt_oss": True, "internlm2": c.get("bias", False),
+    o_bias = {"qwen2": False, "qwen2_moe": False, "glm4": False, "seed_oss": c.get("attention_out_bias", False), "gpt_oss": True, "internlm2": c.get("bias", False),
               "starcoder2": c.get("use_bias", True)}.get(kind, c.get("attention_bias", False))
     if qkv_bias:
         t |= {p + k + ".bias": (s[0],) for k, s in qkv.items()}
@@ -253,7 +256,7 @@ def _feed_forward(p: str, c: dict, kind: str, i: int, h: int, f: int) -> dict:
         return _mlp(p, h, f, gated=False, bias=c.get("mlp_bias", False))
     if kind == "starcoder2":  # c_fc, c_proj with use_bias
         return _mlp(p, h, f, gated=False, bias=c.get("use_bias", True))
-    return _mlp(p, h, f, bias=c.get("mlp_bias", False) if kind in ("llama", "granite", "smollm3") else False)
+    return _mlp(p, h, f, bias=c.get("mlp_bias", False) if kind in ("llama", "granite", "smollm3", "seed_oss") else False)
 
 
 def _llama4(c: dict) -> dict:

@@ -84,3 +84,14 @@ def test_bamba_switches_the_mixer_does_not_count_are_refused_by_name(change):
 def test_glm4_counts_as_the_checkpoint(change):
     cfg = {"model_type": "glm4", **change}
     assert from_hf_config(cfg).total_params == count(cfg)
+
+
+def test_seed_oss_36b_count_is_its_checkpoints():
+    # ByteDance-Seed/Seed-OSS-36B-Instruct: its checkpoint index's parameter count, 36,151,104,512, as a public snapshot
+    # of the hub's Seed-OSS-36B files (2026-05-13) records it
+    assert from_hf_config(config("Seed-OSS-36B-Instruct")).total_params == 36_151_104_512
+
+
+def test_seed_oss_trains_with_its_class_dropout_unless_the_config_sets_zero():
+    assert from_hf_config(config("Seed-OSS-36B-Instruct")).dropout
+    assert not from_hf_config({**config("Seed-OSS-36B-Instruct"), "attention_dropout": 0.0, "residual_dropout": 0.0}).dropout

@@ -594,6 +594,8 @@ LLAMA_LIKE: dict[str, dict[str, Any]] = {
     # Glm4Config (configuration_glm4.py 008e574): rms_norm_eps 1.5625e-07, attention_bias true, partial_rotary_factor 0.5;
     # rope_theta 10000 (rope_parameters' default)
     "glm4": {"rope_theta": 10000.0, "rms_norm_eps": 1.5625e-07, "partial_rotary_factor": 0.5, "attention_bias": True},
+    # SeedOssConfig (configuration_seed_oss.py d9aa776)
+    "seed_oss": {"rope_theta": 10000.0, "rms_norm_eps": 1e-6, "attention_bias": True, "attention_out_bias": False},
     "nemotron": {"rope_theta": 10000.0, "norm_eps": 1e-5, "partial_rotary_factor": 0.5, "hidden_act": "relu2"},  # configuration_nemotron.py
     # OlmoConfig's rope_theta (configuration_olmo.py); OlmoLayerNorm's epsilon is fixed at 1e-5 in its code, no config key
     "olmo": {"rope_theta": 10000.0, "rms_norm_eps": 1e-5},
@@ -645,6 +647,13 @@ def _llama_like(cfg: dict[str, Any], kind: str, where: str) -> Architecture:
         if window:
             parts.append("no RoPE on the full-attention layers (EXAONE 4.0's global layers)")
         arch = replace(arch, qk_norm=True, unsupported=(*arch.unsupported, *parts))
+    if kind == "seed_oss":
+        # modular_seed_oss.py (6e4054a): q, k, v biases with attention_bias, o_proj's with attention_out_bias; dropout on
+        # the attention probabilities and after attention and the MLP (residual_dropout, 0.1 by default)
+        rates = dropout_rates(cfg, kind)
+        parts = ["attention_out_bias=true"] if merged.get("attention_out_bias") is True else []
+        arch = replace(arch, qkv_bias=merged.get("attention_bias") is True, hidden_dropout=rates.hidden,
+                       attention_dropout=rates.attention, unsupported=(*arch.unsupported, *parts))
     if kind == "glm4":
         # modular_glm4.py (08c5327): GlmAttention's q, k, v biases (attention_bias), RoPE on partial_rotary_factor of each
         # head, and post_self_attn_layernorm / post_mlp_layernorm on the sublayer outputs

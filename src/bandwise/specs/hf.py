@@ -16,6 +16,7 @@ huggingface/transformers d98ac17 and neighbours) or, for remote-code models, the
   glm4                                     GLM-4-0414: four RMSNorms a layer, q/k/v biases, fused gate_up
   glm4_moe                                 GQA with q/k/v biases, routed + one shared expert, leading dense
                                            layers, MTP layers beside the model (`_glm4_moe`)
+  seed_oss                                 Llama's block, q/k/v biases and a separate o_proj bias switch
   smollm3, exaone4, olmo, nemotron         Llama's block without RoPE on some layers (SmolLM3); with OLMo 2's
                                            post-norms and q/k norms (EXAONE 4.0); with weightless LayerNorms
                                            (OLMo 1); with LayerNorm1P and a squared-ReLU MLP (Nemotron-4)
@@ -107,6 +108,9 @@ FAMILIES: dict[str, dict[str, Any]] = {
     # GLM-4-0414 (modular_glm4.py, huggingface/transformers 08c5327): four RMSNorms a layer (input, post_self_attn,
     # post_attention, post_mlp), GlmAttention's q, k, v with attention_bias and o_proj without, Phi3MLP's fused gate_up
     "glm4": {"norms": 4, "qkv": "attention_bias"},
+    # Seed-OSS (modular_seed_oss.py, huggingface/transformers 6e4054a): Llama's block with q, k, v biases
+    # (attention_bias), an o_proj bias of its own switch (attention_out_bias), MLP biases with mlp_bias
+    "seed_oss": {"norms": 2, "qkv": "attention_bias", "o": "attention_out_bias", "mlp": "mlp_bias"},
     "smollm3": {"norms": 2, "qkv": "attention_bias", "o": "attention_bias", "mlp": "mlp_bias", "tied": True, "window": "nope"},
 }
 SUPPORTED = sorted({*FAMILIES, "gemma3", "llama4", "llama4_text", *HYBRID, *BLOCKS})
@@ -119,6 +123,9 @@ CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
     # Glm4Config's defaults (configuration_glm4.py, huggingface/transformers 008e574): GLM-4-9B's shape
     "glm4": {"vocab_size": 151552, "hidden_size": 4096, "intermediate_size": 13696, "num_hidden_layers": 40,
              "num_attention_heads": 32, "num_key_value_heads": 2, "head_dim": 128, "attention_bias": True},
+    # SeedOssConfig's defaults (configuration_seed_oss.py, huggingface/transformers d9aa776)
+    "seed_oss": {"vocab_size": 155136, "hidden_size": 4096, "intermediate_size": 27648, "num_hidden_layers": 64,
+                 "num_attention_heads": 80, "num_key_value_heads": 8, "head_dim": 128, "attention_bias": True},
     # Glm4MoeConfig's defaults (configuration_glm4_moe.py, huggingface/transformers c7ec229)
     "glm4_moe": {"vocab_size": 151552, "hidden_size": 4096, "intermediate_size": 10944, "num_hidden_layers": 46,
                  "num_attention_heads": 96, "num_key_value_heads": 8, "moe_intermediate_size": 1408, "num_experts_per_tok": 8,
@@ -140,9 +147,13 @@ DROPOUT_KEYS: dict[str, tuple[str | None, str, str | None]] = {
     "falcon": ("hidden_dropout", "attention_dropout", None),
     "phi3": ("resid_pdrop", "attention_dropout", "embd_pdrop"),
     "starcoder2": ("residual_dropout", "attention_dropout", "embedding_dropout"),
+    "seed_oss": ("residual_dropout", "attention_dropout", None),  # SeedOssMLP / SeedOssAttention's residual_dropout
 }
 """Every other family has `attention_dropout` alone (LlamaConfig and its kin)."""
 DROPOUT_DEFAULTS = {"resid_pdrop": 0.1, "attn_pdrop": 0.1, "embd_pdrop": 0.1}  # GPT2Config
+CLASS_DROPOUT = {"gpt2": DROPOUT_DEFAULTS,
+                 "seed_oss": {"residual_dropout": 0.1, "attention_dropout": 0.1}}  # SeedOssConfig (configuration_seed_oss.py)
+"""The families whose configuration class defaults a dropout rate above 0."""
 
 
 @dataclass(frozen=True)
@@ -169,7 +180,7 @@ def dropout_rates(cfg: Mapping[str, Any], kind: str) -> Dropout:
             return None
         value = cfg.get(key)
         if value is None:
-            value = DROPOUT_DEFAULTS.get(key, 0.0) if kind == "gpt2" else 0.0
+            value = CLASS_DROPOUT.get(kind, {}).get(key, 0.0)
         if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value < 1:
             raise BandwiseError(f"config.json ({kind}): {key}={brief(value)} must be a dropout rate from 0 to below 1")
         return float(value)
