@@ -205,7 +205,7 @@ def _attention(p: str, c: dict, kind: str, h: int, H: int, kv: int, d: int) -> d
         t |= {p + k + ".bias": (s[0],) for k, s in qkv.items()}
     if o_bias:
         t[p + "o_proj.bias"] = (h,)
-    if kind in ("qwen3", "qwen3_moe", "gemma3_text", "exaone4"):  # q_norm, k_norm over head_dim
+    if kind in ("qwen3", "qwen3_moe", "gemma3_text", "exaone4", "hunyuan_v1_dense"):  # q/k norms over head_dim
         t |= {p + "q_norm": (d,), p + "k_norm": (d,)}
     elif kind in ("olmo2", "olmo3"):  # q_norm over H * d, k_norm over kv * d
         t |= {p + "q_norm": (H * d,), p + "k_norm": (kv * d,)}

@@ -95,3 +95,8 @@ def test_seed_oss_36b_count_is_its_checkpoints():
 def test_seed_oss_trains_with_its_class_dropout_unless_the_config_sets_zero():
     assert from_hf_config(config("Seed-OSS-36B-Instruct")).dropout
     assert not from_hf_config({**config("Seed-OSS-36B-Instruct"), "attention_dropout": 0.0, "residual_dropout": 0.0}).dropout
+
+
+def test_hunyuan_cross_layer_attention_is_refused_by_name():
+    with pytest.raises(BandwiseError, match="use_cla=true"):
+        from_hf_config({**config("Hunyuan-MT-7B"), "use_cla": True})

@@ -596,6 +596,8 @@ LLAMA_LIKE: dict[str, dict[str, Any]] = {
     "glm4": {"rope_theta": 10000.0, "rms_norm_eps": 1.5625e-07, "partial_rotary_factor": 0.5, "attention_bias": True},
     # SeedOssConfig (configuration_seed_oss.py d9aa776)
     "seed_oss": {"rope_theta": 10000.0, "rms_norm_eps": 1e-6, "attention_bias": True, "attention_out_bias": False},
+    # HunYuanDenseV1Config (configuration_hunyuan_v1_dense.py 28ca27c)
+    "hunyuan_v1_dense": {"rope_theta": 10000.0, "rms_norm_eps": 1e-5},
     "nemotron": {"rope_theta": 10000.0, "norm_eps": 1e-5, "partial_rotary_factor": 0.5, "hidden_act": "relu2"},  # configuration_nemotron.py
     # OlmoConfig's rope_theta (configuration_olmo.py); OlmoLayerNorm's epsilon is fixed at 1e-5 in its code, no config key
     "olmo": {"rope_theta": 10000.0, "rms_norm_eps": 1e-5},
@@ -654,6 +656,11 @@ def _llama_like(cfg: dict[str, Any], kind: str, where: str) -> Architecture:
         parts = ["attention_out_bias=true"] if merged.get("attention_out_bias") is True else []
         arch = replace(arch, qkv_bias=merged.get("attention_bias") is True, hidden_dropout=rates.hidden,
                        attention_dropout=rates.attention, unsupported=(*arch.unsupported, *parts))
+    if kind == "hunyuan_v1_dense":
+        # modular_hunyuan_v1_dense.py (6095fdd): query_layernorm and key_layernorm over head_dim, applied after RoPE
+        parts = ["query_layernorm and key_layernorm applied after RoPE (Hunyuan)"]
+        parts += ["attention_bias=true"] if merged.get("attention_bias") is True else []
+        arch = replace(arch, qk_norm=True, unsupported=(*arch.unsupported, *parts))
     if kind == "glm4":
         # modular_glm4.py (08c5327): GlmAttention's q, k, v biases (attention_bias), RoPE on partial_rotary_factor of each
         # head, and post_self_attn_layernorm / post_mlp_layernorm on the sublayer outputs

@@ -17,6 +17,7 @@ huggingface/transformers d98ac17 and neighbours) or, for remote-code models, the
   glm4_moe                                 GQA with q/k/v biases, routed + one shared expert, leading dense
                                            layers, MTP layers beside the model (`_glm4_moe`)
   seed_oss                                 Llama's block, q/k/v biases and a separate o_proj bias switch
+  hunyuan_v1_dense                         Llama's block with q/k norms over head_dim (cross-layer KV refused)
   smollm3, exaone4, olmo, nemotron         Llama's block without RoPE on some layers (SmolLM3); with OLMo 2's
                                            post-norms and q/k norms (EXAONE 4.0); with weightless LayerNorms
                                            (OLMo 1); with LayerNorm1P and a squared-ReLU MLP (Nemotron-4)
@@ -111,6 +112,9 @@ FAMILIES: dict[str, dict[str, Any]] = {
     # Seed-OSS (modular_seed_oss.py, huggingface/transformers 6e4054a): Llama's block with q, k, v biases
     # (attention_bias), an o_proj bias of its own switch (attention_out_bias), MLP biases with mlp_bias
     "seed_oss": {"norms": 2, "qkv": "attention_bias", "o": "attention_out_bias", "mlp": "mlp_bias"},
+    # Hunyuan dense (modular_hunyuan_v1_dense.py, huggingface/transformers 6095fdd): LlamaAttention (q, k, v, o with
+    # attention_bias) whose query_layernorm and key_layernorm over head_dim it always builds; a bias-free SwiGLU MLP
+    "hunyuan_v1_dense": {"norms": 2, "qkv": "attention_bias", "o": "attention_bias", "qk_norm": "head"},
     "smollm3": {"norms": 2, "qkv": "attention_bias", "o": "attention_bias", "mlp": "mlp_bias", "tied": True, "window": "nope"},
 }
 SUPPORTED = sorted({*FAMILIES, "gemma3", "llama4", "llama4_text", *HYBRID, *BLOCKS})
@@ -304,6 +308,9 @@ def _from_fields(cfg: Fields, *, name: str, seq_len: int) -> ModelSpec:
         spec["alibi"] = r.flag("alibi")  # Falcon-RW's ALiBi bias in place of RoPE (FalconAttention, modeling_falcon.py)
     if kind == "gpt2":
         spec["position_embeddings"] = r.need("n_positions")
+    if kind == "hunyuan_v1_dense" and r.flag("use_cla"):
+        raise BandwiseError("config.json (hunyuan_v1_dense): use_cla=true shares keys and values across layers "
+                            "(Hunyuan's cross-layer attention), which ModelSpec does not describe; not supported")
     if kind == "nemotron":  # NemotronMLP: up_proj -> relu2 -> down_proj
         spec["squared_relu_mlp"] = True
     # trained with dropout: each dropout keeps a mask for its backward (`ModelSpec.dropout`)
