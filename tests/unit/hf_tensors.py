@@ -23,7 +23,7 @@ def tensors(cfg: dict) -> dict[str, tuple[int, ...]]:
     return {"gpt2": _gpt2, "gpt_neox": _neox, "falcon": _falcon, "dbrx": _dbrx, "llama4_text": _llama4,
             "jamba": _jamba, "nemotron_h": _nemotron_h, "qwen3_next": _qwen3_next,
             "nemotron-nas": _nemotron_nas, "glm4_moe": _glm4_moe, "bamba": _mamba2_hybrid,
-            "granitemoehybrid": _mamba2_hybrid}.get(kind, _llama_like)(c)
+            "granitemoehybrid": _mamba2_hybrid, "ernie4_5_moe": _ernie_moe}.get(kind, _llama_like)(c)
 
 
 def count(cfg: dict) -> int:
@@ -497,4 +497,42 @@ def _mamba2_hybrid(c: dict) -> dict:
                 t |= {p + "shared_mlp.input_linear": (2 * fs, h), p + "shared_mlp.output_linear": (h, fs)}
         else:
             t |= _mlp(p + "feed_forward.", h, c["intermediate_size"])
+    return t
+
+
+ERNIE_MOE = {"vocab_size": 103424, "hidden_size": 2560, "intermediate_size": 12288, "num_hidden_layers": 28,
+             "num_attention_heads": 20, "num_key_value_heads": 4, "moe_intermediate_size": 1536, "moe_k": 6,
+             "moe_num_experts": 64, "moe_num_shared_experts": 2, "moe_layer_start_index": 1, "moe_layer_end_index": -1,
+             "moe_layer_interval": 1, "use_bias": False, "tie_word_embeddings": True}
+"""Ernie4_5_MoeConfig.__init__'s defaults (configuration_ernie4_5_moe.py)."""
+
+
+def _ernie_moe(c: dict) -> dict:
+    # modular_ernie4_5_moe.py: embed_tokens; per layer q/k/v/o (head_dim, default h // H) with use_bias,
+    # input_layernorm, post_attention_layernorm; mlp: Ernie4_5_MoeSparseMoeBlock when (i + 1) % interval == 0 and
+    # start <= i <= end (end -1: the last layer) — moe_statics.e_score_correction_bias (1, E), gate (E, h), experts
+    # e{k} gate/up/down of moe_intermediate_size, shared_experts of moe_intermediate_size · shared — else an MLP of
+    # intermediate_size; every MLP's projections with use_bias; norm; lm_head (bias use_bias) unless tied.
+    c = {**ERNIE_MOE, **{k: v for k, v in c.items() if v is not None}}
+    h, L, V, H, kv = c["hidden_size"], c["num_hidden_layers"], c["vocab_size"], c["num_attention_heads"], c["num_key_value_heads"]
+    d, b = c.get("head_dim") or h // H, c["use_bias"]
+    E, m, S = c["moe_num_experts"], c["moe_intermediate_size"], c["moe_num_shared_experts"]
+    end = L - 1 if c["moe_layer_end_index"] == -1 else c["moe_layer_end_index"]
+    t = {"embed_tokens": (V, h), "norm": (h,)}
+    if not c["tie_word_embeddings"]:
+        t |= {"lm_head": (V, h)} | ({"lm_head.b": (V,)} if b else {})
+    for i in range(L):
+        p = f"layers.{i}."
+        t |= {p + "q": (H * d, h), p + "k": (kv * d, h), p + "v": (kv * d, h), p + "o": (h, H * d),
+              p + "input_layernorm": (h,), p + "post_attention_layernorm": (h,)}
+        if b:
+            t |= {p + "q.b": (H * d,), p + "k.b": (kv * d,), p + "v.b": (kv * d,), p + "o.b": (h,)}
+        if (i + 1) % c["moe_layer_interval"] == 0 and c["moe_layer_start_index"] <= i <= end:
+            t |= {p + "mlp.moe_statics": (1, E), p + "mlp.gate": (E, h)}
+            for e in range(E):
+                t |= _mlp(f"{p}mlp.e{e}.", h, m, bias=b)
+            if S:
+                t |= _mlp(p + "mlp.shared.", h, m * S, bias=b)
+        else:
+            t |= _mlp(p + "mlp.", h, c["intermediate_size"], bias=b)
     return t

@@ -100,3 +100,21 @@ def test_seed_oss_trains_with_its_class_dropout_unless_the_config_sets_zero():
 def test_hunyuan_cross_layer_attention_is_refused_by_name():
     with pytest.raises(BandwiseError, match="use_cla=true"):
         from_hf_config({**config("Hunyuan-MT-7B"), "use_cla": True})
+
+
+@pytest.mark.parametrize("change", [{"use_bias": True, "tie_word_embeddings": False}, {"moe_num_shared_experts": 0},
+                                    {"moe_layer_start_index": 3, "moe_layer_end_index": -1}])
+def test_ernie45_moe_variants_count_as_the_checkpoint(change):
+    cfg = {**config("ERNIE-4.5-21B-A3B-PT"), **change}
+    assert from_hf_config(cfg).total_params == count(cfg)
+
+
+def test_ernie45_moe_dense_layers_between_moe_layers_are_refused_by_name():
+    with pytest.raises(BandwiseError, match="moe_layer_interval=2"):
+        from_hf_config({**config("ERNIE-4.5-21B-A3B-PT"), "moe_layer_interval": 2})
+
+
+def test_ernie45_21b_a3b_is_21b_with_3b_active():
+    # baidu/ERNIE-4.5-21B-A3B-PT card: "21B total parameters and 3B activated parameters for each token"
+    m = from_hf_config(config("ERNIE-4.5-21B-A3B-PT"))
+    assert abs(m.total_params - 21e9) < 1e9 and abs(m.active_nonembedding_params - 3e9) < 0.5e9

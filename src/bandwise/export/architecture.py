@@ -598,6 +598,8 @@ LLAMA_LIKE: dict[str, dict[str, Any]] = {
     "seed_oss": {"rope_theta": 10000.0, "rms_norm_eps": 1e-6, "attention_bias": True, "attention_out_bias": False},
     # HunYuanDenseV1Config (configuration_hunyuan_v1_dense.py 28ca27c)
     "hunyuan_v1_dense": {"rope_theta": 10000.0, "rms_norm_eps": 1e-5},
+    # Ernie4_5_MoeConfig (configuration_ernie4_5_moe.py f479d93)
+    "ernie4_5_moe": {"rope_theta": 500000.0, "rms_norm_eps": 1e-5, "use_bias": False},
     "nemotron": {"rope_theta": 10000.0, "norm_eps": 1e-5, "partial_rotary_factor": 0.5, "hidden_act": "relu2"},  # configuration_nemotron.py
     # OlmoConfig's rope_theta (configuration_olmo.py); OlmoLayerNorm's epsilon is fixed at 1e-5 in its code, no config key
     "olmo": {"rope_theta": 10000.0, "rms_norm_eps": 1e-5},
@@ -661,12 +663,19 @@ def _llama_like(cfg: dict[str, Any], kind: str, where: str) -> Architecture:
         parts = ["query_layernorm and key_layernorm applied after RoPE (Hunyuan)"]
         parts += ["attention_bias=true"] if merged.get("attention_bias") is True else []
         arch = replace(arch, qk_norm=True, unsupported=(*arch.unsupported, *parts))
+    if kind == "ernie4_5_moe":
+        # modular_ernie4_5_moe.py (a4d4492): softmax router whose choice adds moe_statics.e_score_correction_bias, the chosen
+        # weights renormalized; ERNIE's own rotary embedding (ernie4_5's apply_rotary_pos_emb) turns interleaved pairs
+        parts = ["RoPE on interleaved pairs (ERNIE 4.5's apply_rotary_pos_emb)"]
+        parts += ["use_bias=true"] if merged.get("use_bias") is True else []
+        arch = replace(arch, router="softmax", topk_norm=True, expert_bias=True, unsupported=(*arch.unsupported, *parts))
     if kind == "glm4":
         # modular_glm4.py (08c5327): GlmAttention's q, k, v biases (attention_bias), RoPE on partial_rotary_factor of each
         # head, and post_self_attn_layernorm / post_mlp_layernorm on the sublayer outputs
         arch = replace(arch, qkv_bias=merged.get("attention_bias") is True, rotary_fraction=_fraction(merged, where),
                        unsupported=(*arch.unsupported, "post_self_attn_layernorm and post_mlp_layernorm on the block outputs "
-                                                       "(GLM-4's sandwich norms)"))
+                                                       "(GLM-4's sandwich norms)",
+                                    "RoPE on interleaved pairs (GLM's apply_rotary_pos_emb, modeling_glm.py)"))
     if kind == "glm4_moe":
         # modeling_glm4_moe.py (a0699c9): biases on q, k, v only (attention_bias), q/k RMSNorms with use_qk_norm, RoPE on
         # partial_rotary_factor of each head; Glm4MoeTopkRouter: sigmoid scores, e_score_correction_bias for the choice

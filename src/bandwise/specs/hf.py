@@ -16,6 +16,7 @@ huggingface/transformers d98ac17 and neighbours) or, for remote-code models, the
   glm4                                     GLM-4-0414: four RMSNorms a layer, q/k/v biases, fused gate_up
   glm4_moe                                 GQA with q/k/v biases, routed + one shared expert, leading dense
                                            layers, MTP layers beside the model (`_glm4_moe`)
+  ernie4_5_moe                             routed + shared experts from moe_layer_start_index, use_bias everywhere
   seed_oss                                 Llama's block, q/k/v biases and a separate o_proj bias switch
   hunyuan_v1_dense                         Llama's block with q/k norms over head_dim (cross-layer KV refused)
   smollm3, exaone4, olmo, nemotron         Llama's block without RoPE on some layers (SmolLM3); with OLMo 2's
@@ -115,6 +116,9 @@ FAMILIES: dict[str, dict[str, Any]] = {
     # Hunyuan dense (modular_hunyuan_v1_dense.py, huggingface/transformers 6095fdd): LlamaAttention (q, k, v, o with
     # attention_bias) whose query_layernorm and key_layernorm over head_dim it always builds; a bias-free SwiGLU MLP
     "hunyuan_v1_dense": {"norms": 2, "qkv": "attention_bias", "o": "attention_bias", "qk_norm": "head"},
+    # ERNIE 4.5 MoE (modular_ernie4_5_moe.py, huggingface/transformers a4d4492): every projection, lm_head's too, takes
+    # use_bias; tied by default
+    "ernie4_5_moe": {"norms": 2, "qkv": "use_bias", "o": "use_bias", "mlp": "use_bias", "tied": True},
     "smollm3": {"norms": 2, "qkv": "attention_bias", "o": "attention_bias", "mlp": "mlp_bias", "tied": True, "window": "nope"},
 }
 SUPPORTED = sorted({*FAMILIES, "gemma3", "llama4", "llama4_text", *HYBRID, *BLOCKS})
@@ -130,6 +134,10 @@ CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
     # SeedOssConfig's defaults (configuration_seed_oss.py, huggingface/transformers d9aa776)
     "seed_oss": {"vocab_size": 155136, "hidden_size": 4096, "intermediate_size": 27648, "num_hidden_layers": 64,
                  "num_attention_heads": 80, "num_key_value_heads": 8, "head_dim": 128, "attention_bias": True},
+    # Ernie4_5_MoeConfig's defaults (configuration_ernie4_5_moe.py, huggingface/transformers f479d93): ERNIE-4.5-21B-A3B
+    "ernie4_5_moe": {"vocab_size": 103424, "hidden_size": 2560, "intermediate_size": 12288, "num_hidden_layers": 28,
+                     "num_attention_heads": 20, "num_key_value_heads": 4, "moe_intermediate_size": 1536, "moe_k": 6,
+                     "moe_num_experts": 64, "moe_num_shared_experts": 2, "moe_layer_start_index": 1, "moe_layer_interval": 1},
     # Glm4MoeConfig's defaults (configuration_glm4_moe.py, huggingface/transformers c7ec229)
     "glm4_moe": {"vocab_size": 151552, "hidden_size": 4096, "intermediate_size": 10944, "num_hidden_layers": 46,
                  "num_attention_heads": 96, "num_key_value_heads": 8, "moe_intermediate_size": 1408, "num_experts_per_tok": 8,
@@ -359,6 +367,8 @@ def _moe(r: _Keys, kind: str, spec: dict[str, Any]) -> dict[str, Any]:
         return fields
     if kind == "glm4_moe":
         return _glm4_moe(r, layers)
+    if kind == "ernie4_5_moe":
+        return _ernie_moe(r, layers)
     if kind in DEEPSEEK:
         # MoE on layer i when i >= first_k_dense_replace and i % moe_layer_freq == 0 (DeepSeek's
         # modeling_deepseek.py); a frequency above 1 puts dense layers between MoE ones.
@@ -404,6 +414,29 @@ def _glm4_moe(r: _Keys, layers: int) -> dict[str, Any]:
     return fields
 
 
+def ernie_moe_layers(r: _Keys, layers: int) -> list[bool]:
+    """Which ERNIE 4.5 layers are Ernie4_5_MoeSparseMoeBlock (modular_ernie4_5_moe.py, a4d4492): layer i when
+    (i + 1) % moe_layer_interval == 0 and moe_layer_start_index <= i <= moe_layer_end_index (-1 or absent: the last)."""
+    interval, start = r.need("moe_layer_interval"), r.opt("moe_layer_start_index", 0)
+    end = r.cfg.get("moe_layer_end_index")
+    end = layers - 1 if end is None or end == -1 else r.integer("moe_layer_end_index", end)
+    return [(i + 1) % interval == 0 and start <= i <= end for i in range(layers)]
+
+
+def _ernie_moe(r: _Keys, layers: int) -> dict[str, Any]:
+    """ERNIE 4.5's MoE layers (`ernie_moe_layers`): moe_num_experts SwiGLU experts of moe_intermediate_size, top moe_k,
+    a router h -> E without bias, and one shared MLP of moe_intermediate_size · moe_num_shared_experts; the other
+    layers a SwiGLU MLP of intermediate_size. Only leading dense layers fit ModelSpec."""
+    moe = ernie_moe_layers(r, layers)
+    dense = moe.index(True) if any(moe) else layers
+    if not any(moe) or not all(moe[dense:]):
+        key = "moe_layer_interval" if r.get("moe_layer_interval") != 1 else "moe_layer_end_index"
+        raise BandwiseError(f"config.json (ernie4_5_moe): {key}={brief(r.get(key))} leaves dense layers between or after the "
+                            "MoE layers, which ModelSpec does not describe; only leading dense layers are supported")
+    return {"experts": r.need("moe_num_experts"), "top_k": r.need("moe_k"), "expert_ffn": r.need("moe_intermediate_size"),
+            "shared_experts": r.opt("moe_num_shared_experts", 0), "dense_layers": dense}
+
+
 def _vectors(r: _Keys, kind: str, m: ModelSpec) -> int:
     """Norm and bias parameters of the main model (not of multi-token-prediction modules), from the
     family's modelling code: per layer its norms, q/k norms and biases, then the final norm."""
@@ -439,6 +472,13 @@ def _vectors(r: _Keys, kind: str, m: ModelSpec) -> int:
         total += m.layers * (H + m.experts + m.experts * (2 * m.expert_ffn + h))
     if kind == "qwen2_moe":  # shared_expert_gate, Linear(h, 1)
         total += m.moe_layers * h
+    if kind == "ernie4_5_moe":
+        # Ernie4_5_MoeStatics.e_score_correction_bias, an nn.Parameter (1, E) held frozen, on each MoE layer; with use_bias,
+        # every expert's and the shared MLP's gate/up/down biases and lm_head's (ModelSpec counts one output matrix)
+        total += m.moe_layers * m.experts
+        if mlp_bias:
+            shared = m.shared_experts * m.expert_ffn
+            total += m.moe_layers * (m.experts * (2 * m.expert_ffn + h) + (2 * shared + h if shared else 0)) + m.vocab
     return total
 
 
