@@ -101,7 +101,7 @@ def _dbrx(c: dict) -> dict:
     return t
 
 
-TIED_BY_DEFAULT = {"gemma", "gemma2", "gemma3_text", "cohere", "cohere2", "starcoder2", "smollm3"}
+TIED_BY_DEFAULT = {"gemma", "gemma2", "gemma3_text", "cohere", "cohere2", "starcoder2", "smollm3", "ernie4_5"}
 """Classes whose tie_word_embeddings default is true (the others' is false)."""
 
 
@@ -198,8 +198,10 @@ def _attention(p: str, c: dict, kind: str, h: int, H: int, kv: int, d: int) -> d
         qkv = {"q_proj": (H * d, h), "k_proj": (kv * d, h), "v_proj": (kv * d, h)}
     t = {p + k + ".weight": s for k, s in qkv.items()} | {p + "o_proj.weight": (h, H * d)}
     qkv_bias = {"qwen2": True, "qwen2_moe": True, "gpt_oss": True, "internlm2": c.get("bias", False),
+                "ernie4_5": c.get("use_bias", False),
                 "starcoder2": c.get("use_bias", True)}.get(kind, c.get("attention_bias", False))
-    o_bias = {"qwen2": False, "qwen2_moe": False, "glm4": False, "seed_oss": c.get("attention_out_bias", False), "gpt_oss": True, "internlm2": c.get("bias", False),
+    o_bias = {"qwen2": False, "qwen2_moe": False, "glm4": False,
+              "seed_oss": c.get("attention_out_bias", False), "ernie4_5": c.get("use_bias", False), "gpt_oss": True, "internlm2": c.get("bias", False),
               "starcoder2": c.get("use_bias", True)}.get(kind, c.get("attention_bias", False))
     if qkv_bias:
         t |= {p + k + ".bias": (s[0],) for k, s in qkv.items()}
@@ -252,6 +254,8 @@ def _feed_forward(p: str, c: dict, kind: str, i: int, h: int, f: int) -> dict:
         E, m, S = c["n_routed_experts"], c["moe_intermediate_size"], c.get("n_shared_experts") or 0
         t = {p + "router": (E, h)} | {k: s for e in range(E) for k, s in _mlp(f"{p}e{e}.", h, m).items()}
         return t | (_mlp(p + "shared.", h, m * S) if S else {})
+    if kind == "ernie4_5":  # Ernie4_5MLP: gate/up/down with use_bias
+        return _mlp(p, h, f, bias=c.get("use_bias", False))
     if kind == "nemotron":  # NemotronMLP: up_proj, down_proj (no gate), bias=mlp_bias
         return _mlp(p, h, f, gated=False, bias=c.get("mlp_bias", False))
     if kind == "starcoder2":  # c_fc, c_proj with use_bias

@@ -598,6 +598,7 @@ LLAMA_LIKE: dict[str, dict[str, Any]] = {
     "seed_oss": {"rope_theta": 10000.0, "rms_norm_eps": 1e-6, "attention_bias": True, "attention_out_bias": False},
     # HunYuanDenseV1Config (configuration_hunyuan_v1_dense.py 28ca27c)
     "hunyuan_v1_dense": {"rope_theta": 10000.0, "rms_norm_eps": 1e-5},
+    "ernie4_5": {"use_bias": False},  # the keys read are required but use_bias (Ernie4_5Config's default false)
     # Ernie4_5_MoeConfig (configuration_ernie4_5_moe.py f479d93)
     "ernie4_5_moe": {"rope_theta": 500000.0, "rms_norm_eps": 1e-5, "use_bias": False},
     "nemotron": {"rope_theta": 10000.0, "norm_eps": 1e-5, "partial_rotary_factor": 0.5, "hidden_act": "relu2"},  # configuration_nemotron.py
@@ -663,6 +664,11 @@ def _llama_like(cfg: dict[str, Any], kind: str, where: str) -> Architecture:
         parts = ["query_layernorm and key_layernorm applied after RoPE (Hunyuan)"]
         parts += ["attention_bias=true"] if merged.get("attention_bias") is True else []
         arch = replace(arch, qk_norm=True, unsupported=(*arch.unsupported, *parts))
+    if kind == "ernie4_5":
+        # modular_ernie4_5.py (7abb76c): apply_rotary_pos_emb turns interleaved pairs ("glm rope style")
+        parts = ["RoPE on interleaved pairs (ERNIE 4.5's apply_rotary_pos_emb)"]
+        parts += ["use_bias=true"] if merged.get("use_bias") is True else []
+        arch = replace(arch, unsupported=(*arch.unsupported, *parts))
     if kind == "ernie4_5_moe":
         # modular_ernie4_5_moe.py (a4d4492): softmax router whose choice adds moe_statics.e_score_correction_bias, the chosen
         # weights renormalized; ERNIE's own rotary embedding (ernie4_5's apply_rotary_pos_emb) turns interleaved pairs

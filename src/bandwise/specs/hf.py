@@ -16,7 +16,7 @@ huggingface/transformers d98ac17 and neighbours) or, for remote-code models, the
   glm4                                     GLM-4-0414: four RMSNorms a layer, q/k/v biases, fused gate_up
   glm4_moe                                 GQA with q/k/v biases, routed + one shared expert, leading dense
                                            layers, MTP layers beside the model (`_glm4_moe`)
-  ernie4_5_moe                             routed + shared experts from moe_layer_start_index, use_bias everywhere
+  ernie4_5, ernie4_5_moe                   Llama's block with use_bias; the MoE: routed + shared experts from moe_layer_start_index, use_bias everywhere
   seed_oss                                 Llama's block, q/k/v biases and a separate o_proj bias switch
   hunyuan_v1_dense                         Llama's block with q/k norms over head_dim (cross-layer KV refused)
   smollm3, exaone4, olmo, nemotron         Llama's block without RoPE on some layers (SmolLM3); with OLMo 2's
@@ -118,6 +118,9 @@ FAMILIES: dict[str, dict[str, Any]] = {
     "hunyuan_v1_dense": {"norms": 2, "qkv": "attention_bias", "o": "attention_bias", "qk_norm": "head"},
     # ERNIE 4.5 MoE (modular_ernie4_5_moe.py, huggingface/transformers a4d4492): every projection, lm_head's too, takes
     # use_bias; tied by default
+    # ERNIE 4.5 dense (modular_ernie4_5.py, huggingface/transformers 7abb76c): Llama's block, q/k/v/o and MLP biases with
+    # use_bias, lm_head without; tied by default
+    "ernie4_5": {"norms": 2, "qkv": "use_bias", "o": "use_bias", "mlp": "use_bias", "tied": True},
     "ernie4_5_moe": {"norms": 2, "qkv": "use_bias", "o": "use_bias", "mlp": "use_bias", "tied": True},
     "smollm3": {"norms": 2, "qkv": "attention_bias", "o": "attention_bias", "mlp": "mlp_bias", "tied": True, "window": "nope"},
 }
