@@ -23,7 +23,7 @@ def tensors(cfg: dict) -> dict[str, tuple[int, ...]]:
     return {"gpt2": _gpt2, "gpt_neox": _neox, "falcon": _falcon, "dbrx": _dbrx, "llama4_text": _llama4,
             "jamba": _jamba, "nemotron_h": _nemotron_h, "qwen3_next": _qwen3_next,
             "nemotron-nas": _nemotron_nas, "glm4_moe": _glm4_moe, "bamba": _mamba2_hybrid,
-            "granitemoehybrid": _mamba2_hybrid, "ernie4_5_moe": _ernie_moe}.get(kind, _llama_like)(c)
+            "granitemoehybrid": _mamba2_hybrid, "ernie4_5_moe": _ernie_moe, "apertus": _apertus}.get(kind, _llama_like)(c)
 
 
 def count(cfg: dict) -> int:
@@ -539,4 +539,28 @@ def _ernie_moe(c: dict) -> dict:
                 t |= _mlp(p + "mlp.shared.", h, m * S, bias=b)
         else:
             t |= _mlp(p + "mlp.", h, c["intermediate_size"], bias=b)
+    return t
+
+
+def _apertus(c: dict) -> dict:
+    # modeling_apertus.py: embed_tokens; per layer q/k/v/o (bias attention_bias), q_norm and k_norm (head_dim) when qk_norm
+    # (default true), attention_layernorm, feedforward_layernorm, mlp up_proj (f, h) and down_proj (h, f) with mlp_bias and
+    # its XIELUActivation's alpha_p and alpha_n (one value each); norm; lm_head unless tied.
+    h, L, V, H = c["hidden_size"], c["num_hidden_layers"], c["vocab_size"], c["num_attention_heads"]
+    kv, f = c.get("num_key_value_heads") or H, c["intermediate_size"]
+    d = c.get("head_dim") or h // H
+    t = {"embed_tokens": (V, h), "norm": (h,)}
+    if not c.get("tie_word_embeddings", False):
+        t["lm_head"] = (V, h)
+    for i in range(L):
+        p = f"layers.{i}."
+        t |= {p + "q": (H * d, h), p + "k": (kv * d, h), p + "v": (kv * d, h), p + "o": (h, H * d),
+              p + "attention_layernorm": (h,), p + "feedforward_layernorm": (h,),
+              p + "up_proj": (f, h), p + "down_proj": (h, f), p + "alpha_p": (1,), p + "alpha_n": (1,)}
+        if c.get("qk_norm", True):
+            t |= {p + "q_norm": (d,), p + "k_norm": (d,)}
+        if c.get("attention_bias", False):
+            t |= {p + "q.b": (H * d,), p + "k.b": (kv * d,), p + "v.b": (kv * d,), p + "o.b": (h,)}
+        if c.get("mlp_bias", False):
+            t |= {p + "up_proj.b": (f,), p + "down_proj.b": (h,)}
     return t

@@ -601,6 +601,7 @@ LLAMA_LIKE: dict[str, dict[str, Any]] = {
     "ernie4_5": {"use_bias": False},  # the keys read are required but use_bias (Ernie4_5Config's default false)
     # Ernie4_5_MoeConfig (configuration_ernie4_5_moe.py f479d93)
     "ernie4_5_moe": {"rope_theta": 500000.0, "rms_norm_eps": 1e-5, "use_bias": False},
+    "apertus": {"qk_norm": True, "post_norm": False, "hidden_act": "xielu"},  # ApertusConfig's defaults for these keys
     "nemotron": {"rope_theta": 10000.0, "norm_eps": 1e-5, "partial_rotary_factor": 0.5, "hidden_act": "relu2"},  # configuration_nemotron.py
     # OlmoConfig's rope_theta (configuration_olmo.py); OlmoLayerNorm's epsilon is fixed at 1e-5 in its code, no config key
     "olmo": {"rope_theta": 10000.0, "rms_norm_eps": 1e-5},
@@ -618,8 +619,10 @@ def _llama_like(cfg: dict[str, Any], kind: str, where: str) -> Architecture:
         if key not in merged:
             raise BandwiseError(f"{where}: missing field {key!r} (model_type {kind})")
     llama = {**merged, "model_type": "llama", "attention_bias": False}
-    if kind == "nemotron":  # its norm epsilon and activation are set below
-        llama.update(rms_norm_eps=merged["norm_eps"], hidden_act="silu", mlp_bias=False)
+    if kind in ("nemotron", "apertus"):  # their activation and biases (and Nemotron's norm epsilon) are set below
+        llama.update(hidden_act="silu", mlp_bias=False)
+    if kind == "nemotron":
+        llama.update(rms_norm_eps=merged["norm_eps"])
     base = from_hf(llama, where)
     window, windowed = window_layers(cfg)  # the family's own window rule, as the planner reads it
     arch = replace(base, family=kind, sliding_window=window, window_layers=windowed, source=f"{where} (model_type {kind})")
@@ -652,6 +655,13 @@ def _llama_like(cfg: dict[str, Any], kind: str, where: str) -> Architecture:
         if window:
             parts.append("no RoPE on the full-attention layers (EXAONE 4.0's global layers)")
         arch = replace(arch, qk_norm=True, unsupported=(*arch.unsupported, *parts))
+    if kind == "apertus":
+        # modeling_apertus.py: up_proj -> xIELU (learned alpha_p, alpha_n; activations.py XIELUActivation) -> down_proj;
+        # q_norm and k_norm over head_dim with qk_norm; post_norm moves the norms after the sublayers
+        parts = [f"hidden_act={brief(merged['hidden_act'])} (Apertus's xIELU, with learned alpha_p and alpha_n per layer)"]
+        parts += [f"{k}=true" for k in ("post_norm", "attention_bias", "mlp_bias") if merged.get(k) is True]
+        arch = replace(arch, gated=False, activation=str(merged["hidden_act"]), qk_norm=merged["qk_norm"] is True,
+                       unsupported=(*arch.unsupported, *parts))
     if kind == "seed_oss":
         # modular_seed_oss.py (6e4054a): q, k, v biases with attention_bias, o_proj's with attention_out_bias; dropout on
         # the attention probabilities and after attention and the MLP (residual_dropout, 0.1 by default)

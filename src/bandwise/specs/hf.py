@@ -17,6 +17,7 @@ huggingface/transformers d98ac17 and neighbours) or, for remote-code models, the
   glm4_moe                                 GQA with q/k/v biases, routed + one shared expert, leading dense
                                            layers, MTP layers beside the model (`_glm4_moe`)
   ernie4_5, ernie4_5_moe                   Llama's block with use_bias; the MoE: routed + shared experts from moe_layer_start_index, use_bias everywhere
+  apertus                                  Llama's attention with q/k norms, a two-matrix xIELU MLP
   seed_oss                                 Llama's block, q/k/v biases and a separate o_proj bias switch
   hunyuan_v1_dense                         Llama's block with q/k norms over head_dim (cross-layer KV refused)
   smollm3, exaone4, olmo, nemotron         Llama's block without RoPE on some layers (SmolLM3); with OLMo 2's
@@ -122,6 +123,11 @@ FAMILIES: dict[str, dict[str, Any]] = {
     # use_bias, lm_head without; tied by default
     "ernie4_5": {"norms": 2, "qkv": "use_bias", "o": "use_bias", "mlp": "use_bias", "tied": True},
     "ernie4_5_moe": {"norms": 2, "qkv": "use_bias", "o": "use_bias", "mlp": "use_bias", "tied": True},
+    # Apertus (modeling_apertus.py): attention_layernorm and feedforward_layernorm, q, k, v, o with attention_bias and
+    # q_norm / k_norm over head_dim with qk_norm (default true); a two-matrix MLP (up_proj, down_proj, mlp_bias) whose
+    # xIELU activation (activations.py XIELUActivation) learns alpha_p and alpha_n, one value each, per layer
+    "apertus": {"norms": 2, "qkv": "attention_bias", "o": "attention_bias", "mlp": "mlp_bias", "gated": False,
+                "qk_norm": "qk_norm"},
     "smollm3": {"norms": 2, "qkv": "attention_bias", "o": "attention_bias", "mlp": "mlp_bias", "tied": True, "window": "nope"},
 }
 SUPPORTED = sorted({*FAMILIES, "gemma3", "llama4", "llama4_text", *HYBRID, *BLOCKS})
@@ -458,6 +464,8 @@ def _vectors(r: _Keys, kind: str, m: ModelSpec) -> int:
         per_layer += h + h // H * kv
     elif qk == "use_qk_norm" and r.flag("use_qk_norm"):  # GLM-4.5: q_norm, k_norm of head_dim
         per_layer += 2 * d
+    elif qk == "qk_norm" and r.flag("qk_norm", True):  # Apertus: q_norm, k_norm of head_dim (ApertusConfig: true)
+        per_layer += 2 * d
     elif qk == "cohere" and r.flag("use_qk_norm"):  # CohereLayerNorm of (heads, head_dim)
         per_layer += H * d + kv * d
     if r.flag(fam.get("qkv", False)):
@@ -475,6 +483,8 @@ def _vectors(r: _Keys, kind: str, m: ModelSpec) -> int:
         total += m.layers * (H + m.experts + m.experts * (2 * m.expert_ffn + h))
     if kind == "qwen2_moe":  # shared_expert_gate, Linear(h, 1)
         total += m.moe_layers * h
+    if kind == "apertus" and r.get("hidden_act") in (None, "xielu"):  # XIELUActivation.alpha_p, alpha_n: (1,) each
+        total += 2 * m.layers
     if kind == "ernie4_5_moe":
         # Ernie4_5_MoeStatics.e_score_correction_bias, an nn.Parameter (1, E) held frozen, on each MoE layer; with use_bias,
         # every expert's and the shared MLP's gate/up/down biases and lm_head's (ModelSpec counts one output matrix)
