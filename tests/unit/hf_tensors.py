@@ -23,7 +23,8 @@ def tensors(cfg: dict) -> dict[str, tuple[int, ...]]:
     return {"gpt2": _gpt2, "gpt_neox": _neox, "falcon": _falcon, "dbrx": _dbrx, "llama4_text": _llama4,
             "jamba": _jamba, "nemotron_h": _nemotron_h, "qwen3_next": _qwen3_next,
             "nemotron-nas": _nemotron_nas, "glm4_moe": _glm4_moe, "bamba": _mamba2_hybrid,
-            "granitemoehybrid": _mamba2_hybrid, "ernie4_5_moe": _ernie_moe, "apertus": _apertus}.get(kind, _llama_like)(c)
+            "granitemoehybrid": _mamba2_hybrid, "ernie4_5_moe": _ernie_moe, "apertus": _apertus,
+            "hunyuan_v1_moe": _hunyuan_moe}.get(kind, _llama_like)(c)
 
 
 def count(cfg: dict) -> int:
@@ -563,4 +564,30 @@ def _apertus(c: dict) -> dict:
             t |= {p + "q.b": (H * d,), p + "k.b": (kv * d,), p + "v.b": (kv * d,), p + "o.b": (h,)}
         if c.get("mlp_bias", False):
             t |= {p + "up_proj.b": (f,), p + "down_proj.b": (h,)}
+    return t
+
+
+def _hunyuan_moe(c: dict) -> dict:
+    # modular_hunyuan_v1_moe.py (HunYuanMoEV1Config defaults: vocab 290943, hidden 4096, intermediate 11008, 32 layers,
+    # 32 heads, num_experts 1, moe_topk 1): embed_tokens; per layer q/k/v/o (bias attention_bias), query_layernorm and
+    # key_layernorm (head_dim, default h // H), input_layernorm, post_attention_layernorm; mlp.gate.wg (E, h), experts
+    # e{k} and shared_mlp gate/up/down of intermediate_size; norm; lm_head unless tied.
+    c = {"vocab_size": 290943, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+         "num_attention_heads": 32, "num_experts": 1, **{k: v for k, v in c.items() if v is not None}}
+    h, L, V, H, f = c["hidden_size"], c["num_hidden_layers"], c["vocab_size"], c["num_attention_heads"], c["intermediate_size"]
+    kv, d = c.get("num_key_value_heads") or H, c.get("head_dim") or h // H
+    t = {"embed_tokens": (V, h), "norm": (h,)}
+    if not c.get("tie_word_embeddings", False):
+        t["lm_head"] = (V, h)
+    for i in range(L):
+        p = f"layers.{i}."
+        E = c["num_experts"][i] if isinstance(c["num_experts"], list) else c["num_experts"]
+        t |= {p + "q": (H * d, h), p + "k": (kv * d, h), p + "v": (kv * d, h), p + "o": (h, H * d),
+              p + "query_layernorm": (d,), p + "key_layernorm": (d,), p + "input_layernorm": (h,),
+              p + "post_attention_layernorm": (h,), p + "mlp.gate.wg": (E, h)}
+        if c.get("attention_bias", False):
+            t |= {p + "q.b": (H * d,), p + "k.b": (kv * d,), p + "v.b": (kv * d,), p + "o.b": (h,)}
+        for e in range(E):
+            t |= _mlp(f"{p}mlp.e{e}.", h, f)
+        t |= _mlp(p + "mlp.shared_mlp.", h, f)
     return t

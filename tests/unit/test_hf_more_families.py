@@ -118,3 +118,31 @@ def test_ernie45_21b_a3b_is_21b_with_3b_active():
     # baidu/ERNIE-4.5-21B-A3B-PT card: "21B total parameters and 3B activated parameters for each token"
     m = from_hf_config(config("ERNIE-4.5-21B-A3B-PT"))
     assert abs(m.total_params - 21e9) < 1e9 and abs(m.active_nonembedding_params - 3e9) < 0.5e9
+
+
+# ------------------------------------------------------------------- Hunyuan MoE
+# No published config.json copy was found whole; the shape of Hunyuan-A13B as a public profiler's tests keep it
+# (HUNYUAN_MOE_LIST_CONFIG: 32 layers, hidden 4096, 64 experts of 3072, top 8, one shared expert) is one variant.
+A13B = {"model_type": "hunyuan_v1_moe", "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
+        "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 3072, "vocab_size": 128167, "num_experts": 64,
+        "moe_intermediate_size": [3072] * 32, "moe_topk": [8] * 32, "num_shared_expert": [1] * 32}
+
+
+@pytest.mark.parametrize("cfg", [A13B, {**A13B, "attention_bias": True, "tie_word_embeddings": True},
+                                 {"model_type": "hunyuan_v1_moe", "num_experts": 4, "moe_topk": 2, "num_hidden_layers": 2}])
+def test_hunyuan_moe_counts_as_the_checkpoint(cfg):
+    assert from_hf_config(cfg).total_params == count(cfg)
+
+
+def test_hunyuan_a13b_is_80b_with_13b_active():
+    # tencent/Hunyuan-A13B-Instruct card: "80 billion total parameters and 13 billion active parameters"
+    m = from_hf_config(A13B)
+    assert abs(m.total_params - 80e9) < 1e9 and abs(m.active_nonembedding_params + m.output_params - 13e9) < 0.5e9  # to the card's whole billions
+
+
+@pytest.mark.parametrize("change, key", [({"moe_intermediate_size": [2048] * 32}, "moe_intermediate_size"),
+                                         ({"num_experts": [64] * 31 + [32]}, "num_experts"),
+                                         ({"num_shared_expert": 2}, "num_shared_expert")])
+def test_hunyuan_moe_shapes_its_code_does_not_build_are_refused_by_name(change, key):
+    with pytest.raises(BandwiseError, match=key):
+        from_hf_config({**A13B, **change})

@@ -598,6 +598,7 @@ LLAMA_LIKE: dict[str, dict[str, Any]] = {
     "seed_oss": {"rope_theta": 10000.0, "rms_norm_eps": 1e-6, "attention_bias": True, "attention_out_bias": False},
     # HunYuanDenseV1Config (configuration_hunyuan_v1_dense.py 28ca27c)
     "hunyuan_v1_dense": {"rope_theta": 10000.0, "rms_norm_eps": 1e-5},
+    "hunyuan_v1_moe": {"rope_theta": 10000.0, "rms_norm_eps": 1e-5},  # HunYuanMoEV1Config (configuration_hunyuan_v1_moe.py)
     "ernie4_5": {"use_bias": False},  # the keys read are required but use_bias (Ernie4_5Config's default false)
     # Ernie4_5_MoeConfig (configuration_ernie4_5_moe.py f479d93)
     "ernie4_5_moe": {"rope_theta": 500000.0, "rms_norm_eps": 1e-5, "use_bias": False},
@@ -669,11 +670,14 @@ def _llama_like(cfg: dict[str, Any], kind: str, where: str) -> Architecture:
         parts = ["attention_out_bias=true"] if merged.get("attention_out_bias") is True else []
         arch = replace(arch, qkv_bias=merged.get("attention_bias") is True, hidden_dropout=rates.hidden,
                        attention_dropout=rates.attention, unsupported=(*arch.unsupported, *parts))
-    if kind == "hunyuan_v1_dense":
-        # modular_hunyuan_v1_dense.py (6095fdd): query_layernorm and key_layernorm over head_dim, applied after RoPE
+    if kind in ("hunyuan_v1_dense", "hunyuan_v1_moe"):
+        # modular_hunyuan_v1_dense.py (6095fdd), modular_hunyuan_v1_moe.py (3404f51): query_layernorm and key_layernorm over
+        # head_dim, applied after RoPE; the MoE's router a softmax over all experts, the top-k weights renormalized
         parts = ["query_layernorm and key_layernorm applied after RoPE (Hunyuan)"]
         parts += ["attention_bias=true"] if merged.get("attention_bias") is True else []
         arch = replace(arch, qk_norm=True, unsupported=(*arch.unsupported, *parts))
+        if kind == "hunyuan_v1_moe":
+            arch = replace(arch, router="softmax", topk_norm=True)
     if kind == "ernie4_5":
         # modular_ernie4_5.py (7abb76c): apply_rotary_pos_emb turns interleaved pairs ("glm rope style")
         parts = ["RoPE on interleaved pairs (ERNIE 4.5's apply_rotary_pos_emb)"]

@@ -19,7 +19,8 @@ huggingface/transformers d98ac17 and neighbours) or, for remote-code models, the
   ernie4_5, ernie4_5_moe                   Llama's block with use_bias; the MoE: routed + shared experts from moe_layer_start_index, use_bias everywhere
   apertus                                  Llama's attention with q/k norms, a two-matrix xIELU MLP
   seed_oss                                 Llama's block, q/k/v biases and a separate o_proj bias switch
-  hunyuan_v1_dense                         Llama's block with q/k norms over head_dim (cross-layer KV refused)
+  hunyuan_v1_dense, hunyuan_v1_moe         Llama's block with q/k norms over head_dim (cross-layer KV refused); the
+                                           MoE: routed experts and one shared MLP, all of intermediate_size
   smollm3, exaone4, olmo, nemotron         Llama's block without RoPE on some layers (SmolLM3); with OLMo 2's
                                            post-norms and q/k norms (EXAONE 4.0); with weightless LayerNorms
                                            (OLMo 1); with LayerNorm1P and a squared-ReLU MLP (Nemotron-4)
@@ -128,6 +129,10 @@ FAMILIES: dict[str, dict[str, Any]] = {
     # xIELU activation (activations.py XIELUActivation) learns alpha_p and alpha_n, one value each, per layer
     "apertus": {"norms": 2, "qkv": "attention_bias", "o": "attention_bias", "mlp": "mlp_bias", "gated": False,
                 "qk_norm": "qk_norm"},
+    # Hunyuan MoE (modular_hunyuan_v1_moe.py, huggingface/transformers 3404f51): the dense family's attention, and on
+    # every layer HunYuanMoEV1Moe: gate.wg h -> E without bias, E SwiGLU experts and one shared_mlp, all LlamaMLP of
+    # intermediate_size
+    "hunyuan_v1_moe": {"norms": 2, "qkv": "attention_bias", "o": "attention_bias", "qk_norm": "head"},
     "smollm3": {"norms": 2, "qkv": "attention_bias", "o": "attention_bias", "mlp": "mlp_bias", "tied": True, "window": "nope"},
 }
 SUPPORTED = sorted({*FAMILIES, "gemma3", "llama4", "llama4_text", *HYBRID, *BLOCKS})
@@ -147,6 +152,9 @@ CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
     "ernie4_5_moe": {"vocab_size": 103424, "hidden_size": 2560, "intermediate_size": 12288, "num_hidden_layers": 28,
                      "num_attention_heads": 20, "num_key_value_heads": 4, "moe_intermediate_size": 1536, "moe_k": 6,
                      "moe_num_experts": 64, "moe_num_shared_experts": 2, "moe_layer_start_index": 1, "moe_layer_interval": 1},
+    # HunYuanMoEV1Config's defaults (configuration_hunyuan_v1_moe.py, huggingface/transformers 6e4054a)
+    "hunyuan_v1_moe": {"vocab_size": 290943, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+                       "num_attention_heads": 32},
     # Glm4MoeConfig's defaults (configuration_glm4_moe.py, huggingface/transformers c7ec229)
     "glm4_moe": {"vocab_size": 151552, "hidden_size": 4096, "intermediate_size": 10944, "num_hidden_layers": 46,
                  "num_attention_heads": 96, "num_key_value_heads": 8, "moe_intermediate_size": 1408, "num_experts_per_tok": 8,
@@ -325,8 +333,8 @@ def _from_fields(cfg: Fields, *, name: str, seq_len: int) -> ModelSpec:
         spec["alibi"] = r.flag("alibi")  # Falcon-RW's ALiBi bias in place of RoPE (FalconAttention, modeling_falcon.py)
     if kind == "gpt2":
         spec["position_embeddings"] = r.need("n_positions")
-    if kind == "hunyuan_v1_dense" and r.flag("use_cla"):
-        raise BandwiseError("config.json (hunyuan_v1_dense): use_cla=true shares keys and values across layers "
+    if kind in ("hunyuan_v1_dense", "hunyuan_v1_moe") and r.flag("use_cla"):
+        raise BandwiseError(f"config.json ({kind}): use_cla=true shares keys and values across layers "
                             "(Hunyuan's cross-layer attention), which ModelSpec does not describe; not supported")
     if kind == "nemotron":  # NemotronMLP: up_proj -> relu2 -> down_proj
         spec["squared_relu_mlp"] = True
@@ -378,6 +386,8 @@ def _moe(r: _Keys, kind: str, spec: dict[str, Any]) -> dict[str, Any]:
         return _glm4_moe(r, layers)
     if kind == "ernie4_5_moe":
         return _ernie_moe(r, layers)
+    if kind == "hunyuan_v1_moe":
+        return _hunyuan_moe(r, spec["ffn"])
     if kind in DEEPSEEK:
         # MoE on layer i when i >= first_k_dense_replace and i % moe_layer_freq == 0 (DeepSeek's
         # modeling_deepseek.py); a frequency above 1 puts dense layers between MoE ones.
@@ -421,6 +431,29 @@ def _glm4_moe(r: _Keys, layers: int) -> dict[str, Any]:
     if groups > 1:
         fields.update(expert_groups=groups, groups_per_token=r.opt("topk_group", groups))
     return fields
+
+
+def _hunyuan_moe(r: _Keys, ffn: int) -> dict[str, Any]:
+    """Hunyuan MoE (modular_hunyuan_v1_moe.py, 3404f51): num_experts and moe_topk, each one value or one per layer
+    (the same on every layer here); experts and the shared MLP both of intermediate_size, as that code builds them. A
+    config whose moe_intermediate_size or num_shared_expert says otherwise is refused rather than guessed at."""
+    def uniform(key: str, default: int) -> int:
+        value = r.cfg.get(key)
+        value = default if value is None else value
+        values = value if isinstance(value, list) else [value]
+        if not values or len(set(map(repr, values))) != 1:
+            raise BandwiseError(f"config.json (hunyuan_v1_moe): {key}={brief(value)} differs from layer to layer, which "
+                                "ModelSpec does not describe; not supported")
+        return r.integer(key, values[0], least=1)
+
+    widths = r.cfg.get("moe_intermediate_size")
+    if widths is not None and {v for v in (widths if isinstance(widths, list) else [widths])} != {ffn}:
+        raise BandwiseError(f"config.json (hunyuan_v1_moe): moe_intermediate_size={brief(widths)} differs from intermediate_size="
+                            f"{ffn}, the width transformers' HunYuanMoEV1MLP gives every expert; not supported")
+    if uniform("num_shared_expert", 1) != 1:
+        raise BandwiseError(f"config.json (hunyuan_v1_moe): num_shared_expert={brief(r.cfg.get('num_shared_expert'))} is not 1, "
+                            "the one shared_mlp transformers builds; not supported")
+    return {"experts": uniform("num_experts", 1), "top_k": uniform("moe_topk", 1), "expert_ffn": ffn, "shared_experts": 1}
 
 
 def ernie_moe_layers(r: _Keys, layers: int) -> list[bool]:
