@@ -24,7 +24,7 @@ def tensors(cfg: dict) -> dict[str, tuple[int, ...]]:
             "jamba": _jamba, "nemotron_h": _nemotron_h, "qwen3_next": _qwen3_next,
             "nemotron-nas": _nemotron_nas, "glm4_moe": _glm4_moe, "bamba": _mamba2_hybrid,
             "granitemoehybrid": _mamba2_hybrid, "ernie4_5_moe": _ernie_moe, "apertus": _apertus,
-            "hunyuan_v1_moe": _hunyuan_moe}.get(kind, _llama_like)(c)
+            "hunyuan_v1_moe": _hunyuan_moe, "phimoe": _phimoe}.get(kind, _llama_like)(c)
 
 
 def count(cfg: dict) -> int:
@@ -590,4 +590,28 @@ def _hunyuan_moe(c: dict) -> dict:
         for e in range(E):
             t |= _mlp(f"{p}mlp.e{e}.", h, f)
         t |= _mlp(p + "mlp.shared_mlp.", h, f)
+    return t
+
+
+def _phimoe(c: dict) -> dict:
+    # modular_phimoe.py (PhimoeConfig defaults: vocab 32064, hidden 4096, intermediate 6400, 32 layers, 32 heads, 8 KV
+    # heads, 16 experts): embed_tokens; per layer q/k/v/o with attention_bias, input_layernorm and post_attention_layernorm
+    # (nn.LayerNorm: weight and bias), block_sparse_moe router (E, h) and experts e{k} gate/up/down; norm (LayerNorm);
+    # lm_head with a bias when lm_head_bias.
+    c = {"vocab_size": 32064, "hidden_size": 4096, "intermediate_size": 6400, "num_hidden_layers": 32,
+         "num_attention_heads": 32, "num_key_value_heads": 8, "num_local_experts": 16, **{k: v for k, v in c.items() if v is not None}}
+    h, L, V, H, kv, f = (c[k] for k in ("hidden_size", "num_hidden_layers", "vocab_size", "num_attention_heads",
+                                         "num_key_value_heads", "intermediate_size"))
+    d, E = c.get("head_dim") or h // H, c["num_local_experts"]
+    t = {"embed_tokens": (V, h), "norm.w": (h,), "norm.b": (h,)}
+    if not c.get("tie_word_embeddings", False):
+        t |= {"lm_head": (V, h)} | ({"lm_head.b": (V,)} if c.get("lm_head_bias", False) else {})
+    for i in range(L):
+        p = f"layers.{i}."
+        t |= {p + "q": (H * d, h), p + "k": (kv * d, h), p + "v": (kv * d, h), p + "o": (h, H * d), p + "router": (E, h)}
+        t |= {p + n + x: (h,) for n in ("input_layernorm.", "post_attention_layernorm.") for x in "wb"}
+        if c.get("attention_bias", False):
+            t |= {p + "q.b": (H * d,), p + "k.b": (kv * d,), p + "v.b": (kv * d,), p + "o.b": (h,)}
+        for e in range(E):
+            t |= _mlp(f"{p}mlp.e{e}.", h, f)
     return t

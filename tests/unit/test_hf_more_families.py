@@ -146,3 +146,20 @@ def test_hunyuan_a13b_is_80b_with_13b_active():
 def test_hunyuan_moe_shapes_its_code_does_not_build_are_refused_by_name(change, key):
     with pytest.raises(BandwiseError, match=key):
         from_hf_config({**A13B, **change})
+
+
+# ------------------------------------------------------------------- Phi-3.5-MoE
+# No whole copy of the published config.json was found (the copies kept trim the biases); PhimoeConfig's defaults are
+# Phi-3.5-MoE's shape, and the published config's attention_bias and lm_head_bias (true) a variant.
+@pytest.mark.parametrize("cfg", [{"model_type": "phimoe"},
+                                 {"model_type": "phimoe", "attention_bias": True, "lm_head_bias": True, "sliding_window": 131072},
+                                 {"model_type": "phimoe", "num_hidden_layers": 2, "tie_word_embeddings": True}])
+def test_phimoe_counts_as_the_checkpoint(cfg):
+    assert from_hf_config(cfg).total_params == count(cfg)
+
+
+def test_phi35_moe_is_42b_with_6_6b_active():
+    # microsoft/Phi-3.5-MoE-instruct card: "16x3.8B parameters with 6.6B active parameters", 42B in total
+    m = from_hf_config({"model_type": "phimoe", "attention_bias": True, "lm_head_bias": True})
+    active = m.active_nonembedding_params + m.output_params + m.embedding_params
+    assert abs(m.total_params - 42e9) < 0.5e9 and abs(active - 6.6e9) < 0.05e9

@@ -603,6 +603,8 @@ LLAMA_LIKE: dict[str, dict[str, Any]] = {
     # Ernie4_5_MoeConfig (configuration_ernie4_5_moe.py f479d93)
     "ernie4_5_moe": {"rope_theta": 500000.0, "rms_norm_eps": 1e-5, "use_bias": False},
     "apertus": {"qk_norm": True, "post_norm": False, "hidden_act": "xielu"},  # ApertusConfig's defaults for these keys
+    # PhimoeConfig (configuration_phimoe.py 040e1a7)
+    "phimoe": {"rope_theta": 1e6, "rms_norm_eps": 1e-5, "attention_bias": False, "lm_head_bias": False},
     "nemotron": {"rope_theta": 10000.0, "norm_eps": 1e-5, "partial_rotary_factor": 0.5, "hidden_act": "relu2"},  # configuration_nemotron.py
     # OlmoConfig's rope_theta (configuration_olmo.py); OlmoLayerNorm's epsilon is fixed at 1e-5 in its code, no config key
     "olmo": {"rope_theta": 10000.0, "rms_norm_eps": 1e-5},
@@ -656,6 +658,12 @@ def _llama_like(cfg: dict[str, Any], kind: str, where: str) -> Architecture:
         if window:
             parts.append("no RoPE on the full-attention layers (EXAONE 4.0's global layers)")
         arch = replace(arch, qk_norm=True, unsupported=(*arch.unsupported, *parts))
+    if kind == "phimoe":
+        # modular_phimoe.py: PhimoeTopKRouter's sparsemixer (a masked softmax per choice, jitter in training), LayerNorms
+        # with bias, biases on q, k, v, o (attention_bias) and lm_head (lm_head_bias)
+        parts = ["sparsemixer top-2 routing (PhiMoE's PhimoeTopKRouter)"]
+        parts += [f"{k}=true" for k in ("attention_bias", "lm_head_bias") if merged.get(k) is True]
+        arch = replace(arch, norm="LayerNorm", router="softmax", unsupported=(*arch.unsupported, *parts))
     if kind == "apertus":
         # modeling_apertus.py: up_proj -> xIELU (learned alpha_p, alpha_n; activations.py XIELUActivation) -> down_proj;
         # q_norm and k_norm over head_dim with qk_norm; post_norm moves the norms after the sublayers

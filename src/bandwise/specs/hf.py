@@ -10,8 +10,8 @@ huggingface/transformers d98ac17 and neighbours) or, for remote-code models, the
   internlm2                                attention and MLP in parallel from one bias-free LayerNorm
   gpt2, gpt_neox, falcon, starcoder2       two-matrix GELU MLP, LayerNorm with bias; GPT-2's learned
                                            position table (`n_positions`); Falcon's multi-query / GQA
-  mixtral, qwen2_moe, qwen3_moe, olmoe,    routed experts (no shared one except Qwen2-MoE's, which every
-  granitemoe, dbrx, gpt_oss                Qwen2-MoE layer has, with a one-output gate)
+  mixtral, phimoe, qwen2_moe, qwen3_moe,   routed experts (no shared one except Qwen2-MoE's, which every
+  olmoe, granitemoe, dbrx, gpt_oss         Qwen2-MoE layer has, with a one-output gate)
   deepseek_v2, deepseek_v3, kimi_k2        MLA, routed + shared experts, first_k_dense_replace dense layers
   glm4                                     GLM-4-0414: four RMSNorms a layer, q/k/v biases, fused gate_up
   glm4_moe                                 GQA with q/k/v biases, routed + one shared expert, leading dense
@@ -133,6 +133,9 @@ FAMILIES: dict[str, dict[str, Any]] = {
     # every layer HunYuanMoEV1Moe: gate.wg h -> E without bias, E SwiGLU experts and one shared_mlp, all LlamaMLP of
     # intermediate_size
     "hunyuan_v1_moe": {"norms": 2, "qkv": "attention_bias", "o": "attention_bias", "qk_norm": "head"},
+    # Phi-3.5-MoE (modular_phimoe.py): LayerNorms with bias (input, post-attention, final), LlamaAttention's q, k, v, o
+    # with attention_bias, Mixtral's experts and router; lm_head's bias with lm_head_bias; a window on every layer
+    "phimoe": {"norms": 2, "norm_bias": True, "qkv": "attention_bias", "o": "attention_bias", "window": "all"},
     "smollm3": {"norms": 2, "qkv": "attention_bias", "o": "attention_bias", "mlp": "mlp_bias", "tied": True, "window": "nope"},
 }
 SUPPORTED = sorted({*FAMILIES, "gemma3", "llama4", "llama4_text", *HYBRID, *BLOCKS})
@@ -155,6 +158,9 @@ CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
     # HunYuanMoEV1Config's defaults (configuration_hunyuan_v1_moe.py, huggingface/transformers 6e4054a)
     "hunyuan_v1_moe": {"vocab_size": 290943, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
                        "num_attention_heads": 32},
+    # PhimoeConfig's defaults (configuration_phimoe.py, huggingface/transformers 040e1a7): Phi-3.5-MoE's shape
+    "phimoe": {"vocab_size": 32064, "hidden_size": 4096, "intermediate_size": 6400, "num_hidden_layers": 32,
+               "num_attention_heads": 32, "num_key_value_heads": 8, "num_local_experts": 16, "num_experts_per_tok": 2},
     # Glm4MoeConfig's defaults (configuration_glm4_moe.py, huggingface/transformers c7ec229)
     "glm4_moe": {"vocab_size": 151552, "hidden_size": 4096, "intermediate_size": 10944, "num_hidden_layers": 46,
                  "num_attention_heads": 96, "num_key_value_heads": 8, "moe_intermediate_size": 1408, "num_experts_per_tok": 8,
@@ -358,7 +364,7 @@ def _falcon_kv_heads(r: _Keys, heads: int) -> int:
 def _moe(r: _Keys, kind: str, spec: dict[str, Any]) -> dict[str, Any]:
     """The MoE fields of each family (empty for a dense one)."""
     layers = spec["layers"]
-    if kind in ("mixtral", "gpt_oss", "granitemoe"):
+    if kind in ("mixtral", "gpt_oss", "granitemoe", "phimoe"):
         # granitemoe's experts are `intermediate_size` wide (GraniteMoeParallelExperts), as Mixtral's
         return {"experts": r.need("num_local_experts"), "top_k": r.need("num_experts_per_tok", "experts_per_token"), "expert_ffn": spec["ffn"]}
     if kind == "olmoe":  # OlmoeSparseMoeBlock: num_experts experts of intermediate_size, no dense layer
@@ -516,6 +522,8 @@ def _vectors(r: _Keys, kind: str, m: ModelSpec) -> int:
         total += m.layers * (H + m.experts + m.experts * (2 * m.expert_ffn + h))
     if kind == "qwen2_moe":  # shared_expert_gate, Linear(h, 1)
         total += m.moe_layers * h
+    if kind == "phimoe" and r.flag("lm_head_bias"):  # PhimoeForCausalLM.lm_head's bias
+        total += m.vocab
     if kind == "apertus" and r.get("hidden_act") in (None, "xielu"):  # XIELUActivation.alpha_p, alpha_n: (1,) each
         total += 2 * m.layers
     if kind == "ernie4_5_moe":
