@@ -22,7 +22,9 @@ def tensors(cfg: dict) -> dict[str, tuple[int, ...]]:
         kind = "llama4_text"
     return {"gpt2": _gpt2, "gpt_neox": _neox, "falcon": _falcon, "dbrx": _dbrx, "llama4_text": _llama4,
             "jamba": _jamba, "nemotron_h": _nemotron_h, "qwen3_next": _qwen3_next,
-            "nemotron-nas": _nemotron_nas}.get(kind, _llama_like)(c)
+            "nemotron-nas": _nemotron_nas, "glm4_moe": _glm4_moe, "bamba": _mamba2_hybrid,
+            "granitemoehybrid": _mamba2_hybrid, "ernie4_5_moe": _ernie_moe, "apertus": _apertus,
+            "hunyuan_v1_moe": _hunyuan_moe, "phimoe": _phimoe}.get(kind, _llama_like)(c)
 
 
 def count(cfg: dict) -> int:
@@ -100,7 +102,7 @@ def _dbrx(c: dict) -> dict:
     return t
 
 
-TIED_BY_DEFAULT = {"gemma", "gemma2", "gemma3_text", "cohere", "cohere2", "starcoder2"}
+TIED_BY_DEFAULT = {"gemma", "gemma2", "gemma3_text", "cohere", "cohere2", "starcoder2", "smollm3", "ernie4_5"}
 """Classes whose tie_word_embeddings default is true (the others' is false)."""
 
 
@@ -108,23 +110,31 @@ def _llama_like(c: dict) -> dict:
     """Llama and the families built like it: embed_tokens; per layer attention (q, k, v, o or fused
     qkv), norms, an MLP or an MoE block; the final norm; lm_head unless tied."""
     kind = c["model_type"]
-    defaults = {"gemma3_text": {"vocab_size": 262_208, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256}}
+    defaults = {"gemma3_text": {"vocab_size": 262_208, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256},
+                # Glm4Config (configuration_glm4.py)
+                # SeedOssConfig (configuration_seed_oss.py)
+                "seed_oss": {"vocab_size": 155136, "hidden_size": 4096, "intermediate_size": 27648, "num_hidden_layers": 64,
+                             "num_attention_heads": 80, "num_key_value_heads": 8, "head_dim": 128, "attention_bias": True},
+                "glm4": {"vocab_size": 151552, "hidden_size": 4096, "intermediate_size": 13696, "num_hidden_layers": 40,
+                         "num_attention_heads": 32, "num_key_value_heads": 2, "head_dim": 128, "attention_bias": True}}
     c = {**defaults.get(kind, {}), **{k: v for k, v in c.items() if v is not None}}
     h, L, V = c["hidden_size"], c["num_hidden_layers"], c["vocab_size"]
     H = c["num_attention_heads"]
     kv = c.get("num_key_value_heads") or H
     d = c.get("head_dim") or h // H
     f = c["intermediate_size"]
-    layer_norm = kind == "starcoder2"  # nn.LayerNorm with a bias; the others RMSNorm (Cohere: LayerNorm, no bias)
+    # nn.LayerNorm with a bias (Nemotron's NemotronLayerNorm1P is one); the others RMSNorm (Cohere: LayerNorm, no bias)
+    layer_norm = kind in ("starcoder2", "nemotron")
     t = {"embed_tokens": (V, h)}
-    t |= _norm("norm", h, layer_norm)
+    if kind != "olmo":  # OlmoLayerNorm holds no weight or bias
+        t |= _norm("norm", h, layer_norm)
     if not c.get("tie_word_embeddings", kind in TIED_BY_DEFAULT):
         t["lm_head"] = (V, h)
     for i in range(L):
         p = f"layers.{i}."
         t |= _attention(p, c, kind, h, H, kv, d)
-        norms = {"gemma2": 4, "gemma3_text": 4, "cohere": 1, "cohere2": 1}.get(kind, 2)
-        if kind in ("olmo2", "olmo3"):  # Olmo2DecoderLayer: post_attention_layernorm and post_feedforward_layernorm
+        norms = {"gemma2": 4, "gemma3_text": 4, "glm4": 4, "cohere": 1, "cohere2": 1, "olmo": 0}.get(kind, 2)
+        if kind in ("olmo2", "olmo3", "exaone4"):  # Olmo2DecoderLayer (Exaone4DecoderLayer is one): post-norms only
             names = ["post_attention_layernorm", "post_feedforward_layernorm"]
         else:
             names = ["input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm", "post_feedforward_layernorm"][:norms]
@@ -189,14 +199,16 @@ def _attention(p: str, c: dict, kind: str, h: int, H: int, kv: int, d: int) -> d
         qkv = {"q_proj": (H * d, h), "k_proj": (kv * d, h), "v_proj": (kv * d, h)}
     t = {p + k + ".weight": s for k, s in qkv.items()} | {p + "o_proj.weight": (h, H * d)}
     qkv_bias = {"qwen2": True, "qwen2_moe": True, "gpt_oss": True, "internlm2": c.get("bias", False),
+                "ernie4_5": c.get("use_bias", False),
                 "starcoder2": c.get("use_bias", True)}.get(kind, c.get("attention_bias", False))
-    o_bias = {"qwen2": False, "qwen2_moe": False, "gpt_oss": True, "internlm2": c.get("bias", False),
+    o_bias = {"qwen2": False, "qwen2_moe": False, "glm4": False,
+              "seed_oss": c.get("attention_out_bias", False), "ernie4_5": c.get("use_bias", False), "gpt_oss": True, "internlm2": c.get("bias", False),
               "starcoder2": c.get("use_bias", True)}.get(kind, c.get("attention_bias", False))
     if qkv_bias:
         t |= {p + k + ".bias": (s[0],) for k, s in qkv.items()}
     if o_bias:
         t[p + "o_proj.bias"] = (h,)
-    if kind in ("qwen3", "qwen3_moe", "gemma3_text"):  # q_norm, k_norm over head_dim
+    if kind in ("qwen3", "qwen3_moe", "gemma3_text", "exaone4", "hunyuan_v1_dense"):  # q/k norms over head_dim
         t |= {p + "q_norm": (d,), p + "k_norm": (d,)}
     elif kind in ("olmo2", "olmo3"):  # q_norm over H * d, k_norm over kv * d
         t |= {p + "q_norm": (H * d,), p + "k_norm": (kv * d,)}
@@ -243,9 +255,13 @@ def _feed_forward(p: str, c: dict, kind: str, i: int, h: int, f: int) -> dict:
         E, m, S = c["n_routed_experts"], c["moe_intermediate_size"], c.get("n_shared_experts") or 0
         t = {p + "router": (E, h)} | {k: s for e in range(E) for k, s in _mlp(f"{p}e{e}.", h, m).items()}
         return t | (_mlp(p + "shared.", h, m * S) if S else {})
+    if kind == "ernie4_5":  # Ernie4_5MLP: gate/up/down with use_bias
+        return _mlp(p, h, f, bias=c.get("use_bias", False))
+    if kind == "nemotron":  # NemotronMLP: up_proj, down_proj (no gate), bias=mlp_bias
+        return _mlp(p, h, f, gated=False, bias=c.get("mlp_bias", False))
     if kind == "starcoder2":  # c_fc, c_proj with use_bias
         return _mlp(p, h, f, gated=False, bias=c.get("use_bias", True))
-    return _mlp(p, h, f, bias=c.get("mlp_bias", False) if kind in ("llama", "granite") else False)
+    return _mlp(p, h, f, bias=c.get("mlp_bias", False) if kind in ("llama", "granite", "smollm3", "seed_oss") else False)
 
 
 def _llama4(c: dict) -> dict:
@@ -398,4 +414,204 @@ def _jamba(c: dict) -> dict:
             t |= {p + "mlp.router": (E, h)} | {k2: s for e in range(E) for k2, s in _mlp(f"{p}mlp.e{e}.", h, f).items()}
         else:
             t |= _mlp(p + "ffn.", h, f)
+    return t
+
+
+def _glm4_moe(c: dict) -> dict:
+    # modeling_glm4_moe.py (transformers a0699c9): embed_tokens; per layer self_attn q_proj (H·d, h), k_proj, v_proj
+    # (kv·d, h), each with a bias when attention_bias, o_proj (h, H·d) without, q_norm and k_norm (d) when use_qk_norm;
+    # input_layernorm, post_attention_layernorm; mlp: Glm4MoeMLP gate/up/down of intermediate_size on layers below
+    # first_k_dense_replace (default 1), else Glm4MoeMoE: gate.weight (E, h), experts e{k} gate/up/down of
+    # moe_intermediate_size, shared_experts of moe_intermediate_size · n_shared_experts; norm; lm_head (untied).
+    d0 = {"n_shared_experts": 1, "first_k_dense_replace": 1}
+    c = {**d0, **c}
+    h, L, V, H, kv = c["hidden_size"], c["num_hidden_layers"], c["vocab_size"], c["num_attention_heads"], c["num_key_value_heads"]
+    d = c.get("head_dim") or h // H
+    E, m = c["n_routed_experts"], c["moe_intermediate_size"]
+    t = {"embed_tokens": (V, h), "norm": (h,)}
+    if not c.get("tie_word_embeddings", False):
+        t["lm_head"] = (V, h)
+    for i in range(L):
+        p = f"layers.{i}."
+        t |= {p + "q_proj": (H * d, h), p + "k_proj": (kv * d, h), p + "v_proj": (kv * d, h), p + "o_proj": (h, H * d),
+              p + "input_layernorm": (h,), p + "post_attention_layernorm": (h,)}
+        if c.get("attention_bias", False):
+            t |= {p + "q_proj.b": (H * d,), p + "k_proj.b": (kv * d,), p + "v_proj.b": (kv * d,)}
+        if c.get("use_qk_norm", False):
+            t |= {p + "q_norm": (d,), p + "k_norm": (d,)}
+        if i < c["first_k_dense_replace"]:
+            t |= _mlp(p + "mlp.", h, c["intermediate_size"])
+        else:
+            t[p + "mlp.gate"] = (E, h)
+            for e in range(E):
+                t |= _mlp(f"{p}mlp.e{e}.", h, m)
+            t |= _mlp(p + "mlp.shared_experts.", h, m * c["n_shared_experts"])
+    return t
+
+
+BAMBA = {"vocab_size": 128000, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+         "num_attention_heads": 32, "num_key_value_heads": 8, "mamba_n_heads": 128, "mamba_d_head": "auto",
+         "mamba_n_groups": 1, "mamba_d_state": 256, "mamba_d_conv": 4, "mamba_expand": 2}
+"""BambaConfig.__init__'s defaults (configuration_bamba.py)."""
+GRANITE_HYBRID = {"vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+                  "num_attention_heads": 32, "num_local_experts": 8, "shared_intermediate_size": 1024,
+                  "mamba_n_heads": 128, "mamba_d_head": "auto", "mamba_n_groups": 1, "mamba_d_state": 256,
+                  "mamba_d_conv": 4, "mamba_expand": 2}
+"""GraniteMoeHybridConfig.__init__'s defaults (configuration_granitemoehybrid.py)."""
+
+
+def _mamba2_hybrid(c: dict) -> dict:
+    # modeling_bamba.py / modular_granitemoehybrid.py: embed_tokens; per layer input_layernorm and
+    # pre_ff_layernorm (Granite: post_attention_layernorm), then the mixer: BambaMixer in_proj (I + conv + H, h)
+    # with conv = I + 2·G·N, conv1d (conv, 1, K) + bias, dt_bias, A_log, D (H), norm (I), out_proj (h, I);
+    # or attention q, k, v, o (h // H per head; Granite's biased with attention_bias). The feed-forward: Bamba's
+    # feed_forward gate/up/down of intermediate_size; Granite's block_sparse_moe router (E, h), input_linear
+    # (E, 2f, h), output_linear (E, h, f), and shared_mlp input_linear (2·fs, h), output_linear (h, fs).
+    # A final norm, and lm_head unless tied (default untied).
+    granite = c["model_type"] == "granitemoehybrid"
+    c = {**(GRANITE_HYBRID if granite else BAMBA), **{k: v for k, v in c.items() if v is not None}}
+    h, L, V, H = c["hidden_size"], c["num_hidden_layers"], c["vocab_size"], c["num_attention_heads"]
+    kv = c.get("num_key_value_heads") or H
+    d = h // H if granite else (c.get("head_dim") or h // H)
+    Hm, G, N, K = c["mamba_n_heads"], c["mamba_n_groups"], c["mamba_d_state"], c["mamba_d_conv"]
+    inner = c["mamba_expand"] * h
+    conv = inner + 2 * G * N
+    if granite:
+        kinds = c.get("layer_types") or ["mamba"] * L
+    else:
+        kinds = ["attention" if i in (c.get("attn_layer_indices") or []) else "mamba" for i in range(L)]
+    t = {"embed_tokens": (V, h), "final_norm": (h,)}
+    if not c.get("tie_word_embeddings", False):
+        t["lm_head"] = (V, h)
+    for i, kind in enumerate(kinds):
+        p = f"layers.{i}."
+        t |= {p + "norm1": (h,), p + "norm2": (h,)}
+        if kind == "mamba":
+            t |= {p + "in_proj": (inner + conv + Hm, h), p + "conv1d": (conv, 1, K), p + "conv1d.b": (conv,),
+                  p + "dt_bias": (Hm,), p + "A_log": (Hm,), p + "D": (Hm,), p + "mixer_norm": (inner,),
+                  p + "out_proj": (h, inner)}
+        else:
+            t |= {p + "q": (H * d, h), p + "k": (kv * d, h), p + "v": (kv * d, h), p + "o": (h, H * d)}
+            if granite and c.get("attention_bias"):
+                t |= {p + "q.b": (H * d,), p + "k.b": (kv * d,), p + "v.b": (kv * d,), p + "o.b": (h,)}
+        if granite:
+            E, f, fs = c["num_local_experts"], c["intermediate_size"], c["shared_intermediate_size"]
+            if E:
+                t |= {p + "router": (E, h), p + "experts.input_linear": (E, 2 * f, h), p + "experts.output_linear": (E, h, f)}
+            if fs:
+                t |= {p + "shared_mlp.input_linear": (2 * fs, h), p + "shared_mlp.output_linear": (h, fs)}
+        else:
+            t |= _mlp(p + "feed_forward.", h, c["intermediate_size"])
+    return t
+
+
+ERNIE_MOE = {"vocab_size": 103424, "hidden_size": 2560, "intermediate_size": 12288, "num_hidden_layers": 28,
+             "num_attention_heads": 20, "num_key_value_heads": 4, "moe_intermediate_size": 1536, "moe_k": 6,
+             "moe_num_experts": 64, "moe_num_shared_experts": 2, "moe_layer_start_index": 1, "moe_layer_end_index": -1,
+             "moe_layer_interval": 1, "use_bias": False, "tie_word_embeddings": True}
+"""Ernie4_5_MoeConfig.__init__'s defaults (configuration_ernie4_5_moe.py)."""
+
+
+def _ernie_moe(c: dict) -> dict:
+    # modular_ernie4_5_moe.py: embed_tokens; per layer q/k/v/o (head_dim, default h // H) with use_bias,
+    # input_layernorm, post_attention_layernorm; mlp: Ernie4_5_MoeSparseMoeBlock when (i + 1) % interval == 0 and
+    # start <= i <= end (end -1: the last layer) — moe_statics.e_score_correction_bias (1, E), gate (E, h), experts
+    # e{k} gate/up/down of moe_intermediate_size, shared_experts of moe_intermediate_size · shared — else an MLP of
+    # intermediate_size; every MLP's projections with use_bias; norm; lm_head (bias use_bias) unless tied.
+    c = {**ERNIE_MOE, **{k: v for k, v in c.items() if v is not None}}
+    h, L, V, H, kv = c["hidden_size"], c["num_hidden_layers"], c["vocab_size"], c["num_attention_heads"], c["num_key_value_heads"]
+    d, b = c.get("head_dim") or h // H, c["use_bias"]
+    E, m, S = c["moe_num_experts"], c["moe_intermediate_size"], c["moe_num_shared_experts"]
+    end = L - 1 if c["moe_layer_end_index"] == -1 else c["moe_layer_end_index"]
+    t = {"embed_tokens": (V, h), "norm": (h,)}
+    if not c["tie_word_embeddings"]:
+        t |= {"lm_head": (V, h)} | ({"lm_head.b": (V,)} if b else {})
+    for i in range(L):
+        p = f"layers.{i}."
+        t |= {p + "q": (H * d, h), p + "k": (kv * d, h), p + "v": (kv * d, h), p + "o": (h, H * d),
+              p + "input_layernorm": (h,), p + "post_attention_layernorm": (h,)}
+        if b:
+            t |= {p + "q.b": (H * d,), p + "k.b": (kv * d,), p + "v.b": (kv * d,), p + "o.b": (h,)}
+        if (i + 1) % c["moe_layer_interval"] == 0 and c["moe_layer_start_index"] <= i <= end:
+            t |= {p + "mlp.moe_statics": (1, E), p + "mlp.gate": (E, h)}
+            for e in range(E):
+                t |= _mlp(f"{p}mlp.e{e}.", h, m, bias=b)
+            if S:
+                t |= _mlp(p + "mlp.shared.", h, m * S, bias=b)
+        else:
+            t |= _mlp(p + "mlp.", h, c["intermediate_size"], bias=b)
+    return t
+
+
+def _apertus(c: dict) -> dict:
+    # modeling_apertus.py: embed_tokens; per layer q/k/v/o (bias attention_bias), q_norm and k_norm (head_dim) when qk_norm
+    # (default true), attention_layernorm, feedforward_layernorm, mlp up_proj (f, h) and down_proj (h, f) with mlp_bias and
+    # its XIELUActivation's alpha_p and alpha_n (one value each); norm; lm_head unless tied.
+    h, L, V, H = c["hidden_size"], c["num_hidden_layers"], c["vocab_size"], c["num_attention_heads"]
+    kv, f = c.get("num_key_value_heads") or H, c["intermediate_size"]
+    d = c.get("head_dim") or h // H
+    t = {"embed_tokens": (V, h), "norm": (h,)}
+    if not c.get("tie_word_embeddings", False):
+        t["lm_head"] = (V, h)
+    for i in range(L):
+        p = f"layers.{i}."
+        t |= {p + "q": (H * d, h), p + "k": (kv * d, h), p + "v": (kv * d, h), p + "o": (h, H * d),
+              p + "attention_layernorm": (h,), p + "feedforward_layernorm": (h,),
+              p + "up_proj": (f, h), p + "down_proj": (h, f), p + "alpha_p": (1,), p + "alpha_n": (1,)}
+        if c.get("qk_norm", True):
+            t |= {p + "q_norm": (d,), p + "k_norm": (d,)}
+        if c.get("attention_bias", False):
+            t |= {p + "q.b": (H * d,), p + "k.b": (kv * d,), p + "v.b": (kv * d,), p + "o.b": (h,)}
+        if c.get("mlp_bias", False):
+            t |= {p + "up_proj.b": (f,), p + "down_proj.b": (h,)}
+    return t
+
+
+def _hunyuan_moe(c: dict) -> dict:
+    # modular_hunyuan_v1_moe.py (HunYuanMoEV1Config defaults: vocab 290943, hidden 4096, intermediate 11008, 32 layers,
+    # 32 heads, num_experts 1, moe_topk 1): embed_tokens; per layer q/k/v/o (bias attention_bias), query_layernorm and
+    # key_layernorm (head_dim, default h // H), input_layernorm, post_attention_layernorm; mlp.gate.wg (E, h), experts
+    # e{k} and shared_mlp gate/up/down of intermediate_size; norm; lm_head unless tied.
+    c = {"vocab_size": 290943, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+         "num_attention_heads": 32, "num_experts": 1, **{k: v for k, v in c.items() if v is not None}}
+    h, L, V, H, f = c["hidden_size"], c["num_hidden_layers"], c["vocab_size"], c["num_attention_heads"], c["intermediate_size"]
+    kv, d = c.get("num_key_value_heads") or H, c.get("head_dim") or h // H
+    t = {"embed_tokens": (V, h), "norm": (h,)}
+    if not c.get("tie_word_embeddings", False):
+        t["lm_head"] = (V, h)
+    for i in range(L):
+        p = f"layers.{i}."
+        E = c["num_experts"][i] if isinstance(c["num_experts"], list) else c["num_experts"]
+        t |= {p + "q": (H * d, h), p + "k": (kv * d, h), p + "v": (kv * d, h), p + "o": (h, H * d),
+              p + "query_layernorm": (d,), p + "key_layernorm": (d,), p + "input_layernorm": (h,),
+              p + "post_attention_layernorm": (h,), p + "mlp.gate.wg": (E, h)}
+        if c.get("attention_bias", False):
+            t |= {p + "q.b": (H * d,), p + "k.b": (kv * d,), p + "v.b": (kv * d,), p + "o.b": (h,)}
+        for e in range(E):
+            t |= _mlp(f"{p}mlp.e{e}.", h, f)
+        t |= _mlp(p + "mlp.shared_mlp.", h, f)
+    return t
+
+
+def _phimoe(c: dict) -> dict:
+    # modular_phimoe.py (PhimoeConfig defaults: vocab 32064, hidden 4096, intermediate 6400, 32 layers, 32 heads, 8 KV
+    # heads, 16 experts): embed_tokens; per layer q/k/v/o with attention_bias, input_layernorm and post_attention_layernorm
+    # (nn.LayerNorm: weight and bias), block_sparse_moe router (E, h) and experts e{k} gate/up/down; norm (LayerNorm);
+    # lm_head with a bias when lm_head_bias.
+    c = {"vocab_size": 32064, "hidden_size": 4096, "intermediate_size": 6400, "num_hidden_layers": 32,
+         "num_attention_heads": 32, "num_key_value_heads": 8, "num_local_experts": 16, **{k: v for k, v in c.items() if v is not None}}
+    h, L, V, H, kv, f = (c[k] for k in ("hidden_size", "num_hidden_layers", "vocab_size", "num_attention_heads",
+                                         "num_key_value_heads", "intermediate_size"))
+    d, E = c.get("head_dim") or h // H, c["num_local_experts"]
+    t = {"embed_tokens": (V, h), "norm.w": (h,), "norm.b": (h,)}
+    if not c.get("tie_word_embeddings", False):
+        t |= {"lm_head": (V, h)} | ({"lm_head.b": (V,)} if c.get("lm_head_bias", False) else {})
+    for i in range(L):
+        p = f"layers.{i}."
+        t |= {p + "q": (H * d, h), p + "k": (kv * d, h), p + "v": (kv * d, h), p + "o": (h, H * d), p + "router": (E, h)}
+        t |= {p + n + x: (h,) for n in ("input_layernorm.", "post_attention_layernorm.") for x in "wb"}
+        if c.get("attention_bias", False):
+            t |= {p + "q.b": (H * d,), p + "k.b": (kv * d,), p + "v.b": (kv * d,), p + "o.b": (h,)}
+        for e in range(E):
+            t |= _mlp(f"{p}mlp.e{e}.", h, f)
     return t

@@ -138,7 +138,7 @@ def test_deepseek_moe_layer_freq_above_one_is_refused_by_name():
 @pytest.mark.parametrize(
     "cfg, field",
     [
-        ({"model_type": "bamba", "attn_layer_indices": [9, 18]}, "attn_layer_indices"),
+        ({"model_type": "falcon_h1", "mamba_d_ssm": 1024}, "mamba_d_ssm"),
         ({"model_type": "deci", "block_configs": [{"attention": {"no_op": True}}]}, "block_configs"),
     ],
 )

@@ -244,6 +244,8 @@ def from_hf(cfg: dict[str, Any], where: str = "config.json") -> Architecture:
     """The architecture a Hugging Face config.json describes (its model_type is one `specs.hf` reads)."""
     kind = cfg.get("model_type")
     defaults = TRANSFORMERS_DEFAULTS.get(kind)
+    if kind in LLAMA_LIKE:  # families read as Llama's block plus their own parts (below)
+        return _llama_like(cfg, kind, where)
     if kind in BLOCKS:  # Llama's block, layer by layer (specs/hf_blocks.py): Llama's positions, norms and biases
         return replace(from_hf({**cfg, "model_type": "llama"}, where), family=kind, blocks_file=where,
                        source=f"{where} (model_type {kind})")
@@ -582,3 +584,153 @@ def refusals(model: ModelSpec, arch: Architecture | None, *, windows: bool = Fal
     if arch.rope is None and arch.positions and arch.positions < model.seq_len:
         out.append(f"n_positions={arch.positions}: its learned position table is shorter than the {model.seq_len}-token sequence")
     return out
+
+
+# ----------------------------------------------------------------- Llama-like families
+LLAMA_LIKE: dict[str, dict[str, Any]] = {
+    # model_type: its configuration class's defaults for the keys read here (transformers configuration_<type>.py)
+    "glm4_moe": {"rope_theta": 10000.0, "rms_norm_eps": 1e-5, "partial_rotary_factor": 0.5, "norm_topk_prob": True,
+                 "routed_scaling_factor": 1.0, "use_qk_norm": False},  # configuration_glm4_moe.py c7ec229
+    # Glm4Config (configuration_glm4.py 008e574): rms_norm_eps 1.5625e-07, attention_bias true, partial_rotary_factor 0.5;
+    # rope_theta 10000 (rope_parameters' default)
+    "glm4": {"rope_theta": 10000.0, "rms_norm_eps": 1.5625e-07, "partial_rotary_factor": 0.5, "attention_bias": True},
+    # SeedOssConfig (configuration_seed_oss.py d9aa776)
+    "seed_oss": {"rope_theta": 10000.0, "rms_norm_eps": 1e-6, "attention_bias": True, "attention_out_bias": False},
+    # HunYuanDenseV1Config (configuration_hunyuan_v1_dense.py 28ca27c)
+    "hunyuan_v1_dense": {"rope_theta": 10000.0, "rms_norm_eps": 1e-5},
+    "hunyuan_v1_moe": {"rope_theta": 10000.0, "rms_norm_eps": 1e-5},  # HunYuanMoEV1Config (configuration_hunyuan_v1_moe.py)
+    "ernie4_5": {"use_bias": False},  # the keys read are required but use_bias (Ernie4_5Config's default false)
+    # Ernie4_5_MoeConfig (configuration_ernie4_5_moe.py f479d93)
+    "ernie4_5_moe": {"rope_theta": 500000.0, "rms_norm_eps": 1e-5, "use_bias": False},
+    "apertus": {"qk_norm": True, "post_norm": False, "hidden_act": "xielu"},  # ApertusConfig's defaults for these keys
+    # PhimoeConfig (configuration_phimoe.py 040e1a7)
+    "phimoe": {"rope_theta": 1e6, "rms_norm_eps": 1e-5, "attention_bias": False, "lm_head_bias": False},
+    "nemotron": {"rope_theta": 10000.0, "norm_eps": 1e-5, "partial_rotary_factor": 0.5, "hidden_act": "relu2"},  # configuration_nemotron.py
+    # OlmoConfig's rope_theta (configuration_olmo.py); OlmoLayerNorm's epsilon is fixed at 1e-5 in its code, no config key
+    "olmo": {"rope_theta": 10000.0, "rms_norm_eps": 1e-5},
+    "exaone4": {},  # the keys read are required: no class defaults are read for them here
+    "smollm3": {"rope_theta": 2_000_000.0, "rms_norm_eps": 1e-6, "no_rope_layer_interval": 4},  # modular_smollm3.py cbc6e94
+}
+"""Families whose block is Llama's with parts named here; read by `from_hf` as Llama's (positions, norm
+epsilon, activation, dropout), then given their own parts."""
+
+
+def _llama_like(cfg: dict[str, Any], kind: str, where: str) -> Architecture:
+    defaults = LLAMA_LIKE[kind]
+    merged = {**defaults, **{k: v for k, v in cfg.items() if v is not None}}
+    for key in ("rope_theta", "norm_eps" if kind == "nemotron" else "rms_norm_eps"):
+        if key not in merged:
+            raise BandwiseError(f"{where}: missing field {key!r} (model_type {kind})")
+    llama = {**merged, "model_type": "llama", "attention_bias": False}
+    if kind in ("nemotron", "apertus"):  # their activation and biases (and Nemotron's norm epsilon) are set below
+        llama.update(hidden_act="silu", mlp_bias=False)
+    if kind == "nemotron":
+        llama.update(rms_norm_eps=merged["norm_eps"])
+    base = from_hf(llama, where)
+    window, windowed = window_layers(cfg)  # the family's own window rule, as the planner reads it
+    arch = replace(base, family=kind, sliding_window=window, window_layers=windowed, source=f"{where} (model_type {kind})")
+    if kind == "smollm3":
+        # SmolLM3Attention (modular_smollm3.py cbc6e94) skips RoPE where no_rope_layers[i] is 0: every 4th layer by default
+        rope = merged.get("no_rope_layers")
+        if not isinstance(rope, list) or 0 in rope:
+            arch = replace(arch, unsupported=(*arch.unsupported, "layers without RoPE (SmolLM3's no_rope_layers, every "
+                                              f"{brief(merged['no_rope_layer_interval'])}th by default)"))
+    if kind == "nemotron":
+        # modeling_nemotron.py: NemotronLayerNorm1P (a LayerNorm with weight and bias, applied as weight + 1), up_proj ->
+        # relu2 -> down_proj, RoPE on partial_rotary_factor of each head; biases with attention_bias and mlp_bias
+        act = merged["hidden_act"]
+        parts = ["NemotronLayerNorm1P (LayerNorm weights applied as 1 + weight)"]
+        parts += [f"{k}=true" for k in ("attention_bias", "mlp_bias") if merged.get(k) is True]
+        if act != "relu2":
+            parts.append(f"hidden_act={brief(act)} (a two-matrix MLP here takes relu2)")
+        arch = replace(arch, norm="LayerNorm", norm_eps=float(merged["norm_eps"]), gated=False, activation="relu2",
+                       rotary_fraction=_fraction(merged, where), unsupported=(*arch.unsupported, *parts))
+    if kind == "olmo":
+        # modular_olmo.py: OlmoLayerNorm is F.layer_norm without weight or bias; clip_qkv clamps q, k and v when set
+        parts = ["LayerNorm without weight or bias (OLMo's OlmoLayerNorm)"]
+        if merged.get("clip_qkv") is not None:
+            parts.append(f"clip_qkv={brief(merged['clip_qkv'])} (q, k and v clamped)")
+        parts += ["attention_bias=true"] if merged.get("attention_bias") is True else []
+        arch = replace(arch, norm="LayerNorm", unsupported=(*arch.unsupported, *parts))
+    if kind == "exaone4":
+        # modular_exaone4.py: OLMo 2's post-norms, q/k RMSNorms over head_dim, no RoPE on the global layers of a windowed model
+        parts = ["post_attention_layernorm and post_feedforward_layernorm on the block outputs, no norm before them (EXAONE 4.0)"]
+        if window:
+            parts.append("no RoPE on the full-attention layers (EXAONE 4.0's global layers)")
+        arch = replace(arch, qk_norm=True, unsupported=(*arch.unsupported, *parts))
+    if kind == "phimoe":
+        # modular_phimoe.py: PhimoeTopKRouter's sparsemixer (a masked softmax per choice, jitter in training), LayerNorms
+        # with bias, biases on q, k, v, o (attention_bias) and lm_head (lm_head_bias)
+        parts = ["sparsemixer top-2 routing (PhiMoE's PhimoeTopKRouter)"]
+        parts += [f"{k}=true" for k in ("attention_bias", "lm_head_bias") if merged.get(k) is True]
+        arch = replace(arch, norm="LayerNorm", router="softmax", unsupported=(*arch.unsupported, *parts))
+    if kind == "apertus":
+        # modeling_apertus.py: up_proj -> xIELU (learned alpha_p, alpha_n; activations.py XIELUActivation) -> down_proj;
+        # q_norm and k_norm over head_dim with qk_norm; post_norm moves the norms after the sublayers
+        parts = [f"hidden_act={brief(merged['hidden_act'])} (Apertus's xIELU, with learned alpha_p and alpha_n per layer)"]
+        parts += [f"{k}=true" for k in ("post_norm", "attention_bias", "mlp_bias") if merged.get(k) is True]
+        arch = replace(arch, gated=False, activation=str(merged["hidden_act"]), qk_norm=merged["qk_norm"] is True,
+                       unsupported=(*arch.unsupported, *parts))
+    if kind == "seed_oss":
+        # modular_seed_oss.py (6e4054a): q, k, v biases with attention_bias, o_proj's with attention_out_bias; dropout on
+        # the attention probabilities and after attention and the MLP (residual_dropout, 0.1 by default)
+        rates = dropout_rates(cfg, kind)
+        parts = ["attention_out_bias=true"] if merged.get("attention_out_bias") is True else []
+        arch = replace(arch, qkv_bias=merged.get("attention_bias") is True, hidden_dropout=rates.hidden,
+                       attention_dropout=rates.attention, unsupported=(*arch.unsupported, *parts))
+    if kind in ("hunyuan_v1_dense", "hunyuan_v1_moe"):
+        # modular_hunyuan_v1_dense.py (6095fdd), modular_hunyuan_v1_moe.py (3404f51): query_layernorm and key_layernorm over
+        # head_dim, applied after RoPE; the MoE's router a softmax over all experts, the top-k weights renormalized
+        parts = ["query_layernorm and key_layernorm applied after RoPE (Hunyuan)"]
+        parts += ["attention_bias=true"] if merged.get("attention_bias") is True else []
+        arch = replace(arch, qk_norm=True, unsupported=(*arch.unsupported, *parts))
+        if kind == "hunyuan_v1_moe":
+            arch = replace(arch, router="softmax", topk_norm=True)
+    if kind == "ernie4_5":
+        # modular_ernie4_5.py (7abb76c): apply_rotary_pos_emb turns interleaved pairs ("glm rope style")
+        parts = ["RoPE on interleaved pairs (ERNIE 4.5's apply_rotary_pos_emb)"]
+        parts += ["use_bias=true"] if merged.get("use_bias") is True else []
+        arch = replace(arch, unsupported=(*arch.unsupported, *parts))
+    if kind == "ernie4_5_moe":
+        # modular_ernie4_5_moe.py (a4d4492): softmax router whose choice adds moe_statics.e_score_correction_bias, the chosen
+        # weights renormalized; ERNIE's own rotary embedding (ernie4_5's apply_rotary_pos_emb) turns interleaved pairs
+        parts = ["RoPE on interleaved pairs (ERNIE 4.5's apply_rotary_pos_emb)"]
+        parts += ["use_bias=true"] if merged.get("use_bias") is True else []
+        arch = replace(arch, router="softmax", topk_norm=True, expert_bias=True, unsupported=(*arch.unsupported, *parts))
+    if kind == "glm4":
+        # modular_glm4.py (08c5327): GlmAttention's q, k, v biases (attention_bias), RoPE on partial_rotary_factor of each
+        # head, and post_self_attn_layernorm / post_mlp_layernorm on the sublayer outputs
+        arch = replace(arch, qkv_bias=merged.get("attention_bias") is True, rotary_fraction=_fraction(merged, where),
+                       unsupported=(*arch.unsupported, "post_self_attn_layernorm and post_mlp_layernorm on the block outputs "
+                                                       "(GLM-4's sandwich norms)",
+                                    "RoPE on interleaved pairs (GLM's apply_rotary_pos_emb, modeling_glm.py)"))
+    if kind == "glm4_moe":
+        # modeling_glm4_moe.py (a0699c9): biases on q, k, v only (attention_bias), q/k RMSNorms with use_qk_norm, RoPE on
+        # partial_rotary_factor of each head; Glm4MoeTopkRouter: sigmoid scores, e_score_correction_bias for the choice
+        # only, top-k weights renormalized with norm_topk_prob and scaled by routed_scaling_factor
+        scale = merged["routed_scaling_factor"]
+        if not isinstance(scale, (int, float)) or isinstance(scale, bool) or not scale > 0:
+            raise BandwiseError(f"{where}: routed_scaling_factor={brief(scale)} must be a positive number")
+        arch = replace(arch, qkv_bias=merged.get("attention_bias") is True, qk_norm=merged["use_qk_norm"] is True,
+                       rotary_fraction=_fraction(merged, where), router="sigmoid", expert_bias=True,
+                       topk_norm=merged["norm_topk_prob"] is True, routed_scale=float(scale))
+    return arch
+
+
+def _fraction(cfg: dict[str, Any], where: str) -> float:
+    """partial_rotary_factor, checked: the share of each head RoPE turns."""
+    fraction = cfg["partial_rotary_factor"]
+    if not isinstance(fraction, (int, float)) or isinstance(fraction, bool) or not 0 < fraction <= 1:
+        raise BandwiseError(f"{where}: partial_rotary_factor={brief(fraction)} must be a number above 0 and at most 1")
+    return float(fraction)
+
+
+HYBRID_PARTS.update({
+    # the Mamba-2 hybrids read by specs.hf_hybrid._mamba2_hybrid: the Megatron-LM export writes Nemotron-H's block pattern
+    # (export/megatron.py, from `hybrid_pattern`) and no other; TorchTitan 0.3.0 and MaxText 0.2.5 have no Mamba block
+    "bamba": "Mamba-2 layers with a SwiGLU MLP each (Bamba's BambaDecoderLayer): no export here writes them; the Megatron-LM "
+             "export writes Nemotron-H's hybrid_override_pattern only, and TorchTitan 0.3.0 and MaxText 0.2.5 have no Mamba block",
+    "granitemoehybrid": "Mamba-2 layers with routed experts and a shared MLP each (Granite 4.0-H's GraniteMoeHybridDecoderLayer): "
+                        "no export here writes them; the Megatron-LM export writes Nemotron-H's hybrid_override_pattern only, "
+                        "and TorchTitan 0.3.0 and MaxText 0.2.5 have no Mamba block",
+})

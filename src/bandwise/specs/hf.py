@@ -10,9 +10,20 @@ huggingface/transformers d98ac17 and neighbours) or, for remote-code models, the
   internlm2                                attention and MLP in parallel from one bias-free LayerNorm
   gpt2, gpt_neox, falcon, starcoder2       two-matrix GELU MLP, LayerNorm with bias; GPT-2's learned
                                            position table (`n_positions`); Falcon's multi-query / GQA
-  mixtral, qwen2_moe, qwen3_moe, olmoe,    routed experts (no shared one except Qwen2-MoE's, which every
-  granitemoe, dbrx, gpt_oss                Qwen2-MoE layer has, with a one-output gate)
+  mixtral, phimoe, qwen2_moe, qwen3_moe,   routed experts (no shared one except Qwen2-MoE's, which every
+  olmoe, granitemoe, dbrx, gpt_oss         Qwen2-MoE layer has, with a one-output gate)
   deepseek_v2, deepseek_v3, kimi_k2        MLA, routed + shared experts, first_k_dense_replace dense layers
+  glm4                                     GLM-4-0414: four RMSNorms a layer, q/k/v biases, fused gate_up
+  glm4_moe                                 GQA with q/k/v biases, routed + one shared expert, leading dense
+                                           layers, MTP layers beside the model (`_glm4_moe`)
+  ernie4_5, ernie4_5_moe                   Llama's block with use_bias; the MoE: routed + shared experts from moe_layer_start_index, use_bias everywhere
+  apertus                                  Llama's attention with q/k norms, a two-matrix xIELU MLP
+  seed_oss                                 Llama's block, q/k/v biases and a separate o_proj bias switch
+  hunyuan_v1_dense, hunyuan_v1_moe         Llama's block with q/k norms over head_dim (cross-layer KV refused); the
+                                           MoE: routed experts and one shared MLP, all of intermediate_size
+  smollm3, exaone4, olmo, nemotron         Llama's block without RoPE on some layers (SmolLM3); with OLMo 2's
+                                           post-norms and q/k norms (EXAONE 4.0); with weightless LayerNorms
+                                           (OLMo 1); with LayerNorm1P and a squared-ReLU MLP (Nemotron-4)
   llama4 (llama4_text)                     MoE (one shared expert, top-1 routed) on `moe_layers`, dense
                                            `intermediate_size_mlp` MLPs on the others; chunked attention
                                            on the RoPE layers (`_llama4`)
@@ -20,8 +31,10 @@ Parameters outside the weight matrices (norms, biases, sinks, gates) land in `ve
 `total_params` is the checkpoint's count. Hybrids (nemotron_h, qwen3_next, jamba) are read by
 `specs.hf_hybrid`, Nemotron-NAS's per-layer widths (nemotron-nas `block_configs`) by `specs.hf_blocks`.
 
-A config ModelSpec cannot describe is refused in one line that names the field: DeciLM's per-layer
-KV heads (deci), a Mamba-2 mixer beside attention in one layer, and the hybrids not read yet.
+A config ModelSpec cannot describe is refused in one line that names the field and the modelling file
+(`REFUSED`): DeciLM's per-layer KV heads (deci), a Mamba-2 mixer beside attention in one layer
+(falcon_h1), lightning attention (minimax), DeepSeek Sparse Attention (deepseek_v32), and the hybrids
+not read yet.
 
 Sliding-window attention (`window_spec`): the window is `sliding_window` (absent or null: none),
 switched off by `use_sliding_window: false`. Which layers it covers: `layer_types`
@@ -80,6 +93,50 @@ FAMILIES: dict[str, dict[str, Any]] = {
     "dbrx": {"norms": 2},
     "gpt_oss": {"norms": 2, "qkv": True, "o": True, "window": 2},
     **{k: {"norms": 2} for k in DEEPSEEK},
+    # GLM-4.5 (modeling_glm4_moe.py, huggingface/transformers a0699c9): Glm4MoeAttention's q, k, v take
+    # attention_bias, o_proj none; q_norm and k_norm over head_dim only with use_qk_norm
+    "glm4_moe": {"norms": 2, "qkv": "attention_bias", "qk_norm": "use_qk_norm"},
+    # SmolLM3 (modular_smollm3.py, huggingface/transformers cbc6e94): Llama's attention and MLP, every
+    # no_rope_layer_interval-th layer without RoPE (no parameters); SmolLM3Config leaves tie_word_embeddings to
+    # PretrainedConfig's default, true; a window, with use_sliding_window, on the layers without RoPE
+    # Nemotron-4 / Minitron (modeling_nemotron.py): two NemotronLayerNorm1P a layer and a final one (LayerNorms with
+    # weight and bias), q, k, v, o with attention_bias, a two-matrix squared-ReLU MLP (up_proj, down_proj) with mlp_bias
+    "nemotron": {"norms": 2, "norm_bias": True, "qkv": "attention_bias", "o": "attention_bias", "mlp": "mlp_bias", "gated": False},
+    # EXAONE 4.0 (modular_exaone4.py): OLMo 2's block (post_attention_layernorm and post_feedforward_layernorm, no
+    # norm before attention), bias-free q, k, v, o with q_norm and k_norm over head_dim; every 4th layer global,
+    # the others windowed (sliding_window_pattern 4: "LLLG")
+    "exaone4": {"norms": 2, "qk_norm": "head", "window": 4},
+    # OLMo 1 (modular_olmo.py): OlmoLayerNorm has no weight or bias (input, post-attention and final norms alike),
+    # LlamaAttention's q, k, v, o take attention_bias, OlmoMLP's gate/up/down none
+    "olmo": {"norms": 0, "norm_free": True, "qkv": "attention_bias", "o": "attention_bias"},
+    # GLM-4-0414 (modular_glm4.py, huggingface/transformers 08c5327): four RMSNorms a layer (input, post_self_attn,
+    # post_attention, post_mlp), GlmAttention's q, k, v with attention_bias and o_proj without, Phi3MLP's fused gate_up
+    "glm4": {"norms": 4, "qkv": "attention_bias"},
+    # Seed-OSS (modular_seed_oss.py, huggingface/transformers 6e4054a): Llama's block with q, k, v biases
+    # (attention_bias), an o_proj bias of its own switch (attention_out_bias), MLP biases with mlp_bias
+    "seed_oss": {"norms": 2, "qkv": "attention_bias", "o": "attention_out_bias", "mlp": "mlp_bias"},
+    # Hunyuan dense (modular_hunyuan_v1_dense.py, huggingface/transformers 6095fdd): LlamaAttention (q, k, v, o with
+    # attention_bias) whose query_layernorm and key_layernorm over head_dim it always builds; a bias-free SwiGLU MLP
+    "hunyuan_v1_dense": {"norms": 2, "qkv": "attention_bias", "o": "attention_bias", "qk_norm": "head"},
+    # ERNIE 4.5 MoE (modular_ernie4_5_moe.py, huggingface/transformers a4d4492): every projection, lm_head's too, takes
+    # use_bias; tied by default
+    # ERNIE 4.5 dense (modular_ernie4_5.py, huggingface/transformers 7abb76c): Llama's block, q/k/v/o and MLP biases with
+    # use_bias, lm_head without; tied by default
+    "ernie4_5": {"norms": 2, "qkv": "use_bias", "o": "use_bias", "mlp": "use_bias", "tied": True},
+    "ernie4_5_moe": {"norms": 2, "qkv": "use_bias", "o": "use_bias", "mlp": "use_bias", "tied": True},
+    # Apertus (modeling_apertus.py): attention_layernorm and feedforward_layernorm, q, k, v, o with attention_bias and
+    # q_norm / k_norm over head_dim with qk_norm (default true); a two-matrix MLP (up_proj, down_proj, mlp_bias) whose
+    # xIELU activation (activations.py XIELUActivation) learns alpha_p and alpha_n, one value each, per layer
+    "apertus": {"norms": 2, "qkv": "attention_bias", "o": "attention_bias", "mlp": "mlp_bias", "gated": False,
+                "qk_norm": "qk_norm"},
+    # Hunyuan MoE (modular_hunyuan_v1_moe.py, huggingface/transformers 3404f51): the dense family's attention, and on
+    # every layer HunYuanMoEV1Moe: gate.wg h -> E without bias, E SwiGLU experts and one shared_mlp, all LlamaMLP of
+    # intermediate_size
+    "hunyuan_v1_moe": {"norms": 2, "qkv": "attention_bias", "o": "attention_bias", "qk_norm": "head"},
+    # Phi-3.5-MoE (modular_phimoe.py): LayerNorms with bias (input, post-attention, final), LlamaAttention's q, k, v, o
+    # with attention_bias, Mixtral's experts and router; lm_head's bias with lm_head_bias; a window on every layer
+    "phimoe": {"norms": 2, "norm_bias": True, "qkv": "attention_bias", "o": "attention_bias", "window": "all"},
+    "smollm3": {"norms": 2, "qkv": "attention_bias", "o": "attention_bias", "mlp": "mlp_bias", "tied": True, "window": "nope"},
 }
 SUPPORTED = sorted({*FAMILIES, "gemma3", "llama4", "llama4_text", *HYBRID, *BLOCKS})
 
@@ -88,6 +145,26 @@ CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
     "gemma3_text": {"vocab_size": 262_208, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
                         "sliding_window": 4096, "sliding_window_pattern": 6},  # configuration_gemma3.py, d98ac17
     "gpt_neox": {"attention_bias": True},  # configuration_gpt_neox.py
+    # Glm4Config's defaults (configuration_glm4.py, huggingface/transformers 008e574): GLM-4-9B's shape
+    "glm4": {"vocab_size": 151552, "hidden_size": 4096, "intermediate_size": 13696, "num_hidden_layers": 40,
+             "num_attention_heads": 32, "num_key_value_heads": 2, "head_dim": 128, "attention_bias": True},
+    # SeedOssConfig's defaults (configuration_seed_oss.py, huggingface/transformers d9aa776)
+    "seed_oss": {"vocab_size": 155136, "hidden_size": 4096, "intermediate_size": 27648, "num_hidden_layers": 64,
+                 "num_attention_heads": 80, "num_key_value_heads": 8, "head_dim": 128, "attention_bias": True},
+    # Ernie4_5_MoeConfig's defaults (configuration_ernie4_5_moe.py, huggingface/transformers f479d93): ERNIE-4.5-21B-A3B
+    "ernie4_5_moe": {"vocab_size": 103424, "hidden_size": 2560, "intermediate_size": 12288, "num_hidden_layers": 28,
+                     "num_attention_heads": 20, "num_key_value_heads": 4, "moe_intermediate_size": 1536, "moe_k": 6,
+                     "moe_num_experts": 64, "moe_num_shared_experts": 2, "moe_layer_start_index": 1, "moe_layer_interval": 1},
+    # HunYuanMoEV1Config's defaults (configuration_hunyuan_v1_moe.py, huggingface/transformers 6e4054a)
+    "hunyuan_v1_moe": {"vocab_size": 290943, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+                       "num_attention_heads": 32},
+    # PhimoeConfig's defaults (configuration_phimoe.py, huggingface/transformers 040e1a7): Phi-3.5-MoE's shape
+    "phimoe": {"vocab_size": 32064, "hidden_size": 4096, "intermediate_size": 6400, "num_hidden_layers": 32,
+               "num_attention_heads": 32, "num_key_value_heads": 8, "num_local_experts": 16, "num_experts_per_tok": 2},
+    # Glm4MoeConfig's defaults (configuration_glm4_moe.py, huggingface/transformers c7ec229)
+    "glm4_moe": {"vocab_size": 151552, "hidden_size": 4096, "intermediate_size": 10944, "num_hidden_layers": 46,
+                 "num_attention_heads": 96, "num_key_value_heads": 8, "moe_intermediate_size": 1408, "num_experts_per_tok": 8,
+                 "n_shared_experts": 1, "n_routed_experts": 128, "n_group": 1, "topk_group": 1, "first_k_dense_replace": 1},
     "olmo3": {"sliding_window": 4096},  # configuration_olmo3.py (4.57.1)
     "starcoder2": {"use_bias": True},  # configuration_starcoder2.py
     # Llama4TextConfig's defaults (configuration_llama4.py, huggingface/transformers 008e574): Scout's shape
@@ -105,9 +182,13 @@ DROPOUT_KEYS: dict[str, tuple[str | None, str, str | None]] = {
     "falcon": ("hidden_dropout", "attention_dropout", None),
     "phi3": ("resid_pdrop", "attention_dropout", "embd_pdrop"),
     "starcoder2": ("residual_dropout", "attention_dropout", "embedding_dropout"),
+    "seed_oss": ("residual_dropout", "attention_dropout", None),  # SeedOssMLP / SeedOssAttention's residual_dropout
 }
 """Every other family has `attention_dropout` alone (LlamaConfig and its kin)."""
 DROPOUT_DEFAULTS = {"resid_pdrop": 0.1, "attn_pdrop": 0.1, "embd_pdrop": 0.1}  # GPT2Config
+CLASS_DROPOUT = {"gpt2": DROPOUT_DEFAULTS,
+                 "seed_oss": {"residual_dropout": 0.1, "attention_dropout": 0.1}}  # SeedOssConfig (configuration_seed_oss.py)
+"""The families whose configuration class defaults a dropout rate above 0."""
 
 
 @dataclass(frozen=True)
@@ -134,7 +215,7 @@ def dropout_rates(cfg: Mapping[str, Any], kind: str) -> Dropout:
             return None
         value = cfg.get(key)
         if value is None:
-            value = DROPOUT_DEFAULTS.get(key, 0.0) if kind == "gpt2" else 0.0
+            value = CLASS_DROPOUT.get(kind, {}).get(key, 0.0)
         if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value < 1:
             raise BandwiseError(f"config.json ({kind}): {key}={brief(value)} must be a dropout rate from 0 to below 1")
         return float(value)
@@ -148,9 +229,15 @@ REFUSED = {
     # DeciLM's modeling code (the models' own modeling_decilm.py): each block_configs entry sets its layer's
     # attention (n_heads_in_group, or no_op / replace_with_linear) and FFN (ffn_mult, or no_op)
     "deci": ("block_configs", "per-layer widths and layers without attention or MLP (modeling_decilm.py)"),
-    "falcon_h1": ("mamba_d_ssm", "a Mamba-2 mixer beside attention in every layer"),
-    "granitemoehybrid": ("layer_types", "Mamba-2 layers between attention layers"),
-    "bamba": ("attn_layer_indices", "Mamba-2 layers between attention layers"),
+    # FalconH1DecoderLayer (modeling_falcon_h1.py) runs its Mamba-2 mixer and attention side by side on one input
+    "falcon_h1": ("mamba_d_ssm", "a Mamba-2 mixer beside attention in every layer (modeling_falcon_h1.py)"),
+    # MiniMaxDecoderLayer (modeling_minimax.py): MiniMaxLightningAttention on the "linear_attention" layers, its own
+    # residual weights (full_attn_alpha_factor, linear_attn_alpha_factor, mlp_alpha_factor and their betas)
+    "minimax": ("layer_types", "lightning (linear) attention layers and weighted residuals (modeling_minimax.py)"),
+    # DeepseekV32Attention (modeling_deepseek_v32.py): MLA whose keys are picked per query by a lightning indexer of
+    # index_n_heads heads of index_head_dim
+    "deepseek_v32": ("index_topk", "DeepSeek Sparse Attention, index_topk keys per query chosen by an indexer "
+                                   "(modeling_deepseek_v32.py)"),
 }
 
 
@@ -252,6 +339,11 @@ def _from_fields(cfg: Fields, *, name: str, seq_len: int) -> ModelSpec:
         spec["alibi"] = r.flag("alibi")  # Falcon-RW's ALiBi bias in place of RoPE (FalconAttention, modeling_falcon.py)
     if kind == "gpt2":
         spec["position_embeddings"] = r.need("n_positions")
+    if kind in ("hunyuan_v1_dense", "hunyuan_v1_moe") and r.flag("use_cla"):
+        raise BandwiseError(f"config.json ({kind}): use_cla=true shares keys and values across layers "
+                            "(Hunyuan's cross-layer attention), which ModelSpec does not describe; not supported")
+    if kind == "nemotron":  # NemotronMLP: up_proj -> relu2 -> down_proj
+        spec["squared_relu_mlp"] = True
     # trained with dropout: each dropout keeps a mask for its backward (`ModelSpec.dropout`)
     spec["dropout"] = dropout_rates(r.cfg, kind).any
     spec.update(window_spec(r, kind, layers, fam.get("window")))
@@ -272,7 +364,7 @@ def _falcon_kv_heads(r: _Keys, heads: int) -> int:
 def _moe(r: _Keys, kind: str, spec: dict[str, Any]) -> dict[str, Any]:
     """The MoE fields of each family (empty for a dense one)."""
     layers = spec["layers"]
-    if kind in ("mixtral", "gpt_oss", "granitemoe"):
+    if kind in ("mixtral", "gpt_oss", "granitemoe", "phimoe"):
         # granitemoe's experts are `intermediate_size` wide (GraniteMoeParallelExperts), as Mixtral's
         return {"experts": r.need("num_local_experts"), "top_k": r.need("num_experts_per_tok", "experts_per_token"), "expert_ffn": spec["ffn"]}
     if kind == "olmoe":  # OlmoeSparseMoeBlock: num_experts experts of intermediate_size, no dense layer
@@ -296,6 +388,12 @@ def _moe(r: _Keys, kind: str, spec: dict[str, Any]) -> dict[str, Any]:
             shared = r.need("shared_expert_intermediate_size")
             fields.update(shared_experts=1, shared_expert_ffn=shared)
         return fields
+    if kind == "glm4_moe":
+        return _glm4_moe(r, layers)
+    if kind == "ernie4_5_moe":
+        return _ernie_moe(r, layers)
+    if kind == "hunyuan_v1_moe":
+        return _hunyuan_moe(r, spec["ffn"])
     if kind in DEEPSEEK:
         # MoE on layer i when i >= first_k_dense_replace and i % moe_layer_freq == 0 (DeepSeek's
         # modeling_deepseek.py); a frequency above 1 puts dense layers between MoE ones.
@@ -323,12 +421,76 @@ def _moe(r: _Keys, kind: str, spec: dict[str, Any]) -> dict[str, Any]:
     return {}
 
 
+def _glm4_moe(r: _Keys, layers: int) -> dict[str, Any]:
+    """GLM-4.5 (modeling_glm4_moe.py, huggingface/transformers a0699c9): Glm4MoeDecoderLayer i is a
+    Glm4MoeMoE when i >= first_k_dense_replace, else a SwiGLU MLP of intermediate_size; Glm4MoeMoE holds
+    n_routed_experts SwiGLU experts of moe_intermediate_size, a router h -> E without bias (its
+    e_score_correction_bias is a buffer, not a parameter) and one shared MLP of
+    moe_intermediate_size · n_shared_experts. The checkpoints' num_nextn_predict_layers MTP layers sit
+    past num_hidden_layers (transformers does not build them): `mtp_depth`, as DeepSeek-V3's."""
+    fields = {"experts": r.need("n_routed_experts"), "top_k": r.need("num_experts_per_tok"),
+              "expert_ffn": r.need("moe_intermediate_size"), "shared_experts": r.opt("n_shared_experts", 0),
+              "dense_layers": r.opt("first_k_dense_replace", 0), "mtp_depth": r.opt("num_nextn_predict_layers", 0)}
+    if fields["dense_layers"] >= layers:
+        raise BandwiseError(f"config.json (glm4_moe): first_k_dense_replace={fields['dense_layers']} leaves no MoE layer of {layers}")
+    groups = r.opt("n_group", 1)
+    if groups > 1:
+        fields.update(expert_groups=groups, groups_per_token=r.opt("topk_group", groups))
+    return fields
+
+
+def _hunyuan_moe(r: _Keys, ffn: int) -> dict[str, Any]:
+    """Hunyuan MoE (modular_hunyuan_v1_moe.py, 3404f51): num_experts and moe_topk, each one value or one per layer
+    (the same on every layer here); experts and the shared MLP both of intermediate_size, as that code builds them. A
+    config whose moe_intermediate_size or num_shared_expert says otherwise is refused rather than guessed at."""
+    def uniform(key: str, default: int) -> int:
+        value = r.cfg.get(key)
+        value = default if value is None else value
+        values = value if isinstance(value, list) else [value]
+        if not values or len(set(map(repr, values))) != 1:
+            raise BandwiseError(f"config.json (hunyuan_v1_moe): {key}={brief(value)} differs from layer to layer, which "
+                                "ModelSpec does not describe; not supported")
+        return r.integer(key, values[0], least=1)
+
+    widths = r.cfg.get("moe_intermediate_size")
+    if widths is not None and {v for v in (widths if isinstance(widths, list) else [widths])} != {ffn}:
+        raise BandwiseError(f"config.json (hunyuan_v1_moe): moe_intermediate_size={brief(widths)} differs from intermediate_size="
+                            f"{ffn}, the width transformers' HunYuanMoEV1MLP gives every expert; not supported")
+    if uniform("num_shared_expert", 1) != 1:
+        raise BandwiseError(f"config.json (hunyuan_v1_moe): num_shared_expert={brief(r.cfg.get('num_shared_expert'))} is not 1, "
+                            "the one shared_mlp transformers builds; not supported")
+    return {"experts": uniform("num_experts", 1), "top_k": uniform("moe_topk", 1), "expert_ffn": ffn, "shared_experts": 1}
+
+
+def ernie_moe_layers(r: _Keys, layers: int) -> list[bool]:
+    """Which ERNIE 4.5 layers are Ernie4_5_MoeSparseMoeBlock (modular_ernie4_5_moe.py, a4d4492): layer i when
+    (i + 1) % moe_layer_interval == 0 and moe_layer_start_index <= i <= moe_layer_end_index (-1 or absent: the last)."""
+    interval, start = r.need("moe_layer_interval"), r.opt("moe_layer_start_index", 0)
+    end = r.cfg.get("moe_layer_end_index")
+    end = layers - 1 if end is None or end == -1 else r.integer("moe_layer_end_index", end)
+    return [(i + 1) % interval == 0 and start <= i <= end for i in range(layers)]
+
+
+def _ernie_moe(r: _Keys, layers: int) -> dict[str, Any]:
+    """ERNIE 4.5's MoE layers (`ernie_moe_layers`): moe_num_experts SwiGLU experts of moe_intermediate_size, top moe_k,
+    a router h -> E without bias, and one shared MLP of moe_intermediate_size · moe_num_shared_experts; the other
+    layers a SwiGLU MLP of intermediate_size. Only leading dense layers fit ModelSpec."""
+    moe = ernie_moe_layers(r, layers)
+    dense = moe.index(True) if any(moe) else layers
+    if not any(moe) or not all(moe[dense:]):
+        key = "moe_layer_interval" if r.get("moe_layer_interval") != 1 else "moe_layer_end_index"
+        raise BandwiseError(f"config.json (ernie4_5_moe): {key}={brief(r.get(key))} leaves dense layers between or after the "
+                            "MoE layers, which ModelSpec does not describe; only leading dense layers are supported")
+    return {"experts": r.need("moe_num_experts"), "top_k": r.need("moe_k"), "expert_ffn": r.need("moe_intermediate_size"),
+            "shared_experts": r.opt("moe_num_shared_experts", 0), "dense_layers": dense}
+
+
 def _vectors(r: _Keys, kind: str, m: ModelSpec) -> int:
     """Norm and bias parameters of the main model (not of multi-token-prediction modules), from the
     family's modelling code: per layer its norms, q/k norms and biases, then the final norm."""
     fam = FAMILIES[kind]
     h, H, kv, d, f = m.hidden, m.heads, m.n_kv_heads, m.d_head, m.ffn
-    norm = 2 * h if fam.get("norm_bias") else h
+    norm = 0 if fam.get("norm_free") else 2 * h if fam.get("norm_bias") else h
     per_layer = fam["norms"] * norm
     if kind == "falcon" and (r.flag("new_decoder_architecture") and r.opt("num_ln_in_parallel_attn", 2) == 2 or not r.flag("parallel_attn", True)):
         per_layer = 2 * norm  # ln_attn + ln_mlp, or input + post-attention norms
@@ -339,6 +501,10 @@ def _vectors(r: _Keys, kind: str, m: ModelSpec) -> int:
         per_layer += H * d + kv * d
     elif qk == "olmoe":  # OlmoeAttention: q_norm over h, k_norm over h / H · kv
         per_layer += h + h // H * kv
+    elif qk == "use_qk_norm" and r.flag("use_qk_norm"):  # GLM-4.5: q_norm, k_norm of head_dim
+        per_layer += 2 * d
+    elif qk == "qk_norm" and r.flag("qk_norm", True):  # Apertus: q_norm, k_norm of head_dim (ApertusConfig: true)
+        per_layer += 2 * d
     elif qk == "cohere" and r.flag("use_qk_norm"):  # CohereLayerNorm of (heads, head_dim)
         per_layer += H * d + kv * d
     if r.flag(fam.get("qkv", False)):
@@ -356,6 +522,17 @@ def _vectors(r: _Keys, kind: str, m: ModelSpec) -> int:
         total += m.layers * (H + m.experts + m.experts * (2 * m.expert_ffn + h))
     if kind == "qwen2_moe":  # shared_expert_gate, Linear(h, 1)
         total += m.moe_layers * h
+    if kind == "phimoe" and r.flag("lm_head_bias"):  # PhimoeForCausalLM.lm_head's bias
+        total += m.vocab
+    if kind == "apertus" and r.get("hidden_act") in (None, "xielu"):  # XIELUActivation.alpha_p, alpha_n: (1,) each
+        total += 2 * m.layers
+    if kind == "ernie4_5_moe":
+        # Ernie4_5_MoeStatics.e_score_correction_bias, an nn.Parameter (1, E) held frozen, on each MoE layer; with use_bias,
+        # every expert's and the shared MLP's gate/up/down biases and lm_head's (ModelSpec counts one output matrix)
+        total += m.moe_layers * m.experts
+        if mlp_bias:
+            shared = m.shared_experts * m.expert_ffn
+            total += m.moe_layers * (m.experts * (2 * m.expert_ffn + h) + (2 * shared + h if shared else 0)) + m.vocab
     return total
 
 
@@ -490,6 +667,14 @@ def _window_layers(r: _Keys, kind: str, layers: int, rule: Any) -> tuple[int, tu
         # Gemma 3 / Cohere 2: layer i is global when (i + 1) % pattern == 0
         n = r.integer("sliding_window_pattern", r.get("sliding_window_pattern"), 1)
         windowed = [(i + 1) % n != 0 for i in range(layers)]
+    elif rule == "nope":  # SmolLM3Config: windowed where no_rope_layers[i] is 0 (default: every interval-th layer)
+        if r.cfg.get("use_sliding_window") is not True:
+            return none
+        rope = _layer_list(r, "no_rope_layers", layers)
+        if rope is None or len(rope) != layers:
+            interval = r.opt("no_rope_layer_interval", 4) or 4
+            rope = [int((i + 1) % interval != 0) for i in range(layers)]
+        windowed = [not v for v in rope]
     elif rule == "qwen":
         if r.cfg.get("use_sliding_window") is not True:  # the Qwen classes' default is off
             return none

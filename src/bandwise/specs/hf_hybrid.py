@@ -11,6 +11,11 @@
                others a dense MLP), num_experts, num_experts_per_tok, intermediate_size (experts and
                dense MLPs alike), mamba_d_state, mamba_d_conv, mamba_expand, mamba_dt_rank,
                mamba_conv_bias, mamba_proj_bias (`_jamba`)
+  bamba        attn_layer_indices (attention there, Mamba-2 elsewhere), mamba_n_heads, mamba_d_head,
+               mamba_d_state, mamba_n_groups, mamba_d_conv, mamba_chunk_size; a SwiGLU MLP every layer
+  granitemoehybrid  layer_types ("mamba" / "attention"), the Mamba-2 keys as bamba's, num_local_experts
+               experts of intermediate_size (top num_experts_per_tok) beside a shared MLP of
+               shared_intermediate_size every layer (`_mamba2_hybrid`)
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from bandwise.specs.hf_fields import Fields
 from bandwise.specs.kinds import GatedDeltaNet, Mamba1, Mamba2
 from bandwise.specs.model import MAX_DIMENSION, ModelSpec, brief
 
-HYBRID = ("nemotron_h", "qwen3_next", "jamba")
+HYBRID = ("nemotron_h", "qwen3_next", "jamba", "bamba", "granitemoehybrid")
 
 JAMBA_DEFAULTS: dict[str, Any] = {
     # JambaConfig's defaults (transformers `configuration_jamba.py`), which published configs repeat
@@ -31,6 +36,21 @@ JAMBA_DEFAULTS: dict[str, Any] = {
     "num_key_value_heads": 8, "num_experts_per_tok": 2, "num_experts": 16, "expert_layer_period": 2, "expert_layer_offset": 1,
     "attn_layer_period": 8, "attn_layer_offset": 4, "mamba_d_state": 16, "mamba_d_conv": 4, "mamba_expand": 2,
     "mamba_dt_rank": "auto", "mamba_conv_bias": True, "mamba_proj_bias": False,
+}
+
+
+MAMBA2_DEFAULTS: dict[str, dict[str, Any]] = {
+    # BambaConfig's defaults (transformers configuration_bamba.py, 7a2983f)
+    "bamba": {"vocab_size": 128000, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+              "num_attention_heads": 32, "num_key_value_heads": 8, "mamba_n_heads": 128, "mamba_d_head": "auto",
+              "mamba_n_groups": 1, "mamba_d_state": 256, "mamba_d_conv": 4, "mamba_expand": 2, "mamba_chunk_size": 256,
+              "mamba_conv_bias": True, "mamba_proj_bias": False},
+    # GraniteMoeHybridConfig's defaults (configuration_granitemoehybrid.py, 4f7e1d4)
+    "granitemoehybrid": {"vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+                         "num_attention_heads": 32, "num_local_experts": 8, "num_experts_per_tok": 2,
+                         "shared_intermediate_size": 1024, "attention_bias": False, "mamba_n_heads": 128,
+                         "mamba_d_head": "auto", "mamba_n_groups": 1, "mamba_d_state": 256, "mamba_d_conv": 4,
+                         "mamba_expand": 2, "mamba_chunk_size": 256, "mamba_conv_bias": True, "mamba_proj_bias": False},
 }
 
 
@@ -47,6 +67,8 @@ def from_hybrid_config(cfg: Mapping[str, Any], *, name: str = "hf-model", seq_le
 
     if kind == "jamba":
         cfg = (cfg if isinstance(cfg, Fields) else Fields(cfg)).with_defaults(JAMBA_DEFAULTS)
+    if kind in MAMBA2_DEFAULTS:
+        cfg = (cfg if isinstance(cfg, Fields) else Fields(cfg)).with_defaults(MAMBA2_DEFAULTS[kind])
     heads = need("num_attention_heads")
     base: dict[str, Any] = {
         "name": name, "hidden": need("hidden_size"), "ffn": need("intermediate_size"), "heads": heads, "vocab": need("vocab_size"),
@@ -81,6 +103,8 @@ def from_hybrid_config(cfg: Mapping[str, Any], *, name: str = "hf-model", seq_le
                          shared_experts=1 if shared else 0, shared_expert_ffn=shared, vector_params=vectors)
     if kind == "jamba":
         return _jamba(cfg, need, base)
+    if kind in MAMBA2_DEFAULTS:
+        return _mamba2_hybrid(cfg, kind, need, base)
     raise BandwiseError(f"config.json: model_type={brief(kind)} is not a hybrid bandwise reads; hybrids: {', '.join(HYBRID)}")
 
 
@@ -144,3 +168,62 @@ def _jamba(cfg: Mapping[str, Any], need: Any, base: dict[str, Any]) -> ModelSpec
                "interleaved_dense": moe < layers}
               if experts > 1 and moe else {})
     return ModelSpec(**base, layers=layers, mamba=mixer, mamba_layers=layers - attention, vector_params=(2 * layers + 1) * h, **fields)
+
+
+def _mamba2_hybrid(cfg: Mapping[str, Any], kind: str, need: Any, base: dict[str, Any]) -> ModelSpec:
+    """Bamba (transformers `modeling_bamba.py`) and Granite 4.0-H (`modular_granitemoehybrid.py`): each layer is
+    a Mamba-2 mixer (`BambaMixer`: in_proj h -> 2·I + 2·G·N + H and out_proj I -> h, biases with mamba_proj_bias;
+    a depthwise conv1d over I + 2·G·N channels with mamba_conv_bias; dt_bias, A_log, D per head; a gated RMSNorm
+    of I; I = mamba_n_heads · mamba_d_head) or attention (q, k, v, o; Granite's with attention_bias), between
+    two RMSNorms (input and pre-feed-forward / post-attention); then
+      bamba: a SwiGLU MLP of intermediate_size on every layer; attention on attn_layer_indices;
+      granitemoehybrid: GraniteMoeMoE (router h -> E without bias, E experts of intermediate_size, input_linear
+        2f·h and output_linear h·f) plus the shared GraniteMoeSharedMLP of shared_intermediate_size (input_linear
+        2·fs·h, output_linear h·fs) on every layer, the experts left out where num_local_experts is 0; attention
+        where layer_types says "attention".
+    A final RMSNorm. `specs.kinds.Mamba2` counts the mixer with in/out projections without bias and a conv bias:
+    a config with other switches is refused."""
+    layers, h = need("num_hidden_layers"), base["hidden"]
+    if kind == "bamba":
+        idx = cfg.get("attn_layer_indices") or []
+        if not isinstance(idx, list) or not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < layers for i in idx):
+            raise BandwiseError(f"config.json (bamba): attn_layer_indices={brief(idx)} must list layer indices below "
+                                f"num_hidden_layers={layers}")
+        attention = len(set(idx))
+    else:
+        types = cfg.get("layer_types")
+        if types is None:
+            types = ["mamba"] * layers  # GraniteMoeHybridConfig.layers_block_type
+        if not isinstance(types, list) or len(types) != layers or set(types) - {"mamba", "attention"}:
+            raise BandwiseError(f"config.json (granitemoehybrid): layer_types={brief(types)} must list {layers} entries, "
+                                "each \"mamba\" or \"attention\"")
+        attention = types.count("attention")
+    for key, want in (("mamba_conv_bias", True), ("mamba_proj_bias", False)):
+        if cfg.get(key) is not want:
+            raise BandwiseError(f"config.json ({kind}): {key}={brief(cfg.get(key))} is not supported; the Mamba-2 mixer "
+                                f"read here has {key}={str(want).lower()}, as the published configs")
+    heads, expand = need("mamba_n_heads"), need("mamba_expand")
+    head_dim = cfg.get("mamba_d_head")
+    head_dim = expand * h // heads if head_dim == "auto" else need("mamba_d_head")
+    if head_dim * heads != expand * h:
+        raise BandwiseError(f"config.json ({kind}): mamba_n_heads={heads} times mamba_d_head={head_dim} must be "
+                            f"mamba_expand={expand} times hidden_size={h}")
+    mixer = Mamba2(heads=heads, head_dim=head_dim, state=need("mamba_d_state"), groups=need("mamba_n_groups"),
+                   conv_kernel=need("mamba_d_conv"), chunk=need("mamba_chunk_size"))
+    vectors = (2 * layers + 1) * h
+    fields: dict[str, Any] = {}
+    if kind == "granitemoehybrid":
+        base["head_dim"] = 0  # GraniteMoeAttention: head_dim = hidden_size // num_attention_heads
+        if cfg.get("attention_bias") is True:
+            heads_q, kv = base["heads"], base["kv_heads"]
+            vectors += attention * ((heads_q + 2 * kv) * (h // heads_q) + h)
+        experts, shared = cfg.get("num_local_experts"), cfg.get("shared_intermediate_size")
+        if not isinstance(experts, int) or isinstance(experts, bool) or experts < 0:
+            raise BandwiseError(f"config.json (granitemoehybrid): num_local_experts={brief(experts)} must be an integer from 0")
+        if experts:
+            fields = {"experts": experts, "top_k": need("num_experts_per_tok"), "expert_ffn": base["ffn"]}
+            if shared:
+                fields.update(shared_experts=1, shared_expert_ffn=need("shared_intermediate_size"))
+        else:  # the shared MLP alone: a dense SwiGLU of shared_intermediate_size
+            base["ffn"] = need("shared_intermediate_size")
+    return ModelSpec(**base, layers=layers, mamba=mixer, mamba_layers=layers - attention, vector_params=vectors, **fields)
