@@ -58,4 +58,3 @@ def test_blackwell_ultra_attention_is_faster_than_blackwell_at_one_peak():
     for keys in (2048, 8192, 32768):
         assert modelled("GB300", keys) > modelled("GB200", keys)
         assert measured("cudnn-9.19.1", "GB300")[keys] > measured("cudnn-9.19.1", "GB200")[keys]
-
