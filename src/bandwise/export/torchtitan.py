@@ -82,6 +82,7 @@ def adapt(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int, arch: A
     if model.seq_len % divisor:
         raise BandwiseError(f"{s.describe()}: TorchTitan's Trainer needs the {model.seq_len}-token sequence divisible by "
                             f"TP x 2CP = {divisor} (torchtitan 0.3.0 trainer.py)")
+    _hybrid_layout(model, s)
     # its schedules are torch.distributed.pipelining's, which stop below their floors (torch 2.13)
     if (few := too_few_microbatches("torch", s)) is not None:
         raise BandwiseError(f"{s.describe()}: {few}")
@@ -134,12 +135,26 @@ def stage_modules(layers: int, stages: int) -> list[list[str]]:
 
 
 LINEAR_MIXERS = (
-    "Gated DeltaNet or Mamba layers beside attention: torchtitan 0.3.0's text models (torchtitan/models/llama3, qwen3, "
-    "deepseek_v3, gpt_oss) have no such layer, and its only Gated DeltaNet (torchtitan/models/qwen3_5/model.py, "
-    "GatedDeltaNet) is built inside the Qwen3.5 vision-language model, whose Qwen35Model.Config requires a "
-    "vision_encoder: a job would train a vision tower the plan does not hold"
+    "Mamba layers beside attention: torchtitan 0.3.0 has no Mamba mixer (torchtitan/models/: llama3, qwen3, deepseek_v3, "
+    "gpt_oss, qwen3_5, whose only other mixer is Qwen3.5's GatedDeltaNet)"
 )
-"""Why TorchTitan is refused a hybrid (Qwen3-Next, Nemotron-H, Jamba)."""
+"""Why TorchTitan is refused a Mamba hybrid (Nemotron-H, Jamba); a Gated DeltaNet one (Qwen3-Next) is written from the
+qwen3_5 blocks (`torchtitan_module`)."""
+
+
+def _hybrid_layout(model: ModelSpec, s: Strategy) -> None:
+    """Refuse a layout TorchTitan 0.3.0 refuses for its Qwen3.5 blocks: context parallelism (parallelize_qwen3_5 raises
+    NotImplementedError, torchtitan/models/qwen3_5/parallelize.py), and a TP degree that does not divide the Gated
+    DeltaNet's key and value heads (Qwen35Model.Config.update_from_config, torchtitan/models/qwen3_5/model.py)."""
+    mixer = model.linear_attention
+    if mixer is None:
+        return
+    if s.cp > 1:
+        raise BandwiseError(f"{s.describe()}: TorchTitan's Qwen3.5 blocks take no context parallelism (parallelize_qwen3_5 "
+                            "raises NotImplementedError, torchtitan 0.3.0 torchtitan/models/qwen3_5/parallelize.py); plan with CP 1")
+    if mixer.key_heads % s.tp or mixer.value_heads % s.tp:
+        raise BandwiseError(f"{s.describe()}: TorchTitan needs TP{s.tp} to divide the Gated DeltaNet's {mixer.key_heads} key and "
+                            f"{mixer.value_heads} value heads (Qwen35Model.Config.update_from_config, torchtitan 0.3.0)")
 
 
 def check_model(model: ModelSpec, arch: Architecture | None) -> None:
@@ -199,6 +214,13 @@ def render(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int,
         package = written.PACKAGES[arch.family]
         notes.append(f"the job writes {module}.py, a config function for {model.name} from TorchTitan's own {package} builders "
                      f"(starting from its {written.BASES[package, model.is_moe]}), and runs it")
+        if package == "qwen3_5":
+            notes.append("its model is Qwen3.5's hybrid decoder without the vision encoder (Qwen35Model subclassed as a text "
+                         "model; data and tokenizer from the qwen3 config); torchtitan.models.qwen3_5 imports "
+                         "flash-linear-attention (fla) for the Gated DeltaNet kernels: install it where the job runs")
+        if model.is_moe:
+            notes.append("TorchTitan's MoE builders balance the experts by a per-expert bias updated each step (load_balance_coeff "
+                         "1e-3, torchtitan 0.3.0 models/common/moe.py), not by an auxiliary loss")
     if s.precision == "fp8" and params.fp8_recipe != FLOAT8_RECIPE:
         notes.append(f"fp8 recipe: TorchTitan's {fn} scales float8 {FLOAT8_RECIPE} (Float8LinearConverter's default; torchtitan "
                      f"0.3.0 offers rowwise and rowwise_with_gw_hp); the plan priced {params.fp8_recipe}")
