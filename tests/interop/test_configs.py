@@ -12,6 +12,7 @@ in `test_the_models_the_issue_names`.
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +60,11 @@ def _layout(model: Any, cluster: Any) -> tuple[int, Strategy]:
 
 
 def _case(name: str) -> Case:
-    path = str(HF / name / "config.json")
+    return _case_at(HF / name / "config.json")
+
+
+def _case_at(config: Path) -> Case:
+    name, path = config.parent.name, str(config)
     model = get_model(path).with_seq_len(SEQ)
     cluster = get_cluster("h100")
     n, s = _layout(model, cluster)
@@ -75,6 +80,18 @@ def _case(name: str) -> Case:
 @pytest.fixture(scope="module")
 def cases() -> dict[str, Case]:
     return {name: _case(name) for name in CONFIGS}
+
+
+@pytest.fixture(scope="module")
+def partial_rotary(tmp_path_factory) -> Case:
+    """Phi-4-mini's config.json (partial_rotary_factor 0.75) without its rope_scaling: the published file's LongRoPE scales
+    cos and sin by its attention factor at any length, which no engine here states, so it is refused above and the
+    partial rotary positions are exported from this variant."""
+    cfg = json.loads((HF / "Phi-4-mini-instruct" / "config.json").read_text())
+    del cfg["rope_scaling"]
+    folder = tmp_path_factory.mktemp("phi-4-mini-plain-rope")
+    (folder / "config.json").write_text(json.dumps(cfg))
+    return _case_at(folder / "config.json")
 
 
 @pytest.fixture(scope="module")
@@ -106,16 +123,18 @@ def test_each_job_passes_its_engines_checks_or_is_refused_by_name(cases, maxtext
         judges.judge_maxtext(yaml.safe_load(ex.text), maxtext_answers[name], c.model, c.devices, s, c.arch, maxtext)
 
 
-def test_megatron_lm_validate_args_passes_every_megatron_job(cases) -> None:
+def test_megatron_lm_validate_args_passes_every_megatron_job(cases, partial_rotary) -> None:
     """Megatron-LM's own parse_args, validate_args and config builder (gpt_config_from_args, or
-    hybrid_config_from_args for pretrain_hybrid.py), from a checkout (MEGATRON_LM)."""
+    hybrid_config_from_args for pretrain_hybrid.py), from a checkout (MEGATRON_LM); Phi-4-mini's partial rotary
+    variant among them."""
     import megatron_validate_args as hand
 
     root = hand.checkout()
     if root is None:
         pytest.skip("no Megatron-LM checkout: set MEGATRON_LM to one (git clone https://github.com/NVIDIA/Megatron-LM)")
     jobs = {k: hand.megatron_job(c.exports["megatron"].text, get_cluster("h100"), c.devices)
-            for k, c in cases.items() if isinstance(c.exports["megatron"], Export)}
+            for k, c in {**cases, "partial rotary": partial_rotary}.items() if isinstance(c.exports["megatron"], Export)}
+    assert "partial rotary" in jobs
     refused = {k: a["error"] for k, a in zip(jobs, hand.validate(root, list(jobs.values()))) if not a["ok"]}
     assert len(jobs) >= 20 and not refused, refused
 
@@ -165,3 +184,27 @@ def test_qwen3_next_exports_to_all_three_engines(cases) -> None:
     piped = Strategy(pp=2, dp_shard=c.devices // 2, ep=8, micro_batch=1, global_batch=256, recompute="full")
     with pytest.raises(BandwiseError, match="_get_pipeline_stage_module"):
         export("maxtext", c.model, get_cluster("h100"), piped, c.devices, model_source=c.path)
+
+
+def test_partial_rotary_exports_where_the_engine_states_it(cases, partial_rotary) -> None:
+    """partial_rotary_factor 0.75 (Phi-4-mini): Megatron-LM states it (--rotary-percent, arguments.py; GPTModel's
+    RotaryEmbedding turns the first int(kv_channels · rotary_percent) channels, as transformers' Phi-3 turns the first
+    int(head_dim · partial_rotary_factor)), and the RotaryEmbedding Megatron-Core builds from the job's flags has the
+    frequencies 1/θ^(2i/96) of a 96-channel rotation; MaxText 0.2.5 and TorchTitan 0.3.0 refuse it by the code that lacks
+    it. The published config itself is refused by all three for its LongRoPE."""
+    from megatron.core.models.common.embeddings.rotary_pos_embedding import RotaryEmbedding
+
+    c = partial_rotary
+    assert c.arch.rotary_fraction == 0.75 and c.model.d_head == 128
+    megatron, maxtext, titan = (c.exports[e] for e in ("megatron", "maxtext", "torchtitan"))
+    assert isinstance(megatron, Export), megatron
+    cfg, _, flags = judges.judge_megatron(megatron.text, c.model, get_cluster("h100"), c.devices, megatron.strategy, c.arch)
+    rope = RotaryEmbedding(kv_channels=cfg.kv_channels, rotary_percent=float(flags["--rotary-percent"][0]),
+                           rotary_base=int(flags["--rotary-base"][0]), use_cpu_initialization=True)
+    turned = int(128 * 0.75)
+    expected = [1 / 10000 ** (2 * i / turned) for i in range(turned // 2)]
+    assert rope.inv_freq.tolist() == pytest.approx(expected, rel=1e-6)
+    assert isinstance(maxtext, BandwiseError) and "configs/types.py" in str(maxtext) and "partial_rotary_factor=0.75" in str(maxtext)
+    assert isinstance(titan, BandwiseError) and "GQAttention" in str(titan)
+    published = cases["Phi-4-mini-instruct"].exports
+    assert all(isinstance(published[e], BandwiseError) and "longrope" in str(published[e]) for e in ENGINES)

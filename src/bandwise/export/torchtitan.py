@@ -39,7 +39,7 @@ import shlex
 
 from bandwise.cost.params import DEFAULT_PARAMS, CostParams, grad_reduce_name
 from bandwise.errors import BandwiseError
-from bandwise.export.architecture import Architecture, differences, is_preset
+from bandwise.export.architecture import Architecture, differences, is_preset, refusals
 import bandwise.export.torchtitan_module as written
 from bandwise.export.common import TORCHRUN, Adapted, lacks, script_head, stage_layers, too_few_microbatches
 from bandwise.specs.hardware import Cluster
@@ -142,6 +142,14 @@ LINEAR_MIXERS = (
 qwen3_5 blocks (`torchtitan_module`)."""
 
 
+PARTIAL_ROTARY = (
+    "partial_rotary_factor={:g}: torchtitan 0.3.0's text attention (GQAttention, torchtitan/models/common/attention.py) turns "
+    "every channel of each head; only Qwen3.5's Qwen35Attention (torchtitan/models/qwen3_5/model.py) turns its first "
+    "rotary_dim, and it always carries the sigmoid output gate"
+)
+"""Why TorchTitan is refused a model whose RoPE turns part of each head (Phi-4-mini, GPT-NeoX's rotary_pct) but for Qwen3-Next."""
+
+
 def _hybrid_layout(model: ModelSpec, s: Strategy) -> None:
     """Refuse a layout TorchTitan 0.3.0 refuses for its Qwen3.5 blocks: context parallelism (parallelize_qwen3_5 raises
     NotImplementedError, torchtitan/models/qwen3_5/parallelize.py), and a TP degree that does not divide the Gated
@@ -177,6 +185,10 @@ def check_model(model: ModelSpec, arch: Architecture | None) -> None:
         raise BandwiseError(f"torchtitan cannot run {model.name}: {lacks('torchtitan', blocked[0])}; export to megatron or maxtext")
     if model.linear_attention is not None or model.mamba is not None:
         raise BandwiseError(f"torchtitan cannot run {model.name}: {lacks('torchtitan', LINEAR_MIXERS)}; export to megatron or maxtext")
+    if arch is not None and arch.rotary_fraction != 1:
+        others = refusals(model, arch)  # what no engine here writes, e.g. Phi-4-mini's longrope
+        then = f"and {others[0]} no engine here writes" if others else "export to megatron (--rotary-percent)"
+        raise BandwiseError(f"torchtitan cannot run {model.name}: {lacks('torchtitan', PARTIAL_ROTARY.format(arch.rotary_fraction))}; {then}")
     own = ", ".join(fn for by in CONFIGS.values() for _, fn in by.values())
     if model.name.lower() in CONFIGS:
         diff = differences(model, arch, model.name)
