@@ -82,7 +82,6 @@ def adapt(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int, arch: A
     if model.seq_len % divisor:
         raise BandwiseError(f"{s.describe()}: TorchTitan's Trainer needs the {model.seq_len}-token sequence divisible by "
                             f"TP x 2CP = {divisor} (torchtitan 0.3.0 trainer.py)")
-    _hybrid_layout(model, s)
     # its schedules are torch.distributed.pipelining's, which stop below their floors (torch 2.13)
     if (few := too_few_microbatches("torch", s)) is not None:
         raise BandwiseError(f"{s.describe()}: {few}")
@@ -148,21 +147,6 @@ PARTIAL_ROTARY = (
     "rotary_dim, and it always carries the sigmoid output gate"
 )
 """Why TorchTitan is refused a model whose RoPE turns part of each head (Phi-4-mini, GPT-NeoX's rotary_pct) but for Qwen3-Next."""
-
-
-def _hybrid_layout(model: ModelSpec, s: Strategy) -> None:
-    """Refuse a layout TorchTitan 0.3.0 refuses for its Qwen3.5 blocks: context parallelism (parallelize_qwen3_5 raises
-    NotImplementedError, torchtitan/models/qwen3_5/parallelize.py), and a TP degree that does not divide the Gated
-    DeltaNet's key and value heads (Qwen35Model.Config.update_from_config, torchtitan/models/qwen3_5/model.py)."""
-    mixer = model.linear_attention
-    if mixer is None:
-        return
-    if s.cp > 1:
-        raise BandwiseError(f"{s.describe()}: TorchTitan's Qwen3.5 blocks take no context parallelism (parallelize_qwen3_5 "
-                            "raises NotImplementedError, torchtitan 0.3.0 torchtitan/models/qwen3_5/parallelize.py); plan with CP 1")
-    if mixer.key_heads % s.tp or mixer.value_heads % s.tp:
-        raise BandwiseError(f"{s.describe()}: TorchTitan needs TP{s.tp} to divide the Gated DeltaNet's {mixer.key_heads} key and "
-                            f"{mixer.value_heads} value heads (Qwen35Model.Config.update_from_config, torchtitan 0.3.0)")
 
 
 def check_model(model: ModelSpec, arch: Architecture | None) -> None:

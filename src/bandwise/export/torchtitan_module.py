@@ -30,7 +30,10 @@ Families written (torchtitan 0.3.0, torchtitan/models/<package>/__init__.py):
                      built, the layers take the token embeddings, and Qwen35Model.Config.update_from_config runs
                      with the vision encoder's sharding step (sharding.py, `_set_vision_encoder_sharding`) skipped.
                      Its data, tokenizer and optimizer are TorchTitan's qwen3 `qwen3_30b_a3b`: the qwen3_5 configs
-                     load image-text data (qwen3_5/config_registry.py, MMDataLoader).
+                     load image-text data (qwen3_5/config_registry.py, MMDataLoader). TorchTitan refuses context
+                     parallelism for these blocks (parallelize.py, parallelize_qwen3_5) and a TP degree that does
+                     not divide the DeltaNet's heads (model.py, Qwen35Model.Config.update_from_config); the plan's
+                     own rule for Gated DeltaNet layers (specs/strategy.py) refuses both before any export.
 What the builders cannot state is refused by name (`blockers`).
 """
 
