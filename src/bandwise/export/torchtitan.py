@@ -167,8 +167,11 @@ def check_model(model: ModelSpec, arch: Architecture | None) -> None:
         if not blocked:
             return
         raise BandwiseError(f"torchtitan cannot run {model.name}: {lacks('torchtitan', blocked[0])}; export to megatron or maxtext")
-    if model.linear_attention is not None or model.mamba is not None:
+    if model.mamba is not None:
         raise BandwiseError(f"torchtitan cannot run {model.name}: {lacks('torchtitan', LINEAR_MIXERS)}; export to megatron or maxtext")
+    if model.linear_attention is not None:  # Gated DeltaNet without the config.json that orders the layers
+        raise BandwiseError(f"torchtitan cannot run {model.name}: the Gated DeltaNet layers' order and norms are not given, and the "
+                            "written module states them for torchtitan 0.3.0's qwen3_5 builders; pass the model's config.json")
     if arch is not None and arch.rotary_fraction != 1:
         others = refusals(model, arch)  # what no engine here writes, e.g. Phi-4-mini's longrope
         then = f"and {others[0]} no engine here writes" if others else "export to megatron (--rotary-percent)"
