@@ -110,7 +110,7 @@ class Architecture:
     the planner's own reading); () where every layer attends. The mixer's widths are `ModelSpec.linear_attention`."""
     rotary_fraction: float = 1.0
     """The share of each head's dimensions the rotary embedding turns (transformers' partial_rotary_factor;
-    Qwen3-Next: 0.25); the rest carry no position."""
+    Qwen3-Next: 0.25, Phi-4-mini: 0.75; GPT-NeoX's rotary_pct); the rest carry no position."""
     norm_offset: bool = False
     """Every RMSNorm of the residual stream and the q/k norms computed as x̂·(1 + w) with w from zero
     (Qwen3NextRMSNorm, zero-centered weights), not x̂·w."""
@@ -272,7 +272,16 @@ def from_hf(cfg: dict[str, Any], where: str = "config.json") -> Architecture:
             raise BandwiseError(f"{where}: {key}={brief(value)} must be a positive number")
         return float(value)
 
+    def _fraction(key: str) -> float:
+        """A share of each head's channels the rotary embedding turns, the first int(head_dim · share) of them
+        (transformers' Phi-3 partial_rotary_factor and GPT-NeoX rotary_pct: apply_rotary_pos_emb on q[..., :rotary_dim])."""
+        value = number(key)
+        if value > 1:
+            raise BandwiseError(f"{where}: {key}={brief(cfg.get(key))} must be at most 1")
+        return value
+
     unsupported: list[str] = [WHOLE_MODEL_PARTS[kind]] if kind in WHOLE_MODEL_PARTS else []
+    fraction = 1.0
     if kind == "gemma2":  # Gemma 1's scaled embedding and (1 + w) norms are Gemma 2's and 3's too
         unsupported.insert(0, WHOLE_MODEL_PARTS["gemma"])
     if kind == "gemma3_text":
@@ -326,8 +335,7 @@ def from_hf(cfg: dict[str, Any], where: str = "config.json") -> Architecture:
         bias = True
         if get("use_parallel_residual"):
             unsupported.append("use_parallel_residual=true (attention and the MLP in parallel)")
-        if get("rotary_pct") != 1:
-            unsupported.append(f"rotary_pct={get('rotary_pct')} (rotary positions on part of each head)")
+        fraction = _fraction("rotary_pct")
     elif kind == "falcon":
         if get("parallel_attn") or cfg.get("new_decoder_architecture"):
             unsupported.append("parallel_attn=true (attention and the MLP in parallel)")
@@ -337,8 +345,8 @@ def from_hf(cfg: dict[str, Any], where: str = "config.json") -> Architecture:
             unsupported.append("bias=true")
     elif kind == "internlm2" and get("bias"):
         unsupported.append("bias=true (biases on wqkv and wo only)")
-    elif kind == "phi3" and get("partial_rotary_factor") != 1:
-        unsupported.append(f"partial_rotary_factor={get('partial_rotary_factor')} (rotary positions on part of each head)")
+    elif kind == "phi3":
+        fraction = _fraction("partial_rotary_factor")
     elif kind in ("granite", "granitemoe"):
         unsupported += [f"{k}={get(k)}" for k in ("embedding_multiplier", "residual_multiplier", "attention_multiplier", "logits_scaling")
                         if get(k) != 1]
@@ -358,6 +366,7 @@ def from_hf(cfg: dict[str, Any], where: str = "config.json") -> Architecture:
     arch = Architecture(family=kind, rope=rope, norm="LayerNorm" if kind in NORM_EPS_KEYS else "RMSNorm", norm_eps=number(eps_key),
                         qk_norm=kind in ("qwen3", "qwen3_moe"), qkv_bias=qkv_bias, bias=bias, gated=gated, activation=activation,
                         positions=positions, sliding_window=window, window_layers=windowed, hidden_dropout=rates.hidden, attention_dropout=rates.attention,
+                        rotary_fraction=fraction,
                         source=f"{where} (model_type {kind})")
     if kind == "gemma3_text":  # Gemma3TextConfig: rope_local_base_freq 10000 on the sliding layers
         arch = replace(arch, local_rope_theta=float(get("rope_local_base_freq") or 10_000.0))

@@ -382,6 +382,12 @@ def check_model(model: ModelSpec, arch: Architecture | None) -> None:
             out.append(f"model_type {arch.family}{why}: MaxText has no decoder block for it")
         elif decoder == "qwen3_next":
             out += gdn_blockers(model, arch)
+        elif model.linear_attention is None and not model.attention_output_gate and not arch.norm_offset and arch.rotary_fraction != 1:
+            # configs/types.py (maxtext 0.2.5) raises "`partial_rotary_factor` is only effective when `decoder_block` is set
+            # to 'qwen3_next'" for any other block but qwen3_5, and layers/attentions.py turns part of a head only there
+            # (PartialRotaryEmbedding under is_qwen3_hybrid) or for a decoder that passes its own factor (gemma4)
+            out.append(f"partial_rotary_factor={arch.rotary_fraction:g}: MaxText's {decoder} decoder turns every channel of each "
+                       "head, and configs/types.py accepts partial_rotary_factor only with decoder_block qwen3_next or qwen3_5")
         elif model.linear_attention is not None or model.attention_output_gate or arch.norm_offset or arch.rotary_fraction != 1:
             out.append(f"Gated DeltaNet layers, gated attention, (1 + w) norms or partial rotary positions: MaxText's {decoder} "
                        "decoder has none of them")

@@ -39,7 +39,7 @@ import shlex
 
 from bandwise.cost.params import DEFAULT_PARAMS, CostParams, grad_reduce_name
 from bandwise.errors import BandwiseError
-from bandwise.export.architecture import Architecture, differences, is_preset
+from bandwise.export.architecture import Architecture, differences, is_preset, refusals
 import bandwise.export.torchtitan_module as written
 from bandwise.export.common import TORCHRUN, Adapted, lacks, script_head, stage_layers, too_few_microbatches
 from bandwise.specs.hardware import Cluster
@@ -134,12 +134,19 @@ def stage_modules(layers: int, stages: int) -> list[list[str]]:
 
 
 LINEAR_MIXERS = (
-    "Gated DeltaNet or Mamba layers beside attention: torchtitan 0.3.0's text models (torchtitan/models/llama3, qwen3, "
-    "deepseek_v3, gpt_oss) have no such layer, and its only Gated DeltaNet (torchtitan/models/qwen3_5/model.py, "
-    "GatedDeltaNet) is built inside the Qwen3.5 vision-language model, whose Qwen35Model.Config requires a "
-    "vision_encoder: a job would train a vision tower the plan does not hold"
+    "Mamba layers beside attention: torchtitan 0.3.0 has no Mamba mixer (torchtitan/models/: llama3, qwen3, deepseek_v3, "
+    "gpt_oss, qwen3_5, whose only other mixer is Qwen3.5's GatedDeltaNet)"
 )
-"""Why TorchTitan is refused a hybrid (Qwen3-Next, Nemotron-H, Jamba)."""
+"""Why TorchTitan is refused a Mamba hybrid (Nemotron-H, Jamba); a Gated DeltaNet one (Qwen3-Next) is written from the
+qwen3_5 blocks (`torchtitan_module`)."""
+
+
+PARTIAL_ROTARY = (
+    "partial_rotary_factor={:g}: torchtitan 0.3.0's text attention (GQAttention, torchtitan/models/common/attention.py) turns "
+    "every channel of each head; only Qwen3.5's Qwen35Attention (torchtitan/models/qwen3_5/model.py) turns its first "
+    "rotary_dim, and it always carries the sigmoid output gate"
+)
+"""Why TorchTitan is refused a model whose RoPE turns part of each head (Phi-4-mini, GPT-NeoX's rotary_pct) but for Qwen3-Next."""
 
 
 def check_model(model: ModelSpec, arch: Architecture | None) -> None:
@@ -160,8 +167,15 @@ def check_model(model: ModelSpec, arch: Architecture | None) -> None:
         if not blocked:
             return
         raise BandwiseError(f"torchtitan cannot run {model.name}: {lacks('torchtitan', blocked[0])}; export to megatron or maxtext")
-    if model.linear_attention is not None or model.mamba is not None:
+    if model.mamba is not None:
         raise BandwiseError(f"torchtitan cannot run {model.name}: {lacks('torchtitan', LINEAR_MIXERS)}; export to megatron or maxtext")
+    if model.linear_attention is not None:  # Gated DeltaNet without the config.json that orders the layers
+        raise BandwiseError(f"torchtitan cannot run {model.name}: the Gated DeltaNet layers' order and norms are not given, and the "
+                            "written module states them for torchtitan 0.3.0's qwen3_5 builders; pass the model's config.json")
+    if arch is not None and arch.rotary_fraction != 1:
+        others = refusals(model, arch)  # what no engine here writes, e.g. Phi-4-mini's longrope
+        then = f"and {others[0]} no engine here writes" if others else "export to megatron (--rotary-percent)"
+        raise BandwiseError(f"torchtitan cannot run {model.name}: {lacks('torchtitan', PARTIAL_ROTARY.format(arch.rotary_fraction))}; {then}")
     own = ", ".join(fn for by in CONFIGS.values() for _, fn in by.values())
     if model.name.lower() in CONFIGS:
         diff = differences(model, arch, model.name)
@@ -199,6 +213,13 @@ def render(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int,
         package = written.PACKAGES[arch.family]
         notes.append(f"the job writes {module}.py, a config function for {model.name} from TorchTitan's own {package} builders "
                      f"(starting from its {written.BASES[package, model.is_moe]}), and runs it")
+        if package == "qwen3_5":
+            notes.append("its model is Qwen3.5's hybrid decoder without the vision encoder (Qwen35Model subclassed as a text "
+                         "model; data and tokenizer from the qwen3 config); torchtitan.models.qwen3_5 imports "
+                         "flash-linear-attention (fla) for the Gated DeltaNet kernels: install it where the job runs")
+        if model.is_moe:
+            notes.append("TorchTitan's MoE builders balance the experts by a per-expert bias updated each step (load_balance_coeff "
+                         "1e-3, torchtitan 0.3.0 models/common/moe.py), not by an auxiliary loss")
     if s.precision == "fp8" and params.fp8_recipe != FLOAT8_RECIPE:
         notes.append(f"fp8 recipe: TorchTitan's {fn} scales float8 {FLOAT8_RECIPE} (Float8LinearConverter's default; torchtitan "
                      f"0.3.0 offers rowwise and rowwise_with_gw_hp); the plan priced {params.fp8_recipe}")

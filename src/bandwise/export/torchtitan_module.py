@@ -15,6 +15,25 @@ Families written (torchtitan 0.3.0, torchtitan/models/<package>/__init__.py):
   llama, mistral     llama3: `_build_llama3_layers`: RMSNorm with RMSNorm.Config's eps 1e-5
                      (models/common/nn_modules.py), heads dim / n_heads wide, no biases, SwiGLU,
                      RoPE (`ComplexRoPE.Config`) plain or with Llama 3.1's scaling; no window.
+  qwen3_next         qwen3_5: `_build_qwen35_moe_layers` / `_build_qwen35_layers`, the blocks of TorchTitan's
+                     Qwen3.5 (models/qwen3_5/model.py): GatedDeltaNet (separate q, k, v, z, a, b projections,
+                     depthwise causal convs of `_qwen35_deltanet_config`'s default kernel 4, A_log and dt_bias per
+                     value head, RMSNormGated), Qwen35Attention (wq twice as wide for the sigmoid output gate,
+                     OffsetRMSNorm q/k norms, RoPE on the first `rotary_dim` channels), OffsetRMSNorm x̂·(1 + w)
+                     everywhere with eps 1e-6 (`_EPS`; RMSNormGated's 1e-6), full attention where
+                     (layer + 1) % full_attention_interval == 0, MoE with a softmax router over every expert, the
+                     top-k weights renormalized (`route_norm=True`) and one sigmoid-gated shared expert
+                     (`_shared_experts_config`, SigmoidGatedFeedForward, gate without bias).
+                     Qwen35Model.Config requires a vision encoder, Qwen35Model.__init__ builds it and its
+                     forward reads the multimodal collator's `special_tokens` (models/qwen3_5/model.py); so the
+                     written module subclasses it as a text decoder (`Qwen3NextText`): no vision encoder is
+                     built, the layers take the token embeddings, and Qwen35Model.Config.update_from_config runs
+                     with the vision encoder's sharding step (sharding.py, `_set_vision_encoder_sharding`) skipped.
+                     Its data, tokenizer and optimizer are TorchTitan's qwen3 `qwen3_30b_a3b`: the qwen3_5 configs
+                     load image-text data (qwen3_5/config_registry.py, MMDataLoader). TorchTitan refuses context
+                     parallelism for these blocks (parallelize.py, parallelize_qwen3_5) and a TP degree that does
+                     not divide the DeltaNet's heads (model.py, Qwen35Model.Config.update_from_config); the plan's
+                     own rule for Gated DeltaNet layers (specs/strategy.py) refuses both before any export.
 What the builders cannot state is refused by name (`blockers`).
 """
 
@@ -25,14 +44,22 @@ import re
 from bandwise.export.architecture import Architecture
 from bandwise.specs.model import ModelSpec
 
-EPS = {"qwen3": 1e-6, "llama3": 1e-5}
+EPS = {"qwen3": 1e-6, "llama3": 1e-5, "qwen3_5": 1e-6}
 """Every RMSNorm's epsilon the package's builders give: qwen3's `_EPS`; llama3 sets none, so RMSNorm.Config's
 default (torchtitan/models/common/nn_modules.py)."""
-PACKAGES = {"qwen3": "qwen3", "qwen3_moe": "qwen3", "llama": "llama3", "mistral": "llama3"}
+PACKAGES = {"qwen3": "qwen3", "qwen3_moe": "qwen3", "llama": "llama3", "mistral": "llama3", "qwen3_next": "qwen3_5"}
 """Hugging Face model_type: the torchtitan/models/ package whose blocks build it."""
-BASES = {("qwen3", False): "qwen3_14b", ("qwen3", True): "qwen3_30b_a3b", ("llama3", False): "llama3_8b"}
-"""The shipped config function (torchtitan/models/<package>/config_registry.py) a written one starts from,
-dense or MoE: its optimizer, data and checkpoint settings; the job's flags set the layout."""
+BASES = {("qwen3", False): "qwen3_14b", ("qwen3", True): "qwen3_30b_a3b", ("llama3", False): "llama3_8b",
+         ("qwen3_5", False): "qwen3_14b", ("qwen3_5", True): "qwen3_30b_a3b"}
+"""The shipped config function (torchtitan/models/<package>/config_registry.py; for qwen3_5 the text configs of
+torchtitan/models/qwen3/config_registry.py) a written one starts from, dense or MoE: its optimizer, data and
+checkpoint settings; the job's flags set the layout."""
+HYBRID_FLAVORS = {False: "0.8B", True: "35B-A3B"}
+"""The qwen3_5 model_registry flavor whose ModelSpec (parallelize_qwen3_5, pipeline_vlm, the MoE balancing hook)
+a written hybrid takes, dense or MoE, with its own model in it (torchtitan/models/qwen3_5/__init__.py)."""
+DELTANET_CONV = 4
+"""The conv kernel of every GatedDeltaNet the qwen3_5 builders make: `_qwen35_deltanet_config`'s default, which
+`_build_qwen35_layers` and `_build_qwen35_moe_layers` do not pass on."""
 
 
 def where(package: str) -> str:
@@ -47,6 +74,8 @@ def family(arch: Architecture | None) -> str | None:
 def blockers(model: ModelSpec, arch: Architecture) -> list[str]:
     """What the family's builders cannot state for this model, one line each ([]: it can be written)."""
     package = PACKAGES[arch.family]
+    if package == "qwen3_5":
+        return _hybrid_blockers(model, arch)
     WHERE = where(package)  # noqa: N806
     out = [f"{part}: {WHERE} has no such part" for part in arch.unsupported]
     scalings = ("", "llama3") if package == "llama3" else ("",)
@@ -74,6 +103,61 @@ def blockers(model: ModelSpec, arch: Architecture) -> list[str]:
     return out
 
 
+def attention_interval(pattern: tuple[bool, ...]) -> int | None:
+    """The k for which layer i attends exactly when (i + 1) % k == 0 (`pattern[i]`: layer i is Gated DeltaNet), or None."""
+    n = len(pattern)
+    return next((k for k in range(1, n + 1) if all(la == ((i + 1) % k != 0) for i, la in enumerate(pattern))), None)
+
+
+def rotary_dim(model: ModelSpec, arch: Architecture) -> float:
+    """The channels of each head the rotary embedding turns (transformers: int(head_dim · partial_rotary_factor))."""
+    return model.d_head * arch.rotary_fraction
+
+
+def _hybrid_blockers(model: ModelSpec, arch: Architecture) -> list[str]:
+    """What TorchTitan 0.3.0's Qwen3.5 builders cannot state of a Gated DeltaNet hybrid (see the module's docstring)."""
+    WHERE = "torchtitan 0.3.0 torchtitan/models/qwen3_5/__init__.py"  # noqa: N806
+    out = [f"{part}: {WHERE} has no such part" for part in arch.unsupported]
+    mixer, pattern = model.linear_attention, arch.linear_layers
+    if mixer is None or len(pattern) != model.layers or sum(pattern) != model.linear_attention_layers:
+        out.append(f"Gated DeltaNet layers without their order ({len(pattern)} listed): pass the model's config.json")
+        return out
+    every = attention_interval(pattern)
+    if every is None:
+        out.append(f"its layer order: {WHERE}'s builders attend on layer i exactly when (i + 1) % full_attention_interval == 0")
+    if mixer.conv_kernel != DELTANET_CONV:
+        out.append(f"linear_conv_kernel_dim={mixer.conv_kernel}: {WHERE} builds every GatedDeltaNet conv {DELTANET_CONV} wide "
+                   "(_qwen35_deltanet_config's default, not passed on by _build_qwen35_layers)")
+    if not model.attention_output_gate:
+        out.append(f"attention without an output gate: {WHERE} builds Qwen35Attention's wq twice as wide for its sigmoid gate")
+    if not arch.qk_norm or not arch.norm_offset:
+        out.append(f"norms other than (1 + w) RMSNorms with q/k norms: {WHERE} builds OffsetRMSNorm everywhere, q and k included")
+    turned = rotary_dim(model, arch)
+    if arch.rope is None or arch.rope.scaling or turned != int(turned) or int(turned) % 2:
+        out.append(f"positions other than unscaled RoPE on an even number of channels (rope_scaling "
+                   f"{arch.rope.scaling if arch.rope else 'none'}, partial_rotary_factor {arch.rotary_fraction:g} of head_dim "
+                   f"{model.d_head}): Qwen35Attention turns its first rotary_dim channels (torchtitan/models/qwen3_5/model.py)")
+    if abs(arch.norm_eps - EPS["qwen3_5"]) > 1e-12:
+        out.append(f"rms_norm_eps={arch.norm_eps:g}: {WHERE} gives every OffsetRMSNorm and RMSNormGated eps 1e-6")
+    if model.tied_embeddings:
+        out.append(f"tie_word_embeddings=true: {WHERE} builds a separate lm_head for Qwen3.5 (its configs' note: tied "
+                   "embeddings not supported)")
+    if arch.qkv_bias or arch.bias:
+        out.append(f"biases: {WHERE} builds the attention and DeltaNet projections without bias")
+    if (arch.hidden_dropout or 0) > 0 or (arch.attention_dropout or 0) > 0:
+        out.append(f"dropout: {WHERE} builds no dropout")
+    if arch.sliding_window and arch.sliding_window < model.seq_len:
+        out.append(f"sliding_window={arch.sliding_window}: {WHERE} builds full attention only")
+    if model.is_moe:
+        if arch.router != "softmax" or not arch.topk_norm or arch.routed_scale != 1 or arch.expert_bias:
+            out.append(f"router {arch.router} (norm_topk_prob {arch.topk_norm}, scale {arch.routed_scale:g}): {WHERE} routes by "
+                       "a softmax over every expert, the top-k weights renormalized (route_norm=True)")
+        if model.dense_layers or model.shared_experts != 1 or not arch.shared_expert_gate:
+            out.append(f"{model.shared_experts} shared experts (gated: {arch.shared_expert_gate}), {model.dense_layers} dense "
+                       f"layers: {WHERE} builds MoE on every layer with one sigmoid-gated shared expert (_shared_experts_config)")
+    return out
+
+
 def slug(name: str) -> str:
     """A Python identifier from the model's name: `Qwen3-30B-A3B` -> `qwen3_30b_a3b`."""
     s = re.sub(r"[^0-9a-zA-Z]+", "_", name).strip("_").lower() or "model"
@@ -93,6 +177,8 @@ def source(model: ModelSpec, arch: Architecture) -> str:
     assert arch.rope is not None
     if PACKAGES[arch.family] == "llama3":
         return _llama3(model, arch)
+    if PACKAGES[arch.family] == "qwen3_5":
+        return _qwen3_next(model, arch)
     moe = model.is_moe
     common = (f"fuse_qkv=True, n_layers={model.layers}, dim={model.hidden}, n_heads={model.heads}, n_kv_heads={model.n_kv_heads}, "
               f"head_dim={model.d_head}, attn_backend=\"flex\", "
@@ -172,6 +258,91 @@ def {function_name(model)}():
         ),
     )
     config.model_spec = dataclasses.replace(config.model_spec, flavor={model.name!r}, model=model)
+    config.loss = ChunkedLossWrapper.Config(loss_fn=CrossEntropyLoss.Config(global_vocab_size=decoder_vocab_size(config.model_spec)))
+    config.hf_assets_path = "./assets/hf/{model.name}"
+    return config
+'''
+
+
+def _qwen3_next(model: ModelSpec, arch: Architecture) -> str:
+    mixer = model.linear_attention
+    assert mixer is not None and arch.rope is not None
+    moe = model.is_moe
+    common = (f"n_layers={model.layers}, dim={model.hidden}, n_heads={model.heads}, n_kv_heads={model.n_kv_heads}, "
+              f"head_dim={model.d_head}, rotary_dim={int(rotary_dim(model, arch))}, "
+              f"rope=CosSinRoPE.Config(dim={int(rotary_dim(model, arch))}, max_seq_len={model.seq_len}, theta={float(arch.rope.theta)!r}), "
+              f"n_key_heads={mixer.key_heads}, n_value_heads={mixer.value_heads}, key_head_dim={mixer.key_head_dim}, "
+              f"value_head_dim={mixer.value_head_dim}, full_attention_interval={attention_interval(arch.linear_layers)}, "
+              f"attn_backend=\"flex\"")
+    layers = (f"_build_qwen35_moe_layers({common}, moe_hidden_dim={model.expert_ffn}, num_experts={model.experts}, top_k={model.top_k}, "
+              f"shared_expert_hidden_dim={model.shared_ffn}, moe_comm_backend=\"standard\")" if moe
+              else f"_build_qwen35_layers({common}, hidden_dim={model.ffn})")
+    registry = repr(HYBRID_FLAVORS[moe]) + (', moe_comm_backend="standard"' if moe else "")
+    return f'''"""TorchTitan config function for {model.name}, written by bandwise from the model's config.json: its text
+decoder from TorchTitan's own Qwen3.5 blocks (torchtitan/models/qwen3_5: GatedDeltaNet, Qwen35Attention with the
+output gate and partial RoPE, OffsetRMSNorm, the sigmoid-gated shared expert), with no vision encoder; data,
+tokenizer and optimizer from TorchTitan's {BASES["qwen3_5", moe]}. Needs flash-linear-attention (fla) installed:
+torchtitan.models.qwen3_5 imports its Gated DeltaNet kernels."""
+
+import dataclasses
+
+import torchtitan.models.qwen3_5.sharding as qwen35_sharding
+from torchtitan.components.loss import ChunkedLossWrapper, CrossEntropyLoss
+from torchtitan.models.common import CosSinRoPE, Embedding, Linear
+from torchtitan.models.common.config_utils import decoder_vocab_size
+from torchtitan.models.common.decoder import Decoder
+from torchtitan.models.qwen3 import config_registry as shipped
+from torchtitan.models.qwen3_5 import (
+    _EMBEDDING_INIT,
+    _build_qwen35_layers,
+    _build_qwen35_moe_layers,
+    _offset_norm,
+    _output_linear_init,
+    model_registry,
+)
+from torchtitan.models.qwen3_5.model import Qwen35Model
+from torchtitan.models.qwen3_5.vision_encoder import Qwen35VisionEncoder
+
+
+class Qwen3NextText(Qwen35Model):
+    """Qwen35Model as a text decoder: no vision encoder is built, and the layers take the token embeddings."""
+
+    @dataclasses.dataclass(kw_only=True, slots=True)
+    class Config(Qwen35Model.Config):
+        vision_encoder: Qwen35VisionEncoder.Config | None = None
+
+        def update_from_config(self, *, config, **kwargs) -> None:
+            # Qwen35Model.Config's checks and sharding, but for the vision encoder's sharding: there is none
+            shard_vision = qwen35_sharding._set_vision_encoder_sharding
+            qwen35_sharding._set_vision_encoder_sharding = lambda vision: None
+            try:
+                Qwen35Model.Config.update_from_config(self, config=config, **kwargs)
+            finally:
+                qwen35_sharding._set_vision_encoder_sharding = shard_vision
+
+    def __init__(self, config: Config):
+        Decoder.__init__(self, config)
+        self.vision_encoder = None
+        self.spatial_merge_size = None
+
+    def _prepare_multimodal_embeds(self, tokens, **_):
+        # text batches: the embeddings alone (a later pipeline stage, without tok_embeddings, gets hidden states)
+        return self.tok_embeddings(tokens) if self.tok_embeddings is not None else tokens
+
+
+def {function_name(model)}():
+    config = shipped.{BASES["qwen3_5", moe]}()
+    model = Qwen3NextText.Config(
+        vocab_size={model.vocab},
+        dim={model.hidden},
+        norm=_offset_norm({model.hidden}),
+        enable_weight_tying={model.tied_embeddings},
+        tok_embeddings=Embedding.Config(num_embeddings={model.vocab}, embedding_dim={model.hidden}, param_init=_EMBEDDING_INIT),
+        lm_head=Linear.Config(in_features={model.hidden}, out_features={model.vocab}, param_init=_output_linear_init({model.hidden})),
+        layers={layers},
+    )
+    spec = model_registry({registry})
+    config.model_spec = dataclasses.replace(spec, flavor={model.name!r}, model=model)
     config.loss = ChunkedLossWrapper.Config(loss_fn=CrossEntropyLoss.Config(global_vocab_size=decoder_vocab_size(config.model_spec)))
     config.hf_assets_path = "./assets/hf/{model.name}"
     return config

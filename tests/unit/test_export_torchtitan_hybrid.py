@@ -1,0 +1,74 @@
+"""Qwen3-Next to TorchTitan: what its Qwen3.5 builders fix is refused by name, and the written module states the
+config.json's widths (export/torchtitan_module.py). No TorchTitan here: the module is read as text; the interop
+matrix (tests/interop/test_configs.py) imports it and builds the model on the meta device."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from bandwise.errors import BandwiseError
+from bandwise.export import export
+from bandwise.export.torchtitan_module import written
+from bandwise.specs.registry import get_cluster, get_model
+from bandwise.specs.strategy import Strategy
+
+QWEN3_NEXT = Path(__file__).parents[1] / "data" / "hf" / "Qwen3-Next-80B-A3B-Instruct" / "config.json"
+LAYOUT = Strategy(dp_shard=32, ep=8, micro_batch=1, global_batch=256, recompute="full")
+
+
+def _variant(tmp_path: Path, **changes: object) -> str:
+    cfg = {**json.loads(QWEN3_NEXT.read_text()), **changes}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    return str(path)
+
+
+def _torchtitan(path: str, s: Strategy = LAYOUT) -> str:
+    model = get_model(path).with_seq_len(4096)
+    return export("torchtitan", model, get_cluster("h100"), s, 32, model_source=path).text
+
+
+def test_the_written_module_states_the_configs_widths() -> None:
+    cfg = json.loads(QWEN3_NEXT.read_text())
+    found = written(_torchtitan(str(QWEN3_NEXT)))
+    assert found is not None
+    _, source = found
+    compile(source, "module", "exec")
+    call = re.search(r"_build_qwen35_moe_layers\((.*?)\),\n", source)
+    assert call is not None
+    args: dict[str, str] = {}
+    for key, value in re.findall(r"(\w+)=([\w.\"]+)", call[1]):
+        args.setdefault(key, value)  # the builder's own keywords come first; CosSinRoPE.Config's dim after
+    assert re.search(r"CosSinRoPE\.Config\(dim=64,", call[1])
+    head = cfg["head_dim"]
+    assert int(args["rotary_dim"]) == int(head * cfg["partial_rotary_factor"]) == 64
+    assert [int(args[k]) for k in ("n_layers", "dim", "n_heads", "n_kv_heads", "head_dim")] == [
+        cfg["num_hidden_layers"], cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"], head]
+    assert [int(args[k]) for k in ("n_key_heads", "n_value_heads", "key_head_dim", "value_head_dim", "full_attention_interval")] == [
+        cfg["linear_num_key_heads"], cfg["linear_num_value_heads"], cfg["linear_key_head_dim"], cfg["linear_value_head_dim"],
+        cfg["full_attention_interval"]]
+    assert [int(args[k]) for k in ("moe_hidden_dim", "num_experts", "top_k", "shared_expert_hidden_dim")] == [
+        cfg["moe_intermediate_size"], cfg["num_experts"], cfg["num_experts_per_tok"], cfg["shared_expert_intermediate_size"]]
+    assert f"theta={float(cfg['rope_theta'])!r}" in call[1]
+    assert "vision_encoder: Qwen35VisionEncoder.Config | None = None" in source
+
+
+@pytest.mark.parametrize("changes,named", [
+    ({"linear_conv_kernel_dim": 3}, "_qwen35_deltanet_config"),
+    ({"norm_topk_prob": False}, "route_norm=True"),
+    ({"rms_norm_eps": 1e-5}, "eps 1e-6"),
+    ({"tie_word_embeddings": True}, "separate lm_head"),
+    ({"full_attention_interval": None, "layer_types": ["linear_attention", "full_attention"] * 24}, None),
+])
+def test_what_the_qwen3_5_builders_fix_is_refused_by_name(tmp_path: Path, changes: dict, named: str | None) -> None:
+    path = _variant(tmp_path, **changes)
+    if named is None:  # attention on every other layer: (i + 1) % 2 == 0, which the builders state
+        assert "full_attention_interval=2" in _torchtitan(path)
+        return
+    with pytest.raises(BandwiseError, match=re.escape(named)) as refused:
+        _torchtitan(path)
+    assert "torchtitan 0.3.0" in str(refused.value) and "\n" not in str(refused.value)
