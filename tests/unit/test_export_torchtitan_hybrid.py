@@ -72,3 +72,18 @@ def test_what_the_qwen3_5_builders_fix_is_refused_by_name(tmp_path: Path, change
     with pytest.raises(BandwiseError, match=re.escape(named)) as refused:
         _torchtitan(path)
     assert "torchtitan 0.3.0" in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_context_parallel_is_refused_where_torchtitan_refuses_it() -> None:
+    """The planner runs Gated DeltaNet under CP as Megatron-LM does; TorchTitan's qwen3_5 parallelize raises
+    on CP, so a CP layout is not a TorchTitan job (its own source says so, where TorchTitan is installed)."""
+    with pytest.raises(BandwiseError, match="no context parallelism") as exc:
+        _torchtitan(str(QWEN3_NEXT), Strategy(dp_shard=16, cp=2, ep=8, micro_batch=1, global_batch=256, recompute="full"))
+    assert "\n" not in str(exc.value)
+    try:
+        from torchtitan.models.qwen3_5 import parallelize
+    except ImportError:
+        return
+    import inspect
+
+    assert "Context Parallel is not yet supported" in inspect.getsource(parallelize)

@@ -82,6 +82,12 @@ def adapt(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int, arch: A
     if model.seq_len % divisor:
         raise BandwiseError(f"{s.describe()}: TorchTitan's Trainer needs the {model.seq_len}-token sequence divisible by "
                             f"TP x 2CP = {divisor} (torchtitan 0.3.0 trainer.py)")
+    # parallelize_qwen3_5 (torchtitan/models/qwen3_5/parallelize.py, 0.3.0) raises when context parallelism is on,
+    # and the written Qwen3-Next module (`torchtitan_module`) parallelizes its blocks through it
+    if model.linear_attention is not None and model.linear_attention_layers and s.cp > 1:
+        raise BandwiseError(f"{s.describe()}: TorchTitan's qwen3_5 blocks run no context parallelism (torchtitan 0.3.0 "
+                            f"models/qwen3_5/parallelize.py: 'Context Parallel is not yet supported for Qwen3.5'); use cp=1, "
+                            f"or export to megatron or maxtext")
     # its schedules are torch.distributed.pipelining's, which stop below their floors (torch 2.13)
     if (few := too_few_microbatches("torch", s)) is not None:
         raise BandwiseError(f"{s.describe()}: {few}")

@@ -33,7 +33,8 @@ Families written (torchtitan 0.3.0, torchtitan/models/<package>/__init__.py):
                      load image-text data (qwen3_5/config_registry.py, MMDataLoader). TorchTitan refuses context
                      parallelism for these blocks (parallelize.py, parallelize_qwen3_5) and a TP degree that does
                      not divide the DeltaNet's heads (model.py, Qwen35Model.Config.update_from_config); the plan's
-                     own rule for Gated DeltaNet layers (specs/strategy.py) refuses both before any export.
+                     own rule for Gated DeltaNet layers (specs/strategy.py) refuses the second, and
+                     `torchtitan.adapt` the first (Megatron-LM runs these layers under CP; TorchTitan does not).
 What the builders cannot state is refused by name (`blockers`).
 """
 
