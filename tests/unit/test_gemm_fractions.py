@@ -46,7 +46,12 @@ def test_bf16_gemm_rate_stands_to_the_h100_as_measured(name):
     assert modelled == pytest.approx(measured, rel=ROUNDING)
 
 
-@pytest.mark.parametrize("name", sorted(set(MAMF_FP8) - {"h100-sxm"}))
+SUSTAINED_FP8 = {"gb200", "gb300"}
+"""Whose fp8 figure comes from a sustained cuBLASLt run beside the H100's instead of this table's burst
+(tests/unit/test_blackwell_gemms.py): the table assumed each chip settles as the H100 does."""
+
+
+@pytest.mark.parametrize("name", sorted(set(MAMF_FP8) - {"h100-sxm"} - SUSTAINED_FP8))
 def test_fp8_gemm_rate_stands_to_the_h100_bf16_as_measured(name):
     # One anchor for both precisions: the H100's checked bf16 product; its own fp8 figure follows the
     # same rule (h100-sxm: 0.75 x 70.9 / 80.3), so the fp8 ratio against the H100's fp8 holds as well.
@@ -76,7 +81,7 @@ def test_gb300_takes_the_fraction_measured_on_its_silicon_on_the_b300_board():
     # table has no GB300 board, so GB300 must reach the B300's measured fraction of its datasheet peak at its own
     # datasheet peak (GB300 NVL72: dense BF16 2.5, FP8 5 PFLOPS per GPU; HGX B300: 2.25 and 4.5).
     datasheet = {"b300": {"bf16": 2250.0, "fp8": 4500.0}, "gb300": {"bf16": 2500.0, "fp8": 5000.0}}
-    for precision, mamf in (("bf16", MAMF_BF16["b300"]), ("fp8", MAMF_FP8["b300"])):
+    for precision, mamf in (("bf16", MAMF_BF16["b300"]),):  # its fp8: SUSTAINED_FP8
         assert DEVICES["gb300"].peak(precision) / 1e12 == pytest.approx(datasheet["gb300"][precision], rel=1e-3)
         expected = mamf / datasheet["b300"][precision] * datasheet["gb300"][precision] / MAMF_BF16["h100-sxm"]
         modelled = modelled_tflops("gb300", precision) / modelled_tflops("h100-sxm", "bf16")
