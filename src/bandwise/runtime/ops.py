@@ -297,7 +297,11 @@ def _times(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     shape, so no new buffer is filled: each element is the out-of-place product's, as the same
     kernel computes both (`mul.Tensor` and `mul_.Tensor` are structured delegates of `mul.out`:
     aten/src/ATen/native/native_functions.yaml at v2.13.0)."""
-    if x.dtype == torch.promote_types(x.dtype, y.dtype) and x.shape == torch.broadcast_shapes(x.shape, y.shape):
+    # y broadcast onto x's shape, in a dtype x's holds, checked here: `torch.broadcast_shapes` and
+    # `torch.promote_types` dispatch ops of their own
+    fits = y.dim() <= x.dim() and all(n in (1, m) for m, n in zip(reversed(x.shape), reversed(y.shape)))
+    wider = x.dtype == y.dtype or (x.dtype.is_floating_point and y.dtype.is_floating_point and x.dtype.itemsize > y.dtype.itemsize)
+    if fits and wider:
         return x.mul_(y)
     return x * y
 
