@@ -12,10 +12,13 @@ the minor page faults a forward + backward takes (`getrusage`): torch's CPU allo
 buffers to malloc, whose freed memory the kernel zeroes again page by page when it comes back;
 with `THP_MEM_ALLOC_ENABLE=1` (read once by c10's `alloc_cpu.cpp` at the first allocation) torch
 allocates buffers of 2 MiB and more on huge pages, so far fewer faults (PyTorch's CPU tuning
-guide, "Linux Transparent Huge Pages").
+guide, "Linux Transparent Huge Pages"). Which buffers fault at all depends on glibc's dynamic mmap and trim
+thresholds (mallopt(3), M_MMAP_THRESHOLD), so the count moves from run to run; fixing both thresholds
+(`GLIBC_TUNABLES`, the glibc manual's "Memory Allocation Tunables") removes the faults and most of that spread.
 
     python benchmarks/moe_layer.py                                    # CPU: 8, 40, 64 experts
     THP_MEM_ALLOC_ENABLE=1 python benchmarks/moe_layer.py             # the same on huge pages
+    GLIBC_TUNABLES=glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=1073741824 python benchmarks/moe_layer.py
     python benchmarks/moe_layer.py --experts 40 --dim 1024 --ffn 704 --tokens 8192   # the GPU shape
     python benchmarks/moe_layer.py --profile --experts 64                            # where the time goes
 
