@@ -262,8 +262,8 @@ class _SwiGLU(torch.autograd.Function):
         rows = max(1, SWIGLU_CHUNK_ELEMENTS // width)
         if a2.shape[0] <= rows:  # one chunk: no buffers to fill and no slicing, a handful of ops
             # each product written over a temporary of this function's own where dtypes allow
-            # (`_times`): the values of the out-of-place ops, with three buffers of the (rows,
-            # width) size where there were seven with gates (four where there were five without)
+            # (`_times`): the values of the out-of-place ops, with four buffers of the (rows,
+            # width) size where there were seven with gates (three where there were four without)
             s = F.silu(a2)
             dw = None
             if w1 is not None:  # g2 promoted inside the multiply to the cast's values
