@@ -12,11 +12,19 @@ the minor page faults a forward + backward takes (`getrusage`): torch's CPU allo
 buffers to malloc, whose freed memory the kernel zeroes again page by page when it comes back;
 with `THP_MEM_ALLOC_ENABLE=1` (read once by c10's `alloc_cpu.cpp` at the first allocation) torch
 allocates buffers of 2 MiB and more on huge pages, so far fewer faults (PyTorch's CPU tuning
-guide, "Linux Transparent Huge Pages").
+guide, "Linux Transparent Huge Pages"). Which buffers fault at all depends on glibc's dynamic mmap and trim
+thresholds (mallopt(3), M_MMAP_THRESHOLD), so the count moves from run to run; fixing both thresholds
+(`GLIBC_TUNABLES`, the glibc manual's "Memory Allocation Tunables") removes the faults and most of that spread.
 
     python benchmarks/moe_layer.py                                    # CPU: 8, 40, 64 experts
     THP_MEM_ALLOC_ENABLE=1 python benchmarks/moe_layer.py             # the same on huge pages
+    GLIBC_TUNABLES=glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=1073741824 python benchmarks/moe_layer.py
     python benchmarks/moe_layer.py --experts 40 --dim 1024 --ffn 704 --tokens 8192   # the GPU shape
+    python benchmarks/moe_layer.py --profile --experts 64                            # where the time goes
+
+`--profile` prints, instead of the ratios, torch.profiler's self CPU time of each op a forward +
+backward (mean over `--reps` calls after one untimed), the MoE layer beside the dense one: which
+ops the MoE layer adds and how much the same op costs in each.
 """
 
 from __future__ import annotations
@@ -108,6 +116,32 @@ def measure(experts: int, args, device: torch.device, dtype: torch.dtype) -> dic
     }
 
 
+def profile(experts: int, args, device: torch.device, dtype: torch.dtype, rows: int = 25) -> dict[str, dict[str, float]]:
+    """Self CPU ms of each op a forward + backward, {"moe": {op: ms}, "dense": {op: ms}}, printed as
+    one table (ops ordered by the MoE layer's time; "calls" is the MoE layer's count a call)."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    mods = layers(experts, args.top_k, args.dim, args.ffn, device)
+    x = torch.randn(1, args.tokens, args.dim, device=device, requires_grad=True)
+    ms: dict[str, dict[str, float]] = {}
+    calls: dict[str, float] = {}
+    for name, layer in mods.items():
+        time_fwd_bwd(layer, x, 1, dtype)  # warm-up outside the profile
+        with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
+            time_fwd_bwd(layer, x, args.reps, dtype)
+        n = args.reps + 1
+        ms[name] = {e.key: e.self_cpu_time_total / 1e3 / n for e in prof.key_averages()}
+        if name == "moe":
+            calls = {e.key: e.count / n for e in prof.key_averages()}
+    total = {k: sum(v.values()) for k, v in ms.items()}
+    print(f"E={experts}: self CPU time a forward + backward, moe {total['moe']:.1f} ms, dense {total['dense']:.1f} ms")
+    print(f"{'op':48s} {'moe ms':>8s} {'dense ms':>9s} {'calls':>7s}")
+    for op in sorted(ms["moe"], key=lambda k: -ms["moe"][k])[:rows]:
+        print(f"{op[:48]:48s} {ms['moe'][op]:8.2f} {ms['dense'].get(op, 0.0):9.2f} {calls[op]:7.0f}")
+    return ms
+
+
 def main(argv: list[str] | None = None) -> list[dict[str, float]]:
     ap = argparse.ArgumentParser()
     ap.add_argument("--experts", default="8,40,64")
@@ -120,6 +154,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, float]]:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--cpu", action="store_true", help="Stay on the CPU even where a GPU is present.")
     ap.add_argument("--no-loop", dest="loop", action="store_false", help="Leave out the per-expert loop (its rounds take longest).")
+    ap.add_argument("--profile", action="store_true", help="Per-op self CPU time of the MoE and the dense layer instead of the ratios.")
     args = ap.parse_args(argv)
     device = torch.device("cuda") if torch.cuda.is_available() and not args.cpu else torch.device("cpu")
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
@@ -129,6 +164,10 @@ def main(argv: list[str] | None = None) -> list[dict[str, float]]:
           f"{args.tokens} tokens x width {args.dim}, top-{args.top_k} of E experts of width {args.ffn} + 1 shared, "
           f"{args.reps} reps x {args.rounds} rounds{f', {torch.get_num_threads()} threads' if device.type == 'cpu' else ''}, "
           f"THP_MEM_ALLOC_ENABLE={os.environ.get('THP_MEM_ALLOC_ENABLE', 'unset')}")
+    if args.profile:
+        for e in (int(v) for v in args.experts.split(",")):
+            profile(e, args, device, dtype)
+        return []
     rows = []
     for e in (int(v) for v in args.experts.split(",")):
         r = measure(e, args, device, dtype)

@@ -243,7 +243,7 @@ class _SwiGLU(torch.autograd.Function):
     @staticmethod
     def forward(ctx, a: torch.Tensor, b: torch.Tensor, w: torch.Tensor | None) -> torch.Tensor:  # type: ignore[override]
         ctx.save_for_backward(a, b, *(() if w is None else (w,)))
-        out = F.silu(a) * b
+        out = _times(F.silu(a), b)
         if w is not None:
             # computed in the wider dtype, rounded once to out's; w a column (rows, 1) already (an
             # MoE layer's gates) or one weight per row of a's leading dimensions
@@ -261,14 +261,17 @@ class _SwiGLU(torch.autograd.Function):
         w1 = None if w is None else w if w.dim() == 2 and w.shape[1] == 1 else w.reshape(-1, 1)
         rows = max(1, SWIGLU_CHUNK_ELEMENTS // width)
         if a2.shape[0] <= rows:  # one chunk: no buffers to fill and no slicing, a handful of ops
+            # each product written over a temporary of this function's own where dtypes allow
+            # (`_times`): the values of the out-of-place ops, with four buffers of the (rows,
+            # width) size where there were seven with gates (three where there were four without)
             s = F.silu(a2)
             dw = None
             if w1 is not None:  # g2 promoted inside the multiply to the cast's values
-                dw = torch.sum((s * b2).to(w1.dtype) * g2, -1, keepdim=True)
-                g2 = (g2 * w1).to(g.dtype)
-            db = g2 * s
+                dw = torch.sum(_times((s * b2).to(w1.dtype), g2), -1, keepdim=True)
+                g2 = (g2 * w1).to(g.dtype)  # this function's own from here: b2 multiplies it in place
+            db = _times(s, g2)
             del s
-            da = torch.ops.aten.silu_backward(g2 * b2, a2)
+            da = torch.ops.aten.silu_backward(g2 * b2 if w1 is None else _times(g2, b2), a2)
             if dw is not None and dw.shape != w.shape:
                 dw = dw.view(w.shape)
             if not flat:
@@ -287,6 +290,20 @@ class _SwiGLU(torch.autograd.Function):
             del s
             da[i : i + rows] = torch.ops.aten.silu_backward(gc * bc, ac)
         return da.view(a.shape), db.view(b.shape), None if dw is None else dw.view(w.shape)
+
+
+def _times(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """x · y, written over x (a temporary its caller owns) where the product has x's dtype and
+    shape, so no new buffer is filled: each element is the out-of-place product's, as the same
+    kernel computes both (`mul.Tensor` and `mul_.Tensor` are structured delegates of `mul.out`:
+    aten/src/ATen/native/native_functions.yaml at v2.13.0)."""
+    # y broadcast onto x's shape, in a dtype x's holds, checked here: `torch.broadcast_shapes` and
+    # `torch.promote_types` dispatch ops of their own
+    fits = y.dim() <= x.dim() and all(n in (1, m) for m, n in zip(reversed(x.shape), reversed(y.shape)))
+    wider = x.dtype == y.dtype or (x.dtype.is_floating_point and y.dtype.is_floating_point and x.dtype.itemsize > y.dtype.itemsize)
+    if fits and wider:
+        return x.mul_(y)
+    return x * y
 
 
 def swiglu(a: torch.Tensor, b: torch.Tensor, w: torch.Tensor | None = None) -> torch.Tensor:
