@@ -253,3 +253,24 @@ def test_qwen3_next_text_decoder_runs_a_text_batch(cases) -> None:
     finally:
         dist_utils.set_spmd_backend(backend)
     assert logits.shape == (2, 16, 97) and bool(torch.isfinite(logits).all())
+
+
+def test_nemotron_4_exports_to_megatron_in_its_own_words(cases) -> None:
+    """Nemotron-4 / Minitron (model_type nemotron): transformers' modeling_nemotron.py applies NemotronLayerNorm1P (a
+    LayerNorm with weight and bias, as x̂·(1 + w) + b), up_proj -> relu2 -> down_proj, and RoPE on partial_rotary_factor of
+    each head. The TransformerConfig Megatron-LM d98e8a6 builds from the job's flags holds each: normalization LayerNorm
+    with layernorm_zero_centered_gamma (--apply-layernorm-1p), squared_relu without a gate (--squared-relu), and
+    --rotary-percent at the config's own factor, read here from the config.json."""
+    from megatron.core.activations import squared_relu
+
+    c = cases["Nemotron-4-4B"]
+    own = json.loads(Path(c.path).read_text())
+    assert own["model_type"] == "nemotron" and own["hidden_act"] == "relu2"
+    job = c.exports["megatron"]
+    assert isinstance(job, Export), job
+    cfg, _, flags = judges.judge_megatron(job.text, c.model, get_cluster("h100"), c.devices, job.strategy, c.arch)
+    assert cfg.normalization == "LayerNorm" and cfg.layernorm_zero_centered_gamma
+    assert cfg.layernorm_epsilon == own["norm_eps"]
+    assert cfg.activation_func is squared_relu and not cfg.gated_linear_unit
+    assert float(flags["--rotary-percent"][0]) == own["partial_rotary_factor"]
+    assert all(isinstance(c.exports[e], BandwiseError) for e in ("torchtitan", "maxtext"))

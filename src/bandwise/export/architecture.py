@@ -112,8 +112,8 @@ class Architecture:
     """The share of each head's dimensions the rotary embedding turns (transformers' partial_rotary_factor;
     Qwen3-Next: 0.25, Phi-4-mini: 0.75; GPT-NeoX's rotary_pct); the rest carry no position."""
     norm_offset: bool = False
-    """Every RMSNorm of the residual stream and the q/k norms computed as x̂·(1 + w) with w from zero
-    (Qwen3NextRMSNorm, zero-centered weights), not x̂·w."""
+    """Every norm of the residual stream and the q/k norms computed as x̂·(1 + w) with w from zero
+    (Qwen3NextRMSNorm's zero-centered weights; Nemotron-4's NemotronLayerNorm1P, a LayerNorm with bias), not x̂·w."""
     unsupported: tuple[str, ...] = ()
     """Parts no engine here writes, each named as its source names it."""
     source: str = ""
@@ -647,13 +647,14 @@ def _llama_like(cfg: dict[str, Any], kind: str, where: str) -> Architecture:
     if kind == "nemotron":
         # modeling_nemotron.py: NemotronLayerNorm1P (a LayerNorm with weight and bias, applied as weight + 1), up_proj ->
         # relu2 -> down_proj, RoPE on partial_rotary_factor of each head; biases with attention_bias and mlp_bias
+        # (the 1 + weight norm is `norm_offset` on a LayerNorm, Megatron-LM's --apply-layernorm-1p, which these records
+        # state; an engine without it refuses it by name)
         act = merged["hidden_act"]
-        parts = ["NemotronLayerNorm1P (LayerNorm weights applied as 1 + weight)"]
-        parts += [f"{k}=true" for k in ("attention_bias", "mlp_bias") if merged.get(k) is True]
+        parts = [f"{k}=true" for k in ("attention_bias", "mlp_bias") if merged.get(k) is True]
         if act != "relu2":
             parts.append(f"hidden_act={brief(act)} (a two-matrix MLP here takes relu2)")
-        arch = replace(arch, norm="LayerNorm", norm_eps=float(merged["norm_eps"]), gated=False, activation="relu2",
-                       rotary_fraction=_fraction(merged, where), unsupported=(*arch.unsupported, *parts))
+        arch = replace(arch, norm="LayerNorm", norm_offset=True, norm_eps=float(merged["norm_eps"]), gated=False,
+                       activation="relu2", rotary_fraction=_fraction(merged, where), unsupported=(*arch.unsupported, *parts))
     if kind == "olmo":
         # modular_olmo.py: OlmoLayerNorm is F.layer_norm without weight or bias; clip_qkv clamps q, k and v when set
         parts = ["LayerNorm without weight or bias (OLMo's OlmoLayerNorm)"]
