@@ -754,6 +754,7 @@ def assert_megatron_model(cfg: Any, flags: dict[str, list[str]], model: ModelSpe
     # Qwen3-Next: zero-centered norms, gated attention, partial rotary positions, and the Gated DeltaNet layers in the order
     # Megatron-Core's own spec builder reads them (experimental_attention_variant_module_specs.py, get_linear_attention_pattern)
     assert cfg.layernorm_zero_centered_gamma == arch.norm_offset
+    assert cfg.rotary_interleaved == arch.rope_interleaved  # GLM's and ERNIE 4.5's RoPE pairs
     assert cfg.attention_output_gate == model.attention_output_gate
     assert float(flags.get("--rotary-percent", ["1"])[0]) == arch.rotary_fraction
     if model.linear_attention is not None:

@@ -274,3 +274,34 @@ def test_nemotron_4_exports_to_megatron_in_its_own_words(cases) -> None:
     assert cfg.activation_func is squared_relu and not cfg.gated_linear_unit
     assert float(flags["--rotary-percent"][0]) == own["partial_rotary_factor"]
     assert all(isinstance(c.exports[e], BandwiseError) for e in ("torchtitan", "maxtext"))
+
+
+def test_interleaved_rope_exports_to_megatron_as_the_model_turns_it(cases, monkeypatch) -> None:
+    """ERNIE 4.5 turns adjacent channel pairs (modular_ernie4_5.py: rotate_half on x[..., 0::2] and x[..., 1::2], each
+    frequency repeated for both channels of its pair). The job says --rotary-interleaved, and Megatron-Core's own rotation,
+    with the RotaryEmbedding and flags the job builds, turns a random head as that formula does, written out here pair by
+    pair: out[2i] = x[2i]·cos(p·f_i) - x[2i+1]·sin(p·f_i), out[2i+1] = x[2i+1]·cos(p·f_i) + x[2i]·sin(p·f_i),
+    f_i = θ^(-2i/d). The MoE model is refused for its softmax router's expert bias, which Megatron-LM adds under sigmoid
+    scores only."""
+    import torch
+    from megatron.core.models.common.embeddings.rope_utils import _apply_rotary_pos_emb_bshd
+    from megatron.core.models.common.embeddings.rotary_pos_embedding import RotaryEmbedding
+
+    c = cases["ERNIE-4.5-0.3B-Base"]
+    job = c.exports["megatron"]
+    assert isinstance(job, Export), job
+    cfg, _, flags = judges.judge_megatron(job.text, c.model, get_cluster("h100"), c.devices, job.strategy, c.arch)
+    assert cfg.rotary_interleaved and "--rotary-interleaved" in flags
+    d, theta, seq = cfg.kv_channels, float(flags["--rotary-base"][0]), 8
+    rope = RotaryEmbedding(kv_channels=d, rotary_percent=1.0, rotary_interleaved=True, rotary_base=int(theta),
+                           use_cpu_initialization=True)
+    x = torch.randn(seq, 1, 1, d, dtype=torch.float64)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: "cpu")  # get_emb moves the frequencies to the GPU
+    got = _apply_rotary_pos_emb_bshd(x, rope.get_emb(seq).double(), rotary_interleaved=True)
+    f = theta ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    angle = torch.arange(seq, dtype=torch.float64)[:, None] * f  # (seq, d/2)
+    even, odd = x[:, 0, 0, 0::2], x[:, 0, 0, 1::2]
+    want = torch.stack((even * angle.cos() - odd * angle.sin(), odd * angle.cos() + even * angle.sin()), -1).reshape(seq, d)
+    assert torch.allclose(got[:, 0, 0], want, atol=1e-6)
+    moe = cases["ERNIE-4.5-21B-A3B-PT"].exports["megatron"]
+    assert isinstance(moe, BandwiseError) and "topk_routing_with_score_function" in str(moe)

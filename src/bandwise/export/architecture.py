@@ -111,6 +111,9 @@ class Architecture:
     rotary_fraction: float = 1.0
     """The share of each head's dimensions the rotary embedding turns (transformers' partial_rotary_factor;
     Qwen3-Next: 0.25, Phi-4-mini: 0.75; GPT-NeoX's rotary_pct); the rest carry no position."""
+    rope_interleaved: bool = False
+    """RoPE turns adjacent channel pairs (2i, 2i + 1) of each head (GLM's and ERNIE 4.5's apply_rotary_pos_emb, RoFormer's
+    layout), not the pairs (i, i + d/2) of the two halves (Llama's rotate_half)."""
     norm_offset: bool = False
     """Every norm of the residual stream and the q/k norms computed as x̂·(1 + w) with w from zero
     (Qwen3NextRMSNorm's zero-centered weights; Nemotron-4's NemotronLayerNorm1P, a LayerNorm with bias), not x̂·w."""
@@ -698,22 +701,22 @@ def _llama_like(cfg: dict[str, Any], kind: str, where: str) -> Architecture:
             arch = replace(arch, router="softmax", topk_norm=True)
     if kind == "ernie4_5":
         # modular_ernie4_5.py (7abb76c): apply_rotary_pos_emb turns interleaved pairs ("glm rope style")
-        parts = ["RoPE on interleaved pairs (ERNIE 4.5's apply_rotary_pos_emb)"]
-        parts += ["use_bias=true"] if merged.get("use_bias") is True else []
-        arch = replace(arch, unsupported=(*arch.unsupported, *parts))
+        parts = ["use_bias=true"] if merged.get("use_bias") is True else []
+        arch = replace(arch, rope_interleaved=True, unsupported=(*arch.unsupported, *parts))
     if kind == "ernie4_5_moe":
         # modular_ernie4_5_moe.py (a4d4492): softmax router whose choice adds moe_statics.e_score_correction_bias, the chosen
         # weights renormalized; ERNIE's own rotary embedding (ernie4_5's apply_rotary_pos_emb) turns interleaved pairs
-        parts = ["RoPE on interleaved pairs (ERNIE 4.5's apply_rotary_pos_emb)"]
-        parts += ["use_bias=true"] if merged.get("use_bias") is True else []
-        arch = replace(arch, router="softmax", topk_norm=True, expert_bias=True, unsupported=(*arch.unsupported, *parts))
+        parts = ["use_bias=true"] if merged.get("use_bias") is True else []
+        arch = replace(arch, router="softmax", topk_norm=True, expert_bias=True, rope_interleaved=True,
+                       unsupported=(*arch.unsupported, *parts))
     if kind == "glm4":
         # modular_glm4.py (08c5327): GlmAttention's q, k, v biases (attention_bias), RoPE on partial_rotary_factor of each
         # head, and post_self_attn_layernorm / post_mlp_layernorm on the sublayer outputs
+        # (GLM's apply_rotary_pos_emb, modeling_glm.py, turns interleaved pairs: `rope_interleaved`)
         arch = replace(arch, qkv_bias=merged.get("attention_bias") is True, rotary_fraction=_fraction(merged, where),
+                       rope_interleaved=True,
                        unsupported=(*arch.unsupported, "post_self_attn_layernorm and post_mlp_layernorm on the block outputs "
-                                                       "(GLM-4's sandwich norms)",
-                                    "RoPE on interleaved pairs (GLM's apply_rotary_pos_emb, modeling_glm.py)"))
+                                                       "(GLM-4's sandwich norms)"))
     if kind == "glm4_moe":
         # modeling_glm4_moe.py (a0699c9): biases on q, k, v only (attention_bias), q/k RMSNorms with use_qk_norm, RoPE on
         # partial_rotary_factor of each head; Glm4MoeTopkRouter: sigmoid scores, e_score_correction_bias for the choice

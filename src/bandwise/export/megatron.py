@@ -155,6 +155,14 @@ def check_model(model: ModelSpec, arch: Architecture | None) -> None:
                                f"fixes {default}")
         if arch.router == "sigmoid" and not arch.topk_norm and model.top_k > 1:
             out.append("norm_topk_prob=false with sigmoid scores: Megatron's sigmoid router always renormalizes the top-k")
+        if arch.router == "softmax" and arch.expert_bias and model.is_moe:
+            # megatron/core/transformer/moe/moe_utils.py at d98e8a6, topk_routing_with_score_function: expert_bias enters the
+            # choice only under the sigmoid and sqrtsoftplus score functions; a softmax router chooses without it
+            out.append("an expert bias for the choice beside softmax scores (e_score_correction_bias): Megatron-LM adds "
+                       "--moe-router-enable-expert-bias's bias under sigmoid scores only (moe_utils.py, topk_routing_with_score_function)")
+        if arch.rope_interleaved and model.is_mla:  # TransformerConfig.__post_init__ raises on the pair
+            out.append("RoPE on interleaved pairs with multi-latent attention: Megatron-Core's TransformerConfig refuses "
+                       "rotary_interleaved with multi_latent_attention")
         if arch.router == "softmax" and model.top_k == 1 and arch.topk_norm:
             out.append("top-1 routing with weight 1: Megatron needs --moe-router-pre-softmax at top-1, which weights the "
                        "expert by its softmax probability")
@@ -440,6 +448,13 @@ def _model_args(m: ModelSpec, arch: Architecture) -> list[tuple[str, object]]:
                 a.append(("no-rope-fusion", None))
             if rope.scaling == "yarn":
                 a += [("rotary-scaling-factor", _num(rope.factor)), ("mscale", _num(rope.mscale)), ("mscale-all-dim", _num(rope.mscale_all_dim))]
+    if rope is not None and arch.rope_interleaved:
+        # TransformerConfig.rotary_interleaved (flag --rotary-interleaved): rope_utils.py _rotate_half turns the pairs
+        # (2i, 2i + 1), and RotaryEmbedding repeats each frequency for both channels of a pair, as GLM's and ERNIE 4.5's
+        # apply_rotary_pos_emb do (cos[..., :d/2].repeat_interleave(2)). RoPE fusion, on by default, takes interleaved
+        # pairs only from Transformer Engine 2.3 (TransformerConfig.__post_init__ raises below it), so the job runs
+        # Megatron-Core's own unfused rotation, which takes them on any version
+        a += [("rotary-interleaved", None)] + ([] if m.is_mla else [("no-rope-fusion", None)])
     if rope is not None and arch.rotary_fraction != 1:
         # arguments.py --rotary-percent: GPTModel's RotaryEmbedding turns the first rotary_percent of each head's channels,
         # as transformers' partial_rotary_factor turns the first rotary_dim (apply_rotary_pos_emb on q[..., :rotary_dim])
