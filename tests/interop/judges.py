@@ -365,6 +365,8 @@ HAND_WRITTEN = {
     "--position-embedding-type": (None, None, None),  # GPTModel argument
     # hand-written at d98e8a6 (arguments.py, _add_experimental_attention_variant_args, through la_freq_type: N or a list expression)
     "--linear-attention-freq": ("transformer", "linear_attention_freq", None),
+    # _add_network_size_args: --no-rope-freq through no_rope_freq_type (an integer or a list expression)
+    "--no-rope-freq": ("transformer", "no_rope_freq", None),
     "--rotary-percent": (None, None, None),  # GPTModel(rotary_percent=...), arguments.py _add_network_size_args
     # per-layer blocks: read from the file by core_transformer_config_from_args into HeterogeneousTransformerConfig
     # (megatron_validate_args.py judges them with Megatron-LM's own code); the legacy rope flag sets position_embedding_type
@@ -478,7 +480,7 @@ def megatron_configs(flags: dict[str, list[str]]) -> tuple[Any, Any]:
             continue
         if fixed is not None:
             value = fixed
-        elif name in ("--moe-layer-freq", "--window-attn-skip-freq", "--linear-attention-freq"):
+        elif name in ("--moe-layer-freq", "--window-attn-skip-freq", "--linear-attention-freq", "--no-rope-freq"):
             value = _pattern(values[0]) if "[" in values[0] else int(values[0])
         elif name == "--window-size":  # arguments.py, tuple_type
             value = tuple(int(v) for v in values[0].strip("()").split(","))
@@ -755,6 +757,8 @@ def assert_megatron_model(cfg: Any, flags: dict[str, list[str]], model: ModelSpe
     # Megatron-Core's own spec builder reads them (experimental_attention_variant_module_specs.py, get_linear_attention_pattern)
     assert cfg.layernorm_zero_centered_gamma == arch.norm_offset
     assert cfg.rotary_interleaved == arch.rope_interleaved  # GLM's and ERNIE 4.5's RoPE pairs
+    # SmolLM3's layers without RoPE, as TransformerConfig.__post_init__ expands --no-rope-freq (1: no RoPE in that layer)
+    assert (cfg.no_rope_freq or []) == [int(x) for x in arch.nope_layers]
     assert cfg.attention_output_gate == model.attention_output_gate
     assert float(flags.get("--rotary-percent", ["1"])[0]) == arch.rotary_fraction
     if model.linear_attention is not None:

@@ -305,3 +305,20 @@ def test_interleaved_rope_exports_to_megatron_as_the_model_turns_it(cases, monke
     assert torch.allclose(got[:, 0, 0], want, atol=1e-6)
     moe = cases["ERNIE-4.5-21B-A3B-PT"].exports["megatron"]
     assert isinstance(moe, BandwiseError) and "topk_routing_with_score_function" in str(moe)
+
+
+def test_smollm3_layers_without_rope_export_to_megatron(cases) -> None:
+    """SmolLM3 attends without RoPE in every no_rope_layer_interval-th layer when its config gives no no_rope_layers
+    (SmolLM3Config, configuration_smollm3.py: no_rope_layers[i] = int((i + 1) % interval != 0), 0 meaning no RoPE;
+    SmolLM3Attention applies RoPE where the entry is 1). Megatron-LM d98e8a6 states it as --no-rope-freq: the list
+    TransformerConfig.__post_init__ expands it to (1: Attention.forward drops rotary_pos_emb) is the config's, computed
+    here from the config.json's own keys."""
+    c = cases["SmolLM3-3B"]
+    own = json.loads(Path(c.path).read_text())
+    assert "no_rope_layers" not in own
+    interval, layers = own["no_rope_layer_interval"], own["num_hidden_layers"]
+    job = c.exports["megatron"]
+    assert isinstance(job, Export), job
+    cfg, _, _ = judges.judge_megatron(job.text, c.model, get_cluster("h100"), c.devices, job.strategy, c.arch)
+    assert cfg.no_rope_freq == [int((i + 1) % interval == 0) for i in range(layers)]
+    assert sum(cfg.no_rope_freq) == layers // interval > 0

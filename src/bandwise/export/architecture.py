@@ -111,6 +111,8 @@ class Architecture:
     rotary_fraction: float = 1.0
     """The share of each head's dimensions the rotary embedding turns (transformers' partial_rotary_factor;
     Qwen3-Next: 0.25, Phi-4-mini: 0.75; GPT-NeoX's rotary_pct); the rest carry no position."""
+    nope_layers: tuple[bool, ...] = ()
+    """Which layers attend without RoPE, in order (SmolLM3's no_rope_layers entries of 0); (): RoPE in every layer."""
     rope_interleaved: bool = False
     """RoPE turns adjacent channel pairs (2i, 2i + 1) of each head (GLM's and ERNIE 4.5's apply_rotary_pos_emb, RoFormer's
     layout), not the pairs (i, i + d/2) of the two halves (Llama's rotate_half)."""
@@ -643,10 +645,20 @@ def _llama_like(cfg: dict[str, Any], kind: str, where: str) -> Architecture:
     arch = replace(base, family=kind, sliding_window=window, window_layers=windowed, source=f"{where} (model_type {kind})")
     if kind == "smollm3":
         # SmolLM3Attention (modular_smollm3.py cbc6e94) skips RoPE where no_rope_layers[i] is 0: every 4th layer by default
+        # (SmolLM3Config, configuration_smollm3.py: no_rope_layers[i] = int((i + 1) % no_rope_layer_interval != 0) when
+        # the list is not given)
+        layers = cfg.get("num_hidden_layers")
         rope = merged.get("no_rope_layers")
-        if not isinstance(rope, list) or 0 in rope:
-            arch = replace(arch, unsupported=(*arch.unsupported, "layers without RoPE (SmolLM3's no_rope_layers, every "
-                                              f"{brief(merged['no_rope_layer_interval'])}th by default)"))
+        if rope is None:
+            interval = merged["no_rope_layer_interval"]
+            if not isinstance(interval, int) or isinstance(interval, bool) or interval < 1:
+                raise BandwiseError(f"{where}: no_rope_layer_interval={brief(interval)} must be a whole number from 1")
+            rope = [int((i + 1) % interval != 0) for i in range(layers if isinstance(layers, int) else 0)]
+        if not isinstance(rope, list) or len(rope) != layers or any(v not in (0, 1) or isinstance(v, bool) for v in rope):
+            raise BandwiseError(f"{where}: no_rope_layers={brief(rope)} must list 0 or 1 for each of the "
+                                f"num_hidden_layers={brief(layers)} layers")
+        if 0 in rope:
+            arch = replace(arch, nope_layers=tuple(v == 0 for v in rope))
     if kind == "nemotron":
         # modeling_nemotron.py: NemotronLayerNorm1P (a LayerNorm with weight and bias, applied as weight + 1), up_proj ->
         # relu2 -> down_proj, RoPE on partial_rotary_factor of each head; biases with attention_bias and mlp_bias

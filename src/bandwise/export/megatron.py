@@ -448,6 +448,14 @@ def _model_args(m: ModelSpec, arch: Architecture) -> list[tuple[str, object]]:
                 a.append(("no-rope-fusion", None))
             if rope.scaling == "yarn":
                 a += [("rotary-scaling-factor", _num(rope.factor)), ("mscale", _num(rope.mscale)), ("mscale-all-dim", _num(rope.mscale_all_dim))]
+    if rope is not None and arch.nope_layers:
+        # TransformerConfig.no_rope_freq (flag --no-rope-freq, arguments.py no_rope_freq_type at d98e8a6): an integer N skips
+        # RoPE in layer n (from 1) when n % N == 0, a list expression where its entry is 1; attention.py, Attention.forward,
+        # drops rotary_pos_emb there
+        pattern = arch.nope_layers
+        n = len(pattern)
+        every = next((k for k in range(2, n + 1) if n % k == 0 and all(skip == ((i + 1) % k == 0) for i, skip in enumerate(pattern))), None)
+        a.append(("no-rope-freq", every if every is not None else _runs(pattern)))
     if rope is not None and arch.rope_interleaved:
         # TransformerConfig.rotary_interleaved (flag --rotary-interleaved): rope_utils.py _rotate_half turns the pairs
         # (2i, 2i + 1), and RotaryEmbedding repeats each frequency for both channels of a pair, as GLM's and ERNIE 4.5's
