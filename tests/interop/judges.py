@@ -631,13 +631,19 @@ def validate_args_rules(flags: dict[str, list[str]], env: dict[str, str | None],
         assert "--num-experts" in flags, "num_experts must be non None to use expert model parallelism"
 
 
+def megatron_layers(model: ModelSpec, arch: Architecture | None) -> int:
+    """Megatron's layer count: a hybrid of mixer-and-MLP layers (Bamba) is two of Megatron's layers each
+    (export/megatron.py, hybrid_pattern)."""
+    return model.layers * (2 if arch is not None and arch.hybrid_mlp else 1)
+
+
 def judge_megatron_text(text: str, model: ModelSpec, cluster: Cluster, devices: int, arch: Architecture | None) -> dict[str, list[str]]:
     """validate_args' rules on the flags and the job's environment, Megatron-Core's configs built
     from the flags, and the model they build against the model planned; returns the flags."""
     flags = parse_flags(mg.arguments(text))
     validate_args_rules(flags, job_environment(text), mg.arch_major(cluster), devices)
     cfg, _ = megatron_configs(flags)
-    assert cfg.num_layers == model.layers and cfg.hidden_size == model.hidden and cfg.num_attention_heads == model.heads
+    assert cfg.num_layers == megatron_layers(model, arch) and cfg.hidden_size == model.hidden and cfg.num_attention_heads == model.heads
     if arch is not None:
         assert_megatron_model(cfg, flags, model, arch)
     return flags
@@ -666,7 +672,7 @@ def judge_megatron(text: str, model: ModelSpec, cluster: Cluster, devices: int, 
     cfg, ddp = megatron_configs(flags)  # each __post_init__ checks the layout against the model
     assert (cfg.tensor_model_parallel_size, cfg.pipeline_model_parallel_size, cfg.context_parallel_size,
             cfg.expert_model_parallel_size) == (s.tp, s.pp, s.cp, s.ep)
-    assert cfg.num_layers == model.layers and cfg.hidden_size == model.hidden and cfg.num_attention_heads == model.heads
+    assert cfg.num_layers == megatron_layers(model, arch) and cfg.hidden_size == model.hidden and cfg.num_attention_heads == model.heads
     assert cfg.sequence_parallel == (s.tp > 1)
     assert flags["--micro-batch-size"] == [str(s.micro_batch)] and flags["--global-batch-size"] == [str(s.effective_global_batch)]
     if s.pp > 1:
@@ -773,7 +779,9 @@ def assert_megatron_model(cfg: Any, flags: dict[str, list[str]], model: ModelSpe
     else:
         assert cfg.experimental_attention_variant is None
     if arch.hybrid_pattern:  # the layers pretrain_hybrid.py builds, in order, and their Mamba-2 mixers
-        assert flags["--hybrid-layer-pattern"][0].replace("|", "") == arch.hybrid_pattern
+        mlp = arch.hybrid_mlp  # Bamba: each layer its mixer, then an MLP ('-')
+        assert flags["--hybrid-layer-pattern"][0].replace("|", "") == ("".join(c + "-" for c in arch.hybrid_pattern) if mlp else arch.hybrid_pattern)
+        assert cfg.num_layers == len(arch.hybrid_pattern) * (2 if mlp else 1)
         assert model.mamba is not None
         assert (cfg.mamba_num_heads, cfg.mamba_head_dim, cfg.mamba_state_dim, cfg.mamba_num_groups) == (
             model.mamba.heads, model.mamba.head_dim, model.mamba.state, model.mamba.groups)

@@ -322,3 +322,46 @@ def test_smollm3_layers_without_rope_export_to_megatron(cases) -> None:
     cfg, _, _ = judges.judge_megatron(job.text, c.model, get_cluster("h100"), c.devices, job.strategy, c.arch)
     assert cfg.no_rope_freq == [int((i + 1) % interval == 0) for i in range(layers)]
     assert sum(cfg.no_rope_freq) == layers // interval > 0
+
+
+def test_bamba_exports_to_megatrons_hybrid_model(tmp_path) -> None:
+    """Bamba (no published config.json is kept: BambaConfig's defaults, Bamba-9B's shape, with attention on layers 9, 18
+    and 27): each BambaDecoderLayer is a Mamba-2 mixer or attention, then a SwiGLU MLP, so pretrain_hybrid.py states it as
+    the mixer's letter then '-' (hybrid_layer_allocation.py, Symbols), 64 of its layers for 32, RoPE on half of each head
+    (BambaConfig's partial_rotary_factor 0.5). Megatron-LM's own validate_args and hybrid_config_from_args take the job,
+    at one stage and at two (each stage whole layers). BambaConfig's mamba_chunk_size 256 is refused by name: Megatron-LM
+    d98e8a6's MambaMixer runs chunks of 128 and no flag sets it."""
+    import megatron_validate_args as hand
+
+    cfg = {"model_type": "bamba", "attn_layer_indices": [9, 18, 27]}
+    published = tmp_path / "bamba" / "config.json"
+    published.parent.mkdir()
+    published.write_text(json.dumps(cfg))
+    refused = _case_at(published).exports["megatron"]
+    assert isinstance(refused, BandwiseError) and "chunk=256" in str(refused) and "mamba_mixer.py" in str(refused)
+    path = tmp_path / "bamba-128" / "config.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps({**cfg, "mamba_chunk_size": 128}))
+    c = _case_at(path)
+    assert all(isinstance(c.exports[e], BandwiseError) for e in ("torchtitan", "maxtext"))
+    cluster = get_cluster("h100")
+    piped = Strategy(pp=2, dp_shard=c.devices // 2, micro_batch=1, global_batch=256, recompute="full")
+    jobs = [c.exports["megatron"], export("megatron", c.model, cluster, piped, c.devices, model_source=c.path)]
+    want = "".join("*-" if i in cfg["attn_layer_indices"] else "M-" for i in range(32))
+    for job in jobs:
+        assert isinstance(job, Export), job
+        _, _, flags = judges.judge_megatron(job.text, c.model, cluster, c.devices, job.strategy, c.arch)
+        assert "pretrain_hybrid.py" in job.text and flags["--hybrid-layer-pattern"][0].replace("|", "") == want
+        assert float(flags["--rotary-percent"][0]) == 0.5 and "--swiglu" in flags
+    assert [len(p) % 2 for p in judges.parse_flags(megatron_args(jobs[1].text))["--hybrid-layer-pattern"][0].split("|")] == [0, 0]
+    root = hand.checkout()
+    if root is None:
+        pytest.skip("no Megatron-LM checkout: set MEGATRON_LM to one (git clone https://github.com/NVIDIA/Megatron-LM)")
+    answers = hand.validate(root, [hand.megatron_job(job.text, cluster, c.devices) for job in jobs])
+    assert all(a["ok"] for a in answers), [a.get("error") for a in answers]
+
+
+def megatron_args(text: str) -> list[str]:
+    from bandwise.export.megatron import arguments
+
+    return arguments(text)

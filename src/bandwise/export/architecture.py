@@ -100,6 +100,9 @@ class Architecture:
     hybrid_pattern: str = ""
     """A hybrid's layers in order, in Nemotron-H's letters (`hybrid_override_pattern`): M a Mamba-2
     mixer, * attention, - an MLP, one block a layer; '' for a transformer."""
+    hybrid_mlp: bool = False
+    """Every layer of `hybrid_pattern` is its mixer (M or *) followed by an MLP of `ModelSpec.ffn` (Bamba's
+    BambaDecoderLayer), which an engine of Nemotron-H's letters states as the mixer's letter then '-'."""
     blocks_file: str = ""
     """The config.json whose `block_configs` give each layer its widths (Nemotron-NAS), for an engine
     that reads the file itself (Megatron-LM's --heterogeneous-layers-config-path); '' where layers are alike."""
@@ -446,6 +449,8 @@ def _hybrid(cfg: dict[str, Any], kind: str, where: str) -> Architecture:
     Jamba's named."""
     if kind == "qwen3_next":
         return _qwen3_next(cfg, where)
+    if kind == "bamba":
+        return _bamba(cfg, where)
     if kind != "nemotron_h":
         return Architecture(family=kind, rope=None, unsupported=(HYBRID_PARTS[kind],), source=f"{where} (model_type {kind})")
     eps = cfg.get("rms_norm_eps", cfg.get("layer_norm_epsilon", 1e-5))
@@ -458,6 +463,41 @@ def _hybrid(cfg: dict[str, Any], kind: str, where: str) -> Architecture:
     return Architecture(family=kind, rope=None, norm_eps=float(eps), gated=False, activation="relu2",
                         hybrid_pattern=str(cfg.get("hybrid_override_pattern", "")), unsupported=tuple(unsupported),
                         hidden_dropout=0.0, attention_dropout=0.0, source=f"{where} (model_type {kind})")
+
+
+BAMBA_DEFAULTS: dict[str, Any] = {
+    # BambaConfig (transformers configuration_bamba.py): rope_theta 10000 and partial_rotary_factor 0.5 set in __init__
+    # (a config.json's own keys override them as PretrainedConfig sets them after), rms_norm_eps 1e-5, hidden_act silu,
+    # attention_dropout 0, no attention or MLP bias
+    "rope_theta": 10000.0, "partial_rotary_factor": 0.5, "rms_norm_eps": 1e-5, "hidden_act": "silu", "attention_dropout": 0.0,
+}
+
+
+def _bamba(cfg: dict[str, Any], where: str) -> Architecture:
+    """Bamba (transformers modeling_bamba.py, BambaDecoderLayer): input RMSNorm, then a Mamba-2 mixer (BambaMixer) or, on
+    attn_layer_indices, attention with RoPE on partial_rotary_factor of each head (BambaAttention), then pre_ff_layernorm and
+    a SwiGLU MLP on every layer; the layer count and mixer widths are the planner's (specs.hf_hybrid._mamba2_hybrid)."""
+    def get(key: str) -> Any:
+        value = cfg.get(key)
+        return BAMBA_DEFAULTS[key] if value is None else value
+
+    for key in ("rope_theta", "rms_norm_eps"):
+        value = get(key)
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
+            raise BandwiseError(f"{where}: {key}={brief(value)} must be a positive number")
+    unsupported = [f"hidden_act={brief(get('hidden_act'))} (Bamba's MLP here is SwiGLU)"] if get("hidden_act") != "silu" else []
+    if cfg.get("rope_scaling"):
+        unsupported.append(f"rope_scaling={brief(cfg.get('rope_scaling'))}")
+    dropout = get("attention_dropout")
+    if not isinstance(dropout, (int, float)) or isinstance(dropout, bool) or not 0 <= dropout < 1:
+        raise BandwiseError(f"{where}: attention_dropout={brief(dropout)} must be a number from 0 to below 1")
+    layers = cfg.get("num_hidden_layers", 32)  # BambaConfig's default; specs.hf_hybrid checked the indices against it
+    attention = set(cfg.get("attn_layer_indices") or [])
+    pattern = "".join("*" if i in attention else "M" for i in range(layers if isinstance(layers, int) else 0))
+    return Architecture(family="bamba", rope=Rope(float(get("rope_theta"))), rotary_fraction=_fraction(
+                            {"partial_rotary_factor": get("partial_rotary_factor")}, where), norm_eps=float(get("rms_norm_eps")),
+                        hybrid_pattern=pattern, hybrid_mlp=True, hidden_dropout=0.0, attention_dropout=float(dropout),
+                        unsupported=tuple(unsupported), source=f"{where} (model_type bamba)")
 
 
 QWEN3_NEXT_DEFAULTS: dict[str, Any] = {
@@ -753,8 +793,6 @@ def _fraction(cfg: dict[str, Any], where: str) -> float:
 HYBRID_PARTS.update({
     # the Mamba-2 hybrids read by specs.hf_hybrid._mamba2_hybrid: the Megatron-LM export writes Nemotron-H's block pattern
     # (export/megatron.py, from `hybrid_pattern`) and no other; TorchTitan 0.3.0 and MaxText 0.2.5 have no Mamba block
-    "bamba": "Mamba-2 layers with a SwiGLU MLP each (Bamba's BambaDecoderLayer): no export here writes them; the Megatron-LM "
-             "export writes Nemotron-H's hybrid_override_pattern only, and TorchTitan 0.3.0 and MaxText 0.2.5 have no Mamba block",
     "granitemoehybrid": "Mamba-2 layers with routed experts and a shared MLP each (Granite 4.0-H's GraniteMoeHybridDecoderLayer): "
                         "no export here writes them; the Megatron-LM export writes Nemotron-H's hybrid_override_pattern only, "
                         "and TorchTitan 0.3.0 and MaxText 0.2.5 have no Mamba block",

@@ -189,7 +189,7 @@ def hybrid_blockers(model: ModelSpec, arch: Architecture) -> list[str]:
     cannot state of this hybrid."""
     out = []
     pattern = arch.hybrid_pattern
-    if set(pattern) - set("M*-") or len(pattern) != model.layers:
+    if set(pattern) - set("M*-") or len(pattern) != model.layers or (arch.hybrid_mlp and "-" in pattern):
         out.append(f"hybrid_override_pattern={pattern!r}: Megatron-LM's --hybrid-layer-pattern takes one of M, * and - a "
                    f"layer here, {model.layers} layers")
     mixer = model.mamba
@@ -237,14 +237,19 @@ def _linear_freq(pattern: tuple[bool, ...]) -> int | str:
     return every if every is not None else _runs(pattern)
 
 
-def hybrid_pattern(pattern: str, pp: int, virtual: int) -> str:
+def hybrid_pattern(pattern: str, pp: int, virtual: int, *, mlp: bool = False) -> str:
     """The pattern with a '|' between pipeline stages (validate_args derives the virtual stages from
-    the segments), split as the cost model splits the layers (`stage_layers`)."""
+    the segments), split as the cost model splits the layers (`stage_layers`). `mlp` (Bamba,
+    `Architecture.hybrid_mlp`): each layer is its mixer then an MLP, '-' after its letter, so a stage
+    holds whole layers as the plan priced them."""
+    def layer(letters: str) -> str:
+        return "".join(c + "-" for c in letters) if mlp else letters
+
     if pp == 1:
-        return pattern
+        return layer(pattern)
     parts, first = [], 0
     for count in stage_layers(len(pattern), pp * virtual):
-        parts.append(pattern[first:first + count])
+        parts.append(layer(pattern[first:first + count]))
         first += count
     return "|".join(parts)
 
@@ -281,7 +286,7 @@ def render(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int,
     if s.tp > 1:
         args.append(("sequence-parallel", None))
     if arch.hybrid_pattern:  # the stages are '|' segments of the pattern (validate_args refuses the other pipeline flags)
-        args.append(("hybrid-layer-pattern", hybrid_pattern(arch.hybrid_pattern, s.pp, s.virtual_stages)))
+        args.append(("hybrid-layer-pattern", hybrid_pattern(arch.hybrid_pattern, s.pp, s.virtual_stages, mlp=arch.hybrid_mlp)))
     elif s.pp > 1:
         layout = stage_layout(model, s.pp, s.virtual_stages)
         if layout is not None:
@@ -380,7 +385,9 @@ def _model_args(m: ModelSpec, arch: Architecture) -> list[tuple[str, object]]:
     --mscale and --mscale-all-dim are Megatron-LM's own (arguments.py), the last four copied into
     MLATransformerConfig's same-named fields."""
     a: list[tuple[str, object]] = [
-        ("num-layers", m.layers), ("hidden-size", m.hidden), ("ffn-hidden-size", m.ffn), ("num-attention-heads", m.heads),
+        # a hybrid of mixer-and-MLP layers (Bamba) is two of Megatron's layers each (`hybrid_pattern`); validate_args
+        # counts --num-layers from the pattern and warns where it differs
+        ("num-layers", m.layers * (2 if arch.hybrid_mlp else 1)), ("hidden-size", m.hidden), ("ffn-hidden-size", m.ffn), ("num-attention-heads", m.heads),
         ("seq-length", m.seq_len), ("max-position-embeddings", max(m.seq_len, arch.positions)), ("vocab-size", m.vocab),
     ]
     if m.is_mla:
