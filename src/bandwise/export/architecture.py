@@ -452,7 +452,8 @@ def _hybrid(cfg: dict[str, Any], kind: str, where: str) -> Architecture:
     if kind == "bamba":
         return _bamba(cfg, where)
     if kind != "nemotron_h":
-        return Architecture(family=kind, rope=None, unsupported=(HYBRID_PARTS[kind],), source=f"{where} (model_type {kind})")
+        parts = granite_multipliers(cfg, where) if kind == "granitemoehybrid" else []
+        return Architecture(family=kind, rope=None, unsupported=(*parts, HYBRID_PARTS[kind]), source=f"{where} (model_type {kind})")
     eps = cfg.get("rms_norm_eps", cfg.get("layer_norm_epsilon", 1e-5))
     if not isinstance(eps, (int, float)) or isinstance(eps, bool) or not eps > 0:
         raise BandwiseError(f"{where}: rms_norm_eps={brief(eps)} must be a positive number")
@@ -791,9 +792,32 @@ def _fraction(cfg: dict[str, Any], where: str) -> float:
 
 
 HYBRID_PARTS.update({
-    # the Mamba-2 hybrids read by specs.hf_hybrid._mamba2_hybrid: the Megatron-LM export writes Nemotron-H's block pattern
-    # (export/megatron.py, from `hybrid_pattern`) and no other; TorchTitan 0.3.0 and MaxText 0.2.5 have no Mamba block
+    # Granite 4.0-H (specs.hf_hybrid._mamba2_hybrid): TorchTitan 0.3.0 and MaxText 0.2.5 have no Mamba block; the Megatron-LM
+    # export writes Mamba-2 layers with an MLP (Bamba's, `hybrid_mlp`) but not with routed experts
     "granitemoehybrid": "Mamba-2 layers with routed experts and a shared MLP each (Granite 4.0-H's GraniteMoeHybridDecoderLayer): "
-                        "no export here writes them; the Megatron-LM export writes Nemotron-H's hybrid_override_pattern only, "
-                        "and TorchTitan 0.3.0 and MaxText 0.2.5 have no Mamba block",
+                        "the Megatron-LM export writes a Mamba-2 layer with a dense MLP only, and TorchTitan 0.3.0 and MaxText "
+                        "0.2.5 have no Mamba block",
 })
+
+GRANITE_MULTIPLIERS: dict[str, str] = {
+    # GraniteMoeHybridConfig's muP-style multipliers (defaults 1.0), and what Megatron-LM d98e8a6 lacks for each
+    "residual_multiplier": "each sublayer's output scaled before the residual add: Megatron-LM d98e8a6 adds it unscaled "
+                           "(megatron/core/fusions/fused_bias_dropout.py) and TransformerConfig has no field for it",
+    "embedding_multiplier": "the embeddings scaled: Megatron-LM d98e8a6 scales them (mup_embedding_mult) only under --use-mup, "
+                            "which also rescales initialization and learning rates (language_model_embedding.py)",
+    "logits_scaling": "the logits divided: Megatron-LM d98e8a6 scales them (mup_output_mult) only under --use-mup "
+                      "(language_module.py, _scale_logits)",
+}
+
+
+def granite_multipliers(cfg: dict[str, Any], where: str) -> list[str]:
+    """Granite 4.0-H's multipliers that are not 1, each named with what Megatron-LM lacks for it (attention_multiplier is
+    TransformerConfig.softmax_scale and is no refusal)."""
+    out = []
+    for key, why in GRANITE_MULTIPLIERS.items():
+        value = cfg.get(key, 1.0)
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
+            raise BandwiseError(f"{where}: {key}={brief(value)} must be a positive number")
+        if value != 1:
+            out.append(f"{key}={value:g} ({why})")
+    return out

@@ -366,6 +366,8 @@ def check_model(model: ModelSpec, arch: Architecture | None) -> None:
         raise BandwiseError(f"maxtext cannot run {model.name}: per-layer attention and MLP widths (block_configs): MaxText's config has one "
                             "base_mlp_dim and one base_num_kv_heads for every decoder layer and no layer without attention "
                             "(configs/base.yml; as of MaxText 0.2.5); export to megatron")
+    if model.mamba is not None:  # maxtext 0.2.5's decoder blocks (maxtext/models/) have no Mamba mixer
+        raise BandwiseError(f"maxtext cannot run {model.name}: {lacks('maxtext', 'Mamba layers: MaxText 0.2.5 has no Mamba mixer (maxtext/models/: its hybrid is Qwen3-Next Gated DeltaNet only)')}; export to megatron")
     if arch is not None and arch.family in FILE_BLOCKS:  # stated by MaxText's own model file, or not at all
         name, why = model_file(model, arch)
         if name is None:
