@@ -365,3 +365,24 @@ def megatron_args(text: str) -> list[str]:
     from bandwise.export.megatron import arguments
 
     return arguments(text)
+
+
+def test_seed_oss_exports_to_maxtexts_qwen2_decoder_without_dropout(cases, maxtext, tmp_path) -> None:
+    """Seed-OSS is Llama's block with biases on q, k and v only (modular_seed_oss.py; attention_out_bias false), which
+    MaxText 0.2.5's qwen2 decoder states (models/qwen2.py: attention_bias on the projections; layers/attentions.py: no
+    output bias for qwen2). Its class trains with residual dropout on the sublayer outputs, which that decoder has no
+    place for, so the published config is refused by name and the same config with its dropout set to 0 exports: MaxText's
+    own config validation takes the job and resolves it to the model planned."""
+    published = cases["Seed-OSS-36B-Instruct"].exports["maxtext"]
+    assert isinstance(published, BandwiseError) and "residual_dropout" in str(published) and "models/qwen2.py" in str(published)
+    cfg = {**json.loads((HF / "Seed-OSS-36B-Instruct" / "config.json").read_text()), "attention_dropout": 0.0, "residual_dropout": 0.0}
+    path = tmp_path / "seed-oss-no-dropout" / "config.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(cfg))
+    c = _case_at(path)
+    job = c.exports["maxtext"]
+    assert isinstance(job, Export), job
+    written = yaml.safe_load(job.text)
+    assert written["decoder_block"] == "qwen2" and written["attention_bias"] is True and written["head_dim"] == cfg["head_dim"]
+    [answer] = judges.maxtext_validate(maxtext["root"], [(job.text, c.devices)])
+    judges.judge_maxtext(written, answer, c.model, c.devices, job.strategy, c.arch, maxtext)

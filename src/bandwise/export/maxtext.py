@@ -63,6 +63,9 @@ DECODERS = {
     # Qwen3-Next's hybrid (models/qwen3.py: Qwen3NextDecoderLayer, Qwen3NextGatedDeltaNet, Qwen3NextFullAttention,
     # Qwen3NextSparseMoeBlock), its shape from keys rather than model_name (`gdn_keys`)
     "qwen3_next": "qwen3_next",
+    # Seed-OSS: Llama's block with biases on q, k and v only, as Qwen2's (models/qwen2.py: Attention with
+    # use_bias_in_projections=attention_bias; layers/attentions.py leaves the output projection without bias for qwen2)
+    "seed_oss": "qwen2",
 }
 
 MODEL_FILES: dict[str, dict[str, object]] = {
@@ -402,6 +405,11 @@ def check_model(model: ModelSpec, arch: Architecture | None) -> None:
             out.append("a GPT block without biases: MaxText's gpt3 decoder has them on every layer")
         elif decoder == "llama2" and (arch.bias or arch.norm != "RMSNorm"):
             out.append(f"{'biases' if arch.bias else arch.norm}: MaxText's llama2 decoder has RMSNorm and no biases")
+        elif model.dropout and arch.family == "seed_oss":
+            # modular_seed_oss.py drops the attention and MLP outputs (residual_dropout); MaxText's qwen2 block
+            # (models/qwen2.py) drops the attention probabilities and inside the MLP, never a sublayer's output
+            out.append(f"residual_dropout={arch.hidden_dropout:g} on the attention and MLP outputs: MaxText's qwen2 decoder "
+                       "drops attention probabilities and MLP activations only (models/qwen2.py)")
         elif model.dropout and arch.hidden_dropout is not None and arch.attention_dropout != arch.hidden_dropout:
             out.append(f"attention dropout {arch.attention_dropout:g} beside hidden dropout {arch.hidden_dropout:g}: MaxText has one "
                        "dropout_rate (configs/types.py)")
