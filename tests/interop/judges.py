@@ -863,7 +863,10 @@ def judge_maxtext(cfg: dict, answer: dict, model: ModelSpec, devices: int, s: St
         if arch.rope is not None:
             assert math.isclose(got["rope_max_timescale"], arch.rope.theta), f"rope {got['rope_max_timescale']}, the model's {arch.rope.theta:g}"
             llama31 = got["rope_type"] == "llama3.1" or str(got["model_name"]).startswith("llama3.1")  # layers/attentions.py
-            assert llama31 == (arch.rope.scaling == "llama3")
+            # LLaMARotaryEmbedding (layers/embeddings.py) turns adjacent pairs: Llama 3.1's scaled RoPE, or an interleaved
+            # model's (ERNIE 4.5) with rope_use_scale false
+            assert llama31 == (arch.rope.scaling == "llama3" or arch.rope_interleaved)
+            assert not arch.rope_interleaved or got["rope_use_scale"] is False
             if arch.rope.scaling == "yarn":
                 assert got["rope_type"] == "yarn" and math.isclose(got["rope_factor"], arch.rope.factor)
         acts = list(got["mlp_activations"])

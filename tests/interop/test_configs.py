@@ -305,6 +305,13 @@ def test_interleaved_rope_exports_to_megatron_as_the_model_turns_it(cases, monke
     assert torch.allclose(got[:, 0, 0], want, atol=1e-6)
     moe = cases["ERNIE-4.5-21B-A3B-PT"].exports["megatron"]
     assert isinstance(moe, BandwiseError) and "topk_routing_with_score_function" in str(moe)
+    # MaxText 0.2.5 turns adjacent pairs in LLaMARotaryEmbedding only (layers/embeddings.py: each channel paired with its
+    # neighbour by the shifted copies and the alternating sign), built for rope_type llama3.1; unscaled with rope_use_scale false
+    maxtext = c.exports["maxtext"]
+    assert isinstance(maxtext, Export), maxtext
+    written = yaml.safe_load(maxtext.text)
+    assert (written["decoder_block"], written["rope_type"], written["rope_use_scale"]) == ("llama2", "llama3.1", False)
+    assert written["rope_max_timescale"] == theta
 
 
 def test_smollm3_layers_without_rope_export_to_megatron(cases) -> None:

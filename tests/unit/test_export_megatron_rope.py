@@ -1,6 +1,7 @@
-"""RoPE layouts Megatron-LM d98e8a6 states by flag and the other engines here do not: layers without RoPE
-(SmolLM3's no_rope_layers; --no-rope-freq, arguments.py no_rope_freq_type, expanded by TransformerConfig.__post_init__
-as restated in `_megatron_no_rope`) and interleaved pairs (ERNIE 4.5, GLM; --rotary-interleaved)."""
+"""RoPE layouts Megatron-LM d98e8a6 states by flag: layers without RoPE (SmolLM3's no_rope_layers; --no-rope-freq,
+arguments.py no_rope_freq_type, expanded by TransformerConfig.__post_init__ as restated in `_megatron_no_rope`), which
+TorchTitan 0.3.0 and MaxText 0.2.5 do not state, and interleaved pairs (ERNIE 4.5, GLM; --rotary-interleaved), which
+MaxText 0.2.5 states through LLaMARotaryEmbedding and TorchTitan is not written for."""
 
 from __future__ import annotations
 
@@ -65,11 +66,22 @@ def test_a_bad_no_rope_layers_is_refused_by_name(bad: object, tmp_path: Path) ->
         _job("megatron", path)
 
 
-@pytest.mark.parametrize("engine", ["torchtitan", "maxtext"])
-def test_engines_without_these_layouts_refuse_them(engine: str) -> None:
-    for name in ("SmolLM3-3B", "ERNIE-4.5-0.3B-Base"):
-        with pytest.raises(BandwiseError, match=f"{engine} cannot run"):
-            _job(engine, str(HF / name / "config.json"))
+@pytest.mark.parametrize(("engine", "name"), [("torchtitan", "SmolLM3-3B"), ("torchtitan", "ERNIE-4.5-0.3B-Base"),
+                                              ("maxtext", "SmolLM3-3B")])
+def test_engines_without_these_layouts_refuse_them(engine: str, name: str) -> None:
+    with pytest.raises(BandwiseError, match=f"{engine} cannot run"):
+        _job(engine, str(HF / name / "config.json"))
+
+
+def test_maxtext_turns_interleaved_pairs_only_through_llama_rotary_embedding(tmp_path: Path) -> None:
+    """LLaMARotaryEmbedding (maxtext 0.2.5 layers/embeddings.py) is the only text rotation that pairs adjacent channels,
+    and layers/attentions.py builds it for rope_type llama3.1: an interleaved model with another scaling is refused."""
+    text = _job("maxtext", str(HF / "ERNIE-4.5-0.3B-Base" / "config.json"))
+    assert "rope_type: \"llama3.1\"" in text and "rope_use_scale: false" in text
+    yarn = _write(tmp_path, "ERNIE-4.5-0.3B-Base", {"rope_scaling": {"rope_type": "yarn", "factor": 4.0,
+                                                                     "original_max_position_embeddings": 4096}})
+    with pytest.raises(BandwiseError, match="interleaved pairs"):
+        _job("maxtext", yarn)
 
 
 def test_ernie_45_says_interleaved_rope_without_the_fusion_that_needs_transformer_engine_2_3() -> None:

@@ -66,6 +66,9 @@ DECODERS = {
     # Seed-OSS: Llama's block with biases on q, k and v only, as Qwen2's (models/qwen2.py: Attention with
     # use_bias_in_projections=attention_bias; layers/attentions.py leaves the output projection without bias for qwen2)
     "seed_oss": "qwen2",
+    # ERNIE 4.5 (dense): Llama's block with RoPE on interleaved pairs, which the llama2 decoder turns through
+    # LLaMARotaryEmbedding (`model_keys`)
+    "ernie4_5": "llama2",
 }
 
 MODEL_FILES: dict[str, dict[str, object]] = {
@@ -385,6 +388,9 @@ def check_model(model: ModelSpec, arch: Architecture | None) -> None:
         if decoder is None:
             why = " (the sigmoid gate on its shared expert)" if arch.shared_expert_gate else ""
             out.append(f"model_type {arch.family}{why}: MaxText has no decoder block for it")
+        elif arch.rope_interleaved and (decoder != "llama2" or (rope is not None and rope.scaling)):
+            out.append(f"RoPE on interleaved pairs: MaxText turns them only in LLaMARotaryEmbedding (layers/embeddings.py), "
+                       f"unscaled or with Llama 3.1's scaling, and not in the {decoder} decoder's attention here")
         elif decoder == "qwen3_next":
             out += gdn_blockers(model, arch)
         elif model.linear_attention is None and not model.attention_output_gate and not arch.norm_offset and arch.rotary_fraction != 1:
@@ -521,6 +527,11 @@ def model_keys(m: ModelSpec, arch: Architecture) -> list[tuple[str, object]]:
         keys.append(("rope_max_timescale", _plain(rope.theta)))
         if rope.scaling == "llama3":
             keys.append(("rope_type", "llama3.1"))
+        elif arch.rope_interleaved and not rope.scaling:
+            # layers/embeddings.py (maxtext 0.2.5): LLaMARotaryEmbedding turns the adjacent pairs (2i, 2i + 1) as GLM's and
+            # ERNIE 4.5's apply_rotary_pos_emb do (RotaryEmbedding, the default, turns the two halves); layers/attentions.py
+            # builds it for rope_type llama3.1, and rope_use_scale false leaves its frequencies unscaled
+            keys += [("rope_type", "llama3.1"), ("rope_use_scale", False)]
         elif rope.scaling == "yarn":
             keys += [("rope_type", "yarn"), ("rope_factor", _plain(rope.factor)), ("original_max_position_embeddings", rope.original_positions),
                      ("beta_fast", _plain(rope.beta_fast)), ("beta_slow", _plain(rope.beta_slow)), ("mscale", _plain(rope.mscale))]
