@@ -88,3 +88,11 @@ def test_ernie_45_says_interleaved_rope_without_the_fusion_that_needs_transforme
     words = megatron.arguments(_job("megatron", str(HF / "ERNIE-4.5-0.3B-Base" / "config.json")))
     assert "--rotary-interleaved" in words and "--no-rope-fusion" in words
     assert "--rotary-interleaved" not in megatron.arguments(_job("megatron", str(HF / "Meta-Llama-3.1-8B" / "config.json")))
+
+
+@pytest.mark.parametrize(("name", "where"), [("EXAONE-4.0-32B", "transformer_layer.py"), ("Apertus-8B-2509", "activations.py"),
+                                             ("Hunyuan-MT-7B", "rotary_pos_embedding.py")])
+def test_megatron_refusals_name_megatrons_own_code(name: str, where: str) -> None:
+    with pytest.raises(BandwiseError, match=where) as refused:
+        _job("megatron", str(HF / name / "config.json"))
+    assert "\n" not in str(refused.value) and "d98e8a6" in str(refused.value)

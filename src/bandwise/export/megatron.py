@@ -133,9 +133,25 @@ def max_connections(cluster: Cluster, s: Strategy) -> str | None:
     return None
 
 
+LACKS: tuple[tuple[str, str], ...] = (
+    # a part named by `architecture` (no engine here writes it), and where Megatron-LM d98e8a6 shows it has none
+    ("post_attention_layernorm and post_feedforward_layernorm", "megatron/core/transformer/transformer_layer.py, "
+     "TransformerLayerSubmodules: a norm before attention and before the MLP only"),
+    ("post_self_attn_layernorm and post_mlp_layernorm", "megatron/core/transformer/transformer_layer.py, "
+     "TransformerLayerSubmodules: a norm before attention and before the MLP only"),
+    ("xIELU", "megatron/core/activations.py has squared_relu, quick_gelu and fast_gelu, no xIELU, and no flag takes a "
+     "learned activation"),
+    ("sparsemixer", "megatron/core/transformer/moe/router.py routes by softmax, sigmoid or sqrtsoftplus scores"),
+    ("rope_scaling type 'dynamic'", "megatron/core/models/common/embeddings/rotary_pos_embedding.py scales for Llama 3.x "
+     "only, and --position-embedding-type takes learned_absolute, rope, yarn, mrope, relative or none (arguments.py)"),
+)
+"""Megatron-LM's own code for the parts `architecture` names without an engine."""
+
+
 def check_model(model: ModelSpec, arch: Architecture | None) -> None:
     """Refuse, in one line naming the field, a model whose job Megatron-LM cannot state."""
     out = refusals(model, arch, windows=True)  # --window-size and --window-attn-skip-freq (`_window_args`)
+    out = [next((f"{line}: {where}" for part, where in LACKS if part in line), line) for line in out]
     if arch is not None:
         if model.blocks:
             out += _block_blockers(model, arch)
