@@ -365,6 +365,8 @@ HAND_WRITTEN = {
     "--position-embedding-type": (None, None, None),  # GPTModel argument
     # hand-written at d98e8a6 (arguments.py, _add_experimental_attention_variant_args, through la_freq_type: N or a list expression)
     "--linear-attention-freq": ("transformer", "linear_attention_freq", None),
+    # _add_network_size_args: --no-rope-freq through no_rope_freq_type (an integer or a list expression)
+    "--no-rope-freq": ("transformer", "no_rope_freq", None),
     "--rotary-percent": (None, None, None),  # GPTModel(rotary_percent=...), arguments.py _add_network_size_args
     # per-layer blocks: read from the file by core_transformer_config_from_args into HeterogeneousTransformerConfig
     # (megatron_validate_args.py judges them with Megatron-LM's own code); the legacy rope flag sets position_embedding_type
@@ -478,7 +480,7 @@ def megatron_configs(flags: dict[str, list[str]]) -> tuple[Any, Any]:
             continue
         if fixed is not None:
             value = fixed
-        elif name in ("--moe-layer-freq", "--window-attn-skip-freq", "--linear-attention-freq"):
+        elif name in ("--moe-layer-freq", "--window-attn-skip-freq", "--linear-attention-freq", "--no-rope-freq"):
             value = _pattern(values[0]) if "[" in values[0] else int(values[0])
         elif name == "--window-size":  # arguments.py, tuple_type
             value = tuple(int(v) for v in values[0].strip("()").split(","))
@@ -629,13 +631,19 @@ def validate_args_rules(flags: dict[str, list[str]], env: dict[str, str | None],
         assert "--num-experts" in flags, "num_experts must be non None to use expert model parallelism"
 
 
+def megatron_layers(model: ModelSpec, arch: Architecture | None) -> int:
+    """Megatron's layer count: a hybrid of mixer-and-MLP layers (Bamba) is two of Megatron's layers each
+    (export/megatron.py, hybrid_pattern)."""
+    return model.layers * (2 if arch is not None and arch.hybrid_mlp else 1)
+
+
 def judge_megatron_text(text: str, model: ModelSpec, cluster: Cluster, devices: int, arch: Architecture | None) -> dict[str, list[str]]:
     """validate_args' rules on the flags and the job's environment, Megatron-Core's configs built
     from the flags, and the model they build against the model planned; returns the flags."""
     flags = parse_flags(mg.arguments(text))
     validate_args_rules(flags, job_environment(text), mg.arch_major(cluster), devices)
     cfg, _ = megatron_configs(flags)
-    assert cfg.num_layers == model.layers and cfg.hidden_size == model.hidden and cfg.num_attention_heads == model.heads
+    assert cfg.num_layers == megatron_layers(model, arch) and cfg.hidden_size == model.hidden and cfg.num_attention_heads == model.heads
     if arch is not None:
         assert_megatron_model(cfg, flags, model, arch)
     return flags
@@ -664,7 +672,7 @@ def judge_megatron(text: str, model: ModelSpec, cluster: Cluster, devices: int, 
     cfg, ddp = megatron_configs(flags)  # each __post_init__ checks the layout against the model
     assert (cfg.tensor_model_parallel_size, cfg.pipeline_model_parallel_size, cfg.context_parallel_size,
             cfg.expert_model_parallel_size) == (s.tp, s.pp, s.cp, s.ep)
-    assert cfg.num_layers == model.layers and cfg.hidden_size == model.hidden and cfg.num_attention_heads == model.heads
+    assert cfg.num_layers == megatron_layers(model, arch) and cfg.hidden_size == model.hidden and cfg.num_attention_heads == model.heads
     assert cfg.sequence_parallel == (s.tp > 1)
     assert flags["--micro-batch-size"] == [str(s.micro_batch)] and flags["--global-batch-size"] == [str(s.effective_global_batch)]
     if s.pp > 1:
@@ -754,6 +762,9 @@ def assert_megatron_model(cfg: Any, flags: dict[str, list[str]], model: ModelSpe
     # Qwen3-Next: zero-centered norms, gated attention, partial rotary positions, and the Gated DeltaNet layers in the order
     # Megatron-Core's own spec builder reads them (experimental_attention_variant_module_specs.py, get_linear_attention_pattern)
     assert cfg.layernorm_zero_centered_gamma == arch.norm_offset
+    assert cfg.rotary_interleaved == arch.rope_interleaved  # GLM's and ERNIE 4.5's RoPE pairs
+    # SmolLM3's layers without RoPE, as TransformerConfig.__post_init__ expands --no-rope-freq (1: no RoPE in that layer)
+    assert (cfg.no_rope_freq or []) == [int(x) for x in arch.nope_layers]
     assert cfg.attention_output_gate == model.attention_output_gate
     assert float(flags.get("--rotary-percent", ["1"])[0]) == arch.rotary_fraction
     if model.linear_attention is not None:
@@ -768,7 +779,9 @@ def assert_megatron_model(cfg: Any, flags: dict[str, list[str]], model: ModelSpe
     else:
         assert cfg.experimental_attention_variant is None
     if arch.hybrid_pattern:  # the layers pretrain_hybrid.py builds, in order, and their Mamba-2 mixers
-        assert flags["--hybrid-layer-pattern"][0].replace("|", "") == arch.hybrid_pattern
+        mlp = arch.hybrid_mlp  # Bamba: each layer its mixer, then an MLP ('-')
+        assert flags["--hybrid-layer-pattern"][0].replace("|", "") == ("".join(c + "-" for c in arch.hybrid_pattern) if mlp else arch.hybrid_pattern)
+        assert cfg.num_layers == len(arch.hybrid_pattern) * (2 if mlp else 1)
         assert model.mamba is not None
         assert (cfg.mamba_num_heads, cfg.mamba_head_dim, cfg.mamba_state_dim, cfg.mamba_num_groups) == (
             model.mamba.heads, model.mamba.head_dim, model.mamba.state, model.mamba.groups)
@@ -850,7 +863,10 @@ def judge_maxtext(cfg: dict, answer: dict, model: ModelSpec, devices: int, s: St
         if arch.rope is not None:
             assert math.isclose(got["rope_max_timescale"], arch.rope.theta), f"rope {got['rope_max_timescale']}, the model's {arch.rope.theta:g}"
             llama31 = got["rope_type"] == "llama3.1" or str(got["model_name"]).startswith("llama3.1")  # layers/attentions.py
-            assert llama31 == (arch.rope.scaling == "llama3")
+            # LLaMARotaryEmbedding (layers/embeddings.py) turns adjacent pairs: Llama 3.1's scaled RoPE, or an interleaved
+            # model's (ERNIE 4.5) with rope_use_scale false
+            assert llama31 == (arch.rope.scaling == "llama3" or arch.rope_interleaved)
+            assert not arch.rope_interleaved or got["rope_use_scale"] is False
             if arch.rope.scaling == "yarn":
                 assert got["rope_type"] == "yarn" and math.isclose(got["rope_factor"], arch.rope.factor)
         acts = list(got["mlp_activations"])

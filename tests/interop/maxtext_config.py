@@ -30,7 +30,7 @@ UNUSED = ("jax", "flax", "etils", "orbax", "pathwaysutils", "absl", "jinja2", "p
 """Packages MaxText's config modules import; those not installed here are stood in for."""
 
 KEYS = ("decoder_block", "num_decoder_layers", "emb_dim", "num_query_heads", "num_kv_heads", "mlp_dim", "moe_mlp_dim", "head_dim",
-        "vocab_size", "rope_max_timescale", "rope_type", "rope_factor", "beta_fast", "beta_slow", "mscale",
+        "vocab_size", "rope_max_timescale", "rope_type", "rope_use_scale", "rope_factor", "beta_fast", "beta_slow", "mscale",
         "original_max_position_embeddings", "normalization_layer_epsilon", "use_qk_norm", "attention_bias", "num_experts",
         "num_experts_per_tok", "first_num_dense_layers", "shared_experts", "routed_score_func", "routed_bias",
         "routed_scaling_factor", "n_routing_groups", "topk_routing_group", "norm_topk_prob", "attention_type", "model_name",

@@ -100,6 +100,9 @@ class Architecture:
     hybrid_pattern: str = ""
     """A hybrid's layers in order, in Nemotron-H's letters (`hybrid_override_pattern`): M a Mamba-2
     mixer, * attention, - an MLP, one block a layer; '' for a transformer."""
+    hybrid_mlp: bool = False
+    """Every layer of `hybrid_pattern` is its mixer (M or *) followed by an MLP of `ModelSpec.ffn` (Bamba's
+    BambaDecoderLayer), which an engine of Nemotron-H's letters states as the mixer's letter then '-'."""
     blocks_file: str = ""
     """The config.json whose `block_configs` give each layer its widths (Nemotron-NAS), for an engine
     that reads the file itself (Megatron-LM's --heterogeneous-layers-config-path); '' where layers are alike."""
@@ -111,9 +114,14 @@ class Architecture:
     rotary_fraction: float = 1.0
     """The share of each head's dimensions the rotary embedding turns (transformers' partial_rotary_factor;
     Qwen3-Next: 0.25, Phi-4-mini: 0.75; GPT-NeoX's rotary_pct); the rest carry no position."""
+    nope_layers: tuple[bool, ...] = ()
+    """Which layers attend without RoPE, in order (SmolLM3's no_rope_layers entries of 0); (): RoPE in every layer."""
+    rope_interleaved: bool = False
+    """RoPE turns adjacent channel pairs (2i, 2i + 1) of each head (GLM's and ERNIE 4.5's apply_rotary_pos_emb, RoFormer's
+    layout), not the pairs (i, i + d/2) of the two halves (Llama's rotate_half)."""
     norm_offset: bool = False
-    """Every RMSNorm of the residual stream and the q/k norms computed as x̂·(1 + w) with w from zero
-    (Qwen3NextRMSNorm, zero-centered weights), not x̂·w."""
+    """Every norm of the residual stream and the q/k norms computed as x̂·(1 + w) with w from zero
+    (Qwen3NextRMSNorm's zero-centered weights; Nemotron-4's NemotronLayerNorm1P, a LayerNorm with bias), not x̂·w."""
     unsupported: tuple[str, ...] = ()
     """Parts no engine here writes, each named as its source names it."""
     source: str = ""
@@ -441,8 +449,11 @@ def _hybrid(cfg: dict[str, Any], kind: str, where: str) -> Architecture:
     Jamba's named."""
     if kind == "qwen3_next":
         return _qwen3_next(cfg, where)
+    if kind == "bamba":
+        return _bamba(cfg, where)
     if kind != "nemotron_h":
-        return Architecture(family=kind, rope=None, unsupported=(HYBRID_PARTS[kind],), source=f"{where} (model_type {kind})")
+        parts = granite_multipliers(cfg, where) if kind == "granitemoehybrid" else []
+        return Architecture(family=kind, rope=None, unsupported=(*parts, HYBRID_PARTS[kind]), source=f"{where} (model_type {kind})")
     eps = cfg.get("rms_norm_eps", cfg.get("layer_norm_epsilon", 1e-5))
     if not isinstance(eps, (int, float)) or isinstance(eps, bool) or not eps > 0:
         raise BandwiseError(f"{where}: rms_norm_eps={brief(eps)} must be a positive number")
@@ -453,6 +464,41 @@ def _hybrid(cfg: dict[str, Any], kind: str, where: str) -> Architecture:
     return Architecture(family=kind, rope=None, norm_eps=float(eps), gated=False, activation="relu2",
                         hybrid_pattern=str(cfg.get("hybrid_override_pattern", "")), unsupported=tuple(unsupported),
                         hidden_dropout=0.0, attention_dropout=0.0, source=f"{where} (model_type {kind})")
+
+
+BAMBA_DEFAULTS: dict[str, Any] = {
+    # BambaConfig (transformers configuration_bamba.py): rope_theta 10000 and partial_rotary_factor 0.5 set in __init__
+    # (a config.json's own keys override them as PretrainedConfig sets them after), rms_norm_eps 1e-5, hidden_act silu,
+    # attention_dropout 0, no attention or MLP bias
+    "rope_theta": 10000.0, "partial_rotary_factor": 0.5, "rms_norm_eps": 1e-5, "hidden_act": "silu", "attention_dropout": 0.0,
+}
+
+
+def _bamba(cfg: dict[str, Any], where: str) -> Architecture:
+    """Bamba (transformers modeling_bamba.py, BambaDecoderLayer): input RMSNorm, then a Mamba-2 mixer (BambaMixer) or, on
+    attn_layer_indices, attention with RoPE on partial_rotary_factor of each head (BambaAttention), then pre_ff_layernorm and
+    a SwiGLU MLP on every layer; the layer count and mixer widths are the planner's (specs.hf_hybrid._mamba2_hybrid)."""
+    def get(key: str) -> Any:
+        value = cfg.get(key)
+        return BAMBA_DEFAULTS[key] if value is None else value
+
+    for key in ("rope_theta", "rms_norm_eps"):
+        value = get(key)
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
+            raise BandwiseError(f"{where}: {key}={brief(value)} must be a positive number")
+    unsupported = [f"hidden_act={brief(get('hidden_act'))} (Bamba's MLP here is SwiGLU)"] if get("hidden_act") != "silu" else []
+    if cfg.get("rope_scaling"):
+        unsupported.append(f"rope_scaling={brief(cfg.get('rope_scaling'))}")
+    dropout = get("attention_dropout")
+    if not isinstance(dropout, (int, float)) or isinstance(dropout, bool) or not 0 <= dropout < 1:
+        raise BandwiseError(f"{where}: attention_dropout={brief(dropout)} must be a number from 0 to below 1")
+    layers = cfg.get("num_hidden_layers", 32)  # BambaConfig's default; specs.hf_hybrid checked the indices against it
+    attention = set(cfg.get("attn_layer_indices") or [])
+    pattern = "".join("*" if i in attention else "M" for i in range(layers if isinstance(layers, int) else 0))
+    return Architecture(family="bamba", rope=Rope(float(get("rope_theta"))), rotary_fraction=_fraction(
+                            {"partial_rotary_factor": get("partial_rotary_factor")}, where), norm_eps=float(get("rms_norm_eps")),
+                        hybrid_pattern=pattern, hybrid_mlp=True, hidden_dropout=0.0, attention_dropout=float(dropout),
+                        unsupported=tuple(unsupported), source=f"{where} (model_type bamba)")
 
 
 QWEN3_NEXT_DEFAULTS: dict[str, Any] = {
@@ -640,20 +686,31 @@ def _llama_like(cfg: dict[str, Any], kind: str, where: str) -> Architecture:
     arch = replace(base, family=kind, sliding_window=window, window_layers=windowed, source=f"{where} (model_type {kind})")
     if kind == "smollm3":
         # SmolLM3Attention (modular_smollm3.py cbc6e94) skips RoPE where no_rope_layers[i] is 0: every 4th layer by default
+        # (SmolLM3Config, configuration_smollm3.py: no_rope_layers[i] = int((i + 1) % no_rope_layer_interval != 0) when
+        # the list is not given)
+        layers = cfg.get("num_hidden_layers")
         rope = merged.get("no_rope_layers")
-        if not isinstance(rope, list) or 0 in rope:
-            arch = replace(arch, unsupported=(*arch.unsupported, "layers without RoPE (SmolLM3's no_rope_layers, every "
-                                              f"{brief(merged['no_rope_layer_interval'])}th by default)"))
+        if rope is None:
+            interval = merged["no_rope_layer_interval"]
+            if not isinstance(interval, int) or isinstance(interval, bool) or interval < 1:
+                raise BandwiseError(f"{where}: no_rope_layer_interval={brief(interval)} must be a whole number from 1")
+            rope = [int((i + 1) % interval != 0) for i in range(layers if isinstance(layers, int) else 0)]
+        if not isinstance(rope, list) or len(rope) != layers or any(v not in (0, 1) or isinstance(v, bool) for v in rope):
+            raise BandwiseError(f"{where}: no_rope_layers={brief(rope)} must list 0 or 1 for each of the "
+                                f"num_hidden_layers={brief(layers)} layers")
+        if 0 in rope:
+            arch = replace(arch, nope_layers=tuple(v == 0 for v in rope))
     if kind == "nemotron":
         # modeling_nemotron.py: NemotronLayerNorm1P (a LayerNorm with weight and bias, applied as weight + 1), up_proj ->
         # relu2 -> down_proj, RoPE on partial_rotary_factor of each head; biases with attention_bias and mlp_bias
+        # (the 1 + weight norm is `norm_offset` on a LayerNorm, Megatron-LM's --apply-layernorm-1p, which these records
+        # state; an engine without it refuses it by name)
         act = merged["hidden_act"]
-        parts = ["NemotronLayerNorm1P (LayerNorm weights applied as 1 + weight)"]
-        parts += [f"{k}=true" for k in ("attention_bias", "mlp_bias") if merged.get(k) is True]
+        parts = [f"{k}=true" for k in ("attention_bias", "mlp_bias") if merged.get(k) is True]
         if act != "relu2":
             parts.append(f"hidden_act={brief(act)} (a two-matrix MLP here takes relu2)")
-        arch = replace(arch, norm="LayerNorm", norm_eps=float(merged["norm_eps"]), gated=False, activation="relu2",
-                       rotary_fraction=_fraction(merged, where), unsupported=(*arch.unsupported, *parts))
+        arch = replace(arch, norm="LayerNorm", norm_offset=True, norm_eps=float(merged["norm_eps"]), gated=False,
+                       activation="relu2", rotary_fraction=_fraction(merged, where), unsupported=(*arch.unsupported, *parts))
     if kind == "olmo":
         # modular_olmo.py: OlmoLayerNorm is F.layer_norm without weight or bias; clip_qkv clamps q, k and v when set
         parts = ["LayerNorm without weight or bias (OLMo's OlmoLayerNorm)"]
@@ -697,22 +754,22 @@ def _llama_like(cfg: dict[str, Any], kind: str, where: str) -> Architecture:
             arch = replace(arch, router="softmax", topk_norm=True)
     if kind == "ernie4_5":
         # modular_ernie4_5.py (7abb76c): apply_rotary_pos_emb turns interleaved pairs ("glm rope style")
-        parts = ["RoPE on interleaved pairs (ERNIE 4.5's apply_rotary_pos_emb)"]
-        parts += ["use_bias=true"] if merged.get("use_bias") is True else []
-        arch = replace(arch, unsupported=(*arch.unsupported, *parts))
+        parts = ["use_bias=true"] if merged.get("use_bias") is True else []
+        arch = replace(arch, rope_interleaved=True, unsupported=(*arch.unsupported, *parts))
     if kind == "ernie4_5_moe":
         # modular_ernie4_5_moe.py (a4d4492): softmax router whose choice adds moe_statics.e_score_correction_bias, the chosen
         # weights renormalized; ERNIE's own rotary embedding (ernie4_5's apply_rotary_pos_emb) turns interleaved pairs
-        parts = ["RoPE on interleaved pairs (ERNIE 4.5's apply_rotary_pos_emb)"]
-        parts += ["use_bias=true"] if merged.get("use_bias") is True else []
-        arch = replace(arch, router="softmax", topk_norm=True, expert_bias=True, unsupported=(*arch.unsupported, *parts))
+        parts = ["use_bias=true"] if merged.get("use_bias") is True else []
+        arch = replace(arch, router="softmax", topk_norm=True, expert_bias=True, rope_interleaved=True,
+                       unsupported=(*arch.unsupported, *parts))
     if kind == "glm4":
         # modular_glm4.py (08c5327): GlmAttention's q, k, v biases (attention_bias), RoPE on partial_rotary_factor of each
         # head, and post_self_attn_layernorm / post_mlp_layernorm on the sublayer outputs
+        # (GLM's apply_rotary_pos_emb, modeling_glm.py, turns interleaved pairs: `rope_interleaved`)
         arch = replace(arch, qkv_bias=merged.get("attention_bias") is True, rotary_fraction=_fraction(merged, where),
+                       rope_interleaved=True,
                        unsupported=(*arch.unsupported, "post_self_attn_layernorm and post_mlp_layernorm on the block outputs "
-                                                       "(GLM-4's sandwich norms)",
-                                    "RoPE on interleaved pairs (GLM's apply_rotary_pos_emb, modeling_glm.py)"))
+                                                       "(GLM-4's sandwich norms)"))
     if kind == "glm4_moe":
         # modeling_glm4_moe.py (a0699c9): biases on q, k, v only (attention_bias), q/k RMSNorms with use_qk_norm, RoPE on
         # partial_rotary_factor of each head; Glm4MoeTopkRouter: sigmoid scores, e_score_correction_bias for the choice
@@ -735,11 +792,32 @@ def _fraction(cfg: dict[str, Any], where: str) -> float:
 
 
 HYBRID_PARTS.update({
-    # the Mamba-2 hybrids read by specs.hf_hybrid._mamba2_hybrid: the Megatron-LM export writes Nemotron-H's block pattern
-    # (export/megatron.py, from `hybrid_pattern`) and no other; TorchTitan 0.3.0 and MaxText 0.2.5 have no Mamba block
-    "bamba": "Mamba-2 layers with a SwiGLU MLP each (Bamba's BambaDecoderLayer): no export here writes them; the Megatron-LM "
-             "export writes Nemotron-H's hybrid_override_pattern only, and TorchTitan 0.3.0 and MaxText 0.2.5 have no Mamba block",
+    # Granite 4.0-H (specs.hf_hybrid._mamba2_hybrid): TorchTitan 0.3.0 and MaxText 0.2.5 have no Mamba block; the Megatron-LM
+    # export writes Mamba-2 layers with an MLP (Bamba's, `hybrid_mlp`) but not with routed experts
     "granitemoehybrid": "Mamba-2 layers with routed experts and a shared MLP each (Granite 4.0-H's GraniteMoeHybridDecoderLayer): "
-                        "no export here writes them; the Megatron-LM export writes Nemotron-H's hybrid_override_pattern only, "
-                        "and TorchTitan 0.3.0 and MaxText 0.2.5 have no Mamba block",
+                        "the Megatron-LM export writes a Mamba-2 layer with a dense MLP only, and TorchTitan 0.3.0 and MaxText "
+                        "0.2.5 have no Mamba block",
 })
+
+GRANITE_MULTIPLIERS: dict[str, str] = {
+    # GraniteMoeHybridConfig's muP-style multipliers (defaults 1.0), and what Megatron-LM d98e8a6 lacks for each
+    "residual_multiplier": "each sublayer's output scaled before the residual add: Megatron-LM d98e8a6 adds it unscaled "
+                           "(megatron/core/fusions/fused_bias_dropout.py) and TransformerConfig has no field for it",
+    "embedding_multiplier": "the embeddings scaled: Megatron-LM d98e8a6 scales them (mup_embedding_mult) only under --use-mup, "
+                            "which also rescales initialization and learning rates (language_model_embedding.py)",
+    "logits_scaling": "the logits divided: Megatron-LM d98e8a6 scales them (mup_output_mult) only under --use-mup "
+                      "(language_module.py, _scale_logits)",
+}
+
+
+def granite_multipliers(cfg: dict[str, Any], where: str) -> list[str]:
+    """Granite 4.0-H's multipliers that are not 1, each named with what Megatron-LM lacks for it (attention_multiplier is
+    TransformerConfig.softmax_scale and is no refusal)."""
+    out = []
+    for key, why in GRANITE_MULTIPLIERS.items():
+        value = cfg.get(key, 1.0)
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
+            raise BandwiseError(f"{where}: {key}={brief(value)} must be a positive number")
+        if value != 1:
+            out.append(f"{key}={value:g} ({why})")
+    return out

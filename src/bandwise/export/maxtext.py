@@ -63,6 +63,12 @@ DECODERS = {
     # Qwen3-Next's hybrid (models/qwen3.py: Qwen3NextDecoderLayer, Qwen3NextGatedDeltaNet, Qwen3NextFullAttention,
     # Qwen3NextSparseMoeBlock), its shape from keys rather than model_name (`gdn_keys`)
     "qwen3_next": "qwen3_next",
+    # Seed-OSS: Llama's block with biases on q, k and v only, as Qwen2's (models/qwen2.py: Attention with
+    # use_bias_in_projections=attention_bias; layers/attentions.py leaves the output projection without bias for qwen2)
+    "seed_oss": "qwen2",
+    # ERNIE 4.5 (dense): Llama's block with RoPE on interleaved pairs, which the llama2 decoder turns through
+    # LLaMARotaryEmbedding (`model_keys`)
+    "ernie4_5": "llama2",
 }
 
 MODEL_FILES: dict[str, dict[str, object]] = {
@@ -366,6 +372,8 @@ def check_model(model: ModelSpec, arch: Architecture | None) -> None:
         raise BandwiseError(f"maxtext cannot run {model.name}: per-layer attention and MLP widths (block_configs): MaxText's config has one "
                             "base_mlp_dim and one base_num_kv_heads for every decoder layer and no layer without attention "
                             "(configs/base.yml; as of MaxText 0.2.5); export to megatron")
+    if model.mamba is not None:  # maxtext 0.2.5's decoder blocks (maxtext/models/) have no Mamba mixer
+        raise BandwiseError(f"maxtext cannot run {model.name}: {lacks('maxtext', 'Mamba layers: MaxText 0.2.5 has no Mamba mixer (maxtext/models/: its hybrid is Qwen3-Next Gated DeltaNet only)')}; export to megatron")
     if arch is not None and arch.family in FILE_BLOCKS:  # stated by MaxText's own model file, or not at all
         name, why = model_file(model, arch)
         if name is None:
@@ -380,6 +388,9 @@ def check_model(model: ModelSpec, arch: Architecture | None) -> None:
         if decoder is None:
             why = " (the sigmoid gate on its shared expert)" if arch.shared_expert_gate else ""
             out.append(f"model_type {arch.family}{why}: MaxText has no decoder block for it")
+        elif arch.rope_interleaved and (decoder != "llama2" or (rope is not None and rope.scaling)):
+            out.append(f"RoPE on interleaved pairs: MaxText turns them only in LLaMARotaryEmbedding (layers/embeddings.py), "
+                       f"unscaled or with Llama 3.1's scaling, and not in the {decoder} decoder's attention here")
         elif decoder == "qwen3_next":
             out += gdn_blockers(model, arch)
         elif model.linear_attention is None and not model.attention_output_gate and not arch.norm_offset and arch.rotary_fraction != 1:
@@ -400,6 +411,11 @@ def check_model(model: ModelSpec, arch: Architecture | None) -> None:
             out.append("a GPT block without biases: MaxText's gpt3 decoder has them on every layer")
         elif decoder == "llama2" and (arch.bias or arch.norm != "RMSNorm"):
             out.append(f"{'biases' if arch.bias else arch.norm}: MaxText's llama2 decoder has RMSNorm and no biases")
+        elif model.dropout and arch.family == "seed_oss":
+            # modular_seed_oss.py drops the attention and MLP outputs (residual_dropout); MaxText's qwen2 block
+            # (models/qwen2.py) drops the attention probabilities and inside the MLP, never a sublayer's output
+            out.append(f"residual_dropout={arch.hidden_dropout:g} on the attention and MLP outputs: MaxText's qwen2 decoder "
+                       "drops attention probabilities and MLP activations only (models/qwen2.py)")
         elif model.dropout and arch.hidden_dropout is not None and arch.attention_dropout != arch.hidden_dropout:
             out.append(f"attention dropout {arch.attention_dropout:g} beside hidden dropout {arch.hidden_dropout:g}: MaxText has one "
                        "dropout_rate (configs/types.py)")
@@ -511,6 +527,11 @@ def model_keys(m: ModelSpec, arch: Architecture) -> list[tuple[str, object]]:
         keys.append(("rope_max_timescale", _plain(rope.theta)))
         if rope.scaling == "llama3":
             keys.append(("rope_type", "llama3.1"))
+        elif arch.rope_interleaved and not rope.scaling:
+            # layers/embeddings.py (maxtext 0.2.5): LLaMARotaryEmbedding turns the adjacent pairs (2i, 2i + 1) as GLM's and
+            # ERNIE 4.5's apply_rotary_pos_emb do (RotaryEmbedding, the default, turns the two halves); layers/attentions.py
+            # builds it for rope_type llama3.1, and rope_use_scale false leaves its frequencies unscaled
+            keys += [("rope_type", "llama3.1"), ("rope_use_scale", False)]
         elif rope.scaling == "yarn":
             keys += [("rope_type", "yarn"), ("rope_factor", _plain(rope.factor)), ("original_max_position_embeddings", rope.original_positions),
                      ("beta_fast", _plain(rope.beta_fast)), ("beta_slow", _plain(rope.beta_slow)), ("mscale", _plain(rope.mscale))]

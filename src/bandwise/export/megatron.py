@@ -133,9 +133,25 @@ def max_connections(cluster: Cluster, s: Strategy) -> str | None:
     return None
 
 
+LACKS: tuple[tuple[str, str], ...] = (
+    # a part named by `architecture` (no engine here writes it), and where Megatron-LM d98e8a6 shows it has none
+    ("post_attention_layernorm and post_feedforward_layernorm", "megatron/core/transformer/transformer_layer.py, "
+     "TransformerLayerSubmodules: a norm before attention and before the MLP only"),
+    ("post_self_attn_layernorm and post_mlp_layernorm", "megatron/core/transformer/transformer_layer.py, "
+     "TransformerLayerSubmodules: a norm before attention and before the MLP only"),
+    ("xIELU", "megatron/core/activations.py has squared_relu, quick_gelu and fast_gelu, no xIELU, and no flag takes a "
+     "learned activation"),
+    ("sparsemixer", "megatron/core/transformer/moe/router.py routes by softmax, sigmoid or sqrtsoftplus scores"),
+    ("rope_scaling type 'dynamic'", "megatron/core/models/common/embeddings/rotary_pos_embedding.py scales for Llama 3.x "
+     "only, and --position-embedding-type takes learned_absolute, rope, yarn, mrope, relative or none (arguments.py)"),
+)
+"""Megatron-LM's own code for the parts `architecture` names without an engine."""
+
+
 def check_model(model: ModelSpec, arch: Architecture | None) -> None:
     """Refuse, in one line naming the field, a model whose job Megatron-LM cannot state."""
     out = refusals(model, arch, windows=True)  # --window-size and --window-attn-skip-freq (`_window_args`)
+    out = [next((f"{line}: {where}" for part, where in LACKS if part in line), line) for line in out]
     if arch is not None:
         if model.blocks:
             out += _block_blockers(model, arch)
@@ -155,6 +171,14 @@ def check_model(model: ModelSpec, arch: Architecture | None) -> None:
                                f"fixes {default}")
         if arch.router == "sigmoid" and not arch.topk_norm and model.top_k > 1:
             out.append("norm_topk_prob=false with sigmoid scores: Megatron's sigmoid router always renormalizes the top-k")
+        if arch.router == "softmax" and arch.expert_bias and model.is_moe:
+            # megatron/core/transformer/moe/moe_utils.py at d98e8a6, topk_routing_with_score_function: expert_bias enters the
+            # choice only under the sigmoid and sqrtsoftplus score functions; a softmax router chooses without it
+            out.append("an expert bias for the choice beside softmax scores (e_score_correction_bias): Megatron-LM adds "
+                       "--moe-router-enable-expert-bias's bias under sigmoid scores only (moe_utils.py, topk_routing_with_score_function)")
+        if arch.rope_interleaved and model.is_mla:  # TransformerConfig.__post_init__ raises on the pair
+            out.append("RoPE on interleaved pairs with multi-latent attention: Megatron-Core's TransformerConfig refuses "
+                       "rotary_interleaved with multi_latent_attention")
         if arch.router == "softmax" and model.top_k == 1 and arch.topk_norm:
             out.append("top-1 routing with weight 1: Megatron needs --moe-router-pre-softmax at top-1, which weights the "
                        "expert by its softmax probability")
@@ -181,7 +205,7 @@ def hybrid_blockers(model: ModelSpec, arch: Architecture) -> list[str]:
     cannot state of this hybrid."""
     out = []
     pattern = arch.hybrid_pattern
-    if set(pattern) - set("M*-") or len(pattern) != model.layers:
+    if set(pattern) - set("M*-") or len(pattern) != model.layers or (arch.hybrid_mlp and "-" in pattern):
         out.append(f"hybrid_override_pattern={pattern!r}: Megatron-LM's --hybrid-layer-pattern takes one of M, * and - a "
                    f"layer here, {model.layers} layers")
     mixer = model.mamba
@@ -229,14 +253,19 @@ def _linear_freq(pattern: tuple[bool, ...]) -> int | str:
     return every if every is not None else _runs(pattern)
 
 
-def hybrid_pattern(pattern: str, pp: int, virtual: int) -> str:
+def hybrid_pattern(pattern: str, pp: int, virtual: int, *, mlp: bool = False) -> str:
     """The pattern with a '|' between pipeline stages (validate_args derives the virtual stages from
-    the segments), split as the cost model splits the layers (`stage_layers`)."""
+    the segments), split as the cost model splits the layers (`stage_layers`). `mlp` (Bamba,
+    `Architecture.hybrid_mlp`): each layer is its mixer then an MLP, '-' after its letter, so a stage
+    holds whole layers as the plan priced them."""
+    def layer(letters: str) -> str:
+        return "".join(c + "-" for c in letters) if mlp else letters
+
     if pp == 1:
-        return pattern
+        return layer(pattern)
     parts, first = [], 0
     for count in stage_layers(len(pattern), pp * virtual):
-        parts.append(pattern[first:first + count])
+        parts.append(layer(pattern[first:first + count]))
         first += count
     return "|".join(parts)
 
@@ -273,7 +302,7 @@ def render(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int,
     if s.tp > 1:
         args.append(("sequence-parallel", None))
     if arch.hybrid_pattern:  # the stages are '|' segments of the pattern (validate_args refuses the other pipeline flags)
-        args.append(("hybrid-layer-pattern", hybrid_pattern(arch.hybrid_pattern, s.pp, s.virtual_stages)))
+        args.append(("hybrid-layer-pattern", hybrid_pattern(arch.hybrid_pattern, s.pp, s.virtual_stages, mlp=arch.hybrid_mlp)))
     elif s.pp > 1:
         layout = stage_layout(model, s.pp, s.virtual_stages)
         if layout is not None:
@@ -372,7 +401,9 @@ def _model_args(m: ModelSpec, arch: Architecture) -> list[tuple[str, object]]:
     --mscale and --mscale-all-dim are Megatron-LM's own (arguments.py), the last four copied into
     MLATransformerConfig's same-named fields."""
     a: list[tuple[str, object]] = [
-        ("num-layers", m.layers), ("hidden-size", m.hidden), ("ffn-hidden-size", m.ffn), ("num-attention-heads", m.heads),
+        # a hybrid of mixer-and-MLP layers (Bamba) is two of Megatron's layers each (`hybrid_pattern`); validate_args
+        # counts --num-layers from the pattern and warns where it differs
+        ("num-layers", m.layers * (2 if arch.hybrid_mlp else 1)), ("hidden-size", m.hidden), ("ffn-hidden-size", m.ffn), ("num-attention-heads", m.heads),
         ("seq-length", m.seq_len), ("max-position-embeddings", max(m.seq_len, arch.positions)), ("vocab-size", m.vocab),
     ]
     if m.is_mla:
@@ -440,6 +471,21 @@ def _model_args(m: ModelSpec, arch: Architecture) -> list[tuple[str, object]]:
                 a.append(("no-rope-fusion", None))
             if rope.scaling == "yarn":
                 a += [("rotary-scaling-factor", _num(rope.factor)), ("mscale", _num(rope.mscale)), ("mscale-all-dim", _num(rope.mscale_all_dim))]
+    if rope is not None and arch.nope_layers:
+        # TransformerConfig.no_rope_freq (flag --no-rope-freq, arguments.py no_rope_freq_type at d98e8a6): an integer N skips
+        # RoPE in layer n (from 1) when n % N == 0, a list expression where its entry is 1; attention.py, Attention.forward,
+        # drops rotary_pos_emb there
+        pattern = arch.nope_layers
+        n = len(pattern)
+        every = next((k for k in range(2, n + 1) if n % k == 0 and all(skip == ((i + 1) % k == 0) for i, skip in enumerate(pattern))), None)
+        a.append(("no-rope-freq", every if every is not None else _runs(pattern)))
+    if rope is not None and arch.rope_interleaved:
+        # TransformerConfig.rotary_interleaved (flag --rotary-interleaved): rope_utils.py _rotate_half turns the pairs
+        # (2i, 2i + 1), and RotaryEmbedding repeats each frequency for both channels of a pair, as GLM's and ERNIE 4.5's
+        # apply_rotary_pos_emb do (cos[..., :d/2].repeat_interleave(2)). RoPE fusion, on by default, takes interleaved
+        # pairs only from Transformer Engine 2.3 (TransformerConfig.__post_init__ raises below it), so the job runs
+        # Megatron-Core's own unfused rotation, which takes them on any version
+        a += [("rotary-interleaved", None)] + ([] if m.is_mla else [("no-rope-fusion", None)])
     if rope is not None and arch.rotary_fraction != 1:
         # arguments.py --rotary-percent: GPTModel's RotaryEmbedding turns the first rotary_percent of each head's channels,
         # as transformers' partial_rotary_factor turns the first rotary_dim (apply_rotary_pos_emb on q[..., :rotary_dim])

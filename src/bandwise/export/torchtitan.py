@@ -174,7 +174,7 @@ def check_model(model: ModelSpec, arch: Architecture | None) -> None:
             return
         raise BandwiseError(f"torchtitan cannot run {model.name}: {lacks('torchtitan', blocked[0])}; export to megatron or maxtext")
     if model.mamba is not None:
-        raise BandwiseError(f"torchtitan cannot run {model.name}: {lacks('torchtitan', LINEAR_MIXERS)}; export to megatron or maxtext")
+        raise BandwiseError(f"torchtitan cannot run {model.name}: {lacks('torchtitan', LINEAR_MIXERS)}; export to megatron")
     if model.linear_attention is not None:  # Gated DeltaNet without the config.json that orders the layers
         raise BandwiseError(f"torchtitan cannot run {model.name}: the Gated DeltaNet layers' order and norms are not given, and the "
                             "written module states them for torchtitan 0.3.0's qwen3_5 builders; pass the model's config.json")
