@@ -142,6 +142,8 @@ LACKS: tuple[tuple[str, str], ...] = (
     ("xIELU", "megatron/core/activations.py has squared_relu, quick_gelu and fast_gelu, no xIELU, and no flag takes a "
      "learned activation"),
     ("sparsemixer", "megatron/core/transformer/moe/router.py routes by softmax, sigmoid or sqrtsoftplus scores"),
+    ("LayerNorm without weight or bias", "megatron/core/transformer/torch_norm.py, WrappedTorchNorm builds torch.nn.LayerNorm "
+     "with its weight and bias, as Transformer Engine's LayerNorm has them; --normalization takes LayerNorm, RMSNorm or L2Norm"),
     ("rope_scaling type 'dynamic'", "megatron/core/models/common/embeddings/rotary_pos_embedding.py scales for Llama 3.x "
      "only, and --position-embedding-type takes learned_absolute, rope, yarn, mrope, relative or none (arguments.py)"),
 )
