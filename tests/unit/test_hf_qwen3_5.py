@@ -56,3 +56,53 @@ def test_what_the_reading_cannot_state_is_refused_in_one_line(cfg: dict, named: 
     with pytest.raises(BandwiseError) as err:
         from_hf_config(cfg)
     assert named in str(err.value) and "\n" not in str(err.value)
+
+
+# ------------------------------------------------------------------- architecture record and exports
+ROPE = {"rope_parameters": {"rope_type": "default", "rope_theta": 10_000_000, "partial_rotary_factor": 0.25,
+                            "mrope_section": [11, 11, 10], "mrope_interleaved": True}, "rms_norm_eps": 1e-6}
+
+
+def _export(tmp_path, cfg: dict, engine: str):
+    import json
+
+    from bandwise.export import export
+    from bandwise.specs.registry import get_cluster, get_model
+    from bandwise.specs.strategy import Strategy
+
+    path = tmp_path / "q35" / "config.json"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(json.dumps(cfg))
+    moe = from_hf_config(cfg).experts > 0
+    s = Strategy(dp_shard=16, ep=8 if moe else 1, micro_batch=1, global_batch=256, recompute="full")
+    return export(engine, get_model(str(path)).with_seq_len(4096), get_cluster("h100"), s, 16, model_source=str(path))
+
+
+def test_the_record_is_qwen3_nexts_read_from_rope_parameters() -> None:
+    from bandwise.export.architecture import from_hf
+
+    moe, dense = from_hf(_with(MOE, **ROPE)), from_hf(_with(DENSE, **ROPE))
+    assert moe.family == dense.family == "qwen3_next" and moe.rope is not None and moe.rope.theta == 1e7
+    assert moe.rotary_fraction == 0.25 and sum(moe.linear_layers) == 30 and not moe.unsupported
+    assert moe.shared_expert_gate and not dense.shared_expert_gate
+    assert "rope_scaling" in " ".join(from_hf(_with(MOE, rope_parameters={"rope_type": "yarn", "factor": 4.0})).unsupported)
+
+
+def test_megatron_states_the_mtp_layer_only_where_its_last_layer_attends(tmp_path) -> None:
+    job = _export(tmp_path, _with(MOE, **ROPE), "megatron")
+    assert "--experimental-attention-variant gated_delta_net" in job.text and "--mtp-num-layers 1" in job.text
+    last_linear = ["full_attention" if i % 4 == 0 else "linear_attention" for i in range(40)]
+    with pytest.raises(BandwiseError, match="gpt_builders.py"):
+        _export(tmp_path, _with(MOE, layer_types=last_linear, **ROPE), "megatron")
+
+
+def test_maxtext_and_torchtitan_refuse_the_mtp_layer_by_name(tmp_path) -> None:
+    with pytest.raises(BandwiseError, match="mtp_num_hidden_layers=1"):
+        _export(tmp_path, _with(MOE, **ROPE), "maxtext")
+    with pytest.raises(BandwiseError, match="mtp_num_hidden_layers=1"):
+        _export(tmp_path, _with(MOE, **ROPE), "torchtitan")
+    without = _with(MOE, mtp_num_hidden_layers=0, **ROPE)
+    assert "_build_qwen35_moe_layers(" in _export(tmp_path, without, "torchtitan").text
+    assert "qwen3_next" in _export(tmp_path, without, "maxtext").text.split("decoder_block:")[1].split("\n")[0]
+    with pytest.raises(BandwiseError, match="dense SwiGLU MLP"):
+        _export(tmp_path, _with(DENSE, mtp_num_hidden_layers=0, tie_word_embeddings=False, **ROPE), "maxtext")
