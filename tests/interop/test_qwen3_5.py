@@ -60,3 +60,38 @@ def test_text_decoder_counts_as_torchtitans_flavor(flavor: str) -> None:
     spec = from_hf_config(_config_json(cfg))
     assert vision > 0 and spec.total_params == text
     assert spec.mtp_depth == 1 and "vision encoder is not priced" in spec.source
+
+
+@judges.needs_engines
+def test_the_engines_judge_the_jobs_written_for_the_moe_flavor(tmp_path) -> None:
+    """The 35B-A3B text decoder's jobs: Megatron-Core's configs built from the Megatron-LM flags (with the MTP layer)
+    and TorchTitan's checks of its written module (without it: TorchTitan's qwen3_5 has no MTP layer) pass."""
+    import json
+
+    from bandwise.export import Export, export
+    from bandwise.export.architecture import architecture
+    from bandwise.specs.registry import get_cluster, get_model
+    from bandwise.specs.strategy import Strategy
+
+    judges.kernels_stand_in()
+    from torchtitan.models.qwen3_5 import model_registry
+
+    cfg = _config_json(model_registry("35B-A3B").model)
+    cfg["text_config"].update(rms_norm_eps=1e-6, rope_parameters={"rope_type": "default", "rope_theta": 10_000_000,
+                                                                   "partial_rotary_factor": 0.25, "mrope_section": [11, 11, 10]})
+    s = Strategy(dp_shard=16, ep=8, micro_batch=1, global_batch=256, recompute="full")
+    for mtp, engine in ((1, "megatron"), (0, "torchtitan")):
+        cfg["text_config"]["mtp_num_hidden_layers"] = mtp
+        path = tmp_path / f"Qwen3.5-35B-A3B-mtp{mtp}" / "config.json"
+        path.parent.mkdir()
+        path.write_text(json.dumps(cfg))
+        model = get_model(str(path)).with_seq_len(4096)
+        job = export(engine, model, get_cluster("h100"), s, 16, model_source=str(path))
+        assert isinstance(job, Export)
+        arch = architecture(model, str(path))
+        if engine == "megatron":
+            _, _, flags = judges.judge_megatron(job.text, model, get_cluster("h100"), 16, job.strategy, arch)
+            assert flags["--mtp-num-layers"] == ["1"] and flags["--experimental-attention-variant"] == ["gated_delta_net"]
+        else:
+            titan = judges.judge_torchtitan(job.text, model, 16, job.strategy, arch)
+            assert titan.model_spec.model.vision_encoder is None
