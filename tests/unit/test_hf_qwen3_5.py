@@ -28,7 +28,7 @@ def _with(cfg: dict, **text: object) -> dict:
 
 
 @pytest.mark.parametrize("cfg", [
-    DENSE, MOE, _with(DENSE, tie_word_embeddings=False), _with(MOE, full_attention_interval=2),
+    DENSE, MOE, {**DENSE, "tie_word_embeddings": False}, _with(MOE, full_attention_interval=2),
     _with(MOE, layer_types=["full_attention" if i % 5 == 0 else "linear_attention" for i in range(40)]),
     _with(DENSE, linear_num_value_heads=32, num_hidden_layers=8), {**MOE["text_config"]}, {**DENSE["text_config"]},
 ])
@@ -51,6 +51,7 @@ def test_the_wrapper_reads_its_text_config_and_names_the_vision_encoder_unpriced
     (_with(MOE, mlp_only_layers=[0]), "mlp_only_layers"),
     (_with(DENSE, attn_output_gate=False), "attn_output_gate"),
     (_with(MOE, mtp_num_hidden_layers=-1), "mtp_num_hidden_layers"),
+    (_with(MOE, tie_word_embeddings=True), "tie_word_embeddings"),
 ])
 def test_what_the_reading_cannot_state_is_refused_in_one_line(cfg: dict, named: str) -> None:
     with pytest.raises(BandwiseError) as err:
@@ -105,4 +106,4 @@ def test_maxtext_and_torchtitan_refuse_the_mtp_layer_by_name(tmp_path) -> None:
     assert "_build_qwen35_moe_layers(" in _export(tmp_path, without, "torchtitan").text
     assert "qwen3_next" in _export(tmp_path, without, "maxtext").text.split("decoder_block:")[1].split("\n")[0]
     with pytest.raises(BandwiseError, match="dense SwiGLU MLP"):
-        _export(tmp_path, _with(DENSE, mtp_num_hidden_layers=0, tie_word_embeddings=False, **ROPE), "maxtext")
+        _export(tmp_path, _with({**DENSE, "tie_word_embeddings": False}, mtp_num_hidden_layers=0, **ROPE), "maxtext")

@@ -295,14 +295,19 @@ def from_hf_config(cfg: Mapping[str, Any], *, name: str = "hf-model", seq_len: i
 def qwen3_5_text(cfg: Fields) -> Fields:
     """A Qwen3.5 / Qwen3.6 wrapper's language model (Qwen3_5ForConditionalGeneration, Qwen3_5MoeForConditionalGeneration
     in transformers): its text_config as `QWEN3_5_WRAPPERS` names it, with the wrapper's tie_word_embeddings where the
-    text_config gives none (Qwen3_5Config takes it at the top). Its vision_config is not read: the vision encoder is
+    text_config gives none (Qwen3_5Config takes it at the top); the two differing is refused. Its vision_config is not read: the vision encoder is
     not priced."""
     kind = cfg.get("model_type")
     if not isinstance(cfg.get("text_config"), dict):
         raise BandwiseError(f"config.json ({kind}): missing field 'text_config'")
     text = cfg.nested("text_config").with_values(model_type=QWEN3_5_WRAPPERS[kind])
-    if text.get("tie_word_embeddings") is None and cfg.get("tie_word_embeddings") is not None:
-        text = text.with_values(tie_word_embeddings=cfg.get("tie_word_embeddings"))
+    outer, inner = cfg.get("tie_word_embeddings"), text.get("tie_word_embeddings")
+    if outer is not None and inner is not None and bool(outer) != bool(inner):
+        # which of the two ties the head differs across transformers versions; published configs give them equal
+        raise BandwiseError(f"config.json ({kind}): tie_word_embeddings={brief(outer)} but text_config.tie_word_embeddings="
+                            f"{brief(inner)}; make them equal")
+    if inner is None and outer is not None:
+        text = text.with_values(tie_word_embeddings=outer)
     return text
 
 
