@@ -109,21 +109,22 @@ def linear_layers(cfg: Mapping[str, Any]) -> tuple[bool, ...]:
     in order: its `layer_types` where it lists one per layer, else transformers' Qwen3NextConfig
     default, layer i linear unless (i + 1) % full_attention_interval == 0. The planner counts these
     and the exports write them, so both read the config here."""
+    kind = cfg.get("model_type") if cfg.get("model_type") in QWEN3_NEXT_LIKE else "qwen3_next"
     layers = cfg.get("num_hidden_layers")
     if not isinstance(layers, int) or isinstance(layers, bool) or not 1 <= layers <= MAX_DIMENSION:
-        raise BandwiseError(f"config.json (qwen3_next): num_hidden_layers={brief(layers)} must be an integer from 1 to {MAX_DIMENSION:,}")
+        raise BandwiseError(f"config.json ({kind}): num_hidden_layers={brief(layers)} must be an integer from 1 to {MAX_DIMENSION:,}")
     types = cfg.get("layer_types")
     if isinstance(types, list) and len(types) == layers:
         odd = [t for t in types if t not in ("linear_attention", "full_attention")]
         if odd:
-            raise BandwiseError(f"config.json (qwen3_next): layer_types holds {brief(odd[0])}; "
+            raise BandwiseError(f"config.json ({kind}): layer_types holds {brief(odd[0])}; "
                                 "each entry is 'linear_attention' or 'full_attention'")
         return tuple(t == "linear_attention" for t in types)
     every = cfg.get("full_attention_interval")
     if every is None:
-        raise BandwiseError("config.json (qwen3_next): missing field 'full_attention_interval'")
+        raise BandwiseError(f"config.json ({kind}): missing field 'full_attention_interval'")
     if not isinstance(every, int) or isinstance(every, bool) or not 1 <= every <= MAX_DIMENSION:
-        raise BandwiseError(f"config.json (qwen3_next): full_attention_interval={brief(every)} must be an integer from 1 to "
+        raise BandwiseError(f"config.json ({kind}): full_attention_interval={brief(every)} must be an integer from 1 to "
                             f"{MAX_DIMENSION:,} (or give layer_types, one entry a layer)")
     return tuple((i + 1) % every != 0 for i in range(layers))
 
