@@ -2,14 +2,20 @@
 (`qwen3_5_configs`, Qwen3.5's published dimensions) built on the meta device, its vision encoder set apart, holds
 as many parameters as bandwise counts for the wrapper config.json that states the same text decoder. The config is
 written from the flavor's own layer configs, field by field, as a Hugging Face Qwen3_5(Moe)TextConfig names them.
-TorchTitan has no tied head (its 0.8B/2B/4B docstrings say so), so every config here is untied."""
+TorchTitan has no tied head (its 0.8B/2B/4B docstrings say so), so every config here is untied. The published
+Qwen3.6-35B-A3B config.json (tests/data/hf) is compared with the 35B-A3B flavor the same way."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import judges
 import pytest
 
 from bandwise.specs.hf import from_hf_config
+from bandwise.specs.registry import get_model
+
+HF = Path(__file__).parents[1] / "data" / "hf"
 
 pytest.importorskip("torchtitan")
 
@@ -39,8 +45,8 @@ def _config_json(cfg) -> dict:
         "shared_expert_intermediate_size": moe.shared_experts.w1.out_features}}
 
 
-@pytest.mark.parametrize("flavor", ["0.8B", "27B", "35B-A3B", "397B-A17B"])
-def test_text_decoder_counts_as_torchtitans_flavor(flavor: str) -> None:
+def _built(flavor: str) -> tuple[object, int]:
+    """A flavor's config and its text decoder's parameter count, the model built on the meta device."""
     import torch
     from torchtitan.distributed import utils as dist_utils
 
@@ -56,10 +62,23 @@ def test_text_decoder_counts_as_torchtitans_flavor(flavor: str) -> None:
     finally:
         dist_utils.set_spmd_backend(backend)
     vision = sum(p.numel() for p in model.vision_encoder.parameters())
-    text = sum(p.numel() for p in model.parameters()) - vision
+    assert vision > 0
+    return cfg, sum(p.numel() for p in model.parameters()) - vision
+
+
+@pytest.mark.parametrize("flavor", ["0.8B", "27B", "35B-A3B", "397B-A17B"])
+def test_text_decoder_counts_as_torchtitans_flavor(flavor: str) -> None:
+    cfg, text = _built(flavor)
     spec = from_hf_config(_config_json(cfg))
-    assert vision > 0 and spec.total_params == text
+    assert spec.total_params == text
     assert spec.mtp_depth == 1 and "vision encoder is not priced" in spec.source
+
+
+def test_the_published_qwen3_6_config_is_torchtitans_35b_a3b() -> None:
+    """tests/data/hf/Qwen3.6-35B-A3B (the published config.json, SOURCES.md) holds as many text-decoder parameters as
+    TorchTitan's 35B-A3B flavor builds: Qwen3.6 keeps Qwen3.5-35B-A3B's shape."""
+    _, text = _built("35B-A3B")
+    assert get_model(str(HF / "Qwen3.6-35B-A3B" / "config.json")).total_params == text
 
 
 @judges.needs_engines

@@ -1,8 +1,8 @@
 """Qwen3.5 / Qwen3.6 configs (model_type qwen3_5, qwen3_5_moe; their text_config qwen3_5_text, qwen3_5_moe_text): the
 language model counted against `hf_tensors` (the checkpoint's tensors by name), what the reading cannot state refused
-in one line. No complete published config.json was found to keep in tests/data/hf: the shapes are TorchTitan 0.3.0's
-qwen3_5 flavors (torchtitan/models/qwen3_5/__init__.py: 0.8B and 35B-A3B), which tests/interop/test_qwen3_5.py
-builds and counts."""
+in one line. The shapes are TorchTitan 0.3.0's qwen3_5 flavors (torchtitan/models/qwen3_5/__init__.py: 0.8B and
+35B-A3B), which tests/interop/test_qwen3_5.py builds and counts; the one published config kept in tests/data/hf
+(Qwen3.6-35B-A3B) is counted by test_hf_families and exported by the interop matrix."""
 
 from __future__ import annotations
 
