@@ -17,11 +17,15 @@ def tensors(cfg: dict) -> dict[str, tuple[int, ...]]:
     if kind == "gemma3":
         c = {**c["text_config"], "model_type": "gemma3_text"}
         kind = "gemma3_text"
+    if kind in ("qwen3_5", "qwen3_5_moe"):  # the language model (model.language_model.*); the vision tower not listed
+        c = {"tie_word_embeddings": c.get("tie_word_embeddings", False), **c["text_config"]}
+        kind = c["model_type"]
     if kind == "llama4":  # the language model; `llama4_vision_tensors` lists the vision side
         c = {**c["text_config"], "model_type": "llama4_text"}
         kind = "llama4_text"
     return {"gpt2": _gpt2, "gpt_neox": _neox, "falcon": _falcon, "dbrx": _dbrx, "llama4_text": _llama4,
             "jamba": _jamba, "nemotron_h": _nemotron_h, "qwen3_next": _qwen3_next,
+            "qwen3_5_text": _qwen3_5, "qwen3_5_moe_text": _qwen3_5,
             "nemotron-nas": _nemotron_nas, "glm4_moe": _glm4_moe, "bamba": _mamba2_hybrid,
             "granitemoehybrid": _mamba2_hybrid, "ernie4_5_moe": _ernie_moe, "apertus": _apertus,
             "hunyuan_v1_moe": _hunyuan_moe, "phimoe": _phimoe}.get(kind, _llama_like)(c)
@@ -376,6 +380,44 @@ def _qwen3_next(c: dict) -> dict:
         for j in range(E):
             t |= {p + f"mlp.e{j}.gate_proj": (f, h), p + f"mlp.e{j}.up_proj": (f, h), p + f"mlp.e{j}.down_proj": (h, f)}
         t |= {p + "shared_expert.gate_proj": (fs, h), p + "shared_expert.up_proj": (fs, h), p + "shared_expert.down_proj": (h, fs),
+              p + "shared_expert_gate": (1, h)}
+    return t
+
+
+def _qwen3_5(c: dict) -> dict:
+    # modeling_qwen3_5.py / modeling_qwen3_5_moe.py (transformers), as TorchTitan 0.3.0's qwen3_5 state_dict_adapter.py
+    # names the checkpoint: embed_tokens; per layer input_layernorm, post_attention_layernorm (h); on layer_types[i]
+    # "full_attention" self_attn q_proj (2·H·d, h), k_proj, v_proj (kv·d, h), o_proj (h, H·d), q_norm, k_norm (d);
+    # else linear_attn in_proj_qkv (2·Kh·dk + Vh·dv, h), in_proj_z (Vh·dv, h), in_proj_b and in_proj_a (Vh, h), conv1d
+    # (2·Kh·dk + Vh·dv, 1, K), dt_bias, A_log (Vh), norm (dv), out_proj (h, Vh·dv); mlp: the dense model's gate_proj,
+    # up_proj (f, h), down_proj (h, f), the MoE model's gate (E, h), experts.gate_up_proj (E, 2·fe, h) and down_proj
+    # (E, h, fe), shared_expert of fs and shared_expert_gate (1, h); norm; lm_head unless tied. mtp.* is not listed.
+    h, V, L = c["hidden_size"], c["vocab_size"], c["num_hidden_layers"]
+    H, kv, d = c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
+    Kh, Vh, dk, dv, K = (c[k] for k in ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
+                                        "linear_value_head_dim", "linear_conv_kernel_dim"))
+    types = c.get("layer_types") or ["full_attention" if (i + 1) % c["full_attention_interval"] == 0 else "linear_attention"
+                                     for i in range(L)]
+    t = {"embed_tokens": (V, h), "norm": (h,)}
+    if not c.get("tie_word_embeddings", False):
+        t["lm_head"] = (V, h)
+    for i, kind in enumerate(types):
+        p = f"layers.{i}."
+        t |= {p + "input_layernorm": (h,), p + "post_attention_layernorm": (h,)}
+        if kind == "full_attention":
+            t |= {p + "q_proj": (2 * H * d, h), p + "k_proj": (kv * d, h), p + "v_proj": (kv * d, h), p + "o_proj": (h, H * d),
+                  p + "q_norm": (d,), p + "k_norm": (d,)}
+        else:
+            t |= {p + "in_proj_qkv": (2 * Kh * dk + Vh * dv, h), p + "in_proj_z": (Vh * dv, h), p + "in_proj_b": (Vh, h),
+                  p + "in_proj_a": (Vh, h), p + "conv1d": (2 * Kh * dk + Vh * dv, 1, K), p + "dt_bias": (Vh,),
+                  p + "A_log": (Vh,), p + "norm": (dv,), p + "out_proj": (h, Vh * dv)}
+        if c["model_type"] == "qwen3_5_text":
+            f = c["intermediate_size"]
+            t |= {p + "gate_proj": (f, h), p + "up_proj": (f, h), p + "down_proj": (h, f)}
+            continue
+        E, fe, fs = c["num_experts"], c["moe_intermediate_size"], c["shared_expert_intermediate_size"]
+        t |= {p + "gate": (E, h), p + "experts.gate_up_proj": (E, 2 * fe, h), p + "experts.down_proj": (E, h, fe),
+              p + "shared_expert.gate_proj": (fs, h), p + "shared_expert.up_proj": (fs, h), p + "shared_expert.down_proj": (h, fs),
               p + "shared_expert_gate": (1, h)}
     return t
 

@@ -96,12 +96,14 @@ def test_moe_types_without_presets_match_published_counts(repo, total, total_ste
     assert low - active_step / 2 <= active <= low + m.embedding_params + active_step / 2
 
 
-WITHOUT_A_PUBLISHED_CONFIG = {"olmoe", "granite", "granitemoe", "cohere2", "dbrx", "llama4_text", "bamba", "granitemoehybrid", "glm4", "hunyuan_v1_moe", "phimoe"}
+WITHOUT_A_PUBLISHED_CONFIG = {"olmoe", "granite", "granitemoe", "cohere2", "dbrx", "llama4_text", "bamba", "granitemoehybrid", "glm4", "hunyuan_v1_moe", "phimoe",
+                              "qwen3_5", "qwen3_5_text", "qwen3_5_moe_text"}
 """Types read by the same rules as their neighbours but with no published config.json copy found to
 keep here; test_hf_families checks them on configs built from their classes' keys (bamba and
 granitemoehybrid: test_hf_more_families, on their classes' defaults; the other hybrids:
 test_layer_kinds, against the presets built from their papers; llama4_text is the text_config the
-llama4 fixtures hold, read through them)."""
+llama4 fixtures hold, read through them; qwen3_5_moe_text is the Qwen3.6-35B-A3B fixture's text_config; the dense
+Qwen3.5 wrapper: test_hf_qwen3_5 and tests/interop/test_qwen3_5.py, on TorchTitan 0.3.0's qwen3_5 flavor shapes)."""
 
 
 def test_every_supported_type_is_exercised_by_a_fixture():

@@ -38,7 +38,9 @@ def test_count_is_the_checkpoints_tensor_by_tensor(repo):
     m = from_hf_config(cfg, name=repo)
     assert m.total_params == count(cfg)
     if m.is_moe and cfg["model_type"] not in ("gpt_oss", "llama4"):  # gpt-oss and Llama 4 stack their experts in one tensor
-        experts = sum(prod(shape) for name, shape in tensors(cfg).items() if re.search(r"\.mlp\.e\d+\.", name))
+        # one tensor an expert (".mlp.e<j>."), or Qwen3.5's experts stacked in experts.gate_up_proj and experts.down_proj
+        experts = sum(prod(shape) for name, shape in tensors(cfg).items()
+                      if re.search(r"\.mlp\.e\d+\.|\.experts\.(gate_up|down)_proj$", name))
         assert m.routed_expert_params_total == experts
 
 

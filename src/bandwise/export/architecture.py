@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from bandwise.errors import BandwiseError
-from bandwise.specs.hf import FAMILIES, dropout_rates, window_layers
+from bandwise.specs.hf import FAMILIES, QWEN3_5_WRAPPERS, dropout_rates, window_layers
 from bandwise.specs.hf_blocks import BLOCKS
 from bandwise.specs.hf_hybrid import HYBRID, linear_layers
 from bandwise.specs.model import ModelSpec, brief
@@ -257,6 +257,12 @@ def from_hf(cfg: dict[str, Any], where: str = "config.json") -> Architecture:
     if kind in BLOCKS:  # Llama's block, layer by layer (specs/hf_blocks.py): Llama's positions, norms and biases
         return replace(from_hf({**cfg, "model_type": "llama"}, where), family=kind, blocks_file=where,
                        source=f"{where} (model_type {kind})")
+    if kind in QWEN3_5_WRAPPERS:  # the vision-language wrapper: its language model, read as the planner reads it
+        text = cfg.get("text_config")
+        if not isinstance(text, dict):
+            raise BandwiseError(f"{where}: model_type {kind} without a text_config mapping")
+        top = {"tie_word_embeddings": cfg["tie_word_embeddings"]} if "tie_word_embeddings" in cfg else {}
+        return from_hf({**top, **text, "model_type": QWEN3_5_WRAPPERS[kind]}, where)
     if defaults is None:
         if kind in HYBRID:
             return _hybrid(cfg, kind, where)
@@ -449,6 +455,8 @@ def _hybrid(cfg: dict[str, Any], kind: str, where: str) -> Architecture:
     Jamba's named."""
     if kind == "qwen3_next":
         return _qwen3_next(cfg, where)
+    if kind in ("qwen3_5_text", "qwen3_5_moe_text"):
+        return _qwen3_5(cfg, kind, where)
     if kind == "bamba":
         return _bamba(cfg, where)
     if kind != "nemotron_h":
@@ -546,6 +554,32 @@ def _qwen3_next(cfg: dict[str, Any], where: str) -> Architecture:
                         linear_layers=linear_layers(cfg), rotary_fraction=fraction, norm_offset=True,
                         hidden_dropout=0.0, attention_dropout=float(dropout),
                         unsupported=tuple(unsupported), source=f"{where} (model_type qwen3_next)")
+
+
+def _qwen3_5(cfg: dict[str, Any], kind: str, where: str) -> Architecture:
+    """Qwen3.5 / Qwen3.6's text decoder (transformers modeling_qwen3_5_moe.py, modeling_qwen3_5.py): Qwen3-Next's layers
+    (`_qwen3_next`), so the record is Qwen3-Next's family and the engines' Qwen3-Next paths state it: TorchTitan's written
+    module builds it from TorchTitan's own qwen3_5 blocks, dense (`_build_qwen35_layers`) or MoE. Its rope_theta and
+    partial_rotary_factor sit in rope_parameters; its RoPE is MRoPE (mrope_section), which on text positions alone is
+    the plain rotation (TorchTitan 0.3.0 torchtitan/models/qwen3_5/rope.py, MRoPE._reshape_cache: 2D text positions
+    take CosSinRoPE's lookup; three equal position ids turn every channel pair by the same angle). The dense variant's
+    SwiGLU MLPs are named where an engine's Qwen3-Next path has MoE in every layer."""
+    rope = cfg.get("rope_parameters")
+    flat = dict(cfg)
+    if isinstance(rope, dict):
+        if rope.get("rope_type", "default") != "default":
+            flat["rope_scaling"] = {"rope_type": rope.get("rope_type")}
+        for key in ("rope_theta", "partial_rotary_factor"):
+            if flat.get(key) is None and rope.get(key) is not None:
+                flat[key] = rope[key]
+    if kind == "qwen3_5_moe_text":  # Qwen3_5MoeTextConfig: MoE in every layer; no mlp_only_layers key is read
+        flat.pop("mlp_only_layers", None)
+    arch = _qwen3_next(flat, where)
+    unsupported = list(arch.unsupported)
+    if kind == "qwen3_5_text":
+        unsupported = [u for u in unsupported if not u.startswith("mlp_only_layers=")]
+    return replace(arch, unsupported=tuple(unsupported), shared_expert_gate=kind == "qwen3_5_moe_text",
+                   source=f"{where} (model_type {kind})")
 
 
 def architecture(model: ModelSpec, source: str | Path | None = None) -> Architecture | None:

@@ -334,7 +334,16 @@ def gdn_blockers(model: ModelSpec, arch: Architecture) -> list[str]:
     if not model.attention_output_gate or not arch.qk_norm or not arch.norm_offset or arch.bias or arch.qkv_bias:
         return ["attention without Qwen3-Next's output gate, q/k norms and (1 + w) norms: MaxText's qwen3_next decoder has them "
                 "(layers/attentions.py, is_qwen3_hybrid; layers/normalizations.py, Qwen3NextRMSNorm)"]
-    if not model.is_moe or model.dense_layers or model.shared_experts != 1 or model.shared_ffn != model.expert_ffn:
+    if not model.is_moe:
+        return ["a dense SwiGLU MLP in every layer (Qwen3.5's dense variant): MaxText's qwen3_next decoder has MoE in every "
+                "layer (models/qwen3.py, Qwen3NextSparseMoeBlock)"]
+    if model.mtp_depth:
+        # models/models.py (maxtext e591f30): the MTP block's layer is get_decoder_layers()[-1], for qwen3_next with
+        # scan_layers (base.yml: true) Qwen3NextScannableBlock (layers/decoders.py)
+        return [f"mtp_num_hidden_layers={model.mtp_depth}: MaxText builds its MTP layer from the decoder's layer class "
+                "(models/models.py), for qwen3_next a scanned cycle of layers, where Qwen3.5's MTP layer is one "
+                "full-attention layer"]
+    if model.dense_layers or model.shared_experts != 1 or model.shared_ffn != model.expert_ffn:
         return [f"shared experts {model.shared_experts} of width {model.shared_ffn} beside experts of {model.expert_ffn}: MaxText's "
                 "qwen3_next decoder has MoE in every layer and one shared expert of moe_mlp_dim (models/qwen3.py, "
                 "Qwen3NextSparseMoeBlock)"]

@@ -244,6 +244,10 @@ def linear_blockers(model: ModelSpec, arch: Architecture) -> list[str]:
     if mixer.chunk != GDN_CHUNK:
         return [f"Gated DeltaNet chunk={mixer.chunk}: Megatron-LM d98e8a6's GatedDeltaNet fixes {GDN_CHUNK} "
                 "(megatron/core/ssm/gated_delta_net/gdn.py)"]
+    if model.mtp_depth and pattern[-1]:
+        # gpt_builders.py at d98e8a6: "Use spec of the last layer in decoder block as spec of the transformer layer in MTP"
+        return [f"mtp_num_hidden_layers={model.mtp_depth} after a Gated DeltaNet last layer: Megatron-LM d98e8a6 builds the MTP "
+                "layer as the decoder's last layer (gpt_builders.py), Qwen3.5's MTP layer is full attention"]
     return []
 
 

@@ -140,6 +140,9 @@ def _hybrid_blockers(model: ModelSpec, arch: Architecture) -> list[str]:
                    f"{model.d_head}): Qwen35Attention turns its first rotary_dim channels (torchtitan/models/qwen3_5/model.py)")
     if abs(arch.norm_eps - EPS["qwen3_5"]) > 1e-12:
         out.append(f"rms_norm_eps={arch.norm_eps:g}: {WHERE} gives every OffsetRMSNorm and RMSNormGated eps 1e-6")
+    if model.mtp_depth:
+        out.append(f"mtp_num_hidden_layers={model.mtp_depth}: {WHERE} builds no multi-token-prediction layer (the plan prices "
+                   "it); set mtp_num_hidden_layers to 0 to plan without it")
     if model.tied_embeddings:
         out.append(f"tie_word_embeddings=true: {WHERE} builds a separate lm_head for Qwen3.5 (its configs' note: tied "
                    "embeddings not supported)")

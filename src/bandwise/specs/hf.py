@@ -29,7 +29,7 @@ huggingface/transformers d98ac17 and neighbours) or, for remote-code models, the
                                            on the RoPE layers (`_llama4`)
 Parameters outside the weight matrices (norms, biases, sinks, gates) land in `vector_params`, so
 `total_params` is the checkpoint's count. Hybrids (nemotron_h, qwen3_next, jamba) are read by
-`specs.hf_hybrid`, Nemotron-NAS's per-layer widths (nemotron-nas `block_configs`) by `specs.hf_blocks`.
+`specs.hf_hybrid`, Qwen3.5 / Qwen3.6's wrappers (qwen3_5, qwen3_5_moe) as their text_config there, Nemotron-NAS's per-layer widths (nemotron-nas `block_configs`) by `specs.hf_blocks`.
 
 A config ModelSpec cannot describe is refused in one line that names the field and the modelling file
 (`REFUSED`): DeciLM's per-layer KV heads (deci), a Mamba-2 mixer beside attention in one layer
@@ -48,7 +48,7 @@ from __future__ import annotations
 
 from collections import ChainMap
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from bandwise.errors import BandwiseError
@@ -138,7 +138,9 @@ FAMILIES: dict[str, dict[str, Any]] = {
     "phimoe": {"norms": 2, "norm_bias": True, "qkv": "attention_bias", "o": "attention_bias", "window": "all"},
     "smollm3": {"norms": 2, "qkv": "attention_bias", "o": "attention_bias", "mlp": "mlp_bias", "tied": True, "window": "nope"},
 }
-SUPPORTED = sorted({*FAMILIES, "gemma3", "llama4", "llama4_text", *HYBRID, *BLOCKS})
+QWEN3_5_WRAPPERS = {"qwen3_5": "qwen3_5_text", "qwen3_5_moe": "qwen3_5_moe_text"}
+"""Qwen3.5 / Qwen3.6's vision-language wrappers and the model_type of their text_config (`qwen3_5_text`)."""
+SUPPORTED = sorted({*FAMILIES, "gemma3", "llama4", "llama4_text", *QWEN3_5_WRAPPERS, *HYBRID, *BLOCKS})
 
 CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
     # Keys published configs leave to the class (transformers' configuration_<type>.py defaults).
@@ -290,8 +292,31 @@ def from_hf_config(cfg: Mapping[str, Any], *, name: str = "hf-model", seq_len: i
     return read_hf_config(cfg, name=name, seq_len=seq_len)[0]
 
 
+def qwen3_5_text(cfg: Fields) -> Fields:
+    """A Qwen3.5 / Qwen3.6 wrapper's language model (Qwen3_5ForConditionalGeneration, Qwen3_5MoeForConditionalGeneration
+    in transformers): its text_config as `QWEN3_5_WRAPPERS` names it, with the wrapper's tie_word_embeddings where the
+    text_config gives none (Qwen3_5Config takes it at the top); the two differing is refused. Its vision_config is not read: the vision encoder is
+    not priced."""
+    kind = cfg.get("model_type")
+    if not isinstance(cfg.get("text_config"), dict):
+        raise BandwiseError(f"config.json ({kind}): missing field 'text_config'")
+    text = cfg.nested("text_config").with_values(model_type=QWEN3_5_WRAPPERS[kind])
+    outer, inner = cfg.get("tie_word_embeddings"), text.get("tie_word_embeddings")
+    if outer is not None and inner is not None and bool(outer) != bool(inner):
+        # which of the two ties the head differs across transformers versions; published configs give them equal
+        raise BandwiseError(f"config.json ({kind}): tie_word_embeddings={brief(outer)} but text_config.tie_word_embeddings="
+                            f"{brief(inner)}; make them equal")
+    if inner is None and outer is not None:
+        text = text.with_values(tie_word_embeddings=outer)
+    return text
+
+
 def _from_fields(cfg: Fields, *, name: str, seq_len: int) -> ModelSpec:
     kind = cfg.get("model_type")
+    if isinstance(kind, str) and kind in QWEN3_5_WRAPPERS:  # the multimodal wrapper: its language model
+        model = _from_fields(qwen3_5_text(cfg), name=name, seq_len=seq_len)
+        return replace(model, source=f"Hugging Face config.json (model_type {kind}: its text_config, "
+                                     f"{QWEN3_5_WRAPPERS[kind]}; the vision encoder is not priced)")
     if isinstance(kind, str) and kind in HYBRID:  # layer kinds besides attention (specs/hf_hybrid.py)
         return from_hybrid_config(cfg, name=name, seq_len=seq_len)
     if isinstance(kind, str) and kind in BLOCKS:  # per-layer widths (specs/hf_blocks.py)

@@ -6,6 +6,9 @@
   qwen3_next   full_attention_interval (or layer_types), linear_num_key_heads, linear_num_value_heads,
                linear_key_head_dim, linear_value_head_dim, linear_conv_kernel_dim, num_experts,
                num_experts_per_tok, moe_intermediate_size, shared_expert_intermediate_size
+  qwen3_5_moe_text, qwen3_5_text  Qwen3.5 / Qwen3.6's text decoders (a wrapper's text_config, `specs.hf`):
+               Qwen3-Next's layers and keys, MoE with the gated shared expert (qwen3_5_moe_text) or a SwiGLU
+               MLP of intermediate_size in every layer (qwen3_5_text); mtp_num_hidden_layers as `mtp_depth`
   jamba        attn_layer_period, attn_layer_offset (attention on layer i when i % period == offset,
                Mamba-1 on the others), expert_layer_period, expert_layer_offset (MoE likewise, the
                others a dense MLP), num_experts, num_experts_per_tok, intermediate_size (experts and
@@ -28,7 +31,10 @@ from bandwise.specs.hf_fields import Fields
 from bandwise.specs.kinds import GatedDeltaNet, Mamba1, Mamba2
 from bandwise.specs.model import MAX_DIMENSION, ModelSpec, brief
 
-HYBRID = ("nemotron_h", "qwen3_next", "jamba", "bamba", "granitemoehybrid")
+HYBRID = ("nemotron_h", "qwen3_next", "qwen3_5_moe_text", "qwen3_5_text", "jamba", "bamba", "granitemoehybrid")
+QWEN3_NEXT_LIKE = ("qwen3_next", "qwen3_5_moe_text", "qwen3_5_text")
+"""Qwen3-Next's text decoder, and Qwen3.5's (transformers modeling_qwen3_5_moe.py / modeling_qwen3_5.py: the same
+Gated DeltaNet and gated attention layers, (1 + w) RMSNorms and sparse MoE block; the dense variant a SwiGLU MLP)."""
 
 JAMBA_DEFAULTS: dict[str, Any] = {
     # JambaConfig's defaults (transformers `configuration_jamba.py`), which published configs repeat
@@ -69,6 +75,9 @@ def from_hybrid_config(cfg: Mapping[str, Any], *, name: str = "hf-model", seq_le
         cfg = (cfg if isinstance(cfg, Fields) else Fields(cfg)).with_defaults(JAMBA_DEFAULTS)
     if kind in MAMBA2_DEFAULTS:
         cfg = (cfg if isinstance(cfg, Fields) else Fields(cfg)).with_defaults(MAMBA2_DEFAULTS[kind])
+    if kind == "qwen3_5_moe_text" and cfg.get("intermediate_size") is None:
+        # Qwen3_5MoeTextConfig has no intermediate_size: every layer is MoE, so no dense width is priced
+        cfg = (cfg if isinstance(cfg, Fields) else Fields(cfg)).with_values(intermediate_size=need("moe_intermediate_size"))
     heads = need("num_attention_heads")
     base: dict[str, Any] = {
         "name": name, "hidden": need("hidden_size"), "ffn": need("intermediate_size"), "heads": heads, "vocab": need("vocab_size"),
@@ -86,21 +95,8 @@ def from_hybrid_config(cfg: Mapping[str, Any], *, name: str = "hf-model", seq_le
         return ModelSpec(**base, layers=len(pattern), gated_mlp=False, squared_relu_mlp=True, mamba=mamba,
                          mamba_layers=pattern.count("M"), mixer_free_layers=pattern.count("-"),
                          mlp_free_layers=pattern.count("M") + pattern.count("*"), vector_params=(len(pattern) + 1) * base["hidden"])
-    if kind == "qwen3_next":
-        layers = need("num_hidden_layers")
-        linear = sum(linear_layers(cfg))
-        shared = cfg.get("shared_expert_intermediate_size") or 0
-        mixer = GatedDeltaNet(key_heads=need("linear_num_key_heads"), value_heads=need("linear_num_value_heads"),
-                              key_head_dim=need("linear_key_head_dim"), value_head_dim=need("linear_value_head_dim"),
-                              conv_kernel=need("linear_conv_kernel_dim"))
-        h, d = base["hidden"], base["head_dim"] or base["hidden"] // heads
-        # outside the matrices ModelSpec counts (Qwen3NextDecoderLayer, modeling_qwen3_next.py): two RMSNorms a layer and the
-        # final one; q_norm and k_norm (head_dim each) on the attention layers; the shared expert's gate, Linear(h, 1), a layer.
-        # The Gated DeltaNet counts its own (`GatedDeltaNet.params`).
-        vectors = (2 * layers + 1) * h + 2 * d * (layers - linear) + (layers * h if shared else 0)
-        return ModelSpec(**base, layers=layers, attention_output_gate=True, linear_attention=mixer, linear_attention_layers=linear,
-                         experts=need("num_experts"), top_k=need("num_experts_per_tok"), expert_ffn=need("moe_intermediate_size"),
-                         shared_experts=1 if shared else 0, shared_expert_ffn=shared, vector_params=vectors)
+    if kind in QWEN3_NEXT_LIKE:
+        return _qwen3_next(cfg, kind, need, base)
     if kind == "jamba":
         return _jamba(cfg, need, base)
     if kind in MAMBA2_DEFAULTS:
@@ -113,24 +109,67 @@ def linear_layers(cfg: Mapping[str, Any]) -> tuple[bool, ...]:
     in order: its `layer_types` where it lists one per layer, else transformers' Qwen3NextConfig
     default, layer i linear unless (i + 1) % full_attention_interval == 0. The planner counts these
     and the exports write them, so both read the config here."""
+    kind = cfg.get("model_type") if cfg.get("model_type") in QWEN3_NEXT_LIKE else "qwen3_next"
     layers = cfg.get("num_hidden_layers")
     if not isinstance(layers, int) or isinstance(layers, bool) or not 1 <= layers <= MAX_DIMENSION:
-        raise BandwiseError(f"config.json (qwen3_next): num_hidden_layers={brief(layers)} must be an integer from 1 to {MAX_DIMENSION:,}")
+        raise BandwiseError(f"config.json ({kind}): num_hidden_layers={brief(layers)} must be an integer from 1 to {MAX_DIMENSION:,}")
     types = cfg.get("layer_types")
     if isinstance(types, list) and len(types) == layers:
         odd = [t for t in types if t not in ("linear_attention", "full_attention")]
         if odd:
-            raise BandwiseError(f"config.json (qwen3_next): layer_types holds {brief(odd[0])}; "
+            raise BandwiseError(f"config.json ({kind}): layer_types holds {brief(odd[0])}; "
                                 "each entry is 'linear_attention' or 'full_attention'")
         return tuple(t == "linear_attention" for t in types)
     every = cfg.get("full_attention_interval")
     if every is None:
-        raise BandwiseError("config.json (qwen3_next): missing field 'full_attention_interval'")
+        raise BandwiseError(f"config.json ({kind}): missing field 'full_attention_interval'")
     if not isinstance(every, int) or isinstance(every, bool) or not 1 <= every <= MAX_DIMENSION:
-        raise BandwiseError(f"config.json (qwen3_next): full_attention_interval={brief(every)} must be an integer from 1 to "
+        raise BandwiseError(f"config.json ({kind}): full_attention_interval={brief(every)} must be an integer from 1 to "
                             f"{MAX_DIMENSION:,} (or give layer_types, one entry a layer)")
     return tuple((i + 1) % every != 0 for i in range(layers))
 
+
+
+def _qwen3_next(cfg: Mapping[str, Any], kind: str, need: Any, base: dict[str, Any]) -> ModelSpec:
+    """Qwen3-Next and Qwen3.5 (`QWEN3_NEXT_LIKE`). Qwen3.5's multi-token-prediction block (`mtp.*` tensors: vLLM
+    vllm/model_executor/models/qwen3_5_mtp.py at 01d9980, Qwen3_5MultiTokenPredictor) is DeepSeek-V3's module:
+    RMSNorms of the hidden state and the next token's embedding, fc Linear(2h, h) without bias, one full-attention
+    decoder layer of the model's own kind and a final norm, on the shared embedding and head; mtp_num_hidden_layers
+    of them are `mtp_depth` (outside `total_params`, as DeepSeek-V3's 671B)."""
+    layers = need("num_hidden_layers")
+    linear = sum(linear_layers(cfg))
+    heads = base["heads"]
+    mixer = GatedDeltaNet(key_heads=need("linear_num_key_heads"), value_heads=need("linear_num_value_heads"),
+                          key_head_dim=need("linear_key_head_dim"), value_head_dim=need("linear_value_head_dim"),
+                          conv_kernel=need("linear_conv_kernel_dim"))
+    h, d = base["hidden"], base["head_dim"] or base["hidden"] // heads
+    mtp = 0
+    if kind != "qwen3_next":
+        if cfg.get("mtp_use_dedicated_embeddings") is True:
+            raise BandwiseError(f"config.json ({kind}): mtp_use_dedicated_embeddings=true gives the MTP block its own embedding, "
+                                "which DeepSeek-V3's module (`mtp_depth`) shares; not supported")
+        if cfg.get("attn_output_gate") is False:
+            raise BandwiseError(f"config.json ({kind}): attn_output_gate=false drops the attention's sigmoid gate, which the "
+                                "Qwen3-Next reading prices; not supported")
+        if kind == "qwen3_5_moe_text" and cfg.get("mlp_only_layers"):
+            raise BandwiseError(f"config.json ({kind}): mlp_only_layers={brief(cfg.get('mlp_only_layers'))} puts dense MLPs "
+                                "in some layers; bandwise prices MoE in every layer of this family; not supported")
+        depth = cfg.get("mtp_num_hidden_layers") or 0
+        if not isinstance(depth, int) or isinstance(depth, bool) or not 0 <= depth <= 64:
+            raise BandwiseError(f"config.json ({kind}): mtp_num_hidden_layers={brief(depth)} must be an integer from 0 to 64")
+        mtp = depth
+    # outside the matrices ModelSpec counts (Qwen3NextDecoderLayer, modeling_qwen3_next.py): two RMSNorms a layer and the
+    # final one; q_norm and k_norm (head_dim each) on the attention layers; the shared expert's gate, Linear(h, 1), a layer.
+    # The Gated DeltaNet counts its own (`GatedDeltaNet.params`).
+    if kind == "qwen3_5_text":  # Qwen3_5DecoderLayer: a SwiGLU Qwen3_5MLP of intermediate_size, no experts
+        vectors = (2 * layers + 1) * h + 2 * d * (layers - linear)
+        return ModelSpec(**base, layers=layers, attention_output_gate=True, linear_attention=mixer, linear_attention_layers=linear,
+                         mtp_depth=mtp, vector_params=vectors)
+    shared = cfg.get("shared_expert_intermediate_size") or 0
+    vectors = (2 * layers + 1) * h + 2 * d * (layers - linear) + (layers * h if shared else 0)
+    return ModelSpec(**base, layers=layers, attention_output_gate=True, linear_attention=mixer, linear_attention_layers=linear,
+                     experts=need("num_experts"), top_k=need("num_experts_per_tok"), expert_ffn=need("moe_intermediate_size"),
+                     shared_experts=1 if shared else 0, shared_expert_ffn=shared, mtp_depth=mtp, vector_params=vectors)
 
 def _jamba(cfg: Mapping[str, Any], need: Any, base: dict[str, Any]) -> ModelSpec:
     """Jamba (transformers `modeling_jamba.py`): layer i is a `JambaAttentionDecoderLayer` when
