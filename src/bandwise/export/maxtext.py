@@ -335,11 +335,11 @@ def gdn_blockers(model: ModelSpec, arch: Architecture) -> list[str]:
         return ["attention without Qwen3-Next's output gate, q/k norms and (1 + w) norms: MaxText's qwen3_next decoder has them "
                 "(layers/attentions.py, is_qwen3_hybrid; layers/normalizations.py, Qwen3NextRMSNorm)"]
     if not model.is_moe:
-        return ["a dense SwiGLU MLP in every layer (Qwen3.5's dense variant): MaxText's qwen3_next decoder has MoE in every "
-                "layer (models/qwen3.py, Qwen3NextSparseMoeBlock)"]
+        return ["a dense SwiGLU MLP in every layer (Qwen3.5's dense variant): MaxText's qwen3_next and qwen3_5 decoders have MoE "
+                "in every layer (models/qwen3.py, Qwen3NextSparseMoeBlock; models/qwen3_5.py, Qwen3_5DecoderLayer)"]
     if model.mtp_depth:
-        # models/models.py (maxtext e591f30): the MTP block's layer is get_decoder_layers()[-1], for qwen3_next with
-        # scan_layers (base.yml: true) Qwen3NextScannableBlock (layers/decoders.py)
+        # models/models.py (maxtext 0.2.5, and e591f30): the MTP block's layer is get_decoder_layers()[-1], for qwen3_next
+        # with scan_layers (base.yml: true) Qwen3NextScannableBlock (layers/nnx_decoders.py, get_scannable)
         return [f"mtp_num_hidden_layers={model.mtp_depth}: MaxText builds its MTP layer from the decoder's layer class "
                 "(models/models.py), for qwen3_next a scanned cycle of layers, where Qwen3.5's MTP layer is one "
                 "full-attention layer"]
