@@ -251,6 +251,16 @@ def assert_torchtitan_model(cfg: Any, model: ModelSpec, given: Architecture | No
         assert math.isclose(router.route_scale, arch.routed_scale)
         experts = m.layers[-1].moe.routed_experts.inner_experts
         assert experts.hidden_dim == model.expert_ffn, f"experts of {experts.hidden_dim}, the model's {model.expert_ffn}"
+    # where the model windows its attention, TorchTitan's layers (gpt_oss/model.py, Attention.Config.sliding_window_size) window
+    # the same layers by the same span; gpt-oss's clamped SwiGLU (gpt_oss/moe.py, GptOssGroupedExperts.Config) at its limit
+    spans = [getattr(layer.attention, "sliding_window_size", None) for layer in m.layers]
+    if arch.sliding_window and arch.sliding_window < model.seq_len:
+        windowed = arch.window_layers or (True,) * model.layers
+        assert spans == [arch.sliding_window if w else None for w in windowed], f"TorchTitan windows {spans}"
+    else:
+        assert not any(spans), f"TorchTitan windows {spans}, the model none"
+    if arch.glu_clamp:
+        assert m.layers[0].moe.routed_experts.inner_experts.swiglu_limit == arch.glu_clamp
 
 
 def assert_torchtitan_hybrid(cfg: Any, model: ModelSpec, arch: Architecture) -> None:

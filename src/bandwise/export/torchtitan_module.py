@@ -35,6 +35,15 @@ Families written (torchtitan 0.3.0, torchtitan/models/<package>/__init__.py):
                      not divide the DeltaNet's heads (model.py, Qwen35Model.Config.update_from_config); the plan's
                      own rule for Gated DeltaNet layers (specs/strategy.py) refuses the second, and
                      `torchtitan.adapt` the first (Megatron-LM runs these layers under CP; TorchTitan does not).
+  gpt_oss            gpt_oss: `_build_gptoss_layers`: every layer MoE (GptOssMoE: a biased router gate, softmax over
+                     every expert, the top-k weights renormalized; GptOssGroupedExperts with biased mlp1/mlp2 and
+                     gpt-oss's clamped SwiGLU, `swiglu`: alpha 1.702, limit `swiglu_limit` 7.0 (its Config's default,
+                     not passed on), (up + 1)), attention with biased q, k, v, o and one sink logit per head
+                     (models/gpt_oss/model.py, Attention), heads fixed by `_make_gptoss_attn_config`'s defaults
+                     (64 query, 8 key/value, 64 wide), a 128-token window on the even layers, RMSNorm.Config's eps
+                     1e-5, RoPE plain or YaRN (CosSinRoPE; Attention folds YaRN's mscale² into the softmax scale).
+                     Its ModelSpec (parallelize_gptoss, the MoE balancing hook) and trainer settings are
+                     `gpt_oss_120b`'s (gpt_oss/config_registry.py).
 What the builders cannot state is refused by name (`blockers`).
 """
 
@@ -45,19 +54,27 @@ import re
 from bandwise.export.architecture import Architecture
 from bandwise.specs.model import ModelSpec
 
-EPS = {"qwen3": 1e-6, "llama3": 1e-5, "qwen3_5": 1e-6}
+EPS = {"qwen3": 1e-6, "llama3": 1e-5, "qwen3_5": 1e-6, "gpt_oss": 1e-5}
 """Every RMSNorm's epsilon the package's builders give: qwen3's `_EPS`; llama3 sets none, so RMSNorm.Config's
 default (torchtitan/models/common/nn_modules.py)."""
-PACKAGES = {"qwen3": "qwen3", "qwen3_moe": "qwen3", "llama": "llama3", "mistral": "llama3", "qwen3_next": "qwen3_5"}
+PACKAGES = {"qwen3": "qwen3", "qwen3_moe": "qwen3", "llama": "llama3", "mistral": "llama3", "qwen3_next": "qwen3_5",
+            "gpt_oss": "gpt_oss"}
 """Hugging Face model_type: the torchtitan/models/ package whose blocks build it."""
 BASES = {("qwen3", False): "qwen3_14b", ("qwen3", True): "qwen3_30b_a3b", ("llama3", False): "llama3_8b",
-         ("qwen3_5", False): "qwen3_14b", ("qwen3_5", True): "qwen3_30b_a3b"}
+         ("qwen3_5", False): "qwen3_14b", ("qwen3_5", True): "qwen3_30b_a3b", ("gpt_oss", True): "gpt_oss_120b"}
 """The shipped config function (torchtitan/models/<package>/config_registry.py; for qwen3_5 the text configs of
 torchtitan/models/qwen3/config_registry.py) a written one starts from, dense or MoE: its optimizer, data and
 checkpoint settings; the job's flags set the layout."""
 HYBRID_FLAVORS = {False: "0.8B", True: "35B-A3B"}
 """The qwen3_5 model_registry flavor whose ModelSpec (parallelize_qwen3_5, pipeline_vlm, the MoE balancing hook)
 a written hybrid takes, dense or MoE, with its own model in it (torchtitan/models/qwen3_5/__init__.py)."""
+GPTOSS_HEADS = (64, 8, 64)
+"""Query heads, key/value heads and head width of every gpt_oss attention: `_make_gptoss_attn_config`'s defaults, which
+`_build_gptoss_layers` does not pass on (torchtitan 0.3.0 torchtitan/models/gpt_oss/__init__.py)."""
+GPTOSS_WINDOW = 128
+"""`_build_gptoss_layers`: `sliding_window_size=128 if layer_id % 2 == 0 else None`."""
+GPTOSS_SWIGLU = (1.702, 7.0)
+"""gpt_oss/moe.py: `swiglu`'s alpha, and GptOssGroupedExperts.Config's swiglu_limit default (not passed on)."""
 DELTANET_CONV = 4
 """The conv kernel of every GatedDeltaNet the qwen3_5 builders make: `_qwen35_deltanet_config`'s default, which
 `_build_qwen35_layers` and `_build_qwen35_moe_layers` do not pass on."""
@@ -77,6 +94,8 @@ def blockers(model: ModelSpec, arch: Architecture) -> list[str]:
     package = PACKAGES[arch.family]
     if package == "qwen3_5":
         return _hybrid_blockers(model, arch)
+    if package == "gpt_oss":
+        return _gptoss_blockers(model, arch)
     WHERE = where(package)  # noqa: N806
     out = [f"{part}: {WHERE} has no such part" for part in arch.unsupported]
     scalings = ("", "llama3") if package == "llama3" else ("",)
@@ -159,6 +178,42 @@ def _hybrid_blockers(model: ModelSpec, arch: Architecture) -> list[str]:
     return out
 
 
+def _gptoss_blockers(model: ModelSpec, arch: Architecture) -> list[str]:
+    """What TorchTitan 0.3.0's gpt_oss builders fix and this model differs in (see the module's docstring)."""
+    WHERE = where("gpt_oss")  # noqa: N806
+    out = [f"{part}: {WHERE} has no such part" for part in arch.unsupported]
+    heads = (model.heads, model.n_kv_heads, model.d_head)
+    if heads != GPTOSS_HEADS:
+        out.append(f"{heads[0]} heads, {heads[1]} key/value heads, head_dim {heads[2]}: {WHERE} builds every attention with "
+                   f"{GPTOSS_HEADS[0]}, {GPTOSS_HEADS[1]} and {GPTOSS_HEADS[2]} (_make_gptoss_attn_config's defaults, not passed on "
+                   "by _build_gptoss_layers)")
+    even = tuple(i % 2 == 0 for i in range(model.layers))
+    windowed = arch.window_layers or (tuple([True] * model.layers) if arch.sliding_window else ())
+    if arch.sliding_window != GPTOSS_WINDOW or windowed != even:
+        out.append(f"sliding_window={arch.sliding_window} on {sum(windowed)} of {model.layers} layers: {WHERE} windows the even "
+                   f"layers at {GPTOSS_WINDOW} tokens and no others (_build_gptoss_layers)")
+    if (arch.activation, arch.glu_offset, arch.glu_clamp) != ("quick_gelu", 1.0, GPTOSS_SWIGLU[1]):
+        out.append(f"MLP {arch.activation} (offset {arch.glu_offset:g}, clamp {arch.glu_clamp:g}): {WHERE} builds gpt-oss's "
+                   f"clamped SwiGLU (torchtitan/models/gpt_oss/moe.py, swiglu: alpha {GPTOSS_SWIGLU[0]}, limit {GPTOSS_SWIGLU[1]:g}, up + 1)")
+    if not arch.sinks or not arch.bias or arch.qk_norm:
+        out.append(f"attention without sinks or biases, or with q/k norms: {WHERE} builds biased q, k, v, o, one sink logit per head "
+                   "and no q/k norm (gpt_oss/model.py, Attention)")
+    if arch.rope is None or arch.rope.scaling not in ("", "yarn") or arch.rotary_fraction != 1 or arch.rope_interleaved:
+        out.append(f"positions (rope_scaling {arch.rope.scaling if arch.rope else 'none'}): {WHERE} builds RoPE on every channel, "
+                   "plain or YaRN (CosSinRoPE)")
+    if abs(arch.norm_eps - EPS["gpt_oss"]) > 1e-12 or arch.norm != "RMSNorm" or arch.norm_offset:
+        out.append(f"{arch.norm} eps {arch.norm_eps:g}: {WHERE} builds RMSNorm with RMSNorm.Config's eps 1e-5")
+    if (arch.hidden_dropout or 0) > 0 or (arch.attention_dropout or 0) > 0:
+        out.append(f"dropout: {WHERE} builds no dropout")
+    if not model.is_moe or model.dense_layers or model.shared_experts:
+        out.append(f"{'dense layers or shared experts' if model.is_moe else 'a dense model'}: {WHERE} builds MoE on every layer, "
+                   "no shared expert")
+    elif arch.router != "softmax" or not arch.topk_norm or arch.routed_scale != 1 or arch.expert_bias:
+        out.append(f"router {arch.router} (norm_topk_prob {arch.topk_norm}, scale {arch.routed_scale:g}): {WHERE} routes by a "
+                   "softmax over every expert, the top-k weights renormalized (route_norm=True)")
+    return out
+
+
 def slug(name: str) -> str:
     """A Python identifier from the model's name: `Qwen3-30B-A3B` -> `qwen3_30b_a3b`."""
     s = re.sub(r"[^0-9a-zA-Z]+", "_", name).strip("_").lower() or "model"
@@ -180,6 +235,8 @@ def source(model: ModelSpec, arch: Architecture) -> str:
         return _llama3(model, arch)
     if PACKAGES[arch.family] == "qwen3_5":
         return _qwen3_next(model, arch)
+    if PACKAGES[arch.family] == "gpt_oss":
+        return _gpt_oss(model, arch)
     moe = model.is_moe
     common = (f"fuse_qkv=True, n_layers={model.layers}, dim={model.hidden}, n_heads={model.heads}, n_kv_heads={model.n_kv_heads}, "
               f"head_dim={model.d_head}, attn_backend=\"flex\", "
@@ -256,6 +313,46 @@ def {function_name(model)}():
             fuse_qkv=True, n_layers={model.layers}, dim={model.hidden}, n_heads={model.heads}, n_kv_heads={model.n_kv_heads},
             hidden_dim={model.ffn}, attn_backend="flex",
             rope=ComplexRoPE.Config(dim={model.d_head}, max_seq_len={model.seq_len}, theta={float(rope.theta)!r}{scaling}),
+        ),
+    )
+    config.model_spec = dataclasses.replace(config.model_spec, flavor={model.name!r}, model=model)
+    config.loss = ChunkedLossWrapper.Config(loss_fn=CrossEntropyLoss.Config(global_vocab_size=decoder_vocab_size(config.model_spec)))
+    config.hf_assets_path = "./assets/hf/{model.name}"
+    return config
+'''
+
+
+def _gpt_oss(model: ModelSpec, arch: Architecture) -> str:
+    rope = arch.rope
+    assert rope is not None
+    yarn = (f", scaling=\"yarn\", rope_factor={rope.factor!r}, beta_fast={rope.beta_fast!r}, beta_slow={rope.beta_slow!r}, "
+            f"truncate={rope.truncate}, original_seq_len={rope.original_positions}" if rope.scaling == "yarn" else "")
+    return f'''"""TorchTitan config function for {model.name}, written by bandwise from the model's config.json:
+TorchTitan's gpt_oss_120b with the model rebuilt at this shape by TorchTitan's own gpt-oss builders."""
+
+import dataclasses
+
+from torchtitan.components.loss import ChunkedLossWrapper, CrossEntropyLoss
+from torchtitan.models.common import CosSinRoPE, Embedding, Linear, RMSNorm
+from torchtitan.models.common.config_utils import decoder_vocab_size
+from torchtitan.models.gpt_oss import _EMBEDDING_INIT, _NORM_INIT, _build_gptoss_layers, _output_linear_init
+from torchtitan.models.gpt_oss import config_registry as shipped
+from torchtitan.models.gpt_oss.model import GptOssModel
+
+
+def {function_name(model)}():
+    config = shipped.gpt_oss_120b()
+    model = GptOssModel.Config(
+        dim={model.hidden},
+        vocab_size={model.vocab},
+        enable_weight_tying={model.tied_embeddings},
+        tok_embeddings=Embedding.Config(num_embeddings={model.vocab}, embedding_dim={model.hidden}, param_init=_EMBEDDING_INIT),
+        norm=RMSNorm.Config(normalized_shape={model.hidden}, param_init=_NORM_INIT),
+        lm_head=Linear.Config(in_features={model.hidden}, out_features={model.vocab}, param_init=_output_linear_init({model.hidden})),
+        layers=_build_gptoss_layers(
+            fuse_qkv=True, dim={model.hidden}, n_layers={model.layers}, hidden_dim={model.expert_ffn}, num_experts={model.experts},
+            top_k={model.top_k}, load_balance_coeff=1e-3, moe_comm_backend="standard",
+            rope=CosSinRoPE.Config(dim={model.d_head}, max_seq_len={model.seq_len}, theta={float(rope.theta)!r}{yarn}),
         ),
     )
     config.model_spec = dataclasses.replace(config.model_spec, flavor={model.name!r}, model=model)
