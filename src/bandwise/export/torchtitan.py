@@ -223,6 +223,12 @@ def render(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int,
             notes.append("its model is Qwen3.5's hybrid decoder without the vision encoder (Qwen35Model subclassed as a text "
                          "model; data and tokenizer from the qwen3 config); torchtitan.models.qwen3_5 imports "
                          "flash-linear-attention (fla) for the Gated DeltaNet kernels: install it where the job runs")
+        if package == "deepseek_v3" and model.mtp_depth:
+            built = written.mtp_layers(model, s.pp, s.cp)
+            notes.append(f"the model's {built} multi-token prediction layer(s) built (deepseek_v3/_build_mtp_layers, MTPLoss with its mtp_scale 0.3)" if built
+                         else f"TorchTitan builds none of the model's {model.mtp_depth} multi-token prediction layers here: "
+                         "MTPDecoder refuses them under pipeline or context parallelism (torchtitan 0.3.0 deepseek_v3/mtp.py); "
+                         "the plan priced them")
         if model.is_moe:
             notes.append("TorchTitan's MoE builders balance the experts by a per-expert bias updated each step (load_balance_coeff "
                          "1e-3, torchtitan 0.3.0 models/common/moe.py), not by an auxiliary loss")
@@ -276,7 +282,7 @@ def render(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int,
     lines = script_head(devices)
     if preset not in CONFIGS:
         assert arch is not None
-        lines += [f"cat > {module}.py <<'{written.HEREDOC}'", written.source(model, arch).rstrip("\n"), written.HEREDOC,
+        lines += [f"cat > {module}.py <<'{written.HEREDOC}'", written.source(model, arch, written.mtp_layers(model, s.pp, s.cp)).rstrip("\n"), written.HEREDOC,
                   'export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # ConfigManager imports --module by name']
     lines += [
         TORCHRUN,

@@ -44,6 +44,18 @@ Families written (torchtitan 0.3.0, torchtitan/models/<package>/__init__.py):
                      1e-5, RoPE plain or YaRN (CosSinRoPE; Attention folds YaRN's mscale² into the softmax scale).
                      Its ModelSpec (parallelize_gptoss, the MoE balancing hook) and trainer settings are
                      `gpt_oss_120b`'s (gpt_oss/config_registry.py).
+  deepseek_v3, kimi_k2, deepseek_v2
+                     deepseek_v3: `_build_dsv3_layers` (build_mla_moe_layers with DeepSeek-V3's inits): MLA with or
+                     without a q low-rank (wq, or wq_a, q_norm, wq_b; wkv_a, kv_norm, wkv_b), no biases, the first
+                     `n_dense_layers` dense and MoE on every later layer, each with one shared FFN
+                     `moe_hidden_dim · num_shared_experts` wide, a router of softmax or sigmoid scores, grouped
+                     (top-2 sum per group, the groups limited) or not, scaled and optionally renormalized; RoPE plain
+                     or YaRN (ComplexRoPE; Attention folds YaRN's mscale² into the softmax scale from its `mscale`,
+                     DeepSeek's mscale_all_dim). The builders leave every RMSNorm at RMSNorm.Config's eps 1e-5: the
+                     written module sets the config's eps on each (the field TorchTitan's RMSNorm takes).
+                     Multi-token prediction: `_build_mtp_layers` and MTPLoss (deepseek_v3/mtp.py), which
+                     MTPDecoder.Config.update_from_config refuses under pipeline or context parallelism; there the
+                     written module builds none and the job says so. Its trainer settings are `deepseek_v3_16b`'s.
 What the builders cannot state is refused by name (`blockers`).
 """
 
@@ -55,13 +67,15 @@ from bandwise.export.architecture import Architecture
 from bandwise.specs.model import ModelSpec
 
 EPS = {"qwen3": 1e-6, "llama3": 1e-5, "qwen3_5": 1e-6, "gpt_oss": 1e-5}
+"""(deepseek_v3's builders also give RMSNorm.Config's 1e-5, and the written module sets the model's own eps.)"""
 """Every RMSNorm's epsilon the package's builders give: qwen3's `_EPS`; llama3 sets none, so RMSNorm.Config's
 default (torchtitan/models/common/nn_modules.py)."""
 PACKAGES = {"qwen3": "qwen3", "qwen3_moe": "qwen3", "llama": "llama3", "mistral": "llama3", "qwen3_next": "qwen3_5",
-            "gpt_oss": "gpt_oss"}
+            "gpt_oss": "gpt_oss", "deepseek_v3": "deepseek_v3", "kimi_k2": "deepseek_v3", "deepseek_v2": "deepseek_v3"}
 """Hugging Face model_type: the torchtitan/models/ package whose blocks build it."""
 BASES = {("qwen3", False): "qwen3_14b", ("qwen3", True): "qwen3_30b_a3b", ("llama3", False): "llama3_8b",
-         ("qwen3_5", False): "qwen3_14b", ("qwen3_5", True): "qwen3_30b_a3b", ("gpt_oss", True): "gpt_oss_120b"}
+         ("qwen3_5", False): "qwen3_14b", ("qwen3_5", True): "qwen3_30b_a3b", ("gpt_oss", True): "gpt_oss_120b",
+         ("deepseek_v3", True): "deepseek_v3_16b"}
 """The shipped config function (torchtitan/models/<package>/config_registry.py; for qwen3_5 the text configs of
 torchtitan/models/qwen3/config_registry.py) a written one starts from, dense or MoE: its optimizer, data and
 checkpoint settings; the job's flags set the layout."""
@@ -96,6 +110,8 @@ def blockers(model: ModelSpec, arch: Architecture) -> list[str]:
         return _hybrid_blockers(model, arch)
     if package == "gpt_oss":
         return _gptoss_blockers(model, arch)
+    if package == "deepseek_v3":
+        return _mla_blockers(model, arch)
     WHERE = where(package)  # noqa: N806
     out = [f"{part}: {WHERE} has no such part" for part in arch.unsupported]
     scalings = ("", "llama3") if package == "llama3" else ("",)
@@ -214,6 +230,49 @@ def _gptoss_blockers(model: ModelSpec, arch: Architecture) -> list[str]:
     return out
 
 
+def _mla_blockers(model: ModelSpec, arch: Architecture) -> list[str]:
+    """What TorchTitan 0.3.0's deepseek_v3 builders fix and this model differs in (see the module's docstring)."""
+    WHERE = where("deepseek_v3")  # noqa: N806
+    out = [f"{part}: {WHERE} has no such part" for part in arch.unsupported]
+    if not model.is_mla:
+        out.append(f"attention without a latent KV (kv_lora_rank 0): {WHERE} builds multi-head latent attention only "
+                   "(make_mla_attention_config)")
+    rope = arch.rope
+    if rope is None or rope.scaling not in ("", "yarn") or arch.rotary_fraction != 1:
+        out.append(f"positions (rope_scaling {rope.scaling if rope else 'none'}): {WHERE} builds RoPE plain or YaRN (ComplexRoPE)")
+    elif rope.scaling == "yarn" and rope.factor > 1 and rope.mscale != rope.mscale_all_dim:
+        out.append(f"YaRN mscale {rope.mscale:g} with mscale_all_dim {rope.mscale_all_dim:g}: {WHERE} scales no cos/sin "
+                   "(ComplexRoPE) and folds one mscale into the softmax scale (deepseek_v3/model.py, Attention)")
+    if arch.norm != "RMSNorm" or arch.norm_offset or arch.qk_norm:
+        out.append(f"{arch.norm} norms: {WHERE} builds RMSNorm (x̂·w) only, without q/k norms")
+    if arch.qkv_bias or arch.bias:
+        out.append(f"biases: {WHERE} builds the attention and MLP projections without bias")
+    if (arch.activation, arch.gated, arch.glu_clamp) != ("silu", True, 0.0):
+        out.append(f"MLP {arch.activation}: {WHERE} builds SwiGLU")
+    if (arch.hidden_dropout or 0) > 0 or (arch.attention_dropout or 0) > 0:
+        out.append(f"dropout: {WHERE} builds no dropout")
+    if arch.sliding_window and arch.sliding_window < model.seq_len:
+        out.append(f"sliding_window={arch.sliding_window}: {WHERE} builds full attention only")
+    if not model.is_moe or model.interleaved_dense:
+        out.append(f"{'dense layers between MoE layers' if model.is_moe else 'a dense model'}: {WHERE} builds the first "
+                   "n_dense_layers dense and MoE on every later layer (build_mla_moe_layers)")
+    elif model.shared_experts < 1 or model.shared_ffn != model.expert_ffn:
+        out.append(f"{model.shared_experts} shared experts {model.shared_ffn} wide beside experts {model.expert_ffn} wide: {WHERE} "
+                   "builds one shared FFN moe_hidden_dim · num_shared_experts wide on every MoE layer")
+    elif arch.router not in ("softmax", "sigmoid"):
+        out.append(f"router {arch.router}: {WHERE} scores by softmax or sigmoid")
+    elif model.expert_groups > 1 and not arch.expert_bias:
+        out.append(f"grouped routing (n_group {model.expert_groups}) without noaux_tc: {WHERE} scores a group by its top-2 "
+                   "experts' sum (torchtitan/models/common/moe.py, _get_node_limited_routing_scores), not its best expert")
+    return out
+
+
+def mtp_layers(model: ModelSpec, pp: int, cp: int) -> int:
+    """The multi-token prediction layers a written deepseek_v3 module builds: the model's, but none under pipeline or
+    context parallelism, which MTPDecoder.Config.update_from_config refuses (torchtitan 0.3.0 deepseek_v3/mtp.py)."""
+    return model.mtp_depth if pp == 1 and cp == 1 else 0
+
+
 def slug(name: str) -> str:
     """A Python identifier from the model's name: `Qwen3-30B-A3B` -> `qwen3_30b_a3b`."""
     s = re.sub(r"[^0-9a-zA-Z]+", "_", name).strip("_").lower() or "model"
@@ -228,9 +287,12 @@ def function_name(model: ModelSpec) -> str:
     return f"bandwise_{slug(model.name)}"
 
 
-def source(model: ModelSpec, arch: Architecture) -> str:
-    """The module's text: one config function, `function_name(model)`."""
+def source(model: ModelSpec, arch: Architecture, mtp: int = 0) -> str:
+    """The module's text: one config function, `function_name(model)`; `mtp` multi-token prediction layers
+    (deepseek_v3 only, `mtp_layers`)."""
     assert arch.rope is not None
+    if PACKAGES[arch.family] == "deepseek_v3":
+        return _deepseek_v3(model, arch, mtp)
     if PACKAGES[arch.family] == "llama3":
         return _llama3(model, arch)
     if PACKAGES[arch.family] == "qwen3_5":
@@ -357,6 +419,74 @@ def {function_name(model)}():
     )
     config.model_spec = dataclasses.replace(config.model_spec, flavor={model.name!r}, model=model)
     config.loss = ChunkedLossWrapper.Config(loss_fn=CrossEntropyLoss.Config(global_vocab_size=decoder_vocab_size(config.model_spec)))
+    config.hf_assets_path = "./assets/hf/{model.name}"
+    return config
+'''
+
+
+def _deepseek_v3(model: ModelSpec, arch: Architecture, mtp: int) -> str:
+    rope = arch.rope
+    assert rope is not None
+    yarn = rope.scaling == "yarn" and rope.factor > 1
+    scaling = (f", scaling=\"yarn\", rope_factor={rope.factor!r}, beta_fast={rope.beta_fast!r}, beta_slow={rope.beta_slow!r}, "
+               f"truncate={rope.truncate}, original_seq_len={rope.original_positions}" if yarn else "")
+    groups = (f"router_num_expert_groups={model.expert_groups}, router_num_limited_groups={model.groups_per_token}, "
+              if model.expert_groups > 1 else "")
+    loss = ("MTPLoss.Config(global_vocab_size=decoder_vocab_size(config.model_spec))" if mtp else
+            "ChunkedLossWrapper.Config(loss_fn=CrossEntropyLoss.Config(global_vocab_size=decoder_vocab_size(config.model_spec)))")
+    return f'''"""TorchTitan config function for {model.name}, written by bandwise from the model's config.json:
+TorchTitan's deepseek_v3_16b with the model rebuilt at this shape by TorchTitan's own DeepSeek-V3 builders (MLA, MoE
+with shared experts after the first dense layers), {mtp} multi-token prediction layers, and every RMSNorm at the
+model's eps (the builders leave RMSNorm.Config's default)."""
+
+import dataclasses
+
+from torchtitan.components.loss import ChunkedLossWrapper, CrossEntropyLoss
+from torchtitan.models.common import ComplexRoPE, Embedding, Linear, RMSNorm
+from torchtitan.models.common.config_utils import decoder_vocab_size
+from torchtitan.models.deepseek_v3 import _EMBEDDING_INIT, _NORM_INIT, _build_dsv3_layers, _build_mtp_layers, _output_linear_init
+from torchtitan.models.deepseek_v3 import config_registry as shipped
+from torchtitan.models.deepseek_v3.model import DeepSeekV3Model
+from torchtitan.models.deepseek_v3.mtp import MTPLoss
+
+
+def _with_eps(config, eps):
+    """Every RMSNorm.Config in `config` set to `eps`."""
+    if isinstance(config, RMSNorm.Config):
+        config.eps = eps
+    elif isinstance(config, list):
+        for item in config:
+            _with_eps(item, eps)
+    elif dataclasses.is_dataclass(config):
+        for field in dataclasses.fields(config):
+            _with_eps(getattr(config, field.name), eps)
+    return config
+
+
+def {function_name(model)}():
+    config = shipped.deepseek_v3_16b()
+    layers = _build_dsv3_layers(
+        n_layers={model.layers}, n_dense_layers={model.dense_layers}, dim={model.hidden}, n_heads={model.heads},
+        q_lora_rank={model.q_lora_rank}, kv_lora_rank={model.kv_lora_rank}, qk_nope_head_dim={model.qk_nope_head_dim},
+        qk_rope_head_dim={model.qk_rope_head_dim}, v_head_dim={model.v_head_dim}, mscale={rope.mscale_all_dim if yarn else 1.0!r},
+        dense_hidden_dim={model.ffn}, moe_hidden_dim={model.expert_ffn}, num_experts={model.experts},
+        num_shared_experts={model.shared_experts}, router_top_k={model.top_k}, router_score_func="{arch.router}",
+        {groups}router_route_scale={float(arch.routed_scale)!r}, router_route_norm={arch.topk_norm},
+        attn_backend="flex", moe_comm_backend="standard", non_blocking_capacity_factor=None,
+        rope=ComplexRoPE.Config(dim={model.qk_rope_head_dim}, max_seq_len={model.seq_len}, theta={float(rope.theta)!r}{scaling}),
+    )
+    model = DeepSeekV3Model.Config(
+        vocab_size={model.vocab},
+        dim={model.hidden},
+        enable_weight_tying={model.tied_embeddings},
+        tok_embeddings=Embedding.Config(num_embeddings={model.vocab}, embedding_dim={model.hidden}, param_init=_EMBEDDING_INIT),
+        norm=RMSNorm.Config(normalized_shape={model.hidden}, param_init=_NORM_INIT),
+        lm_head=Linear.Config(in_features={model.hidden}, out_features={model.vocab}, param_init=_output_linear_init({model.hidden})),
+        layers=layers,
+        mtp_layers=_build_mtp_layers(layers[-1], dim={model.hidden}, num_mtp_layers={mtp}),
+    )
+    config.model_spec = dataclasses.replace(config.model_spec, flavor={model.name!r}, model=_with_eps(model, {arch.norm_eps!r}))
+    config.loss = {loss}
     config.hf_assets_path = "./assets/hf/{model.name}"
     return config
 '''
