@@ -162,6 +162,8 @@ def test_the_models_the_issue_names(cases) -> None:
     assert "torchtitan" in ok["gpt-oss-120b"]
     # the MLA family from TorchTitan's deepseek_v3 builders: with and without a q low-rank, grouped routing, MTP
     assert {"DeepSeek-V3", "Kimi-K2-Instruct", "DeepSeek-V2-Lite"} <= {k for k, engines in ok.items() if "torchtitan" in engines}
+    # InternLM2's block is Llama's (its fused wqkv a weight layout): TorchTitan's llama3 builders
+    assert "torchtitan" in ok["internlm2-chat-7b"]
     # the new families Megatron-LM d98e8a6 has flags for: LayerNorm1P (--apply-layernorm-1p), interleaved RoPE
     # (--rotary-interleaved), layers without RoPE (--no-rope-freq); MaxText 0.2.5's LLaMARotaryEmbedding for ERNIE's pairs
     assert {"Nemotron-4-4B", "ERNIE-4.5-0.3B-Base", "SmolLM3-3B", "Seed-OSS-36B-Instruct", "GLM-4.5-Air"} <= {

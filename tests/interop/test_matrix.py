@@ -29,12 +29,11 @@ pytestmark = needs_engines
 
 HF = Path(__file__).parents[1] / "data" / "hf"
 OK = "ok"
-NO_TT = "TorchTitan takes a model only from a Python config function"
 # the parts TorchTitan 0.3.0's builders lack, as its refusals name them (export/torchtitan_lacks.py)
 TT_LAYERNORM = "LayerNorm: torchtitan 0.3.0's decoder builders build RMSNorm only"
 TT_MOE = "a mixture of experts without q/k norms, MLA or gpt-oss's attention: torchtitan 0.3.0"
 TT_BIAS = "q, k and v biases: torchtitan 0.3.0"
-TT_WINDOW = "sliding_window=2047 on 32 of 32 layers: torchtitan 0.3.0"
+TT_WINDOW = "sliding_window=2047: torchtitan 0.3.0 torchtitan/models/llama3/__init__.py builds full attention only"
 TT_POST_NORMS = "norms after attention and the MLP (sandwich or post-norm blocks): torchtitan 0.3.0"
 
 
@@ -111,8 +110,8 @@ PLANS = [
     Plan("RedPajama-3B.json@8xa100", hf("RedPajama-INCITE-Chat-3B-v1"), "a100-80g", 8,
          expect(torchtitan=TT_LAYERNORM, maxtext="model_type gpt_neox"), seq_len=2048),
     Plan("DeepSeek-V2-Lite.json@32xh100", hf("DeepSeek-V2-Lite"), "h100", 32, expect(maxtext="model_name")),
-    Plan("InternLM2-7B.json@16xh100", hf("internlm2-chat-7b"), "h100", 16, expect(torchtitan=NO_TT)),
-    Plan("Phi-3-mini.json@8xh100", hf("Phi-3-mini-4k-instruct"), "h100", 8, expect(torchtitan=NO_TT), seq_len=1024),
+    Plan("InternLM2-7B.json@16xh100", hf("internlm2-chat-7b"), "h100", 16, expect()),
+    Plan("Phi-3-mini.json@8xh100", hf("Phi-3-mini-4k-instruct"), "h100", 8, expect(), seq_len=1024),
     # a window shorter than the sequence: Megatron-LM states it (--window-size), MaxText's llama2 decoder has none
     Plan("Phi-3-mini.json@8xh100-seq4096", hf("Phi-3-mini-4k-instruct"), "h100", 8, expect(TT_WINDOW, OK, "sliding_window=2047")),
     Plan("OLMo-2-7B.json@16xh100", hf("OLMo-2-1124-7B"), "h100", 16, expect(TT_POST_NORMS, *(["post_feedforward_layernorm"] * 2))),

@@ -28,7 +28,8 @@ HF = Path(__file__).parents[1] / "data" / "hf"
     ("Phi-3-mini-4k-instruct", "sliding_window=2047"),
     ("SmolLM3-3B", "layers without RoPE"),
     ("Apertus-8B-2509", "FeedForward is SwiGLU"),
-    ("internlm2_5-7b-chat", "rope_scaling 'dynamic'"),
+    ("Hunyuan-MT-7B", "rope_scaling 'dynamic'"),
+    ("internlm2_5-7b-chat", "rope_scaling type 'dynamic': torchtitan 0.3.0 torchtitan/models/llama3/__init__.py"),
     ("Llama-4-Scout-17B-16E", "no llama4 package"),
 ])
 def test_the_refusal_names_the_part_torchtitan_lacks(name: str, named: str) -> None:

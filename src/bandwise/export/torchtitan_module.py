@@ -12,9 +12,10 @@ Families written (torchtitan 0.3.0, torchtitan/models/<package>/__init__.py):
                      (`_EPS`), RMSNorm on each head's q and k, no biases, RoPE without scaling
                      (`CosSinRoPE.Config`), SwiGLU; MoE with a softmax router over every expert,
                      the top-k weights renormalized (`route_norm=True`), no shared expert.
-  llama, mistral     llama3: `_build_llama3_layers`: RMSNorm with RMSNorm.Config's eps 1e-5
+  llama, mistral,    llama3: `_build_llama3_layers`: RMSNorm with RMSNorm.Config's eps 1e-5
                      (models/common/nn_modules.py), heads dim / n_heads wide, no biases, SwiGLU,
-                     RoPE (`ComplexRoPE.Config`) plain or with Llama 3.1's scaling; no window.
+  phi3, internlm2    RoPE (`ComplexRoPE.Config`) plain or with Llama 3.1's scaling; no window. (Phi-3's and InternLM2's
+                     fused qkv and gate_up projections are Llama's block with its weights laid out otherwise.)
   qwen3_next         qwen3_5: `_build_qwen35_moe_layers` / `_build_qwen35_layers`, the blocks of TorchTitan's
                      Qwen3.5 (models/qwen3_5/model.py): GatedDeltaNet (separate q, k, v, z, a, b projections,
                      depthwise causal convs of `_qwen35_deltanet_config`'s default kernel 4, A_log and dt_bias per
@@ -70,7 +71,8 @@ EPS = {"qwen3": 1e-6, "llama3": 1e-5, "qwen3_5": 1e-6, "gpt_oss": 1e-5}
 """(deepseek_v3's builders also give RMSNorm.Config's 1e-5, and the written module sets the model's own eps.)"""
 """Every RMSNorm's epsilon the package's builders give: qwen3's `_EPS`; llama3 sets none, so RMSNorm.Config's
 default (torchtitan/models/common/nn_modules.py)."""
-PACKAGES = {"qwen3": "qwen3", "qwen3_moe": "qwen3", "llama": "llama3", "mistral": "llama3", "qwen3_next": "qwen3_5",
+PACKAGES = {"qwen3": "qwen3", "qwen3_moe": "qwen3", "llama": "llama3", "mistral": "llama3", "phi3": "llama3", "internlm2": "llama3",
+            "qwen3_next": "qwen3_5",
             "gpt_oss": "gpt_oss", "deepseek_v3": "deepseek_v3", "kimi_k2": "deepseek_v3", "deepseek_v2": "deepseek_v3"}
 """Hugging Face model_type: the torchtitan/models/ package whose blocks build it."""
 BASES = {("qwen3", False): "qwen3_14b", ("qwen3", True): "qwen3_30b_a3b", ("llama3", False): "llama3_8b",
@@ -129,6 +131,16 @@ def blockers(model: ModelSpec, arch: Architecture) -> list[str]:
         out.append(f"experts: {WHERE} builds dense layers only")
     if arch.qkv_bias or arch.bias:
         out.append(f"attention biases: {WHERE} builds q, k, v and o without bias")
+    if arch.rotary_fraction != 1:
+        out.append(f"partial_rotary_factor={arch.rotary_fraction:g}: torchtitan 0.3.0's text attention (GQAttention, "
+                   "torchtitan/models/common/attention.py) turns every channel of each head")
+    if any(arch.nope_layers):
+        out.append(f"layers without RoPE: {WHERE} gives every layer the one rope config")
+    if arch.norm != "RMSNorm" or arch.norm_offset or (arch.qk_norm and package == "llama3"):
+        out.append(f"{arch.norm} (offset {arch.norm_offset}, q/k norms {arch.qk_norm}): {WHERE} builds x̂·w RMSNorms"
+                   + (" without q/k norms" if package == "llama3" else " with q/k norms"))
+    if (arch.gated, arch.activation, arch.glu_clamp, arch.sinks) != (True, "silu", 0.0, False):
+        out.append(f"MLP {arch.activation} (gated {arch.gated}): {WHERE} builds SwiGLU (models/common/feed_forward.py)")
     if (arch.hidden_dropout or 0) > 0 or (arch.attention_dropout or 0) > 0:
         out.append(f"dropout: {WHERE} builds no dropout")
     if model.is_moe:
