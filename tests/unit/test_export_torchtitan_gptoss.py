@@ -51,6 +51,7 @@ def test_the_written_module_states_the_configs_widths() -> None:
         cfg["rope_theta"], yarn["factor"], yarn["beta_fast"], yarn["beta_slow"]]
     assert int(args["original_seq_len"]) == yarn["original_max_position_embeddings"] and args["truncate"] == str(yarn["truncate"])
     assert f"vocab_size={cfg['vocab_size']}," in source and "enable_weight_tying=False" in source
+    assert args["attn_backend"] == '"flex"'  # context parallelism takes flex, not the shipped varlen (context_parallel/api.py)
 
 
 @pytest.mark.parametrize("changes,named", [

@@ -44,7 +44,9 @@ Families written (torchtitan 0.3.0, torchtitan/models/<package>/__init__.py):
                      (64 query, 8 key/value, 64 wide), a 128-token window on the even layers, RMSNorm.Config's eps
                      1e-5, RoPE plain or YaRN (CosSinRoPE; Attention folds YaRN's mscale² into the softmax scale).
                      Its ModelSpec (parallelize_gptoss, the MoE balancing hook) and trainer settings are
-                     `gpt_oss_120b`'s (gpt_oss/config_registry.py).
+                     `gpt_oss_120b`'s (gpt_oss/config_registry.py), its attention FlexAttention (as
+                     `gpt_oss_debugmodel_flex`): TorchTitan's context parallelism refuses the shipped varlen backend
+                     (torchtitan/distributed/context_parallel/api.py, apply_cp_to_forward) and takes flex.
   deepseek_v3, kimi_k2, deepseek_v2
                      deepseek_v3: `_build_dsv3_layers` (build_mla_moe_layers with DeepSeek-V3's inits): MLA with or
                      without a q low-rank (wq, or wq_a, q_norm, wq_b; wkv_a, kv_norm, wkv_b), no biases, the first
@@ -425,7 +427,7 @@ def {function_name(model)}():
         lm_head=Linear.Config(in_features={model.hidden}, out_features={model.vocab}, param_init=_output_linear_init({model.hidden})),
         layers=_build_gptoss_layers(
             fuse_qkv=True, dim={model.hidden}, n_layers={model.layers}, hidden_dim={model.expert_ffn}, num_experts={model.experts},
-            top_k={model.top_k}, load_balance_coeff=1e-3, moe_comm_backend="standard",
+            top_k={model.top_k}, load_balance_coeff=1e-3, attn_backend="flex", moe_comm_backend="standard",
             rope=CosSinRoPE.Config(dim={model.d_head}, max_seq_len={model.seq_len}, theta={float(rope.theta)!r}{yarn}),
         ),
     )
