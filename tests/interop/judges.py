@@ -200,6 +200,10 @@ def judge_torchtitan(text: str, model: ModelSpec, devices: int, s: Strategy, arc
     # float8 is a converter the config applies to the model's linear layers (torchtitan/components/quantization/float8.py)
     assert ("Float8" in repr(cfg.model_spec.model)) == (s.precision == "fp8"), f"TorchTitan's config trains in the other precision than {s.precision}"
     assert s.zero_stage in (0, 3), f"ZeRO-{s.zero_stage}: TorchTitan shards with FSDP2 or replicates"
+    # the model's multi-token prediction layers, where TorchTitan builds them: MTPDecoder refuses them under PP or CP
+    # (torchtitan 0.3.0 deepseek_v3/mtp.py, MTPDecoder.Config.update_from_config)
+    mtp = len(getattr(cfg.model_spec.model, "mtp_layers", None) or [])
+    assert mtp == (model.mtp_depth if s.pp == 1 and s.cp == 1 else 0), f"TorchTitan builds {mtp} MTP layers, the model has {model.mtp_depth}"
     return cfg
 
 
@@ -240,7 +244,9 @@ def assert_torchtitan_model(cfg: Any, model: ModelSpec, given: Architecture | No
         import torch
 
         with torch.device("meta"):
-            built = sum(p.numel() for p in m.build().parameters())
+            # the planner's total is the main decoder's (DeepSeek-V3's 671B): its multi-token prediction layers apart
+            # (deepseek_v3/mtp.py, MTPDecoder.mtp_layers)
+            built = sum(p.numel() for name, p in m.build().named_parameters() if not name.startswith("mtp_layers."))
         assert built == model.total_params, f"TorchTitan's model has {built:,} parameters, the plan {model.total_params:,}"
     eps = tt.DEPARTURES.get(_preset_name(model), {}).get("norm_eps", arch.norm_eps)  # a departure the job's notes tell
     assert math.isclose(m.layers[0].attention_norm.eps, eps), f"norm eps {m.layers[0].attention_norm.eps}, the model's {eps}"
@@ -249,8 +255,21 @@ def assert_torchtitan_model(cfg: Any, model: ModelSpec, given: Architecture | No
         assert (router.num_experts, router.top_k, router.score_func, router.route_norm) == (
             model.experts, model.top_k, arch.router, arch.topk_norm)
         assert math.isclose(router.route_scale, arch.routed_scale)
+        # grouped routing (DeepSeek-V3's n_group, topk_group): TokenChoiceTopKRouter's expert groups (models/common/moe.py)
+        groups = (getattr(router, "num_expert_groups", None), getattr(router, "num_limited_groups", None))
+        assert groups == ((model.expert_groups, model.groups_per_token) if model.expert_groups > 1 else (None, None)), groups
         experts = m.layers[-1].moe.routed_experts.inner_experts
         assert experts.hidden_dim == model.expert_ffn, f"experts of {experts.hidden_dim}, the model's {model.expert_ffn}"
+    # where the model windows its attention, TorchTitan's layers (gpt_oss/model.py, Attention.Config.sliding_window_size) window
+    # the same layers by the same span; gpt-oss's clamped SwiGLU (gpt_oss/moe.py, GptOssGroupedExperts.Config) at its limit
+    spans = [getattr(layer.attention, "sliding_window_size", None) for layer in m.layers]
+    if arch.sliding_window and arch.sliding_window < model.seq_len:
+        windowed = arch.window_layers or (True,) * model.layers
+        assert spans == [arch.sliding_window if w else None for w in windowed], f"TorchTitan windows {spans}"
+    else:
+        assert not any(spans), f"TorchTitan windows {spans}, the model none"
+    if arch.glu_clamp:
+        assert m.layers[0].moe.routed_experts.inner_experts.swiglu_limit == arch.glu_clamp
 
 
 def assert_torchtitan_hybrid(cfg: Any, model: ModelSpec, arch: Architecture) -> None:

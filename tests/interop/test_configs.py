@@ -153,11 +153,17 @@ def test_maxtexts_model_files_are_the_wheels(maxtext) -> None:
 def test_the_models_the_issue_names(cases) -> None:
     """Issue 51's acceptance: Mistral-NeMo exports; Mistral-7B at 32k exports to Megatron-LM with
     --window-size; gpt-oss-120b and Gemma 3 export to MaxText; Nemotron-H to Megatron-LM's hybrid entry
-    point; a Qwen3 config to TorchTitan."""
+    point; a Qwen3 config, gpt-oss-120b and the DeepSeek-V3/Kimi K2/DeepSeek-V2 family to TorchTitan."""
     ok = {k: {e for e, ex in c.exports.items() if isinstance(ex, Export)} for k, c in cases.items()}
     assert {"megatron", "maxtext"} <= ok["Mistral-Nemo-Instruct-2407"]
     assert "maxtext" in ok["gpt-oss-120b"] and "maxtext" in ok["gemma-3-27b-it"]
     assert "torchtitan" in ok["Qwen3-30B-A3B"] and "torchtitan" in ok["Qwen3-8B"]
+    # gpt-oss from TorchTitan's gpt_oss builders (sinks, alternating 128-token windows, clamped SwiGLU, biases, YaRN)
+    assert "torchtitan" in ok["gpt-oss-120b"]
+    # the MLA family from TorchTitan's deepseek_v3 builders: with and without a q low-rank, grouped routing, MTP
+    assert {"DeepSeek-V3", "Kimi-K2-Instruct", "DeepSeek-V2-Lite"} <= {k for k, engines in ok.items() if "torchtitan" in engines}
+    # InternLM2's block is Llama's (its fused wqkv a weight layout): TorchTitan's llama3 builders
+    assert "torchtitan" in ok["internlm2-chat-7b"]
     # the new families Megatron-LM d98e8a6 has flags for: LayerNorm1P (--apply-layernorm-1p), interleaved RoPE
     # (--rotary-interleaved), layers without RoPE (--no-rope-freq); MaxText 0.2.5's LLaMARotaryEmbedding for ERNIE's pairs
     assert {"Nemotron-4-4B", "ERNIE-4.5-0.3B-Base", "SmolLM3-3B", "Seed-OSS-36B-Instruct", "GLM-4.5-Air"} <= {

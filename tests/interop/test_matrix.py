@@ -29,7 +29,12 @@ pytestmark = needs_engines
 
 HF = Path(__file__).parents[1] / "data" / "hf"
 OK = "ok"
-NO_TT = "TorchTitan takes a model only from a Python config function"
+# the parts TorchTitan 0.3.0's builders lack, as its refusals name them (export/torchtitan_lacks.py)
+TT_LAYERNORM = "LayerNorm: torchtitan 0.3.0's decoder builders build RMSNorm only"
+TT_MOE = "a mixture of experts without q/k norms, MLA or gpt-oss's attention: torchtitan 0.3.0"
+TT_BIAS = "q, k and v biases: torchtitan 0.3.0"
+TT_WINDOW = "sliding_window=2047: torchtitan 0.3.0 torchtitan/models/llama3/__init__.py builds full attention only"
+TT_POST_NORMS = "norms after attention and the MLP (sandwich or post-norm blocks): torchtitan 0.3.0"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,51 +78,51 @@ PLANS = [
     Plan("llama3-70b@256xtpu-v5p", "llama3-70b", "tpu-v5p", 256, expect()),
     Plan("llama3-405b@1024xh100", "llama3-405b", "h100", 1024, expect()),
     Plan("llama3-405b@16384xh100", "llama3-405b", "h100", 16384, expect(), global_batch=2048),
-    Plan("gpt3-175b@1024xa100", "gpt3-175b", "a100-80g", 1024, expect(torchtitan=NO_TT), global_batch=1536),
+    Plan("gpt3-175b@1024xa100", "gpt3-175b", "a100-80g", 1024, expect(torchtitan=TT_LAYERNORM), global_batch=1536),
     # MoE
-    Plan("mixtral-8x7b@64xh100", "mixtral-8x7b", "h100", 64, expect(torchtitan=NO_TT)),
-    Plan("mixtral-8x7b@96xh100", "mixtral-8x7b", "h100", 96, expect(torchtitan=NO_TT, maxtext="multiple of the 3 stages")),
+    Plan("mixtral-8x7b@64xh100", "mixtral-8x7b", "h100", 64, expect(torchtitan=TT_MOE)),
+    Plan("mixtral-8x7b@96xh100", "mixtral-8x7b", "h100", 96, expect(torchtitan=TT_MOE, maxtext="multiple of the 3 stages")),
     Plan("qwen3-235b@256xh100", "qwen3-235b-a22b", "h100", 256, expect()),  # TorchTitan: a written config function
     # MLA
     Plan("deepseek-v3@1024xh100", "deepseek-v3", "h100", 1024, expect()),
     Plan("deepseek-v3@576xgb200", "deepseek-v3", "gb200-nvl72", 576, expect(maxtext="multiple of the 18 stages")),
-    Plan("kimi-k2@2048xh100", "kimi-k2", "h100", 2048, expect(torchtitan=NO_TT, megatron="rope_scaling.beta_fast=1")),
+    Plan("kimi-k2@2048xh100", "kimi-k2", "h100", 2048, expect(megatron="rope_scaling.beta_fast=1")),
     # Hugging Face config.json files
     Plan("Llama-3.1-8B.json@8xh100", hf("Meta-Llama-3.1-8B"), "h100", 8, expect()),
     Plan("Llama-3.1-405B.json@2048xh100", hf("Meta-Llama-3.1-405B"), "h100", 2048, expect()),  # TorchTitan: a written config function
     Plan("Qwen3-8B.json@16xh100", hf("Qwen3-8B"), "h100", 16, expect()),
-    Plan("Qwen2-7B.json@24xh100", hf("Qwen2-7B"), "h100", 24, expect(torchtitan=NO_TT, maxtext="multiple of the 3 stages")),
+    Plan("Qwen2-7B.json@24xh100", hf("Qwen2-7B"), "h100", 24, expect(torchtitan=TT_BIAS, maxtext="multiple of the 3 stages")),
     Plan("Mistral-7B.json@8xh100", hf("Mistral-7B-v0.1"), "h100", 8, expect()),
-    Plan("Mixtral-8x7B.json@32xh100", hf("Mixtral-8x7B-v0.1"), "h100", 32, expect(torchtitan=NO_TT)),
+    Plan("Mixtral-8x7B.json@32xh100", hf("Mixtral-8x7B-v0.1"), "h100", 32, expect(torchtitan=TT_MOE)),
     Plan("Qwen3-235B.json@512xh200", hf("Qwen3-235B-A22B"), "h200", 512, expect()),
-    Plan("Qwen2-57B.json@64xh100", hf("Qwen2-57B-A14B"), "h100", 64, expect(torchtitan=NO_TT, maxtext="shared expert")),
+    Plan("Qwen2-57B.json@64xh100", hf("Qwen2-57B-A14B"), "h100", 64, expect(torchtitan=TT_BIAS, maxtext="shared expert")),
     Plan("DeepSeek-V3.json@1024xh800", hf("DeepSeek-V3"), "h800", 1024,
-         expect(torchtitan="rope.scaling= (yarn)", maxtext="MaxText selects DeepSeek's routing by the model_name")),
-    Plan("Kimi-K2.json@512xh100", hf("Kimi-K2-Instruct"), "h100", 512, expect(torchtitan=NO_TT, maxtext="model_name")),
+         expect(maxtext="MaxText selects DeepSeek's routing by the model_name")),
+    Plan("Kimi-K2.json@512xh100", hf("Kimi-K2-Instruct"), "h100", 512, expect(maxtext="model_name")),
     Plan("gpt-oss-120b.json@64xh100", hf("gpt-oss-120b"), "h100", 64,
-         expect(torchtitan=NO_TT)),  # MaxText: its own gpt-oss-120b config; Megatron-LM: sinks, quick-GeGLU, YaRN flags
+         expect()),  # MaxText: its own gpt-oss-120b config; Megatron-LM: sinks, quick-GeGLU, YaRN flags
     # families beyond Llama's block: GPT-2's learned positions, biases and tanh GELU; StarCoder2's LayerNorm, biases and
     # tanh GELU with RoPE; GPT-NeoX's exact GELU; DeepSeek-V2's softmax router without renormalization; and what no
     # engine here writes, refused by the config's own field names
-    Plan("gpt2.json@8xh100-seq1024", hf("gpt2"), "h100", 8, expect(torchtitan=NO_TT), seq_len=1024),
-    Plan("gpt2.json@8xh100", hf("gpt2"), "h100", 8, expect(NO_TT, *(["n_positions=1024"] * 2))),
-    Plan("starcoder2-7b.json@16xh100", hf("starcoder2-7b"), "h100", 16, expect(torchtitan=NO_TT, maxtext="model_type starcoder2")),
+    Plan("gpt2.json@8xh100-seq1024", hf("gpt2"), "h100", 8, expect(torchtitan=TT_LAYERNORM), seq_len=1024),
+    Plan("gpt2.json@8xh100", hf("gpt2"), "h100", 8, expect(TT_LAYERNORM, *(["n_positions=1024"] * 2))),
+    Plan("starcoder2-7b.json@16xh100", hf("starcoder2-7b"), "h100", 16, expect(torchtitan=TT_LAYERNORM, maxtext="model_type starcoder2")),
     Plan("RedPajama-3B.json@8xa100", hf("RedPajama-INCITE-Chat-3B-v1"), "a100-80g", 8,
-         expect(torchtitan=NO_TT, maxtext="model_type gpt_neox"), seq_len=2048),
-    Plan("DeepSeek-V2-Lite.json@32xh100", hf("DeepSeek-V2-Lite"), "h100", 32, expect(torchtitan=NO_TT, maxtext="model_name")),
-    Plan("InternLM2-7B.json@16xh100", hf("internlm2-chat-7b"), "h100", 16, expect(torchtitan=NO_TT)),
-    Plan("Phi-3-mini.json@8xh100", hf("Phi-3-mini-4k-instruct"), "h100", 8, expect(torchtitan=NO_TT), seq_len=1024),
+         expect(torchtitan=TT_LAYERNORM, maxtext="model_type gpt_neox"), seq_len=2048),
+    Plan("DeepSeek-V2-Lite.json@32xh100", hf("DeepSeek-V2-Lite"), "h100", 32, expect(maxtext="model_name")),
+    Plan("InternLM2-7B.json@16xh100", hf("internlm2-chat-7b"), "h100", 16, expect()),
+    Plan("Phi-3-mini.json@8xh100", hf("Phi-3-mini-4k-instruct"), "h100", 8, expect(), seq_len=1024),
     # a window shorter than the sequence: Megatron-LM states it (--window-size), MaxText's llama2 decoder has none
-    Plan("Phi-3-mini.json@8xh100-seq4096", hf("Phi-3-mini-4k-instruct"), "h100", 8, expect(NO_TT, OK, "sliding_window=2047")),
-    Plan("OLMo-2-7B.json@16xh100", hf("OLMo-2-1124-7B"), "h100", 16, expect(NO_TT, *(["post_feedforward_layernorm"] * 2))),
-    Plan("gemma-2-9b.json@16xh100", hf("gemma-2-9b"), "h100", 16, expect(NO_TT, *(["sqrt(hidden_size)"] * 2))),
+    Plan("Phi-3-mini.json@8xh100-seq4096", hf("Phi-3-mini-4k-instruct"), "h100", 8, expect(TT_WINDOW, OK, "sliding_window=2047")),
+    Plan("OLMo-2-7B.json@16xh100", hf("OLMo-2-1124-7B"), "h100", 16, expect(TT_POST_NORMS, *(["post_feedforward_layernorm"] * 2))),
+    Plan("gemma-2-9b.json@16xh100", hf("gemma-2-9b"), "h100", 16, expect(TT_POST_NORMS, *(["sqrt(hidden_size)"] * 2))),
     # MaxText reads per_device_batch_size back as a float: tokens per device must be whole, and int(devices x it) the batch
     Plan("SmolLM2.json@48xgb200-seq2048", hf("SmolLM2-135M"), "gb200-nvl72", 48,
          expect(maxtext="--global-batch a multiple of 3"), global_batch=2048, seq_len=2048),
     Plan("SmolLM2.json@48xh100-seq3072", hf("SmolLM2-135M"), "h100", 48, expect(), global_batch=2048, seq_len=3072),
     # a cluster file of the user's
     Plan("llama3-8b@32xuser", "llama3-8b", USER_CLUSTER, 32, expect()),
-    Plan("mixtral-8x7b@64xuser", "mixtral-8x7b", USER_CLUSTER, 64, expect(torchtitan=NO_TT)),
+    Plan("mixtral-8x7b@64xuser", "mixtral-8x7b", USER_CLUSTER, 64, expect(torchtitan=TT_MOE)),
     # --pick N: row N as it is, or a one-line refusal naming what the engine cannot hold
     Plan("llama3-8b@16xh100-pick8", "llama3-8b", "h100", 16, expect(maxtext="--pick: maxtext cannot run"), global_batch=64, pick=8),
     Plan("llama3-70b@64xh100-pick1", "llama3-70b", "h100", 64, expect(*(["--pick: {} cannot run"] * 3)), pick=1),

@@ -28,8 +28,8 @@ def _parse(text: str):
 def test_torchtitan_parses_the_export(reference_cases, i) -> None:
     case = reference_cases[i]
     ex = case.exports["torchtitan"]
-    if isinstance(ex, BandwiseError):  # PaLM: TorchTitan ships no config for it, and takes a model from no flag
-        assert case.model.name == "palm-540b" and "TorchTitan takes a model only from a Python config function" in str(ex)
+    if isinstance(ex, BandwiseError):  # PaLM: its parallel blocks, which TorchTitan's builders do not build
+        assert case.model.name == "palm-540b" and "attention and the MLP in parallel: torchtitan 0.3.0" in str(ex)
         return
     judges.judge_torchtitan(ex.text, case.model, case.devices, ex.strategy)
 

@@ -24,7 +24,7 @@ A model is set only by a config function: the command line has no model fields
 one of TorchTitan's own functions (`CONFIGS`) for the preset that function builds, in shape and
 architecture (`architecture.is_preset`); for another model whose blocks TorchTitan has, the job
 script writes a config function of its own beside the command (`torchtitan_module`); any other
-model is refused, naming what TorchTitan lacks.
+model is refused, naming what TorchTitan lacks (`torchtitan_lacks`).
 
 Trainer.Config.__post_init__ (torchtitan/trainer.py, _validate_cuda_graphs) refuses CUDA graphs
 with pipeline parallelism, and with expert parallelism over a token dispatcher that synchronizes
@@ -41,6 +41,7 @@ from bandwise.cost.params import DEFAULT_PARAMS, CostParams, grad_reduce_name
 from bandwise.errors import BandwiseError
 from bandwise.export.architecture import Architecture, differences, is_preset, refusals
 import bandwise.export.torchtitan_module as written
+from bandwise.export.torchtitan_lacks import missing
 from bandwise.export.common import TORCHRUN, Adapted, lacks, script_head, stage_layers, too_few_microbatches
 from bandwise.specs.hardware import Cluster
 from bandwise.specs.model import ModelSpec
@@ -182,6 +183,8 @@ def check_model(model: ModelSpec, arch: Architecture | None) -> None:
         others = refusals(model, arch)  # what no engine here writes, e.g. Phi-4-mini's longrope
         then = f"and {others[0]} no engine here writes" if others else "export to megatron (--rotary-percent)"
         raise BandwiseError(f"torchtitan cannot run {model.name}: {lacks('torchtitan', PARTIAL_ROTARY.format(arch.rotary_fraction))}; {then}")
+    if arch is not None and (part := missing(model, arch)) is not None:
+        raise BandwiseError(f"torchtitan cannot run {model.name}: {lacks('torchtitan', part)}; export to megatron or maxtext")
     own = ", ".join(fn for by in CONFIGS.values() for _, fn in by.values())
     if model.name.lower() in CONFIGS:
         diff = differences(model, arch, model.name)
@@ -191,8 +194,8 @@ def check_model(model: ModelSpec, arch: Architecture | None) -> None:
     what = f"model_type {arch.family}" if arch is not None else "a model without its config.json"
     raise BandwiseError(f"torchtitan cannot run {model.name}: TorchTitan takes a model only from a Python config function "
                         f"(Trainer.Config.model_spec is not a command-line field); it ships one only for {own}, and bandwise "
-                        f"writes one only for the Llama 3 and Qwen3 blocks of torchtitan 0.3.0's torchtitan/models/, not {what}; "
-                        f"export to megatron or maxtext")
+                        f"writes one only from the builders of torchtitan 0.3.0's torchtitan/models/ llama3, qwen3, qwen3_5, gpt_oss "
+                        f"and deepseek_v3 (model_type {', '.join(sorted(written.PACKAGES))}), not {what}; export to megatron or maxtext")
 
 
 def check_grads(grad_bytes: float) -> None:
@@ -223,6 +226,12 @@ def render(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int,
             notes.append("its model is Qwen3.5's hybrid decoder without the vision encoder (Qwen35Model subclassed as a text "
                          "model; data and tokenizer from the qwen3 config); torchtitan.models.qwen3_5 imports "
                          "flash-linear-attention (fla) for the Gated DeltaNet kernels: install it where the job runs")
+        if package == "deepseek_v3" and model.mtp_depth:
+            built = written.mtp_layers(model, s.pp, s.cp)
+            notes.append(f"the model's {built} multi-token prediction layer(s) built (deepseek_v3/_build_mtp_layers, MTPLoss with its mtp_scale 0.3)" if built
+                         else f"TorchTitan builds none of the model's {model.mtp_depth} multi-token prediction layers here: "
+                         "MTPDecoder refuses them under pipeline or context parallelism (torchtitan 0.3.0 deepseek_v3/mtp.py); "
+                         "the plan priced them")
         if model.is_moe:
             notes.append("TorchTitan's MoE builders balance the experts by a per-expert bias updated each step (load_balance_coeff "
                          "1e-3, torchtitan 0.3.0 models/common/moe.py), not by an auxiliary loss")
@@ -276,7 +285,7 @@ def render(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int,
     lines = script_head(devices)
     if preset not in CONFIGS:
         assert arch is not None
-        lines += [f"cat > {module}.py <<'{written.HEREDOC}'", written.source(model, arch).rstrip("\n"), written.HEREDOC,
+        lines += [f"cat > {module}.py <<'{written.HEREDOC}'", written.source(model, arch, written.mtp_layers(model, s.pp, s.cp)).rstrip("\n"), written.HEREDOC,
                   'export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # ConfigManager imports --module by name']
     lines += [
         TORCHRUN,
