@@ -31,6 +31,7 @@ HF = Path(__file__).parents[1] / "data" / "hf"
     ("Hunyuan-MT-7B", "rope_scaling 'dynamic'"),
     ("internlm2_5-7b-chat", "rope_scaling type 'dynamic': torchtitan 0.3.0 torchtitan/models/llama3/__init__.py"),
     ("Llama-4-Scout-17B-16E", "no llama4 package"),
+    ("ERNIE-4.5-0.3B-Base", "16 heads of 128 in a 1024-wide model without q/k norms"),
 ])
 def test_the_refusal_names_the_part_torchtitan_lacks(name: str, named: str) -> None:
     path = str(HF / name / "config.json")
@@ -62,3 +63,7 @@ def test_the_named_parts_are_torchtitans_own() -> None:
     block = inspect.getsource(Llama3TransformerBlock.forward)
     assert "h = x + self.attention(self.attention_norm(x)" in block and "h + self.feed_forward(self.ffn_norm(h))" in block
     assert "LayerNorm" not in inspect.getsource(llama3) and "LayerNorm" not in inspect.getsource(qwen3)
+    # heads: llama3's builder takes no head_dim; qwen3's takes one and norms q and k in every layer
+    assert "head_dim" not in inspect.signature(llama3._build_llama3_layers).parameters
+    assert "head_dim" in inspect.signature(qwen3._build_qwen3_layers).parameters
+    assert "qk_norm=" in inspect.getsource(qwen3._build_qwen3_layers)

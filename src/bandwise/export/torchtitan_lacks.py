@@ -60,6 +60,10 @@ MOE = (f"a mixture of experts without q/k norms, MLA or gpt-oss's attention: {V}
        "(q/k RMSNorm on every layer, models/qwen3/__init__.py _build_qwen3_moe_layers), deepseek_v3's (MLA) and gpt_oss's; "
        "llama3's builds dense layers only")
 
+HEADS = (f"{{heads}} heads of {{d}} in a {{hidden}}-wide model without q/k norms: {V}'s _build_llama3_layers makes heads "
+         "dim / n_heads wide (models/llama3/__init__.py), and _build_qwen3_layers, which takes head_dim, norms q and k on "
+         "every layer (qk_norm, models/qwen3/__init__.py)")
+
 
 def missing(model: ModelSpec, arch: Architecture) -> str | None:
     """The first part of `model` no text decoder of TorchTitan 0.3.0 builds, in one line, or None where none is named here."""
@@ -96,4 +100,6 @@ def missing(model: ModelSpec, arch: Architecture) -> str | None:
         return WINDOW.format(window=arch.sliding_window, layers=f"{windowed} of {model.layers}")
     if model.is_moe and not model.is_mla:
         return MOE
+    if model.d_head * model.heads != model.hidden and not arch.qk_norm:
+        return HEADS.format(heads=model.heads, d=model.d_head, hidden=model.hidden)
     return None
