@@ -144,6 +144,9 @@ LACKS: tuple[tuple[str, str], ...] = (
     ("sparsemixer", "megatron/core/transformer/moe/router.py routes by softmax, sigmoid or sqrtsoftplus scores"),
     ("LayerNorm without weight or bias", "megatron/core/transformer/torch_norm.py, WrappedTorchNorm builds torch.nn.LayerNorm "
      "with its weight and bias, as Transformer Engine's LayerNorm has them; --normalization takes LayerNorm, RMSNorm or L2Norm"),
+    ("embeddings scaled by sqrt(hidden_size)", "megatron/core/models/common/embeddings/language_model_embedding.py "
+     "scales the embeddings only by mup_embedding_mult under use_mup, which also rescales initialisation and learning "
+     "rates (transformer_config.py); the (1 + weight) norms alone would be --apply-layernorm-1p"),
     ("rope_scaling type 'dynamic'", "megatron/core/models/common/embeddings/rotary_pos_embedding.py scales for Llama 3.x "
      "only, and --position-embedding-type takes learned_absolute, rope, yarn, mrope, relative or none (arguments.py)"),
 )
