@@ -102,6 +102,21 @@ def where(package: str) -> str:
     return f"torchtitan 0.3.0 torchtitan/models/{package}/__init__.py"
 
 
+
+def _embedding(model: ModelSpec) -> str:
+    """The token embedding every written module builds (TorchTitan's Embedding.Config with its package's init)."""
+    return f"tok_embeddings=Embedding.Config(num_embeddings={model.vocab}, embedding_dim={model.hidden}, param_init=_EMBEDDING_INIT)"
+
+
+def _rms_norm(model: ModelSpec) -> str:
+    """The final RMSNorm of the packages that build it from RMSNorm.Config with their own init."""
+    return f"norm=RMSNorm.Config(normalized_shape={model.hidden}, param_init=_NORM_INIT)"
+
+
+def _head(model: ModelSpec, init: str) -> str:
+    """The output projection, with the package's init expression `init`."""
+    return f"lm_head=Linear.Config(in_features={model.hidden}, out_features={model.vocab}, param_init={init})"
+
 def family(arch: Architecture | None) -> str | None:
     """The TorchTitan model package whose blocks this architecture is, or None."""
     return PACKAGES.get(arch.family) if arch is not None else None
@@ -348,8 +363,8 @@ def {function_name(model)}():
         dim={model.hidden},
         norm=_qwen3_norm({model.hidden}),
         enable_weight_tying={model.tied_embeddings},
-        tok_embeddings=Embedding.Config(num_embeddings={model.vocab}, embedding_dim={model.hidden}, param_init=_EMBEDDING_INIT),
-        lm_head=Linear.Config(in_features={model.hidden}, out_features={model.vocab}, param_init=_LINEAR_INIT),
+        {_embedding(model)},
+        {_head(model, "_LINEAR_INIT")},
         layers={layers},
     )
     config.model_spec = dataclasses.replace(config.model_spec, flavor={model.name!r}, model=model)
@@ -385,9 +400,9 @@ def {function_name(model)}():
         dim={model.hidden},
         vocab_size={model.vocab},
         enable_weight_tying={model.tied_embeddings},
-        tok_embeddings=Embedding.Config(num_embeddings={model.vocab}, embedding_dim={model.hidden}, param_init=_EMBEDDING_INIT),
-        norm=RMSNorm.Config(normalized_shape={model.hidden}, param_init=_NORM_INIT),
-        lm_head=Linear.Config(in_features={model.hidden}, out_features={model.vocab}, param_init=_output_linear_init({model.hidden})),
+        {_embedding(model)},
+        {_rms_norm(model)},
+        {_head(model, f"_output_linear_init({model.hidden})")},
         layers=_build_llama3_layers(
             fuse_qkv=True, n_layers={model.layers}, dim={model.hidden}, n_heads={model.heads}, n_kv_heads={model.n_kv_heads},
             hidden_dim={model.ffn}, attn_backend="flex",
@@ -425,9 +440,9 @@ def {function_name(model)}():
         dim={model.hidden},
         vocab_size={model.vocab},
         enable_weight_tying={model.tied_embeddings},
-        tok_embeddings=Embedding.Config(num_embeddings={model.vocab}, embedding_dim={model.hidden}, param_init=_EMBEDDING_INIT),
-        norm=RMSNorm.Config(normalized_shape={model.hidden}, param_init=_NORM_INIT),
-        lm_head=Linear.Config(in_features={model.hidden}, out_features={model.vocab}, param_init=_output_linear_init({model.hidden})),
+        {_embedding(model)},
+        {_rms_norm(model)},
+        {_head(model, f"_output_linear_init({model.hidden})")},
         layers=_build_gptoss_layers(
             fuse_qkv=True, dim={model.hidden}, n_layers={model.layers}, hidden_dim={model.expert_ffn}, num_experts={model.experts},
             top_k={model.top_k}, load_balance_coeff=1e-3, attn_backend="flex", moe_comm_backend="standard",
@@ -496,9 +511,9 @@ def {function_name(model)}():
         vocab_size={model.vocab},
         dim={model.hidden},
         enable_weight_tying={model.tied_embeddings},
-        tok_embeddings=Embedding.Config(num_embeddings={model.vocab}, embedding_dim={model.hidden}, param_init=_EMBEDDING_INIT),
-        norm=RMSNorm.Config(normalized_shape={model.hidden}, param_init=_NORM_INIT),
-        lm_head=Linear.Config(in_features={model.hidden}, out_features={model.vocab}, param_init=_output_linear_init({model.hidden})),
+        {_embedding(model)},
+        {_rms_norm(model)},
+        {_head(model, f"_output_linear_init({model.hidden})")},
         layers=layers,
         mtp_layers=_build_mtp_layers(layers[-1], dim={model.hidden}, num_mtp_layers={mtp}),
     )
@@ -582,8 +597,8 @@ def {function_name(model)}():
         dim={model.hidden},
         norm=_offset_norm({model.hidden}),
         enable_weight_tying={model.tied_embeddings},
-        tok_embeddings=Embedding.Config(num_embeddings={model.vocab}, embedding_dim={model.hidden}, param_init=_EMBEDDING_INIT),
-        lm_head=Linear.Config(in_features={model.hidden}, out_features={model.vocab}, param_init=_output_linear_init({model.hidden})),
+        {_embedding(model)},
+        {_head(model, f"_output_linear_init({model.hidden})")},
         layers={layers},
     )
     spec = model_registry({registry})
