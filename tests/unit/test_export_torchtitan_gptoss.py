@@ -12,19 +12,16 @@ import pytest
 
 from bandwise.errors import BandwiseError
 from bandwise.export import export
-from bandwise.export.torchtitan_module import written
 from bandwise.specs.registry import get_cluster, get_model
 from bandwise.specs.strategy import Strategy
+from written_module import builder_call, variant
 
 GPT_OSS = Path(__file__).parents[1] / "data" / "hf" / "gpt-oss-120b" / "config.json"
 LAYOUT = Strategy(dp_shard=64, ep=8, micro_batch=1, global_batch=256, recompute="full")
 
 
 def _variant(tmp_path: Path, **changes: object) -> str:
-    cfg = {**json.loads(GPT_OSS.read_text()), **changes}
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(cfg))
-    return str(path)
+    return variant(tmp_path, GPT_OSS, **changes)
 
 
 def _torchtitan(path: str) -> str:
@@ -34,16 +31,8 @@ def _torchtitan(path: str) -> str:
 
 def test_the_written_module_states_the_configs_widths() -> None:
     cfg = json.loads(GPT_OSS.read_text())
-    found = written(_torchtitan(str(GPT_OSS)))
-    assert found is not None
-    _, source = found
-    compile(source, "module", "exec")
-    call = re.search(r"_build_gptoss_layers\((.*?)\),\n    \)", source, re.S)
-    assert call is not None
-    args: dict[str, str] = {}
-    for key, value in re.findall(r"(\w+)=([\w.\"]+)", call[1]):
-        args.setdefault(key, value)  # the builder's own keywords come first; CosSinRoPE.Config's dim after
-    assert re.search(rf"CosSinRoPE\.Config\(dim={cfg['head_dim']},", call[1])
+    source, call, args = builder_call(_torchtitan(str(GPT_OSS)), r"_build_gptoss_layers\((.*?)\),\n    \)", re.S)
+    assert re.search(rf"CosSinRoPE\.Config\(dim={cfg['head_dim']},", call)
     assert [int(args[k]) for k in ("dim", "n_layers", "hidden_dim", "num_experts", "top_k")] == [
         cfg["hidden_size"], cfg["num_hidden_layers"], cfg["intermediate_size"], cfg["num_local_experts"], cfg["num_experts_per_tok"]]
     yarn = cfg["rope_scaling"]

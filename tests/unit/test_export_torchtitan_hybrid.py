@@ -12,19 +12,16 @@ import pytest
 
 from bandwise.errors import BandwiseError
 from bandwise.export import export
-from bandwise.export.torchtitan_module import written
 from bandwise.specs.registry import get_cluster, get_model
 from bandwise.specs.strategy import Strategy
+from written_module import builder_call, variant
 
 QWEN3_NEXT = Path(__file__).parents[1] / "data" / "hf" / "Qwen3-Next-80B-A3B-Instruct" / "config.json"
 LAYOUT = Strategy(dp_shard=32, ep=8, micro_batch=1, global_batch=256, recompute="full")
 
 
 def _variant(tmp_path: Path, **changes: object) -> str:
-    cfg = {**json.loads(QWEN3_NEXT.read_text()), **changes}
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(cfg))
-    return str(path)
+    return variant(tmp_path, QWEN3_NEXT, **changes)
 
 
 def _torchtitan(path: str, s: Strategy = LAYOUT) -> str:
@@ -34,16 +31,8 @@ def _torchtitan(path: str, s: Strategy = LAYOUT) -> str:
 
 def test_the_written_module_states_the_configs_widths() -> None:
     cfg = json.loads(QWEN3_NEXT.read_text())
-    found = written(_torchtitan(str(QWEN3_NEXT)))
-    assert found is not None
-    _, source = found
-    compile(source, "module", "exec")
-    call = re.search(r"_build_qwen35_moe_layers\((.*?)\),\n", source)
-    assert call is not None
-    args: dict[str, str] = {}
-    for key, value in re.findall(r"(\w+)=([\w.\"]+)", call[1]):
-        args.setdefault(key, value)  # the builder's own keywords come first; CosSinRoPE.Config's dim after
-    assert re.search(r"CosSinRoPE\.Config\(dim=64,", call[1])
+    source, call, args = builder_call(_torchtitan(str(QWEN3_NEXT)), r"_build_qwen35_moe_layers\((.*?)\),\n")
+    assert re.search(r"CosSinRoPE\.Config\(dim=64,", call)
     head = cfg["head_dim"]
     assert int(args["rotary_dim"]) == int(head * cfg["partial_rotary_factor"]) == 64
     assert [int(args[k]) for k in ("n_layers", "dim", "n_heads", "n_kv_heads", "head_dim")] == [
@@ -53,7 +42,7 @@ def test_the_written_module_states_the_configs_widths() -> None:
         cfg["full_attention_interval"]]
     assert [int(args[k]) for k in ("moe_hidden_dim", "num_experts", "top_k", "shared_expert_hidden_dim")] == [
         cfg["moe_intermediate_size"], cfg["num_experts"], cfg["num_experts_per_tok"], cfg["shared_expert_intermediate_size"]]
-    assert f"theta={float(cfg['rope_theta'])!r}" in call[1]
+    assert f"theta={float(cfg['rope_theta'])!r}" in call
     assert "vision_encoder: Qwen35VisionEncoder.Config | None = None" in source
 
 

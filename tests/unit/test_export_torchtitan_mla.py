@@ -13,19 +13,16 @@ import pytest
 
 from bandwise.errors import BandwiseError
 from bandwise.export import export
-from bandwise.export.torchtitan_module import written
 from bandwise.specs.registry import get_cluster, get_model
 from bandwise.specs.strategy import Strategy
+from written_module import builder_call, variant
 
 HF = Path(__file__).parents[1] / "data" / "hf"
 LAYOUT = Strategy(dp_shard=1024, ep=8, micro_batch=1, global_batch=1024, recompute="full")
 
 
 def _variant(tmp_path: Path, name: str, **changes: object) -> str:
-    cfg = {**json.loads((HF / name / "config.json").read_text()), **changes}
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(cfg))
-    return str(path)
+    return variant(tmp_path, HF / name / "config.json", **changes)
 
 
 def _export(path: str, s: Strategy = LAYOUT):
@@ -34,16 +31,7 @@ def _export(path: str, s: Strategy = LAYOUT):
 
 
 def _call(text: str) -> dict[str, str]:
-    found = written(text)
-    assert found is not None
-    _, source = found
-    compile(source, "module", "exec")
-    call = re.search(r"_build_dsv3_layers\((.*?)\n    \)\n", source, re.S)
-    assert call is not None
-    args: dict[str, str] = {}
-    for key, value in re.findall(r"(\w+)=([\w.\"]+)", call[1]):
-        args.setdefault(key, value)  # the builder's own keywords come first; ComplexRoPE.Config's dim after
-    return args
+    return builder_call(text, r"_build_dsv3_layers\((.*?)\n    \)\n", re.S)[2]
 
 
 @pytest.mark.parametrize("name", ["DeepSeek-V3", "Kimi-K2-Instruct", "DeepSeek-V2-Lite"])
