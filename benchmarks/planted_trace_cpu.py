@@ -4,16 +4,20 @@ Run under torchrun, gloo on 4 CPU ranks seen as two levels of two (a "socket" an
 
     PYTHONPATH=src torchrun --nproc-per-node 4 benchmarks/planted_trace_cpu.py --out /tmp/planted
 
-1. trains `debug` as HSDP (FSDP over the two ranks of a socket, replicated across the net) under
-   `train --profile`, twice: as it is, and with the socket's collectives slowed to a planted share of
-   the cluster file's bandwidth (each all-gather and reduce-scatter FSDP issues inside a socket lasts
-   what `cost.comm` gives for its bytes at that share: the link is slow, whatever the collective);
-2. fits a calibration from each run's traces (`api.calibrating.calibrate`, what `bandwise calibrate
-   OUT/<run>/trace --strategy ... --model debug --cluster OUT/cpu-two-level.yaml --engine bandwise` does);
-3. prints each level's bandwidth factor from both runs and writes OUT/<run>.yaml and OUT/planted.json.
+1. measures the link over the job (`runtime.compare.runtime_cluster`) and writes it as two levels of two ranks,
+   OUT/cpu-two-level.yaml, with `debug` widened (`WIDE`) as OUT/debug-wide.yaml;
+2. trains that model as HSDP (FSDP over the two ranks of a socket, replicated across the net) under
+   `train --profile` in bf16, twice: as it is, and with the socket's collectives slowed to a planted share of
+   its bandwidth (each all-gather and reduce-scatter FSDP issues inside a socket lasts what `cost.comm` gives
+   for its bytes on a link at that share: the link is slow, whatever the collective); then times the
+   collectives as `calibrate --bench` does, under the same fault, into OUT/bench.yaml;
+3. fits a calibration from each run's traces (`api.calibrating.calibrate`, what `bandwise calibrate
+   OUT/<run>/trace --strategy ... --model OUT/debug-wide.yaml --cluster OUT/cpu-two-level.yaml --engine bandwise`
+   does), writes OUT/<run>.yaml and OUT/planted.json, and prints each level's factor.
 
 The socket's factor from the planted run should be the planted share; the net's, measured from the
-replicas' all-reduce, gloo's own, as in the clean run. `tests/dist/test_planted_trace.py` runs it.
+replicas' all-reduce, gloo's own, as in the clean run. A run takes 75-105 s of the 2-core container, so it is a
+benchmark, not a test (figures: benchmarks/RESULTS.md, "A planted fault found from the job's own trace").
 """
 
 from __future__ import annotations
