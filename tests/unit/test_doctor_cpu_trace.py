@@ -34,6 +34,33 @@ def test_self_time_goes_to_the_nearest_classified_parent():
     assert got.comm_exposed_ms == pytest.approx({"all_reduce": 15e-3})  # the wait is the all-reduce's
 
 
+def test_fsdp_copies_are_memory_work_and_the_wait_is_the_collective():
+    # FSDP::all_gather [0, 20] > copy-in [1, 5] > copy_ [2, 4]; the gather [5, 8]; the rest of the range is the wait.
+    # FSDP::post_backward_reduce [20, 40] > the gradients' cast [21, 25]; chunk_cat [25, 30] > cat [26, 29];
+    # the reduce-scatter [30, 33]; the replicas' all-reduce [33, 35].
+    events = [(0.0, 20.0, "FSDP::all_gather (layers.0)", False), (1.0, 5.0, "fsdp::all_gather_copy_in", False),
+              (2.0, 4.0, "aten::copy_", False), (5.0, 8.0, "c10d::_allgather_base_", False),
+              (20.0, 40.0, "FSDP::post_backward_reduce (layers.0)", False), (21.0, 25.0, "aten::copy_", False),
+              (25.0, 30.0, "fsdp::chunk_cat", False), (26.0, 29.0, "aten::cat", False),
+              (30.0, 33.0, "c10d::_reduce_scatter_base_", False), (33.0, 35.0, "c10d::allreduce_", False)]
+    got = classify_steps(events, [(0.0, 40.0)])
+    assert got.kernel_ms == pytest.approx({ELEMENTWISE: 13e-3})
+    assert got.comm_exposed_ms == pytest.approx({"all_gather": 16e-3, "reduce_scatter": 9e-3, "all_reduce": 2e-3})
+
+
+def test_fsdp_copy_ops_are_the_ones_torch_runs_in_its_ranges():
+    """The copies the classifier takes out of FSDP's ranges are the ones torch's FSDP2 runs there."""
+    import inspect
+
+    from torch.distributed.fsdp._fully_shard import _fsdp_collectives, _fsdp_param_group
+
+    collectives, group = inspect.getsource(_fsdp_collectives), inspect.getsource(_fsdp_param_group)
+    for name in ("FSDP::all_gather", "FSDP::all_gather_copy_out", "FSDP::post_backward_reduce"):
+        assert f'"{name}"' in group
+    for op in ("all_gather_copy_in", "split_with_sizes_copy", "chunk_cat"):
+        assert f"torch.ops.fsdp.{op}" in collectives or f"fsdp::{op}" in collectives or f'"{op}"' in collectives, op
+
+
 def _outermost_us(events, match) -> float:
     """Summed total time of the events `match` accepts that no accepted event encloses (torch's own tree)."""
     total = 0.0

@@ -10,9 +10,13 @@ the "Self CPU" column of torch.profiler's `key_averages()`) goes to one class:
   optimizer's `_foreach_*` ops, and the collectives by what they do: c10d's ops (`c10d::allreduce_`,
   `c10d::_allgather_base_`, `c10d::_reduce_scatter_base_`, `c10d::alltoall_base_`, `c10d::send`/`recv_`),
   the functional ones (`_c10d_functional::all_gather_into_tensor`, `wait_tensor`), the backend's
-  record_function ranges (`gloo:all_reduce`) and FSDP2's (`FSDP::all_gather`, `FSDP::post_backward_reduce`,
-  torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py, torch 2.13), whose copy-in and wait are the
-  collective's exposed cost;
+  record_function ranges (`gloo:all_reduce`) and FSDP2's (`FSDP::all_gather`, `FSDP::all_gather_copy_out`,
+  `FSDP::post_backward_reduce`, torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py, torch 2.13), whose
+  own time (the wait) is the collective's exposed cost;
+- inside an FSDP range, an operator that is not a collective (`aten::*`, FSDP's own `fsdp::*` copy ops) is
+  the memory-bound class: the copies FSDP2 runs on the compute stream (`all_gather_copy_in`,
+  `split_with_sizes_copy`, the gradients' cast and `chunk_cat`; `_fsdp_collectives.py`), which the plan
+  prices as HBM work (`CostParams.fsdp_copy_out`) and a GPU trace shows as memory-bound kernels;
 - else the class of the nearest enclosing operator that has one (an `aten::empty` inside `aten::mm` is
   the GEMM's);
 - else, for another `aten::` operator, element-wise and reductions (the memory-bound class);
@@ -41,6 +45,9 @@ _GEMMS = re.compile(r"^aten::(?:mm|addmm|bmm|baddbmm|_grouped_mm|linear|matmul|m
 _ATTENTION = re.compile(r"scaled_dot_product|flash_attention|efficient_attention")
 _SOFTMAX = re.compile(r"^aten::(?:_safe_softmax|_?softmax|_softmax_backward_data)$")
 _COLLECTIVE_OP = re.compile(r"^(?:c10d::|_c10d_functional::|c10d_functional::|gloo:|nccl:|record_param_comms$|FSDP::(?:all_gather|post_backward_reduce))")
+_FSDP_RANGE = "FSDP::"
+_COPY_OPS = ("aten::", "fsdp::")
+"""Inside an FSDP range, operators of these namespaces that name no class of their own are FSDP's copies."""
 _KINDS = (
     (re.compile(r"all_?gather", re.I), "all_gather"),
     (re.compile(r"reduce_?scatter|post_backward_reduce", re.I), "reduce_scatter"),
@@ -93,12 +100,12 @@ def classify_steps(events: list[tuple[float, float, str, bool]], windows: list[t
     bounds = np.array(sorted(windows))
     # parents open before their children; of two starting together the longer is the parent
     order = sorted(range(len(events)), key=lambda i: (events[i][0], -events[i][1]))
-    stack: list[list] = []  # [end, class, child time, start]
+    stack: list[list] = []  # [end, class, child time, start, inside an FSDP range]
     last_kind = COMM_PREFIX + "other_collective"
 
     def close(until: float) -> None:
         while stack and stack[-1][0] <= until:
-            end, cls, child, start = stack.pop()
+            end, cls, child, start, _ = stack.pop()
             self_us = max(0.0, end - start - child)
             if cls is not None and _inside(bounds, start):
                 total[cls] = total.get(cls, 0.0) + self_us
@@ -113,13 +120,16 @@ def classify_steps(events: list[tuple[float, float, str, bool]], windows: list[t
             own = stack[-1][1] if stack and (stack[-1][1] or "").startswith(COMM_PREFIX) else last_kind
         elif own is not None and own.startswith(COMM_PREFIX):
             last_kind = own
-        if own is None and stack and stack[-1][1] is not None:
+        fsdp = name.startswith(_FSDP_RANGE) or bool(stack and stack[-1][4] and own is None)
+        if own is None and fsdp and name.startswith(_COPY_OPS):
+            own, fsdp = ELEMENTWISE, False  # FSDP's copy on the step's thread, not the collective's wait
+        elif own is None and stack and stack[-1][1] is not None:
             own = stack[-1][1]
         elif own is None and name.startswith("aten::"):
             own = ELEMENTWISE
         if stack and end > stack[-1][0]:  # overlaps its parent's end without nesting: clip to the parent
             end = stack[-1][0]
-        stack.append([end, own, 0.0, start])
+        stack.append([end, own, 0.0, start, fsdp])
     close(float("inf"))
     n = len(windows)
     kernel = {k: v / n / 1e3 for k, v in total.items() if not k.startswith(COMM_PREFIX)}
