@@ -212,4 +212,14 @@ def in_turn(rank: int, world: int, *, runs: list[tuple[str, dict[str, Any]]]) ->
     return {str(i): JOBS[job](rank, world, **args) for i, (job, args) in enumerate(runs)}
 
 
-JOBS = {"train_layouts": train_layouts, "ep_equivalence": ep_equivalence, "grouped_vs_loop_ep": grouped_vs_loop_ep, "train_checkpointed": train_checkpointed, "in_turn": in_turn}
+def runtime_cluster_of(rank: int, world: int) -> dict[str, Any]:
+    """`runtime.compare.runtime_cluster` on every rank, each passing its own peak: the figures it returns."""
+    from bandwise.runtime.compare import runtime_cluster
+
+    clus = runtime_cluster(torch.device("cpu"), world, peak_flops=1e9 * (rank + 1), dtype=torch.float32, attention=0.1 * (rank + 1))
+    lv = clus.levels[0]
+    return {"peak": clus.device.peak_flops["bf16"], "attention": clus.device.attention_efficiency, "hbm": clus.device.hbm_bandwidth,
+            "bandwidth": lv.bandwidth, "latency": lv.latency}
+
+
+JOBS = {"runtime_cluster_of": runtime_cluster_of, "train_layouts": train_layouts, "ep_equivalence": ep_equivalence, "grouped_vs_loop_ep": grouped_vs_loop_ep, "train_checkpointed": train_checkpointed, "in_turn": in_turn}

@@ -58,7 +58,20 @@ def _link(device: torch.device, world: int) -> tuple[float, float]:
     for _ in range(3):
         dist.all_reduce(big)
     dt = (time.perf_counter() - t0) / 3
+    latency, dt = _agreed(device, latency, dt)
     return 2 * (world - 1) / world * big.numel() * 4 / max(dt - latency, 1e-9), latency / (2 * (world - 1))
+
+
+def _agreed(device: torch.device, *figures: float) -> tuple[float, ...]:
+    """Each figure averaged over the job's ranks, so that every rank prices with one cluster. A rank that
+    reaches a timed collective first waits in it for the others, so the ranks' own timings differ; the
+    average is what nccl-tests reports by default (its `-a` option: 0 rank 0, 1 the average over ranks,
+    2 the minimum, 3 the maximum; default 1)."""
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return figures
+    t = torch.tensor(figures, dtype=torch.float64, device=device)
+    dist.all_reduce(t)
+    return tuple(float(x) / dist.get_world_size() for x in t.tolist())
 
 
 def attention_efficiency(spec: ModelSpec, micro_batch: int, device: torch.device, dtype: torch.dtype, peak_flops: float) -> float:
@@ -77,12 +90,17 @@ def attention_efficiency(spec: ModelSpec, micro_batch: int, device: torch.device
 def runtime_cluster(device: torch.device, world: int, peak_flops: float, *, dtype: torch.dtype = torch.bfloat16,
                     attention: float | None = None) -> Cluster:
     bandwidth, latency = _link(device, world)
+    copy_bandwidth = measure_copy_bandwidth(device)
+    if attention is None:
+        peak_flops, copy_bandwidth = _agreed(device, peak_flops, copy_bandwidth)
+    else:
+        peak_flops, copy_bandwidth, attention = _agreed(device, peak_flops, copy_bandwidth, attention)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     dev = Device(
         name=f"{name} (measured)",
         peak_flops={"bf16": peak_flops},
         hbm_bytes=_memory_bytes(device),
-        hbm_bandwidth=measure_copy_bandwidth(device) * 2 / dtype.itemsize,  # the cost model counts 2-byte elements
+        hbm_bandwidth=copy_bandwidth * 2 / dtype.itemsize,  # the cost model counts 2-byte elements
         gemm_efficiency=1.0,
         # measured at the job's own sequence length, so no fall-off is applied on top (attention_fill_tokens 0)
         attention_efficiency=attention if attention is not None else Device.attention_efficiency,
