@@ -480,6 +480,25 @@ def test_fsdp2_copies_cost_their_bytes_per_micro_batch_on_the_compute_stream():
     assert params_for(get_engine("torchtitan")).fsdp_copy_out and not params_for(get_engine("megatron")).fsdp_copy_out
 
 
+def test_fsdp2_copies_under_a_pipeline_run_once_a_step():
+    """Under FSDP with a pipeline a stage keeps its units gathered over the step (`fsdp_pp_unsharded`), so
+    each unit is copied out of one gather and packed once a step (2 + 2 + 2 + g bytes per unsharded weight),
+    not per micro-batch. PP 2, 1F1B, 8 micro-batches: the head's rank, half the layers and the output
+    layer, spends that over the step, which the 1F1B pipeline stretches as any per-micro-batch work, by
+    (m + p - 1) / m (as the gradient accumulation below)."""
+    m, c = get_model("llama3-8b"), get_cluster("h100")
+    s = Strategy(dp_shard=2, pp=2, micro_batch=1, global_batch=16, schedule="1F1B")
+    flat, fsdp2 = estimate(m, c, s), estimate(m, c, s, replace(DEFAULT_PARAMS, fsdp_copy_out=True))
+    assert flat.microbatches == 8
+    rate = c.device.hbm_bandwidth * DEFAULT_PARAMS.hbm_efficiency
+    per_step = (m.non_expert_layer_params / 2 + m.output_params) * (2 + 2 + 2 + 4) / rate
+    assert fsdp2.step_time_s - flat.step_time_s == pytest.approx(per_step * (8 + 2 - 1) / 8, rel=1e-6)
+    # re-gathered every micro-batch (the engine reshards under the pipeline): both gathers' copies each time
+    regather = replace(DEFAULT_PARAMS, fsdp_pp_unsharded=False)
+    added = estimate(m, c, s, replace(regather, fsdp_copy_out=True)).step_time_s - estimate(m, c, s, regather).step_time_s
+    assert added == pytest.approx((m.non_expert_layer_params / 2 + m.output_params) * (2 * (2 + 2) + 2 + 4) / rate * (8 + 2 - 1), rel=1e-6)
+
+
 def test_each_gradient_bucket_pays_the_rings_latency():
     """Megatron-Core's buckets, max(40M, 1M x DP) parameters: Llama 3 8B under ZeRO-1 over DP 32 (4 nodes of 8)
     reduce-scatters and all-gathers ceil(8.03B / 40M) buckets, each collective paying the ring's

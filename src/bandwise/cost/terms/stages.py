@@ -102,14 +102,19 @@ class StageCompute:
     """The largest stage over the mean stage of a rank: the pipeline fills and drains at its pace."""
 
 
-def fsdp_copy_bytes(P: CostParams) -> float:
+def fsdp_copy_bytes(P: CostParams, s: Shape, n_mb: np.ndarray) -> np.ndarray:
     """HBM bytes per unsharded parameter per micro-batch that FSDP copies on the compute stream
     (`CostParams.fsdp_copy_out`): each of the two gathers the model charges per unit (forward, and
     backward after resharding, `terms.fsdp`) copied out in bf16, read and written (2 + 2), and the
-    bf16 gradients packed into the reduce-scatter buffer in the reduce dtype (2 + g)."""
+    bf16 gradients packed into the reduce-scatter buffer in the reduce dtype (2 + g). Where a stage
+    keeps its units gathered over the step (`CostParams.fsdp_pp_unsharded`, `terms.fsdp`), one
+    gather's copy and one pack a step, spread over its micro-batches."""
     if not P.fsdp_copy_out:
-        return 0.0
-    return 2 * (BF16 + BF16) + BF16 + P.grad_reduce_bytes
+        return np.zeros(np.broadcast(s.zero, n_mb).shape)
+    per_micro_batch = 2 * (BF16 + BF16) + BF16 + P.grad_reduce_bytes
+    once_a_step = (BF16 + BF16) + BF16 + P.grad_reduce_bytes
+    whole_stage = P.fsdp_pp_unsharded & (s.pp > 1) & (n_mb > 1)
+    return np.where(s.zero == 3, np.where(whole_stage, once_a_step / np.maximum(n_mb, 1), per_micro_batch), 0.0)
 
 
 def stage_compute(m: ModelSpec, dev: Device, s: Shape, schedule: np.ndarray, rec: np.ndarray, n_mb: np.ndarray, layer: LayerPasses,
@@ -124,7 +129,7 @@ def stage_compute(m: ModelSpec, dev: Device, s: Shape, schedule: np.ndarray, rec
     accumulate = adds * P.grad_accumulation_bytes / (dev.hbm_bandwidth * P.hbm_efficiency)
     # FSDP2's copies out of the gather buffer and into the reduce-scatter buffer, on the compute stream,
     # per layer and for the root unit's weights on the head's rank
-    accumulate = accumulate + np.where(s.zero == 3, fsdp_copy_bytes(P), 0.0) / (dev.hbm_bandwidth * P.hbm_efficiency)
+    accumulate = accumulate + fsdp_copy_bytes(P, s, n_mb) / (dev.hbm_bandwidth * P.hbm_efficiency)
     unit = layer.fwd + layer.bwd + layer.kernel_gaps + accumulate * (local.dense_layer + local.expert_layer) + layer_recompute
     # the rank of the last stage also runs the output head, the loss and any MTP modules
     together = first_and_last_on_one_rank(pp, schedule)
