@@ -115,7 +115,8 @@ def fit_speed(runs: list[Measured], levels: tuple[str, ...], params: CostParams 
             break
         x0, x1, r0 = x1, float(np.clip(x1 - r1 * (x1 - x0) / (r1 - r0), math.log(FACTOR_RANGE[0]), math.log(FACTOR_RANGE[1]))), r1
         r1 = float(np.mean(errors(math.exp(x1))))
-    return math.exp(x1), errors(math.exp(x1))
+    speed = min(max(math.exp(x1), FACTOR_RANGE[0]), FACTOR_RANGE[1])  # exp(log(100)) is 100.00000000000004
+    return speed, errors(speed)
 
 
 def _describe(runs: list[Measured], errors0: list[float]) -> str:
