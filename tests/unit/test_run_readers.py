@@ -188,6 +188,23 @@ def test_stated_recompute_modules_need_selective():
         read_stated(r, "", "full", [])
 
 
+@pytest.mark.parametrize("key", ["sp", "sequence_parallel"])
+def test_stated_sequence_parallelism_is_read_either_way_and_applied(key):
+    from bandwise.cost.params import DEFAULT_PARAMS
+
+    off, on, unstated = (read_stated(run(parallelism={key: v}), "", None, []) for v in (False, True, None))
+    assert off.sequence_parallel is False and not off.apply(DEFAULT_PARAMS).sequence_parallel and "sequence_parallel" in off.names
+    assert on.sequence_parallel is True and on.apply(DEFAULT_PARAMS).sequence_parallel
+    assert unstated.sequence_parallel is None and "sequence_parallel" not in unstated.names
+
+
+def test_stated_sequence_parallelism_that_is_not_a_boolean_or_disagrees_is_one_line():
+    with pytest.raises(BandwiseError, match=r"parallelism\.sp .*write true or false"):
+        read_stated(run(parallelism={"sp": "yes"}), "", None, [])
+    with pytest.raises(BandwiseError, match="disagree"):
+        read_stated(run(parallelism={"sp": True, "sequence_parallel": False}), "", None, [])
+
+
 def test_stated_tp_overlap_from_the_source_conventions():
     s = read_stated(run(), published.SOURCES["megatron_h100_2024"]["conventions"], None, [])
     assert s.overlap.get("tp") is True and "tp_comm_overlap" in s.names

@@ -54,6 +54,8 @@ STATED: dict[str, str] = {
                     "1/n of the logits alive (the tile's re-run forward not priced)",
     "cpu_offloading": "the run states Megatron's cpu_offloading_num_layers: those layers' saved activations wait on the host "
                       "until their backward (Transformer Engine's offload), the copies overlapped and not priced",
+    "sequence_parallel": "the run states whether its tensor parallelism splits the norms along the sequence (Megatron's "
+                         "--sequence-parallel); without it they stay whole, and run whole, on every TP rank (Korthikanti et al. 2022)",
     "remat_policy": "the run states a MaxText remat policy: full recomputation less the tensors it keeps in HBM or offloads to the host, "
                     "the offloaded ones' copies over the host link (cost/remat.py)",
 }
@@ -103,6 +105,8 @@ class Stated:
     """MaxText's `num_vocab_tiling` as the run's flags state it (`CostParams.vocab_tiles`); None: unstated."""
     offloaded_layers: int = 0
     """Megatron's `cpu_offloading_num_layers` as the run states it (`CostParams.offloaded_layers`); 0: none."""
+    sequence_parallel: bool | None = None
+    """Whether the run states sequence parallelism with its TP (`parallelism.sp` or `sequence_parallel`); None: its engine's."""
     names: list[str] = field(default_factory=list)
     """The `STATED` keys found, in the order read."""
     unpriced: tuple[str, ...] = ()
@@ -124,6 +128,7 @@ class Stated:
             "expert_tensor_parallel": self.expert_tp,
             "vocab_tiles": self.vocab_tiles,
             "offloaded_layers": self.offloaded_layers or None,
+            "sequence_parallel": self.sequence_parallel,
             "eager_elementwise": False if self.compiled else None,
             "fp8_weight_cast_per_microbatch": False if self.fp8_all_gather else None,
         }
@@ -217,11 +222,26 @@ def read_stated(run: dict[str, Any], conventions: str, recompute: str | None, no
     tiles = _vocab_tiles(p, rid)
     if tiles is not None:
         state("vocab_tiling")
+    sp = _sequence_parallel(p, rid)
+    if sp is not None:
+        state("sequence_parallel")
     return Stated(precision=precision, overlap=overlap, compiled=compiled, grad_reduce=grad_reduce,
                   selective_modules=modules, fp8_recipe=recipe, fp8_all_gather=fp8_all_gather, moe_capacity_factor=capacity, moe_one_hot_dispatch=one_hot,
                   moe_dispatcher=dispatcher, moe_permute_fusion=fusion, cuda_graph_scope=scope, remat_policy=policy,
                   expert_tp=etp if etp is not None and etp > 1 else None, vocab_tiles=tiles, bf16_weights=bf16_weights, bf16_resident=bf16_resident,
-                  offloaded_layers=offloaded, names=found, unpriced=tuple(unpriced))
+                  offloaded_layers=offloaded, sequence_parallel=sp, names=found, unpriced=tuple(unpriced))
+
+
+def _sequence_parallel(p: dict[str, Any], rid: str) -> bool | None:
+    """`parallelism.sp` or `parallelism.sequence_parallel` as the run states it, true or false; None where it
+    states neither (null: not stated)."""
+    values = {k: p[k] for k in ("sp", "sequence_parallel") if p.get(k) is not None}
+    for k, v in values.items():
+        if not isinstance(v, bool):
+            raise BandwiseError(f"run {brief(rid)}: parallelism.{k} {brief(v)}: write true or false")
+    if len(set(values.values())) > 1:
+        raise BandwiseError(f"run {brief(rid)}: parallelism.sp and parallelism.sequence_parallel disagree; keep one")
+    return next(iter(values.values()), None)
 
 
 def _vocab_tiles(p: dict[str, Any], rid: str) -> int | None:
