@@ -105,6 +105,15 @@ def test_one_run_fits_one_factor_that_reproduces_it_and_names_what_it_cannot_tel
     assert cal.levels_measured == ("nvlink",) and cal.levels_datasheet == ("infiniband",)
 
 
+def test_a_run_beyond_the_factor_range_is_fitted_at_the_range_edge_not_refused():
+    """A measured speed no factor in the range reaches (1,000x the model's) is fitted at the edge, 100, and the
+    calibration is written; exp(log(100)) is 100.00000000000004, which the file's range check refused."""
+    run = measured_runs(None, ["torchtitan_h100_t1_fsdp"])[0]
+    cal = fit_runs([Measured(case=run.case, tokens_per_s_per_device=run.tokens_per_s_per_device * 1000)])
+    assert cal.value("gemm") == 100.0
+    assert calibration_from_dict(yaml.safe_load(cal.to_yaml())).value("gemm") == 100.0
+
+
 def test_runs_at_several_scales_recover_a_planted_network_factor():
     runs = measured_runs(None, ZERO3)
     assert reached(runs)[-1] == "infiniband"
