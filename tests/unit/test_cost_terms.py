@@ -499,22 +499,6 @@ def test_fsdp2_copies_under_a_pipeline_run_once_a_step():
     assert added == pytest.approx((m.non_expert_layer_params / 2 + m.output_params) * (2 * (2 + 2) + 2 + 4) / rate * (8 + 2 - 1), rel=1e-6)
 
 
-def test_tp_without_sequence_parallelism_runs_the_norms_whole_on_every_rank():
-    """Korthikanti et al. 2022, Sec. 4.2.2: without sequence parallelism the two norms and two residual adds of
-    each layer (fused: 4 + 4 bytes and 2 + 2 + 2 bytes a hidden element a token) run on the whole sequence on
-    each of the t TP ranks, not on 1/t of it: (t - 1)/t of them more per rank, once forward and twice backward,
-    at the HBM rate. Nothing else in the step moves."""
-    m, c = get_model("llama3-8b"), get_cluster("h100")
-    s = Strategy(tp=8, micro_batch=1, global_batch=1)
-    sp, whole = estimate(m, c, s), estimate(m, c, s, replace(DEFAULT_PARAMS, sequence_parallel=False))
-    rate = c.device.hbm_bandwidth * DEFAULT_PARAMS.hbm_efficiency
-    extra = (2 * (2 + 2) + 2 * (2 + 2 + 2)) * m.hidden * m.seq_len * (1 - 1 / 8) * 3 * m.layers / rate
-    assert whole.breakdown["compute"] - sp.breakdown["compute"] == pytest.approx(extra, rel=1e-9)
-    assert whole.step_time_s - sp.step_time_s == pytest.approx(extra, rel=1e-9)
-    one = replace(s, tp=1, dp_replicate=8, global_batch=8)  # no TP, nothing replicated
-    assert estimate(m, c, one, replace(DEFAULT_PARAMS, sequence_parallel=False)).step_time_s == estimate(m, c, one).step_time_s
-
-
 def test_each_gradient_bucket_pays_the_rings_latency():
     """Megatron-Core's buckets, max(40M, 1M x DP) parameters: Llama 3 8B under ZeRO-1 over DP 32 (4 nodes of 8)
     reduce-scatters and all-gathers ceil(8.03B / 40M) buckets, each collective paying the ring's

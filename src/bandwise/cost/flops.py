@@ -58,18 +58,6 @@ def elementwise_bytes_per_token(m: ModelSpec, moe_layer: bool, eager: bool = Fal
     return 2 * norm * h + 2 * 6 * h + rope * rope_width(m) + act * f_total + permute
 
 
-def outside_tp_bytes_per_token(m: ModelSpec, eager: bool = False) -> float:
-    """The part of `elementwise_bytes_per_token` (or its hybrid mean) outside the tensor-parallel regions:
-    each block's norm and residual add, which tensor parallelism leaves whole on every rank unless sequence
-    parallelism splits them along the sequence (Korthikanti et al. 2022, Sec. 4.2.2)."""
-    norm = 36 if eager else 4
-    if not m.is_hybrid:
-        return 2 * norm * m.hidden + 2 * 6 * m.hidden
-    mixers = m.mamba_layers + m.linear_attention_layers
-    blocks = m.attention_layers + mixers + sum(count for _, count in m.ffn_layers)
-    return blocks / m.layers * (norm * m.hidden + 6 * m.hidden)
-
-
 def rope_width(m: ModelSpec) -> int:
     """q and k elements per token that the rotary pass reads and writes, counted on whole heads: H
     query heads and the key heads the core reads (`AttentionKind.key_value_heads`), d_head each."""

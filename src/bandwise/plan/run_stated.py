@@ -55,7 +55,7 @@ STATED: dict[str, str] = {
     "cpu_offloading": "the run states Megatron's cpu_offloading_num_layers: those layers' saved activations wait on the host "
                       "until their backward (Transformer Engine's offload), the copies overlapped and not priced",
     "sequence_parallel": "the run states whether its tensor parallelism splits the norms along the sequence (Megatron's "
-                         "--sequence-parallel); without it they stay whole, and run whole, on every TP rank (Korthikanti et al. 2022)",
+                         "--sequence-parallel); without it their activations stay whole on every TP rank (Korthikanti et al. 2022, Eq. 2)",
     "remat_policy": "the run states a MaxText remat policy: full recomputation less the tensors it keeps in HBM or offloads to the host, "
                     "the offloaded ones' copies over the host link (cost/remat.py)",
 }

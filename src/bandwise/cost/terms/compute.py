@@ -23,7 +23,6 @@ from bandwise.cost.flops import (
     fp8_gemms,
     fp8_operand_elements_per_token,
     hybrid_elementwise_bytes_per_token,
-    outside_tp_bytes_per_token,
 )
 from bandwise.cost.fp8 import Fp8Recipe, fp8_recipe
 from bandwise.cost.mixers import (
@@ -305,15 +304,6 @@ def capacity_gemms(m: ModelSpec, cf: float) -> list[Gemm]:
             Gemm(name="moe_combine", n=slots, k=m.hidden, rows_per_token=1.0, split="expert_slots")]
 
 
-def replicated_norm_bytes(m: ModelSpec, s: Shape, P: CostParams) -> np.ndarray | float:
-    """Bytes one layer's forward adds on each TP rank where tensor parallelism runs without sequence
-    parallelism: the norms and residual adds outside the TP regions run on the whole sequence on every rank
-    (Korthikanti et al. 2022, Sec. 4.2.2), t times the 1/t share `elementwise_bytes_per_token` gives them."""
-    if P.sequence_parallel:
-        return 0.0
-    return outside_tp_bytes_per_token(m, P.eager_elementwise) * s.tokens * (1.0 - 1.0 / s.tp)
-
-
 def layer_compute(m: ModelSpec, dev: Device, s: Shape, rates: Rates, P: CostParams) -> LayerCompute:
     """One layer's compute; an MoE model's figures are the mean over its dense and MoE layers."""
     if m.is_hybrid:
@@ -331,7 +321,6 @@ def layer_compute(m: ModelSpec, dev: Device, s: Shape, rates: Rates, P: CostPara
     mlp_up, mlp_down = (gemms([g]) for g in m.dense_mlp.gemms())
     elementwise = lambda moe: rates.streamed(  # noqa: E731
         (elementwise_bytes_per_token(m, moe, P.eager_elementwise) + fp8_cast_bytes_per_token(m, moe, cast_bytes)) * s.tokens / s.tp
-        + replicated_norm_bytes(m, s, P)
         + (weight_cast_bytes_per_microbatch(m, moe, s, recipe, P) + gathered_cast_bytes_per_microbatch(m, moe, s, recipe, P)) * is_fp8)
     dense_fwd = attn_in + attn_out + mlp_up + mlp_down + attn_fwd
     dense_fwd += elementwise(False)
@@ -474,8 +463,7 @@ def hybrid_layer_compute(m: ModelSpec, dev: Device, s: Shape, rates: Rates, P: C
     mixers = MixerTimes(mamba_in=mamba_t[0], mamba_out=mamba_t[1], linear_in=linear_t[0], linear_out=linear_t[1])
     cast_bytes = cast_bytes_of(s, fp8_recipe(P.fp8_recipe).cast_bytes)  # the recipe's backward extras (`fp8_backward_extra`) are not priced on hybrids
     casts = dense * fp8_cast_bytes_per_token(m, False, cast_bytes) + moe * fp8_cast_bytes_per_token(m, True, cast_bytes)
-    elementwise = rates.streamed((hybrid_elementwise_bytes_per_token(m, mixer_bytes, P.eager_elementwise) + casts) * s.tokens / s.tp
-                                 + replicated_norm_bytes(m, s, P))
+    elementwise = rates.streamed((hybrid_elementwise_bytes_per_token(m, mixer_bytes, P.eager_elementwise) + casts) * s.tokens / s.tp)
     mixing = att * (attn_in + attn_out) + attn_fwd + mixer_gemm_time + scans + elementwise
     if m.moe_layers:
         moe_mlp, imbalance = routed_ffn_times(m, gemms, P)
