@@ -61,6 +61,32 @@ def test_fsdp_copy_ops_are_the_ones_torch_runs_in_its_ranges():
         assert f"torch.ops.fsdp.{op}" in collectives or f"fsdp::{op}" in collectives or f'"{op}"' in collectives, op
 
 
+def test_a_cpu_trace_breakdown_counts_the_collectives_waits_as_communication_not_preprocessing(tmp_path):
+    """One 1,000 us step of a CPU FSDP job, as torch writes it: autograd's engine runs the reduce-scatter's range
+    inside its own operator [100, 600], the range [150, 550] holding the gradients' copy [160, 200] and the c10d
+    call [200, 250], the rest of it the wait; later the all-gather's range [700, 900] outside any operator, holding
+    its copy-in [710, 730]. Communication is what the calibration counts (`classify_steps`): 310 + 50 us of the
+    reduce-scatter and 180 us of the all-gather, 54% of the step; the all-gather's wait is not "preprocessing"."""
+    from kineto_gen import Kineto
+
+    k = Kineto()
+    k.step(1, 0.0, 1000.0)
+    k.cpu("aten::mm", 10.0, 80.0)
+    k.cpu("autograd::engine::evaluate_function: FSDPPostBackward", 100.0, 500.0)
+    k.cpu("FSDP::post_backward_reduce (layers.0)", 150.0, 400.0, cat="user_annotation")
+    k.cpu("aten::copy_", 160.0, 40.0)
+    k.cpu("c10d::_reduce_scatter_base_", 200.0, 50.0)
+    k.cpu("FSDP::all_gather (layers.0)", 700.0, 200.0, cat="user_annotation")
+    k.cpu("aten::copy_", 710.0, 20.0)
+    a = analyze_trace(k.write(tmp_path / "rank0.json"))
+    sig, b = a["signals"], a["per_step"][0]
+    assert sig["comm_exposed_ms"] == pytest.approx({"reduce_scatter": 0.360, "all_gather": 0.180})
+    assert b["comm"] == pytest.approx(0.54)
+    assert b["preprocess"] == pytest.approx(0.0) and sig["comm_exposed_share"] == pytest.approx(0.54)
+    # the operators' own time stays compute: the matmul, the copies, the engine's time outside the range
+    assert b["compute"] == pytest.approx((80 + 40 + 20 + 50 + 50) / 1000)
+
+
 def _outermost_us(events, match) -> float:
     """Summed total time of the events `match` accepts that no accepted event encloses (torch's own tree)."""
     total = 0.0

@@ -88,6 +88,8 @@ class CpuClasses:
     """Compute and memory-bound classes, keyed as the GPU path's `kernel_ms`."""
     comm_exposed_ms: dict[str, float]
     """Collective kinds: all_gather, reduce_scatter, all_reduce, all_to_all, send_recv."""
+    comm_us_by_window: tuple[float, ...] = ()
+    """Every collective's self time inside each window (us), in the order of the sorted windows."""
 
 
 def classify_steps(events: list[tuple[float, float, str, bool]], windows: list[tuple[float, float]]) -> CpuClasses:
@@ -98,6 +100,7 @@ def classify_steps(events: list[tuple[float, float, str, bool]], windows: list[t
     if not windows:
         return CpuClasses(kernel_ms={}, comm_exposed_ms={})
     bounds = np.array(sorted(windows))
+    comm_by_window = np.zeros(len(bounds))
     # parents open before their children; of two starting together the longer is the parent
     order = sorted(range(len(events)), key=lambda i: (events[i][0], -events[i][1]))
     stack: list[list] = []  # [end, class, child time, start, inside an FSDP range]
@@ -107,8 +110,11 @@ def classify_steps(events: list[tuple[float, float, str, bool]], windows: list[t
         while stack and stack[-1][0] <= until:
             end, cls, child, start, _ = stack.pop()
             self_us = max(0.0, end - start - child)
-            if cls is not None and _inside(bounds, start):
+            w = _window(bounds, start)
+            if cls is not None and w is not None:
                 total[cls] = total.get(cls, 0.0) + self_us
+                if cls.startswith(COMM_PREFIX):
+                    comm_by_window[w] += self_us
             if stack:
                 stack[-1][2] += end - start
 
@@ -134,9 +140,10 @@ def classify_steps(events: list[tuple[float, float, str, bool]], windows: list[t
     n = len(windows)
     kernel = {k: v / n / 1e3 for k, v in total.items() if not k.startswith(COMM_PREFIX)}
     comm = {k.removeprefix(COMM_PREFIX): v / n / 1e3 for k, v in total.items() if k.startswith(COMM_PREFIX)}
-    return CpuClasses(kernel_ms=kernel, comm_exposed_ms=comm)
+    return CpuClasses(kernel_ms=kernel, comm_exposed_ms=comm, comm_us_by_window=tuple(float(x) for x in comm_by_window))
 
 
-def _inside(bounds: np.ndarray, t: float) -> bool:
+def _window(bounds: np.ndarray, t: float) -> int | None:
+    """The index of the window (sorted, not overlapping) that holds `t`, or None."""
     i = int(np.searchsorted(bounds[:, 0], t, side="right")) - 1
-    return i >= 0 and t < bounds[i, 1]
+    return i if i >= 0 and t < bounds[i, 1] else None

@@ -102,5 +102,6 @@ def signals_from_trace(sig: dict[str, Any], *, bf16_available: bool | None = Non
         out["softmax_count"] = sig.get("softmax_ops")
         out["fused_attention_count"] = sig.get("sdpa_ops")
         out["softmax_share"] = sig.get("softmax_op_share")
-        out["comm_exposed_share"] = None
+        # the collectives' self time on the step's thread, as the calibration counts it (`cpu_ops.classify_steps`)
+        out["comm_exposed_share"] = sig.get("comm_exposed_share")
     return out

@@ -56,7 +56,7 @@ from bandwise.doctor.collect import (
     device_check,
     vendor,
 )
-from bandwise.doctor.cpu_ops import classify_steps
+from bandwise.doctor.cpu_ops import COMM_PREFIX, CpuClasses, classify_steps, op_class
 from bandwise.doctor.device import (
     blocking_calls,
     host_wait_ops,
@@ -133,6 +133,12 @@ def analyze_trace(path: str | Path, **limits: Any) -> dict[str, Any]:
     KC, KCM = union(K, C), union(K, C, M)
     KCMD = union(KCM, D)
     D_O, ALL_CPU = union(D, O), union(OPS, D, O)
+    if not has_gpu:
+        # a CPU trace's collectives: their self time per window (`cpu_ops.classify_steps`, the calibration's own count),
+        # part of it inside operators that enclose them (autograd's engine), part in their ranges outside any operator
+        cpu_classes = _cpu_classes(c, main_tids, [] if synthetic else windows)
+        comm_us = dict(zip(windows, cpu_classes.comm_us_by_window))
+        WITH_COMM = union(ALL_CPU, _collective_ranges(c, main_tids))
     sync = blocking_calls(c, KCM, [] if synthetic else windows) if has_gpu else None
     if has_gpu:
         # Host wait inside a DataLoader span is the input pipeline's (input_bound), and the drain
@@ -166,14 +172,17 @@ def analyze_trace(path: str | Path, **limits: Any) -> dict[str, Any]:
                 other_wait_share=covered(idle_parts["other"], w0, w1) / T,
             )
         else:
-            ld, ldo, lall = covered(D, w0, w1), covered(D_O, w0, w1), covered(ALL_CPU, w0, w1)
-            gap_long = long_gaps(ALL_CPU, w0, w1, LONG_GAP_US)
+            ld, ldo, lall, lwith = covered(D, w0, w1), covered(D_O, w0, w1), covered(ALL_CPU, w0, w1), covered(WITH_COMM, w0, w1)
+            gap_long = long_gaps(WITH_COMM, w0, w1, LONG_GAP_US)
+            outside = lwith - lall  # collective ranges outside any operator: their wait
+            inside = min(max(0.0, comm_us.get((w0, w1), 0.0) - outside), lall - ldo)  # the rest sits under operators
             row.update(
                 data_wait=ld / T,
                 optimizer=(ldo - ld) / T,
-                compute=(lall - ldo) / T,
+                compute=(lall - ldo - inside) / T,
+                comm=(outside + inside) / T,
                 preprocess=gap_long / T,
-                idle=max(0.0, T - lall - gap_long) / T,
+                idle=max(0.0, T - lwith - gap_long) / T,
             )
         per_step.append(row)
 
@@ -181,7 +190,7 @@ def analyze_trace(path: str | Path, **limits: Any) -> dict[str, Any]:
         vals = [r[key] for r in per_step if key in r and r[key] == r[key]]
         return statistics.median(vals) if vals else None
 
-    keys = ("compute", "comm", "memcpy", "data_wait", "idle") if has_gpu else ("data_wait", "optimizer", "compute", "preprocess", "idle")
+    keys = ("compute", "comm", "memcpy", "data_wait", "idle") if has_gpu else ("data_wait", "optimizer", "compute", "comm", "preprocess", "idle")
     raw = {k: med(k) or 0.0 for k in keys}
     total = sum(raw.values())
     breakdown = {k: v / total for k, v in raw.items()} if total > 0 else {}
@@ -207,7 +216,7 @@ def analyze_trace(path: str | Path, **limits: Any) -> dict[str, Any]:
         signals["sync_top"] = sync["top"]
         signals["host_wait_ops"] = host_wait_ops(c, idle_parts["host"], main_tids, len(per_step))
     else:
-        signals.update(_cpu_classes(c, main_tids, [] if synthetic else windows))
+        signals.update(kernel_ms=cpu_classes.kernel_ms, comm_exposed_ms=cpu_classes.comm_exposed_ms, comm_exposed_share=med("comm"))
     signals.update(_cpu_signals(c, main_tids, windows))
     signals.update(_memory_signals(c, meta))
     return {"path": str(path), "events": c.events, "steps": signals["steps"], "breakdown": breakdown, "signals": signals, "per_step": per_step}
@@ -276,7 +285,7 @@ def _median_ms(per_step: list[dict[str, float]], key: str) -> float | None:
     return statistics.median(vals) if vals else None
 
 
-def _cpu_classes(c: Collected, main_tids: set[str], windows: list[tuple[float, float]]) -> dict[str, Any]:
+def _cpu_classes(c: Collected, main_tids: set[str], windows: list[tuple[float, float]]) -> CpuClasses:
     """A CPU-only trace's step by class (`cpu_ops`), keyed as the GPU path's `kernel_ms` and
     `comm_exposed_ms`, so that `measured.StepClasses` and the calibration read both alike."""
     events: list[tuple[float, float, str, bool]] = []
@@ -297,8 +306,21 @@ def _cpu_classes(c: Collected, main_tids: set[str], windows: list[tuple[float, f
             idx = np.frombuffer(names, dtype=np.int32)
             for k in np.flatnonzero(kept(s, e)):
                 events.append((float(s[k]), float(e[k]), c.names[idx[k]], bool(low[k])))
-    found = classify_steps(events, windows)
-    return {"kernel_ms": found.kernel_ms, "comm_exposed_ms": found.comm_exposed_ms}
+    return classify_steps(events, windows)
+
+
+def _collective_ranges(c: Collected, main_tids: set[str]) -> tuple[np.ndarray, np.ndarray]:
+    """The union of the step threads' collective ranges (`cpu_ops.op_class`: gloo's and FSDP2's record_function
+    ranges), which a CPU trace may hold outside any operator."""
+    is_comm = np.array([(op_class(n) or "").startswith(COMM_PREFIX) for n in c.names], dtype=bool)
+    spans = []
+    for tid in main_tids:
+        iv, names = c.annotations.get(tid), c.ann_name.get(tid)
+        if iv is not None and names is not None and is_comm.size:
+            s, e = iv.np()
+            hit = is_comm[np.frombuffer(names, dtype=np.int32)]
+            spans.append((s[hit], e[hit]))
+    return union(*spans) if spans else (np.empty(0), np.empty(0))
 
 
 def _cpu_signals(c: Collected, main_tids: set[str], windows: list[tuple[float, float]]) -> dict[str, Any]:
