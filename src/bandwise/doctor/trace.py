@@ -12,9 +12,12 @@ signals say so). Per ProfilerStep window:
   then DataLoader (the GPU idles while the host fetches data), then idle. This is the priority
   order of torch_tb_profiler's step-time breakdown (kernel > memcpy > memset > runtime >
   dataloader > CPU exec > other), with communication split out as HTA's temporal breakdown does.
-- CPU-only traces: operators, DataLoader spans and the optimizer on the step's thread; the rest
-  of the window is host time outside any operator, split into long gaps (>= `LONG_GAP_US`,
-  Python work such as preprocessing in the training loop) and the short gaps between operators.
+- CPU-only traces: operators, DataLoader spans and the optimizer on the step's thread; the
+  collectives' exposed time, their self time as `cpu_ops.classify_steps` counts it (the wait for a
+  gloo collective is no operator: inside autograd's operators it is taken out of their time, in a
+  collective's range outside any operator out of the gaps); the rest of the window is host time
+  outside any operator, split into long gaps (>= `LONG_GAP_US`, Python work such as preprocessing
+  in the training loop) and the short gaps between operators.
 
 All times are microseconds, as in the trace. Absent signals are None, never 0.
 """
