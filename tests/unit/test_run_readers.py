@@ -85,6 +85,18 @@ def test_hardware_power_limit_is_read_in_watts_and_refused_otherwise():
         read_cluster(run(hardware={"accelerator": "H100", "count": 8, "power": "lots"}), 8, [], [])
 
 
+def test_grand_teton_h100_without_a_stated_limit_runs_at_its_platform_default():
+    """TorchTitan's Grand Teton H100 (96 GB HBM2e) runs at "the default 500W power limit": a run on that part that
+    states no limit is priced as one that states 500 W, and a stated limit still wins."""
+    unstated = read_cluster(run(hardware={"accelerator": "H100 96GB HBM2e", "count": 8}), 8, [], [])
+    stated = read_cluster(run(hardware={"accelerator": "H100 96GB HBM2e", "count": 8, "power": "500W"}), 8, [], [])
+    raised = read_cluster(run(hardware={"accelerator": "H100 96GB HBM2e", "count": 8, "power": "700W"}), 8, [], [])
+    assert unstated.device == stated.device
+    assert raised.device.sustained_clock_ratio > unstated.device.sustained_clock_ratio
+    stock = read_cluster(run(hardware={"accelerator": "H100", "count": 8}), 8, [], [])
+    assert stock.device.name == "h100-sxm"  # the 80 GB part keeps its rated limit
+
+
 # ---- layout ---------------------------------------------------------------------------------
 def test_layout_data_parallel_degree_is_what_tp_pp_cp_leave():
     lay, _ = layout_of(run())

@@ -16,6 +16,10 @@ H100_HBM2E_BANDWIDTH = 2.4e12
 H100_HBM2E_BYTES = 95 * 2**30
 """TorchTitan's "96GB HBM2e" H100 as the device reports it: "NVIDIA H100 GPUs with 95 GiB memory" (an
 earlier version of the same benchmark doc, benchmarks/llama3_h100_202412_torchtitan.md)."""
+H100_HBM2E_DEFAULT_WATTS = 500.0
+"""The power limit the 96 GB HBM2e H100 runs at unless raised: Grand Teton's H100s "96GB HBM2e ... We used the
+default 500W power limit, although tuning it up to 700W TDP can potentially provide further speedups" (TorchTitan,
+benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md, "Hardware")."""
 
 
 def read_cluster(run: dict[str, Any], devices: int, notes: list[str], completed: list[str]) -> Cluster:
@@ -47,8 +51,13 @@ def read_cluster(run: dict[str, Any], devices: int, notes: list[str], completed:
         # "Hardware": 96GB HBM2e with 2.4 TB/sec peak memory bandwidth); its 500 W limit is the run's `power`
         cluster = cluster.with_device(name="h100-sxm-96g", hbm_bytes=H100_HBM2E_BYTES, hbm_bandwidth=H100_HBM2E_BANDWIDTH)
         notes.append(f"H100 96GB HBM2e: HBM {H100_HBM2E_BANDWIDTH / 1e12:.1f} TB/s, as TorchTitan states")
-    if hw.get("power") is not None:
-        watts = read_watts(hw.get("power"), "hardware.power")
+        if hw.get("power") is None:
+            notes.append(f"H100 96GB HBM2e states no power limit: its platform's default {H100_HBM2E_DEFAULT_WATTS:g} W")
+    power = hw.get("power")
+    if power is None and cluster.device.name == "h100-sxm-96g":
+        power = H100_HBM2E_DEFAULT_WATTS
+    if power is not None:
+        watts = read_watts(power, "hardware.power")
         dev = cluster.device
         limited = dev.power_limited(watts)
         cluster = replace(cluster, device=replace(limited, name=f"{dev.name}-{watts:g}w"))
