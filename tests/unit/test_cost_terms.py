@@ -961,5 +961,6 @@ def test_async_tp_leaves_the_rowwise_recipes_bf16_gathers_whole():
         for overlap in (False, True):
             s = Strategy(tp=8, dp_shard=8, micro_batch=1, global_batch=64, precision="fp8", overlap_tp=overlap)
             tp[recipe, overlap] = estimate(m, c, s, replace(titan, fp8_recipe=recipe)).breakdown["tp"]
+    # one half tells the recipes apart: rowwise keeps at least its gathers exposed, tensorwise hides more than half
     assert tp["rowwise", True] >= 0.5 * tp["rowwise", False]
-    assert tp["tensorwise", True] < tp["tensorwise", False] / 3
+    assert tp["tensorwise", True] < 0.5 * tp["tensorwise", False]

@@ -101,3 +101,23 @@ def test_every_3d_slice_shape_multiplies_to_its_chips_and_wraps_only_as_whole_cu
 def test_a_slice_that_does_not_fit_the_pod_is_not_cut() -> None:
     v4 = get_cluster("tpu-v4").levels[0]  # 16x16x16: no 16x16x24 slice
     assert torus_slice(v4, 6144) is None and torus_slice(v4, 100) is None
+
+
+def test_nvlink_4_moves_payload_at_the_rate_nccl_reaches() -> None:
+    """NCCL moves 370 of NVLink 4's 450 GB/s line rate (NVIDIA/nccl-tests issue #212): an 8-way all-gather inside an
+    H100 node takes V (d - 1) / d / 370 GB/s, an all-to-all and a send the same rate; the line rate stays what the
+    preset states."""
+    c = get_cluster("h100")
+    nv = c.levels[0]
+    assert nv.bandwidth == 450 * GB and nv.effective_bandwidth == pytest.approx(370 * GB, rel=0.01)
+    assert one(comm.all_gather_time(c, V, 1, 8)) == pytest.approx(V * 7 / 8 / nv.effective_bandwidth + 7 * nv.latency)
+    assert one(comm.p2p_time(c, V, 1)) == pytest.approx(V / nv.effective_bandwidth + nv.latency)
+    line_rate = c.with_level(0, protocol_efficiency=1.0)
+    assert one(comm.all_gather_time(c, V, 1, 8)) > one(comm.all_gather_time(line_rate, V, 1, 8))
+
+
+def test_a_protocol_share_outside_zero_to_one_is_refused_by_name() -> None:
+    level = get_cluster("h100").levels[0]
+    for bad in (0.0, 1.5, "most", True):
+        with pytest.raises(BandwiseError, match="protocol_efficiency"):
+            replace(level, protocol_efficiency=bad)

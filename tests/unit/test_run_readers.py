@@ -97,6 +97,13 @@ def test_grand_teton_h100_without_a_stated_limit_runs_at_its_platform_default():
     assert stock.device.name == "h100-sxm"  # the 80 GB part keeps its rated limit
 
 
+def test_a_stated_achieved_nvlink_rate_is_priced_as_stated():
+    """DeepSeek-V3 quotes 160 GB/s achieved over H800 NVLink (Sec. 3.2.2): an achieved figure, so no protocol share
+    is taken off it again."""
+    c = read_cluster(run(hardware={"accelerator": "H800", "count": 8, "intra_node": "NVLink 160 GB/s achieved"}), 8, [], [])
+    assert c.levels[0].effective_bandwidth == pytest.approx(160e9)
+
+
 # ---- layout ---------------------------------------------------------------------------------
 def test_layout_data_parallel_degree_is_what_tp_pp_cp_leave():
     lay, _ = layout_of(run())

@@ -142,7 +142,7 @@ def preset_figures(cal: Calibration, cluster: Cluster, params: CostParams) -> di
     dev = cluster.device
     base = {"gemm": ("device gemm_efficiency", dev.gemm_efficiency), "attention": ("device attention_efficiency", dev.attention_efficiency),
             "elementwise": ("engine hbm_efficiency", params.hbm_efficiency), "host_gap": ("engine kernel_gap_s (s)", params.kernel_gap_s)}
-    levels = {lv.name: lv.bandwidth for lv in cluster.levels}
+    levels = {lv.name: lv.effective_bandwidth for lv in cluster.levels}
     latencies = {lv.name: lv.latency for lv in cluster.levels}
     out = {}
     for f in cal.factors:

@@ -19,7 +19,9 @@ perfectly; bandwise adds the phases:
 
     T_AG(V) = sum_i V·(D_i - 1) / (D_i · M_{i-1} · W_i)  +  sum_i (D_i - 1)·alpha_i
 
-which is the book's T_upper, never optimistic, and keeps a physical invariant the max form breaks:
+W_i is the level's effective bandwidth, its line rate times the share the collective library moves payload at
+(`Level.protocol_efficiency`: about 0.82 on NVLink, NCCL's maintainer in NVIDIA/nccl-tests issue #212). This
+is the book's T_upper, never optimistic, and keeps a physical invariant the max form breaks:
 splitting one level into an inner level and a slower outer one never makes a collective cheaper
 (with equal bandwidths the two forms agree: (a-1)/a + (b-1)/(ab) = (ab-1)/(ab)).
 
@@ -111,7 +113,7 @@ def all_gather_time(cluster: Cluster, nbytes: np.ndarray, stride: np.ndarray, si
     for lv, d, below in level_spans(cluster, stride, size):
         if lv.is_torus:
             axes = _torus_axes(lv, np.asarray(stride, float) * below, d)
-            t = nbytes * (d - 1) / np.maximum(d, 1) / (below * _ring_links(lv) * axes * lv.bandwidth)
+            t = nbytes * (d - 1) / np.maximum(d, 1) / (below * _ring_links(lv) * axes * lv.effective_bandwidth)
         else:
             t = nbytes * (d - 1) / np.maximum(d, 1) / (below * _switched_bandwidth(lv, d))
         bw_time = bw_time + t
@@ -153,7 +155,7 @@ def all_to_all_time(cluster: Cluster, nbytes: np.ndarray, stride: np.ndarray, si
         scale = outer_scale if lv is not cluster.levels[0] else 1.0
         if lv.is_torus:
             ring = _torus_axis_lengths(lv, np.asarray(stride, float) * below, d)
-            t = np.where(d > 1, scale * nbytes / below * ring / (4 * _ring_links(lv) * lv.bandwidth), 0.0)
+            t = np.where(d > 1, scale * nbytes / below * ring / (4 * _ring_links(lv) * lv.effective_bandwidth), 0.0)
         else:
             t = scale * nbytes * (1 - below / size_f) / _switched_bandwidth(lv, d) * (d > 1)
         bw_time = np.maximum(bw_time, t)
@@ -165,12 +167,12 @@ def p2p_time(cluster: Cluster, nbytes: np.ndarray, stride: np.ndarray) -> np.nda
     """One point-to-point send between ranks `stride` apart: over the innermost level holding both."""
     stride = np.asarray(stride, dtype=float)
     cum = _cumulative(cluster)
-    bandwidth = np.full_like(stride, cluster.levels[-1].bandwidth)
+    bandwidth = np.full_like(stride, cluster.levels[-1].effective_bandwidth)
     latency = np.full_like(stride, cluster.levels[-1].latency)
     for i in range(len(cluster.levels) - 1, -1, -1):
         lv = cluster.levels[i]
         inside = stride < cum[i + 1]
-        link = lv.bandwidth * (_ring_links(lv) if lv.is_torus else 1)  # a torus neighbour is reached both ways
+        link = lv.effective_bandwidth * (_ring_links(lv) if lv.is_torus else 1)  # a torus neighbour is reached both ways
         bandwidth = np.where(inside, link, bandwidth)
         latency = np.where(inside, lv.latency, latency)
     return np.asarray(nbytes, dtype=float) / bandwidth + latency
@@ -183,7 +185,7 @@ def ring_p2p_time(cluster: Cluster, nbytes: np.ndarray, stride: np.ndarray, size
     bandwidth = np.full(np.broadcast(nbytes, np.asarray(size)).shape, np.inf)
     latency = np.zeros_like(bandwidth)
     for lv, d, _ in level_spans(cluster, stride, size):
-        link = lv.bandwidth * (_ring_links(lv) if lv.is_torus else 1)
+        link = lv.effective_bandwidth * (_ring_links(lv) if lv.is_torus else 1)
         bandwidth = np.where(d > 1, link, bandwidth)
         latency = np.where(d > 1, lv.latency, latency)
     return np.where(np.asarray(size) > 1, nbytes / bandwidth + latency, 0.0)
@@ -203,8 +205,8 @@ def _switched_bandwidth(lv: Level, members: np.ndarray) -> np.ndarray | float:
     optimization: "you can only use a fraction of the potential bandwidth" in 2- or 4-GPU
     collectives)."""
     if not lv.fully_connected:
-        return lv.bandwidth
-    return lv.bandwidth * np.maximum(np.asarray(members, dtype=float) - 1, 1)
+        return lv.effective_bandwidth
+    return lv.effective_bandwidth * np.maximum(np.asarray(members, dtype=float) - 1, 1)
 
 
 def inside_first_level(cluster: Cluster, stride: np.ndarray, size: np.ndarray) -> np.ndarray:

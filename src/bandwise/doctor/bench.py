@@ -221,7 +221,7 @@ def calibration_from_bench(cluster: Cluster, world: int, fits: list[LevelFit], r
                 + "".join(f"; {r} refused by the backend" for r in refused if r.startswith(lg.level + "/")))
         lo, hi = FACTOR_RANGE
         factors.append(Factor(name=BANDWIDTH + lg.level, value=min(max(base.factor, lo), hi), fitted_from=text, residual=base.residual,
-                              preset=next(lv.bandwidth for lv in cluster.levels if lv.name == lg.level)))
+                              preset=next(lv.effective_bandwidth for lv in cluster.levels if lv.name == lg.level)))
     if not factors:
         raise BandwiseError("calibrate --bench: no all-gather was timed on any level; the backend refused it " + ", ".join(refused))
     return Calibration(device=cluster.device.name, engine=None, factors=tuple(factors), name=name,

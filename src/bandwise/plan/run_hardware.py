@@ -70,7 +70,7 @@ def read_cluster(run: dict[str, Any], devices: int, notes: list[str], completed:
     intra = str(hw.get("intra_node") or "")
     m = re.search(r"(\d+)\s*GB/s", intra)
     if m:  # a stated achieved NVLink figure (DeepSeek-V3 Sec. 3.2.2: 160 GB/s on H800)
-        cluster = cluster.with_level(0, bandwidth=float(m.group(1)) * 1e9)
+        cluster = cluster.with_level(0, bandwidth=float(m.group(1)) * 1e9, protocol_efficiency=1.0)  # achieved, not a line rate
     net = per_gpu_network(str(hw.get("inter_node") or ""), gpn)
     if net is None:
         if devices > cluster.levels[0].size:

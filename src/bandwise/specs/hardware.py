@@ -185,6 +185,11 @@ class Level:
     """Every device of a block has its own link to every other (AMD Infinity Fabric: seven links
     per MI300X in an 8-GPU node): `bandwidth` is one link's, and a group of d devices in a block
     moves data over its d - 1 links at once."""
+    protocol_efficiency: float = 1.0
+    """Share of `bandwidth`, the line rate, that the collective library moves payload at over this level
+    (`effective_bandwidth`). NVLink's packet and protocol overhead costs about 20%: "450GB/s is the line rate.
+    With the protocol overhead (~20%) NCCL can get an effective NVLink bandwidth of 370GB/s" (NVIDIA/nccl-tests
+    issue #212, S. Jeaugey). 1 where `bandwidth` is already an achieved figure (a measured or stated one)."""
     source: str = ""
 
     def __post_init__(self) -> None:
@@ -201,6 +206,10 @@ class Level:
             raise BandwiseError(f"level {self.name!r}: torus_dims {self.torus_dims} multiply to {math.prod(self.torus_dims)}, not size={self.size}")
         if not isinstance(self.fully_connected, bool):
             raise BandwiseError(f"level {self.name!r}: fully_connected={self.fully_connected!r} must be true or false")
+        if not (isinstance(self.protocol_efficiency, (int, float)) and not isinstance(self.protocol_efficiency, bool)
+                and 0 < self.protocol_efficiency <= 1):
+            raise BandwiseError(f"level {self.name!r}: protocol_efficiency={self.protocol_efficiency!r} must be a share in (0, 1], "
+                                f"e.g. 0.822 for NVLink (370 of 450 GB/s)")
         if self.fully_connected and (self.torus_dims or self.size == 0):
             raise BandwiseError(f"level {self.name!r}: fully_connected needs a bounded, switchless block: drop torus_dims, "
                                 f"or set size to the devices that link to each other directly")
@@ -208,6 +217,12 @@ class Level:
     @property
     def is_torus(self) -> bool:
         return bool(self.torus_dims)
+
+    @property
+    def effective_bandwidth(self) -> float:
+        """Bytes/s of payload a collective moves per device per direction (per link on a torus): the line
+        rate times `protocol_efficiency`. What the cost model prices."""
+        return self.bandwidth * self.protocol_efficiency
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
