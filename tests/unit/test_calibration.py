@@ -205,7 +205,7 @@ def test_the_page_shows_each_factor_against_its_preset():
     figures = preset_figures(cal, cluster, DEFAULT_PARAMS)
     assert figures["gemm"][2] == pytest.approx(cluster.device.gemm_efficiency * 0.9)
     assert figures["host_gap"][2] == pytest.approx(DEFAULT_PARAMS.kernel_gap_s / 0.5)
-    assert figures["bandwidth.infiniband"][2] == pytest.approx(cluster.levels[1].bandwidth * 0.4)
+    assert figures["bandwidth.infiniband"][2] == pytest.approx(cluster.levels[1].effective_bandwidth * 0.4)  # what the plan prices
     html = calibration_page(cal.to_dict(), figures)
     shown = dict(re.findall(r'data-json="factors\.([^"]+)\.value" data-value="([^"]+)"', html))
     assert {k: float(v) for k, v in shown.items()} == {f.name: f.value for f in cal.factors}

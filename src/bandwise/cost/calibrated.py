@@ -151,7 +151,7 @@ def preset_figures(cal: Calibration, cluster: Cluster, params: CostParams) -> di
             out[f.name] = (what, v, v / f.value if f.name == "host_gap" else v * f.value)
         elif f.name.startswith("bandwidth.") and f.name[len("bandwidth."):] in levels:
             v = levels[f.name[len("bandwidth."):]]
-            out[f.name] = (f"level {f.name[len('bandwidth.'):]} bandwidth (B/s per device)", v, v * f.value)
+            out[f.name] = (f"level {f.name[len('bandwidth.'):]} effective bandwidth (B/s per device)", v, v * f.value)
         elif f.name[len("latency."):] in latencies and f.name.startswith("latency."):
             v = latencies[f.name[len("latency."):]]
             out[f.name] = (f"level {f.name[len('latency.'):]} latency (s)", v, v / f.value)
