@@ -121,3 +121,12 @@ def test_a_protocol_share_outside_zero_to_one_is_refused_by_name() -> None:
     for bad in (0.0, 1.5, "most", True):
         with pytest.raises(BandwiseError, match="protocol_efficiency"):
             replace(level, protocol_efficiency=bad)
+
+
+def test_a_link_names_its_line_rate_and_the_rate_the_plan_prices() -> None:
+    from bandwise.plan.verdict import group_link
+    from bandwise.specs.strategy import Strategy
+
+    c = get_cluster("h100")
+    assert group_link(c, Strategy(tp=8, dp_shard=2), "tp") == "nvlink (450 GB/s per device, 370 moved)"
+    assert group_link(get_cluster("mi300x"), Strategy(tp=8), "tp").endswith("GB/s per link)")  # no share stated: the line rate alone

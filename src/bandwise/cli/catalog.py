@@ -146,7 +146,8 @@ def clusters(
         d = c.device
         topo = ", ".join(
             f"{lv.name} {'x'.join(map(str, lv.torus_dims)) if lv.torus_dims else (lv.size or '∞')}{' mesh' if lv.fully_connected else ''} "
-            f"@{lv.bandwidth / 1e9:g} GB/s" for lv in c.levels
+            f"@{lv.bandwidth / 1e9:g} GB/s" + (f" ({lv.effective_bandwidth / 1e9:.3g} moved)" if lv.protocol_efficiency < 1 else "")
+            for lv in c.levels
         )
         fp8 = d.peak_flops.get("fp8")
         cells = (name, d.name, f"{d.peak_flops['bf16'] / 1e12:g}", f"{fp8 / 1e12:g}" if fp8 else "-", f"{d.hbm_bytes / 1e9:g}", f"{d.hbm_bandwidth / 1e12:g}", topo)

@@ -80,10 +80,12 @@ def group_level(cluster: Cluster, strategy: Strategy, dim: str) -> Level:
 
 
 def group_link(cluster: Cluster, strategy: Strategy, dim: str) -> str:
-    """'infiniband (50 GB/s per device)': the outermost level a dim's collectives cross."""
+    """'infiniband (50 GB/s per device, 48 moved)': the outermost level a dim's collectives cross, its line rate
+    and, where they differ, the payload rate the plan prices (`Level.effective_bandwidth`)."""
     level = group_level(cluster, strategy, dim)
     unit = "per link" if level.is_torus or level.fully_connected else "per device"
-    return f"{level.name} ({level.bandwidth / 1e9:g} GB/s {unit})"
+    moved = f", {level.effective_bandwidth / 1e9:.3g} moved" if level.protocol_efficiency < 1 else ""
+    return f"{level.name} ({level.bandwidth / 1e9:g} GB/s {unit}{moved})"
 
 
 def decide(result: SearchResult, cluster: Cluster, threshold: float = THRESHOLD) -> Verdict:
