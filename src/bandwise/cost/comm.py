@@ -20,7 +20,8 @@ perfectly; bandwise adds the phases:
     T_AG(V) = sum_i V·(D_i - 1) / (D_i · M_{i-1} · W_i)  +  sum_i (D_i - 1)·alpha_i
 
 W_i is the level's effective bandwidth, its line rate times the share the collective library moves payload at
-(`Level.protocol_efficiency`: about 0.82 on NVLink, NCCL's maintainer in NVIDIA/nccl-tests issue #212). This
+(`Level.protocol_efficiency`, set per preset: 0.822 on NVLink 4 and 5, 0.96 on InfiniBand NICs, after NCCL's
+maintainer in NVIDIA/nccl-tests issues #212 and #119; 1, the line rate, where no share is stated). This
 is the book's T_upper, never optimistic, and keeps a physical invariant the max form breaks:
 splitting one level into an inner level and a slower outer one never makes a collective cheaper
 (with equal bandwidths the two forms agree: (a-1)/a + (b-1)/(ab) = (ab-1)/(ab)).

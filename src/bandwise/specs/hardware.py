@@ -189,7 +189,9 @@ class Level:
     """Share of `bandwidth`, the line rate, that the collective library moves payload at over this level
     (`effective_bandwidth`). NVLink's packet and protocol overhead costs about 20%: "450GB/s is the line rate.
     With the protocol overhead (~20%) NCCL can get an effective NVLink bandwidth of 370GB/s" (NVIDIA/nccl-tests
-    issue #212, S. Jeaugey). 1 where `bandwidth` is already an achieved figure (a measured or stated one)."""
+    issue #212, S. Jeaugey); an InfiniBand NIC reaches 0.96 of it (24 of 25 GB/s, issue #119). 1 where `bandwidth` is
+    already an achieved figure (a measured or stated one), or where no share is known (NVLink 3 is left there, see
+    benchmarks/RESULTS.md, "NVLink 5 at the rate NCCL moves data")."""
     source: str = ""
 
     def __post_init__(self) -> None:
