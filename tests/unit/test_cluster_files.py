@@ -101,6 +101,8 @@ def test_a_device_given_by_preset_name_and_a_cluster_given_in_json(tmp_path, cap
      "torus_dims=('a', 8) must be a list of positive integers"),
     ({"device": "h100-sxm", "levels": [{"name": "ib", "size": 0, "bandwidth_bytes_per_s": 5e10, "latency_s": 1e-6, "wraparound": "maybe"}]},
      "wraparound='maybe' must be true or false"),
+    ({"device": "h100-sxm", "levels": [{"name": "ib", "size": 0, "bandwidth_bytes_per_s": 5e10, "latency_s": 1e-6, "protocol_efficiency": 96}]},
+     "protocol_efficiency=96 must be a share in (0, 1]"),
     ({"device": {"peak_flops_per_s": 5, "hbm_bytes": 8e10, "hbm_bandwidth_bytes_per_s": 3e12},
       "levels": [{"name": "ib", "size": 0, "bandwidth_bytes_per_s": 5e10, "latency_s": 1e-5}]}, "peak_flops_per_s=5 must map a dtype"),
     ({1: 2}, "unknown field(s) 1"),
