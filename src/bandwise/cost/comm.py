@@ -200,8 +200,8 @@ def _ring_links(lv: Level) -> int:
 
 def _switched_bandwidth(lv: Level, members: np.ndarray) -> np.ndarray | float:
     """A device's bandwidth into a group spanning `members` blocks of a switched level: its one
-    port (`bandwidth`, NVLink or a NIC), or, on a fully connected level, one link to each of the
-    other members at once: `bandwidth` x (members - 1). An 8-GPU MI300X node moves 7 x 64 GB/s
+    port (`effective_bandwidth`, NVLink or a NIC), or, on a fully connected level, one link to each of the
+    other members at once: `effective_bandwidth` x (members - 1). An 8-GPU MI300X node moves 7 x 64 GB/s
     in an 8-way collective and 64 GB/s in a 2-way one (AMD ROCm docs, MI300X system
     optimization: "you can only use a fraction of the potential bandwidth" in 2- or 4-GPU
     collectives)."""

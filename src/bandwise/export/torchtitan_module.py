@@ -102,7 +102,6 @@ def where(package: str) -> str:
     return f"torchtitan 0.3.0 torchtitan/models/{package}/__init__.py"
 
 
-
 def _embedding(model: ModelSpec) -> str:
     """The token embedding every written module builds (TorchTitan's Embedding.Config with its package's init)."""
     return f"tok_embeddings=Embedding.Config(num_embeddings={model.vocab}, embedding_dim={model.hidden}, param_init=_EMBEDDING_INIT)"
@@ -116,6 +115,7 @@ def _rms_norm(model: ModelSpec) -> str:
 def _head(model: ModelSpec, init: str) -> str:
     """The output projection, with the package's init expression `init`."""
     return f"lm_head=Linear.Config(in_features={model.hidden}, out_features={model.vocab}, param_init={init})"
+
 
 def family(arch: Architecture | None) -> str | None:
     """The TorchTitan model package whose blocks this architecture is, or None."""

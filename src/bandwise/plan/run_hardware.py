@@ -46,16 +46,15 @@ def read_cluster(run: dict[str, Any], devices: int, notes: list[str], completed:
             raise BandwiseError(f"run {run.get('id')}: no {cluster.device.name} slice of {chips} chips; "
                                 f"its pod has slices of {slice_sizes_text(pod.torus_dims)}, or whole pods of {pod.size} over DCN")
         return replace(cluster, levels=(sliced, *cluster.levels[1:]))
+    power = hw.get("power")
     if cluster.device.name == "h100-sxm" and "96gb" in a.replace(" ", ""):
         # TorchTitan's H100 SXM with 96 GB HBM2e (benchmarks/llama3_h100_202412_torchtitan.md,
-        # "Hardware": 96GB HBM2e with 2.4 TB/sec peak memory bandwidth); its 500 W limit is the run's `power`
+        # "Hardware": 96GB HBM2e with 2.4 TB/sec peak memory bandwidth); its limit is the run's `power`, else the platform default
         cluster = cluster.with_device(name="h100-sxm-96g", hbm_bytes=H100_HBM2E_BYTES, hbm_bandwidth=H100_HBM2E_BANDWIDTH)
         notes.append(f"H100 96GB HBM2e: HBM {H100_HBM2E_BANDWIDTH / 1e12:.1f} TB/s, as TorchTitan states")
-        if hw.get("power") is None:
+        if power is None:
+            power = H100_HBM2E_DEFAULT_WATTS
             notes.append(f"H100 96GB HBM2e states no power limit: its platform's default {H100_HBM2E_DEFAULT_WATTS:g} W")
-    power = hw.get("power")
-    if power is None and cluster.device.name == "h100-sxm-96g":
-        power = H100_HBM2E_DEFAULT_WATTS
     if power is not None:
         watts = read_watts(power, "hardware.power")
         dev = cluster.device
