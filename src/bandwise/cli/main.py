@@ -28,6 +28,7 @@ from bandwise.cli import sweep as sweep_commands
 from bandwise.cli import train as train_commands
 from bandwise.cli import validate as validate_commands
 from bandwise.cli import whole_runs as whole_runs_commands
+from bandwise.cli.help_text import reflow_commands
 from bandwise.cli.options import bare_emit
 from bandwise.errors import INSTALL, NothingFits
 from bandwise.heap import keep_freed_memory
@@ -63,6 +64,8 @@ def _root(
 # Each command module exposes `register(app)`; the order here is the order in --help.
 for _module in (plan_commands, estimate_commands, catalog_commands, schedule_commands, validate_commands, calibrate_commands, train_commands, compare_commands, sweep_commands, doctor_commands, experiment_commands, whole_runs_commands):
     _module.register(app)
+reflow_commands(app)
+
 
 def _click_class(name: str) -> type[BaseException]:
     """typer may vendor click; find its exception classes through a public typer class."""
