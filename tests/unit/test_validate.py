@@ -542,6 +542,22 @@ def test_cli_human_tables_and_plot(tmp_path, capsys, monkeypatch):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_cli_lists_what_runs_state_one_line_each_with_its_runs(capsys, monkeypatch):
+    """The human report ends with each stated setting validate applied, beside how many of the runs state
+    it, as the JSON's per-run notes count them."""
+    from bandwise.plan.run_stated import STATED
+
+    assert exit_code(["validate", "--source", "titan_asynctp_2506", "--json"]) == 0
+    notes = [n for r in json.loads(capsys.readouterr().out)["runs"] for n in r["notes"]]
+    counts = {k: notes.count(f"stated: {text}") for k, text in STATED.items() if f"stated: {text}" in notes}
+    assert len(counts) >= 2
+    monkeypatch.setenv("COLUMNS", "1000")  # each setting on one line
+    assert exit_code(["validate", "--source", "titan_asynctp_2506"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    for k, n in counts.items():
+        assert sum(line.strip() == f"{n} {STATED[k]}" for line in out) == 1, STATED[k]
+
+
 def test_cli_runs_file_and_bad_source(tmp_path, capsys):
     path = tmp_path / "runs.yaml"
     path.write_text(yaml.safe_dump({"sources": {}, "runs": [shipped_run("maxtext_v4_22b_1x128")]}))

@@ -90,6 +90,17 @@ def _engine_table(groups: dict) -> object:
     return plain_table("Per engine", cols, ("engine / device / kind",), "signed median: where the engine's predictions lean (+: over-predicted)")
 
 
+def _stated_table(results: list, used: list[str]) -> Table:
+    """What runs state of their own jobs and validate applies, one line each with how many runs state it."""
+    table = Table.grid(padding=(0, 1))
+    table.add_column(justify="right", no_wrap=True)
+    table.add_column()
+    for k in used:
+        table.add_row(str(sum(f"stated: {STATED[k]}" in r.notes for r in results)), STATED[k])
+    table.title, table.title_justify = "What runs state of their own jobs, applied (runs stating it)", "left"
+    return table
+
+
 def _first_sight_table(doc: dict) -> object:
     """The first-sight error per engine / family / kind beside the same runs' current error."""
     cols: dict[str, list[str]] = {k: [] for k in ("engine / family / kind", "runs", "refused", "first |err|", "first p90", "first signed",
@@ -144,7 +155,7 @@ def validate(
     out.print(f"{len(results) - len(failed)} of {len(results)} runs predicted; {len(failed)} could not be predicted (reason in the error column)")
     used = sorted({k for r in results for k in STATED if f"stated: {STATED[k]}" in r.notes})
     if used:
-        out.print("what runs state of their own jobs, applied: " + "; ".join(STATED[k] for k in used))
+        out.print(_stated_table(results, used))
     if plot is not None:
         out.print(f"parity plot written to {plot}")
     if write_bands is not None:
