@@ -964,3 +964,37 @@ def test_async_tp_leaves_the_rowwise_recipes_bf16_gathers_whole():
     # one half tells the recipes apart: rowwise keeps at least its gathers exposed, tensorwise hides more than half
     assert tp["rowwise", True] >= 0.5 * tp["rowwise", False]
     assert tp["tensorwise", True] < 0.5 * tp["tensorwise", False]
+
+
+@pytest.mark.parametrize("tp,pp,global_batch", [(1, 4, 32), (4, 4, 32), (2, 2, 16), (8, 3, 24)])
+def test_blocking_pipeline_sends_expose_every_step_exchange(tp, pp, global_batch):
+    """DeepSpeed's PipelineEngine (`CostParams.pipeline_sends_blocking`): each of a middle stage's 2(m + p - 1)
+    steps waits on two sends of the 1/t activation shard and one TP all-gather of what arrived; two stages
+    exchange on alternate steps (m + 1 exchanges). Asynchronous sends expose only 2(p - 1) hops. Checked
+    against the closed form from comm's own collective prices, and the rest of the step unchanged."""
+    m_spec = get_model("llama3-8b")
+    cluster = two_level(inner=8, w_in=200 * GB, w_out=25 * GB, a_in=5e-6, a_out=20e-6)
+    s = Strategy(tp=tp, pp=pp, micro_batch=1, global_batch=global_batch, schedule="1F1B")
+    blocking = replace(DEFAULT_PARAMS, pipeline_sends_blocking=True)
+    async_est, block_est = estimate(m_spec, cluster, s, DEFAULT_PARAMS), estimate(m_spec, cluster, s, blocking)
+    tokens, shard = m_spec.seq_len, m_spec.seq_len * m_spec.hidden * 2 / tp
+    order = s.order
+    stride_pp = int(np.prod([getattr(s, d) for d in order[:order.index("pp")]]))
+    stride_tp = int(np.prod([getattr(s, d) for d in order[:order.index("tp")]]))
+    hop = float(comm.p2p_time(cluster, np.array([shard]), np.array([stride_pp]))[0])
+    gather = float(comm.all_gather_time(cluster, np.array([tokens * m_spec.hidden * 2.0]), np.array([stride_tp]), np.array([tp]))[0])
+    m = global_batch  # one micro-batch of 1 a step per rank: no data parallelism here
+    assert async_est.breakdown["pp"] == pytest.approx(2 * (pp - 1) * hop)
+    exchanges = 2 * (m + pp - 1) if pp >= 3 else m + 1
+    assert block_est.breakdown["pp"] == pytest.approx(exchanges * (2 * hop + gather))
+    assert (gather > 0) == (tp > 1)
+    assert block_est.step_time_s - async_est.step_time_s == pytest.approx(block_est.breakdown["pp"] - async_est.breakdown["pp"])
+
+
+def test_only_deepspeed_blocks_on_its_pipeline_sends():
+    """The behaviour is DeepSpeed's PipelineEngine's (engines.yaml, with its source); torch's schedules,
+    Megatron's and the others send asynchronously."""
+    assert params_for(get_engine("deepspeed")).pipeline_sends_blocking
+    assert params_for(get_engine("deepspeed@2022")).pipeline_sends_blocking
+    for name in ("torchtitan", "megatron", "maxtext", "bandwise", "nanotron"):
+        assert not params_for(get_engine(name)).pipeline_sends_blocking, name

@@ -301,6 +301,14 @@ class CostParams:
     core, and waits for it: Llama 3's CP, whose "all-gather communication latency is exposed in the
     critical path" (Llama Team 2024, Sec. 3.3.2). Off: the ring of Megatron-Core and torch's CP,
     hidden behind attention where attention is long enough (`terms.context`)."""
+    pipeline_sends_blocking: bool = False
+    """Each schedule step's pipeline exchange blocks the compute: DeepSpeed's PipelineEngine sends and
+    receives synchronously (`p2p.send` asserts `async_op == False`, deepspeed/runtime/pipe/p2p.py at v0.5.10
+    and edaa7221) and its TrainSchedule exchanges with one neighbour, a receive and a send, before each of
+    its 2(m + p - 1) steps' compute (runtime/pipe/schedule.py); with TP the activation and its gradient go
+    1/t per rank and the receiver all-gathers them over TP first (`PartitionedTensor.full()`,
+    runtime/pipe/engine.py). Priced in `terms.pipeline.sends`. Off: asynchronous sends (torch's schedules,
+    Megatron's), whose steady state hides behind compute, the warm-up and cool-down hops exposed."""
     balanced_stages: bool = False
     """Whole layers placed to balance the rank of the output head, loss and MTP modules (fewer layers
     there; Llama 3 Sec. 3.3.2, Megatron-LM's pipeline layouts, `balanced_split`). Off: the frameworks'

@@ -106,7 +106,7 @@ def _time(m: ModelSpec, dev: Device, rows: _Rows, ct: CommTerms, P: CostParams) 
     sync = grad_sync(ct.sync, local, s.zero, rows.dense, rows.experts, root, last_backward, overlap_dp, P.grad_reduce_bytes,
                      bucket_params(P, s.dp * s.cp, overlap_dp), P.zero_grad_all_reduce)
     dp_contention = data_parallel_contention(dev, sync.total, sync.exposed)
-    sends = pipe.sends(ct.p2p, s)
+    sends = pipe.sends(ct.p2p, s, n_mb, P.pipeline_sends_blocking, ct.p2p_gather)
     optimizer = optimizer_time(dev, local, s.zero, rows.dense, rows.experts, P)
     norm = norm_time(m, layers_rank, ct.norm, P.norm_all_reduces_per_tensor)
     step = busy + bubble + dp_contention + sync.exposed + norm + sends + optimizer

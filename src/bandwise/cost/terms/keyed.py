@@ -70,6 +70,8 @@ class CommTerms:
     sync: SyncGroups
     p2p: np.ndarray
     """One micro-batch's activations sent to the next pipeline stage."""
+    p2p_gather: np.ndarray
+    """A received activation's TP shards gathered whole (`terms.pipeline.partition_gather_time`)."""
     norm: np.ndarray
     """One gradient tensor's norm reduction: scalar all-reduces over its sharding groups (`terms.grad_norm`)."""
 
@@ -88,5 +90,6 @@ def comm_terms(m: ModelSpec, cluster: Cluster, c: Layouts, order: tuple[str, ...
         tensor=tensor_comm(m, cluster, s, groups, lt.compute, P), context=context_comm(m, cluster, s, groups, lt.compute, P),
         expert=expert_comm(m, cluster, s, groups, P), fsdp=fsdp_comm(cluster, s, groups, lt.local, P),
         sync=SyncGroups.of(cluster, s, groups, lt.local), p2p=pipe.p2p_time(m, cluster, s, groups.pp),
+        p2p_gather=pipe.partition_gather_time(m, cluster, s, groups.tp) if P.pipeline_sends_blocking else np.zeros_like(s.tp),
         norm=norm_latency(cluster, s, groups) if P.norm_all_reduces_per_tensor > 0 else np.zeros_like(s.tp),
     )

@@ -1,5 +1,6 @@
 """Pipeline parallelism: the schedule's idle share of the busy time (`cost.pipeline`, simulated per
-schedule) and the point-to-point sends of the warm-up and cool-down, which sit on the critical path."""
+schedule) and the point-to-point sends on the critical path: those of the warm-up and cool-down where
+sends are asynchronous, every step's where they block (`CostParams.pipeline_sends_blocking`)."""
 
 from __future__ import annotations
 
@@ -17,9 +18,24 @@ def p2p_time(m: ModelSpec, cluster: Cluster, s: Shape, pp_stride: np.ndarray) ->
     return comm.p2p_time(cluster, s.tokens * m.hidden * BF16 / s.tp, pp_stride)
 
 
-def sends(p2p: np.ndarray, s: Shape) -> np.ndarray:
-    """The (p-1) warm-up and cool-down hops of every virtual stage, per step."""
-    return np.where(s.pp > 1, 2.0 * (s.pp - 1) * s.virtual_stages * p2p, 0.0)
+def partition_gather_time(m: ModelSpec, cluster: Cluster, s: Shape, tp_stride: np.ndarray) -> np.ndarray:
+    """A received activation's TP shards gathered whole before the stage computes (DeepSpeed's
+    partitioned pipeline tensors, `CostParams.pipeline_sends_blocking`)."""
+    return comm.all_gather_time(cluster, s.tokens * m.hidden * BF16, tp_stride, s.tp)
+
+
+def sends(p2p: np.ndarray, s: Shape, n_mb: np.ndarray, blocking: bool = False, gather: np.ndarray | float = 0.0) -> np.ndarray:
+    """Seconds per step of pipeline sends on the critical path.
+
+    Asynchronous sends: the (p-1) warm-up and cool-down hops of every virtual stage, twice (forward and
+    backward); the steady state's hide behind compute. Blocking sends (DeepSpeed's TrainSchedule, one
+    schedule, v = 1): a middle stage exchanges before each of its 2(m + p - 1) steps, two sends and one TP
+    gather of what it received; with two stages they exchange on alternate steps, m + 1 times."""
+    hops = 2.0 * (s.pp - 1) * s.virtual_stages * p2p
+    if blocking:
+        exchanges = np.where(s.pp >= 3, 2.0 * (n_mb + s.pp - 1), n_mb + 1.0)
+        hops = exchanges * (2.0 * p2p + gather)
+    return np.where(s.pp > 1, hops, 0.0)
 
 
 def bubble(busy: np.ndarray, overhead: np.ndarray, chunk_ratio: np.ndarray | float) -> np.ndarray:
