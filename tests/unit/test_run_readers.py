@@ -104,6 +104,31 @@ def test_a_stated_achieved_nvlink_rate_is_priced_as_stated():
     assert c.levels[0].effective_bandwidth == pytest.approx(160e9)
 
 
+@pytest.mark.parametrize("system,gbps_for_gpus", [("A3 High (a3-highgpu-8g)", 800), ("A3 Mega (a3-megagpu-8g)", 1600)])
+def test_a_named_cloud_machine_type_brings_its_network(system, gbps_for_gpus):
+    """Google Cloud documents the GPU NICs of its A3 machines (A3 High: 4 x 200 Gbps for 8 GPUs; A3 Mega: 8 x 200):
+    a run that names the machine type in `hardware.system` and states no network is priced on that, per GPU each
+    way, and nothing is left to complete; a stated network still wins."""
+    completed: list[str] = []
+    notes: list[str] = []
+    c = read_cluster(run(hardware={"accelerator": "H100", "count": 32, "gpus_per_node": 8, "system": system}), 32, notes, completed)
+    assert c.levels[1].bandwidth == pytest.approx(gbps_for_gpus * 1e9 / 8 / 8)
+    assert "interconnect" not in completed and any("network of a3-" in n for n in notes)
+    stated = read_cluster(run(hardware={"accelerator": "H100", "count": 32, "gpus_per_node": 8, "system": system,
+                                        "inter_node": "8 x 400 Gb/s InfiniBand per node"}), 32, [], [])
+    assert stated.levels[1].bandwidth == pytest.approx(50e9)
+
+
+def test_a_machine_type_is_matched_as_a_word_and_of_the_runs_device():
+    from bandwise.specs.registry import cluster_named_in
+
+    assert cluster_named_in("A3 Mega (a3-megagpu-8g)", "h100-sxm").name == "a3-megagpu-8g"
+    assert cluster_named_in("A3 (h100-80gb-8)", "h100-sxm") is None  # "h100" inside a longer word is not the h100 preset
+    assert cluster_named_in("NVIDIA DGX H100 80G", "h100-sxm") is None  # a preset named as the device says nothing of the network
+    assert cluster_named_in("A3 Mega (a3-megagpu-8g)", "b200") is None
+    assert cluster_named_in("", "h100-sxm") is None
+
+
 # ---- layout ---------------------------------------------------------------------------------
 def test_layout_data_parallel_degree_is_what_tp_pp_cp_leave():
     lay, _ = layout_of(run())

@@ -9,7 +9,7 @@ from typing import Any
 from bandwise.errors import BandwiseError
 from bandwise.plan.run_fields import count, per_gpu_network, watts as read_watts
 from bandwise.specs.hardware import Cluster, slice_sizes_text, torus_slice
-from bandwise.specs.registry import cluster_for_accelerator
+from bandwise.specs.registry import cluster_for_accelerator, cluster_named_in
 
 H100_HBM2E_BANDWIDTH = 2.4e12
 """TorchTitan's 96 GB HBM2e H100: "2.4 TB/sec peak memory bandwidth" (its H100 benchmark doc, "Hardware")."""
@@ -71,7 +71,12 @@ def read_cluster(run: dict[str, Any], devices: int, notes: list[str], completed:
     if m:  # a stated achieved NVLink figure (DeepSeek-V3 Sec. 3.2.2: 160 GB/s on H800)
         cluster = cluster.with_level(0, bandwidth=float(m.group(1)) * 1e9, protocol_efficiency=1.0)  # achieved, not a line rate
     net = per_gpu_network(str(hw.get("inter_node") or ""), gpn)
-    if net is None:
+    named = cluster_named_in(str(hw.get("system") or ""), cluster.device.name) if net is None else None
+    if named is not None and len(named.levels) > 1:
+        # a machine type with a preset of its own (Google Cloud's a3-megagpu-8g): its network, not the device's default
+        cluster = replace(cluster, levels=(cluster.levels[0], *named.levels[1:]))
+        notes.append(f"network of {named.name}: {named.levels[1].name} at {named.levels[1].bandwidth / 1e9:g} GB/s per device (its preset)")
+    elif net is None:
         if devices > cluster.levels[0].size:
             completed.append("interconnect")
     elif abs(net - cluster.levels[1].bandwidth) > 1e6:

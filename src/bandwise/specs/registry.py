@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 import json
 import math
+import re
 from dataclasses import replace
 from functools import cache
 from importlib import resources
@@ -174,6 +175,19 @@ def cluster_for_accelerator(accelerator: str) -> Cluster:
             "file (`bandwise clusters --show h100 --yaml`) and plan with --cluster PATH"
         )
     return best[1]
+
+
+def cluster_named_in(text: str, device: str) -> Cluster | None:
+    """The preset cluster of `device` whose name stands as a word of `text` (a run's `hardware.system`, e.g.
+    "A3 Mega (a3-megagpu-8g)"), the longest such name; None where none does. Presets named after a provider's
+    machine type (`a3-megagpu-8g`) carry that machine's network; a preset named as a device is (`h100`):
+    naming the device says nothing of the network."""
+    lowered = str(text).lower()
+    device_names = {_plain(n) for c in cluster_presets().values() for n in (c.device.name, *c.device.aliases)}
+    found = [c for name, c in cluster_presets().items()
+             if c.device.name == device and _plain(name) not in device_names
+             and re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", lowered)]
+    return max(found, key=lambda c: len(c.name), default=None)
 
 
 MAX_CLUSTER_FILE_BYTES = 1 << 20
