@@ -566,6 +566,10 @@ def test_cli_runs_file_and_bad_source(tmp_path, capsys):
     assert exit_code(["validate", "--source", "nope"]) == 2
     err = capsys.readouterr().err
     assert "nope" in err and len(err.strip().splitlines()) <= 2
+    for path, what in ((tmp_path, "a directory"), (tmp_path / "absent.yaml", "no such file")):
+        assert exit_code(["validate", "--runs", str(path)]) == 2
+        err = capsys.readouterr().err
+        assert what in err and len(err.strip().splitlines()) == 1
 
 
 def test_the_shipped_error_bands_are_what_validate_measures_now(all_results):

@@ -151,7 +151,8 @@ def load_runs(path: str | Path | None = None) -> tuple[list[dict[str, Any]], dic
     p = Path(path) if path is not None else default_runs_path()
     where = f"--runs {str(p)!r}"
     if not p.is_file():
-        raise BandwiseError(f"{where}: no such file; give a YAML file in the published_runs schema")
+        what = "a directory" if p.is_dir() else ("not a regular file" if p.exists() else "no such file")
+        raise BandwiseError(f"{where}: {what}; give a YAML file in the published_runs schema")
     if p.resolve() == default_runs_path().resolve():
         data = copy.deepcopy(_shipped_runs())  # a copy: callers may change the runs they get
     else:
