@@ -998,3 +998,24 @@ def test_only_deepspeed_blocks_on_its_pipeline_sends():
     assert params_for(get_engine("deepspeed@2022")).pipeline_sends_blocking
     for name in ("torchtitan", "megatron", "maxtext", "bandwise", "nanotron"):
         assert not params_for(get_engine(name)).pipeline_sends_blocking, name
+
+
+@pytest.mark.parametrize("layers", [4, 32])
+def test_hsdp_all_reduce_pays_the_latency_once_a_unit_where_fsdp_runs_it(layers):
+    """FSDP (torch's FSDP2 foreach_reduce, FSDP1's _reduce_grad) all-reduces each unit's shard across the
+    replicas on its own (`CostParams.hsdp_all_reduce_per_unit`): against one all-reduce a step, the
+    synchronisation gains 2 x (units - 1) of the replica group's latency, units = the layers and the root;
+    its bytes do not change. The replica group's latency is comm's own (`terms.fsdp.affine`)."""
+    from bandwise.cost.terms.fsdp import affine
+
+    m = replace(get_model("debug"), layers=layers)
+    cluster = two_level(inner=2, w_in=100 * GB, w_out=10 * GB, a_in=5e-6, a_out=50e-6)
+    s = Strategy(dp_replicate=2, dp_shard=2, micro_batch=1, global_batch=4, overlap_dp=False)
+    once, per_unit = (estimate(m, cluster, s, replace(DEFAULT_PARAMS, hsdp_all_reduce_per_unit=v)) for v in (False, True))
+    stride_rep = 2  # the replicas of a shard: dp_shard ranks apart (order: dp_replicate outside dp_shard)
+    _, lat = affine(comm.all_gather_time, cluster, np.array([stride_rep]), np.array([2]))
+    assert per_unit.comm_total_s["dp"] - once.comm_total_s["dp"] == pytest.approx(2 * layers * float(lat[0]))
+    assert per_unit.step_time_s - once.step_time_s == pytest.approx(2 * layers * float(lat[0]))
+    for name in ("torchtitan", "bandwise", "llm-foundry"):
+        assert params_for(get_engine(name)).hsdp_all_reduce_per_unit, name
+    assert not params_for(get_engine("megatron")).hsdp_all_reduce_per_unit

@@ -301,6 +301,11 @@ class CostParams:
     core, and waits for it: Llama 3's CP, whose "all-gather communication latency is exposed in the
     critical path" (Llama Team 2024, Sec. 3.3.2). Off: the ring of Megatron-Core and torch's CP,
     hidden behind attention where attention is long enough (`terms.context`)."""
+    hsdp_all_reduce_per_unit: bool = False
+    """Under HSDP each FSDP unit's reduce-scattered gradient is all-reduced across the replicas on its own, one
+    collective a unit, each paying the group's latency: FSDP2's `foreach_reduce` (torch 2.13,
+    distributed/fsdp/_fully_shard/_fsdp_collectives.py, "HSDP or DDP/replicate") and FSDP1's HYBRID_SHARD
+    (fsdp/_runtime_utils.py, `_reduce_grad`). Priced in `terms.grad_sync`. Off: one all-reduce a step."""
     pipeline_sends_blocking: bool = False
     """Each schedule step's pipeline exchange blocks the compute: DeepSpeed's PipelineEngine sends and
     receives synchronously (`p2p.send` asserts `async_op == False`, deepspeed/runtime/pipe/p2p.py at v0.5.10

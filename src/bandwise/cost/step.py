@@ -104,7 +104,8 @@ def _time(m: ModelSpec, dev: Device, rows: _Rows, ct: CommTerms, P: CostParams) 
     last_backward = np.minimum(layers_rank * (layer.bwd + stages.layer_recompute), stages.total)
     overlap_dp = sync_overlapped(P, s.zero, c.overlap_dp)
     sync = grad_sync(ct.sync, local, s.zero, rows.dense, rows.experts, root, last_backward, overlap_dp, P.grad_reduce_bytes,
-                     bucket_params(P, s.dp * s.cp, overlap_dp), P.zero_grad_all_reduce)
+                     bucket_params(P, s.dp * s.cp, overlap_dp), P.zero_grad_all_reduce,
+                     units=layers_rank + 1.0 if P.hsdp_all_reduce_per_unit else 1.0)  # the layers' units and the root's
     dp_contention = data_parallel_contention(dev, sync.total, sync.exposed)
     sends = pipe.sends(ct.p2p, s, n_mb, P.pipeline_sends_blocking, ct.p2p_gather)
     optimizer = optimizer_time(dev, local, s.zero, rows.dense, rows.experts, P)

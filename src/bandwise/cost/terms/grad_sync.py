@@ -54,33 +54,35 @@ def bucket_count(params: np.ndarray, bucket: np.ndarray | float) -> np.ndarray:
 
 
 def sync_time(params: np.ndarray, k: np.ndarray, lat: np.ndarray, shard: np.ndarray, zero: np.ndarray, sg: SyncGroups,
-              grad_bytes: float, bucket: np.ndarray | float = 0.0, zero_all_reduce: bool = False) -> np.ndarray:
+              grad_bytes: float, bucket: np.ndarray | float = 0.0, zero_all_reduce: bool = False,
+              units: np.ndarray | float = 1.0) -> np.ndarray:
     """Gradient synchronisation of `params` over a data-parallel group of affine cost (k, lat), in
     buckets of `bucket` parameters (`CostParams.grad_bucket_params`) without FSDP, whose collectives
     are its units' (`terms.fsdp`). ZeRO-1/2 reduce-scatter the gradients, or all-reduce them where
     `zero_all_reduce` (`CostParams.zero_grad_all_reduce`: a reduce-scatter and an all-gather of g
-    bytes each), then all-gather the bf16 weights."""
+    bytes each), then all-gather the bf16 weights. Under HSDP the shards' all-reduce across the
+    replicas pays the latency `units` times (`CostParams.hsdp_all_reduce_per_unit`)."""
     g = grad_bytes
     n = bucket_count(params, bucket)
     reduced = 2 if zero_all_reduce else 1  # ring passes of the gradients: all-reduce = reduce-scatter + all-gather
     return np.select(
         [zero == 0, zero <= 2],
         [2 * (params * g * k + n * lat), params * (reduced * g + BF16) * k + (reduced + 1) * n * lat],
-        2 * (params * g / np.maximum(shard, 1) * sg.k_rep + sg.l_rep),
+        2 * (params * g / np.maximum(shard, 1) * sg.k_rep + units * sg.l_rep),
     )
 
 
 def grad_sync(sg: SyncGroups, local: LocalParams, zero: np.ndarray, dense: np.ndarray, expert: np.ndarray, root: np.ndarray,
               last_backward: np.ndarray, overlap: np.ndarray, grad_bytes: float, bucket: np.ndarray | float = 0.0,
-              zero_all_reduce: bool = False) -> GradSync:
+              zero_all_reduce: bool = False, units: np.ndarray | float = 1.0) -> GradSync:
     """Synchronisation of the rank with the most dense parameters (`dense`, `expert` its parameters;
     `root` those outside any layer, `last_backward` the backward it can hide behind; `overlap` whether
     it runs beside the backward, `sync_overlapped`; `bucket` the parameters per bucket, `bucket_params`;
-    `zero_all_reduce`, `CostParams.zero_grad_all_reduce`)."""
+    `zero_all_reduce`, `CostParams.zero_grad_all_reduce`; `units` the HSDP all-reduces a step, `sync_time`)."""
     # experts: the same collectives over the ranks holding the same experts (under FSDP, the
     # dp_replicate replicas of each shard), in buckets of the same size (Megatron-Core's expert buffers)
-    expert_sync = sync_time(expert, sg.k_edp, sg.l_edp, local.shard_expert, zero, sg, grad_bytes, bucket, zero_all_reduce) * (expert > 0)
-    total = sync_time(dense, sg.k_ddp, sg.l_ddp, local.shard_dense, zero, sg, grad_bytes, bucket, zero_all_reduce) + expert_sync
+    expert_sync = sync_time(expert, sg.k_edp, sg.l_edp, local.shard_expert, zero, sg, grad_bytes, bucket, zero_all_reduce, units) * (expert > 0)
+    total = sync_time(dense, sg.k_ddp, sg.l_ddp, local.shard_dense, zero, sg, grad_bytes, bucket, zero_all_reduce, units) + expert_sync
     # Overlap cannot hide the edges: the embedding's gradients, the last to be computed, reduce
     # after the backward ends (Li et al. 2020, Sec. 3.2.3: the last bucket's all-reduce;
     # Megatron-Core fills its buckets in reverse order, the embedding last), and under ZeRO-1/2 its
