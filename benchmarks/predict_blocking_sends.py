@@ -1,8 +1,12 @@
 """Closed-form prediction of DeepSpeed's blocking pipeline sends from the cost model's own parts, made before the
 engine behaviour existed: per deepspeed run with PP, the step with every schedule step's exchange exposed
-(2 sends and a TP all-gather each) in place of the warm-up and cool-down hops.
+(2 sends and a TP all-gather each) in place of the warm-up and cool-down hops. It prints the signed and absolute
+error by source before and after, and writes each run's to /tmp/predict_blocking_sends.json.
 
     PYTHONPATH=src python3 benchmarks/predict_blocking_sends.py
+
+It reproduces the prediction at b57fd9f, before the change; from f97b1dc on the model prices these sends itself
+(`CostParams.pipeline_sends_blocking`), so "before" and "after" read alike.
 """
 
 from __future__ import annotations
@@ -18,33 +22,46 @@ from bandwise.plan import validate as V
 from bandwise.plan.runs import convert, engine_of, load_runs
 from bandwise.specs.strategy import Layouts
 
-runs, sources = load_runs()
-out = {}
-for run in runs:
-    if not engine_of(run, sources).startswith("deepspeed"):
-        continue
+
+def exchanges(microbatches: int, stages: int) -> int:
+    """The steps of DeepSpeed's TrainSchedule on which a middle stage exchanges: 2(m + p - 1); two stages exchange
+    on alternate steps, m + 1 times."""
+    return 2 * (microbatches + stages - 1) if stages >= 3 else microbatches + 1
+
+
+def predicted(run: dict, sources: dict) -> dict | None:
+    """The run's error before and with every step's exchange exposed; None for a run with no pipeline."""
     case = convert(run, sources)
-    if not case.engine.startswith("deepspeed"):
-        continue
     res = V.predict(case)
     if res.predicted is None or res.strategy is None or res.strategy.pp <= 1:
-        continue
-    s0 = res.strategy
-    c = Layouts.of([s0]); params = V.priced(case)
-    s = Shape.of(case.model, c, params.cp_shards_weights); g = Groups.of(s0.order, c, s)
-    p2p = float(comm.p2p_time(case.cluster, s.tokens * case.model.hidden * BF16 / s.tp, g.pp)[0])
-    gather = float(comm.all_gather_time(case.cluster, s.tokens * case.model.hidden * BF16, g.tp, s.tp)[0]) if s0.tp > 1 else 0.0
-    m, p = res.estimate.microbatches, s0.pp
-    steps = 2 * (m + p - 1) if p >= 3 else (m + 1)
-    new_sends = steps * (2 * p2p + gather)
-    old_sends = res.estimate.breakdown["pp"]
-    step = res.estimate.step_time_s
-    new_step = step - old_sends + new_sends
-    pred = res.predicted * step / new_step
-    out[run["id"]] = dict(source=run["source"], before=res.predicted / res.target - 1, after=pred / res.target - 1, added_s=new_sends - old_sends, step=step)
-by = {}
-for k, v in out.items(): by.setdefault(v["source"], []).append(v)
-for src, vs in by.items():
-    print(f"{src:26s} n={len(vs):3d} signed before {st.median([v['before'] for v in vs]):+.3f} after {st.median([v['after'] for v in vs]):+.3f}"
-          f"  |err| {st.median([abs(v['before']) for v in vs]):.3f} -> {st.median([abs(v['after']) for v in vs]):.3f}  added share of step {st.median([v['added_s']/v['step'] for v in vs]):.3f} (max {max(v['added_s']/v['step'] for v in vs):.3f})")
-json.dump(out, open("/tmp/predict_blocking_sends.json", "w"), indent=1)
+        return None
+    strategy, est = res.strategy, res.estimate
+    c = Layouts.of([strategy])
+    s = Shape.of(case.model, c, V.priced(case).cp_shards_weights)
+    g = Groups.of(strategy.order, c, s)
+    activation = s.tokens * case.model.hidden * BF16
+    p2p = float(comm.p2p_time(case.cluster, activation / s.tp, g.pp)[0])
+    gather = float(comm.all_gather_time(case.cluster, activation, g.tp, s.tp)[0]) if strategy.tp > 1 else 0.0
+    added = exchanges(est.microbatches, strategy.pp) * (2 * p2p + gather) - est.breakdown["pp"]
+    after = res.predicted * est.step_time_s / (est.step_time_s + added)
+    return dict(source=run["source"], before=res.predicted / res.target - 1, after=after / res.target - 1, added_s=added,
+                step=est.step_time_s)
+
+
+def main() -> None:
+    runs, sources = load_runs()
+    out = {run["id"]: p for run in runs if engine_of(run, sources).startswith("deepspeed") and (p := predicted(run, sources))}
+    by: dict[str, list[dict]] = {}
+    for v in out.values():
+        by.setdefault(v["source"], []).append(v)
+    for src, vs in by.items():
+        share = [v["added_s"] / v["step"] for v in vs]
+        print(f"{src:26s} n={len(vs):3d} signed before {st.median(v['before'] for v in vs):+.3f} after {st.median(v['after'] for v in vs):+.3f}"
+              f"  |err| {st.median(abs(v['before']) for v in vs):.3f} -> {st.median(abs(v['after']) for v in vs):.3f}"
+              f"  added share of step {st.median(share):.3f} (max {max(share):.3f})")
+    with open("/tmp/predict_blocking_sends.json", "w") as f:
+        json.dump(out, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -90,7 +90,7 @@ def _engine_table(groups: dict) -> object:
     return plain_table("Per engine", cols, ("engine / device / kind",), "signed median: where the engine's predictions lean (+: over-predicted)")
 
 
-def _stated_table(results: list, used: list[str]) -> Table:
+def _stated_table(results: list[RunResult], used: list[str]) -> Table:
     """What runs state of their own jobs and validate applies, one line each with how many runs state it."""
     table = Table.grid(padding=(0, 1))
     table.add_column(justify="right", no_wrap=True)

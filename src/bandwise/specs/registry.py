@@ -180,8 +180,8 @@ def cluster_for_accelerator(accelerator: str) -> Cluster:
 def cluster_named_in(text: str, device: str) -> Cluster | None:
     """The preset cluster of `device` whose name stands as a word of `text` (a run's `hardware.system`, e.g.
     "A3 Mega (a3-megagpu-8g)"), the longest such name; None where none does. Presets named after a provider's
-    machine type (`a3-megagpu-8g`) carry that machine's network; a preset named as a device is (`h100`):
-    naming the device says nothing of the network."""
+    machine type (`a3-megagpu-8g`) carry that machine's network; a preset named as a device (`h100`) is not
+    matched: naming the device says nothing of the network."""
     lowered = str(text).lower()
     device_names = {_plain(n) for c in cluster_presets().values() for n in (c.device.name, *c.device.aliases)}
     found = [c for name, c in cluster_presets().items()
