@@ -1019,3 +1019,70 @@ def test_hsdp_all_reduce_pays_the_latency_once_a_unit_where_fsdp_runs_it(layers)
     for name in ("torchtitan", "bandwise", "llm-foundry"):
         assert params_for(get_engine(name)).hsdp_all_reduce_per_unit, name
     assert not params_for(get_engine("megatron")).hsdp_all_reduce_per_unit
+
+
+def _fork_fuses_softmax(b: int, heads: int, sq: int = 2048, sk: int = 2048) -> bool:
+    """A reference for the BigScience fork's check, written from its call structure rather than from the
+    cost model: `is_kernel_available` calls `get_batch_per_block(sq, sk, b, np)` on a method whose
+    parameters are named (b, np, sq, sk) and which calls the CUDA helper (query length, key length,
+    batches, heads) with its own names (megatron/model/fused_softmax.py at 00f5f889)."""
+
+    def cuda_helper(query_len: int, key_len: int, batches: int, attn_heads: int) -> int:
+        pow2 = 1
+        while pow2 < key_len:
+            pow2 *= 2
+        warp = pow2 if pow2 < 32 else 32
+        return (128 // warp) * (2 if pow2 <= 128 else 1)
+
+    def get_batch_per_block(b_, np_, sq_, sk_):  # declared (b, np, sq, sk) ...
+        return cuda_helper(sq_, sk_, b_, np_)
+
+    attn_batches = b * heads
+    if not (16 < sq <= 2048 and sk % 4 == 0 and attn_batches % 4 == 0):
+        return False
+    return attn_batches % get_batch_per_block(sq, sk, b, heads) == 0  # ... and called (sq, sk, b, np)
+
+
+def test_the_bigscience_fork_refuses_its_fused_softmax_where_its_swapped_check_does():
+    from bandwise.cost.terms.compute import softmax_unfused_on_heads
+
+    mbs, heads = np.meshgrid(np.arange(1, 9), np.arange(1, 65))
+    model = softmax_unfused_on_heads(mbs.ravel(), heads.ravel())
+    reference = np.array([not _fork_fuses_softmax(int(b), int(h)) for b, h in zip(mbs.ravel(), heads.ravel())])
+    assert np.array_equal(model, reference)
+    # BLOOM's own layout (112 heads over TP 4, micro-batch 2) is fused; 64 heads over TP 8 at micro-batch 2
+    # are not, where Megatron-LM's check with its arguments in order (batches per block from the 2,048 keys:
+    # 4) fuses every micro-batch x heads that is a multiple of 4
+    assert not softmax_unfused_on_heads(np.array([2]), np.array([28]))[0]
+    assert list(softmax_unfused_on_heads(np.array([1, 2, 4]), np.array([8, 8, 8]))) == [True, True, False]
+    assert model.sum() > 0 and (~model).sum() > 0
+
+
+def test_the_unfused_softmax_moves_its_five_fp32_passes_a_score():
+    """`materialized_attention` with torch's softmax costs exactly the extra bytes per score over HBM, forward and
+    backward; only the fork's engine version checks on the heads, so other engines' estimates do not move."""
+    from bandwise.cost.terms.compute import UNFUSED_SOFTMAX_BYTES, materialized_attention
+
+    m = get_model("debug")
+    tokens, tp, bw = np.array([2.0 * m.seq_len]), np.array([2.0]), 1.5e12
+    fused = materialized_attention(m, tokens, tp, 312e12, 0.7, bw)
+    unfused = materialized_attention(m, tokens, tp, 312e12, 0.7, bw, unfused_softmax=np.array([True]))
+    pairs = float(tokens[0]) * m.heads / 2.0 * m.seq_len
+    assert UNFUSED_SOFTMAX_BYTES == (34, 37)
+    assert float(unfused[0][0] - fused[0][0]) == pytest.approx(pairs * 34 / bw)
+    assert float(unfused[1][0] - fused[1][0]) == pytest.approx(pairs * 37 / bw)
+    assert params_for(get_engine("deepspeed@2022-02")).softmax_check_on_heads
+    for name in ("deepspeed@2022", "deepspeed", "megatron@2021", "megatron"):
+        assert not params_for(get_engine(name)).softmax_check_on_heads, name
+
+
+def test_the_softmax_check_slows_only_the_layouts_it_refuses():
+    m = replace(get_model("debug"), heads=8)
+    cluster = get_cluster("a100-80g")
+    base = replace(DEFAULT_PARAMS, flash_attention=False)
+    checked = replace(base, softmax_check_on_heads=True)
+    for mbs, refused in ((2, True), (4, False)):  # 8 heads on one rank: batches of 16 and 32 against a block of 32
+        s = Strategy(tp=1, micro_batch=mbs, global_batch=mbs)
+        plain, fork = estimate(m, cluster, s, base), estimate(m, cluster, s, checked)
+        assert (fork.step_time_s > plain.step_time_s) == refused, mbs
+        assert fork.step_time_s >= plain.step_time_s

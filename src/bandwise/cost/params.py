@@ -353,6 +353,13 @@ class CostParams:
     DeepSpeed and TorchTitan run it op by op unless a fused loss is switched on."""
     flash_attention: bool = True
     """Attention saves no score matrix (FlashAttention); off reproduces Korthikanti's 5as/h term."""
+    softmax_check_on_heads: bool = False
+    """Materialized attention's fused causal softmax runs only where micro-batch x heads per TP rank is a
+    multiple of 4 and of the kernel's batches per block sized as if the heads per rank were the key length;
+    elsewhere torch's five fp32 passes (`terms.compute.UNFUSED_SOFTMAX_BYTES`). The BigScience fork of
+    Megatron-DeepSpeed called `get_batch_per_block(sq, sk, b, np)` on a method declared `(b, np, sq, sk)`
+    (megatron/model/fused_softmax.py from its sync #151 of 2021-10-21 to #260 of 2022-03-06; Megatron-LM's
+    40becfc96c, fixed there the same day by 0d350c8d41)."""
     gemm_scale: float = 1.0
     """Measured over modelled speed of the GEMMs on this stack, from a calibration (`specs.calibration`,
     `cost.calibrated`): multiplies the device's GEMM efficiency. 1: the device's own figures."""

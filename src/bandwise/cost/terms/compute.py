@@ -66,6 +66,31 @@ that gradient and the saved softmax output up to the diagonal and writes the sco
 (1 + 1 + 2); dV = P^T·dO reads the saved dropout output (2), dQ and dK read the scores' gradient
 (2 + 2)."""
 
+UNFUSED_SOFTMAX_BYTES = ((2 + 4) + (4 + 4) + (4 + 1 + 4) + (4 + 4) + (4 + 2) - (1 + 2),
+                         (2 + 4) + (4 + 4 + 4) + (4 + 1 + 4) + (4 + 4) + (4 + 2) - (1 + 1 + 2))
+"""HBM bytes per score, (forward, backward), that Megatron's unfused softmax moves beyond its fused
+kernel's (`SCORE_BYTES_*`): `forward_torch_softmax` in fp32 (megatron/model/fused_softmax.py, 2021-2022)
+casts the scores up (2 + 4), scales them (4 + 4), masks them in place reading the bool mask (4 + 1 + 4),
+runs softmax (4 + 4) and casts back (4 + 2), where the fused causal kernel reads half a row and writes it
+(1 + 2); autograd's backward through the same five ops: 2 + 4, 4 + 4 + 4, 4 + 1 + 4, 4 + 4, 4 + 2, where
+the fused one reads the gradient and the output to the diagonal and writes (1 + 1 + 2)."""
+
+
+def softmax_batches_per_block(key_len: np.ndarray) -> np.ndarray:
+    """Rows a 128-thread block of Megatron's fused softmax takes for rows of `key_len`: warps of
+    min(p, 32) threads, p the next power of two, each taking 2 rows up to p = 128, else 1
+    (`get_batch_per_block`, megatron/fused_kernels/scaled_masked_softmax.h, 2021-2022)."""
+    p = 2.0 ** np.ceil(np.log2(np.maximum(np.asarray(key_len, dtype=float), 1.0)))
+    return 128.0 / np.minimum(p, 32.0) * np.where(p <= 128.0, 2.0, 1.0)
+
+
+def softmax_unfused_on_heads(micro_batch: np.ndarray, heads_per_rank: np.ndarray) -> np.ndarray:
+    """Where the BigScience fork's check (`CostParams.softmax_check_on_heads`) refuses its fused causal
+    softmax: micro-batch x heads per rank not a multiple of 4 or of the batches per block it sizes
+    from the heads per rank."""
+    batches = np.asarray(micro_batch, dtype=float) * heads_per_rank
+    return (np.mod(batches, 4.0) != 0) | (np.mod(batches, softmax_batches_per_block(heads_per_rank)) != 0)
+
 
 def gemm_peak(dev: Device, s: Shape) -> np.ndarray:
     """The dense peak of each layout's GEMM precision (fp8 on a chip without an fp8 peak: bf16's); fp4 or
@@ -222,7 +247,8 @@ broadcast bias is first written into the score buffer (2) and then read back (2)
 
 
 def materialized_attention(
-    m: ModelSpec, tokens: np.ndarray, tp: np.ndarray, peak: float, eff: float, bw: float, bias_bytes: float = 0.0
+    m: ModelSpec, tokens: np.ndarray, tp: np.ndarray, peak: float, eff: float, bw: float, bias_bytes: float = 0.0,
+    unfused_softmax: np.ndarray | bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(forward, backward) seconds of attention that materializes the s x s scores.
 
@@ -231,7 +257,8 @@ def materialized_attention(
     width d, P·V over the sequence. Backward: dP = dO·V^T reduces over the value width d_v; dV =
     P^T·dO, dQ = dS·K and dK = dS^T·Q over the sequence. The score traffic is memory-bound:
     `SCORE_BYTES_FORWARD` (and `bias_bytes` of an additive bias, `ALIBI_BIAS_BYTES`) per
-    score forward, `SCORE_BYTES_BACKWARD` backward.
+    score forward, `SCORE_BYTES_BACKWARD` backward, and `UNFUSED_SOFTMAX_BYTES` more where
+    `unfused_softmax` (torch's softmax in place of the fused kernel).
 
     A sliding window does not shrink this: eager attention (Hugging Face's `eager_attention_forward`,
     plain `torch.matmul` + softmax) computes the whole s x s matrix and applies the window as part of
@@ -244,8 +271,9 @@ def materialized_attention(
     def at(flops: np.ndarray, k: float) -> np.ndarray:
         return flops / (peak * eff * (k / (k + K_FIXED)))
 
-    forward = at(qk, d) + at(pv, s) + pairs * (SCORE_BYTES_FORWARD + bias_bytes) / bw
-    backward = at(pv, dv) + at(pv, s) + 2.0 * at(qk, s) + pairs * SCORE_BYTES_BACKWARD / bw
+    extra_fwd, extra_bwd = (np.where(unfused_softmax, b, 0.0) for b in UNFUSED_SOFTMAX_BYTES)
+    forward = at(qk, d) + at(pv, s) + pairs * (SCORE_BYTES_FORWARD + bias_bytes + extra_fwd) / bw
+    backward = at(pv, dv) + at(pv, s) + 2.0 * at(qk, s) + pairs * (SCORE_BYTES_BACKWARD + extra_bwd) / bw
     return forward, backward
 
 
@@ -253,8 +281,9 @@ def attention_core(m: ModelSpec, dev: Device, s: Shape, rates: Rates, P: CostPar
     """(forward, backward) seconds of the attention core: a fused kernel at its efficiency, or the
     materialized scores (`CostParams.flash_attention` off)."""
     if not P.flash_attention:
+        unfused = softmax_unfused_on_heads(s.micro_batch, m.heads / s.tp) if P.softmax_check_on_heads else False
         return materialized_attention(m, s.tokens, s.tp, rates.bf16_peak, rates.eff, rates.bw * rates.hbm_eff,
-                                      ALIBI_BIAS_BYTES if m.alibi else 0.0)
+                                      ALIBI_BIAS_BYTES if m.alibi else 0.0, unfused)
     if P.attention == "fa2" and dev.fa2_attention_efficiency is None and P.attention_efficiency is None:
         raise BandwiseError(f"--attention fa2: bandwise has no FlashAttention-2 figure for {dev.name}; "
                             "use --attention flash (the chip's own fused kernel) or give fa2_attention_efficiency in a cluster file")
