@@ -74,6 +74,7 @@ def test_plan_human_output_shows_table_verdict_and_breakdown(capsys):
         (["plan", "--model", "debug", "--devices", "2", "--attention", "sdpa"], "--attention 'sdpa'"),
         (["estimate", "--model", "debug", "--cluster", "b200", "--attention", "fa2"], "no FlashAttention-2 figure for b200"),
         (["plan", "--model", "debug", "--devices", "8", "--cluster", "tpu-v5p", "--attention", "fa2"], "no FlashAttention-2 figure for tpu-v5p"),
+        (["estimate", "--model", "debug", "--cluster", "mi300x", "--attention", "fa1"], "no FlashAttention-2 figure for mi300x"),
     ],
 )
 def test_bad_input_is_one_line_with_exit_code_2(argv, needle, capsys):
@@ -120,3 +121,4 @@ def test_the_attention_kernel_a_job_states_prices_its_attention(capsys):
     assert tokens("a100-80g", "--attention", "fa2") == a100
     for cluster, base in (("h100", h100), ("a100-80g", a100)):
         assert tokens(cluster, "--attention", "materialized") < base and tokens(cluster, "--eager") < base
+        assert tokens(cluster, "--attention", "fa1") < tokens(cluster, "--attention", "fa2")

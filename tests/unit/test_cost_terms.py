@@ -1086,3 +1086,22 @@ def test_the_softmax_check_slows_only_the_layouts_it_refuses():
         plain, fork = estimate(m, cluster, s, base), estimate(m, cluster, s, checked)
         assert (fork.step_time_s > plain.step_time_s) == refused, mbs
         assert fork.step_time_s >= plain.step_time_s
+
+
+def test_flash_attention_1_runs_the_attention_core_at_half_flash_attention_2s_rate():
+    """`attention="fa1"` is FlashAttention-2's efficiency and fill over `FA2_OVER_FA1` (Dao 2023, FlashAttention-2,
+    abstract: "around 2x"): the attention core's forward and backward take exactly twice FA2's, nothing else moves."""
+    from bandwise.cost.params import ATTENTION_KERNELS, FA2_OVER_FA1
+    from bandwise.cost.terms.compute import Rates, attention_core
+    from bandwise.cost.terms.shape import Shape
+
+    assert FA2_OVER_FA1 == 2.0
+    m = replace(get_model("llama3-8b"), seq_len=4096)
+    fa1, fa2 = (replace(DEFAULT_PARAMS, **ATTENTION_KERNELS[k]) for k in ("fa1", "fa2"))
+    for cluster in ("h100", "a100-80g"):
+        dev = get_cluster(cluster).device
+        s = Shape.of(m, Layouts.of([Strategy(dp_shard=8, micro_batch=1, global_batch=8)]), False)
+        rates = Rates.of(dev, s, DEFAULT_PARAMS)
+        f1, b1 = attention_core(m, dev, s, rates, fa1)
+        f2, b2 = attention_core(m, dev, s, rates, fa2)
+        assert float(f1[0]) == pytest.approx(2.0 * float(f2[0])) and float(b1[0]) == pytest.approx(2.0 * float(b2[0])), cluster

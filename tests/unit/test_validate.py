@@ -671,3 +671,29 @@ def test_the_held_out_runs_are_all_predicted(capsys, name, count):
     assert exit_code(["validate", "--runs", str(path), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert len(doc["runs"]) == count and all(r["reason"] is None and r["error"] is not None for r in doc["runs"])
+
+
+def test_a_run_that_states_its_attention_kernel_is_priced_as_plan_attention(tmp_path, capsys):
+    """`attention:` in a user's runs file is `plan --attention` (`api.inputs.pricing`): each kernel's price over the
+    engine's, named in the run's notes; an unknown kernel is a one-line error naming the value and the choices."""
+    from bandwise.api.inputs import cost_params
+    from bandwise.plan.run_stated import STATED
+
+    run = shipped_run("mds_rebase_gpt_2p7b_8a100_fa2")
+    tokens = {}
+    for kernel in ("fa2", "fa1", "materialized"):
+        stated = {**copy.deepcopy(run), "id": f"user_{kernel}", "attention": kernel}
+        case = convert(stated, published.SOURCES)
+        assert priced(case) == cost_params(DEFAULT_PARAMS.headroom, kernel, None, case.engine, case.cluster.device), kernel
+        path = tmp_path / f"{kernel}.yaml"
+        path.write_text(yaml.safe_dump({"sources": {"mds_rebase_2307": published.SOURCES["mds_rebase_2307"]}, "runs": [stated]}))
+        assert exit_code(["validate", "--runs", str(path), "--json"]) == 0
+        (res,) = json.loads(capsys.readouterr().out)["runs"]
+        assert f"stated: {STATED['attention']}" in res["notes"]
+        tokens[kernel] = res["predicted_tokens_per_s_per_device"]
+    assert tokens["fa2"] > tokens["fa1"] > tokens["materialized"]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({"sources": {}, "runs": [{**copy.deepcopy(run), "attention": "fa3"}]}))
+    assert exit_code(["validate", "--runs", str(bad), "--json"]) == 0  # a run that cannot be read is reported, not fatal
+    (res,) = json.loads(capsys.readouterr().out)["runs"]
+    assert "attention 'fa3'" in res["reason"] and "fa1" in res["reason"] and res["predicted_tokens_per_s_per_device"] is None

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from bandwise.cost.params import GRAD_REDUCE, CostParams
+from bandwise.cost.params import ATTENTION_KERNELS, GRAD_REDUCE, CostParams
 from bandwise.errors import BandwiseError
 from bandwise.cost.remat import RematPolicy
 from bandwise.plan.run_fields import (
@@ -56,6 +56,8 @@ STATED: dict[str, str] = {
                       "until their backward (Transformer Engine's offload), the copies overlapped and not priced",
     "sequence_parallel": "the run states whether its tensor parallelism splits the norms along the sequence (Megatron's "
                          "--sequence-parallel); without it their activations stay whole on every TP rank (Korthikanti et al. 2022, Eq. 2)",
+    "attention": "the run states its attention kernel (flash, fa2, fa1: FlashAttention 1.x, materialized: the s x s scores "
+                 "in memory), whatever the engine's (as plan --attention)",
     "remat_policy": "the run states a MaxText remat policy: full recomputation less the tensors it keeps in HBM or offloads to the host, "
                     "the offloaded ones' copies over the host link (cost/remat.py)",
 }
@@ -107,6 +109,8 @@ class Stated:
     """Megatron's `cpu_offloading_num_layers` as the run states it (`CostParams.offloaded_layers`); 0: none."""
     sequence_parallel: bool | None = None
     """Whether the run states sequence parallelism with its TP (`parallelism.sp` or `sequence_parallel`); None: its engine's."""
+    attention: str | None = None
+    """The attention kernel the run states (`cost.params.ATTENTION_KERNELS`), as `plan --attention`; None: its engine's."""
     names: list[str] = field(default_factory=list)
     """The `STATED` keys found, in the order read."""
     unpriced: tuple[str, ...] = ()
@@ -138,6 +142,8 @@ class Stated:
             stated.update(master_weight_bytes=0, adam_moment_bytes=2, sharded_grad_bytes=GRAD_REDUCE["bf16"])
         if self.moe_capacity_factor > 0:
             stated.update(moe_capacity_factor=self.moe_capacity_factor, moe_one_hot_dispatch=self.moe_one_hot_dispatch)
+        if self.attention is not None:  # as `api.inputs.pricing` applies --attention
+            stated.update({"attention": "flash", "flash_attention": True, **ATTENTION_KERNELS[self.attention]})
         return replace(params, **{k: v for k, v in stated.items() if v is not None})
 
 
@@ -225,11 +231,16 @@ def read_stated(run: dict[str, Any], conventions: str, recompute: str | None, no
     sp = _sequence_parallel(p, rid)
     if sp is not None:
         state("sequence_parallel")
+    attention = run.get("attention")
+    if attention is not None:
+        if attention not in ATTENTION_KERNELS:
+            raise BandwiseError(f"run {brief(rid)}: attention {brief(attention)}: write one of {', '.join(ATTENTION_KERNELS)}")
+        state("attention")
     return Stated(precision=precision, overlap=overlap, compiled=compiled, grad_reduce=grad_reduce,
                   selective_modules=modules, fp8_recipe=recipe, fp8_all_gather=fp8_all_gather, moe_capacity_factor=capacity, moe_one_hot_dispatch=one_hot,
                   moe_dispatcher=dispatcher, moe_permute_fusion=fusion, cuda_graph_scope=scope, remat_policy=policy,
                   expert_tp=etp if etp is not None and etp > 1 else None, vocab_tiles=tiles, bf16_weights=bf16_weights, bf16_resident=bf16_resident,
-                  offloaded_layers=offloaded, sequence_parallel=sp, names=found, unpriced=tuple(unpriced))
+                  offloaded_layers=offloaded, sequence_parallel=sp, attention=attention, names=found, unpriced=tuple(unpriced))
 
 
 def _sequence_parallel(p: dict[str, Any], rid: str) -> bool | None:
