@@ -51,6 +51,7 @@ READ = {
 }
 READ_PATHS = (
     ("runs",), ("sources",), ("runs", 0), ("runs", 0, "id"), ("runs", 0, "source"), ("runs", 0, "precision"),
+    ("runs", 0, "attention"), ("runs", 0, "grad_reduce"),
     *(("runs", 0, section) for section in READ), *(("runs", 0, section, key) for section, keys in READ.items() for key in keys),
     *(("runs", 0, "model", "moe", key) for key in ("num_experts", "top_k", "expert_ffn", "shared_experts", "shared_expert_ffn", "dense_layers", "router")),
 )
@@ -124,6 +125,10 @@ STATED = [
     ("korthikanti2022_175B", ("reported", "memory_gib"), {"params_and_optimizer_state": -1, "activations_selective_sp": 1}, "params_and_optimizer_state"),
     ("mbridge_b200_deepseekv3_2511", ("parallelism", "recompute_modules"), [[1], {"a": 1}], "recompute_modules"),
     ("mbridge_b200_deepseekv3_2511", ("parallelism", "recompute_modules"), ["mla_up_proj", "moe"], "recompute_modules moe"),
+    ("megatron_h100_gpt_16B", ("attention",), ["fa1"], "attention"),
+    ("megatron_h100_gpt_16B", ("attention",), {"a": 1}, "attention"),
+    ("megatron_h100_gpt_16B", ("attention",), "fa3", "attention 'fa3'"),
+    ("megatron_h100_gpt_16B", ("grad_reduce",), ["bf16"], "grad_reduce"),
 ]
 """Stated values that crashed `convert` (exit 1) or hung it: each now a reason in the run's row."""
 

@@ -45,7 +45,7 @@ def pricing(headroom: float, attention: str | None = None, eager: bool | None = 
     `--grad-reduce`, `--fp8-recipe`)."""
     stated: dict[str, object] = {}
     if attention is not None:
-        if attention not in ATTENTION_KERNELS:
+        if not isinstance(attention, str) or attention not in ATTENTION_KERNELS:
             raise BandwiseError(f"--attention {attention!r}: not a kernel bandwise prices; use one of {', '.join(ATTENTION_KERNELS)}")
         stated.update({"attention": "flash", "flash_attention": True, **ATTENTION_KERNELS[attention]})
     if eager is not None:

@@ -60,7 +60,7 @@ def _check_value(engine: Engine, name: str, value: Any) -> None:
     """A behaviour's value has its field's type (that of the default): a wrong one is a one-line error."""
     default = getattr(DEFAULT_PARAMS, name)
     if name == "moe_dispatcher":
-        if value not in MOE_DISPATCHERS:
+        if not isinstance(value, str) or value not in MOE_DISPATCHERS:
             raise BandwiseError(f"engine {engine.label}: moe_dispatcher={value!r} is not a dispatcher bandwise prices; write one of {', '.join(MOE_DISPATCHERS)}")
         return
     if isinstance(default, bool) or name == "fused_cross_entropy":

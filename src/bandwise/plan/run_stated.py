@@ -183,7 +183,7 @@ def read_stated(run: dict[str, Any], conventions: str, recompute: str | None, no
     compiled = "compile" in str(run.get("precision") or "").lower() and state("compiled")
     grad_reduce = run.get("grad_reduce")
     if grad_reduce is not None:
-        if grad_reduce not in GRAD_REDUCE:
+        if not isinstance(grad_reduce, str) or grad_reduce not in GRAD_REDUCE:
             raise BandwiseError(f"run {brief(rid)}: grad_reduce {brief(grad_reduce)}: write one of {', '.join(GRAD_REDUCE)}")
         state("grad_reduce")
     capacity, one_hot = _moe_capacity(p)
@@ -233,7 +233,7 @@ def read_stated(run: dict[str, Any], conventions: str, recompute: str | None, no
         state("sequence_parallel")
     attention = run.get("attention")
     if attention is not None:
-        if attention not in ATTENTION_KERNELS:
+        if not isinstance(attention, str) or attention not in ATTENTION_KERNELS:
             raise BandwiseError(f"run {brief(rid)}: attention {brief(attention)}: write one of {', '.join(ATTENTION_KERNELS)}")
         state("attention")
     return Stated(precision=precision, overlap=overlap, compiled=compiled, grad_reduce=grad_reduce,
