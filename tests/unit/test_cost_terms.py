@@ -1105,3 +1105,29 @@ def test_flash_attention_1_runs_the_attention_core_at_half_flash_attention_2s_ra
         f1, b1 = attention_core(m, dev, s, rates, fa1)
         f2, b2 = attention_core(m, dev, s, rates, fa2)
         assert float(f1[0]) == pytest.approx(2.0 * float(f2[0])) and float(b1[0]) == pytest.approx(2.0 * float(b2[0])), cluster
+
+
+@pytest.mark.parametrize("pp", [1, 2, 4])
+def test_a_tied_embedding_sums_its_two_copies_gradients_once_a_step_across_the_pipeline(pp):
+    """Under a pipeline, a tied embedding's first-stage matrix and last-stage copy all-reduce their gradients after
+    the backward (Megatron-Core `_allreduce_word_embedding_grads`, nanotron `sync_tied_weights_gradients`, the
+    trainer's `sum_tied_grads`): the step gains exactly `comm`'s price of that all-reduce, the embedding's TP shard in
+    the gradients' dtype between two ranks (pp - 1) pipeline strides apart, counted with the gradient sync; an untied
+    model and a single stage gain nothing."""
+    m = replace(get_model("debug"), layers=4, tied_embeddings=True)
+    cluster = two_level(inner=2, w_in=100 * GB, w_out=10 * GB, a_in=5e-6, a_out=50e-6)
+    s = Strategy(tp=2, pp=pp, micro_batch=1, global_batch=4, schedule="1F1B")
+    tied = estimate(m, cluster, s)
+    untied = estimate(replace(m, tied_embeddings=False), cluster, s)
+    stride = 2  # order tp, cp, dp_shard, dp_replicate, pp: a pipeline stride is the TP group's size
+    want = 0.0 if pp == 1 else float(comm.all_reduce_time(cluster, np.array([m.vocab * m.hidden / 2 * 4.0]), np.array([stride * (pp - 1)]),
+                                                          np.array([2.0]))[0])
+    from bandwise.cost.terms.keyed import comm_terms, layer_terms
+    c = Layouts.of([s])
+    ct = comm_terms(m, cluster, c, s.order, layer_terms(m, cluster, c))
+    assert float(ct.tied[0]) == pytest.approx(want)
+    ct_untied = comm_terms(replace(m, tied_embeddings=False), cluster, c, s.order, layer_terms(replace(m, tied_embeddings=False), cluster, c))
+    assert float(ct_untied.tied[0]) == 0.0
+    # no data parallelism: the gradient sync's share of the breakdown is this all-reduce alone
+    assert tied.breakdown["dp"] == pytest.approx(want) and untied.breakdown["dp"] == 0.0
+    assert (want > 0) == (pp > 1)

@@ -109,7 +109,7 @@ def _time(m: ModelSpec, dev: Device, rows: _Rows, ct: CommTerms, P: CostParams) 
     dp_contention = data_parallel_contention(dev, sync.total, sync.exposed)
     sends = pipe.sends(ct.p2p, s, n_mb, P.pipeline_sends_blocking, ct.p2p_gather)
     optimizer = optimizer_time(dev, local, s.zero, rows.dense, rows.experts, P)
-    norm = norm_time(m, layers_rank, ct.norm, P.norm_all_reduces_per_tensor)
+    norm = norm_time(m, layers_rank, ct.norm, P.norm_all_reduces_per_tensor) + ct.tied  # the gradients' own reductions
     step = busy + bubble + dp_contention + sync.exposed + norm + sends + optimizer
 
     use = utilisation(m, dev, s, c.recompute, rows.global_batch, step, P)

@@ -74,6 +74,8 @@ class CommTerms:
     """A received activation's TP shards gathered whole (`terms.pipeline.partition_gather_time`)."""
     norm: np.ndarray
     """One gradient tensor's norm reduction: scalar all-reduces over its sharding groups (`terms.grad_norm`)."""
+    tied: np.ndarray
+    """A tied embedding's gradients summed between the first and last pipeline stage, once a step (`terms.pipeline.tied_embedding_sync`)."""
 
 
 def layer_terms(m: ModelSpec, cluster: Cluster, c: Layouts, P: CostParams = DEFAULT_PARAMS) -> LayerTerms:
@@ -92,4 +94,5 @@ def comm_terms(m: ModelSpec, cluster: Cluster, c: Layouts, order: tuple[str, ...
         sync=SyncGroups.of(cluster, s, groups, lt.local), p2p=pipe.p2p_time(m, cluster, s, groups.pp),
         p2p_gather=pipe.partition_gather_time(m, cluster, s, groups.tp) if P.pipeline_sends_blocking else np.zeros_like(s.tp),
         norm=norm_latency(cluster, s, groups) if P.norm_all_reduces_per_tensor > 0 else np.zeros_like(s.tp),
+        tied=pipe.tied_embedding_sync(m, cluster, s, groups.pp, P.grad_reduce_bytes),
     )

@@ -24,6 +24,20 @@ def partition_gather_time(m: ModelSpec, cluster: Cluster, s: Shape, tp_stride: n
     return comm.all_gather_time(cluster, s.tokens * m.hidden * BF16, tp_stride, s.tp)
 
 
+def tied_embedding_sync(m: ModelSpec, cluster: Cluster, s: Shape, pp_stride: np.ndarray, grad_bytes: float) -> np.ndarray:
+    """Seconds a step of the all-reduce that keeps a tied embedding's two copies equal: the first stage's
+    matrix and the last stage's copy for the output layer sum their gradients after the backward, the
+    embedding's TP shard in the gradients' dtype between two ranks (pp - 1) pipeline strides apart, with
+    nothing to hide behind (Megatron-Core `finalize_model_grads`, `_allreduce_word_embedding_grads`;
+    nanotron `sync_tied_weights_gradients`; bandwise's `runtime.parallel.tied.sum_tied_grads`). Zero
+    without a pipeline or without tied embeddings."""
+    if not m.tied_embeddings:
+        return np.zeros_like(s.pp, dtype=float)
+    nbytes = m.vocab * m.hidden / s.tp * grad_bytes
+    both = np.maximum(s.pp - 1, 1) * pp_stride
+    return np.where(s.pp > 1, comm.all_reduce_time(cluster, nbytes, both, np.full_like(s.pp, 2.0, dtype=float)), 0.0)
+
+
 def sends(p2p: np.ndarray, s: Shape, n_mb: np.ndarray, blocking: bool = False, gather: np.ndarray | float = 0.0) -> np.ndarray:
     """Seconds per step of pipeline sends on the critical path.
 
