@@ -18,6 +18,9 @@ The script patches the cost model's `materialized_attention` for those runs only
 as the engine version will in the model), and prints each moved run's error before and after and the sets' figures.
 
     PYTHONPATH=src python3 benchmarks/predict_bigscience_softmax.py
+
+It reproduces the prediction at 270a125, before the change; from 6b7d348 on the model prices the rule itself
+(`CostParams.softmax_check_on_heads`), so "after" counts the extra bytes twice there.
 """
 
 from __future__ import annotations

@@ -12,6 +12,9 @@ The script sets those prices through the cost model's existing override (`CostPa
 and `flash_attention` off, and prints each row's error before and after.
 
     PYTHONPATH=src python3 benchmarks/predict_stated_attention.py
+
+It reproduces the prediction at c609748, before the change; from aeef8ec on the rows state their kernels and the model
+prices them itself, so "before" and "after" read alike.
 """
 
 from __future__ import annotations
@@ -48,8 +51,7 @@ def main() -> None:
         else:
             params = replace(base, attention="fa2")
         before = V.predict(case)
-        after = V.predict(case, params) if params is not base else before
-        # predict() re-applies the engine and the run's statements over `params`; the override survives both
+        after = V.predict(case, params)  # predict() re-applies the engine and the run's statements over `params`; the override survives both
         out[run["id"]] = (kernel, before.predicted, after.predicted, before.target)
         print(f"{run['id']:42s} {kernel:12s} {before.predicted:8.0f} -> {after.predicted:8.0f} tokens/s (measured {before.target:.0f}):"
               f" {before.predicted / before.target - 1:+.1%} -> {after.predicted / after.target - 1:+.1%}")

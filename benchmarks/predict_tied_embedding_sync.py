@@ -13,6 +13,9 @@ pipeline strides apart, added to the step of every shipped run with tied embeddi
 error before and after.
 
     PYTHONPATH=src python3 benchmarks/predict_tied_embedding_sync.py
+
+It reproduces the prediction at ccb12e9, before the change; from adb90b9 on the model prices the all-reduce itself
+(`terms.pipeline.tied_embedding_sync`), so "after" counts it twice there.
 """
 
 from __future__ import annotations

@@ -140,8 +140,9 @@ class Device:
             raise BandwiseError(f"device {self.name!r}: sm_count={self.sm_count!r} must be an integer >= 0")
 
     def attention_fill(self, kernel: str) -> float:
-        """Keys per call at which `kernel` (the cost model's `attention`: 'fa2', else the chip's own) runs at half its efficiency."""
-        if kernel == "fa2" and self.fa2_attention_fill_tokens is not None:
+        """Keys per call at which `kernel` (the cost model's `attention`: 'fa2' or 'fa1', the FlashAttention kernels,
+        priced with FlashAttention-2's fill; else the chip's own) runs at half its efficiency."""
+        if kernel in ("fa2", "fa1") and self.fa2_attention_fill_tokens is not None:
             return self.fa2_attention_fill_tokens
         return self.attention_fill_tokens
 

@@ -298,7 +298,7 @@ def attention_core(m: ModelSpec, dev: Device, s: Shape, rates: Rates, P: CostPar
     # (windowed layers loop over at most w keys per query tile, chunked ones over at most their
     # chunk, less loop than this; the fill is left at the whole chunk's, which flatters a small
     # window such as gpt-oss's 128, and hardly a chunk of 8192)
-    attn_eff = attn_eff * keys / (keys + dev.attention_fill("fa2" if P.attention == "fa1" else P.attention))
+    attn_eff = attn_eff * keys / (keys + dev.attention_fill(P.attention))
     # the FLOPs are the windowed and chunked mean over layers (`attention_core_flops_per_token`)
     fwd = attention_core_flops_per_token(m, causal=True) * s.tokens / s.tp / (rates.bf16_peak * attn_eff)
     return fwd, P.attention_backward_ratio * fwd
