@@ -1,9 +1,12 @@
-"""Convert llm-foundry's A100 MPT benchmark tables into held-out published runs.
+"""Convert llm-foundry's A100 MPT benchmark tables into published runs.
 
-    python benchmarks/llmfoundry_a100_runs.py README.md > benchmarks/data/llmfoundry_mpt_a100_runs.yaml
+    python benchmarks/llmfoundry_a100_runs.py README.md > a100_runs.yaml
 
 README.md is scripts/train/benchmarking/README.md of mosaicml/llm-foundry at commit 4952183 (the
-commit the H100 runs in benchmarks/data/llmfoundry_mpt_runs.yaml come from); nothing is fetched.
+commit the source `llmfoundry_mpt`'s H100 runs come from); nothing is fetched. The runs it wrote on
+2026-11-26 were held out in benchmarks/data until 2026-12-07 and are shipped since, in the source
+`llmfoundry_mpt` of src/bandwise/data/published_runs.yaml with their first sights; run it again to
+check a row against the table.
 Its "A100 80GB" and "A100 40GB with 1600 Gbps node-node interconnect (RoCE)" tables become runs in
 the same schema as the H100 ones: model dims from the MPT yamls (the H100 file's `model` blocks;
 125m and 350m from mpt-125m.yaml / mpt-350m.yaml: d_model 768 / 1024, n_heads 12 / 16, n_layers
@@ -18,7 +21,9 @@ from pathlib import Path
 
 import yaml
 
-HERE = Path(__file__).parent
+from bandwise.plan.runs import default_runs_path
+
+SOURCE = "llmfoundry_mpt"
 TABLES = {
     "## A100 80GB with 1600 Gbps node-node interconnect (RoCE)": ("A100-SXM4-80GB", "a100_80gb"),
     "## A100 40GB with 1600 Gbps node-node interconnect (RoCE)": ("A100-SXM4-40GB", "a100_40gb"),
@@ -30,9 +35,14 @@ SHARDING = {
 }
 
 
+def _h100() -> tuple[list[dict], dict]:
+    """The source's H100 runs and its source entry, from the shipped runs."""
+    data = yaml.safe_load(default_runs_path().read_text())
+    return [r for r in data["runs"] if r["source"] == SOURCE and "H100" in r["hardware"]["accelerator"]], {SOURCE: data["sources"][SOURCE]}
+
+
 def _models() -> dict[str, dict]:
-    h100 = yaml.safe_load((HERE / "data" / "llmfoundry_mpt_runs.yaml").read_text())
-    models = {r["model"]["name"].split("-")[1]: dict(r["model"]) for r in h100["runs"]}
+    models = {r["model"]["name"].split("-")[1]: dict(r["model"]) for r in _h100()[0]}
     for size, (d, heads, layers) in SMALL.items():
         models[size] = {"name": f"MPT-{size}", "type": "dense", "layers": layers, "hidden": d, "ffn": 4 * d, "ffn_type": "GELU",
                         "heads": heads, "kv_heads": heads, "vocab": 50368, "seq_len": 2048, "dropout": 0.0, "tied_embeddings": True}
@@ -89,17 +99,15 @@ def main() -> None:
     readme = path.read_text()
     if not rows(readme):
         sys.exit(f"{path}: no A100 table rows found; is it llm-foundry's scripts/train/benchmarking/README.md at 4952183?")
-    h100 = yaml.safe_load((HERE / "data" / "llmfoundry_mpt_runs.yaml").read_text())
     models = _models()
     runs = [run(*r, models) for r in rows(readme)]
     ids = [r["id"] for r in runs]
     if len(set(ids)) != len(ids):
         sys.exit(f"two rows give the same run id: {sorted({i for i in ids if ids.count(i) > 1})[:3]}; tell them apart in run()")
-    meta = dict(h100["meta"], title="Held-out published runs: llm-foundry's MPT benchmark tables (A100 80GB and 40GB, BF16)", n_runs=len(runs),
-                compiled_on="2026-11-26, from llm-foundry at commit 4952183 (README tables and the MPT yamls) by benchmarks/llmfoundry_a100_runs.py")
-    header = ("# Held out from the shipped runs, like llmfoundry_mpt_runs.yaml (the same source's H100 tables): `bandwise validate\n"
-              "# --runs benchmarks/data/llmfoundry_mpt_a100_runs.yaml` (benchmarks/RESULTS.md). Written by benchmarks/llmfoundry_a100_runs.py.\n")
-    sys.stdout.write(header + yaml.safe_dump({"meta": meta, "sources": h100["sources"], "runs": runs}, sort_keys=False, width=150, allow_unicode=True))
+    meta = {"title": "llm-foundry's MPT benchmark tables (A100 80GB and 40GB, BF16)", "n_runs": len(runs),
+            "compiled_on": "from llm-foundry at commit 4952183 (README tables and the MPT yamls) by benchmarks/llmfoundry_a100_runs.py"}
+    header = "# Written by benchmarks/llmfoundry_a100_runs.py: `bandwise validate --runs FILE` reads it.\n"
+    sys.stdout.write(header + yaml.safe_dump({"meta": meta, "sources": _h100()[1], "runs": runs}, sort_keys=False, width=150, allow_unicode=True))
 
 
 if __name__ == "__main__":

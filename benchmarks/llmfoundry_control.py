@@ -14,15 +14,13 @@ import ast
 import re
 import statistics
 from dataclasses import fields, replace
-from pathlib import Path
-
-import yaml
-
 from bandwise.cost.params import DEFAULT_PARAMS, CostParams
+from bandwise.plan.runs import load_runs
 from bandwise.plan.validate import run_all
 
-DATA = Path(__file__).parent / "data"
-SETS = {"A100": DATA / "llmfoundry_mpt_a100_runs.yaml", "H100": DATA / "llmfoundry_mpt_runs.yaml"}
+SOURCE = "llmfoundry_mpt"
+"""llm-foundry's MPT tables in the shipped runs; each set is the runs whose accelerator names its chip."""
+SETS = ("A100", "H100")
 
 
 def _override(text: str) -> tuple[str, object]:
@@ -40,9 +38,10 @@ def main() -> None:
     print(f"changed: {', '.join(args.set) or 'nothing'}\n")
     print("| set | runs | median abs error | signed median | sequence <= 2,048 | sequence > 2,048 |")
     print("|---|---:|---:|---:|---:|---:|")
-    for name, path in SETS.items():
-        doc = yaml.safe_load(path.read_text())
-        ok = [r for r in run_all(doc["runs"], sources=doc["sources"], params=params) if r.error is not None]
+    runs, sources = load_runs()
+    for name in SETS:
+        chosen = [r for r in runs if r["source"] == SOURCE and name in r["hardware"]["accelerator"]]
+        ok = [r for r in run_all(chosen, sources=sources, params=params) if r.error is not None]
         seq = {r.id: int(re.search(r"seq(\d+)", r.id).group(1)) for r in ok}
 
         def signed(keep) -> str:  # noqa: ANN001

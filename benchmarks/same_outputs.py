@@ -42,8 +42,6 @@ VOLATILE = {"seconds"}
 def commands() -> dict[str, list[str]]:
     runs = {
         "validate": ["validate", "--json"],
-        "validate-llmfoundry-h100": ["validate", "--runs", str(HERE / "data" / "llmfoundry_mpt_runs.yaml"), "--json"],
-        "validate-llmfoundry-a100": ["validate", "--runs", str(HERE / "data" / "llmfoundry_mpt_a100_runs.yaml"), "--json"],
         "compare": ["compare", "--json"],
         "sweep": ["sweep", "--vary", "scale-up-size=8,16,72", "--json"],
         # the dry run beside the planner (needs the train extra): a pipelined dense layout and an MoE one
