@@ -13,7 +13,7 @@ from bandwise.cost.compute import gemm_time
 from bandwise.cost.memory import GIB, activation_bytes_per_token, model_state_bytes
 from bandwise.cost.params import DEFAULT_PARAMS, CostParams
 from bandwise.cost.profiles import params_for
-from bandwise.cost.step import estimate
+from bandwise.cost.step import estimate, estimates
 from bandwise.cost.terms.compute import (
     CROSS_ENTROPY_BYTES_EAGER,
     CROSS_ENTROPY_BYTES_FUSED,
@@ -1131,3 +1131,20 @@ def test_a_tied_embedding_sums_its_two_copies_gradients_once_a_step_across_the_p
     # no data parallelism: the gradient sync's share of the breakdown is this all-reduce alone
     assert tied.breakdown["dp"] == pytest.approx(want) and untied.breakdown["dp"] == 0.0
     assert (want > 0) == (pp > 1)
+
+
+def test_strategies_priced_together_get_what_each_gets_alone():
+    """`estimates` prices the completions of one layout as the columns of one evaluation (validate's path):
+    each Estimate must be the one `estimate` gives that Strategy alone, to the bit; strategies of another
+    device count are refused, and an invalid one raises as `estimate` does."""
+    model, cluster = get_model("llama3-8b"), get_cluster("h100")
+    base = Strategy(dp_shard=8, pp=2, tp=2, micro_batch=1, global_batch=64, schedule="1F1B")
+    layouts = [base, base.replace(recompute="full"), base.replace(micro_batch=2), base.replace(schedule="Interleaved1F1B", virtual_stages=2),
+               base.replace(zero_stage=0, dp_shard=1, dp_replicate=8), base.replace(micro_batch=8, recompute="none")]
+    together = estimates(model, cluster, layouts)
+    assert [e.to_dict() for e in together] == [estimate(model, cluster, s).to_dict() for s in layouts]
+    assert estimates(model, cluster, []) == []
+    with pytest.raises(ValueError, match="one device count"):
+        estimates(model, cluster, [base, base.replace(dp_shard=4)])
+    with pytest.raises(BandwiseError):
+        estimates(model, cluster, [base, base.replace(micro_batch=3)])

@@ -198,8 +198,23 @@ def capacity_bytes(cluster: Cluster, params: CostParams = DEFAULT_PARAMS) -> flo
 
 def estimate(model: ModelSpec, cluster: Cluster, strategy: Strategy, params: CostParams = DEFAULT_PARAMS) -> Estimate:
     """Estimate one Strategy; raises BandwiseError if it is not valid for this model and cluster."""
-    strategy.check(strategy.world_size, model)
-    cluster.check_devices(strategy.world_size)
-    cluster = cluster.placed(strategy.world_size)
-    cluster.device.peak(strategy.precision)
-    return evaluate(model, cluster, Layouts.of([strategy]), strategy.order, params).estimate(0, capacity_bytes(cluster, params))
+    return estimates(model, cluster, [strategy], params)[0]
+
+
+def estimates(model: ModelSpec, cluster: Cluster, strategies: list[Strategy], params: CostParams = DEFAULT_PARAMS) -> list[Estimate]:
+    """`estimate` of each Strategy, priced as the columns of one evaluation: they must share the device count
+    and the mesh order (the completions of one layout, `plan.validate`). Raises BandwiseError for the first
+    that is not valid for this model and cluster."""
+    if not strategies:
+        return []
+    world, order = strategies[0].world_size, strategies[0].order
+    for s in strategies:
+        if s.world_size != world or s.order != order:
+            raise ValueError("estimates prices strategies of one device count and one mesh order; call estimate for each")
+        s.check(world, model)
+    cluster.check_devices(world)
+    cluster = cluster.placed(world)
+    for precision in dict.fromkeys(s.precision for s in strategies):
+        cluster.device.peak(precision)
+    result, capacity = evaluate(model, cluster, Layouts.of(strategies), order, params), capacity_bytes(cluster, params)
+    return [result.estimate(i, capacity) for i in range(len(strategies))]

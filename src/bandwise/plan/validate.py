@@ -21,7 +21,7 @@ from bandwise.cost.memory import GIB
 from bandwise.cost.params import DEFAULT_PARAMS, CostParams
 from bandwise.cost.profiles import params_for
 from bandwise.cost.results import Estimate
-from bandwise.cost.step import estimate
+from bandwise.cost.step import estimates
 from bandwise.errors import BandwiseError
 from bandwise.files import save_figure
 from bandwise.plan.bands import engine_name, family, kind
@@ -175,7 +175,7 @@ def _complete(case: Case, params: CostParams, res: RunResult) -> tuple[Strategy,
     that needs the least memory is predicted and the run is flagged. Where none is valid at all,
     `res.reason` says so with the first rule a completion broke.
     """
-    scored, runnable, refused = [], [], []
+    valid, refused = [], []
     rules = get_engine(case.engine).rules
     for fields in _completions(case):
         strategy = _strategy(case, fields)
@@ -184,8 +184,10 @@ def _complete(case: Case, params: CostParams, res: RunResult) -> tuple[Strategy,
         except BandwiseError as exc:
             refused.append(str(exc))
             continue
-        scored.append((strategy, estimate(case.model, case.cluster, strategy, params)))
-        runnable.append(rules.why(strategy, case.model) is None)
+        valid.append(strategy)
+    # every valid completion in one evaluation of the cost model: the same figures as one `estimate` each
+    scored = list(zip(valid, estimates(case.model, case.cluster, valid, params)))
+    runnable = [rules.why(strategy, case.model) is None for strategy in valid]
     if any(runnable):  # completions the engine can run; a stated layout it cannot is still the run's
         scored = [s for s, ok in zip(scored, runnable) if ok]
     if not scored:
