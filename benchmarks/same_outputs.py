@@ -11,8 +11,8 @@ two such folders and names every output that differs, with its first differing l
 To compare with an earlier commit, check it out into another folder (`git worktree add`), run
 `write` there with that folder's `src` first on PYTHONPATH, and `diff` the two folders.
 
-The outputs: `validate --json` on the shipped runs (one path since issue 36) and
-on the two llm-foundry files; `plan --json` and each `--emit` on the four reference cases; the
+The outputs: `validate --json` on the shipped runs (one path since issue 36; llm-foundry's among them since
+2026-12-07); `plan --json` and each `--emit` on the four reference cases; the
 default `compare` and a `sweep`, as JSON; two dry runs beside the planner's figures (`train --dry-run --json`). A search's own run time (`seconds`) is dropped: it is the
 only field that changes from run to run (checked by writing twice and diffing).
 """

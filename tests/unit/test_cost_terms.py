@@ -1148,3 +1148,20 @@ def test_strategies_priced_together_get_what_each_gets_alone():
         estimates(model, cluster, [base, base.replace(dp_shard=4)])
     with pytest.raises(BandwiseError):
         estimates(model, cluster, [base, base.replace(micro_batch=3)])
+
+
+def test_unique_rows_is_numpys_row_unique_packed_or_not():
+    """`columns.unique_rows` packs the columns into one int64 key where they fit their bits and falls back
+    to `np.unique(axis=0)` where one does not: both give numpy's distinct rows, in its order, and the
+    inverse that rebuilds every row."""
+    from bandwise.cost.columns import unique_rows
+
+    rng = np.random.default_rng(0)
+    cols = [np.repeat(rng.integers(0, 8, 50), 3), np.repeat(rng.integers(0, 1 << 16, 50), 3), np.repeat(rng.integers(0, 2, 50), 3)]
+    want, want_inv = np.unique(np.stack(cols, axis=1), axis=0, return_inverse=True)
+    for bits in ((3, 16, 1), (3, 15, 1)):  # the second: a column past its bits, numpy's path
+        got, inv = unique_rows(cols, bits)
+        assert np.array_equal(got, want) and np.array_equal(inv, want_inv.reshape(-1))
+        assert np.array_equal(got[inv], np.stack(cols, axis=1))
+    got, inv = unique_rows([np.array([5]), np.array([1])], (3, 1))
+    assert got.tolist() == [[5, 1]] and inv.tolist() == [0]

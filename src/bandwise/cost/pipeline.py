@@ -41,6 +41,7 @@ from typing import Any, NamedTuple, Sequence
 import numpy as np
 
 from bandwise.cost import schedules as schedules_module
+from bandwise.cost.columns import unique_rows
 from bandwise.cost.schedules import Action, action_orders, check, rounds, stage_rank
 from bandwise.errors import BandwiseError
 from bandwise.specs.schedules import BY_NAME
@@ -579,28 +580,11 @@ def pipeline_factors(
     no pipeline: no bubble, one micro-batch in flight, nothing waiting.
     """
     sched, p, m, v = np.broadcast_arrays(*(np.asarray(x, dtype=np.int64) for x in (schedule, p, m, v)))
-    cols = [sched.ravel(), p.ravel(), m.ravel(), v.ravel()]
-    bits = (3, 16, 20, 6)  # one int64 key per row: a 1-D unique sorts ~10x faster than rows
-    if all(((c >= 0) & (c < (1 << nb))).all() for c, nb in zip(cols, bits)):
-        packed = ((cols[0] << 16 | cols[1]) << 20 | cols[2]) << 6 | cols[3]
-        keys_u, inverse = _unique_runs(packed)
-        unique = np.stack([keys_u >> 42, keys_u >> 26 & 0xFFFF, keys_u >> 6 & 0xFFFFF, keys_u & 0x3F], axis=1)
-    else:
-        unique, inverse = np.unique(np.stack(cols, axis=1), axis=0, return_inverse=True)
+    unique, inverse = unique_rows([sched, p, m, v], (3, 16, 20, 6))
     n = len(PipelineFactors._fields)
     values = np.array([_factors(int(s), int(pp), int(mm), int(vv), float(f), float(b), float(w)) for s, pp, mm, vv in unique.tolist()]).reshape(-1, n)
     per_row = np.take(np.ascontiguousarray(values.T), inverse.reshape(-1), axis=1)  # one gather, each factor a contiguous row
     return PipelineFactors(*(per_row[k].reshape(sched.shape) for k in range(n)))
-
-
-def _unique_runs(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """`np.unique(keys, return_inverse=True)`, sorting one key per run of equal neighbours: the
-    planner's rows repeat each (schedule, p, m, v) over their recomputation and precision choices."""
-    if len(keys) < 2:
-        return np.unique(keys, return_inverse=True)
-    starts = np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1])))
-    unique, run_inverse = np.unique(keys[starts], return_inverse=True)
-    return unique, np.repeat(run_inverse.reshape(-1), np.diff(np.append(starts, len(keys))))
 
 
 @lru_cache(maxsize=None)

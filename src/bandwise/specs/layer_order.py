@@ -153,6 +153,11 @@ def _normalized_flops(m: ModelSpec) -> np.ndarray | None:
     return w
 
 
+def layers_alike(m: ModelSpec) -> bool:
+    """Whether every layer of `m` computes alike, so that any cut of its layers weighs each rank by its layer count."""
+    return _normalized_flops(m) is None
+
+
 @lru_cache(maxsize=4096)
 def stage_weights(m: ModelSpec, pp: int, v: int, v_shaped: bool) -> tuple[float, float]:
     """(heaviest rank's compute over its share by layer count, the output head's rank's likewise)

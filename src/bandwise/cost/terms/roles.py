@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from bandwise.cost.columns import unique_rows
 from bandwise.cost.terms.placement import LocalParams
 from bandwise.cost.terms.shape import Shape
 from bandwise.cost.terms.stages import StageCompute
@@ -79,10 +80,8 @@ def param_weights(m: ModelSpec, pp: np.ndarray, v: np.ndarray, v_shaped: np.ndar
     ones = np.ones(pp.shape)
     if not m.blocks:
         return ones, ones, ones
-    keys = np.stack([pp.ravel(), v.ravel(), v_shaped.ravel().astype(pp.dtype)], axis=1)
-    combos, inverse = np.unique(keys, axis=0, return_inverse=True)
-    found = np.array([stage_param_weights(m, int(a), int(b), bool(c)) for a, b, c in combos]).reshape(-1, 3)
-    inverse = inverse.reshape(-1)
+    combos, inverse = unique_rows([pp, v, v_shaped], (24, 16, 1))
+    found = np.array([stage_param_weights(m, int(a), int(b), bool(c)) for a, b, c in combos.tolist()]).reshape(-1, 3)
     return tuple(found[inverse, i].reshape(pp.shape) for i in range(3))  # type: ignore[return-value]
 
 

@@ -7,13 +7,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from bandwise.cost.columns import unique_rows
 from bandwise.cost.flops import BF16
 from bandwise.cost.params import CostParams
 from bandwise.cost.terms.compute import HeadCompute, LayerPasses
 from bandwise.cost.terms.placement import LocalParams
 from bandwise.cost.terms.shape import Shape
 from bandwise.specs.hardware import Device
-from bandwise.specs.layer_order import stage_weights
+from bandwise.specs.layer_order import layers_alike, stage_weights
 from bandwise.specs.model import ModelSpec
 from bandwise.specs.strategy import RECOMPUTE, SCHEDULES, V_SHAPED
 
@@ -49,12 +50,12 @@ def kind_weights(m: ModelSpec, pp: np.ndarray, v: np.ndarray, v_shaped: np.ndarr
     heavy, head = np.ones(pp.shape), np.ones(pp.shape)
     if m.layers <= 1:
         return heavy, head
-    keys = np.stack([pp.ravel(), v.ravel(), v_shaped.ravel().astype(pp.dtype)], axis=1)
-    combos, inverse = np.unique(keys, axis=0, return_inverse=True)
-    found = np.array([stage_weights(m, int(a), int(b), bool(c)) for a, b, c in combos]).reshape(-1, 2)
+    if layers_alike(m):
+        return heavy, head
+    combos, inverse = unique_rows([pp, v, v_shaped], (24, 16, 1))
+    found = np.array([stage_weights(m, int(a), int(b), bool(c)) for a, b, c in combos.tolist()]).reshape(-1, 2)
     if np.all(found == 1.0):
         return heavy, head
-    inverse = inverse.reshape(-1)
     return found[inverse, 0].reshape(pp.shape), found[inverse, 1].reshape(pp.shape)
 
 
