@@ -17,6 +17,7 @@ A model read from a file is the preset only when its shape and these fields are 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -655,9 +656,11 @@ def _preset_spec(name: str) -> ModelSpec | None:
     return model_presets().get(name.lower())
 
 
+@lru_cache(maxsize=512)
 def _shape(m: ModelSpec) -> ModelSpec:
     """The fields that make the model: not its name, source or training sequence length, nor its
-    norm and bias count (`vector_params`, which the presets leave at 0: they count weight matrices)."""
+    norm and bias count (`vector_params`, which the presets leave at 0: they count weight matrices).
+    Cached: an export compares the model with every preset for each candidate layout it adapts."""
     return replace(m, name="", source="", seq_len=1, vector_params=0)
 
 
