@@ -121,4 +121,14 @@ def test_the_attention_kernel_a_job_states_prices_its_attention(capsys):
     assert tokens("a100-80g", "--attention", "fa2") == a100
     for cluster, base in (("h100", h100), ("a100-80g", a100)):
         assert tokens(cluster, "--attention", "materialized") < base and tokens(cluster, "--eager") < base
-        assert tokens(cluster, "--attention", "fa1") < tokens(cluster, "--attention", "fa2")
+        assert tokens(cluster, "--attention", "fa1") < tokens(cluster, "--attention", "triton") < tokens(cluster, "--attention", "fa2")
+
+
+def test_the_priced_as_line_names_a_stated_attention_kernel(capsys):
+    """The line that names the engine names the attention kernel where it is not the chip's current fused one:
+    the user's `--attention`, or the engine's own (llm-foundry prices FlashAttention-2 on an H100)."""
+    for flags, said in (([], None), (["--attention", "triton"], "triton"), (["--attention", "materialized"], "materialized"),
+                        (["--engine", "llm-foundry"], "fa2")):
+        code, out, _ = run(["plan", "--model", "debug", "--devices", "2", *flags], capsys)
+        flat = " ".join(out.split())
+        assert code == 0 and (f"attention {said} (--attention)" in flat if said else "(--attention)" not in flat), flags

@@ -685,7 +685,7 @@ def test_a_run_that_states_its_attention_kernel_is_priced_as_plan_attention(tmp_
 
     run = shipped_run("mds_rebase_gpt_2p7b_8a100_fa2")
     tokens = {}
-    for kernel in ("fa2", "fa1", "materialized"):
+    for kernel in ("fa2", "fa1", "triton", "materialized"):
         stated = {**copy.deepcopy(run), "id": f"user_{kernel}", "attention": kernel}
         case = convert(stated, published.SOURCES)
         assert priced(case) == cost_params(DEFAULT_PARAMS.headroom, kernel, None, case.engine, case.cluster.device), kernel
@@ -695,7 +695,7 @@ def test_a_run_that_states_its_attention_kernel_is_priced_as_plan_attention(tmp_
         (res,) = json.loads(capsys.readouterr().out)["runs"]
         assert f"stated: {STATED['attention']}" in res["notes"]
         tokens[kernel] = res["predicted_tokens_per_s_per_device"]
-    assert tokens["fa2"] > tokens["fa1"] > tokens["materialized"]
+    assert tokens["fa2"] > tokens["triton"] > tokens["fa1"] > tokens["materialized"]
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump({"sources": {}, "runs": [{**copy.deepcopy(run), "attention": "fa3"}]}))
     assert exit_code(["validate", "--runs", str(bad), "--json"]) == 0  # a run that cannot be read is reported, not fatal

@@ -76,9 +76,13 @@ def narrowed_lines(out: Output, points: list[Point]) -> None:
 
 def priced_as(engine: Engine, params: CostParams | None = None, fp8: bool = False) -> str:
     """The line under every planning header that says which software the figures assume, the
+    attention kernel where it is not the chip's current fused one (the engine's or `--attention`), the
     gradient dtype where it is not fp32 (`--grad-reduce`), and the float8 recipe where fp8 is priced
     (`--fp8-recipe`)."""
     line = f"priced as [b]{engine.label}[/b] runs it: {engine.title} (bandwise engines --show {engine.name}; --engine to change)"
+    kernel = None if params is None else params.attention if params.flash_attention else "materialized"
+    if kernel not in (None, "flash"):
+        line += f"; attention [b]{kernel}[/b] (--attention)"
     if params is not None and params.grad_reduce_bytes != GRAD_REDUCE["fp32"]:
         line += f"; gradients kept and reduced in [b]{grad_reduce_name(params.grad_reduce_bytes)}[/b] (--grad-reduce)"
     if params is not None and fp8:

@@ -23,9 +23,10 @@ class CostParams:
     attention: str = "flash"
     """The fused attention kernel the job runs: "flash", the chip's current one
     (`Device.attention_efficiency`); "fa2", FlashAttention-2, what PyTorch's SDPA flash backend
-    runs (`Device.fa2_attention_efficiency`, slower on Hopper); "fa1", FlashAttention 1.x, at
-    FlashAttention-2's efficiency over `FA2_OVER_FA1`. Attention without a fused kernel is
-    `flash_attention` off. `ATTENTION_KERNELS` maps the CLI's `--attention` onto both."""
+    runs (`Device.fa2_attention_efficiency`, slower on Hopper); "fa1", FlashAttention 1.x, and
+    "triton", FlashAttention written in Triton, at FlashAttention-2's efficiency over their ratio to it
+    (`FA2_SLOWDOWN`). Attention without a fused kernel is `flash_attention` off. `ATTENTION_KERNELS` maps
+    the CLI's `--attention` onto both."""
     attention_backward_ratio: float = 2.5
     """Backward/forward FLOPs of flash attention: 5 matmuls against 2, P is recomputed (Dao 2023, Sec. 3.1)."""
     hbm_efficiency: float = 0.8
@@ -380,17 +381,26 @@ ATTENTION_KERNELS: dict[str, dict[str, Any]] = {
     "flash": {},
     "fa2": {"attention": "fa2"},
     "fa1": {"attention": "fa1"},
+    "triton": {"attention": "triton"},
     "materialized": {"flash_attention": False},
 }
 """`--attention` of plan and estimate: the CostParams fields each kernel sets. flash: the chip's
 current fused kernel (FlashAttention-3 or cuDNN on Hopper, FlashAttention-2 on Ampere); fa2:
 FlashAttention-2, as PyTorch's `scaled_dot_product_attention` runs it; fa1: FlashAttention 1.x
-(the flash-attn package before 2.0, 2022-23); materialized: attention that writes the s x s scores
-to memory (Megatron-LM's 2022 CoreAttention, eager PyTorch)."""
+(the flash-attn package before 2.0, 2022-23); triton: FlashAttention written in Triton (flash-attn's
+`flash_attn_triton.py` of 2022-23, llm-foundry's `attn_impl: triton`); materialized: attention that writes
+the s x s scores to memory (Megatron-LM's 2022 CoreAttention, eager PyTorch)."""
 FA2_OVER_FA1 = 2.0
 """FlashAttention-2 over FlashAttention 1.x, forward and backward: "around 2x speedup compared to
 FlashAttention" (Dao 2023, "FlashAttention-2", abstract; 1.7-3.0x over lengths and head widths on an
 A100 in Sec. 4.1)."""
+FA2_OVER_TRITON = 1.3
+"""FlashAttention-2 over FlashAttention in Triton, forward and backward: "1.3-2.5x faster than
+FlashAttention in Triton" (Dao 2023, "FlashAttention-2", Sec. 4.1). The paper gives no central figure;
+1.3 is the end of its range nearest FlashAttention-2, the smallest slowdown it supports."""
+FA2_SLOWDOWN: dict[str, float] = {"fa2": 1.0, "fa1": FA2_OVER_FA1, "triton": FA2_OVER_TRITON}
+"""The fused kernels priced from the device's FlashAttention-2 figures (`Device.fa2_attention_efficiency`
+and its fill, `specs.hardware.FA2_KERNELS`): FlashAttention-2's efficiency over this ratio."""
 GRAD_REDUCE: dict[str, int] = {"fp32": 4, "bf16": 2}
 
 MOE_DISPATCHERS: dict[str, int] = {"alltoall": 1, "allgather": 1, "deepep": 1, "hybridep": 1}

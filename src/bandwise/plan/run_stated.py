@@ -56,8 +56,8 @@ STATED: dict[str, str] = {
                       "until their backward (Transformer Engine's offload), the copies overlapped and not priced",
     "sequence_parallel": "the run states whether its tensor parallelism splits the norms along the sequence (Megatron's "
                          "--sequence-parallel); without it their activations stay whole on every TP rank (Korthikanti et al. 2022, Eq. 2)",
-    "attention": "the run states its attention kernel (flash, fa2, fa1: FlashAttention 1.x, materialized: the s x s scores "
-                 "in memory), whatever the engine's (as plan --attention)",
+    "attention": "the run states its attention kernel (flash, fa2, fa1: FlashAttention 1.x, triton: FlashAttention in Triton, "
+                 "materialized: the s x s scores in memory), whatever the engine's (as plan --attention)",
     "remat_policy": "the run states a MaxText remat policy: full recomputation less the tensors it keeps in HBM or offloads to the host, "
                     "the offloaded ones' copies over the host link (cost/remat.py)",
 }

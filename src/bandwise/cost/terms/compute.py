@@ -31,12 +31,12 @@ from bandwise.cost.mixers import (
     mixer_kinds,
     scan_streamed_bytes_per_token,
 )
-from bandwise.cost.params import FA2_OVER_FA1, CostParams, moe_host_syncs
+from bandwise.cost.params import FA2_SLOWDOWN, CostParams, moe_host_syncs
 from bandwise.cost.quantized import QUANTIZED_CASTS, check_precision
 from bandwise.cost.remat import RematPolicy, exposed_transfer_s
 from bandwise.cost.terms.shape import Shape
 from bandwise.errors import BandwiseError
-from bandwise.specs.hardware import Device
+from bandwise.specs.hardware import FA2_KERNELS, Device
 from bandwise.specs.kinds import GatedDeltaNet
 from bandwise.specs.model import ModelSpec
 from bandwise.specs.strategy import PRECISIONS
@@ -284,13 +284,14 @@ def attention_core(m: ModelSpec, dev: Device, s: Shape, rates: Rates, P: CostPar
         unfused = softmax_unfused_on_heads(s.micro_batch, m.heads / s.tp) if P.softmax_check_on_heads else False
         return materialized_attention(m, s.tokens, s.tp, rates.bf16_peak, rates.eff, rates.bw * rates.hbm_eff,
                                       ALIBI_BIAS_BYTES if m.alibi else 0.0, unfused)
-    fa_kernel = P.attention in ("fa2", "fa1")
+    fa_kernel = P.attention in FA2_KERNELS
     if fa_kernel and dev.fa2_attention_efficiency is None and P.attention_efficiency is None:
-        raise BandwiseError(f"--attention {P.attention}: bandwise has no FlashAttention-2 figure for {dev.name} (FlashAttention 1.x is priced "
-                            "from it); use --attention flash (the chip's own fused kernel) or give fa2_attention_efficiency in a cluster file")
+        raise BandwiseError(f"--attention {P.attention}: bandwise has no FlashAttention-2 figure for {dev.name} (FlashAttention 1.x and "
+                            "FlashAttention in Triton are priced from it); use --attention flash (the chip's own fused kernel) or give "
+                            "fa2_attention_efficiency in a cluster file")
     attn_eff = P.attention_efficiency or (dev.fa2_attention_efficiency if fa_kernel else None) or dev.attention_efficiency
-    if P.attention == "fa1" and P.attention_efficiency is None:
-        attn_eff = attn_eff / FA2_OVER_FA1
+    if fa_kernel and P.attention_efficiency is None:
+        attn_eff = attn_eff / FA2_SLOWDOWN[P.attention]
     attn_eff = attn_eff * P.attention_scale
     # short sequences leave each query tile's fixed cost less loop to hide behind; under context
     # parallelism each kernel call sees one chunk of seq_len / cp keys (`Device.attention_fill`)
