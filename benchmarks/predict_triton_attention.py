@@ -19,8 +19,9 @@ moved run's error before and after.
 
     PYTHONPATH=src python3 benchmarks/predict_triton_attention.py
 
-It reproduces the prediction at d87aea5, before the change; from the change on, the runs state `attention:
-triton` themselves, so "after" prices them twice.
+It reproduces the prediction at 910d38e, the commit that adds it. From abbff50 on, the runs state `attention:
+triton` and the cost model prices it through `cost.params.FA2_SLOWDOWN`, which this emulation does not patch:
+there its "after" is FlashAttention 1.x at 2.0, not the prediction. Check that commit out to run it.
 """
 
 from __future__ import annotations
