@@ -6,7 +6,8 @@ default is `triton` at 300cc5c (2023-05-03, when the A100 80GB and 40GB tables w
 (2023-10-19, the commit that added the H100 80GB BF16 and FP8 tables); the README's example command passes none.
 The H100 large-scale table (5e85bd6, 2024-01-06) was made by `sweep.py`, which passes `--attn_impl flash` and
 installs `.[gpu-flash2]` (flash-attn 2.4.2). The FP8 rows install flash-attn 1.0.7 ("Required for flash-attn
-and FP8 training") and are left as they are: which kernel they ran is not said.
+and FP8 training") and were left out here; `sweep.sh` at b2a43a1 shows they passed no `--attn_impl` either, so
+they state `triton` too since 98e8ab9 (predicted with a trial runs file, benchmarks/RESULTS.md).
 
 `attn_impl: triton` is llm-foundry's `flash_attn_triton.py`, FlashAttention written in Triton. FlashAttention-2's
 paper: "FlashAttention-2 is 1.7-3.0x faster than FlashAttention, 1.3-2.5x faster than FlashAttention in Triton"

@@ -278,7 +278,7 @@ def test_flash_attention_2_on_hopper_keeps_its_measured_ratio_to_cudnn():
 
     def eff(kernel: str, keys: float) -> float:
         e = dev.fa2_attention_efficiency if kernel == "fa2" else dev.attention_efficiency
-        return e * keys / (keys + dev.attention_fill(kernel))
+        return e * keys / (keys + dev.attention_fill(kernel == "fa2"))
 
     assert len(timed) == 16
     for (_, _, keys), t in timed.items():

@@ -399,8 +399,9 @@ FA2_OVER_TRITON = 1.3
 FlashAttention in Triton" (Dao 2023, "FlashAttention-2", Sec. 4.1). The paper gives no central figure;
 1.3 is the end of its range nearest FlashAttention-2, the smallest slowdown it supports."""
 FA2_SLOWDOWN: dict[str, float] = {"fa2": 1.0, "fa1": FA2_OVER_FA1, "triton": FA2_OVER_TRITON}
-"""The fused kernels priced from the device's FlashAttention-2 figures (`Device.fa2_attention_efficiency`
-and its fill, `specs.hardware.FA2_KERNELS`): FlashAttention-2's efficiency over this ratio."""
+"""The fused kernels priced from the device's FlashAttention-2 figures (`Device.fa2_attention_efficiency` and
+its fill, `Device.attention_fill`): FlashAttention-2 and the earlier kernels its paper measures it against, at
+FlashAttention-2's efficiency over this ratio."""
 GRAD_REDUCE: dict[str, int] = {"fp32": 4, "bf16": 2}
 
 MOE_DISPATCHERS: dict[str, int] = {"alltoall": 1, "allgather": 1, "deepep": 1, "hybridep": 1}

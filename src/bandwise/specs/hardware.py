@@ -27,10 +27,6 @@ MAX_DEVICES = 1 << 20
 """The most accelerators a plan may have: 1,048,576, 64 times the largest run in the validation data
 (Llama 3 405B on 16,384 H100s; Dubey et al. 2024, Sec. 3.3.1). Past it a mistyped count would
 only keep the search busy."""
-FA2_KERNELS = ("fa2", "fa1", "triton")
-"""The fused attention kernels priced from a device's FlashAttention-2 figures (`Device.fa2_attention_efficiency`
-and `fa2_attention_fill_tokens`): FlashAttention-2, and the earlier kernels it is measured against, FlashAttention
-1.x and FlashAttention in Triton (`cost.params.FA2_SLOWDOWN` holds their ratios)."""
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -143,10 +139,11 @@ class Device:
         if not isinstance(self.sm_count, int) or self.sm_count < 0:
             raise BandwiseError(f"device {self.name!r}: sm_count={self.sm_count!r} must be an integer >= 0")
 
-    def attention_fill(self, kernel: str) -> float:
-        """Keys per call at which `kernel` (the cost model's `attention`: one of `FA2_KERNELS`, priced with
-        FlashAttention-2's fill; else the chip's own) runs at half its efficiency."""
-        if kernel in FA2_KERNELS and self.fa2_attention_fill_tokens is not None:
+    def attention_fill(self, fa2: bool) -> float:
+        """Keys per call at which the attention kernel runs at half its efficiency: FlashAttention-2's fill where
+        the kernel is priced from FlashAttention-2's figures (`fa2`: the cost model's `FA2_SLOWDOWN` kernels), else
+        the chip's own kernel's."""
+        if fa2 and self.fa2_attention_fill_tokens is not None:
             return self.fa2_attention_fill_tokens
         return self.attention_fill_tokens
 

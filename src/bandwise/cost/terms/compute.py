@@ -36,7 +36,7 @@ from bandwise.cost.quantized import QUANTIZED_CASTS, check_precision
 from bandwise.cost.remat import RematPolicy, exposed_transfer_s
 from bandwise.cost.terms.shape import Shape
 from bandwise.errors import BandwiseError
-from bandwise.specs.hardware import FA2_KERNELS, Device
+from bandwise.specs.hardware import Device
 from bandwise.specs.kinds import GatedDeltaNet
 from bandwise.specs.model import ModelSpec
 from bandwise.specs.strategy import PRECISIONS
@@ -284,7 +284,7 @@ def attention_core(m: ModelSpec, dev: Device, s: Shape, rates: Rates, P: CostPar
         unfused = softmax_unfused_on_heads(s.micro_batch, m.heads / s.tp) if P.softmax_check_on_heads else False
         return materialized_attention(m, s.tokens, s.tp, rates.bf16_peak, rates.eff, rates.bw * rates.hbm_eff,
                                       ALIBI_BIAS_BYTES if m.alibi else 0.0, unfused)
-    fa_kernel = P.attention in FA2_KERNELS
+    fa_kernel = P.attention in FA2_SLOWDOWN
     if fa_kernel and dev.fa2_attention_efficiency is None and P.attention_efficiency is None:
         raise BandwiseError(f"--attention {P.attention}: bandwise has no FlashAttention-2 figure for {dev.name} (FlashAttention 1.x and "
                             "FlashAttention in Triton are priced from it); use --attention flash (the chip's own fused kernel) or give "
@@ -299,7 +299,7 @@ def attention_core(m: ModelSpec, dev: Device, s: Shape, rates: Rates, P: CostPar
     # (windowed layers loop over at most w keys per query tile, chunked ones over at most their
     # chunk, less loop than this; the fill is left at the whole chunk's, which flatters a small
     # window such as gpt-oss's 128, and hardly a chunk of 8192)
-    attn_eff = attn_eff * keys / (keys + dev.attention_fill(P.attention))
+    attn_eff = attn_eff * keys / (keys + dev.attention_fill(fa_kernel))
     # the FLOPs are the windowed and chunked mean over layers (`attention_core_flops_per_token`)
     fwd = attention_core_flops_per_token(m, causal=True) * s.tokens / s.tp / (rates.bf16_peak * attn_eff)
     return fwd, P.attention_backward_ratio * fwd

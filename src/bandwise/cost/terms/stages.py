@@ -48,9 +48,7 @@ def kind_weights(m: ModelSpec, pp: np.ndarray, v: np.ndarray, v_shaped: np.ndarr
     a model's layers differ in kind (`specs.layer_order.stage_weights`); 1.0 for a model of one kind."""
     pp, v, v_shaped = np.broadcast_arrays(np.asarray(pp), np.asarray(v), np.asarray(v_shaped))
     heavy, head = np.ones(pp.shape), np.ones(pp.shape)
-    if m.layers <= 1:
-        return heavy, head
-    if layers_alike(m):
+    if m.layers <= 1 or layers_alike(m):
         return heavy, head
     combos, inverse = unique_rows([pp, v, v_shaped], (24, 16, 1))
     found = np.array([stage_weights(m, int(a), int(b), bool(c)) for a, b, c in combos.tolist()]).reshape(-1, 2)
