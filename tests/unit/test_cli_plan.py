@@ -121,7 +121,8 @@ def test_the_attention_kernel_a_job_states_prices_its_attention(capsys):
     assert tokens("a100-80g", "--attention", "fa2") == a100
     for cluster, base in (("h100", h100), ("a100-80g", a100)):
         assert tokens(cluster, "--attention", "materialized") < base and tokens(cluster, "--eager") < base
-        assert tokens(cluster, "--attention", "fa1") < tokens(cluster, "--attention", "triton") < tokens(cluster, "--attention", "fa2")
+        # Triton FlashAttention at FlashAttention 1.x's rate, which its docstring says it slightly trails
+        assert tokens(cluster, "--attention", "fa1") == tokens(cluster, "--attention", "triton") < tokens(cluster, "--attention", "fa2")
 
 
 def test_the_priced_as_line_names_a_stated_attention_kernel(capsys):

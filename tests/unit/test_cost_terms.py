@@ -1088,12 +1088,13 @@ def test_the_softmax_check_slows_only_the_layouts_it_refuses():
         assert fork.step_time_s >= plain.step_time_s
 
 
-@pytest.mark.parametrize("kernel, ratio", [("fa1", 2.0), ("triton", 1.3)])
+@pytest.mark.parametrize("kernel, ratio", [("fa1", 2.0), ("triton", 2.0)])
 def test_earlier_flash_kernels_run_the_attention_core_at_flash_attention_2s_rate_over_their_ratio(kernel, ratio):
-    """`attention="fa1"` and `"triton"` are FlashAttention-2's efficiency and fill over the paper's ratio (Dao 2023,
-    FlashAttention-2: "around 2x" over FlashAttention, abstract; "1.3-2.5x faster than FlashAttention in Triton",
-    Sec. 4.1, the range's end nearest FlashAttention-2): the attention core's forward and backward take exactly
-    that many times FA2's, nothing else moves."""
+    """`attention="fa1"` and `"triton"` are FlashAttention-2's efficiency and fill over their ratio: "around 2x" over
+    FlashAttention (Dao 2023, FlashAttention-2, abstract), and the Triton kernel at least as slow ("Overall Triton
+    forward + backward is slightly slower than CUDA forward + backward", the docstring of flash-attn v1.0.3's
+    `flash_attn_triton.py`, whose CUDA kernel is FlashAttention 1.x): the attention core's forward and backward
+    take exactly that many times FA2's, nothing else moves."""
     from bandwise.cost.params import ATTENTION_KERNELS, FA2_SLOWDOWN
     from bandwise.cost.terms.compute import Rates, attention_core
     from bandwise.cost.terms.shape import Shape

@@ -695,7 +695,8 @@ def test_a_run_that_states_its_attention_kernel_is_priced_as_plan_attention(tmp_
         (res,) = json.loads(capsys.readouterr().out)["runs"]
         assert f"stated: {STATED['attention']}" in res["notes"]
         tokens[kernel] = res["predicted_tokens_per_s_per_device"]
-    assert tokens["fa2"] > tokens["triton"] > tokens["fa1"] > tokens["materialized"]
+    # the Triton kernel is priced at FlashAttention 1.x's rate, which its docstring says it slightly trails (`FA2_OVER_TRITON`)
+    assert tokens["fa2"] > tokens["triton"] == tokens["fa1"] > tokens["materialized"]
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump({"sources": {}, "runs": [{**copy.deepcopy(run), "attention": "fa3"}]}))
     assert exit_code(["validate", "--runs", str(bad), "--json"]) == 0  # a run that cannot be read is reported, not fatal

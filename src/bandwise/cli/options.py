@@ -60,8 +60,8 @@ ATTENTION = typer.Option(
     None, "--attention",
     help="The attention kernel the job runs, over the engine's: flash (the chip's current fused kernel: FlashAttention-3/cuDNN on Hopper), "
     "fa2 (FlashAttention-2, PyTorch SDPA's flash backend: 0.52-0.61 of cuDNN's speed on an H100, measured), "
-    "fa1 (FlashAttention 1.x: half FlashAttention-2's rate, Dao 2023), triton (FlashAttention in Triton: FlashAttention-2's rate "
-    "over 1.3, Dao 2023), materialized (s x s scores in memory).",
+    "fa1 (FlashAttention 1.x: half FlashAttention-2's rate, Dao 2023), triton (FlashAttention in Triton: FlashAttention 1.x's rate, "
+    "which its own docstring says it slightly trails), materialized (s x s scores in memory).",
 )
 EAGER = typer.Option(None, "--eager/--compiled", help="Element-wise ops as separate eager kernels, or fused (torch.compile); default: the engine's.")
 GRAD_REDUCE = typer.Option(

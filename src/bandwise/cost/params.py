@@ -394,10 +394,13 @@ FA2_OVER_FA1 = 2.0
 """FlashAttention-2 over FlashAttention 1.x, forward and backward: "around 2x speedup compared to
 FlashAttention" (Dao 2023, "FlashAttention-2", abstract; 1.7-3.0x over lengths and head widths on an
 A100 in Sec. 4.1)."""
-FA2_OVER_TRITON = 1.3
-"""FlashAttention-2 over FlashAttention in Triton, forward and backward: "1.3-2.5x faster than
-FlashAttention in Triton" (Dao 2023, "FlashAttention-2", Sec. 4.1). The paper gives no central figure;
-1.3 is the end of its range nearest FlashAttention-2, the smallest slowdown it supports."""
+FA2_OVER_TRITON = FA2_OVER_FA1
+"""FlashAttention-2 over FlashAttention in Triton (flash-attn's `flash_attn_triton.py`), forward and backward: at
+least FlashAttention 1.x's slowdown. The kernel's own docstring (flash-attn v1.0.3.post0 and eff9fe6b, which
+llm-foundry imports at 300cc5c and copies from 4c94c2075): "Overall Triton forward + backward is slightly slower
+than CUDA forward + backward", the CUDA kernel of those releases being FlashAttention 1.x. "Slightly" gives no
+figure, so FlashAttention 1.x's own ratio, the smallest slowdown the docstring supports; it lies inside Dao 2023's
+"1.3-2.5x faster than FlashAttention in Triton" (Sec. 4.1)."""
 FA2_SLOWDOWN: dict[str, float] = {"fa2": 1.0, "fa1": FA2_OVER_FA1, "triton": FA2_OVER_TRITON}
 """The fused kernels priced from the device's FlashAttention-2 figures (`Device.fa2_attention_efficiency` and
 its fill, `Device.attention_fill`): FlashAttention-2 and the earlier kernels its paper measures it against, at
