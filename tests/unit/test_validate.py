@@ -686,7 +686,8 @@ def test_a_run_that_states_its_attention_kernel_is_priced_as_plan_attention(tmp_
     run = shipped_run("mds_rebase_gpt_2p7b_8a100_fa2")
     tokens = {}
     for kernel in ("fa2", "fa1", "triton", "materialized"):
-        stated = {**copy.deepcopy(run), "id": f"user_{kernel}", "attention": kernel}
+        # bf16: the run's own fp16 is a statement of its optimizer's (`fp16_autograd_accumulation`), not of plan's flags
+        stated = {**copy.deepcopy(run), "id": f"user_{kernel}", "attention": kernel, "precision": "bf16"}
         case = convert(stated, published.SOURCES)
         assert priced(case) == cost_params(DEFAULT_PARAMS.headroom, kernel, None, case.engine, case.cluster.device), kernel
         path = tmp_path / f"{kernel}.yaml"
@@ -702,3 +703,36 @@ def test_a_run_that_states_its_attention_kernel_is_priced_as_plan_attention(tmp_
     assert exit_code(["validate", "--runs", str(bad), "--json"]) == 0  # a run that cannot be read is reported, not fatal
     (res,) = json.loads(capsys.readouterr().out)["runs"]
     assert "attention 'fa3'" in res["reason"] and "fa1" in res["reason"] and res["predicted_tokens_per_s_per_device"] is None
+
+
+def test_an_fp16_deepspeed_run_accumulates_its_gradients_through_autograd():
+    """DeepSpeed's bf16 optimizer (18 bytes a parameter a micro-batch) exists only under bf16 (runtime/engine.py,
+    `_configure_optimizer`); a run that states fp16 adds each micro-batch's gradient into the fp16 `param.grad` in
+    place, 2 + 2 read and 2 written, the first micro-batch's kept. Only DeepSpeed's fp16 runs change: the same run
+    in bf16, and the same fp16 statement on an engine that fuses the accumulation into its GEMMs, keep their price;
+    the priced step is faster by the accumulation bytes it no longer moves."""
+    from dataclasses import replace as dc_replace
+
+    from bandwise.cost.params import AUTOGRAD_ACCUMULATION_BYTES
+    from bandwise.cost.step import estimate
+
+    run = shipped_run("bloom_prequel_h12288_l96_nh64_dp8tp1pp48_mbs1_gbs2048_L818")
+    assert run["precision"] == "fp16"
+    fp16 = convert(run, published.SOURCES)
+    bf16 = convert({**copy.deepcopy(run), "precision": "bf16"}, published.SOURCES)
+    p16, pbf = priced(fp16), priced(bf16)
+    assert (p16.grad_accumulation_bytes, p16.grad_accumulation_skips_first) == (AUTOGRAD_ACCUMULATION_BYTES, True)
+    assert (pbf.grad_accumulation_bytes, pbf.grad_accumulation_skips_first) == (18, False)
+    assert "fp16" in fp16.stated.names and "fp16" not in bf16.stated.names
+    assert fp16.stated.precision == bf16.stated.precision == "bf16"  # one peak for both
+    s = predict(fp16).strategy
+    t16, tbf = (estimate(fp16.model, fp16.cluster, s, p).step_time_s for p in (p16, pbf))
+    assert t16 < tbf
+    # nothing else moves: pricing bf16's accumulation bytes on the fp16 run gives the bf16 run's step exactly
+    assert estimate(fp16.model, fp16.cluster, s, dc_replace(p16, grad_accumulation_bytes=18, grad_accumulation_skips_first=False)).step_time_s \
+        == pytest.approx(tbf, rel=1e-12)
+    # an engine that fuses the accumulation keeps its price under a stated fp16
+    mega16, megabf = (priced(convert({**copy.deepcopy(run), "precision": p}, published.SOURCES, engine_override="megatron"))
+                      for p in ("fp16", "bf16"))
+    assert (mega16.grad_accumulation_bytes, mega16.grad_accumulation_skips_first) == \
+        (megabf.grad_accumulation_bytes, megabf.grad_accumulation_skips_first)

@@ -158,6 +158,14 @@ class CostParams:
     backward) runs `hp_grad.add_(lp.grad.to(fp32))`: the cast reads 2 and writes 4 bytes, the add
     reads 4 + 4 and writes 4, 18 in all. Autograd's own accumulation into an fp16 or bf16
     `param.grad` adds in place: 2 + 2 read, 2 written, 6."""
+    fp16_autograd_accumulation: bool = False
+    """Under fp16 the engine leaves each micro-batch's gradient to autograd's in-place accumulation into the fp16
+    `param.grad` (`AUTOGRAD_ACCUMULATION_BYTES`, the first micro-batch's gradient kept as it is), whatever
+    `grad_accumulation_bytes` prices under bf16. DeepSpeed builds its bf16 optimizer only for a bf16 config
+    (runtime/engine.py, `_configure_optimizer`: FP16 -> `_configure_fp16_optimizer`, BFLOAT16 ->
+    `_configure_bf16_optimizer`); BigScience's BLOOM search: "from now on the testing is happening with BF16
+    optimizer ... compared to fp16 which grad accumulates in fp16" (chronicles-prequel.md, '## Rebalancing
+    layers'). Applied where a run states fp16 (`plan.run_stated`)."""
     grad_accumulation_skips_first: bool = False
     """The accumulator starts as the first micro-batch's gradient, so the add runs on the other
     m - 1: autograd's AccumulateGrad keeps the first gradient it is given. Off: every micro-batch's
@@ -406,6 +414,9 @@ FA2_SLOWDOWN: dict[str, float] = {"fa2": 1.0, "fa1": FA2_OVER_FA1, "triton": FA2
 its fill, `Device.attention_fill`): FlashAttention-2 and the earlier kernels its paper measures it against, at
 FlashAttention-2's efficiency over this ratio."""
 GRAD_REDUCE: dict[str, int] = {"fp32": 4, "bf16": 2}
+AUTOGRAD_ACCUMULATION_BYTES = 2 + 2 + 2
+"""HBM bytes per parameter of autograd adding a micro-batch's 16-bit weight gradient into `param.grad` in place
+(AccumulateGrad): the old and the new gradient read, the sum written."""
 
 MOE_DISPATCHERS: dict[str, int] = {"alltoall": 1, "allgather": 1, "deepep": 1, "hybridep": 1}
 """Host syncs of one MoE layer's forward by token dispatcher, dropless, Megatron-Core core_v0.15.0

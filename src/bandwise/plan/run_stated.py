@@ -12,11 +12,12 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from bandwise.cost.params import ATTENTION_KERNELS, GRAD_REDUCE, CostParams
+from bandwise.cost.params import ATTENTION_KERNELS, AUTOGRAD_ACCUMULATION_BYTES, GRAD_REDUCE, CostParams
 from bandwise.errors import BandwiseError
 from bandwise.cost.remat import RematPolicy
 from bandwise.plan.run_fields import (
     count,
+    outside_then_whole,
     parse_fp8_recipe,
     parse_graph_scope,
     parse_moe_dispatcher,
@@ -58,6 +59,8 @@ STATED: dict[str, str] = {
                          "--sequence-parallel); without it their activations stay whole on every TP rank (Korthikanti et al. 2022, Eq. 2)",
     "attention": "the run states its attention kernel (flash, fa2, fa1: FlashAttention 1.x, triton: FlashAttention in Triton, "
                  "materialized: the s x s scores in memory), whatever the engine's (as plan --attention)",
+    "fp16": "the run states fp16 (not bf16): where its engine's optimizer then leaves gradient accumulation to autograd "
+            "(DeepSpeed's FP16 optimizer), each micro-batch adds its gradient into the fp16 param.grad in place",
     "remat_policy": "the run states a MaxText remat policy: full recomputation less the tensors it keeps in HBM or offloads to the host, "
                     "the offloaded ones' copies over the host link (cost/remat.py)",
 }
@@ -74,6 +77,8 @@ class Stated:
     """The training precision ('bf16', 'fp8'); bf16 where the run does not say."""
     overlap: dict[str, bool] = field(default_factory=dict)
     """Overlap switches the run states (Strategy.overlap_* by dimension)."""
+    fp16: bool = False
+    """The run states fp16 rather than bf16 (`CostParams.fp16_autograd_accumulation`); both are priced at one peak."""
     compiled: bool = False
     """The run states torch.compile (element-wise ops fused), as `plan --compiled`."""
     grad_reduce: str | None = None
@@ -142,6 +147,8 @@ class Stated:
             stated.update(master_weight_bytes=0, adam_moment_bytes=2, sharded_grad_bytes=GRAD_REDUCE["bf16"])
         if self.moe_capacity_factor > 0:
             stated.update(moe_capacity_factor=self.moe_capacity_factor, moe_one_hot_dispatch=self.moe_one_hot_dispatch)
+        if self.fp16 and params.fp16_autograd_accumulation:  # the engine's fp16 optimizer accumulates through autograd
+            stated.update(grad_accumulation_bytes=AUTOGRAD_ACCUMULATION_BYTES, grad_accumulation_skips_first=True)
         if self.attention is not None:  # as `api.inputs.pricing` applies --attention
             stated.update({"attention": "flash", "flash_attention": True, **ATTENTION_KERNELS[self.attention]})
         return replace(params, **{k: v for k, v in stated.items() if v is not None})
@@ -181,6 +188,9 @@ def read_stated(run: dict[str, Any], conventions: str, recompute: str | None, no
     if p.get("xla_all_gather_fusion") is True and state("xla_all_gather_fusion"):
         overlap["tp"] = True
     compiled = "compile" in str(run.get("precision") or "").lower() and state("compiled")
+    said = outside_then_whole(run.get("precision") or "")[0]  # fp16 parses as bf16 (one peak); the optimizer may differ
+    fp16 = precision == "bf16" and re.search(r"\b(fp16|float16)\b", said) is not None and re.search(r"\bb(f16|float16)\b", said) is None \
+        and state("fp16")
     grad_reduce = run.get("grad_reduce")
     if grad_reduce is not None:
         if not isinstance(grad_reduce, str) or grad_reduce not in GRAD_REDUCE:
@@ -236,7 +246,7 @@ def read_stated(run: dict[str, Any], conventions: str, recompute: str | None, no
         if not isinstance(attention, str) or attention not in ATTENTION_KERNELS:
             raise BandwiseError(f"run {brief(rid)}: attention {brief(attention)}: write one of {', '.join(ATTENTION_KERNELS)}")
         state("attention")
-    return Stated(precision=precision, overlap=overlap, compiled=compiled, grad_reduce=grad_reduce,
+    return Stated(precision=precision, overlap=overlap, compiled=compiled, fp16=fp16, grad_reduce=grad_reduce,
                   selective_modules=modules, fp8_recipe=recipe, fp8_all_gather=fp8_all_gather, moe_capacity_factor=capacity, moe_one_hot_dispatch=one_hot,
                   moe_dispatcher=dispatcher, moe_permute_fusion=fusion, cuda_graph_scope=scope, remat_policy=policy,
                   expert_tp=etp if etp is not None and etp > 1 else None, vocab_tiles=tiles, bf16_weights=bf16_weights, bf16_resident=bf16_resident,
