@@ -1172,3 +1172,19 @@ def test_unique_rows_is_numpys_row_unique_packed_or_not():
         assert np.array_equal(got[inv], np.stack(cols, axis=1))
     got, inv = unique_rows([np.array([5]), np.array([1])], (3, 1))
     assert got.tolist() == [[5, 1]] and inv.tolist() == [0]
+
+
+def test_torchtitan_of_2025_runs_flash_attention_2_on_hopper_and_cudnn_on_blackwell():
+    """Before 6a3a9da95 (2025-10-09) TorchTitan asked SDPA for cuDNN's kernel only on compute capability 10.0
+    (3b85aa31f) and left Hopper to torch's own order, FlashAttention-2 first: `torchtitan@2025` prices Hopper's
+    attention at the device's FlashAttention-2 figures, the current engine at the chip's own kernel, and both alike
+    on a B200. On an H100 the attention core is exactly the fa2 kernel's, so the step is slower, the rest unchanged."""
+    m = replace(get_model("llama3-8b"), seq_len=8192)
+    s = Strategy(dp_shard=8, micro_batch=1, global_batch=8)
+    then, now = get_engine("torchtitan@2025"), get_engine("torchtitan")
+    h100, b200 = get_cluster("h100"), get_cluster("b200")
+    assert params_for(then, h100.device).attention == "fa2" and params_for(now, h100.device).attention == "flash"
+    assert params_for(then, b200.device) == params_for(now, b200.device)
+    t_then, t_now = (estimate(m, h100, s, params_for(e, h100.device)).step_time_s for e in (then, now))
+    fa2 = estimate(m, h100, s, replace(params_for(now, h100.device), attention="fa2")).step_time_s
+    assert t_then > t_now and t_then == pytest.approx(fa2, rel=1e-12)
