@@ -1188,3 +1188,18 @@ def test_torchtitan_of_2025_runs_flash_attention_2_on_hopper_and_cudnn_on_blackw
     t_then, t_now = (estimate(m, h100, s, params_for(e, h100.device)).step_time_s for e in (then, now))
     fa2 = estimate(m, h100, s, replace(params_for(now, h100.device), attention="fa2")).step_time_s
     assert t_then > t_now and t_then == pytest.approx(fa2, rel=1e-12)
+
+
+def test_nanotron_prices_flash_attention_2_on_hopper():
+    """nanotron v0.5 calls flash-attn's FlashAttention-2 (`flash_attn_varlen_func`, flash-attn<2.7 pinned): on an H100
+    its attention core is the fa2 kernel's, not the chip's own (FlashAttention-3/cuDNN); on an A100 FlashAttention-2
+    is the chip's own kernel, so nothing changes there."""
+    nano, titan = get_engine("nanotron"), get_engine("torchtitan")
+    for cluster, kernel in (("h100", "fa2"), ("a100-80g", "flash")):
+        dev = get_cluster(cluster).device
+        assert params_for(nano, dev).attention == kernel, cluster
+    m, s = replace(get_model("llama3-8b"), seq_len=4096), Strategy(dp_shard=8, micro_batch=1, global_batch=8)
+    h100 = get_cluster("h100")
+    base = params_for(titan, h100.device)
+    slow, fast = (estimate(m, h100, s, replace(base, attention=k)).step_time_s for k in ("fa2", "flash"))
+    assert slow > fast
