@@ -15,26 +15,24 @@ Prints, for the deepspeed runs that state fp16 (not bf16), the figures now and w
 `grad_accumulation_skips_first` on, per source, and the whole data set's.
 
     PYTHONPATH=src python3 benchmarks/predict_deepspeed_fp16_accumulation.py
+
+It reproduces the recorded prediction at 5f7edf4, before the engine prices it (774b16b); from there on both columns
+accumulate through autograd.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-import numpy as np
-
 from bandwise.plan import validate as V
 from bandwise.plan.runs import load_runs
+from error_figures import fig
 
 
 def fp16(run: dict) -> bool:
     text = str(run.get("precision") or "").lower()
     return ("fp16" in text or "float16" in text) and "bf16" not in text and "bfloat16" not in text
 
-
-def fig(errs: list[float]) -> str:
-    a = np.abs(errs)
-    return f"{len(a):4d}  median {np.median(a):6.1%}  p90 {np.percentile(a, 90):6.1%}  signed {np.median(errs):+6.1%}"
 
 
 def main() -> None:
