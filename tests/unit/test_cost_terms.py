@@ -1184,7 +1184,9 @@ def test_torchtitan_of_2025_runs_flash_attention_2_on_hopper_and_cudnn_on_blackw
     then, now = get_engine("torchtitan@2025"), get_engine("torchtitan")
     h100, b200 = get_cluster("h100"), get_cluster("b200")
     assert params_for(then, h100.device).attention == "fa2" and params_for(now, h100.device).attention == "flash"
-    assert params_for(then, b200.device) == params_for(now, b200.device)
+    assert params_for(then, b200.device) == replace(params_for(now, b200.device), fp8_recipe="tensorwise")
+    # and without a recipe name its float8 converter of 2025 scaled tensorwise (42b0beb4b), today's rowwise
+    assert (params_for(then, h100.device).fp8_recipe, params_for(now, h100.device).fp8_recipe) == ("tensorwise", "rowwise")
     t_then, t_now = (estimate(m, h100, s, params_for(e, h100.device)).step_time_s for e in (then, now))
     fa2 = estimate(m, h100, s, replace(params_for(now, h100.device), attention="fa2")).step_time_s
     assert t_then > t_now and t_then == pytest.approx(fa2, rel=1e-12)
