@@ -39,3 +39,46 @@ def test_compiled_blocks_do_not_break_or_recompile_as_routing_changes(monkeypatc
     assert graphs == 2, "one graph for the dense block and one for the MoE blocks, which share it"
     assert seen[1] == seen[10], "recompiled between step 1 and step 10"
     assert len(set(loads)) >= 3, "routing should change from step to step"
+
+
+def test_a_compiled_fp32_step_gives_the_eager_losses(monkeypatch):
+    """`train --compile` in fp32, the CPU default: the traced backward of the fused RoPE (`ops._RopeHeads`) gets the
+    transposed gradient, whose same-dtype `to(memory_format=contiguous)` fake tensors may leave strided; the step
+    must trace and give eager's losses (aot_eager: the graphs inductor gets, the eager kernels)."""
+    import torch
+    import torch._dynamo
+
+    import bandwise.runtime.parallel.apply as apply
+    from bandwise.runtime.data import DataConfig
+    from bandwise.runtime.train import TrainConfig, train
+    from bandwise.specs.registry import get_model
+    from bandwise.specs.strategy import Strategy
+
+    monkeypatch.setattr(apply, "COMPILE_BACKEND", "aot_eager")
+    losses: dict[bool, list[float]] = {}
+    for compiled in (False, True):
+        torch._dynamo.reset()
+        seen: list[float] = []
+        cfg = TrainConfig(steps=3, seq_len=64, dtype="fp32", compile=compiled, progress=False, compare=False,
+                          check_memory=False, data=DataConfig(num_workers=0))
+        train(get_model("debug"), Strategy(), cfg, on_step=lambda rec: seen.append(rec["loss"]))
+        losses[compiled] = seen
+    assert len(losses[True]) == 3
+    assert losses[True] == pytest.approx(losses[False], rel=1e-4)
+
+
+def test_expert_counts_compile_with_inductor():
+    """The per-expert count under inductor, the backend `train --compile` uses, equals torch.bincount: inductor
+    (torch 2.13) lowers `scatter_`'s scalar value form with a source of E elements and fails, so the compiled path
+    scatters a tensor of ones (`moe.expert_counts`)."""
+    import torch
+    import torch._dynamo
+
+    from bandwise.runtime.moe import expert_counts
+
+    torch._dynamo.reset()
+    gen = torch.Generator().manual_seed(0)
+    idx = torch.randint(0, 16, (256, 4), generator=gen)
+    compiled = torch.compile(expert_counts, backend="inductor", fullgraph=True)
+    assert torch.equal(compiled(idx, 16), torch.bincount(idx.flatten(), minlength=16))
+    assert torch.equal(expert_counts(idx, 16), torch.bincount(idx.flatten(), minlength=16))

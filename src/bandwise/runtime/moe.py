@@ -237,8 +237,13 @@ def expert_counts(idx_TK: torch.Tensor, num_experts: int) -> torch.Tensor:
     and which `torch.compile` cannot trace without a graph break; scattered into a fixed E the
     count needs neither."""
     idx_N = idx_TK.flatten()
-    # a scalar 1 added at each index (`scatter_`'s value form): no tensor of ones to make first
-    return torch.zeros(num_experts, dtype=torch.int64, device=idx_N.device).scatter_(0, idx_N, 1, reduce="add")
+    zeros_E = torch.zeros(num_experts, dtype=torch.int64, device=idx_N.device)
+    if torch.compiler.is_compiling():
+        # inductor (torch 2.13) lowers the scalar form to a scatter_reduce whose source has E elements, not one a
+        # pair, and the compiled step fails; a tensor of ones is fused into the same kernel there
+        return zeros_E.scatter_add_(0, idx_N, torch.ones_like(idx_N))
+    # eager: a scalar 1 added at each index (`scatter_`'s value form), no tensor of ones to make first
+    return zeros_E.scatter_(0, idx_N, 1, reduce="add")
 
 
 def balanced_counts(pairs: int, experts: int) -> list[int]:

@@ -106,7 +106,9 @@ def _rotate(x: torch.Tensor, turn_T1P: torch.Tensor, *, sign: float, shape: tupl
     if turn.dtype != z.dtype:  # fp64 rows (gradient checks) against the fp32 table
         turn = turn.to(z.dtype)
     out = z * turn if sign > 0 else z / turn
-    return torch.view_as_real(out).to(x.dtype, memory_format=torch.contiguous_format).view(out_shape or x.shape)
+    # reshape, not view: where the dtype already matches, a traced `to` (torch.compile's fake tensors) may keep the
+    # transposed strides that eager `to` makes contiguous; on a contiguous tensor reshape is the same view
+    return torch.view_as_real(out).to(x.dtype, memory_format=torch.contiguous_format).reshape(out_shape or x.shape)
 
 
 def apply_rope(x_BTHD: torch.Tensor, turn_T1P: torch.Tensor) -> torch.Tensor:
