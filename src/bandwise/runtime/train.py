@@ -296,7 +296,7 @@ def _run(spec, strategy, cfg, splits, device, rank, world, on_step, out) -> RunR
         out.print(experts_line)
     if cfg.compile and rank == 0 and out is not None:
         synced = experts is not None and kernel_syncs_host(experts.kernel, device, dtype)
-        out.print(describe_compile(device, host_synced_experts=synced, ep=strategy.ep))
+        out.print(describe_compile(device, host_synced_experts=synced, ep=strategy.ep, moe_in_pieces=par.moe_compiled_in_pieces))
     moes = [m for p in parts for m in p.modules() if isinstance(m, MoE)]
     optimizers = make_optimizers(par, cfg, dtype, device, distributed=meshes is not None)
     schedulers = [torch.optim.lr_scheduler.LambdaLR(o, lr_lambda(cfg)) for o in optimizers]

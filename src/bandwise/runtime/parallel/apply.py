@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from bandwise.runtime.moe import MoE
 from bandwise.runtime.parallel.expert import apply_expert_parallel, expert_parameters
 from bandwise.runtime.parallel.fsdp import apply_fsdp
 from bandwise.runtime.parallel.mesh import Meshes
@@ -37,6 +38,8 @@ class Parallel:
     """Whether FSDP mixed precision handles the compute dtype (else autocast does)."""
     experts_outside_fsdp: bool = False
     """EP-sliced experts with no data-parallel peer, which FSDP leaves alone."""
+    moe_compiled_in_pieces: bool = False
+    """Under compile, the MoE blocks are graphs around their experts, not one each (`_compile_blocks`)."""
 
     def outside_fsdp(self) -> list[nn.Parameter]:
         """Parameters FSDP does not manage (all of them without FSDP): the optimizer holds these in
@@ -52,15 +55,34 @@ COMPILE_BACKEND = "inductor"
 and backward, without generating code)."""
 
 
-def _compile_blocks(model: nn.Module) -> None:
+def _compile_blocks(model: nn.Module, *, experts_apart: bool = False, expert_parallel: bool = False) -> None:
     """Each block as one graph (`fullgraph=True`: a graph break is an error, not a silent split).
     Routing changes no shape the graph sees: the experts' group sizes live in a device tensor read
-    inside `_grouped_mm` (`runtime/grouped.py`), so the graphs are not recompiled step to step."""
+    inside `_grouped_mm` (`runtime/grouped.py`), so the graphs are not recompiled step to step.
+
+    An MoE block cannot be one graph where its experts are an FSDP unit of their own (`experts_apart`:
+    their gather and reduce hooks run at the experts' call, inside the block, and FSDP2 keeps its hooks out
+    of dynamo's trace) or where expert parallelism dispatches them (the all-to-all takes its split sizes
+    as Python ints, one host copy a layer). There each piece around them is a graph of its own, as
+    TorchTitan compiles its MoE blocks around FSDP(GroupedExperts) (torchtitan/models/llama4/infra/
+    parallelize.py, apply_compile): the norms, the attention, the router's gate and the shared expert;
+    the experts' own forward too where their rows come from this rank alone (no EP) and their kernel is the
+    grouped GEMM (the per-expert loop reads its group sizes on the host); the routing glue between them runs
+    eagerly."""
     for block in model.layers.values():
-        block.compile(fullgraph=True, backend=COMPILE_BACKEND)
+        moe = block.feed_forward if isinstance(block.feed_forward, MoE) else None
+        if moe is None or not (experts_apart or expert_parallel):
+            block.compile(fullgraph=True, backend=COMPILE_BACKEND)
+            continue
+        for piece in (block.attention_norm, block.attention, block.mixer_norm, block.mixer, block.ffn_norm, moe.gate, moe.shared):
+            if piece is not None:
+                piece.compile(fullgraph=True, backend=COMPILE_BACKEND)
+        # FSDP's hooks wrap the call, not `forward`; the per-expert loop reads its group sizes on the host
+        if not expert_parallel and moe.experts.kernel == "grouped_mm":
+            moe.experts.forward = torch.compile(moe.experts.forward, fullgraph=True, backend=COMPILE_BACKEND)
 
 
-def describe_compile(device: torch.device, *, host_synced_experts: bool, ep: int) -> str:
+def describe_compile(device: torch.device, *, host_synced_experts: bool, ep: int, moe_in_pieces: bool = False) -> str:
     """The run header's line on compilation, naming why the blocks are not captured in CUDA graphs.
 
     A CUDA graph replays kernels without the host, so nothing inside may wait on a host copy:
@@ -69,6 +91,9 @@ def describe_compile(device: torch.device, *, host_synced_experts: bool, ep: int
     ints (`parallel/expert.py`). Where neither holds, capture (`mode="reduce-overhead"`) would be
     possible, but it has not been measured against the plain compile on a GPU, so it stays off."""
     head = f"compile: each block one graph (fullgraph, {COMPILE_BACKEND})"
+    if moe_in_pieces:
+        around = "the EP dispatch" if ep > 1 else "their experts, an FSDP unit of their own"
+        head = f"compile: dense blocks one graph each, MoE blocks one graph a piece around {around} (fullgraph, {COMPILE_BACKEND})"
     if device.type != "cuda":
         why = f"no CUDA graphs on {device.type}"
     elif ep > 1:
@@ -96,9 +121,10 @@ def parallelize(model: nn.Module, s: Strategy, meshes: Meshes | None, *, param_d
         if s.ep > 1:
             apply_expert_parallel(part, meshes.ep_group(), meshes.ep_rank(), s.ep)
         apply_recompute(part, s.recompute)
-        if compile:
-            _compile_blocks(part)
         expert_mesh = meshes.expert_fsdp_mesh()
+        if compile:
+            # `apply_fsdp` gives the experts a unit of their own wherever it has an expert mesh
+            _compile_blocks(part, experts_apart=use_fsdp and expert_mesh is not None, expert_parallel=s.ep > 1)
         if use_fsdp:
             apply_fsdp(
                 part,
@@ -112,4 +138,7 @@ def parallelize(model: nn.Module, s: Strategy, meshes: Meshes | None, *, param_d
                 # counts the stage gathered (`CostParams.fsdp_pp_unsharded`)
                 reshard_after_forward=s.pp == 1,
             )
-    return Parallel(parts=parts, stage_ids=ids, fsdp=use_fsdp, experts_outside_fsdp=use_fsdp and s.ep > 1 and meshes.expert_fsdp_mesh() is None)
+    pieces = compile and any(isinstance(m, MoE) for part in parts for m in part.modules()) and (
+        s.ep > 1 or (use_fsdp and meshes.expert_fsdp_mesh() is not None))
+    return Parallel(parts=parts, stage_ids=ids, fsdp=use_fsdp, experts_outside_fsdp=use_fsdp and s.ep > 1 and meshes.expert_fsdp_mesh() is None,
+                    moe_compiled_in_pieces=pieces)
