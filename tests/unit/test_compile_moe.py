@@ -82,3 +82,18 @@ def test_expert_counts_compile_with_inductor():
     compiled = torch.compile(expert_counts, backend="inductor", fullgraph=True)
     assert torch.equal(compiled(idx, 16), torch.bincount(idx.flatten(), minlength=16))
     assert torch.equal(expert_counts(idx, 16), torch.bincount(idx.flatten(), minlength=16))
+
+
+def test_compile_with_tensor_parallelism_is_refused_in_one_line(monkeypatch):
+    """`train --compile --tp 2` fails in the compiled backward (DTensor's redistribution gets a plain tensor): it is
+    refused before anything is built, naming tp and what to do, instead of an internal error after the first step."""
+    from bandwise.errors import BandwiseError
+    from bandwise.runtime.train import TrainConfig, train
+    from bandwise.specs.registry import get_model
+    from bandwise.specs.strategy import Strategy
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(BandwiseError) as err:
+        train(get_model("debug"), Strategy(tp=2, global_batch=4, micro_batch=2), TrainConfig(steps=1, compile=True, progress=False))
+    msg = str(err.value)
+    assert "\n" not in msg and "tp=2" in msg and "drop --compile" in msg

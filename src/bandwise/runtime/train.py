@@ -255,6 +255,11 @@ def train(spec: ModelSpec, strategy: Strategy, cfg: TrainConfig, *, on_step: Cal
     """Train `spec` with `strategy`. Call on every rank (torchrun sets the environment)."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     spec, strategy = prepare(spec, strategy, cfg, world)
+    if cfg.compile and strategy.tp > 1:
+        # measured: the compiled blocks hand DTensor's redistribution a plain-tensor gradient in the backward
+        # ("'Tensor' object has no attribute '_local_tensor'", torch 2.13, gloo); refused before a step is built
+        raise BandwiseError(f"--compile with tensor parallelism (tp={strategy.tp}) is not supported yet: the compiled blocks' backward "
+                            "fails in DTensor's redistribution; drop --compile, or train with tp=1 (FSDP, EP and PP compile)")
     # Output paths are checked before anything is built: a bad one fails in one line, not after the first steps.
     if cfg.checkpoint_dir:
         ckpt.prepare_root(Path(cfg.checkpoint_dir), refuse_existing=cfg.checkpoint_every > 0 and not cfg.resume)
