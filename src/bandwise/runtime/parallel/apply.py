@@ -63,9 +63,10 @@ def _compile_blocks(model: nn.Module, *, experts_apart: bool = False, expert_par
     An MoE block cannot be one graph where its experts are an FSDP unit of their own (`experts_apart`:
     their gather and reduce hooks run at the experts' call, inside the block, and FSDP2 keeps its hooks out
     of dynamo's trace) or where expert parallelism dispatches them (the all-to-all takes its split sizes
-    as Python ints, one host copy a layer). There each piece around them is a graph of its own, as
-    TorchTitan compiles its MoE blocks around FSDP(GroupedExperts) (torchtitan/models/llama4/infra/
-    parallelize.py, apply_compile): the norms, the attention, the router's gate and the shared expert;
+    as Python ints, one host copy a layer). TorchTitan v0.2.0 compiles such blocks without fullgraph and lets
+    them break ("TODO: remove when torch.compile supports fullgraph=True for MoE", torchtitan/models/llama4/
+    infra/parallelize.py, apply_compile); here each piece around the experts is one graph of its own, so
+    that nothing breaks silently: the norms, the attention, the router's gate and the shared expert;
     the experts' own forward too where their rows come from this rank alone (no EP) and their kernel is the
     grouped GEMM (the per-expert loop reads its group sizes on the host); the routing glue between them runs
     eagerly."""
@@ -115,16 +116,16 @@ def parallelize(model: nn.Module, s: Strategy, meshes: Meshes | None, *, param_d
     if s.pp > 1:
         ids, parts = pipeline_parts(model, s, meshes.pp_rank())
     use_fsdp = s.dp > 1
+    expert_mesh = meshes.expert_fsdp_mesh()
+    experts_apart = use_fsdp and expert_mesh is not None  # `apply_fsdp` then gives the experts a unit of their own
     for part in parts:
         if s.tp > 1:
             apply_tensor_parallel(part, meshes.tp_mesh())
         if s.ep > 1:
             apply_expert_parallel(part, meshes.ep_group(), meshes.ep_rank(), s.ep)
         apply_recompute(part, s.recompute)
-        expert_mesh = meshes.expert_fsdp_mesh()
         if compile:
-            # `apply_fsdp` gives the experts a unit of their own wherever it has an expert mesh
-            _compile_blocks(part, experts_apart=use_fsdp and expert_mesh is not None, expert_parallel=s.ep > 1)
+            _compile_blocks(part, experts_apart=experts_apart, expert_parallel=s.ep > 1)
         if use_fsdp:
             apply_fsdp(
                 part,
@@ -138,7 +139,6 @@ def parallelize(model: nn.Module, s: Strategy, meshes: Meshes | None, *, param_d
                 # counts the stage gathered (`CostParams.fsdp_pp_unsharded`)
                 reshard_after_forward=s.pp == 1,
             )
-    pieces = compile and any(isinstance(m, MoE) for part in parts for m in part.modules()) and (
-        s.ep > 1 or (use_fsdp and meshes.expert_fsdp_mesh() is not None))
-    return Parallel(parts=parts, stage_ids=ids, fsdp=use_fsdp, experts_outside_fsdp=use_fsdp and s.ep > 1 and meshes.expert_fsdp_mesh() is None,
+    pieces = compile and (s.ep > 1 or experts_apart) and any(isinstance(m, MoE) for part in parts for m in part.modules())
+    return Parallel(parts=parts, stage_ids=ids, fsdp=use_fsdp, experts_outside_fsdp=use_fsdp and s.ep > 1 and expert_mesh is None,
                     moe_compiled_in_pieces=pieces)
