@@ -104,7 +104,7 @@ def train(
     warmup: int = typer.Option(10, "--warmup"),
     grad_clip: float = typer.Option(1.0, "--grad-clip"),
     dtype: str = typer.Option("auto", "--dtype", help="auto (bf16 on CUDA, fp32 on CPU), bf16, fp32 or fp64 (parity checks)."),
-    compile_: bool = typer.Option(False, "--compile", help="torch.compile each block."),
+    compile_: bool = typer.Option(False, "--compile", help="torch.compile each block (an MoE block in pieces around experts that FSDP shards apart or EP dispatches); not with --tp above 1."),
     expert_kernel: str = typer.Option("auto", "--expert-kernel", help="MoE experts: auto (grouped_mm where torch and the dtype allow it), grouped_mm or loop."),
     seed: int = typer.Option(0, "--seed"),
     on_nonfinite: str = typer.Option("stop", "--on-nonfinite", help="stop or skip."),
