@@ -736,3 +736,12 @@ def test_an_fp16_deepspeed_run_accumulates_its_gradients_through_autograd():
                       for p in ("fp16", "bf16"))
     assert (mega16.grad_accumulation_bytes, mega16.grad_accumulation_skips_first) == \
         (megabf.grad_accumulation_bytes, megabf.grad_accumulation_skips_first)
+
+
+@pytest.mark.parametrize("text, fp16", [("fp16", True), ("FP16 mixed precision", True), ("float16", True), ("bf16", False),
+                                        ("bfloat16", False), ("bf16 (fp16 all-reduce)", False), ("mixed precision", False)])
+def test_a_precision_says_fp16_only_outside_its_asides_and_not_beside_bf16(text, fp16):
+    """fp16 and bf16 parse alike (one peak); `says_fp16` tells them apart as the source wrote it, its parentheses aside."""
+    from bandwise.plan.run_fields import says_fp16
+
+    assert parse_precision(text) == "bf16" and says_fp16(text) is fp16

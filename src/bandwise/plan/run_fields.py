@@ -56,6 +56,13 @@ def parse_precision(text: Any) -> str | None:
     raise BandwiseError(f"precision {text!r}: not recognised; write bf16, fp16, fp8, nvfp4 or int8")
 
 
+def says_fp16(text: Any) -> bool:
+    """Whether a precision `parse_precision` reads as bf16 says fp16 rather than bf16 (outside its parentheses):
+    one peak, but an engine's optimizer may differ by it (`CostParams.fp16_autograd_accumulation`)."""
+    said = outside_then_whole(text or "")[0]
+    return re.search(r"\b(fp16|float16)\b", said) is not None and re.search(r"\bb(f16|float16)\b", said) is None
+
+
 def outside_then_whole(text: Any) -> tuple[str, str]:
     """(the text without its parenthesised asides, the whole text), lower-cased: a reader looks in the
     first and falls back on the second."""

@@ -17,13 +17,13 @@ from bandwise.errors import BandwiseError
 from bandwise.cost.remat import RematPolicy
 from bandwise.plan.run_fields import (
     count,
-    outside_then_whole,
     parse_fp8_recipe,
     parse_graph_scope,
     parse_moe_dispatcher,
     parse_precision,
     parse_remat_policy,
     recompute_modules,
+    says_fp16,
 )
 from bandwise.specs.model import brief
 
@@ -188,9 +188,7 @@ def read_stated(run: dict[str, Any], conventions: str, recompute: str | None, no
     if p.get("xla_all_gather_fusion") is True and state("xla_all_gather_fusion"):
         overlap["tp"] = True
     compiled = "compile" in str(run.get("precision") or "").lower() and state("compiled")
-    said = outside_then_whole(run.get("precision") or "")[0]  # fp16 parses as bf16 (one peak); the optimizer may differ
-    fp16 = precision == "bf16" and re.search(r"\b(fp16|float16)\b", said) is not None and re.search(r"\bb(f16|float16)\b", said) is None \
-        and state("fp16")
+    fp16 = precision == "bf16" and says_fp16(run.get("precision")) and state("fp16")
     grad_reduce = run.get("grad_reduce")
     if grad_reduce is not None:
         if not isinstance(grad_reduce, str) or grad_reduce not in GRAD_REDUCE:

@@ -55,7 +55,7 @@ COMPILE_BACKEND = "inductor"
 and backward, without generating code)."""
 
 
-def _compile_blocks(model: nn.Module, *, experts_apart: bool = False, expert_parallel: bool = False) -> None:
+def _compile_blocks(model: nn.Module, *, experts_apart: bool = False, expert_parallel: bool = False) -> bool:
     """Each block as one graph (`fullgraph=True`: a graph break is an error, not a silent split).
     Routing changes no shape the graph sees: the experts' group sizes live in a device tensor read
     inside `_grouped_mm` (`runtime/grouped.py`), so the graphs are not recompiled step to step.
@@ -69,18 +69,21 @@ def _compile_blocks(model: nn.Module, *, experts_apart: bool = False, expert_par
     that nothing breaks silently: the norms, the attention, the router's gate and the shared expert;
     the experts' own forward too where their rows come from this rank alone (no EP) and their kernel is the
     grouped GEMM (the per-expert loop reads its group sizes on the host); the routing glue between them runs
-    eagerly."""
+    eagerly. Returns whether any MoE block was compiled so, in pieces."""
+    pieces = False
     for block in model.layers.values():
         moe = block.feed_forward if isinstance(block.feed_forward, MoE) else None
         if moe is None or not (experts_apart or expert_parallel):
             block.compile(fullgraph=True, backend=COMPILE_BACKEND)
             continue
+        pieces = True
         for piece in (block.attention_norm, block.attention, block.mixer_norm, block.mixer, block.ffn_norm, moe.gate, moe.shared):
             if piece is not None:
                 piece.compile(fullgraph=True, backend=COMPILE_BACKEND)
         # FSDP's hooks wrap the call, not `forward`; the per-expert loop reads its group sizes on the host
         if not expert_parallel and moe.experts.kernel == "grouped_mm":
             moe.experts.forward = torch.compile(moe.experts.forward, fullgraph=True, backend=COMPILE_BACKEND)
+    return pieces
 
 
 def describe_compile(device: torch.device, *, host_synced_experts: bool, ep: int, moe_in_pieces: bool = False) -> str:
@@ -118,6 +121,7 @@ def parallelize(model: nn.Module, s: Strategy, meshes: Meshes | None, *, param_d
     use_fsdp = s.dp > 1
     expert_mesh = meshes.expert_fsdp_mesh()
     experts_apart = use_fsdp and expert_mesh is not None  # `apply_fsdp` then gives the experts a unit of their own
+    pieces = False
     for part in parts:
         if s.tp > 1:
             apply_tensor_parallel(part, meshes.tp_mesh())
@@ -125,7 +129,7 @@ def parallelize(model: nn.Module, s: Strategy, meshes: Meshes | None, *, param_d
             apply_expert_parallel(part, meshes.ep_group(), meshes.ep_rank(), s.ep)
         apply_recompute(part, s.recompute)
         if compile:
-            _compile_blocks(part, experts_apart=experts_apart, expert_parallel=s.ep > 1)
+            pieces = _compile_blocks(part, experts_apart=experts_apart, expert_parallel=s.ep > 1) or pieces
         if use_fsdp:
             apply_fsdp(
                 part,
@@ -139,6 +143,5 @@ def parallelize(model: nn.Module, s: Strategy, meshes: Meshes | None, *, param_d
                 # counts the stage gathered (`CostParams.fsdp_pp_unsharded`)
                 reshard_after_forward=s.pp == 1,
             )
-    pieces = compile and (s.ep > 1 or experts_apart) and any(isinstance(m, MoE) for part in parts for m in part.modules())
     return Parallel(parts=parts, stage_ids=ids, fsdp=use_fsdp, experts_outside_fsdp=use_fsdp and s.ep > 1 and expert_mesh is None,
                     moe_compiled_in_pieces=pieces)
