@@ -210,6 +210,26 @@ class CostParams:
     parameters at its forward and releases them after, prefetching at most 5e7 elements ahead, and reduces
     gradients in 5e8-element buckets (deepspeed/runtime/zero/stage3.py at v0.3.15, fetch_sub_module,
     reduce_independent_p_g_buckets_and_remove_grads). Off: units of a layer."""
+    fsdp_gather_waits: bool = False
+    """Each layer's FSDP all-gather waits at the layer's start instead of arriving behind the previous layer's
+    compute: XLA on GPU runs a scanned layer as one iteration of a while loop, and an all-gather moves into the
+    iteration before only through its collective pipeliner, which is off for all-gathers unless
+    `--xla_gpu_enable_pipelined_all_gather=true` or the O1 effort level turns it on (ROCm/xla at
+    rocm-jaxlib-v0.8.2: debug_options_flags.cc sets `xla_gpu_enable_pipelined_all_gather(false)`,
+    `xla_gpu_enable_pipelined_reduce_scatter(true)` and `xla_gpu_enable_while_loop_double_buffering(false)`;
+    gpu_compiler.cc adds the all-gather pipeliner only for the flag or `IsPassEnabledAtOptimizationEffort`,
+    flag_utils.h: O1; openxla.org "GPU optimization levels": these passes are not on by default). Where the
+    combine threshold (`--xla_gpu_all_gather_combine_threshold_bytes`) holds a layer's weights, the combiner
+    makes one all-gather per replica group of the iteration, so the first waits whole and the experts' gather,
+    the second group's, can hide only behind the attention that does not need it, at most one collective in
+    flight (`xla_gpu_experimental_parallel_collective_overlap_limit` 1). The reduce-scatters are pipelined into
+    the next iteration, behind its compute (`terms.fsdp`). Set where a run states such XLA flags
+    (`plan.run_stated`); off: each gather prefetched behind the previous layer."""
+    all_gather_combine_bytes: float = 30 * 1024 * 1024 + 7
+    """XLA's all-gather combiner threshold on GPU (`--xla_gpu_all_gather_combine_threshold_bytes`; default
+    kDefaultAllGatherCombineThreshold, 30 MiB + 7, xla/service/collective_utils.h at rocm-jaxlib-v0.8.2):
+    a layer whose gathered weights fit in it is gathered by one collective a replica group, which
+    `fsdp_gather_waits` prices; above it the gathers stay weight by weight and are priced as prefetched."""
     fsdp_grads_freed: bool = True
     """Under FSDP2, a step of one micro-batch without a pipeline is counted at the moment of its peak
     rather than as the sum of every term's own maximum. No gradient exists at the loss: the optimizer

@@ -93,7 +93,8 @@ def _time(m: ModelSpec, dev: Device, rows: _Rows, ct: CommTerms, P: CostParams) 
     tensor = tensor_terms(ct.tensor, full, c.overlap_tp, P)
     expert = expert_terms(m, ct.expert, layer.moe_fwd, full, c.schedule, s.pp, n_mb, c.overlap_ep)
     root = local.emb + np.where(stages.together, local.out, 0.0)  # the weights outside any layer
-    fsdp = fsdp_terms(ct.fsdp, s.zero, layers_rank, root, layer.fwd, layer.bwd, stages.layer_recompute, c.overlap_fsdp, P)
+    fsdp = fsdp_terms(ct.fsdp, s.zero, layers_rank, root, layer.fwd, layer.bwd, stages.layer_recompute, c.overlap_fsdp, P,
+                      layer.attention, layer.attention_bwd, full)
     exposed_mb = layers_rank * (tensor.exposed + ct.context.exposed + expert.exposed)
     contention_mb = contention(dev, m, layers_rank, tensor, ct.context, ct.expert, expert, layer.moe_fwd, c.overlap_ep)
     whole_stage = P.fsdp_pp_unsharded & (s.pp > 1) & (n_mb > 1)  # gathered once a step (`terms.fsdp`)

@@ -61,6 +61,8 @@ STATED: dict[str, str] = {
                  "materialized: the s x s scores in memory), whatever the engine's (as plan --attention)",
     "fp16": "the run states fp16 (not bf16): where its engine's optimizer then leaves gradient accumulation to autograd "
             "(DeepSpeed's FP16 optimizer), each micro-batch adds its gradient into the fp16 param.grad in place",
+    "xla_gather_waits": "the run's XLA flags on GPU leave the all-gather pipeliner off (XLA's default) and combine a layer's "
+                        "gathers: each scanned layer's FSDP all-gather waits at its start; the reduce-scatters stay pipelined",
     "remat_policy": "the run states a MaxText remat policy: full recomputation less the tensors it keeps in HBM or offloads to the host, "
                     "the offloaded ones' copies over the host link (cost/remat.py)",
 }
@@ -116,6 +118,9 @@ class Stated:
     """Whether the run states sequence parallelism with its TP (`parallelism.sp` or `sequence_parallel`); None: its engine's."""
     attention: str | None = None
     """The attention kernel the run states (`cost.params.ATTENTION_KERNELS`), as `plan --attention`; None: its engine's."""
+    xla_gather_combine_bytes: float | None = None
+    """Where the run's XLA flags (`parallelism.xla_flags`) leave FSDP's all-gathers unpipelined, the combine
+    threshold they run with (`CostParams.fsdp_gather_waits`); None: the engine's prefetch."""
     names: list[str] = field(default_factory=list)
     """The `STATED` keys found, in the order read."""
     unpriced: tuple[str, ...] = ()
@@ -145,6 +150,8 @@ class Stated:
             stated.update(master_weight_bytes=0, grad_reduce_bytes=GRAD_REDUCE["bf16"], adam_moment_bytes=2)
         if self.bf16_resident:  # bf16 shards, Adam state and stored gradients; the reduction as the engine's
             stated.update(master_weight_bytes=0, adam_moment_bytes=2, sharded_grad_bytes=GRAD_REDUCE["bf16"])
+        if self.xla_gather_combine_bytes is not None:
+            stated.update(fsdp_gather_waits=True, all_gather_combine_bytes=self.xla_gather_combine_bytes)
         if self.moe_capacity_factor > 0:
             stated.update(moe_capacity_factor=self.moe_capacity_factor, moe_one_hot_dispatch=self.moe_one_hot_dispatch)
         if self.fp16 and params.fp16_autograd_accumulation:  # the engine's fp16 optimizer accumulates through autograd
@@ -244,11 +251,48 @@ def read_stated(run: dict[str, Any], conventions: str, recompute: str | None, no
         if not isinstance(attention, str) or attention not in ATTENTION_KERNELS:
             raise BandwiseError(f"run {brief(rid)}: attention {brief(attention)}: write one of {', '.join(ATTENTION_KERNELS)}")
         state("attention")
-    return Stated(precision=precision, overlap=overlap, compiled=compiled, fp16=fp16, grad_reduce=grad_reduce,
+    gather_combine = _xla_gather_waits(p, rid)
+    if gather_combine is not None:
+        state("xla_gather_waits")
+    return Stated(precision=precision, overlap=overlap, xla_gather_combine_bytes=gather_combine, compiled=compiled, fp16=fp16, grad_reduce=grad_reduce,
                   selective_modules=modules, fp8_recipe=recipe, fp8_all_gather=fp8_all_gather, moe_capacity_factor=capacity, moe_one_hot_dispatch=one_hot,
                   moe_dispatcher=dispatcher, moe_permute_fusion=fusion, cuda_graph_scope=scope, remat_policy=policy,
                   expert_tp=etp if etp is not None and etp > 1 else None, vocab_tiles=tiles, bf16_weights=bf16_weights, bf16_resident=bf16_resident,
                   offloaded_layers=offloaded, sequence_parallel=sp, attention=attention, names=found, unpriced=tuple(unpriced))
+
+
+XLA_DEFAULT_ALL_GATHER_COMBINE_BYTES = 30 * 1024 * 1024 + 7
+"""kDefaultAllGatherCombineThreshold (xla/service/collective_utils.h at ROCm/xla rocm-jaxlib-v0.8.2)."""
+
+
+def _xla_gather_waits(p: dict[str, Any], rid: str) -> float | None:
+    """The all-gather combine threshold where the run's GPU XLA flags (`parallelism.xla_flags`, as the job set
+    XLA_FLAGS) leave the all-gather pipeliner and loop double-buffering off, XLA's defaults
+    (`CostParams.fsdp_gather_waits`); None where the run states no flags or turns either on."""
+    flags = p.get("xla_flags")
+    if flags is None:
+        return None
+    if not isinstance(flags, str):
+        raise BandwiseError(f"run {brief(rid)}: parallelism.xla_flags {brief(flags)}: write the XLA_FLAGS the job ran with, as one string")
+
+    def last(name: str, value: str = r"\w+") -> str | None:  # the last setting wins, as XLA parses them
+        found = re.findall(rf"--{name}\s*=\s*({value})", flags, flags=re.IGNORECASE)
+        return found[-1] if found else None
+
+    def on(name: str) -> bool:
+        return (last(name) or "").lower() in ("true", "1")
+
+    unrolling = (last("xla_gpu_enable_while_loop_unrolling") or "").lower()
+    if on("xla_gpu_enable_pipelined_all_gather") or on("xla_gpu_enable_while_loop_double_buffering") or \
+            unrolling.endswith(("double_buffer", "full_unroll")):
+        return None
+    threshold = last("xla_gpu_all_gather_combine_threshold_bytes", r"\S+")
+    if threshold is None:
+        return float(XLA_DEFAULT_ALL_GATHER_COMBINE_BYTES)
+    value = threshold.strip("'\",;")
+    if not value.isdigit():
+        raise BandwiseError(f"run {brief(rid)}: --xla_gpu_all_gather_combine_threshold_bytes={brief(value)}: write a whole number of bytes")
+    return float(value)
 
 
 def _sequence_parallel(p: dict[str, Any], rid: str) -> bool | None:

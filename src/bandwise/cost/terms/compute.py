@@ -174,7 +174,8 @@ class LayerCompute:
 
     def passes(self) -> LayerPasses:
         return LayerPasses(fwd=self.fwd, bwd=self.bwd, kernel_gaps=self.kernel_gaps, selective=self.selective, moe_fwd=self.moe_fwd,
-                           full=self.fwd if self.full is None else self.full)
+                           full=self.fwd if self.full is None else self.full, attention=self.attn + self.attn_in + self.attn_out,
+                           attention_bwd=self.attn_bwd + 2.0 * (self.attn_in + self.attn_out))
 
     def backward(self, fwd: np.ndarray) -> np.ndarray:
         """GEMMs twice, attention its own ratio."""
@@ -211,6 +212,9 @@ class LayerPasses:
     moe_fwd: np.ndarray
     full: np.ndarray
     """What full recomputation re-runs (`LayerCompute.full`)."""
+    attention: np.ndarray
+    """The attention block's forward, its GEMMs and core: what runs before the feed-forward needs its weights."""
+    attention_bwd: np.ndarray
 
 
 def gemms_time(gemms: list[Gemm], m: ModelSpec, s: Shape, rates: Rates) -> np.ndarray:
