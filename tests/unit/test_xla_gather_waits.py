@@ -76,7 +76,9 @@ def _layer(fc: FsdpComm, waits: bool, fwd=3.0, bwd=6.0, recompute=3.0, attention
     """One layer's exposed FSDP seconds (no root parameters, latency 0: the edges add nothing)."""
     t = fsdp_terms(fc, np.array([3]), np.array([1.0]), np.array([0.0]), np.array([fwd]), np.array([bwd]), np.array([recompute]),
                    np.array([True]), _params(waits), np.array([attention]), np.array([attention_bwd]), np.array([full]))
-    return float(t.exposed[0] - (fc.gather + fc.reduce)[0])  # less the first gather and last reduction, exposed either way
+    # less the step's edges: the last reduction, and the first gather where it is prefetched (waiting, it is the layer's own)
+    waiting = waits and bool(np.asarray(fc.combined)[0])
+    return float(t.exposed[0] - (fc.reduce if waiting else fc.gather + fc.reduce)[0])
 
 
 def _comm(gather: float, reduce: float, expert: float = 0.0, combined: bool = True) -> FsdpComm:
@@ -104,3 +106,12 @@ def test_the_experts_gather_hides_behind_the_attention_only():
     assert _layer(fc, waits=True, attention=1.0, full=False, recompute=0.0) == pytest.approx(dense + expert)
     # a layer whose weights exceed the combine threshold keeps the prefetch price
     assert _layer(_comm(dense + expert, 0.0, expert, combined=False), waits=True) == _layer(fc, waits=False)
+
+
+def test_a_step_of_waiting_layers_counts_each_gather_once():
+    """L layers whose gathers wait, reductions hidden: the step exposes 2·L gathers and the last reduction, no more
+    (the first gather is a layer's own, not an edge as well)."""
+    ag, rs, layers = 0.7, 1.4, 4.0
+    t = fsdp_terms(_comm(ag, rs), np.array([3]), np.array([layers]), np.array([0.0]), np.array([3.0]), np.array([6.0]), np.array([3.0]),
+                   np.array([True]), _params(True), np.array([1.0]), np.array([2.0]), np.array([True]))
+    assert t.exposed[0] == pytest.approx(2 * layers * ag + rs)

@@ -78,16 +78,20 @@ def fsdp_terms(fc: FsdpComm, zero: np.ndarray, layers_rank: np.ndarray, root: np
     ag, rs = fc.gather, fc.reduce
     # prefetched behind the previous layer's forward, and its backward
     layer_overlapped = np.maximum(0.0, ag - fwd) + np.maximum(0.0, ag + rs - bwd - recompute)
+    waits = P.fsdp_gather_waits & np.asarray(fc.combined)
     if P.fsdp_gather_waits:
-        layer_overlapped = np.where(fc.combined, waiting_gathers(fc, bwd, recompute, attention, attention_bwd, full), layer_overlapped)
+        layer_overlapped = np.where(waits, waiting_gathers(fc, bwd, recompute, attention, attention_bwd, full), layer_overlapped)
     layer_exposed = np.where(overlap, layer_overlapped, 2 * ag + rs)
+    # the edges of an overlapped step: the first gather (already in every layer's own where the gathers wait)
+    # and the last reduction
+    edges = np.where(waits, rs, ag + rs)
     # Nothing runs before the first gather or after the last reduction: the first layer's weights
     # gather and the last layer's gradients reduce exposed, and so do the root unit's, the weights
     # outside any block (embedding, and the output layer where the same rank holds it), which are
     # gathered before the first layer and reduced after the embedding's backward (PyTorch FSDP2:
     # the root's reduce-scatter runs in the final backward callback)
     root_edge = root * (BF16 + P.grad_reduce_bytes) * fc.per_byte + 2 * fc.latency
-    exposed = np.where(zero == 3, layers_rank * layer_exposed + root_edge + np.where(overlap, ag + rs, 0.0), 0.0)
+    exposed = np.where(zero == 3, layers_rank * layer_exposed + root_edge + np.where(overlap, edges, 0.0), 0.0)
     # A stage that stays gathered over its micro-batches (TorchTitan: reshard_after_forward = not pp_enabled,
     # parallelize.py; bandwise's trainer likewise, runtime/parallel/apply.py) gathers each layer once, and
     # torch's PipelineStage turns the gradient sync off until the last micro-batch's backward
