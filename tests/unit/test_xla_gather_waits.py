@@ -17,7 +17,8 @@ from published import shipped_run
 from bandwise.cost.params import DEFAULT_PARAMS
 from bandwise.cost.terms.fsdp import FsdpComm, fsdp_terms
 from bandwise.errors import BandwiseError
-from bandwise.plan.run_stated import XLA_DEFAULT_ALL_GATHER_COMBINE_BYTES, _xla_gather_waits
+from bandwise.cost.params import XLA_ALL_GATHER_COMBINE_BYTES
+from bandwise.plan.run_stated import _xla_gather_waits
 from bandwise.plan.validate import convert, predict, priced
 
 ROW = "rocm_dropless_mi355x_dsv3_dense_cf1p25_pdbs8_synthetic"
@@ -27,7 +28,7 @@ IMAGE = ("--xla_gpu_enable_latency_hiding_scheduler=True --xla_gpu_all_gather_co
 
 @pytest.mark.parametrize("flags, expected", [
     (IMAGE, 8589934592.0),
-    ("--xla_gpu_enable_latency_hiding_scheduler=true", float(XLA_DEFAULT_ALL_GATHER_COMBINE_BYTES)),
+    ("--xla_gpu_enable_latency_hiding_scheduler=true", float(XLA_ALL_GATHER_COMBINE_BYTES)),
     (IMAGE + " --xla_gpu_enable_pipelined_all_gather=true", None),
     (IMAGE + " --xla_gpu_enable_pipelined_all_gather=true --xla_gpu_enable_pipelined_all_gather=false", 8589934592.0),  # the last wins
     (IMAGE + " --xla_gpu_enable_while_loop_double_buffering=true", None),

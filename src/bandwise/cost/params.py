@@ -13,6 +13,10 @@ from typing import Any
 from bandwise.cost.memory import GIB
 from bandwise.cost.remat import RematPolicy
 
+XLA_ALL_GATHER_COMBINE_BYTES = 30 * 1024 * 1024 + 7
+"""XLA's default all-gather combine threshold on GPU, kDefaultAllGatherCombineThreshold (xla/service/collective_utils.h
+at ROCm/xla rocm-jaxlib-v0.8.2)."""
+
 
 @dataclass(kw_only=True, slots=True, frozen=True)
 class CostParams:
@@ -225,9 +229,9 @@ class CostParams:
     flight (`xla_gpu_experimental_parallel_collective_overlap_limit` 1). The reduce-scatters are pipelined into
     the next iteration, behind its compute (`terms.fsdp`). Set where a run states such XLA flags
     (`plan.run_stated`); off: each gather prefetched behind the previous layer."""
-    all_gather_combine_bytes: float = 30 * 1024 * 1024 + 7
-    """XLA's all-gather combiner threshold on GPU (`--xla_gpu_all_gather_combine_threshold_bytes`; default
-    kDefaultAllGatherCombineThreshold, 30 MiB + 7, xla/service/collective_utils.h at rocm-jaxlib-v0.8.2):
+    all_gather_combine_bytes: float = XLA_ALL_GATHER_COMBINE_BYTES
+    """XLA's all-gather combiner threshold on GPU (`--xla_gpu_all_gather_combine_threshold_bytes`, by default
+    `XLA_ALL_GATHER_COMBINE_BYTES`):
     a layer whose gathered weights fit in it is gathered by one collective a replica group, which
     `fsdp_gather_waits` prices; above it the gathers stay weight by weight and are priced as prefetched."""
     fsdp_grads_freed: bool = True

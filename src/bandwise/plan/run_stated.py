@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from bandwise.cost.params import ATTENTION_KERNELS, AUTOGRAD_ACCUMULATION_BYTES, GRAD_REDUCE, CostParams
+from bandwise.cost.params import ATTENTION_KERNELS, AUTOGRAD_ACCUMULATION_BYTES, GRAD_REDUCE, XLA_ALL_GATHER_COMBINE_BYTES, CostParams
 from bandwise.errors import BandwiseError
 from bandwise.cost.remat import RematPolicy
 from bandwise.plan.run_fields import (
@@ -261,10 +261,6 @@ def read_stated(run: dict[str, Any], conventions: str, recompute: str | None, no
                   offloaded_layers=offloaded, sequence_parallel=sp, attention=attention, names=found, unpriced=tuple(unpriced))
 
 
-XLA_DEFAULT_ALL_GATHER_COMBINE_BYTES = 30 * 1024 * 1024 + 7
-"""kDefaultAllGatherCombineThreshold (xla/service/collective_utils.h at ROCm/xla rocm-jaxlib-v0.8.2)."""
-
-
 def _xla_gather_waits(p: dict[str, Any], rid: str) -> float | None:
     """The all-gather combine threshold where the run's GPU XLA flags (`parallelism.xla_flags`, as the job set
     XLA_FLAGS) leave the all-gather pipeliner and loop double-buffering off, XLA's defaults
@@ -288,7 +284,7 @@ def _xla_gather_waits(p: dict[str, Any], rid: str) -> float | None:
         return None
     threshold = last("xla_gpu_all_gather_combine_threshold_bytes", r"\S+")
     if threshold is None:
-        return float(XLA_DEFAULT_ALL_GATHER_COMBINE_BYTES)
+        return float(XLA_ALL_GATHER_COMBINE_BYTES)
     value = threshold.strip("'\",;")
     if not value.isdigit():
         raise BandwiseError(f"run {brief(rid)}: --xla_gpu_all_gather_combine_threshold_bytes={brief(value)}: write a whole number of bytes")
