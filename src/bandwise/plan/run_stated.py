@@ -61,8 +61,9 @@ STATED: dict[str, str] = {
                  "materialized: the s x s scores in memory), whatever the engine's (as plan --attention)",
     "fp16": "the run states fp16 (not bf16): where its engine's optimizer then leaves gradient accumulation to autograd "
             "(DeepSpeed's FP16 optimizer), each micro-batch adds its gradient into the fp16 param.grad in place",
-    "xla_gather_waits": "the run's XLA flags on GPU leave the all-gather pipeliner off (XLA's default) and combine a layer's "
-                        "gathers: each scanned layer's FSDP all-gather waits at its start; the reduce-scatters stay pipelined",
+    "xla_gather_waits": "the run's XLA flags on GPU leave the all-gather pipeliner off (XLA's default): each scanned layer's "
+                        "FSDP all-gathers wait at its start where the combine threshold holds its weights (else priced as "
+                        "prefetched); the reduce-scatters stay pipelined",
     "remat_policy": "the run states a MaxText remat policy: full recomputation less the tensors it keeps in HBM or offloads to the host, "
                     "the offloaded ones' copies over the host link (cost/remat.py)",
 }
@@ -265,14 +266,14 @@ def _xla_gather_waits(p: dict[str, Any], rid: str) -> float | None:
     """The all-gather combine threshold where the run's GPU XLA flags (`parallelism.xla_flags`, as the job set
     XLA_FLAGS) leave the all-gather pipeliner and loop double-buffering off, XLA's defaults
     (`CostParams.fsdp_gather_waits`); None where the run states no flags or turns either on."""
-    flags = p.get("xla_flags")
-    if flags is None:
+    text = p.get("xla_flags")
+    if text is None:
         return None
-    if not isinstance(flags, str):
-        raise BandwiseError(f"run {brief(rid)}: parallelism.xla_flags {brief(flags)}: write the XLA_FLAGS the job ran with, as one string")
+    if not isinstance(text, str):
+        raise BandwiseError(f"run {brief(rid)}: parallelism.xla_flags {brief(text)}: write the XLA_FLAGS the job ran with, as one string")
 
     def last(name: str, value: str = r"\w+") -> str | None:  # the last setting wins, as XLA parses them
-        found = re.findall(rf"--{name}\s*=\s*({value})", flags, flags=re.IGNORECASE)
+        found = re.findall(rf"--{name}\s*=\s*({value})", text, flags=re.IGNORECASE)
         return found[-1] if found else None
 
     def on(name: str) -> bool:
