@@ -745,3 +745,23 @@ def test_a_precision_says_fp16_only_outside_its_asides_and_not_beside_bf16(text,
     from bandwise.plan.run_fields import says_fp16
 
     assert parse_precision(text) == "bf16" and says_fp16(text) is fp16
+
+
+def test_a_composer_pure_run_reduces_in_bf16_and_keeps_fp32_shards():
+    """Composer's FSDP mixed precision 'PURE' sets reduce_dtype to the precision (`get_mixed_precision`), and FSDP casts
+    each reduced shard back to its fp32 flat parameter: 2 bytes a gradient reduce-scattered, 4 kept. The same row in
+    DEFAULT keeps the engine's fp32 reduction; a stated `grad_reduce` is the run's own word over PURE."""
+    from bandwise.cost.step import estimate
+
+    run = shipped_run("llmfoundry_a100_80gb_bf16_mpt70b_seq2048_32gpu_mb2")
+    assert "mixed precision PURE" in run["precision"]
+    pure = convert(run, published.SOURCES)
+    default = convert({**copy.deepcopy(run), "precision": "bf16 (amp_bf16)"}, published.SOURCES)
+    stated = convert({**copy.deepcopy(run), "grad_reduce": "fp32"}, published.SOURCES)
+    pp, pd, ps = priced(pure), priced(default), priced(stated)
+    assert "fsdp_pure" in pure.stated.names and "fsdp_pure" not in default.stated.names
+    assert (pp.grad_reduce_bytes, pp.sharded_grad_bytes) == (2, 4)
+    assert pd.grad_reduce_bytes == 4 and ps.grad_reduce_bytes == 4
+    s = predict(pure).strategy
+    t_pure, t_default = (estimate(pure.model, pure.cluster, s, p) for p in (pp, pd))
+    assert t_pure.breakdown["fsdp"] <= t_default.breakdown["fsdp"] and t_pure.comm_total_s["fsdp"] < t_default.comm_total_s["fsdp"]

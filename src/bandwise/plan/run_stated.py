@@ -61,6 +61,8 @@ STATED: dict[str, str] = {
                  "materialized: the s x s scores in memory), whatever the engine's (as plan --attention)",
     "fp16": "the run states fp16 (not bf16): where its engine's optimizer then leaves gradient accumulation to autograd "
             "(DeepSpeed's FP16 optimizer), each micro-batch adds its gradient into the fp16 param.grad in place",
+    "fsdp_pure": "the run states Composer's FSDP mixed precision PURE: its gradients are reduce-scattered in bf16 (reduce_dtype = "
+                 "the precision) and each reduced shard kept in fp32 (FSDP casts it back to the flat parameter's dtype)",
     "xla_gather_waits": "the run's XLA flags on GPU leave the all-gather pipeliner off (XLA's default): each scanned layer's "
                         "FSDP all-gathers wait at its start where the combine threshold holds its weights (else priced as "
                         "prefetched); the reduce-scatters stay pipelined",
@@ -119,6 +121,11 @@ class Stated:
     """Whether the run states sequence parallelism with its TP (`parallelism.sp` or `sequence_parallel`); None: its engine's."""
     attention: str | None = None
     """The attention kernel the run states (`cost.params.ATTENTION_KERNELS`), as `plan --attention`; None: its engine's."""
+    fsdp_pure: bool = False
+    """The run states Composer's FSDP mixed precision 'PURE' (`get_mixed_precision`, mosaicml/composer
+    composer/trainer/mosaic_fsdp_utils.py at 0099561e: param, reduce and buffer dtype the precision,
+    `keep_low_precision_grads` False): bf16 reduce-scatters, the reduced shard cast back to the fp32 flat
+    parameter (torch/distributed/fsdp/_runtime_utils.py, `_cast_grad_to_param_dtype`)."""
     xla_gather_combine_bytes: float | None = None
     """Where the run's XLA flags (`parallelism.xla_flags`) leave FSDP's all-gathers unpipelined, the combine
     threshold they run with (`CostParams.fsdp_gather_waits`); None: the engine's prefetch."""
@@ -151,6 +158,8 @@ class Stated:
             stated.update(master_weight_bytes=0, grad_reduce_bytes=GRAD_REDUCE["bf16"], adam_moment_bytes=2)
         if self.bf16_resident:  # bf16 shards, Adam state and stored gradients; the reduction as the engine's
             stated.update(master_weight_bytes=0, adam_moment_bytes=2, sharded_grad_bytes=GRAD_REDUCE["bf16"])
+        if self.fsdp_pure and self.grad_reduce is None:  # a stated reduction dtype is the run's own word
+            stated.update(grad_reduce_bytes=GRAD_REDUCE["bf16"], sharded_grad_bytes=GRAD_REDUCE["fp32"])
         if self.xla_gather_combine_bytes is not None:
             stated.update(fsdp_gather_waits=True, all_gather_combine_bytes=self.xla_gather_combine_bytes)
         if self.moe_capacity_factor > 0:
@@ -252,10 +261,13 @@ def read_stated(run: dict[str, Any], conventions: str, recompute: str | None, no
         if not isinstance(attention, str) or attention not in ATTENTION_KERNELS:
             raise BandwiseError(f"run {brief(rid)}: attention {brief(attention)}: write one of {', '.join(ATTENTION_KERNELS)}")
         state("attention")
+    fsdp_pure = re.search(r"mixed precision\s+pure\b", str(run.get("precision") or "").lower()) is not None
+    if fsdp_pure:
+        state("fsdp_pure")
     gather_combine = _xla_gather_waits(p, rid)
     if gather_combine is not None:
         state("xla_gather_waits")
-    return Stated(precision=precision, overlap=overlap, xla_gather_combine_bytes=gather_combine, compiled=compiled, fp16=fp16, grad_reduce=grad_reduce,
+    return Stated(precision=precision, overlap=overlap, fsdp_pure=fsdp_pure, xla_gather_combine_bytes=gather_combine, compiled=compiled, fp16=fp16, grad_reduce=grad_reduce,
                   selective_modules=modules, fp8_recipe=recipe, fp8_all_gather=fp8_all_gather, moe_capacity_factor=capacity, moe_one_hot_dispatch=one_hot,
                   moe_dispatcher=dispatcher, moe_permute_fusion=fusion, cuda_graph_scope=scope, remat_policy=policy,
                   expert_tp=etp if etp is not None and etp > 1 else None, vocab_tiles=tiles, bf16_weights=bf16_weights, bf16_resident=bf16_resident,
