@@ -2,8 +2,8 @@
 priced: today every llm-foundry row reduces its gradients in fp32, as the source's conventions say of its DEFAULT rows.
 
 What the sources say:
-- Composer's `get_mixed_precision` (mosaicml/composer composer/distributed/mosaic_fsdp.py; composer/trainer/
-  mosaic_fsdp.py in 2024 releases): 'DEFAULT' keeps reduce_dtype fp32; 'PURE' sets param_dtype, reduce_dtype and
+- Composer's `get_mixed_precision` (mosaicml/composer composer/trainer/mosaic_fsdp_utils.py at v0.21.3, the release
+  llm-foundry's benchmark commit pins): 'DEFAULT' keeps reduce_dtype fp32; 'PURE' sets param_dtype, reduce_dtype and
   buffer_dtype to the precision, here bf16. The gradients are reduce-scattered in bf16.
 - FSDP (torch.distributed.fsdp, FSDP1, what Composer wrapped in 2024) casts each reduced shard back to its sharded flat
   parameter's dtype, fp32 under mixed precision (torch/distributed/fsdp/_runtime_utils.py,

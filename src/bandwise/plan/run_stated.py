@@ -123,9 +123,10 @@ class Stated:
     """The attention kernel the run states (`cost.params.ATTENTION_KERNELS`), as `plan --attention`; None: its engine's."""
     fsdp_pure: bool = False
     """The run states Composer's FSDP mixed precision 'PURE' (`get_mixed_precision`, mosaicml/composer
-    composer/trainer/mosaic_fsdp_utils.py at 0099561e: param, reduce and buffer dtype the precision,
-    `keep_low_precision_grads` False): bf16 reduce-scatters, the reduced shard cast back to the fp32 flat
-    parameter (torch/distributed/fsdp/_runtime_utils.py, `_cast_grad_to_param_dtype`)."""
+    composer/trainer/mosaic_fsdp_utils.py at v0.21.3, the release llm-foundry's 2024-04 benchmarks pinned
+    (setup.py: mosaicml>=0.21.3,<0.22): param, reduce and buffer dtype the precision, where 'DEFAULT' reduces
+    in fp32; `keep_low_precision_grads` False, dist_strategy.py): bf16 reduce-scatters, the reduced shard cast
+    back to the fp32 flat parameter (torch/distributed/fsdp/_runtime_utils.py, `_cast_grad_to_param_dtype`)."""
     xla_gather_combine_bytes: float | None = None
     """Where the run's XLA flags (`parallelism.xla_flags`) leave FSDP's all-gathers unpipelined, the combine
     threshold they run with (`CostParams.fsdp_gather_waits`); None: the engine's prefetch."""
