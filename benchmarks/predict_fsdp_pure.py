@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from error_figures import fig
+from error_figures import compare
 
 from bandwise.plan import validate as V
 from bandwise.plan.runs import convert, load_runs
@@ -41,17 +41,10 @@ def main() -> None:
             continue
         case = convert(run, sources)
         after[run["id"]] = V.predict(case, replace(V.priced(case), grad_reduce_bytes=2, sharded_grad_bytes=4))
-    moved = [k for k in before if before[k].error != after[k].error]
-    for k in moved:
-        print(f"{k:60s} {before[k].error:+7.1%} -> {after[k].error:+7.1%}")
-    pure = [k for k in before if before[k].source == SOURCE and k in {r["id"] for r in runs if states_pure(r)}]
-    print(f"PURE rows: {fig([before[k].error for k in pure])}  ->  {fig([after[k].error for k in pure])}")
-    ids = [k for k in before if before[k].source == SOURCE and before[k].error is not None]
-    print(f"{SOURCE}: {fig([before[k].error for k in ids])}  ->  {fig([after[k].error for k in ids])}")
-    every = [k for k in before if before[k].error is not None]
-    print(f"all priced runs: {fig([before[k].error for k in every])}  ->  {fig([after[k].error for k in every])}")
+    pure = {r["id"] for r in runs if states_pure(r)}
+    moved = compare(before, after, {"PURE rows": [k for k in before if k in pure],
+                                    SOURCE: [k for k in before if before[k].source == SOURCE]})
     print(f"{len(moved)} runs moved")
-
 
 if __name__ == "__main__":
     main()

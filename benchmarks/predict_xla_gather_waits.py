@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import copy
 
-from error_figures import fig
+from error_figures import compare
 
 from bandwise.plan import validate as V
 from bandwise.plan.runs import load_runs
@@ -47,15 +47,8 @@ def main() -> None:
             run["parallelism"]["xla_flags"] = IMAGE_XLA_FLAGS
     before = {r.id: r for r in V.run_all(runs, sources=sources)}
     after = {r.id: r for r in V.run_all(stated, sources=sources)}
-    moved = [k for k in before if before[k].error != after[k].error]
-    for k in moved:
-        print(f"{k:60s} {before[k].error:+7.1%} -> {after[k].error:+7.1%}")
-    ids = [k for k in before if before[k].source == SOURCE and before[k].error is not None]
-    print(f"{SOURCE}: {fig([before[k].error for k in ids])}  ->  {fig([after[k].error for k in ids])}")
-    every = [k for k in before if before[k].error is not None]
-    print(f"all priced runs: {fig([before[k].error for k in every])}  ->  {fig([after[k].error for k in every])}")
+    moved = compare(before, after, {SOURCE: [k for k in before if before[k].source == SOURCE]})
     print(f"{len(moved)} runs moved, all of {SOURCE}: {all(before[k].source == SOURCE for k in moved)}")
-
 
 if __name__ == "__main__":
     main()
