@@ -8,6 +8,7 @@ wait (`CostParams.fsdp_gather_waits`). The closed forms below are the schedule t
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -69,7 +70,6 @@ def test_a_stated_image_prices_the_waiting_gathers_and_pipelining_undoes_it():
 
 
 def _params(waits: bool):
-    from dataclasses import replace
     return replace(DEFAULT_PARAMS, fsdp_gather_waits=waits)
 
 

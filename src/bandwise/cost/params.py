@@ -231,9 +231,9 @@ class CostParams:
     (`plan.run_stated`); off: each gather prefetched behind the previous layer."""
     all_gather_combine_bytes: float = XLA_ALL_GATHER_COMBINE_BYTES
     """XLA's all-gather combiner threshold on GPU (`--xla_gpu_all_gather_combine_threshold_bytes`, by default
-    `XLA_ALL_GATHER_COMBINE_BYTES`):
-    a layer whose gathered weights fit in it is gathered by one collective a replica group, which
-    `fsdp_gather_waits` prices; above it the gathers stay weight by weight and are priced as prefetched."""
+    `XLA_ALL_GATHER_COMBINE_BYTES`): a layer whose gathered weights fit in it is gathered by one collective a
+    replica group, which `fsdp_gather_waits` prices; above it the gathers stay weight by weight and are priced
+    as prefetched."""
     fsdp_grads_freed: bool = True
     """Under FSDP2, a step of one micro-batch without a pipeline is counted at the moment of its peak
     rather than as the sum of every term's own maximum. No gradient exists at the loss: the optimizer

@@ -98,6 +98,7 @@ def fsdp_terms(fc: FsdpComm, zero: np.ndarray, layers_rank: np.ndarray, root: np
     # (set_requires_gradient_sync(False), torch/distributed/pipelining/stage.py, torch 2.13): one
     # reduce-scatter per layer a step. A CPU trace of FSDP2·PP2 with 2 micro-batches shows 2 gathers
     # and 2 reductions a step for its 2 layers (benchmarks/RESULTS.md, "Calibrate (third pass)").
+    # (a stage gathered once a step is PyTorch's; `fsdp_gather_waits`, XLA's, prices only the per-micro-batch path)
     layer_once = np.where(overlap, np.maximum(0.0, ag - fwd) + np.maximum(0.0, rs - bwd - recompute), ag + rs)
     once = np.where(zero == 3, layers_rank * layer_once + root_edge + np.where(overlap, ag + rs, 0.0), 0.0)
     return FsdpTerms(exposed=exposed, layer_total=2 * ag + rs, once=once, layer_once_total=ag + rs)
