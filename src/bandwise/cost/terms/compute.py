@@ -299,14 +299,22 @@ def attention_core(m: ModelSpec, dev: Device, s: Shape, rates: Rates, P: CostPar
     attn_eff = attn_eff * P.attention_scale
     # short sequences leave each query tile's fixed cost less loop to hide behind; under context
     # parallelism each kernel call sees one chunk of seq_len / cp keys (`Device.attention_fill`)
-    keys = m.seq_len / s.cp
-    # (windowed layers loop over at most w keys per query tile, chunked ones over at most their
-    # chunk, less loop than this; the fill is left at the whole chunk's, which flatters a small
-    # window such as gpt-oss's 128, and hardly a chunk of 8192)
-    attn_eff = attn_eff * keys / (keys + dev.attention_fill(fa_kernel))
-    # the FLOPs are the windowed and chunked mean over layers (`attention_core_flops_per_token`)
-    fwd = attention_core_flops_per_token(m, causal=True) * s.tokens / s.tp / (rates.bf16_peak * attn_eff)
+    fill = dev.attention_fill(fa_kernel)
+    # the FLOPs are the windowed and chunked mean over layers (`attention_core_flops_per_token`),
+    # each kind of layer at the loop its query tiles run (`attention_calls`)
+    flops = attention_core_flops_per_token(m, causal=True) * s.tokens / s.tp
+    fwd = sum(share * flops / (rates.bf16_peak * attn_eff * keys / (keys + fill)) for share, keys in attention_calls(m, m.seq_len / s.cp))
     return fwd, P.attention_backward_ratio * fwd
+
+
+def attention_calls(m: ModelSpec, keys: float) -> list[tuple[float, float]]:
+    """(share of the attention core's FLOPs, keys its kernel's query tiles loop over) for each kind of
+    attention layer, `keys` the whole sequence's (its chunk under context parallelism).
+
+    One kind, the whole sequence: windowed layers loop over at most w keys per query tile, chunked
+    ones over at most their chunk, less loop than this; the fill is left at the whole chunk's, which
+    flatters a small window such as gpt-oss's 128, and hardly a chunk of 8192."""
+    return [(1.0, keys)]
 
 
 def attention_gemm_times(m: ModelSpec, gemms: Callable[[list[Gemm]], np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
