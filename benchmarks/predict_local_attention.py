@@ -29,14 +29,15 @@
    0.72 and 0.85 for a full layer at 4,096 keys. The fit stops at 2k keys: below it the fill is an extrapolation.
 
 The first change alone makes those runs faster (fewer attention FLOPs), the second makes their windowed layers dearer
-than their FLOPs; the script prints the moved runs and the figures for each change alone and for both.
+than their FLOPs; the script prints the moved runs and the figures for each change alone and for both. The rules were
+patched in here when the prediction was made (33b65b5); now that they are the code's (`plan.run_model._window`,
+`terms.compute.attention_calls`), the script undoes them for the runs it prices without them.
 
     PYTHONPATH=src python3 benchmarks/predict_local_attention.py
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import replace
 
 import numpy as np
@@ -45,57 +46,37 @@ from error_figures import compare
 from bandwise.cost.terms import compute
 from bandwise.plan import runs as R
 from bandwise.plan import validate as V
-from bandwise.specs.model import ModelSpec, causal_chunk_pairs, causal_window_pairs
+from bandwise.specs.model import ModelSpec
 
-read_model = R.read_model
-
-
-def windowed(run: dict, notes: list[str]) -> ModelSpec:
-    """The rule predicted for change 1: the run's model with the window its `attention` names."""
-    m = read_model(run, notes)
-    text = str((run.get("model") or {}).get("attention") or "")
-    w = re.search(r"sliding-window\((\d+)\)", text)
-    if not w:
-        return m
-    layers = m.attention_layers
-    if "alternating" in text:
-        local = layers // 2
-    else:
-        a, b = (int(g) for g in re.search(r"(\d+) local then (\d+) global", text).groups())
-        local = layers // (a + b) * a + min(layers % (a + b), a)
-    return replace(m, sliding_window=int(w.group(1)), sliding_layers=local)
+read_model, per_kind = R.read_model, compute.attention_calls
 
 
-def per_kind(m: ModelSpec, keys: np.ndarray) -> list[tuple[float, np.ndarray]]:
-    """The rule predicted for change 2: (FLOP share, keys) per kind of attention layer, a local kind at twice its
-    mean keys per query."""
-    if not m.has_local_attention:
-        return [(1.0, keys)]
-    s = m.seq_len
-    whole = causal_window_pairs(s, 0)
-    kinds = [(m.attention_layers - m.windowed_layers - m.chunked_count, whole)]
-    if m.windowed_layers:
-        kinds.append((m.windowed_layers, causal_window_pairs(s, m.sliding_window)))
-    if m.chunked_count:
-        kinds.append((m.chunked_count, causal_chunk_pairs(s, m.attention_chunk)))
-    total = sum(n * pairs for n, pairs in kinds)
-    return [(n * pairs / total, keys if pairs == whole else np.minimum(keys, 2.0 * pairs / s)) for n, pairs in kinds if n]
+def unwindowed(run: dict, notes: list[str]) -> ModelSpec:
+    """The reader before change 1: no window read."""
+    return replace(read_model(run, notes), sliding_window=0, sliding_layers=0)
+
+
+def one_kind(m: ModelSpec, keys: np.ndarray) -> list[tuple[float, np.ndarray]]:
+    """The loop before change 2: every layer at the whole sequence's keys."""
+    return [(1.0, keys)]
+
+
+def priced(runs: list[dict], sources: dict, reader, calls) -> dict:
+    R.read_model, compute.attention_calls = reader, calls
+    try:
+        return {r.id: r for r in V.run_all(runs, sources=sources)}
+    finally:
+        R.read_model, compute.attention_calls = read_model, per_kind
 
 
 def main() -> None:
     runs, sources = R.load_runs()
-    before = {r.id: r for r in V.run_all(runs, sources=sources)}
-    one_kind = compute.attention_calls
-    results = {}
-    for name, reader, calls in (("windows read", windowed, one_kind), ("per-kind loop", read_model, per_kind),
-                                ("both", windowed, per_kind)):
-        R.read_model, compute.attention_calls = reader, calls
-        results[name] = {r.id: r for r in V.run_all(runs, sources=sources)}
-    R.read_model, compute.attention_calls = read_model, one_kind
+    before = priced(runs, sources, unwindowed, one_kind)
     local = [r["id"] for r in runs if "sliding-window" in str((r.get("model") or {}).get("attention") or "")]
-    for name, after in results.items():
+    for name, reader, calls in (("windows read", read_model, one_kind), ("per-kind loop", unwindowed, per_kind),
+                                ("both", read_model, per_kind)):
         print(f"== {name}")
-        moved = compare(before, after, {"runs with a window": local})
+        moved = compare(before, priced(runs, sources, reader, calls), {"runs with a window": local})
         print(f"{len(moved)} runs moved")
 
 

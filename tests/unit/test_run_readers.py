@@ -58,6 +58,37 @@ def test_model_without_a_needed_dimension_is_refused_by_name():
         read_model(run(model={"hidden": None}), [])
 
 
+@pytest.mark.parametrize(
+    "attention, layers, window, period",
+    [
+        # gpt-oss: layer_types alternate sliding and full attention (openai/gpt-oss-120b config.json)
+        ("alternating full / sliding-window(128) with sinks", 36, 128, (1, 1)),
+        ("alternating full / sliding-window(128) with sinks", 24, 128, (1, 1)),
+        # Gemma 3: 5 local to 1 global from the first layer (Gemma 3 Technical Report, Sec. 2)
+        ("interleaved local sliding-window(1024) / global layers (Gemma 3 pattern: 5 local then 1 global)", 48, 1024, (5, 1)),
+        ("interleaved local sliding-window(1024) / global layers (Gemma 3 pattern: 5 local then 1 global)", 26, 1024, (5, 1)),
+        ("interleaved sliding-window(4096) (3 local then 2 global)", 7, 4096, (3, 2)),
+        ("full causal", 24, 0, None),
+    ],
+)
+def test_model_reads_the_window_its_attention_names(attention, layers, window, period):
+    m = read_model(run(model={"layers": layers, "attention": attention}), [])
+    # counted layer by layer: a local layers, then b global, repeating from the first
+    local = sum(i % sum(period) < period[0] for i in range(layers)) if period else 0
+    assert (m.sliding_window, m.sliding_layers) == (window, local)
+
+
+def test_model_reads_a_stated_window_and_refuses_one_without_its_layers():
+    m = read_model(run(model={"sliding_window": 4096}), [])
+    assert (m.sliding_window, m.windowed_layers) == (4096, 24)  # no count: every layer (Mistral 7B v0.1)
+    m = read_model(run(model={"sliding_window": 512, "sliding_layers": 6, "attention": "alternating sliding-window(128)"}), [])
+    assert (m.sliding_window, m.sliding_layers) == (512, 6)  # the stated fields win over the text
+    with pytest.raises(BandwiseError, match=r"run 'r': model.attention .* names a sliding window but not its layers.*model.sliding_layers"):
+        read_model(run(model={"attention": "sliding-window(128) on some layers"}), [])
+    with pytest.raises(BandwiseError, match="model.sliding_window"):
+        read_model(run(model={"sliding_window": -3}), [])
+
+
 # ---- hardware -------------------------------------------------------------------------------
 def test_hardware_reads_a_stated_network_per_gpu():
     notes: list[str] = []

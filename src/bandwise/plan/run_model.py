@@ -72,4 +72,32 @@ def read_model(run: dict[str, Any], case_notes: list[str]) -> ModelSpec:
     if mla:
         q, kv, nope, rope, v = (digits(g, "model.attention") for g in mla.groups())
         kw.update(q_lora_rank=q, kv_lora_rank=kv, qk_nope_head_dim=nope, qk_rope_head_dim=rope, v_head_dim=v, head_dim=0)
+    kw.update(_window(m, kw["layers"], rid))
     return ModelSpec(**kw, source=f"published run {rid}")
+
+
+def _window(m: dict[str, Any], layers: int, rid: str) -> dict[str, int]:
+    """`sliding_window` and `sliding_layers` of a run's model: as stated, or from its `attention` text.
+
+    "sliding-window(N)" sets the window; which layers it covers: "alternating" half of them (gpt-oss: `layer_types`
+    alternate sliding and full attention, openai/gpt-oss-120b config.json; model card Sec. 2.1), "A local then B global"
+    A of every A + B from the first layer (Gemma 3 Technical Report, Sec. 2: 5 local to 1 global, a local layer first)."""
+    window = count(m.get("sliding_window"), "model.sliding_window")
+    local = count(m.get("sliding_layers"), "model.sliding_layers")
+    text = str(m.get("attention") or "")
+    named = re.search(r"sliding-window\((\d+)\)", text)
+    if window is None and named:
+        window = digits(named.group(1), "model.attention")
+    if not window:
+        return {}
+    if local is None and named:
+        pattern = re.search(r"(\d+) local then (\d+) global", text)
+        if "alternating" in text:
+            local = layers // 2
+        elif pattern:
+            a, b = (digits(g, "model.attention") for g in pattern.groups())
+            local = layers // (a + b) * a + min(layers % (a + b), a)
+        else:
+            raise BandwiseError(f"run {brief(rid)}: model.attention {brief(text)} names a sliding window but not its layers; "
+                                "write 'alternating' or 'A local then B global' in it, or give model.sliding_layers")
+    return {"sliding_window": window, "sliding_layers": local or 0}

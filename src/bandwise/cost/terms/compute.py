@@ -38,7 +38,7 @@ from bandwise.cost.terms.shape import Shape
 from bandwise.errors import BandwiseError
 from bandwise.specs.hardware import Device
 from bandwise.specs.kinds import GatedDeltaNet
-from bandwise.specs.model import ModelSpec
+from bandwise.specs.model import ModelSpec, causal_chunk_pairs, causal_window_pairs
 from bandwise.specs.strategy import PRECISIONS
 
 CROSS_ENTROPY_BYTES_EAGER = (2 + 4) + 4 + (4 + 4) + (4 + 4) + 4 + (4 + 4) + (4 + 4) + (4 + 2)
@@ -307,14 +307,29 @@ def attention_core(m: ModelSpec, dev: Device, s: Shape, rates: Rates, P: CostPar
     return fwd, P.attention_backward_ratio * fwd
 
 
-def attention_calls(m: ModelSpec, keys: float) -> list[tuple[float, float]]:
+def attention_calls(m: ModelSpec, keys: np.ndarray) -> list[tuple[float, np.ndarray]]:
     """(share of the attention core's FLOPs, keys its kernel's query tiles loop over) for each kind of
     attention layer, `keys` the whole sequence's (its chunk under context parallelism).
 
-    One kind, the whole sequence: windowed layers loop over at most w keys per query tile, chunked
-    ones over at most their chunk, less loop than this; the fill is left at the whole chunk's, which
-    flatters a small window such as gpt-oss's 128, and hardly a chunk of 8192."""
-    return [(1.0, keys)]
+    A fused kernel loops each query tile over key tiles, and a causal mask or a window only shortens
+    the loop (FlashAttention-2 skips blocks wholly outside the mask, Dao 2023, Sec. 3.1.1; flash-attn's
+    `window_size` starts it at the window's first block); what the tile does outside it (load Q, write
+    O and the log-sum-exp) stays. Priced by the device's fill, a causal call over k keys pays fill/2
+    key-equivalents a query, so a layer whose queries attend to q keys on average runs like a causal
+    call of 2q keys: full layers keep `keys`, windowed and chunked ones twice their mean keys
+    (`causal_window_pairs`, `causal_chunk_pairs`), at most `keys`. The fill was fitted over 2k-32k
+    keys; a window of 128 (gpt-oss) extrapolates it."""
+    if not m.has_local_attention:
+        return [(1.0, keys)]
+    s = m.seq_len
+    whole = causal_window_pairs(s, 0)
+    kinds = [(m.attention_layers - m.windowed_layers - m.chunked_count, whole)]
+    if m.windowed_layers:
+        kinds.append((m.windowed_layers, causal_window_pairs(s, m.sliding_window)))
+    if m.chunked_count:
+        kinds.append((m.chunked_count, causal_chunk_pairs(s, m.attention_chunk)))
+    total = sum(n * pairs for n, pairs in kinds)
+    return [(n * pairs / total, keys if pairs == whole else np.minimum(keys, 2.0 * pairs / s)) for n, pairs in kinds if n]
 
 
 def attention_gemm_times(m: ModelSpec, gemms: Callable[[list[Gemm]], np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
