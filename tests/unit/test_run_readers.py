@@ -76,6 +76,18 @@ def test_model_reads_the_window_its_attention_names(attention, layers, window, p
     # counted layer by layer: a local layers, then b global, repeating from the first
     local = sum(i % sum(period) < period[0] for i in range(layers)) if period else 0
     assert (m.sliding_window, m.sliding_layers) == (window, local)
+    assert m.attention_chunk == 0
+
+
+@pytest.mark.parametrize("layers", [48, 47, 6])
+def test_model_reads_llama4_chunked_layers(layers):
+    # Llama 4: every no_rope_layer_interval-th (4th) layer global, the others chunked (transformers' Llama4TextConfig)
+    text = "chunked attention (chunk 8192) on 3 of every 4 layers, NoPE global attention every 4th layer; qk-norm"
+    m = read_model(run(model={"layers": layers, "attention": text, "seq_len": 32768}), [])
+    assert (m.attention_chunk, m.chunked_layers) == (8192, sum((i + 1) % 4 != 0 for i in range(layers)))
+    assert m.sliding_window == 0
+    with pytest.raises(BandwiseError, match="model.chunked_layers"):
+        read_model(run(model={"attention": "chunked attention (chunk 8192) here and there"}), [])
 
 
 def test_model_reads_a_stated_window_and_refuses_one_without_its_layers():
@@ -83,10 +95,21 @@ def test_model_reads_a_stated_window_and_refuses_one_without_its_layers():
     assert (m.sliding_window, m.windowed_layers) == (4096, 24)  # no count: every layer (Mistral 7B v0.1)
     m = read_model(run(model={"sliding_window": 512, "sliding_layers": 6, "attention": "alternating sliding-window(128)"}), [])
     assert (m.sliding_window, m.sliding_layers) == (512, 6)  # the stated fields win over the text
-    with pytest.raises(BandwiseError, match=r"run 'r': model.attention .* names a sliding window but not its layers.*model.sliding_layers"):
+    with pytest.raises(BandwiseError, match=r"run 'r': model.attention .* names local attention but not its layers.*model.sliding_layers"):
         read_model(run(model={"attention": "sliding-window(128) on some layers"}), [])
     with pytest.raises(BandwiseError, match="model.sliding_window"):
         read_model(run(model={"sliding_window": -3}), [])
+
+
+def test_model_reads_interleaved_moe_layers():
+    # Llama 4 Maverick: interleave_moe_layer_step 2, every 2nd of 48 layers MoE (transformers' Llama4TextConfig)
+    moe = {"num_experts": 128, "top_k": 1, "expert_ffn": 8192, "shared_experts": 1, "moe_layer_interval": 2}
+    m = read_model(run(model={"layers": 48, "moe": moe, "ffn": 16384}), [])
+    assert (m.dense_layers, m.interleaved_dense) == (24, True)
+    m = read_model(run(model={"layers": 48, "moe": {**moe, "moe_layer_interval": 4, "dense_layers": 36}}), [])
+    assert (m.dense_layers, m.interleaved_dense) == (36, True)
+    with pytest.raises(BandwiseError, match=r"dense_layers=10 disagrees with moe_layer_interval=2 over 48 layers \(24 dense\)"):
+        read_model(run(model={"layers": 48, "moe": {**moe, "dense_layers": 10}}), [])
 
 
 # ---- hardware -------------------------------------------------------------------------------

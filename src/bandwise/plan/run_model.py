@@ -62,6 +62,13 @@ def read_model(run: dict[str, Any], case_notes: list[str]) -> ModelSpec:
             shared_expert_ffn=count(moe.get("shared_expert_ffn"), "model.moe.shared_expert_ffn") or 0,
             dense_layers=count(moe.get("dense_layers"), "model.moe.dense_layers") or 0,
         )
+        interval = count(moe.get("moe_layer_interval"), "model.moe.moe_layer_interval", least=1)
+        if interval and interval > 1:  # every interval-th layer MoE, the others dense (Llama 4's interleave_moe_layer_step)
+            dense = kw["layers"] - kw["layers"] // interval
+            if count(moe.get("dense_layers")) not in (None, 0, dense):
+                raise BandwiseError(f"run {brief(rid)}: model.moe.dense_layers={moe.get('dense_layers')} disagrees with moe_layer_interval={interval} "
+                                    f"over {kw['layers']} layers ({dense} dense); give one of them")
+            kw.update(dense_layers=dense, interleaved_dense=True)
         grouped = re.search(r"group-limited \((\d+) groups, top-(\d+)\)", str(moe.get("router") or ""))
         if grouped:  # DeepSeek-V3 Sec. 3.2.2: each token's experts on at most top-g of the node groups
             kw.update(expert_groups=digits(grouped.group(1), "model.moe.router"), groups_per_token=digits(grouped.group(2), "model.moe.router"))
@@ -77,27 +84,45 @@ def read_model(run: dict[str, Any], case_notes: list[str]) -> ModelSpec:
 
 
 def _window(m: dict[str, Any], layers: int, rid: str) -> dict[str, int]:
-    """`sliding_window` and `sliding_layers` of a run's model: as stated, or from its `attention` text.
+    """`sliding_window`/`sliding_layers` and `attention_chunk`/`chunked_layers` of a run's model: as stated, or
+    from its `attention` text.
 
     "sliding-window(N)" sets the window; which layers it covers: "alternating" half of them (gpt-oss: `layer_types`
     alternate sliding and full attention, openai/gpt-oss-120b config.json; model card Sec. 2.1), "A local then B global"
-    A of every A + B from the first layer (Gemma 3 Technical Report, Sec. 2: 5 local to 1 global, a local layer first)."""
-    window = count(m.get("sliding_window"), "model.sliding_window")
-    local = count(m.get("sliding_layers"), "model.sliding_layers")
+    A of every A + B from the first layer (Gemma 3 Technical Report, Sec. 2: 5 local to 1 global, a local layer first).
+    "chunked attention (chunk N) on A of every B layers" chunks A of every B from the first (Llama 4: every
+    `no_rope_layer_interval`-th layer global, transformers' Llama4TextConfig)."""
     text = str(m.get("attention") or "")
-    named = re.search(r"sliding-window\((\d+)\)", text)
-    if window is None and named:
-        window = digits(named.group(1), "model.attention")
-    if not window:
-        return {}
-    if local is None and named:
-        pattern = re.search(r"(\d+) local then (\d+) global", text)
+    out: dict[str, int] = {}
+    window = _local(m, text, "sliding_window", "sliding_layers", r"sliding-window\((\d+)\)", layers, rid)
+    if window:
+        out.update(sliding_window=window[0], sliding_layers=window[1])
+    chunk = _local(m, text, "attention_chunk", "chunked_layers", r"chunked attention \(chunk (\d+)\)", layers, rid)
+    if chunk:
+        out.update(attention_chunk=chunk[0], chunked_layers=chunk[1])
+    return out
+
+
+def _local(m: dict[str, Any], text: str, size_key: str, layers_key: str, named: str, layers: int, rid: str) -> tuple[int, int] | None:
+    """(span, layers it covers; 0 = every layer) of one kind of local attention, stated in `model.<size_key>` and
+    `model.<layers_key>` or named in the attention text; None where the model has none."""
+    size = count(m.get(size_key), f"model.{size_key}")
+    local = count(m.get(layers_key), f"model.{layers_key}")
+    found = re.search(named, text)
+    if size is None and found:
+        size = digits(found.group(1), "model.attention")
+    if not size:
+        return None
+    if local is None and found:
+        then = re.search(r"(\d+) local then (\d+) global", text)
+        every = re.search(r"on (\d+) of every (\d+) layers", text)
         if "alternating" in text:
             local = layers // 2
-        elif pattern:
-            a, b = (digits(g, "model.attention") for g in pattern.groups())
-            local = layers // (a + b) * a + min(layers % (a + b), a)
+        elif then or every:
+            a, b = (digits(g, "model.attention") for g in (then or every).groups())
+            period = a + b if then else b  # A local of every period layers, from the first
+            local = layers // period * a + min(layers % period, a)
         else:
-            raise BandwiseError(f"run {brief(rid)}: model.attention {brief(text)} names a sliding window but not its layers; "
-                                "write 'alternating' or 'A local then B global' in it, or give model.sliding_layers")
-    return {"sliding_window": window, "sliding_layers": local or 0}
+            raise BandwiseError(f"run {brief(rid)}: model.attention {brief(text)} names local attention but not its layers; "
+                                f"write 'alternating', 'A local then B global' or 'on A of every B layers' in it, or give model.{layers_key}")
+    return size, local or 0
