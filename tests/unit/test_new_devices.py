@@ -1,4 +1,4 @@
-"""TPU7x (Ironwood), B300 and V100 presets against their datasheets, closed form, and a synthetic
+"""TPU7x (Ironwood), B300, V100 and MI350X presets against their datasheets, closed form, and a synthetic
 run on each that converts and is priced.
 
 Expected numbers are the datasheets' own (Google Cloud TPU7x docs' system-architecture table, NVIDIA
@@ -66,10 +66,23 @@ def test_v100_matches_the_v100_and_dgx2_datasheets():
     assert nvlink.size * net.bandwidth == pytest.approx(8 * 100e9 / 8)
 
 
+def test_mi350x_is_the_mi355x_silicon_at_its_own_clock():
+    # ROCm docs, GPU hardware specifications: MI350X and MI355X both CDNA4 gfx950, 256 CUs, 288 GiB; AMD's MI350X
+    # peak engine clock 2200 MHz against the MI355X's 2400 MHz; one CDNA4 CU's bf16 matrix rate (4 x 1024 FLOPs a
+    # clock, the mi355x preset's rule) is the same on both, so the peaks stand in the clocks' ratio
+    mi350, mi355 = DEVICES["mi350x"], DEVICES["mi355x"]
+    assert mi350.peak("bf16") == pytest.approx(256 * 1024 * 4 * 2.2e9, rel=1e-4)
+    assert mi350.peak("bf16") / mi355.peak("bf16") == pytest.approx(2200 / 2400, rel=1e-4)
+    assert mi350.peak("fp8") == pytest.approx(2 * mi350.peak("bf16"), rel=1e-4)
+    assert mi350.hbm_bytes == mi355.hbm_bytes and 287 * 2**30 < mi350.hbm_bytes <= 288 * 2**30
+    assert mi350.hbm_bandwidth == mi355.hbm_bandwidth == pytest.approx(8e12)
+    assert [lv.bandwidth for lv in CLUSTERS["mi350x"].levels] == [lv.bandwidth for lv in CLUSTERS["mi355x"].levels]
+
+
 @pytest.mark.parametrize(
     "accelerator, cluster",
     [("TPU7x (Ironwood)", "tpu7x"), ("B300", "b300"), ("GB300", "gb300-nvl72"), ("DGX B300", "b300"),
-     ("V100 (DGX-2)", "v100-dgx2"), ("B200", "b200")],
+     ("V100 (DGX-2)", "v100-dgx2"), ("B200", "b200"), ("MI350X", "mi350x"), ("AMD Instinct MI350X", "mi350x")],
 )
 def test_accelerator_names_reach_their_preset(accelerator, cluster):
     assert cluster_for_accelerator(accelerator).name == cluster
@@ -96,7 +109,8 @@ def run(**sections):
     [({"accelerator": "TPU7x (Ironwood)", "count": 16}, "bf16"),
      ({"accelerator": "TPU7x (Ironwood)", "count": 16}, "fp8"),
      ({"accelerator": "B300", "count": 16}, "fp8"),
-     ({"accelerator": "V100 (DGX-2)", "count": 16}, "fp16")],
+     ({"accelerator": "V100 (DGX-2)", "count": 16}, "fp16"),
+     ({"accelerator": "MI350X", "count": 16}, "bf16")],
 )
 def test_a_run_on_each_new_device_converts_and_is_priced(hardware, precision):
     r = run(hardware=hardware, precision=precision)
