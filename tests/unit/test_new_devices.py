@@ -88,6 +88,28 @@ def test_accelerator_names_reach_their_preset(accelerator, cluster):
     assert cluster_for_accelerator(accelerator).name == cluster
 
 
+@pytest.mark.parametrize(
+    "accelerator, cluster",
+    [("8xH100", "h100"), ("8x H100", "h100"), ("A100 40GB", "a100-40g"), ("A100-40GB", "a100-40g"), ("A100 80GB", "a100-80g"),
+     ("H200 141GB", "h200"), ("MI300X 192GB", "mi300x"), ("GB200 NVL72", "gb200-nvl72"), ("TPU v5p 95GB", "tpu-v5p")],
+)
+def test_a_name_with_a_count_or_its_memory_reaches_its_preset(accelerator, cluster):
+    # datasheet memories: A100 40/80 GB, H200 141 GB, MI300X 192 GB, TPU v5p 95 GB
+    assert cluster_for_accelerator(accelerator).name == cluster
+
+
+@pytest.mark.parametrize(
+    "accelerator, match",
+    [("GH200", "no preset device"),  # Grace Hopper: not an H200 board
+     ("H100 PCIe", "a PCIe card"), ("H100-PCIE-80GB", "a PCIe card"), ("A100-PCIE-40GB", "a PCIe card"),
+     ("H100 NVL", "a NVL card")],
+)
+def test_a_card_the_presets_do_not_hold_is_refused_in_one_line(accelerator, match):
+    with pytest.raises(BandwiseError, match=match) as e:
+        cluster_for_accelerator(accelerator)
+    assert "\n" not in str(e.value) and "--cluster PATH" in str(e.value)
+
+
 def run(**sections):
     """A small dense GPT run, its sections replaced."""
     base = {

@@ -160,21 +160,66 @@ def _plain(name: str) -> str:
 
 def cluster_for_accelerator(accelerator: str) -> Cluster:
     """The preset cluster of the device that a run's accelerator names: its device name or one of its
-    `aliases` appears in it (case, spaces and hyphens aside); the longest such name wins, so "GB200"
-    is not read as "B200". Derived from the presets, so each preset device is reachable."""
-    text = _plain(accelerator)
-    best: tuple[int, Cluster] | None = None
-    for cluster in cluster_presets().values():
-        for alias in map(_plain, (cluster.device.name, *cluster.device.aliases)):
-            if alias and alias in text and (best is None or len(alias) > best[0]):
-                best = (len(alias), cluster)
-    if best is None:
+    `aliases` appears in it (case, spaces and hyphens aside) where a word starts, so "GH200" is not read as
+    "H200" ("8xH100" counts); the longest such name wins, so "GB200" is not read as "B200". Derived from the
+    presets, so each preset device is reachable.
+
+    A PCIe or NVL card is refused in one line rather than priced as the SXM/OAM board of its name, whose power,
+    HBM and NVLink differ. Where the name states a memory ("40GB"), a named preset that holds it wins
+    (`holds_memory`); `plan.run_hardware` refuses a stated memory that the board it prices does not hold."""
+    found = _named_presets(accelerator)
+    if not found:
         known = sorted({a for c in cluster_presets().values() for a in c.device.aliases[:1] or (c.device.name,)})
         raise BandwiseError(
             f"accelerator {accelerator!r}: no preset device; known: {', '.join(known)}; for another device write a cluster "
             "file (`bandwise clusters --show h100 --yaml`) and plan with --cluster PATH"
         )
-    return best[1]
+    presets = cluster_presets()
+    best = presets[max(found, key=lambda name: found[name])]
+    words = re.sub(r"[^a-z0-9]+", " ", accelerator.lower()).split()
+    card = next((w for w in ("pcie", "nvl") if w in words), None)
+    if card and not any(card in re.sub(r"[^a-z0-9]+", " ", a.lower()).split() for a in (best.device.name, *best.device.aliases)):
+        raise BandwiseError(f"accelerator {accelerator!r}: a {card.upper() if card == 'nvl' else 'PCIe'} card, and the {best.device.name} "
+                            "preset is the SXM/OAM board (its power, HBM and NVLink differ); write a cluster file for the card "
+                            f"(`bandwise clusters --show {best.name} --yaml`, edited) and plan with --cluster PATH")
+    stated = stated_memory_gb(accelerator)
+    if stated is not None and not holds_memory(best.device.hbm_bytes, stated):
+        # another named preset of that memory ("A100 40GB" names A100 and A100 40GB)
+        other = [name for name in found if holds_memory(presets[name].device.hbm_bytes, stated)]
+        best = presets[max(other, key=lambda name: found[name])] if other else best
+    return best
+
+
+def stated_memory_gb(accelerator: str) -> float | None:
+    """The memory an accelerator's name states ("A100-SXM4-40GB", "H100 96GB HBM2e"), in GB as written; None if none."""
+    found = re.search(r"(\d+(?:\.\d+)?)\s*gb(?![a-z/])", accelerator.lower())
+    return float(found.group(1)) if found else None
+
+
+def holds_memory(hbm_bytes: float, gb: float) -> bool:
+    """A device of `hbm_bytes` is what a name's "<gb> GB" means: within 5%, read as decimal or binary gigabytes
+    (an 80 GB H100 reports 79.6 GiB; a 192 GB MI300X, 192 GiB)."""
+    return any(abs(hbm_bytes / unit - gb) <= 0.05 * gb for unit in (1e9, 2**30))
+
+
+def _named_presets(accelerator: str) -> dict[str, int]:
+    """Names of the preset clusters whose device name or an alias appears in `accelerator` where a word starts, each with the
+    length of its longest such name."""
+    text = accelerator.lower()
+    plain = [(i, ch) for i, ch in enumerate(text) if ch.isalnum()]
+    joined = "".join(ch for _, ch in plain)
+    found: dict[str, int] = {}
+    for name, cluster in cluster_presets().items():
+        for alias in map(_plain, (cluster.device.name, *cluster.device.aliases)):
+            at = joined.find(alias) if alias else -1
+            while at >= 0:
+                start = plain[at][0]
+                # a word starts here: not inside a longer name ("GH200"), though a count may lead it ("8xH100")
+                if start == 0 or not text[start - 1].isalpha() or (text[start - 1] == "x" and start > 1 and text[start - 2].isdigit()):
+                    found[name] = max(found.get(name, 0), len(alias))
+                    break
+                at = joined.find(alias, at + 1)
+    return found
 
 
 def cluster_named_in(text: str, device: str) -> Cluster | None:
