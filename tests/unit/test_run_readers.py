@@ -151,6 +151,21 @@ def test_grand_teton_h100_without_a_stated_limit_runs_at_its_platform_default():
     assert stock.device.name == "h100-sxm"  # the 80 GB part keeps its rated limit
 
 
+@pytest.mark.parametrize("name", ["H100-SXM HBM2e 95GB (lower TDP)", "H100 HBM2e", "H100 (96GB HBM2e implied by log memory %)"])
+def test_the_hbm2e_h100_is_read_however_it_is_named(name):
+    # TorchTitan's Grand Teton H100: 96 GB HBM2e at 2.4 TB/s, 95 GiB as the device reports it (its H100 benchmark docs)
+    c = read_cluster(run(hardware={"accelerator": name, "count": 8}), 8, [], [])
+    assert c.device.hbm_bytes == 95 * 2**30 and c.device.hbm_bandwidth == pytest.approx(2.4e12)
+
+
+def test_a_stated_memory_the_priced_board_does_not_hold_is_refused():
+    # the H100 NVL has 94 GB: not the 80 GB SXM board, nor the 96 GB HBM2e one
+    with pytest.raises(BandwiseError, match=r"names 94 GB, and the h100-sxm it prices has 80 GiB") as e:
+        read_cluster(run(hardware={"accelerator": "H100 94GB", "count": 8}), 8, [], [])
+    assert "\n" not in str(e.value)
+    assert read_cluster(run(hardware={"accelerator": "H100-SXM5-80GB", "count": 8}), 8, [], []).device.name == "h100-sxm"
+
+
 def test_a_stated_achieved_nvlink_rate_is_priced_as_stated():
     """DeepSeek-V3 quotes 160 GB/s achieved over H800 NVLink (Sec. 3.2.2): an achieved figure, so no protocol share
     is taken off it again."""

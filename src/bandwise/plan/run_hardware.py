@@ -9,7 +9,7 @@ from typing import Any
 from bandwise.errors import BandwiseError
 from bandwise.plan.run_fields import count, per_gpu_network, watts as read_watts
 from bandwise.specs.hardware import Cluster, slice_sizes_text, torus_slice
-from bandwise.specs.registry import cluster_for_accelerator, cluster_named_in
+from bandwise.specs.registry import cluster_for_accelerator, cluster_named_in, holds_memory, stated_memory_gb
 
 H100_HBM2E_BANDWIDTH = 2.4e12
 """TorchTitan's 96 GB HBM2e H100: "2.4 TB/sec peak memory bandwidth" (its H100 benchmark doc, "Hardware")."""
@@ -47,7 +47,8 @@ def read_cluster(run: dict[str, Any], devices: int, notes: list[str], completed:
                                 f"its pod has slices of {slice_sizes_text(pod.torus_dims)}, or whole pods of {pod.size} over DCN")
         return replace(cluster, levels=(sliced, *cluster.levels[1:]))
     power = hw.get("power")
-    if cluster.device.name == "h100-sxm" and "96gb" in a.replace(" ", ""):
+    memory = stated_memory_gb(acc)
+    if cluster.device.name == "h100-sxm" and ("hbm2e" in a.replace(" ", "") or memory in (95.0, 96.0)):
         # TorchTitan's H100 SXM with 96 GB HBM2e (benchmarks/llama3_h100_202412_torchtitan.md,
         # "Hardware": 96GB HBM2e with 2.4 TB/sec peak memory bandwidth); its limit is the run's `power`, else the platform default
         cluster = cluster.with_device(name="h100-sxm-96g", hbm_bytes=H100_HBM2E_BYTES, hbm_bandwidth=H100_HBM2E_BANDWIDTH)
@@ -55,6 +56,10 @@ def read_cluster(run: dict[str, Any], devices: int, notes: list[str], completed:
         if power is None:
             power = H100_HBM2E_DEFAULT_WATTS
             notes.append(f"H100 96GB HBM2e states no power limit: its platform's default {H100_HBM2E_DEFAULT_WATTS:g} W")
+    if memory is not None and not holds_memory(cluster.device.hbm_bytes, memory):
+        raise BandwiseError(f"run {run.get('id')}: accelerator {acc!r} names {memory:g} GB, and the {cluster.device.name} it prices "
+                            f"has {cluster.device.hbm_bytes / 2**30:.0f} GiB; write a cluster file with its hbm_bytes "
+                            f"(`bandwise clusters --show {cluster.name} --yaml`, edited) and plan with --cluster PATH")
     if power is not None:
         watts = read_watts(power, "hardware.power")
         dev = cluster.device
