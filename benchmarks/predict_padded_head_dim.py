@@ -12,46 +12,40 @@ The chip's own kernels (cuDNN, FlashAttention-3) and FlashAttention 1.x are left
 
 So the attention core of a run on those two kernels costs padded(d) / d of its FLOPs' time. The shipped runs it
 touches: Megatron-DeepSpeed's GPT-30B long-sequence rows (Triton, d = 96: x 4/3) and its GPT-2.7B FlashAttention-2 row
-(d = 80: x 1.2). The script wraps `terms.compute.attention_core` with the factor and prints the moved runs.
+(d = 80: x 1.2). The script wraps `terms.compute.attention_core` with the factor and prints the moved runs. Applied
+since (`params.padded_head_dim`), the rule is the code's; the script now prices the runs without it (the wrapper
+divides the factor out) against the code, which prints the same moves (08a4199 holds the prediction as made).
 
     PYTHONPATH=src python3 benchmarks/predict_padded_head_dim.py
 """
 
 from __future__ import annotations
 
-import math
-
 from error_figures import compare
 
+from bandwise.cost.params import padded_head_dim
 from bandwise.cost.terms import compute
 from bandwise.plan import validate as V
 from bandwise.plan.runs import load_runs
 
-plain = compute.attention_core
+padded = compute.attention_core
 
 
-def padded(kernel: str, d: int) -> int:
-    if kernel == "triton":
-        return max(2 ** math.ceil(math.log2(d)), 16)
-    if kernel == "fa2":
-        return -(-d // 32) * 32 if d <= 192 else 256
-    return d
-
-
-def at_padded_head(m, dev, s, rates, P):
-    fwd, bwd = plain(m, dev, s, rates, P)
-    if not P.flash_attention:
+def at_head_dim(m, dev, s, rates, P):
+    """The attention core at the model's head dimension: the code's, with the padding divided out."""
+    fwd, bwd = padded(m, dev, s, rates, P)
+    if not P.flash_attention or not m.d_head:
         return fwd, bwd
-    factor = padded(P.attention, m.d_head) / m.d_head
-    return fwd * factor, bwd * factor
+    factor = padded_head_dim(P.attention, m.d_head) / m.d_head
+    return fwd / factor, bwd / factor
 
 
 def main() -> None:
     runs, sources = load_runs()
+    compute.attention_core = at_head_dim
     before = {r.id: r for r in V.run_all(runs, sources=sources)}
-    compute.attention_core = at_padded_head
+    compute.attention_core = padded
     after = {r.id: r for r in V.run_all(runs, sources=sources)}
-    compute.attention_core = plain
     moved = compare(before, after, {})
     print(f"{len(moved)} runs moved")
 

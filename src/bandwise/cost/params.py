@@ -437,6 +437,18 @@ FA2_SLOWDOWN: dict[str, float] = {"fa2": 1.0, "fa1": FA2_OVER_FA1, "triton": FA2
 """The fused kernels priced from the device's FlashAttention-2 figures (`Device.fa2_attention_efficiency` and
 its fill, `Device.attention_fill`): FlashAttention-2 and the earlier kernels its paper measures it against, at
 FlashAttention-2's efficiency over this ratio."""
+def padded_head_dim(kernel: str, d: int) -> int:
+    """The head dimension a FlashAttention kernel computes for heads of `d`: FlashAttention in Triton tiles it as
+    BLOCK_HEADDIM = max(next_power_of_2(d), 16) and multiplies whole tiles of zero-filled Q, K, V (flash-attn's
+    flash_attn/flash_attn_triton.py); FlashAttention-2 runs the kernel of d rounded up to a multiple of 32 up to 192,
+    else 256 (csrc/flash_attn/flash_api.cpp, `head_size_rounded`). Other kernels: d."""
+    if kernel == "triton":
+        return max(1 << max(d - 1, 0).bit_length(), 16)
+    if kernel == "fa2":
+        return -(-d // 32) * 32 if d <= 192 else 256
+    return d
+
+
 GRAD_REDUCE: dict[str, int] = {"fp32": 4, "bf16": 2}
 AUTOGRAD_ACCUMULATION_BYTES = 2 + 2 + 2
 """HBM bytes per parameter of autograd adding a micro-batch's 16-bit weight gradient into `param.grad` in place

@@ -31,7 +31,7 @@ from bandwise.cost.mixers import (
     mixer_kinds,
     scan_streamed_bytes_per_token,
 )
-from bandwise.cost.params import FA2_SLOWDOWN, CostParams, moe_host_syncs
+from bandwise.cost.params import FA2_SLOWDOWN, CostParams, moe_host_syncs, padded_head_dim
 from bandwise.cost.quantized import QUANTIZED_CASTS, check_precision
 from bandwise.cost.remat import RematPolicy, exposed_transfer_s
 from bandwise.cost.terms.shape import Shape
@@ -302,7 +302,9 @@ def attention_core(m: ModelSpec, dev: Device, s: Shape, rates: Rates, P: CostPar
     fill = dev.attention_fill(fa_kernel)
     # the FLOPs are the windowed and chunked mean over layers (`attention_core_flops_per_token`),
     # each kind of layer at the loop its query tiles run (`attention_calls`)
-    flops = attention_core_flops_per_token(m, causal=True) * s.tokens / s.tp
+    # FlashAttention in Triton and FlashAttention-2 compute a padded head (`params.padded_head_dim`)
+    padding = padded_head_dim(P.attention, m.d_head) / m.d_head if m.d_head else 1.0
+    flops = attention_core_flops_per_token(m, causal=True) * padding * s.tokens / s.tp
     fwd = sum(share * flops / (rates.bf16_peak * attn_eff * keys / (keys + fill)) for share, keys in attention_calls(m, m.seq_len / s.cp))
     return fwd, P.attention_backward_ratio * fwd
 
