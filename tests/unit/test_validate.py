@@ -696,8 +696,9 @@ def test_a_run_that_states_its_attention_kernel_is_priced_as_plan_attention(tmp_
         (res,) = json.loads(capsys.readouterr().out)["runs"]
         assert f"stated: {STATED['attention']}" in res["notes"]
         tokens[kernel] = res["predicted_tokens_per_s_per_device"]
-    # the Triton kernel is priced at FlashAttention 1.x's rate, which its docstring says it slightly trails (`FA2_OVER_TRITON`)
-    assert tokens["fa2"] > tokens["triton"] == tokens["fa1"] > tokens["materialized"]
+    # the Triton kernel is priced at FlashAttention 1.x's rate, which its docstring says it slightly trails (`FA2_OVER_TRITON`),
+    # and this run's heads of 80 at the 128 its tiles compute (`params.padded_head_dim`): slower than FlashAttention 1.x here
+    assert tokens["fa2"] > tokens["fa1"] > tokens["triton"] > tokens["materialized"]
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump({"sources": {}, "runs": [{**copy.deepcopy(run), "attention": "fa3"}]}))
     assert exit_code(["validate", "--runs", str(bad), "--json"]) == 0  # a run that cannot be read is reported, not fatal
