@@ -90,7 +90,7 @@ def test_accelerator_names_reach_their_preset(accelerator, cluster):
 
 @pytest.mark.parametrize(
     "accelerator, cluster",
-    [("8xH100", "h100"), ("8x H100", "h100"), ("A100 40GB", "a100-40g"), ("A100-40GB", "a100-40g"), ("A100 80GB", "a100-80g"),
+    [("8xH100", "h100"), ("8x H100", "h100"), ("72 GB200 (NVL72)", "gb200-nvl72"), ("H100, NVLink 900 GB/s", "h100"), ("A100 40GB", "a100-40g"), ("A100-40GB", "a100-40g"), ("A100 80GB", "a100-80g"),
      ("H200 141GB", "h200"), ("MI300X 192GB", "mi300x"), ("GB200 NVL72", "gb200-nvl72"), ("TPU v5p 95GB", "tpu-v5p")],
 )
 def test_a_name_with_a_count_or_its_memory_reaches_its_preset(accelerator, cluster):

@@ -192,7 +192,7 @@ def cluster_for_accelerator(accelerator: str) -> Cluster:
 
 def stated_memory_gb(accelerator: str) -> float | None:
     """The memory an accelerator's name states ("A100-SXM4-40GB", "H100 96GB HBM2e"), in GB as written; None if none."""
-    found = re.search(r"(\d+(?:\.\d+)?)\s*gb(?![a-z/])", accelerator.lower())
+    found = re.search(r"(\d+(?:\.\d+)?)\s*gb(?![a-z0-9/])", accelerator.lower())  # not "GB/s", not "72 GB200"
     return float(found.group(1)) if found else None
 
 
