@@ -74,7 +74,7 @@ FP8_RECIPE = typer.Option(
     None, "--fp8-recipe",
     help="How fp8 GEMMs are scaled, over the engine's default: tensorwise (current scaling; NeMo's FP8-CS), delayed (Transformer "
     "Engine's amax history; Megatron-LM's default), rowwise and rowwise_with_gw_hp (torchao; TorchTitan 0.3's default is rowwise), "
-    "blockwise (1x128 / 128x128 tiles, DeepSeek-V3), mxfp8 (MX block scales; Blackwell and MI355X only). Applies where --precision has fp8.",
+    "blockwise (1x128 / 128x128 tiles, DeepSeek-V3), mxfp8 (MX block scales; Blackwell and MI350X/MI355X only). Applies where --precision has fp8.",
 )
 ENGINE = typer.Option(
     DEFAULT_ENGINE, "--engine", "-e",

@@ -81,10 +81,10 @@ FP8_RECIPES: dict[str, Fp8Recipe] = {r.name: r for r in (
 )}
 """Every recipe bandwise prices, by name (`--fp8-recipe`)."""
 
-BLOCK_SCALED_DEVICES = ("b200", "b300", "gb200", "gb300", "mi355x")
+BLOCK_SCALED_DEVICES = ("b200", "b300", "gb200", "gb300", "mi350x", "mi355x")
 """Device presets whose tensor cores apply MX block scales: NVIDIA Blackwell (B200/B300, GB200/GB300;
 Blackwell architecture technical brief, 5th-generation Tensor Cores with micro-tensor scaling) and
-AMD CDNA4 (MI355X; AMD CDNA 4 architecture white paper, MXFP8/MXFP6/MXFP4)."""
+AMD CDNA4 (MI350X and MI355X; AMD CDNA 4 architecture white paper, MXFP8/MXFP6/MXFP4)."""
 
 
 def fp8_recipe(name: str) -> Fp8Recipe:
