@@ -102,7 +102,7 @@ def test_a_name_with_a_count_or_its_memory_reaches_its_preset(accelerator, clust
     "accelerator, match",
     [("GH200", "no preset device"),  # Grace Hopper: not an H200 board
      ("H100 PCIe", "a PCIe card"), ("H100-PCIE-80GB", "a PCIe card"), ("A100-PCIE-40GB", "a PCIe card"),
-     ("H100 NVL", "a NVL card")],
+     ("H100 NVL", "an NVL card")],
 )
 def test_a_card_the_presets_do_not_hold_is_refused_in_one_line(accelerator, match):
     with pytest.raises(BandwiseError, match=match) as e:

@@ -179,7 +179,7 @@ def cluster_for_accelerator(accelerator: str) -> Cluster:
     words = re.sub(r"[^a-z0-9]+", " ", accelerator.lower()).split()
     card = next((w for w in ("pcie", "nvl") if w in words), None)
     if card and not any(card in re.sub(r"[^a-z0-9]+", " ", a.lower()).split() for a in (best.device.name, *best.device.aliases)):
-        raise BandwiseError(f"accelerator {accelerator!r}: a {card.upper() if card == 'nvl' else 'PCIe'} card, and the {best.device.name} "
+        raise BandwiseError(f"accelerator {accelerator!r}: {'an NVL' if card == 'nvl' else 'a PCIe'} card, and the {best.device.name} "
                             "preset is the SXM/OAM board (its power, HBM and NVLink differ); write a cluster file for the card "
                             f"(`bandwise clusters --show {best.name} --yaml`, edited) and plan with --cluster PATH")
     stated = stated_memory_gb(accelerator)
