@@ -437,6 +437,8 @@ FA2_SLOWDOWN: dict[str, float] = {"fa2": 1.0, "fa1": FA2_OVER_FA1, "triton": FA2
 """The fused kernels priced from the device's FlashAttention-2 figures (`Device.fa2_attention_efficiency` and
 its fill, `Device.attention_fill`): FlashAttention-2 and the earlier kernels its paper measures it against, at
 FlashAttention-2's efficiency over this ratio."""
+
+
 def padded_head_dim(kernel: str, d: int) -> int:
     """The head dimension a FlashAttention kernel computes for heads of `d`: FlashAttention in Triton tiles it as
     BLOCK_HEADDIM = max(next_power_of_2(d), 16) and multiplies whole tiles of zero-filled Q, K, V (flash-attn's

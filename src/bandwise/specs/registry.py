@@ -158,6 +158,11 @@ def _plain(name: str) -> str:
     return "".join(ch for ch in name.lower() if ch.isalnum())
 
 
+def _words(name: str) -> list[str]:
+    """`name`'s lower-case alphanumeric words ("H100-PCIE-80GB" -> h100, pcie, 80gb)."""
+    return re.sub(r"[^a-z0-9]+", " ", name.lower()).split()
+
+
 def cluster_for_accelerator(accelerator: str) -> Cluster:
     """The preset cluster of the device that a run's accelerator names: its device name or one of its
     `aliases` appears in it (case, spaces and hyphens aside) where a word starts, so "GH200" is not read as
@@ -176,9 +181,8 @@ def cluster_for_accelerator(accelerator: str) -> Cluster:
         )
     presets = cluster_presets()
     best = presets[max(found, key=lambda name: found[name])]
-    words = re.sub(r"[^a-z0-9]+", " ", accelerator.lower()).split()
-    card = next((w for w in ("pcie", "nvl") if w in words), None)
-    if card and not any(card in re.sub(r"[^a-z0-9]+", " ", a.lower()).split() for a in (best.device.name, *best.device.aliases)):
+    card = next((w for w in ("pcie", "nvl") if w in _words(accelerator)), None)
+    if card and not any(card in _words(a) for a in (best.device.name, *best.device.aliases)):
         raise BandwiseError(f"accelerator {accelerator!r}: {'an NVL' if card == 'nvl' else 'a PCIe'} card, and the {best.device.name} "
                             "preset is the SXM/OAM board (its power, HBM and NVLink differ); write a cluster file for the card "
                             f"(`bandwise clusters --show {best.name} --yaml`, edited) and plan with --cluster PATH")
