@@ -1,0 +1,52 @@
+"""Prediction for the NeMo 2 performance-summary rows of the 25.04 and 25.07 containers (FP8 current scaling on
+GB200), made before the data states their gradient dtype: today they take the engine's default, fp32 main gradients.
+
+What the source says: NeMo's performance scripts (scripts/performance/llm/pretrain_<model>.py) build every
+pretraining job through one helper, which for FP8 sets `recipe.trainer.plugins.grad_reduce_in_fp32 = False` after
+choosing the FP8 plugin: `set_primary_perf_configs` in scripts/performance/utils.py at v2.3.0 (the FP8 branch), and
+`set_precision_configs` in scripts/performance/helpers.py at v2.4.0 (for every dtype). The 25.04 table's FP8 current
+scaling came with r2.3.0 (CHANGELOG.md, "[NeMo 2.0] Interface for using MXFP8 and FP8 current scaling recipes",
+cherry-picked into r2.3.0) and the 25.07 performance scripts are v2.4.0's ("perf scripts 25.07 refactor", v2.4.0's
+CHANGELOG). The 25.02 rows stay: v2.2.0's scripts leave the plugin's `grad_reduce_in_fp32=True`
+(nemo/collections/llm/recipes/precision/mixed_precision.py `bf16_mixed`, which `bf16_with_fp8_mixed` extends).
+
+    PYTHONPATH=src:benchmarks python3 benchmarks/predict_nemo2_grad_reduce.py
+"""
+
+from __future__ import annotations
+
+import copy
+
+from error_figures import compare
+
+from bandwise.plan import validate as V
+from bandwise.plan.runs import load_runs
+
+CONTAINERS = ("Container NeMo 25.04", "Container NeMo 25.07")
+
+
+def states_bf16_grads(run: dict) -> bool:
+    return (run["source"] == "nemo2_perf_summary" and run.get("grad_reduce") is None
+            and str(run.get("source_ref", "")).startswith(CONTAINERS))
+
+
+def main() -> None:
+    runs, sources = load_runs()
+    before = {r.id: r for r in V.run_all(runs, sources=sources)}
+    stated = copy.deepcopy(runs)
+    ids = []
+    for run in stated:
+        if states_bf16_grads(run):
+            run["grad_reduce"] = "bf16"
+            ids.append(run["id"])
+    after = {r.id: r for r in V.run_all(stated, sources=sources)}
+    moved = compare(before, after, {"rows now stating bf16 gradients": ids})
+    print(f"{len(ids)} rows stated, {len(moved)} runs moved")
+    for rid in ids:
+        b, a = before[rid].strategy, after[rid].strategy
+        if b is not None and a is not None and b.recompute != a.recompute:
+            print(f"  {rid}: completion {b.recompute} -> {a.recompute}")
+
+
+if __name__ == "__main__":
+    main()
