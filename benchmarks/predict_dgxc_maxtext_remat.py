@@ -15,12 +15,7 @@ What the source says (NVIDIA/dgxc-benchmarking maxtext/configure.sh, the script 
 
 from __future__ import annotations
 
-import copy
-
-from error_figures import compare
-
-from bandwise.plan import validate as V
-from bandwise.plan.runs import load_runs
+from error_figures import restated
 
 V24_BF16 = "remat_policy: custom; query_proj=device, value_proj=device, key_proj=device, qkv_proj=device, out_proj=device, mlpwo=device"
 V24_FP8 = "remat_policy: custom; query_proj=device, value_proj=device, key_proj=device, qkv_proj=device, out_proj=device"
@@ -35,22 +30,16 @@ def policy(run_id: str) -> str | None:
     return None
 
 
+def state(run: dict) -> bool:
+    text = policy(run["id"])
+    if text is None or run["parallelism"].get("recompute") is not None:
+        return False
+    run["parallelism"]["recompute"] = text
+    return True
+
+
 def main() -> None:
-    runs, sources = load_runs()
-    before = {r.id: r for r in V.run_all(runs, sources=sources)}
-    stated = copy.deepcopy(runs)
-    ids = []
-    for run in stated:
-        text = policy(run["id"])
-        if text is not None and run["parallelism"].get("recompute") is None:
-            run["parallelism"]["recompute"] = text
-            ids.append(run["id"])
-    after = {r.id: r for r in V.run_all(stated, sources=sources)}
-    compare(before, after, {"the MaxText rows": ids})
-    for rid in ids:
-        b, a = before[rid], after[rid]
-        print(f"  {rid}: {b.strategy.recompute} {b.estimate.memory_gib_per_device:.1f} GiB -> "
-              f"{a.strategy.recompute} {a.estimate.memory_gib_per_device:.1f} GiB, fits {a.estimate.fits}")
+    restated(state, "the MaxText rows")
 
 
 if __name__ == "__main__":

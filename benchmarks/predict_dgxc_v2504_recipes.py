@@ -15,12 +15,7 @@ What the source says (NVIDIA/dgxc-benchmarking at 741c886025a7):
 
 from __future__ import annotations
 
-import copy
-
-from error_figures import compare
-
-from bandwise.plan import validate as V
-from bandwise.plan.runs import load_runs
+from error_figures import restated
 
 
 def stated(run_id: str) -> dict | None:
@@ -34,25 +29,18 @@ def stated(run_id: str) -> dict | None:
     return None
 
 
+def state(run: dict) -> bool:
+    fields = stated(run["id"])
+    if fields is None:
+        return False
+    run["parallelism"]["recompute"] = fields["recompute"]
+    if fields["grad_reduce"] is not None:
+        run["grad_reduce"] = fields["grad_reduce"]
+    return True
+
+
 def main() -> None:
-    runs, sources = load_runs()
-    before = {r.id: r for r in V.run_all(runs, sources=sources)}
-    copied = copy.deepcopy(runs)
-    ids = []
-    for run in copied:
-        fields = stated(run["id"])
-        if fields is None:
-            continue
-        ids.append(run["id"])
-        run["parallelism"]["recompute"] = fields["recompute"]
-        if fields["grad_reduce"] is not None:
-            run["grad_reduce"] = fields["grad_reduce"]
-    after = {r.id: r for r in V.run_all(copied, sources=sources)}
-    compare(before, after, {"the v25.04 NeMo rows": ids})
-    for rid in ids:
-        b, a = before[rid], after[rid]
-        print(f"  {rid}: {b.strategy.recompute} {b.estimate.memory_gib_per_device:.1f} GiB -> "
-              f"{a.strategy.recompute} {a.estimate.memory_gib_per_device:.1f} GiB, fits {a.estimate.fits}")
+    restated(state, "the v25.04 NeMo rows")
 
 
 if __name__ == "__main__":

@@ -20,12 +20,7 @@ The script states `grad_reduce: bf16` on those rows in a copy of the runs and pr
 
 from __future__ import annotations
 
-import copy
-
-from error_figures import compare
-
-from bandwise.plan import validate as V
-from bandwise.plan.runs import load_runs
+from error_figures import restated
 
 CONTAINERS = ("25.11 NeMo Container", "26.04.01 NeMo Container", "26.06 NeMo Container")
 """Containers whose Megatron-Bridge release sets grad_reduce_in_fp32 = False for every pretraining workload."""
@@ -36,22 +31,15 @@ def states_bf16_grads(run: dict) -> bool:
             and str(run.get("source_ref", "")).startswith(CONTAINERS))
 
 
+def state(run: dict) -> bool:
+    if not states_bf16_grads(run):
+        return False
+    run["grad_reduce"] = "bf16"
+    return True
+
+
 def main() -> None:
-    runs, sources = load_runs()
-    before = {r.id: r for r in V.run_all(runs, sources=sources)}
-    stated = copy.deepcopy(runs)
-    moved_ids = []
-    for run in stated:
-        if states_bf16_grads(run):
-            run["grad_reduce"] = "bf16"
-            moved_ids.append(run["id"])
-    after = {r.id: r for r in V.run_all(stated, sources=sources)}
-    moved = compare(before, after, {"rows now stating bf16 gradients": moved_ids})
-    print(f"{len(moved_ids)} rows stated, {len(moved)} runs moved")
-    for rid in moved_ids:
-        b, a = before[rid], after[rid]
-        if b.completed_fields != a.completed_fields or (b.strategy and a.strategy and b.strategy.recompute != a.strategy.recompute):
-            print(f"  {rid}: completion {b.strategy.recompute if b.strategy else None} -> {a.strategy.recompute if a.strategy else None}")
+    restated(state, "rows now stating bf16 gradients")
 
 
 if __name__ == "__main__":

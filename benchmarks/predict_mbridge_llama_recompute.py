@@ -16,12 +16,7 @@ one is LLAMA3_8B_H100_FP8_CS (`recompute_num_layers=5`), whose row is left as it
 
 from __future__ import annotations
 
-import copy
-
-from error_figures import compare
-
-from bandwise.plan import validate as V
-from bandwise.plan.runs import load_runs
+from error_figures import restated
 
 CONTAINERS = ("26.04.01 NeMo Container", "25.11 NeMo Container")
 
@@ -31,23 +26,15 @@ def states_none(run: dict) -> bool:
             and str(run.get("source_ref", "")).startswith(CONTAINERS) and not run["id"].startswith("mbridge_h100_llama3_8b_2511"))
 
 
+def state(run: dict) -> bool:
+    if not states_none(run):
+        return False
+    run["parallelism"]["recompute"] = "none"
+    return True
+
+
 def main() -> None:
-    runs, sources = load_runs()
-    before = {r.id: r for r in V.run_all(runs, sources=sources)}
-    copied = copy.deepcopy(runs)
-    ids = []
-    for run in copied:
-        if states_none(run):
-            run["parallelism"]["recompute"] = "none"
-            ids.append(run["id"])
-    after = {r.id: r for r in V.run_all(copied, sources=sources)}
-    compare(before, after, {"the Llama rows": ids})
-    for rid in ids:
-        b, a = before[rid], after[rid]
-        flag = " NOTHING FITS" if any("nothing fits" in n for n in a.notes) else ""
-        print(f"  {rid}: {b.strategy.recompute} {b.estimate.memory_gib_per_device:.1f} GiB -> "
-              f"{a.strategy.recompute} {a.estimate.memory_gib_per_device:.1f} GiB{flag}")
-    print(f"{len(ids)} rows stated")
+    restated(state, "the Llama rows")
 
 
 if __name__ == "__main__":

@@ -15,12 +15,7 @@ CHANGELOG). The 25.02 rows stay: v2.2.0's scripts leave the plugin's `grad_reduc
 
 from __future__ import annotations
 
-import copy
-
-from error_figures import compare
-
-from bandwise.plan import validate as V
-from bandwise.plan.runs import load_runs
+from error_figures import restated
 
 CONTAINERS = ("Container NeMo 25.04", "Container NeMo 25.07")
 
@@ -30,22 +25,15 @@ def states_bf16_grads(run: dict) -> bool:
             and str(run.get("source_ref", "")).startswith(CONTAINERS))
 
 
+def state(run: dict) -> bool:
+    if not states_bf16_grads(run):
+        return False
+    run["grad_reduce"] = "bf16"
+    return True
+
+
 def main() -> None:
-    runs, sources = load_runs()
-    before = {r.id: r for r in V.run_all(runs, sources=sources)}
-    stated = copy.deepcopy(runs)
-    ids = []
-    for run in stated:
-        if states_bf16_grads(run):
-            run["grad_reduce"] = "bf16"
-            ids.append(run["id"])
-    after = {r.id: r for r in V.run_all(stated, sources=sources)}
-    moved = compare(before, after, {"rows now stating bf16 gradients": ids})
-    print(f"{len(ids)} rows stated, {len(moved)} runs moved")
-    for rid in ids:
-        b, a = before[rid].strategy, after[rid].strategy
-        if b is not None and a is not None and b.recompute != a.recompute:
-            print(f"  {rid}: completion {b.recompute} -> {a.recompute}")
+    restated(state, "rows now stating bf16 gradients")
 
 
 if __name__ == "__main__":
