@@ -20,26 +20,27 @@ The script states `grad_reduce: bf16` on those rows in a copy of the runs and pr
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from error_figures import restated
 
 CONTAINERS = ("25.11 NeMo Container", "26.04.01 NeMo Container", "26.06 NeMo Container")
 """Containers whose Megatron-Bridge release sets grad_reduce_in_fp32 = False for every pretraining workload."""
 
 
-def states_bf16_grads(run: dict) -> bool:
-    return (run["source"] == "megatron_bridge_perf" and run.get("grad_reduce") is None
-            and str(run.get("source_ref", "")).startswith(CONTAINERS))
-
-
-def state(run: dict) -> bool:
-    if not states_bf16_grads(run):
-        return False
-    run["grad_reduce"] = "bf16"
-    return True
+def bf16_grads(source: str, containers: tuple[str, ...]) -> Callable[[dict], bool]:
+    """A `restated` edit: the rows of `source` from `containers` (how their `source_ref` starts) that state no
+    gradient dtype state bf16."""
+    def state(run: dict) -> bool:
+        if run["source"] != source or run.get("grad_reduce") is not None or not str(run.get("source_ref", "")).startswith(containers):
+            return False
+        run["grad_reduce"] = "bf16"
+        return True
+    return state
 
 
 def main() -> None:
-    restated(state, "rows now stating bf16 gradients")
+    restated(bf16_grads("megatron_bridge_perf", CONTAINERS), "rows now stating bf16 gradients")
 
 
 if __name__ == "__main__":

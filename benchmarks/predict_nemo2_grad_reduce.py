@@ -16,24 +16,13 @@ CHANGELOG). The 25.02 rows stay: v2.2.0's scripts leave the plugin's `grad_reduc
 from __future__ import annotations
 
 from error_figures import restated
+from predict_mbridge_grad_reduce import bf16_grads
 
 CONTAINERS = ("Container NeMo 25.04", "Container NeMo 25.07")
 
 
-def states_bf16_grads(run: dict) -> bool:
-    return (run["source"] == "nemo2_perf_summary" and run.get("grad_reduce") is None
-            and str(run.get("source_ref", "")).startswith(CONTAINERS))
-
-
-def state(run: dict) -> bool:
-    if not states_bf16_grads(run):
-        return False
-    run["grad_reduce"] = "bf16"
-    return True
-
-
 def main() -> None:
-    restated(state, "rows now stating bf16 gradients")
+    restated(bf16_grads("nemo2_perf_summary", CONTAINERS), "rows now stating bf16 gradients")
 
 
 if __name__ == "__main__":
