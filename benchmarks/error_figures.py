@@ -10,6 +10,9 @@ from collections.abc import Callable
 
 import numpy as np
 
+from bandwise.plan import validate as V
+from bandwise.plan.runs import load_runs
+
 
 def fig(errs: list[float]) -> str:
     """'  n  median m%  p90 q%  signed s%' of predicted / measured - 1 errors."""
@@ -34,9 +37,6 @@ def restated(state: Callable[[dict], bool], group: str) -> tuple[dict, dict, lis
     """Price the shipped runs, then a copy in which `state(run)` writes what the source says of a run (True where it
     wrote something); print the moved runs and the figures (`compare`), and each stated run whose recomputation,
     memory or fit changed. Returns the results before and after by id, and the stated ids."""
-    from bandwise.plan import validate as V
-    from bandwise.plan.runs import load_runs
-
     runs, sources = load_runs()
     before = {r.id: r for r in V.run_all(runs, sources=sources)}
     copied = copy.deepcopy(runs)

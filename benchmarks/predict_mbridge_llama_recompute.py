@@ -21,13 +21,9 @@ from error_figures import restated
 CONTAINERS = ("26.04.01 NeMo Container", "25.11 NeMo Container")
 
 
-def states_none(run: dict) -> bool:
-    return (run["source"] == "megatron_bridge_perf" and "llama" in run["id"] and run["parallelism"].get("recompute") is None
-            and str(run.get("source_ref", "")).startswith(CONTAINERS) and not run["id"].startswith("mbridge_h100_llama3_8b_2511"))
-
-
 def state(run: dict) -> bool:
-    if not states_none(run):
+    if (run["source"] != "megatron_bridge_perf" or "llama" not in run["id"] or run["parallelism"].get("recompute") is not None
+            or not str(run.get("source_ref", "")).startswith(CONTAINERS) or run["id"].startswith("mbridge_h100_llama3_8b_2511")):
         return False
     run["parallelism"]["recompute"] = "none"
     return True
