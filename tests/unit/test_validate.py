@@ -252,8 +252,9 @@ def test_unpredictable_runs_are_listed_with_a_reason_and_counted():
     assert results[0].predicted is None and "hidden" in results[0].reason
     assert results[1].predicted is not None
     doc = report_dict(results)
-    assert set(doc) == {"runs", "by_source", "by_engine", "median_abs_error", "p90_abs_error", "first_sight"}
+    assert set(doc) == {"runs", "by_source", "by_engine", "median_abs_error", "p90_abs_error", "first_sight", "fit"}
     assert doc["by_source"]["korthikanti2022"]["count"] == 2 and doc["by_source"]["korthikanti2022"]["predicted"] == 1
+    assert sum(doc["fit"].values()) == 1 and [r["fit"] for r in doc["runs"]] == [None, results[1].fit]  # the unpriced run has none
 
 
 # ---------------------------------------------------------------- statistics
@@ -526,7 +527,7 @@ def test_accuracy_meets_the_issue_targets(guarded_results):
 def test_cli_json_has_exactly_the_issue_keys(capsys):
     assert exit_code(["validate", "--source", "korthikanti2022", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert set(doc) == {"runs", "by_source", "by_engine", "median_abs_error", "p90_abs_error", "first_sight"}
+    assert set(doc) == {"runs", "by_source", "by_engine", "median_abs_error", "p90_abs_error", "first_sight", "fit"}
     assert len(doc["runs"]) == 5
     for run in doc["runs"]:
         assert {"id", "source", "predicted_tokens_per_s_per_device", "target_tokens_per_s_per_device", "error", "completed_fields"} <= set(run)

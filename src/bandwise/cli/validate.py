@@ -18,6 +18,7 @@ from bandwise.plan.validate import (
     by_quality,
     by_source,
     first_sight_summary,
+    fit_counts,
     parity_plot,
 )
 from bandwise.report.output import Output
@@ -153,6 +154,10 @@ def validate(
             out.print(f"{b}: {MEMORY_BASES[b]}")
     failed = [r for r in results if r.reason is not None]
     out.print(f"{len(results) - len(failed)} of {len(results)} runs predicted; {len(failed)} could not be predicted (reason in the error column)")
+    fit = fit_counts(results)
+    if fit["tight"] or fit["nothing fits"]:
+        out.print(f"memory: {fit['tight']} priced runs are tight (their peak above the headroom, within the device) and "
+                  f"{fit['nothing fits']} fit nothing (above the device); the notes of each say how much")
     used = sorted({k for r in results for k in STATED if f"stated: {STATED[k]}" in r.notes})
     if used:
         out.print(_stated_table(results, used))

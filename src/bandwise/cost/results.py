@@ -67,6 +67,26 @@ class Estimate:
     microbatches: int = 1
     comm_total_s: dict[str, float] = field(default_factory=dict)
     """Communication time per dim before overlap, per step."""
+    device_gib: float | None = None
+    """The device's HBM, GiB (`Device.hbm_bytes`); None where the estimate was made without it."""
+
+    @property
+    def tight(self) -> bool:
+        """Above the headroom but within the device: the whole peak, with the reserve kept outside the
+        allocator (`CostParams.reserved_bytes`), is at most the device's HBM, so the layout runs where the
+        caching allocator's slack stays under what is left. The headroom is a planning margin, not a wall:
+        published runs reserve up to 97.6% of HBM (TorchTitan's Llama 3 8B MXFP8 on a GB200, 179.94 of
+        184.3 GiB, docs/float8.md at pytorch/torchtitan bcc09297a), and recipes that run this close set
+        `expandable_segments` (pytorch/pytorch#96995), whose freed blocks merge in one growing segment."""
+        return not self.fits and self.device_gib is not None and self.memory_gib_per_device <= self.device_gib
+
+    def fit_words(self) -> str:
+        """'' where it fits; else what a user reads beside its peak: tight (its share of the device) or does not fit."""
+        if self.fits:
+            return ""
+        if self.tight:
+            return f"tight: {self.memory_gib_per_device / self.device_gib:.0%} of the device's {self.device_gib:.1f} GiB, above what the headroom leaves"
+        return "does not fit" + (f" in the device's {self.device_gib:.1f} GiB" if self.device_gib is not None else "")
 
     @property
     def exposed_comm_s(self) -> float:
@@ -74,6 +94,7 @@ class Estimate:
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
+        d["tight"] = self.tight
         d["exposed_comm_share"] = self.exposed_comm_s / self.step_time_s if self.step_time_s else 0.0
         return d
 
@@ -100,8 +121,9 @@ class StepResult:
         """What is set against the capacity (`PeakMemory.charged`)."""
         return self.memory.charged
 
-    def estimate(self, i: int, capacity: float) -> Estimate:
-        """Row `i` as an Estimate; it fits where its peak is within `capacity` bytes."""
+    def estimate(self, i: int, capacity: float, device_bytes: float | None = None) -> Estimate:
+        """Row `i` as an Estimate; it fits where its peak is within `capacity` bytes (`Estimate.tight`
+        against `device_bytes`, the device's HBM, where given)."""
         at = lambda a: float(a[i])  # noqa: E731
         return Estimate(
             step_time_s=at(self.step_time_s), tokens_per_s_per_device=at(self.tokens_per_s_per_device), mfu=at(self.mfu), hfu=at(self.hfu),
@@ -109,4 +131,5 @@ class StepResult:
             breakdown={k: at(getattr(self.time, k)) for k in BREAKDOWN_TERMS},
             memory_gib={k: at(getattr(self.memory, k)) / GIB for k in MEMORY_TERMS}, microbatches=int(self.microbatches[i]),
             comm_total_s={f.name: at(getattr(self.comm_total, f.name)) for f in fields(CommTotals)},
+            device_gib=None if device_bytes is None else device_bytes / GIB,
         )

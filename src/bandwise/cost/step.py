@@ -218,4 +218,4 @@ def estimates(model: ModelSpec, cluster: Cluster, strategies: list[Strategy], pa
     for precision in dict.fromkeys(s.precision for s in strategies):
         cluster.device.peak(precision)
     result, capacity = evaluate(model, cluster, Layouts.of(strategies), order, params), capacity_bytes(cluster, params)
-    return [result.estimate(i, capacity) for i in range(len(strategies))]
+    return [result.estimate(i, capacity, cluster.device.hbm_bytes) for i in range(len(strategies))]

@@ -155,7 +155,8 @@ def export(engine: str, model: ModelSpec, cluster: Cluster, strategy: Strategy, 
     if not runs.fits:
         capacity = cluster.device.hbm_bytes * (1 - params.headroom) / 2**30
         raise NothingFits(f"{engine} would run {_layout(ran)} at {runs.memory_gib_per_device:,.1f} GiB per device, which does not fit "
-                          f"in {capacity:,.1f} GiB; export a layout that fits (plan ... --pick N), or give it more devices or recomputation")
+                          f"in {capacity:,.1f} GiB" + (f" ({runs.fit_words()})" if runs.tight else "")
+                          + "; export a layout that fits (plan ... --pick N), or give it more devices or recomputation")
     text, notes = eng.render(model, cluster, ran, devices, arch, params)
     header = _header(engine, model, cluster, strategy, devices, planned, adapted, ran, searched, broken, est, notes, near_fits)
     # every emitted format (a shell script, a YAML file) comments with '#'

@@ -422,7 +422,7 @@ def search(
 
     def layout(c: Layouts, i: int) -> Layout:
         r = evaluate(model, cluster, c.take(np.array([i])), order, params)
-        return Layout(strategy=c.row(i, order), estimate=r.estimate(0, cap))
+        return Layout(strategy=c.row(i, order), estimate=r.estimate(0, cap, cluster.device.hbm_bytes))
 
     layouts: list[Layout] = []
     if scan.pool_c:
@@ -430,7 +430,7 @@ def search(
         all_tps, all_idx = np.concatenate(scan.pool_tps), np.concatenate(scan.pool_idx)
         ranked = all_c.take(np.lexsort((all_idx, -all_tps))[:top])
         r = evaluate(model, cluster, ranked, order, params)  # the whole list in one call
-        layouts = [Layout(strategy=ranked.row(i, order), estimate=r.estimate(i, cap)) for i in range(len(ranked.tp))]
+        layouts = [Layout(strategy=ranked.row(i, order), estimate=r.estimate(i, cap, cluster.device.hbm_bytes)) for i in range(len(ranked.tp))]
     best_nopp, best_pp = scan.best[False], scan.best[True]
     return SearchResult(
         searched=scan.searched,
@@ -615,7 +615,7 @@ class NetworkSearch:
         def layout(i: int) -> Layout:
             c = self.cols.take(np.array([i]))
             r = evaluate(self.model, cluster, c, self.order, self.params)
-            return Layout(strategy=c.row(0, self.order), estimate=r.estimate(0, self.capacity))
+            return Layout(strategy=c.row(0, self.order), estimate=r.estimate(0, self.capacity, cluster.device.hbm_bytes))
 
         merged_i = np.concatenate([f[0] for f in found])
         merged_t = np.concatenate([f[1] for f in found])

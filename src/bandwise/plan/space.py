@@ -110,4 +110,4 @@ def _named(model: ModelSpec, cluster: Cluster, parts: list[tuple[Layouts, np.nda
     keep = pareto(np.concatenate([p[1] for p in parts]), np.concatenate([p[2] for p in parts]))
     rows = rows.take(keep)
     r = evaluate(model, cluster, rows, DIMS, params)
-    return [Layout(strategy=rows.row(i, DIMS), estimate=r.estimate(i, cap)) for i in range(len(rows.tp))]
+    return [Layout(strategy=rows.row(i, DIMS), estimate=r.estimate(i, cap, cluster.device.hbm_bytes)) for i in range(len(rows.tp))]

@@ -91,6 +91,14 @@ class RunResult:
         return None if fs is None or fs.predicted is None else fs.predicted / self.target - 1.0
 
     @property
+    def fit(self) -> str | None:
+        """'fits' (within the headroom), 'tight' (above it, within the device: `Estimate.tight`) or 'nothing fits'
+        (above the device); None where the run was not priced."""
+        if self.estimate is None:
+            return None
+        return "fits" if self.estimate.fits else "tight" if self.estimate.tight else "nothing fits"
+
+    @property
     def memory_error(self) -> float | None:
         """Signed relative error of the memory: predicted / published - 1."""
         if self.memory_published_gib is None or self.memory_predicted_gib is None:
@@ -107,6 +115,7 @@ class RunResult:
             "completed_fields": self.completed_fields,
             "quality": self.quality,
             "reason": self.reason,
+            "fit": self.fit,
             "layout": self.strategy.describe() if self.strategy else None,
             "fp8_recipe": self.fp8_recipe,
             "notes": self.notes,
@@ -199,7 +208,13 @@ def _complete(case: Case, params: CostParams, res: RunResult) -> tuple[Strategy,
         return max(fitting, key=lambda s: s[1].tokens_per_s_per_device)
     strategy, est = min(scored, key=lambda s: s[1].memory_gib_per_device)
     unpriced = "; not priced: " + ", ".join(case.stated.unpriced) if case.stated.unpriced else ""
-    res.notes.append(f"memory: nothing fits by the cost model; least-memory completion needs {est.memory_gib_per_device:.1f} GiB{unpriced}")
+    if est.tight:  # above the headroom, within the device (`Estimate.tight`)
+        res.notes.append(f"memory: tight: no completion fits within the headroom; the least-memory one needs "
+                         f"{est.memory_gib_per_device:.1f} GiB, {est.memory_gib_per_device / est.device_gib:.1%} of the device's "
+                         f"{est.device_gib:.1f} GiB{unpriced}")
+    else:
+        res.notes.append(f"memory: nothing fits by the cost model; least-memory completion needs {est.memory_gib_per_device:.1f} GiB"
+                         f" of the device's {est.device_gib:.1f} GiB{unpriced}")
     return strategy, est
 
 
@@ -397,10 +412,16 @@ def engine_group(r: RunResult) -> str:
     return f"{engine_name(r.engine)} / {family(r.device) if r.device else '?'} / {'?' if r.moe is None else kind(r.moe)}"
 
 
+def fit_counts(results: list[RunResult]) -> dict[str, int]:
+    """Priced runs by `RunResult.fit`: how many fit, are tight, and fit nothing."""
+    return {k: sum(r.fit == k for r in results) for k in ("fits", "tight", "nothing fits")}
+
+
 def report_dict(results: list[RunResult]) -> dict[str, Any]:
-    """The `--json` document: runs, by_source, by_engine, median_abs_error, p90_abs_error, first_sight."""
+    """The `--json` document: runs, by_source, by_engine, median_abs_error, p90_abs_error, first_sight, fit."""
     overall = summarize(results)
     return {
+        "fit": fit_counts(results),
         "runs": [r.to_dict() for r in results],
         "by_source": {k: v.to_dict() for k, v in by_source(results).items()},
         "by_engine": by_engine(results),

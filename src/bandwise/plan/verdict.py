@@ -11,12 +11,14 @@ side of the question (--no-pp, --fix pp=...): a verdict is true or it is not giv
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 
 from bandwise.cost.comm import level_spans
+from bandwise.cost.memory import GIB
 from bandwise.cost.terms.placement import rank_strides
 from bandwise.plan.bands import shipped_ranking
 from bandwise.plan.search import Layout, SearchResult
@@ -88,6 +90,16 @@ def group_link(cluster: Cluster, strategy: Strategy, dim: str) -> str:
     return f"{level.name} ({level.bandwidth / 1e9:g} GB/s {unit}{moved})"
 
 
+def _tight_words(least_gib: float, device_gib: float) -> str:
+    """Where the least-memory layout is tight (`Estimate.tight`: above the headroom, within the device), what
+    it would take: the allocator's slack under what is left, i.e. a smaller `--headroom`."""
+    share = math.floor((1.0 - least_gib / device_gib) * 100) / 100
+    if share <= 0:
+        return ""
+    return (f"; that layout is tight, within the device's {device_gib:.1f} GiB: it runs only where the allocator's slack stays under "
+            f"{device_gib - least_gib:.1f} GiB (--headroom {share:.2f} admits it; PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True keeps the slack small)")
+
+
 def decide(result: SearchResult, cluster: Cluster, threshold: float = THRESHOLD) -> Verdict:
     best, nopp = result.best, result.best_without_pp
     if best is None:
@@ -96,7 +108,7 @@ def decide(result: SearchResult, cluster: Cluster, threshold: float = THRESHOLD)
             gain=None,
             reason=(
                 f"nothing fits: the least memory any layout needs is {result.min_memory_gib:.1f} GiB per device, "
-                f"{result.capacity_gib:.1f} GiB is usable"
+                f"{result.capacity_gib:.1f} GiB is usable" + _tight_words(result.min_memory_gib, cluster.device.hbm_bytes / GIB)
             ),
         )
     if not (result.pp_searched and result.nopp_searched):

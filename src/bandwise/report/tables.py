@@ -99,7 +99,7 @@ def breakdown(est: Estimate, title: str) -> Panel:
         if term == "grads_not_at_peak" and not est.memory_gib.get(term):
             continue
         mem.add_row(glossary.MEMORY_LABELS.get(term, term), f"{est.memory_gib.get(term, 0.0):.1f} GiB")
-    mem.add_row("total", f"{est.memory_gib_per_device:.1f} GiB" + ("" if est.fits else "  (does not fit)"))
+    mem.add_row("total", f"{est.memory_gib_per_device:.1f} GiB" + ("" if est.fits else f"  ({est.fit_words()})"))
     grid = Table.grid(padding=(0, 3))
     grid.add_row(legend, mem)
     head = Text(f"step {step:.3f} s · {est.microbatches} micro-batches · MFU {est.mfu:.1%} · HFU {est.hfu:.1%}")
