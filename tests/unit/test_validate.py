@@ -503,7 +503,7 @@ def test_a_run_that_states_its_recompute_modules_is_priced_with_them():
 
 
 @pytest.mark.parametrize("change, match", [
-    ({"recompute_modules": ["mla_up_proj", "mlp"]}, "mlp: not priced"),
+    ({"recompute_modules": ["mla_up_proj", "moe"]}, "moe: not priced"),
     ({"recompute_modules": "mla_up_proj"}, "write a list"),
     ({"recompute": "full"}, "needs recompute: selective"),
 ])

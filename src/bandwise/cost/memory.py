@@ -39,10 +39,13 @@ MASTER_WEIGHT_BYTES = 4  # fp32 master copy of the weights (ZeRO Sec. 3.1)
 ADAM_MOMENT_BYTES = 4  # each of momentum and variance in fp32 (ZeRO's K = 4 + 4 + 4 = 12)
 GIB = 2**30
 E5M6 = 1.5  # bytes of DeepSeek-V3's 12-bit activation format: 1 sign, 5 exponent, 6 mantissa bits
-RECOMPUTE_MODULES = ("core_attn", "mlp_act", "layernorm", "mla_up_proj")
+RECOMPUTE_MODULES = ("core_attn", "mlp_act", "moe_act", "layernorm", "mla_up_proj", "mlp")
 """What selective recomputation may re-run, named as Megatron-Core's `--recompute-modules`
-("core_attn", "moe_act", "layernorm", "mla_up_proj"; `mlp_act` stands for the activation function of
-dense MLPs and experts alike)."""
+(TransformerConfig.recompute_modules, megatron-core 0.16): "core_attn", "layernorm", "mla_up_proj";
+"moe_act", the experts' activation function (MoE layers only); "mlp", the dense MLP submodule, re-run
+whole from its input under normal checkpointing (dense layers only). `mlp_act` is bandwise's own: the
+activation function of dense MLPs and experts alike. Megatron-Core's "moe" (the whole MoE layer) and
+"shared_experts" are not priced."""
 
 
 def model_state_bytes(
@@ -127,7 +130,8 @@ def activation_bytes_per_token(
     The first number is for the whole hidden width; tensor parallelism divides it by t except for
     the second number: MLA's low-rank latents, computed on every TP rank, and, without sequence
     parallelism, the 10 bytes per hidden element outside the tensor-parallel regions (Korthikanti
-    Eq. 2). `selective` re-runs `modules` in the backward (`RECOMPUTE_MODULES`). With fp8 GEMMs the
+    Eq. 2). `selective` re-runs `modules` in the backward (`RECOMPUTE_MODULES`; "mlp" drops a dense layer's
+    MLP to its input, "moe_act" the experts' activation output in an MoE layer). With fp8 GEMMs the
     inputs of the linear layers are kept in their 1-byte quantized form for the weight gradient
     (DeepSeek-V3 report, Sec. 3.3.3; Transformer Engine keeps the fp8 copy likewise);
     `fp8_act_cache` also keeps the activation function's input in fp8 and the attention output in
@@ -151,10 +155,14 @@ def activation_bytes_per_token(
     re_run = set(modules) if selective else set()
     h, H, s = m.hidden, m.heads, m.seq_len
     g = 1.0 if fp8 else float(BF16)  # bytes per element of a linear layer's saved input
+    # the dense MLP re-run whole from its input ("mlp"): it keeps that input alone. Megatron-Core's TE layer
+    # fuses the pre-MLP norm into the first GEMM (TELayerNormColumnParallelLinear, pre_mlp_layernorm an
+    # IdentityOp), so the checkpointed input is the norm's input, and the norm's output goes with the MLP's own
+    whole_mlp = mlp and not moe_layer and "mlp" in re_run
     # outside the TP regions: two norm inputs, two GEMM inputs (the norms' outputs), two dropout masks
     norm_out = 0.0 if "layernorm" in re_run else g * h
     blocks = int(attention) + int(mlp) + int(mixer > 0)
-    outside = blocks * (BF16 * h + norm_out) + (blocks * h if dropout else 0.0)
+    outside = blocks * (BF16 * h + norm_out) - (norm_out if whole_mlp else 0.0) + (blocks * h if dropout else 0.0)
     b = outside + mixer
     replicated = 0.0
     # attention: q/k/v as the kernel reads them, its output (kept by the kernel) = o-projection input;
@@ -174,13 +182,15 @@ def activation_bytes_per_token(
     # MLP: gated: w1 and w3 outputs + their product; else: fc1 output + GELU output, in bytes per
     # intermediate element. Recomputing the activation function drops the product / GELU output.
     act_in = (2 if m.gated_mlp else 1) * (1.0 if fp8 and fp8_act_cache else float(BF16))
-    per_f = act_in + (0.0 if "mlp_act" in re_run else g)  # the down-projection's input, quantized under fp8
-    if mlp:
+    act_again = "mlp_act" in re_run or (moe_layer and "moe_act" in re_run)
+    per_f = act_in + (0.0 if act_again else g)  # the down-projection's input, quantized under fp8
+    if mlp and not whole_mlp:
         b += (m.ffn_kind if moe_layer else m.dense_mlp).saved_bytes_per_token(g, per_f)
     if not sequence_parallel:
         b, replicated = b - outside, replicated + outside
     elif gathered_gemm_inputs:
-        b, replicated = b - 2 * norm_out, replicated + 2 * norm_out
+        gathered = (1 if whole_mlp else 2) * norm_out
+        b, replicated = b - gathered, replicated + gathered
     return b, replicated
 
 

@@ -199,7 +199,7 @@ def recompute_modules(value: Any, recompute: str | None, rid: str) -> tuple[str,
 
     Megatron-Core re-runs `recompute_modules` only under recompute_granularity 'selective'
     (TransformerConfig.__post_init__), so the list needs `recompute: selective` beside it. Its other
-    modules ('mlp', 'moe', 'moe_act', 'shared_experts') are not priced: such a run leaves the field out."""
+    modules ('moe', 'shared_experts') are not priced: such a run leaves the field out."""
     if value is None:
         return None
     if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):

@@ -398,11 +398,14 @@ def layer_compute(m: ModelSpec, dev: Device, s: Shape, rates: Rates, P: CostPara
     # element-wise passes (read the input, write the output); the attention core only when it is
     # not flash (flash already recomputes scores inside its backward); MLA's up-projections their GEMMs
     mods = P.selective_modules
-    act_elems = (1 - frac_moe) * m.dense_mlp.intermediate_per_token + frac_moe * m.ffn_kind.intermediate_per_token
-    act_bytes = BF16 * 3 * act_elems if "mlp_act" in mods else 0.0
+    dense_act, moe_act = m.dense_mlp.intermediate_per_token, m.ffn_kind.intermediate_per_token
+    act_bytes = BF16 * 3 * ((1 - frac_moe) * dense_act * ("mlp_act" in mods) + frac_moe * moe_act * ("mlp_act" in mods or "moe_act" in mods))
     norm_bytes = 2 * BF16 * 2 * m.hidden if "layernorm" in mods else 0.0
     up_proj = gemms(m.attention_kind.recomputed_gemms()) if "mla_up_proj" in mods else 0.0
-    selective = (rates.streamed((act_bytes + norm_bytes) * s.tokens / s.tp) + up_proj
+    # "mlp": the dense layers' MLP forward again, its norm and activation beside its two GEMMs
+    whole_mlp = (1 - frac_moe) * (mlp_up + mlp_down + rates.streamed(BF16 * (3 * dense_act * ("mlp_act" not in mods) + 2 * m.hidden)
+                                                                       * s.tokens / s.tp)) if "mlp" in mods else 0.0
+    selective = (rates.streamed((act_bytes + norm_bytes) * s.tokens / s.tp) + up_proj + whole_mlp
                  + (0.0 if P.flash_attention or "core_attn" not in mods else attn_fwd)
                  + P.selective_forward_share * (fwd - attn_fwd))
     recipe_bwd = (1 - frac_moe) * fp8_backward_extra(m, False, s, rates, recipe, gemms) + frac_moe * fp8_backward_extra(m, True, s, rates, recipe, gemms)
@@ -535,12 +538,14 @@ def hybrid_layer_compute(m: ModelSpec, dev: Device, s: Shape, rates: Rates, P: C
     fwd = mixing + dense * (mlp_up + mlp_down) + moe * moe_ffn
     core, core_bwd = attn_fwd + scans, attn_bwd + SCAN_BACKWARD_RATIO * scans
     mods = P.selective_modules
-    act_elems = dense * m.dense_mlp.intermediate_per_token + moe * m.ffn_kind.intermediate_per_token
-    act_bytes = BF16 * 3 * act_elems if "mlp_act" in mods else 0.0
+    dense_act, moe_act = m.dense_mlp.intermediate_per_token, m.ffn_kind.intermediate_per_token
+    act_bytes = BF16 * 3 * (dense * dense_act * ("mlp_act" in mods) + moe * moe_act * ("mlp_act" in mods or "moe_act" in mods))
     blocks = (L - m.mixer_free_layers + m.mlp_layers) / L  # norms per layer
     norm_bytes = BF16 * 2 * m.hidden * blocks if "layernorm" in mods else 0.0
     up_proj = att * gemms(m.attention_kind.recomputed_gemms()) if "mla_up_proj" in mods else 0.0
-    selective = (rates.streamed((act_bytes + norm_bytes) * s.tokens / s.tp) + up_proj
+    whole_mlp = dense * (mlp_up + mlp_down + rates.streamed(BF16 * (3 * dense_act * ("mlp_act" not in mods) + 2 * m.hidden)
+                                                              * s.tokens / s.tp)) if "mlp" in mods else 0.0
+    selective = (rates.streamed((act_bytes + norm_bytes) * s.tokens / s.tp) + up_proj + whole_mlp
                  + (0.0 if P.flash_attention or "core_attn" not in mods else attn_fwd)
                  + P.selective_forward_share * (fwd - core))
     return LayerCompute(

@@ -36,9 +36,11 @@ def utilisation(m: ModelSpec, dev: Device, s: Shape, rec: np.ndarray, global_bat
     # forward+backward FLOPs); under selective, the re-run modules' forward FLOPs: the attention core
     # (Korthikanti et al. 2022, Sec. 5: scores and values, 4·s·h a token a layer before masking) and the
     # share of the other forward GEMMs the policy re-runs (`selective_forward_share`); the activation
-    # function and the norms are elementwise and add no FLOPs.
+    # function and the norms are elementwise and add no FLOPs; the dense MLP re-run whole ("mlp") its two
+    # or three GEMMs in every dense layer.
     core = m.layers * attention_core_flops_per_token(m, causal=P.causal_mfu) if "core_attn" in P.selective_modules else 0.0
-    selective_flops = core + P.selective_forward_share * 2.0 * m.active_nonembedding_params
+    whole_mlp = 2.0 * m.n_dense_mlp_layers * m.dense_mlp.params if "mlp" in P.selective_modules else 0.0
+    selective_flops = core + whole_mlp + P.selective_forward_share * 2.0 * m.active_nonembedding_params
     again = np.select([rec == FULL, rec == SELECTIVE], [mflops / 3.0, selective_flops], 0.0)
     return Utilisation(tokens_per_s_per_device=tokens_per_s_per_device, mfu=mflops * tokens_per_s_per_device / peak_train,
                        hfu=(mflops + again) * tokens_per_s_per_device / peak_train)
