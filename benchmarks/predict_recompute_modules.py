@@ -13,9 +13,15 @@ What the sources say, run by run (each row's notes and comments carry the file):
   up-projection recomputation is removed.
 
     PYTHONPATH=src:benchmarks python3 benchmarks/predict_recompute_modules.py
+    PYTHONPATH=src:benchmarks python3 benchmarks/predict_recompute_modules.py --rest   # the guide's two other rows
+
+`--rest`: the same guide's baseline (Sec. 1, `--recompute-modules mlp up_proj`, MLA's up-projection) and final
+configuration (the reproduce guide, `--recompute-modules moe_act mlp`), predicted after the eight above were applied.
 """
 
 from __future__ import annotations
+
+import sys
 
 from error_figures import restated
 
@@ -31,8 +37,14 @@ MODULES = {
 }
 
 
+REST = {
+    "mlm_dsv3_gb200_mxfp8_baseline": ["mla_up_proj", "mlp"],
+    "mlm_dsv3_gb200_mxfp8_hybridep_final": ["moe_act", "mlp"],
+}
+
+
 def state(run: dict) -> bool:
-    modules = MODULES.get(run["id"])
+    modules = (REST if "--rest" in sys.argv else MODULES).get(run["id"])
     if modules is None:
         return False
     par = run["parallelism"]
