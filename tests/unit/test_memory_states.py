@@ -32,7 +32,7 @@ def test_fp32_gradients_reproduce_megatrons_bytes_per_parameter(d):
 
 def test_unknown_recompute_module_is_refused():
     with pytest.raises(ValueError, match="recompute modules"):
-        activation_bytes_per_token(get_model("llama3-8b"), moe_layer=False, selective=True, modules=("mlp",))
+        activation_bytes_per_token(get_model("llama3-8b"), moe_layer=False, selective=True, modules=("moe",))
 
 
 def test_fsdp_with_pipeline_keeps_the_stage_gathered_with_fp32_gradients():
