@@ -278,3 +278,45 @@ def test_an_hsdp_row_is_megatron_fsdp_in_its_hybrid_mode() -> None:
     _, ddp, flags = judges.judge_megatron(out, get_model("llama3-8b"), get_cluster("h100"), 16, row,
                                           architecture(get_model("llama3-8b"), "llama3-8b"))
     assert ddp.use_megatron_fsdp and flags["--num-distributed-optimizer-instances"] == [str(row.dp_replicate)]
+
+
+# recompute modules ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("model", "devices"), [("deepseek-v3", 1024), ("mixtral-8x7b", 64), ("llama3-8b", 8)])
+def test_megatron_selective_recompute_names_the_modules_the_plan_priced(model: str, devices: int) -> None:
+    """The plan prices selective recomputation as its engine's `selective_modules` (Megatron-Core's default, the attention
+    core); the job re-runs those modules, and Megatron-Core's TransformerConfig accepts them."""
+    code, out, err = emit("--model", model, "--cluster", "h100", "--devices", str(devices), "--fix", "recompute=selective",
+                          "--emit", "megatron")
+    assert code == 0, err
+    flags = megatron_ok(out, model, "h100", devices)
+    assert flags["--recompute-granularity"] == ["selective"] and flags["--recompute-modules"] == ["core_attn"]
+
+
+@pytest.mark.parametrize("model", ["deepseek-v3", "mixtral-8x7b", "llama3-8b"])
+def test_every_priced_recompute_module_maps_to_one_megatron_core_accepts(model: str) -> None:
+    """Each of `RECOMPUTE_MODULES` at once, written for a model with MLA, MoE and dense layers (DeepSeek-V3), an MoE
+    without dense layers (Mixtral) and a dense model (Llama 3): the modules the model has, bandwise's `mlp_act` as
+    "moe_act", and TransformerConfig.__post_init__ (megatron-core 0.16) takes the list."""
+    import dataclasses
+
+    from megatron.core.transformer import TransformerConfig
+
+    from bandwise.cost.memory import RECOMPUTE_MODULES
+
+    m, notes = get_model(model), []
+    got = mg.recompute_modules(m, RECOMPUTE_MODULES, notes)
+    expected = {"core_attn", "layernorm"} | ({"moe_act"} if m.is_moe else set()) | ({"mla_up_proj"} if m.is_mla else set()) \
+        | ({"mlp"} if m.n_dense_mlp_layers else set())
+    assert set(got) == expected and len(got) == len(set(got))
+    assert any("dense MLPs' activation" in n for n in notes) is bool(m.n_dense_mlp_layers)
+    assert "recompute_modules" in {f.name for f in dataclasses.fields(TransformerConfig)}
+    kw = dict(num_layers=4, hidden_size=256, num_attention_heads=8, recompute_granularity="selective", recompute_modules=got)
+    if m.is_moe:  # the job runs grouped GEMMs (test 12), which "moe_act" needs
+        kw |= dict(num_moe_experts=8, moe_router_topk=2, moe_ffn_hidden_size=128, moe_grouped_gemm=True)
+    if m.is_mla:  # "mla_up_proj" needs multi-latent attention
+        from megatron.core.transformer import MLATransformerConfig
+
+        MLATransformerConfig(**kw, q_lora_rank=64, kv_lora_rank=32, qk_head_dim=32, qk_pos_emb_head_dim=16, v_head_dim=32)
+    else:
+        TransformerConfig(**kw)

@@ -293,6 +293,29 @@ def fp8_recipe_arg(recipe: str, notes: list[str]) -> str:
     return "tensorwise"
 
 
+def recompute_modules(model: ModelSpec, priced: tuple[str, ...], notes: list[str]) -> list[str]:
+    """`--recompute-modules` for what the plan's selective recomputation re-runs (`CostParams.selective_modules`,
+    `cost.memory.RECOMPUTE_MODULES`, named as Megatron-Core's TransformerConfig.recompute_modules): each module the
+    model has, bandwise's `mlp_act` as "moe_act" (Megatron names no unit for a dense MLP's activation alone)."""
+    out: list[str] = []
+    for name in priced:
+        if name == "mlp_act":
+            if model.is_moe:
+                out.append("moe_act")
+            if model.n_dense_mlp_layers:
+                notes.append("the plan's selective recomputation also re-runs the dense MLPs' activation; Megatron's recompute "
+                             "modules name no such unit ('mlp' re-runs the whole MLP), so their activations are kept")
+        elif (name == "moe_act" and not model.is_moe) or (name == "mla_up_proj" and not model.is_mla) or (name == "mlp" and not model.n_dense_mlp_layers):
+            continue  # the model has no such module
+        else:
+            out.append(name)
+    if not out:  # Megatron-Core re-runs its default then (TransformerConfig: ["core_attn"])
+        notes.append(f"none of the plan's recomputed modules ({', '.join(priced)}) is one {model.name} has; the job re-runs Megatron's "
+                     "default, the attention core")
+        out = ["core_attn"]
+    return list(dict.fromkeys(out))
+
+
 def check_grads(grad_bytes: float) -> None:
     """Megatron-LM reduces gradients in fp32, or in bf16 with --grad-reduce-in-bf16 (megatron/training/arguments.py)."""
     if grad_bytes not in (2, 4):
@@ -337,10 +360,7 @@ def render(model: ModelSpec, cluster: Cluster, s: Strategy, devices: int,
         if s.dp_shard > 1 or s.zero_stage == 1:
             args.append(("overlap-param-gather", None))
     if s.recompute == "selective":
-        modules = ["core_attn"] + (["moe_act"] if model.is_moe else [])
-        args += [("recompute-granularity", "selective"), ("recompute-modules", modules)]
-        notes.append("the plan's selective recomputation also recomputes the dense MLP's activation; Megatron's "
-                     "recompute modules name no such unit ('mlp' recomputes the whole MLP), so activations differ slightly")
+        args += [("recompute-granularity", "selective"), ("recompute-modules", recompute_modules(model, params.selective_modules, notes))]
     elif s.recompute == "full":
         args += [("recompute-granularity", "full"), ("recompute-method", "uniform"), ("recompute-num-layers", 1)]
     args.append(("bf16", None))
