@@ -73,6 +73,7 @@ def test_the_nothing_fits_verdict_says_when_the_least_layout_is_tight():
     share = float(tight.split("--headroom ")[1].split(" ")[0])
     assert share <= 4.0 / hbm and share > 4.0 / hbm - 0.01  # floored: it admits the layout
     assert "tight" not in verdict(hbm + 1.0)
+    assert "tight" not in verdict(float("inf"))  # no valid layout priced: no share to name, and no crash
 
 
 def test_validate_calls_a_run_above_the_headroom_but_within_its_device_tight():

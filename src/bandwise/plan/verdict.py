@@ -93,6 +93,8 @@ def group_link(cluster: Cluster, strategy: Strategy, dim: str) -> str:
 def _tight_words(least_gib: float, device_gib: float) -> str:
     """Where the least-memory layout is tight (`Estimate.tight`: above the headroom, within the device), what
     it would take: the allocator's slack under what is left, i.e. a smaller `--headroom`."""
+    if not (math.isfinite(least_gib) and least_gib <= device_gib):  # inf where no valid layout was priced
+        return ""
     share = math.floor((1.0 - least_gib / device_gib) * 100) / 100
     if share <= 0:
         return ""
