@@ -224,6 +224,7 @@ def weight_output_grad_bytes_per_token(m: ModelSpec, *, moe_layer: bool) -> tupl
     return BF16 * (split + ffn_split), BF16 * (replicated + ffn_replicated)
 
 
-def logits_bytes_per_token(m: ModelSpec) -> float:
-    """The output layer's fp32 logits kept for the cross-entropy backward (Korthikanti Sec. 4.3: 4·s·b·v)."""
-    return 4.0 * m.vocab
+def logits_bytes_per_token(m: ModelSpec, per_logit: float = 4.0) -> float:
+    """The output layer's logits alive at the loss: fp32 kept for the cross-entropy backward (Korthikanti
+    Sec. 4.3: 4·s·b·v), or `per_logit` bytes where the loss kernel holds less (`CostParams.loss_peak_bytes_per_logit`)."""
+    return per_logit * m.vocab

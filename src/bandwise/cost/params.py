@@ -407,6 +407,26 @@ class CostParams:
     backward (2; `runtime.ops.cross_entropy`). It matters where a stage keeps several micro-batches'
     losses at once: all-forward-then-all-backward schedules (GPipe, looped BFS) run each micro-batch's
     loss right after its forward (torch.distributed.pipelining computes it in the last stage's forward)."""
+    loss_peak_bytes_per_logit: float = 4.0
+    """Bytes a logit holds at the loss, its forward and backward together (`memory.logits_bytes_per_token`):
+    Megatron-LM's vocab-parallel cross-entropy, fused or not, keeps the fp32 softmax and writes the gradient
+    into it (4; Korthikanti et al. 2022, Sec. 4.3, 4·s·b·v); Transformer Engine's parallel cross-entropy
+    writes the gradient into the bf16 logits in its forward and keeps nothing else of a logit (2;
+    `CROSS_ENTROPY_KERNELS`)."""
+
+
+CROSS_ENTROPY_KERNELS: dict[str, dict[str, float]] = {
+    "megatron": {"loss_peak_bytes_per_logit": 4.0, "loss_kept_bytes_per_logit": 4.0},
+    "te": {"loss_peak_bytes_per_logit": 2.0, "loss_kept_bytes_per_logit": 2.0},
+}
+"""What a run's cross-entropy kernel holds per logit (`CostParams.loss_peak_bytes_per_logit`,
+`loss_kept_bytes_per_logit`). "megatron": Megatron-Core's vocab_parallel_cross_entropy and its fused twin
+(fusions/fused_cross_entropy.py) save the fp32 softmax for the backward. "te": Transformer Engine's
+parallel_cross_entropy, which Megatron-Core calls for cross_entropy_fusion_impl "te"
+(language_module.compute_language_model_loss): its Triton kernel computes the loss and the gradient in one
+forward pass and stores the gradient over the input logits in their own dtype, keeping per row only three
+fp32 statistics (transformer_engine/pytorch/triton/cross_entropy.py at v2.9: cross_entropy_kernel,
+`tl.store(X_ptr + X_offsets, X_block.to(grad_dtype))`); the backward scales it in place."""
 
 
 ATTENTION_KERNELS: dict[str, dict[str, Any]] = {

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from bandwise.cost.params import ATTENTION_KERNELS, AUTOGRAD_ACCUMULATION_BYTES, GRAD_REDUCE, XLA_ALL_GATHER_COMBINE_BYTES, CostParams
+from bandwise.cost.params import ATTENTION_KERNELS, AUTOGRAD_ACCUMULATION_BYTES, CROSS_ENTROPY_KERNELS, GRAD_REDUCE, XLA_ALL_GATHER_COMBINE_BYTES, CostParams
 from bandwise.errors import BandwiseError
 from bandwise.cost.remat import RematPolicy
 from bandwise.plan.run_fields import (
@@ -57,6 +57,8 @@ STATED: dict[str, str] = {
                       "until their backward (Transformer Engine's offload), the copies overlapped and not priced",
     "sequence_parallel": "the run states whether its tensor parallelism splits the norms along the sequence (Megatron's "
                          "--sequence-parallel); without it their activations stay whole on every TP rank (Korthikanti et al. 2022, Eq. 2)",
+    "cross_entropy": "the run states its cross-entropy kernel (te: Transformer Engine's, the gradient written over the bf16 logits in "
+                     "the forward; megatron: Megatron-Core's, the fp32 softmax kept), what the loss holds per logit",
     "attention": "the run states its attention kernel (flash, fa2, fa1: FlashAttention 1.x, triton: FlashAttention in Triton, "
                  "materialized: the s x s scores in memory), whatever the engine's (as plan --attention)",
     "fp16": "the run states fp16 (not bf16): where its engine's optimizer then leaves gradient accumulation to autograd "
@@ -121,6 +123,8 @@ class Stated:
     """Whether the run states sequence parallelism with its TP (`parallelism.sp` or `sequence_parallel`); None: its engine's."""
     attention: str | None = None
     """The attention kernel the run states (`cost.params.ATTENTION_KERNELS`), as `plan --attention`; None: its engine's."""
+    cross_entropy: str | None = None
+    """The cross-entropy kernel the run states (`cost.params.CROSS_ENTROPY_KERNELS`); None: its engine's."""
     fsdp_pure: bool = False
     """The run states Composer's FSDP mixed precision 'PURE' (`get_mixed_precision`, mosaicml/composer
     composer/trainer/mosaic_fsdp_utils.py at v0.21.3, the release llm-foundry's 2024-04 benchmarks pinned
@@ -167,6 +171,8 @@ class Stated:
             stated.update(moe_capacity_factor=self.moe_capacity_factor, moe_one_hot_dispatch=self.moe_one_hot_dispatch)
         if self.fp16 and params.fp16_autograd_accumulation:  # the engine's fp16 optimizer accumulates through autograd
             stated.update(grad_accumulation_bytes=AUTOGRAD_ACCUMULATION_BYTES, grad_accumulation_skips_first=True)
+        if self.cross_entropy is not None:
+            stated.update(CROSS_ENTROPY_KERNELS[self.cross_entropy])
         if self.attention is not None:  # as `api.inputs.pricing` applies --attention
             stated.update({"attention": "flash", "flash_attention": True, **ATTENTION_KERNELS[self.attention]})
         return replace(params, **{k: v for k, v in stated.items() if v is not None})
@@ -262,6 +268,11 @@ def read_stated(run: dict[str, Any], conventions: str, recompute: str | None, no
         if not isinstance(attention, str) or attention not in ATTENTION_KERNELS:
             raise BandwiseError(f"run {brief(rid)}: attention {brief(attention)}: write one of {', '.join(ATTENTION_KERNELS)}")
         state("attention")
+    cross_entropy = run.get("cross_entropy")
+    if cross_entropy is not None:
+        if not isinstance(cross_entropy, str) or cross_entropy not in CROSS_ENTROPY_KERNELS:
+            raise BandwiseError(f"run {brief(rid)}: cross_entropy {brief(cross_entropy)}: write one of {', '.join(CROSS_ENTROPY_KERNELS)}")
+        state("cross_entropy")
     fsdp_pure = re.search(r"mixed precision\s+pure\b", str(run.get("precision") or "").lower()) is not None
     if fsdp_pure:
         state("fsdp_pure")
@@ -272,7 +283,8 @@ def read_stated(run: dict[str, Any], conventions: str, recompute: str | None, no
                   selective_modules=modules, fp8_recipe=recipe, fp8_all_gather=fp8_all_gather, moe_capacity_factor=capacity, moe_one_hot_dispatch=one_hot,
                   moe_dispatcher=dispatcher, moe_permute_fusion=fusion, cuda_graph_scope=scope, remat_policy=policy,
                   expert_tp=etp if etp is not None and etp > 1 else None, vocab_tiles=tiles, bf16_weights=bf16_weights, bf16_resident=bf16_resident,
-                  offloaded_layers=offloaded, sequence_parallel=sp, attention=attention, names=found, unpriced=tuple(unpriced))
+                  offloaded_layers=offloaded, sequence_parallel=sp, attention=attention, cross_entropy=cross_entropy, names=found,
+                  unpriced=tuple(unpriced))
 
 
 def _xla_gather_waits(p: dict[str, Any], rid: str) -> float | None:

@@ -111,7 +111,7 @@ def activations(m: ModelSpec, s: Shape, rec: np.ndarray, pf: PipelineFactors, st
                       + frac_moe * P.remat_policy.bytes_per_token(m, True, "device")) / tp
     stage_mb = tokens * np.select([rec == FULL, rec == SELECTIVE], [kept_input, kept_selective], kept)  # one micro-batch, one layer
     working = np.where(rec == FULL, tokens * kept, 0.0)  # one layer re-materialised during backward
-    logits = tokens * logits_bytes_per_token(m) / tp / P.vocab_tiles  # one tile alive (`CostParams.vocab_tiles`)
+    logits = tokens * logits_bytes_per_token(m, P.loss_peak_bytes_per_logit) / tp / P.vocab_tiles  # one tile alive (`CostParams.vocab_tiles`)
     head_logits = (1 + m.mtp_depth) * logits  # the MTP module's pass through the head keeps its own logits
     # the final norm's and the output projection's inputs: alive with the logits, until the head's
     # weight gradient (after the loss's backward has freed the logits)
