@@ -398,14 +398,9 @@ def layer_compute(m: ModelSpec, dev: Device, s: Shape, rates: Rates, P: CostPara
     # element-wise passes (read the input, write the output); the attention core only when it is
     # not flash (flash already recomputes scores inside its backward); MLA's up-projections their GEMMs
     mods = P.selective_modules
-    dense_act, moe_act = m.dense_mlp.intermediate_per_token, m.ffn_kind.intermediate_per_token
-    act_bytes = BF16 * 3 * ((1 - frac_moe) * dense_act * ("mlp_act" in mods) + frac_moe * moe_act * ("mlp_act" in mods or "moe_act" in mods))
     norm_bytes = 2 * BF16 * 2 * m.hidden if "layernorm" in mods else 0.0
     up_proj = gemms(m.attention_kind.recomputed_gemms()) if "mla_up_proj" in mods else 0.0
-    # "mlp": the dense layers' MLP forward again, its norm and activation beside its two GEMMs
-    whole_mlp = (1 - frac_moe) * (mlp_up + mlp_down + rates.streamed(BF16 * (3 * dense_act * ("mlp_act" not in mods) + 2 * m.hidden)
-                                                                       * s.tokens / s.tp)) if "mlp" in mods else 0.0
-    selective = (rates.streamed((act_bytes + norm_bytes) * s.tokens / s.tp) + up_proj + whole_mlp
+    selective = (rates.streamed(norm_bytes * s.tokens / s.tp) + up_proj + ffn_rerun(m, s, rates, mods, 1 - frac_moe, frac_moe, mlp_up + mlp_down)
                  + (0.0 if P.flash_attention or "core_attn" not in mods else attn_fwd)
                  + P.selective_forward_share * (fwd - attn_fwd))
     recipe_bwd = (1 - frac_moe) * fp8_backward_extra(m, False, s, rates, recipe, gemms) + frac_moe * fp8_backward_extra(m, True, s, rates, recipe, gemms)
@@ -538,14 +533,10 @@ def hybrid_layer_compute(m: ModelSpec, dev: Device, s: Shape, rates: Rates, P: C
     fwd = mixing + dense * (mlp_up + mlp_down) + moe * moe_ffn
     core, core_bwd = attn_fwd + scans, attn_bwd + SCAN_BACKWARD_RATIO * scans
     mods = P.selective_modules
-    dense_act, moe_act = m.dense_mlp.intermediate_per_token, m.ffn_kind.intermediate_per_token
-    act_bytes = BF16 * 3 * (dense * dense_act * ("mlp_act" in mods) + moe * moe_act * ("mlp_act" in mods or "moe_act" in mods))
     blocks = (L - m.mixer_free_layers + m.mlp_layers) / L  # norms per layer
     norm_bytes = BF16 * 2 * m.hidden * blocks if "layernorm" in mods else 0.0
     up_proj = att * gemms(m.attention_kind.recomputed_gemms()) if "mla_up_proj" in mods else 0.0
-    whole_mlp = dense * (mlp_up + mlp_down + rates.streamed(BF16 * (3 * dense_act * ("mlp_act" not in mods) + 2 * m.hidden)
-                                                              * s.tokens / s.tp)) if "mlp" in mods else 0.0
-    selective = (rates.streamed((act_bytes + norm_bytes) * s.tokens / s.tp) + up_proj + whole_mlp
+    selective = (rates.streamed(norm_bytes * s.tokens / s.tp) + up_proj + ffn_rerun(m, s, rates, mods, dense, moe, mlp_up + mlp_down)
                  + (0.0 if P.flash_attention or "core_attn" not in mods else attn_fwd)
                  + P.selective_forward_share * (fwd - core))
     return LayerCompute(
@@ -553,6 +544,20 @@ def hybrid_layer_compute(m: ModelSpec, dev: Device, s: Shape, rates: Rates, P: C
         dense_fwd=fwd, moe_fwd=mixing + moe_ffn, fwd=fwd, bwd=2.0 * (fwd - core) + core_bwd, selective=selective,
         kernel_gaps=np.full_like(s.tokens, kernel_gaps(P, moe)), mixers=mixers,
     )
+
+
+def ffn_rerun(m: ModelSpec, s: Shape, rates: Rates, mods: tuple[str, ...], dense: float, moe: float, dense_gemms: np.ndarray) -> np.ndarray:
+    """Seconds a layer's selective recomputation spends on its feed-forward, `dense` and `moe` the shares of
+    layers with a dense MLP and with experts (`memory.RECOMPUTE_MODULES`): each re-run activation function
+    streams its input and output again ("mlp_act": dense MLPs and experts; "moe_act": experts only), and "mlp"
+    runs a dense MLP's forward again from its input, its norm, its GEMMs (`dense_gemms` seconds) and, unless
+    "mlp_act" has counted it, its activation."""
+    dense_act, moe_act = m.dense_mlp.intermediate_per_token, m.ffn_kind.intermediate_per_token
+    act_bytes = BF16 * 3 * (dense * dense_act * ("mlp_act" in mods) + moe * moe_act * ("mlp_act" in mods or "moe_act" in mods))
+    whole_mlp = 0.0
+    if "mlp" in mods:
+        whole_mlp = dense * (dense_gemms + rates.streamed(BF16 * (3 * dense_act * ("mlp_act" not in mods) + 2 * m.hidden) * s.tokens / s.tp))
+    return rates.streamed(act_bytes * s.tokens / s.tp) + whole_mlp
 
 
 def kernel_gaps(P: CostParams, moe_share: float) -> float:
