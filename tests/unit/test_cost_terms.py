@@ -1205,3 +1205,21 @@ def test_nanotron_prices_flash_attention_2_on_hopper():
     base = params_for(titan, h100.device)
     slow, fast = (estimate(m, h100, s, replace(base, attention=k)).step_time_s for k in ("fa2", "flash"))
     assert slow > fast
+
+
+def test_one_hot_dispatch_work_is_not_divided_by_expert_parallelism():
+    """The einsum "BSM,BSEC -> EBCM" does 2·B·S·E·C·h over the job whichever dimension is sharded, so a device does
+    2·(its tokens)·E·C·h at EP 8 as at EP 1, the time of one GEMM of its tokens against every slot of a sequence."""
+    from bandwise.cost.terms.compute import Rates, capacity_gemms, gemm_time, gemms_time
+    from bandwise.cost.terms.shape import Shape
+
+    m, c = get_model("debug-moe"), get_cluster("h100")
+    dispatch = capacity_gemms(m, 1.25)[:1]
+    times = []
+    for ep in (1, 8):
+        s = Shape.of(m, Layouts.of([Strategy(ep=ep, micro_batch=2, global_batch=64)]))
+        rates = Rates.of(c.device, s, DEFAULT_PARAMS)
+        times.append(float(gemms_time(dispatch, m, s, rates)[0]))
+        whole = gemm_time(s.tokens, dispatch[0].n, m.hidden, rates.linear_peak, rates.linear_eff, rates.bw, sm_count=rates.sm_count)
+        assert times[-1] == pytest.approx(float(np.asarray(whole).ravel()[0]))
+    assert times[0] == pytest.approx(times[1])

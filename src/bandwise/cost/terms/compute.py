@@ -231,8 +231,8 @@ def gemms_time(gemms: list[Gemm], m: ModelSpec, s: Shape, rates: Rates) -> np.nd
             n = np.where(ep_on, g.n, g.n / tp) if g.name == "mlp_up" else g.n
             k = g.k if g.name == "mlp_up" else np.where(ep_on, g.k, g.k / tp)
             total = total + gemm_time(rows_per_expert, n, k, peak, eff, bw, count=local_experts, sm_count=sms)
-        elif g.split == "expert_slots":  # one-hot MoE dispatch: the sequence's expert slots, split as the experts are
-            total = total + gemm_time(tokens * g.rows_per_token, g.n / np.maximum(ep, 1), g.k, peak, eff, bw, sm_count=sms)
+        elif g.split == "expert_slots":  # one-hot MoE dispatch: every slot of the sequence, whatever EP (`capacity_gemms`)
+            total = total + gemm_time(tokens * g.rows_per_token, g.n, g.k, peak, eff, bw, sm_count=sms)
         elif g.split == "col":
             total = total + gemm_time(tokens * g.rows_per_token, g.n / tp, g.k, peak, eff, bw, sm_count=sms)
         elif g.split == "row":
@@ -357,10 +357,11 @@ def routed_ffn_times(m: ModelSpec, gemms: Callable[[list[Gemm]], np.ndarray], P:
 
 
 def capacity_gemms(m: ModelSpec, cf: float) -> list[Gemm]:
-    """MaxText's one-hot dispatch and combine as GEMMs (src/maxtext/layers/moe.py, `dense_matmul`): per token,
-    its h-wide row against the E·C slots of its sequence, E·C = S·k·cf, each way. The slots are the experts'
-    and split over EP as the experts are (an assumption: MaxText shards the einsum's expert dimension on its
-    expert axis)."""
+    """MaxText's one-hot dispatch and combine as GEMMs (src/maxtext/layers/moe.py, `dense_matmul`: "BSM,BSEC -> EBCM"
+    and "EBCM,BSEC -> BSM", `generate_masks`): per token, its h-wide row against the E·C slots of its sequence,
+    E·C = S·k·cf, each way. Expert parallelism does not divide them: the einsum's work over the job is 2·B·S·E·C·h
+    whichever dimension is sharded (E over the EP ranks makes each hold the EP group's batch; B makes each hold
+    every expert's slots), so a device does 2·(its tokens)·E·C·h."""
     slots = max(1, round(m.seq_len * m.top_k * cf))
     return [Gemm(name="moe_dispatch", n=slots, k=m.hidden, rows_per_token=1.0, split="expert_slots"),
             Gemm(name="moe_combine", n=slots, k=m.hidden, rows_per_token=1.0, split="expert_slots")]
