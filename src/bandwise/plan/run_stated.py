@@ -59,6 +59,8 @@ STATED: dict[str, str] = {
                          "--sequence-parallel); without it their activations stay whole on every TP rank (Korthikanti et al. 2022, Eq. 2)",
     "cross_entropy": "the run states its cross-entropy kernel (te: Transformer Engine's, the gradient written over the bf16 logits in "
                      "the forward; megatron: Megatron-Core's, the fp32 softmax kept), what the loss holds per logit",
+    "elementwise": "the run states its element-wise kernels (fused: norms, RoPE and activations each one kernel over bf16, as "
+                   "Transformer Engine's or compiled ones; eager: one kernel per op, fp32 where the code upcasts), whatever the engine's",
     "attention": "the run states its attention kernel (flash, fa2, fa1: FlashAttention 1.x, triton: FlashAttention in Triton, "
                  "materialized: the s x s scores in memory), whatever the engine's (as plan --attention)",
     "fp16": "the run states fp16 (not bf16): where its engine's optimizer then leaves gradient accumulation to autograd "
@@ -71,6 +73,10 @@ STATED: dict[str, str] = {
     "remat_policy": "the run states a MaxText remat policy: full recomputation less the tensors it keeps in HBM or offloads to the host, "
                     "the offloaded ones' copies over the host link (cost/remat.py)",
 }
+
+ELEMENTWISE_KERNELS: dict[str, bool] = {"fused": False, "eager": True}
+"""A run's `elementwise` word -> `CostParams.eager_elementwise` (`cost.flops.elementwise_bytes_per_token` prices
+both: fused kernels read and write each bf16 tensor once; eager PyTorch runs each op as its own kernel)."""
 """What a run may state of its own job beyond its layout, as `plan`'s flags would: each is applied to
 the run as stated and named in its notes. What an engine does by itself is the engine's
 (`specs/presets/engines.yaml`), never keyed here to a source."""
@@ -125,6 +131,9 @@ class Stated:
     """The attention kernel the run states (`cost.params.ATTENTION_KERNELS`), as `plan --attention`; None: its engine's."""
     cross_entropy: str | None = None
     """The cross-entropy kernel the run states (`cost.params.CROSS_ENTROPY_KERNELS`); None: its engine's."""
+    elementwise: str | None = None
+    """The element-wise kernels the run states (`ELEMENTWISE_KERNELS`: 'fused' or 'eager',
+    `CostParams.eager_elementwise`); None: its engine's, or fused where it states torch.compile."""
     fsdp_pure: bool = False
     """The run states Composer's FSDP mixed precision 'PURE' (`get_mixed_precision`, mosaicml/composer
     composer/trainer/mosaic_fsdp_utils.py at v0.21.3, the release llm-foundry's 2024-04 benchmarks pinned
@@ -156,7 +165,7 @@ class Stated:
             "vocab_tiles": self.vocab_tiles,
             "offloaded_layers": self.offloaded_layers or None,
             "sequence_parallel": self.sequence_parallel,
-            "eager_elementwise": False if self.compiled else None,
+            "eager_elementwise": ELEMENTWISE_KERNELS[self.elementwise] if self.elementwise is not None else (False if self.compiled else None),
             "fp8_weight_cast_per_microbatch": False if self.fp8_all_gather else None,
         }
         if self.bf16_weights:  # bf16 parameters, their gradients and AdamW moments; no master (`master_weight_bytes`)
@@ -273,6 +282,11 @@ def read_stated(run: dict[str, Any], conventions: str, recompute: str | None, no
         if not isinstance(cross_entropy, str) or cross_entropy not in CROSS_ENTROPY_KERNELS:
             raise BandwiseError(f"run {brief(rid)}: cross_entropy {brief(cross_entropy)}: write one of {', '.join(CROSS_ENTROPY_KERNELS)}")
         state("cross_entropy")
+    elementwise = run.get("elementwise")
+    if elementwise is not None:
+        if not isinstance(elementwise, str) or elementwise not in ELEMENTWISE_KERNELS:
+            raise BandwiseError(f"run {brief(rid)}: elementwise {brief(elementwise)}: write one of {', '.join(ELEMENTWISE_KERNELS)}")
+        state("elementwise")
     fsdp_pure = re.search(r"mixed precision\s+pure\b", str(run.get("precision") or "").lower()) is not None
     if fsdp_pure:
         state("fsdp_pure")
@@ -283,7 +297,7 @@ def read_stated(run: dict[str, Any], conventions: str, recompute: str | None, no
                   selective_modules=modules, fp8_recipe=recipe, fp8_all_gather=fp8_all_gather, moe_capacity_factor=capacity, moe_one_hot_dispatch=one_hot,
                   moe_dispatcher=dispatcher, moe_permute_fusion=fusion, cuda_graph_scope=scope, remat_policy=policy,
                   expert_tp=etp if etp is not None and etp > 1 else None, vocab_tiles=tiles, bf16_weights=bf16_weights, bf16_resident=bf16_resident,
-                  offloaded_layers=offloaded, sequence_parallel=sp, attention=attention, cross_entropy=cross_entropy, names=found,
+                  offloaded_layers=offloaded, sequence_parallel=sp, attention=attention, cross_entropy=cross_entropy, elementwise=elementwise, names=found,
                   unpriced=tuple(unpriced))
 
 
