@@ -1223,3 +1223,23 @@ def test_one_hot_dispatch_work_is_not_divided_by_expert_parallelism():
         whole = gemm_time(s.tokens, dispatch[0].n, m.hidden, rates.linear_peak, rates.linear_eff, rates.bw, sm_count=rates.sm_count)
         assert times[-1] == pytest.approx(float(np.asarray(whole).ravel()[0]))
     assert times[0] == pytest.approx(times[1])
+
+
+@pytest.mark.parametrize("sequence_parallel, gathered, on_shard", [(True, False, True), (True, True, False), (False, False, False)])
+def test_tp_replicated_gemms_read_the_sequence_shard_only_where_megatron_leaves_it_sharded(sequence_parallel, gathered, on_shard):
+    """MLA's down-projections, replicated across TP ranks: Megatron-Core runs them on the rank's [s/TP, b, h] shard under
+    sequence parallelism (multi_latent_attention.py, `_qkv_down_projection`); torch's ColwiseParallel gathers the
+    sequence first, and without sequence parallelism every rank holds it whole. The time is one GEMM of those rows."""
+    from bandwise.cost.terms.compute import Rates, gemm_time, gemms_time, replicated_on_shard
+    from bandwise.cost.terms.shape import Shape
+
+    m, c = get_model("deepseek-v3"), get_cluster("h100")
+    P = replace(DEFAULT_PARAMS, sequence_parallel=sequence_parallel, tp_gathered_inputs=gathered)
+    assert replicated_on_shard(P) is on_shard
+    down = [g for g in m.attention_kind.gemms() if g.split == "none"]
+    assert {g.name for g in down} == {"q_down", "kv_down"}
+    s = Shape.of(m, Layouts.of([Strategy(tp=4, micro_batch=1, global_batch=8)]))
+    rates = Rates.of(c.device, s, P)
+    rows = float(s.tokens[0]) / (4 if on_shard else 1)
+    expected = sum(float(np.asarray(gemm_time(rows, g.n, g.k, rates.linear_peak, rates.linear_eff, rates.bw, sm_count=rates.sm_count)).ravel()[0]) for g in down)
+    assert float(gemms_time(down, m, s, rates, replicated_on_shard(P))[0]) == pytest.approx(expected, rel=1e-9)

@@ -217,8 +217,10 @@ class LayerPasses:
     attention_bwd: np.ndarray
 
 
-def gemms_time(gemms: list[Gemm], m: ModelSpec, s: Shape, rates: Rates) -> np.ndarray:
-    """Forward time of a layer's GEMMs on one device, split as each GEMM is split over TP and EP."""
+def gemms_time(gemms: list[Gemm], m: ModelSpec, s: Shape, rates: Rates, sequence_local: bool = False) -> np.ndarray:
+    """Forward time of a layer's GEMMs on one device, split as each GEMM is split over TP and EP. A GEMM replicated
+    across TP ranks (split "none") reads the rank's sequence shard where `sequence_local` (`replicated_on_shard`),
+    else every token of the micro-batch."""
     tokens, tp, ep = s.tokens, s.tp, s.ep
     peak, eff, bw, sms = rates.linear_peak, rates.linear_eff, rates.bw, rates.sm_count
     total = np.zeros_like(tokens, dtype=float)
@@ -238,8 +240,19 @@ def gemms_time(gemms: list[Gemm], m: ModelSpec, s: Shape, rates: Rates) -> np.nd
         elif g.split == "row":
             total = total + gemm_time(tokens * g.rows_per_token, g.n, g.k / tp, peak, eff, bw, sm_count=sms)
         else:  # replicated across TP ranks (MLA down-projections, router)
-            total = total + gemm_time(tokens * g.rows_per_token, g.n, g.k, peak, eff, bw, sm_count=sms)
+            rows = tokens * g.rows_per_token / (tp if sequence_local else 1.0)
+            total = total + gemm_time(rows, g.n, g.k, peak, eff, bw, sm_count=sms)
     return total
+
+
+
+def replicated_on_shard(P: CostParams) -> bool:
+    """A GEMM replicated across TP ranks runs on the rank's sequence shard: under sequence parallelism where the
+    sequence is not gathered before the block. Megatron-Core's MLA down-projections are TELinear "duplicated" on the
+    [s/TP, b, h] shard, or column-parallel over q_lora_rank (megatron/core/transformer/multi_latent_attention.py,
+    `_qkv_down_projection`), and its router's gating reads the same shard; torch's ColwiseParallel gathers the
+    sequence first (`CostParams.tp_gathered_inputs`), and without sequence parallelism every rank holds it whole."""
+    return bool(P.sequence_parallel and not P.tp_gathered_inputs)
 
 
 ALIBI_BIAS_BYTES = 2 + 2
@@ -377,7 +390,7 @@ def layer_compute(m: ModelSpec, dev: Device, s: Shape, rates: Rates, P: CostPara
     recipe = fp8_recipe(P.fp8_recipe)
     cast_bytes = cast_bytes_of(s, recipe.cast_bytes)
     is_fp8 = np.where(np.asarray(s.precision) == PRECISIONS.index("fp8"), 1.0, 0.0)  # the fp8 recipe's backward extras
-    gemms = lambda gs: gemms_time(gs, m, s, rates)  # noqa: E731
+    gemms = lambda gs: gemms_time(gs, m, s, rates, replicated_on_shard(P))  # noqa: E731
     # the GEMMs on either side of each tensor-parallel collective: the attention block's input
     # projections and its output projection, the MLP's up and down projections
     attn_in, attn_out = attention_gemm_times(m, gemms)
@@ -502,7 +515,7 @@ def hybrid_layer_compute(m: ModelSpec, dev: Device, s: Shape, rates: Rates, P: C
     sequence after the all-to-all, the same FLOPs as its share of the sequence."""
     L = m.layers
     att, dense, moe = m.attention_layers / L, m.n_dense_mlp_layers / L, m.moe_layers / L
-    gemms = lambda gs: gemms_time(gs, m, s, rates)  # noqa: E731
+    gemms = lambda gs: gemms_time(gs, m, s, rates, replicated_on_shard(P))  # noqa: E731
     attn_fwd, attn_bwd = attention_core(m, dev, s, rates, P)  # already the mean over all layers
     attn_in, attn_out = attention_gemm_times(m, gemms)
     mlp_up, mlp_down = (gemms([g]) for g in m.dense_mlp.gemms())
