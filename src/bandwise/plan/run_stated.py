@@ -9,6 +9,7 @@ the engine's (`specs/presets/engines.yaml`), never keyed here to a source.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -272,21 +273,8 @@ def read_stated(run: dict[str, Any], conventions: str, recompute: str | None, no
     sp = _sequence_parallel(p, rid)
     if sp is not None:
         state("sequence_parallel")
-    attention = run.get("attention")
-    if attention is not None:
-        if not isinstance(attention, str) or attention not in ATTENTION_KERNELS:
-            raise BandwiseError(f"run {brief(rid)}: attention {brief(attention)}: write one of {', '.join(ATTENTION_KERNELS)}")
-        state("attention")
-    cross_entropy = run.get("cross_entropy")
-    if cross_entropy is not None:
-        if not isinstance(cross_entropy, str) or cross_entropy not in CROSS_ENTROPY_KERNELS:
-            raise BandwiseError(f"run {brief(rid)}: cross_entropy {brief(cross_entropy)}: write one of {', '.join(CROSS_ENTROPY_KERNELS)}")
-        state("cross_entropy")
-    elementwise = run.get("elementwise")
-    if elementwise is not None:
-        if not isinstance(elementwise, str) or elementwise not in ELEMENTWISE_KERNELS:
-            raise BandwiseError(f"run {brief(rid)}: elementwise {brief(elementwise)}: write one of {', '.join(ELEMENTWISE_KERNELS)}")
-        state("elementwise")
+    attention, cross_entropy, elementwise = (_kernel_word(run, key, table, rid, state) for key, table in (
+        ("attention", ATTENTION_KERNELS), ("cross_entropy", CROSS_ENTROPY_KERNELS), ("elementwise", ELEMENTWISE_KERNELS)))
     fsdp_pure = re.search(r"mixed precision\s+pure\b", str(run.get("precision") or "").lower()) is not None
     if fsdp_pure:
         state("fsdp_pure")
@@ -300,6 +288,17 @@ def read_stated(run: dict[str, Any], conventions: str, recompute: str | None, no
                   offloaded_layers=offloaded, sequence_parallel=sp, attention=attention, cross_entropy=cross_entropy, elementwise=elementwise, names=found,
                   unpriced=tuple(unpriced))
 
+
+
+def _kernel_word(run: dict[str, Any], key: str, table: dict[str, Any], rid: str, state: Callable[[str], bool]) -> str | None:
+    """The kernel the run names under `key` (one of `table`'s words), marked stated; None where it names none."""
+    word = run.get(key)
+    if word is None:
+        return None
+    if not isinstance(word, str) or word not in table:
+        raise BandwiseError(f"run {brief(rid)}: {key} {brief(word)}: write one of {', '.join(table)}")
+    state(key)
+    return word
 
 def _xla_gather_waits(p: dict[str, Any], rid: str) -> float | None:
     """The all-gather combine threshold where the run's GPU XLA flags (`parallelism.xla_flags`, as the job set
