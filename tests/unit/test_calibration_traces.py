@@ -116,3 +116,5 @@ def test_a_slow_network_in_a_trace_of_several_ranks_is_found_at_its_level(tmp_pa
     assert cal.value("bandwidth.infiniband") == pytest.approx(0.5, rel=0.2), cal.to_dict()
     assert "bandwidth.nvlink" not in cal.by_name and cal.levels_measured == ("infiniband",)
     assert cal.value("gemm") == pytest.approx(1.0, rel=0.1)
+    # the factor was read from all-reduces alone; the file says the other collectives over the level take it unmeasured
+    assert "bandwidth.infiniband read from all-reduce only: every other collective over infiniband takes the same factor unmeasured" in cal.evidence

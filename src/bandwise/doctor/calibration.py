@@ -120,6 +120,10 @@ def fit_trace(measured: StepClasses, model: ModelSpec, cluster: Cluster, strateg
             factors.append(Factor(name=BANDWIDTH + level, value=bandwidth[level], residual=abs(math.log(predicted / exposed)),
                                   fitted_from=f"{words}: {exposed * 1e3:.2f} ms a step exposed, "
                                               f"{sum(exposed0.get(d, 0.0) for d in dims) * 1e3:.2f} ms modelled from the datasheet"))
+    for level in fitted_levels:  # a level's factor reaches the collectives the trace did not time there
+        read = sorted({k for kinds, _, lv, exposed in groups if lv == level and exposed > 0 for k in kinds})
+        notes.append(f"bandwidth.{level} read from {'/'.join(k.replace('_', '-') for k in read)} only: every other collective "
+                     f"over {level} takes the same factor unmeasured")
     if norm_level is not None:
         predicted = _norm_seconds(model, clus, strategy, pars)
         if predicted > 0:
