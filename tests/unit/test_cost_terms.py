@@ -1223,6 +1223,11 @@ def test_one_hot_dispatch_work_is_not_divided_by_expert_parallelism():
         whole = gemm_time(s.tokens, dispatch[0].n, m.hidden, rates.linear_peak, rates.linear_eff, rates.bw, sm_count=rates.sm_count)
         assert times[-1] == pytest.approx(float(np.asarray(whole).ravel()[0]))
     assert times[0] == pytest.approx(times[1])
+    # a TP group that holds shards of its tokens shares the rows: TP 2 does half the rows of TP 1
+    s2 = Shape.of(m, Layouts.of([Strategy(tp=2, ep=8, micro_batch=2, global_batch=64)]))
+    rates2 = Rates.of(c.device, s2, DEFAULT_PARAMS)
+    half = gemm_time(s2.tokens / 2, dispatch[0].n, m.hidden, rates2.linear_peak, rates2.linear_eff, rates2.bw, sm_count=rates2.sm_count)
+    assert float(gemms_time(dispatch, m, s2, rates2, True)[0]) == pytest.approx(float(np.asarray(half).ravel()[0]))
 
 
 @pytest.mark.parametrize("sequence_parallel, gathered, on_shard", [(True, False, True), (True, True, False), (False, False, False)])

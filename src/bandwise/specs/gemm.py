@@ -23,4 +23,4 @@ class Gemm:
     n: int
     k: int
     rows_per_token: float = 1.0
-    split: str = "col"  # 'col', 'row', 'expert', 'expert_slots' (MoE one-hot dispatch) or 'none'
+    split: str = "col"  # 'col', 'row', 'expert' or 'none' (replicated across TP ranks)

@@ -233,13 +233,11 @@ def gemms_time(gemms: list[Gemm], m: ModelSpec, s: Shape, rates: Rates, sequence
             n = np.where(ep_on, g.n, g.n / tp) if g.name == "mlp_up" else g.n
             k = g.k if g.name == "mlp_up" else np.where(ep_on, g.k, g.k / tp)
             total = total + gemm_time(rows_per_expert, n, k, peak, eff, bw, count=local_experts, sm_count=sms)
-        elif g.split == "expert_slots":  # one-hot MoE dispatch: every slot of the sequence, whatever EP (`capacity_gemms`)
-            total = total + gemm_time(tokens * g.rows_per_token, g.n, g.k, peak, eff, bw, sm_count=sms)
         elif g.split == "col":
             total = total + gemm_time(tokens * g.rows_per_token, g.n / tp, g.k, peak, eff, bw, sm_count=sms)
         elif g.split == "row":
             total = total + gemm_time(tokens * g.rows_per_token, g.n, g.k / tp, peak, eff, bw, sm_count=sms)
-        else:  # replicated across TP ranks (MLA down-projections, router)
+        else:  # replicated across TP ranks (MLA down-projections, router, MaxText's one-hot dispatch: `capacity_gemms`)
             rows = tokens * g.rows_per_token / (tp if sequence_local else 1.0)
             total = total + gemm_time(rows, g.n, g.k, peak, eff, bw, sm_count=sms)
     return total
@@ -374,10 +372,12 @@ def capacity_gemms(m: ModelSpec, cf: float) -> list[Gemm]:
     and "EBCM,BSEC -> BSM", `generate_masks`): per token, its h-wide row against the E·C slots of its sequence,
     E·C = S·k·cf, each way. Expert parallelism does not divide them: the einsum's work over the job is 2·B·S·E·C·h
     whichever dimension is sharded (E over the EP ranks makes each hold the EP group's batch; B makes each hold
-    every expert's slots), so a device does 2·(its tokens)·E·C·h."""
+    every expert's slots), so a device does 2·(its tokens)·E·C·h. They carry no weights and are priced as GEMMs
+    replicated across TP ranks (split "none"): the TP group shares their rows where it holds shards of its tokens
+    (`replicated_on_shard`), the job's work spread over its devices."""
     slots = max(1, round(m.seq_len * m.top_k * cf))
-    return [Gemm(name="moe_dispatch", n=slots, k=m.hidden, rows_per_token=1.0, split="expert_slots"),
-            Gemm(name="moe_combine", n=slots, k=m.hidden, rows_per_token=1.0, split="expert_slots")]
+    return [Gemm(name="moe_dispatch", n=slots, k=m.hidden, rows_per_token=1.0, split="none"),
+            Gemm(name="moe_combine", n=slots, k=m.hidden, rows_per_token=1.0, split="none")]
 
 
 def layer_compute(m: ModelSpec, dev: Device, s: Shape, rates: Rates, P: CostParams) -> LayerCompute:
