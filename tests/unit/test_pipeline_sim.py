@@ -297,3 +297,43 @@ def test_inflight_after_the_first_backward_of_1f1b_and_gpipe(p, m):
         assert after == tuple(float(p - r if m > p - r else p - r - 1) for r in range(p))
     gpipe = inflight_after_backward("GPipe", p, m, 1)
     assert gpipe == tuple(float(m - 1) for _ in range(p))
+
+
+@pytest.mark.parametrize("name", ("GPipe", "1F1B"))
+@pytest.mark.parametrize("p,m,k", [(4, 8, 1.5), (8, 32, 3.0), (6, 24, 2.0), (3, 3, 4.0)])
+def test_one_slow_last_stage_is_a_flow_line(name, p, m, k):
+    """A flow line of m alike jobs: the first one's way in and the last one's way out through every
+    other stage, and the slow stage's m jobs back to back: (p - 1)(f + b) + m·k(f + b)."""
+    scale = (1.0,) * (p - 1) + (k,)
+    t = simulate(_spec(name, p, m, f=1.0, b=2.0, w=0.0, stage_scale=scale))
+    assert t.makespan == pytest.approx((p - 1) * 3.0 + m * k * 3.0)
+    assert t.busy[-1] == pytest.approx(m * k * 3.0)
+
+
+@pytest.mark.parametrize("name", SCHEDULES)
+@pytest.mark.parametrize("p,m", [(4, 8), (8, 16)])
+def test_a_slow_head_stage_leaves_the_fill_and_drain_at_the_pace_of_the_rest(name, p, m):
+    """The slow rank's busy time plus the idle time of the schedule with alike stages: exact for the
+    looped schedules, an upper bound for the V-shaped ones (whose head stage shares rank 0 with the
+    first), and never more than pricing the fill and drain at the slow rank's pace."""
+    v = VIRTUAL[name]
+    alike = simulate(_spec(name, p, m))
+    idle = alike.makespan - alike.busy[0]
+    for k in (1.5, 3.0):
+        scale = (1.0,) * (p * v - 1) + (k,)
+        slow = simulate(_spec(name, p, m, stage_scale=scale))
+        head = stage_rank(p * v - 1, p, name)
+        rest = slow.busy[head] + idle
+        at_slow_pace = slow.busy[head] * alike.makespan / alike.busy[0]
+        if name in ("ZBVZeroBubble", "DualPipeV"):
+            assert slow.makespan <= rest + 1e-9
+        else:
+            assert slow.makespan == pytest.approx(rest)
+        assert rest <= at_slow_pace + 1e-9
+
+
+def test_stage_scale_is_checked():
+    with pytest.raises(BandwiseError, match="one per stage"):
+        _spec("1F1B", 4, 8, stage_scale=(1.0, 2.0))
+    with pytest.raises(BandwiseError, match="one per stage"):
+        _spec("1F1B", 2, 4, stage_scale=(1.0, 0.0))

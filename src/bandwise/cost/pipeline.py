@@ -70,6 +70,9 @@ class PipelineSpec:
     """Point-to-point transfer time between ranks, per activation or gradient."""
     kept_for_w: float = 1.0
     """Share of a micro-batch's activations still held between I and W: the inputs of the weight-bearing ops (1 = upper bound)."""
+    stage_scale: tuple[float, ...] | None = None
+    """Each stage's f, b and w over the spec's, in stage order (length p·v): a stage that also runs the
+    output head, or holds more layers, is slower than the rest. None: every stage alike."""
 
     def __post_init__(self) -> None:
         check(self.schedule, self.stages, self.microbatches, self.virtual)
@@ -81,6 +84,10 @@ class PipelineSpec:
             raise BandwiseError("f, b and w are all 0; give the forward and backward times (e.g. --f 1 --b 1 --w 1)")
         if not 0.0 <= self.kept_for_w <= 1.0:
             raise BandwiseError(f"kept_for_w={self.kept_for_w} must lie in [0, 1]")
+        if self.stage_scale is not None:
+            n = self.stages * self.virtual
+            if len(self.stage_scale) != n or not all(np.isfinite(x) and x > 0 for x in self.stage_scale):
+                raise BandwiseError(f"stage_scale={self.stage_scale} must hold {n} finite times > 0, one per stage")
 
 
 @dataclass(kw_only=True, slots=True)
@@ -118,6 +125,7 @@ class Timeline:
             "microbatches": s.microbatches,
             "virtual": s.virtual,
             "times": {"f": s.f, "b": s.b, "w": s.w, "latency": s.latency},
+            "stage_scale": list(s.stage_scale) if s.stage_scale is not None else None,
             "makespan": self.makespan,
             "bubble_fraction": self.bubble_fraction,
             "rank_bubble_fraction": self.rank_bubble,
@@ -150,6 +158,7 @@ def simulate(spec: PipelineSpec, activation_bytes: float | Sequence[float] | Non
     # done[kind][stage][mb] = end time; kinds F, G (input gradient: B or I), W
     done = {k: [[-1.0] * m for _ in range(n_stages)] for k in "FGW"}
     dur = {k: duration(k, spec) for k in "FBIW"}
+    scale = spec.stage_scale or (1.0,) * n_stages
     starts: list[list[float]] = [[] for _ in range(p)]
     ends: list[list[float]] = [[] for _ in range(p)]
     clock = [0.0] * p
@@ -172,7 +181,7 @@ def simulate(spec: PipelineSpec, activation_bytes: float | Sequence[float] | Non
             if ready is None:
                 break
             t0 = max(clock[r], ready)
-            t1 = t0 + dur[a.kind]
+            t1 = t0 + dur[a.kind] * scale[a.stage]
             starts[r].append(t0)
             ends[r].append(t1)
             done["F" if a.kind == "F" else "W" if a.kind == "W" else "G"][a.stage][a.mb] = t1
@@ -198,7 +207,7 @@ def simulate(spec: PipelineSpec, activation_bytes: float | Sequence[float] | Non
         start=starts,
         end=ends,
         makespan=max((e[-1] for e in ends if e), default=0.0),
-        busy=[sum(dur[a.kind] for a in seq) for seq in orders],
+        busy=[sum(dur[a.kind] * scale[a.stage] for a in seq) for seq in orders],
         peak_inflight=peak_units,
         peak_bytes=peak_bytes if activation_bytes is not None else None,
         stage_of_rank=[[s for s in range(n_stages) if rank_of[s] == r] for r in range(p)],

@@ -99,6 +99,9 @@ class StageCompute:
     recompute: np.ndarray
     chunk_ratio: np.ndarray | float
     """The largest stage over the mean stage of a rank: the pipeline fills and drains at its pace."""
+    fill: np.ndarray
+    """Seconds per micro-batch of a rank without the head, its layers of the mean kind: the pipeline
+    fills and drains through such ranks, while the slowest rank sets only the steady state."""
 
 
 def fsdp_copy_bytes(P: CostParams, s: Shape, n_mb: np.ndarray) -> np.ndarray:
@@ -141,6 +144,7 @@ def stage_compute(m: ModelSpec, dev: Device, s: Shape, schedule: np.ndarray, rec
     # layers are not alike: the heaviest rank and the head's rank compute their layers' share
     heavy, on_head = kind_weights(m, pp, v, together & (pp > 1))
     total = np.maximum(layers_rank * heavy * unit, head_layers * on_head * unit + head)
+    fill = np.minimum(layers_rank * unit, total)
     chunk_ratio: np.ndarray | float = 1.0
     balanced = np.asarray(P.balanced_stages | (P.balanced_when_uneven & (m.layers % (pp * v) != 0)))
     if balanced.any():  # whole layers moved off the head's rank until it is no slower than the rest
@@ -150,6 +154,7 @@ def stage_compute(m: ModelSpec, dev: Device, s: Shape, schedule: np.ndarray, rec
         b_ratio = np.ceil(b_rank / v) * v / np.maximum(b_rank, 1.0)
         layers_rank, head_layers = np.where(balanced, b_rank, layers_rank), np.where(balanced, b_head, head_layers)
         total, chunk_ratio = np.where(balanced, b_total, total), np.where(balanced, b_ratio, 1.0)
+        fill = np.where(balanced, np.minimum(b_rank * unit, b_total), fill)
     recompute = layers_rank * np.where(balanced, 1.0, heavy) * layer_recompute
     return StageCompute(layer_recompute=layer_recompute, together=together, layers_rank=layers_rank, head_layers=head_layers,
-                        total=total, compute=total - recompute, recompute=recompute, chunk_ratio=chunk_ratio)
+                        total=total, compute=total - recompute, recompute=recompute, chunk_ratio=chunk_ratio, fill=fill)
