@@ -484,19 +484,20 @@ def test_fsdp2_copies_under_a_pipeline_run_once_a_step():
     """Under FSDP with a pipeline a stage keeps its units gathered over the step (`fsdp_pp_unsharded`), so
     each unit is copied out of one gather and packed once a step (2 + 2 + 2 + g bytes per unsharded weight),
     not per micro-batch. PP 2, 1F1B, 8 micro-batches: the head's rank, half the layers and the output
-    layer, spends that over the step, which the 1F1B pipeline stretches as any per-micro-batch work, by
-    (m + p - 1) / m (as the gradient accumulation below)."""
+    layer, spends that over the step, m micro-batches of it; the fill and drain (p - 1 micro-batches) pass
+    through the other rank, whose share is its layers' alone (as the gradient accumulation below)."""
     m, c = get_model("llama3-8b"), get_cluster("h100")
     s = Strategy(dp_shard=2, pp=2, micro_batch=1, global_batch=16, schedule="1F1B")
     flat, fsdp2 = estimate(m, c, s), estimate(m, c, s, replace(DEFAULT_PARAMS, fsdp_copy_out=True))
     assert flat.microbatches == 8
     rate = c.device.hbm_bandwidth * DEFAULT_PARAMS.hbm_efficiency
-    per_step = (m.non_expert_layer_params / 2 + m.output_params) * (2 + 2 + 2 + 4) / rate
-    assert fsdp2.step_time_s - flat.step_time_s == pytest.approx(per_step * (8 + 2 - 1) / 8, rel=1e-6)
+    layers, head = (m.non_expert_layer_params / 2, m.output_params)
+    per_step = (2 + 2 + 2 + 4) / rate / 8
+    assert fsdp2.step_time_s - flat.step_time_s == pytest.approx(per_step * ((8 + 2 - 1) * layers + 8 * head), rel=1e-6)
     # re-gathered every micro-batch (the engine reshards under the pipeline): both gathers' copies each time
     regather = replace(DEFAULT_PARAMS, fsdp_pp_unsharded=False)
     added = estimate(m, c, s, replace(regather, fsdp_copy_out=True)).step_time_s - estimate(m, c, s, regather).step_time_s
-    assert added == pytest.approx((m.non_expert_layer_params / 2 + m.output_params) * (2 * (2 + 2) + 2 + 4) / rate * (8 + 2 - 1), rel=1e-6)
+    assert added == pytest.approx(((8 + 2 - 1) * layers + 8 * head) * (2 * (2 + 2) + 2 + 4) / rate, rel=1e-6)
 
 
 def test_each_gradient_bucket_pays_the_rings_latency():
@@ -519,14 +520,16 @@ def test_each_gradient_bucket_pays_the_rings_latency():
 
 def test_gradient_accumulation_paces_the_pipeline_at_the_heads_rank():
     """PP 2, 1F1B: the last rank holds half the layers and the output layer (not the embedding, which
-    is on the first); its extra time per micro-batch stretches the m micro-batches and the p - 1 of
-    the bubble alike."""
+    is on the first). Its extra time per micro-batch stretches the m micro-batches; the p - 1 of the fill
+    and drain pass through the other rank, which adds only its layers' gradients (a flow line,
+    `cost.terms.pipeline.bubble`)."""
     m, c = get_model("llama3-8b"), get_cluster("h100")
     s = Strategy(dp_replicate=2, pp=2, micro_batch=1, global_batch=16, schedule="1F1B")
     fused, unfused = estimate(m, c, s), estimate(m, c, s, replace(DEFAULT_PARAMS, grad_accumulation_bytes=6.0))
-    per_mb = (m.non_expert_layer_params / 2 + m.output_params) * 6.0 / (c.device.hbm_bandwidth * DEFAULT_PARAMS.hbm_efficiency)
+    rate = c.device.hbm_bandwidth * DEFAULT_PARAMS.hbm_efficiency
+    layers, head = m.non_expert_layer_params / 2 * 6.0 / rate, m.output_params * 6.0 / rate
     assert fused.microbatches == 8
-    assert unfused.step_time_s - fused.step_time_s == pytest.approx(per_mb * (8 + 2 - 1), rel=1e-6)
+    assert unfused.step_time_s - fused.step_time_s == pytest.approx((8 + 2 - 1) * layers + 8 * head, rel=1e-6)
 
 
 def test_gradient_accumulation_counts_each_ranks_share_of_the_experts():

@@ -101,7 +101,7 @@ def _time(m: ModelSpec, dev: Device, rows: _Rows, ct: CommTerms, P: CostParams) 
     fsdp_step = np.where(whole_stage, fsdp.once, n_mb * fsdp.exposed)
     fsdp_slowdown = fsdp_contention(dev, layers_rank, fsdp, s.zero, n_mb, whole_stage)
     busy = n_mb * (stages.total + contention_mb + exposed_mb) + fsdp_step + fsdp_slowdown
-    bubble = pipe.bubble(busy, rows.overhead, stages.chunk_ratio)
+    bubble = pipe.bubble(busy - n_mb * (stages.total - stages.fill), rows.overhead, stages.chunk_ratio)
     last_backward = np.minimum(layers_rank * (layer.bwd + stages.layer_recompute), stages.total)
     overlap_dp = sync_overlapped(P, s.zero, c.overlap_dp)
     sync = grad_sync(ct.sync, local, s.zero, rows.dense, rows.experts, root, last_backward, overlap_dp, P.grad_reduce_bytes,

@@ -53,6 +53,12 @@ def sends(p2p: np.ndarray, s: Shape, n_mb: np.ndarray, blocking: bool = False, g
 
 
 def bubble(busy: np.ndarray, overhead: np.ndarray, chunk_ratio: np.ndarray | float) -> np.ndarray:
-    """Idle seconds per step: the schedule's idle over busy time (`PipelineFactors.overhead`), at the
-    pace of the largest stage."""
+    """Idle seconds per step: the schedule's idle over busy time (`PipelineFactors.overhead`), where busy
+    is the time of a rank the fill and drain pass through (`StageCompute.fill`), not the slowest rank's.
+
+    A pipeline is a flow line: m alike micro-batches through stages of times t_i finish after
+    sum_i t_i + (m - 1) max_i t_i, the first micro-batch's way in and the last one's way out plus the
+    slowest stage's steady state. So a heavy head stage lengthens the steady state and not the fill
+    and drain; the event simulation of each looped schedule (`cost/pipeline.py`, torch's action
+    orders) gives exactly this with one slow stage (tests/unit/test_pipeline_sim.py)."""
     return busy * overhead * chunk_ratio
