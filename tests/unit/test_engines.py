@@ -170,7 +170,7 @@ def test_every_header_says_which_engine_prices_it(capsys):
 
 
 def test_fields_an_engine_may_not_set_are_the_jobs_and_the_devices():
-    assert PRICED == {f.name for f in fields(CostParams)} - {"headroom", "reserved_bytes", "attention_efficiency", "balanced_when_uneven",
+    assert PRICED == {f.name for f in fields(CostParams)} - {"headroom", "reserved_bytes", "attention_efficiency", "balanced_when_uneven", "stages_by_weights",
                                                              "gemm_scale", "attention_scale"}
     with pytest.raises(BandwiseError, match="not a behaviour"):
         params_for(get_engine("megatron").__class__(name="x", title="x", behaviours=(

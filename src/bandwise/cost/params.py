@@ -357,6 +357,12 @@ class CostParams:
     balances the head's rank as `balanced_stages` does: Megatron-Core accepts layers that do not
     divide only with an explicit layout (--decoder-first/last-pipeline-num-layers,
     --pipeline-model-parallel-layout), set from the engine's `layouts.stages: layout`."""
+    stages_by_weights: bool = False
+    """Blocks placed on pipeline ranks by their cumulative weight count, each rank taking blocks until
+    the running total passes (r + 1)/pp of the whole, a decoder layer weighing its projections
+    (4·heads·head_dim·hidden + 3·ffn·hidden), the output head vocab·hidden, the embedding and loss
+    nothing (nanotron's build_model and get_block_compute_costs, src/nanotron/models/base.py and
+    models/llama.py at c2528430; `weight_split`). Set from the engine's `layouts.stages: weights`."""
     hierarchical_collectives: bool = True
     """Collectives use the cluster's levels (NCCL's rings and trees inside the NVLink domain, then
     across). Off: every rank reaches the others through its own NIC, one flat ring over the

@@ -26,7 +26,7 @@ from bandwise.specs.engine import Engine
 from bandwise.specs.hardware import Device
 from bandwise.specs.registry import get_engine
 
-PRICED = {f.name for f in fields(CostParams)} - {"headroom", "reserved_bytes", "attention_efficiency", "balanced_when_uneven",
+PRICED = {f.name for f in fields(CostParams)} - {"headroom", "reserved_bytes", "attention_efficiency", "balanced_when_uneven", "stages_by_weights",
                                                  "gemm_scale", "attention_scale"}
 """CostParams fields an engine may set as behaviours: not the job's memory allowance, a device figure,
 what its `layouts.stages` sets, or what a calibration measured (`cost.calibrated`)."""
@@ -34,7 +34,7 @@ what its `layouts.stages` sets, or what a calibration measured (`cost.calibrated
 
 def params_for(engine: Engine, device: Device | None = None, base: CostParams = DEFAULT_PARAMS) -> CostParams:
     """`base` with the engine's behaviours that apply on `device` (all of them without one)."""
-    changes: dict[str, Any] = {"balanced_when_uneven": engine.stages == "layout"}
+    changes: dict[str, Any] = {"balanced_when_uneven": engine.stages == "layout", "stages_by_weights": engine.stages == "weights"}
     for b in engine.behaviours:
         if b.field not in PRICED:
             raise BandwiseError(f"engine {engine.label}: {b.field!r} is not a behaviour the cost model prices; "

@@ -156,7 +156,7 @@ def _completions(case: Case) -> list[dict[str, Any]]:
         scheds = [("1F1B", 1)] + [("Interleaved1F1B", v) for v in VIRTUAL_CHOICES]
     if engine.schedules is not None and "schedule" not in f:
         scheds = [(sc, v) for sc, v in scheds if sc in engine.schedules] or scheds
-    if engine.stages != "even" and "virtual_stages" not in f:
+    if engine.stages in ("equal", "layout") and "virtual_stages" not in f:
         # a job that states no layout ran the engine's equal whole-layer stages; layers not dividing
         # over the stated pp at all mean a layout the source does not give, so nothing is ruled out
         L, pp = case.model.layers, f["pp"]

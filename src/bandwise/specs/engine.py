@@ -128,14 +128,15 @@ VERSION_KEYS = ("title", "behaviours", "defaults", "layouts")
 RULE_KEYS = ("recompute", "fsdp", "hsdp", "ep_from", "cp_needs_fsdp", "microbatches_of_stages", "microbatch_floors", "paired_hides_ep",
              "tp_over_mixers")
 """`layouts` keys that are `LayoutRules` fields (their meanings there)."""
-STAGES = ("even", "equal", "layout")
+STAGES = ("even", "equal", "layout", "weights")
 """How an engine cuts the layers into pipeline stages. `even`: as evenly as they go, earlier stages
 taking the remainder (torch.distributed.pipelining's split, TorchTitan's generate_split_points).
 `equal`: only equal whole-layer stages, layers divisible by pp·v (Megatron-LM before
 --decoder-first/last-pipeline-num-layers: arguments.py asserts it). `layout`: equal stages by
 default; layers that do not divide need an explicit layout, which places whole layers to balance
 the head's rank (Megatron-Core's --decoder-first/last-pipeline-num-layers and
---pipeline-model-parallel-layout; Megatron-Bridge's DeepSeek-V3 recipes)."""
+--pipeline-model-parallel-layout; Megatron-Bridge's DeepSeek-V3 recipes). `weights`: blocks placed
+by their cumulative weight count, the output head's included (nanotron; `CostParams.stages_by_weights`)."""
 DEFAULT_FIELDS: dict[str, tuple[type, tuple[Any, ...]]] = {
     "pipeline_microbatches": (str, ("stages",)),
     "virtual_stages": (int, ()),

@@ -81,6 +81,48 @@ def balanced_split(layers: int, pp: np.ndarray, unit: np.ndarray, head: np.ndarr
     return np.where(single, layers, best_r), np.where(single, layers, best_k), np.where(single, layers * unit + head, best_t)
 
 
+def weight_counts(m: ModelSpec, pp: int) -> tuple[list[int], int]:
+    """(decoder layers on each of the pp ranks, the rank of the output head) where blocks are placed by
+    cumulative weight count (`CostParams.stages_by_weights`): in model order each block goes to the
+    current rank, which moves on once the running total passes (r + 1)/pp of the whole. A layer weighs
+    4·heads·(hidden/heads)·hidden + 3·ffn·hidden, the head vocab·hidden, the embedding and the loss nothing
+    (nanotron's build_model, src/nanotron/models/base.py, and LlamaModel.get_block_compute_costs at
+    c2528430: it counts every head as a key/value head)."""
+    layer = 4 * m.heads * (m.hidden // m.heads) * m.hidden + 3 * m.ffn * m.hidden  # d_qkv = hidden // heads, as nanotron
+    head = m.vocab * m.hidden
+    total = m.layers * layer + head
+    counts, rank, cum = [0] * pp, 0, 0
+
+    def place(cost: int) -> int:
+        nonlocal rank, cum
+        placed, cum = rank, cum + cost
+        if rank < pp - 1 and cum > total * ((rank + 1) / pp):  # nanotron's float threshold, as it computes it
+            rank += 1
+        return placed
+
+    for _ in range(m.layers):
+        counts[place(layer)] += 1
+    return counts, place(head)
+
+
+def weight_split(m: ModelSpec, pp: np.ndarray, unit: np.ndarray, head: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(layers on the fullest rank, layers on the head's rank, the slowest rank's time, the mean time of
+    the other ranks) per micro-batch, with the layers placed by weight (`weight_counts`)."""
+    pp = np.asarray(pp)
+    shape = np.broadcast(pp, unit, head).shape
+    fullest, on_head, slowest, rest = (np.zeros(shape) for _ in range(4))
+    pp_b, unit_b, head_b = (np.broadcast_to(x, shape) for x in (pp, unit, head))
+    for p in np.unique(pp_b):
+        rows = pp_b == p
+        counts, head_rank = weight_counts(m, int(p))
+        times = np.array(counts, dtype=float)[:, None] * unit_b[rows][None, :]
+        times[head_rank] += head_b[rows]
+        slow = times.max(axis=0)
+        fullest[rows], on_head[rows], slowest[rows] = max(counts), counts[head_rank], slow
+        rest[rows] = (times.sum(axis=0) - slow) / max(int(p) - 1, 1)
+    return fullest, on_head, slowest, rest
+
+
 @dataclass(frozen=True, slots=True)
 class StageCompute:
     """Seconds per micro-batch on the slowest pipeline rank, and where the layers sit."""
@@ -155,6 +197,11 @@ def stage_compute(m: ModelSpec, dev: Device, s: Shape, schedule: np.ndarray, rec
         layers_rank, head_layers = np.where(balanced, b_rank, layers_rank), np.where(balanced, b_head, head_layers)
         total, chunk_ratio = np.where(balanced, b_total, total), np.where(balanced, b_ratio, 1.0)
         fill = np.where(balanced, np.minimum(b_rank * unit, b_total), fill)
+    if P.stages_by_weights:  # nanotron's placement: whole layers by weight, whatever the times
+        w_rank, w_head, w_total, w_rest = weight_split(m, pp, unit, head)
+        piped = pp > 1
+        layers_rank, head_layers = np.where(piped, w_rank, layers_rank), np.where(piped, w_head, head_layers)
+        total, fill = np.where(piped, w_total, total), np.where(piped, np.minimum(w_rest, w_total), fill)
     recompute = layers_rank * np.where(balanced, 1.0, heavy) * layer_recompute
     return StageCompute(layer_recompute=layer_recompute, together=together, layers_rank=layers_rank, head_layers=head_layers,
                         total=total, compute=total - recompute, recompute=recompute, chunk_ratio=chunk_ratio, fill=fill)
