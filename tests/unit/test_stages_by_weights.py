@@ -46,3 +46,15 @@ def test_the_slowest_rank_and_the_mean_of_the_others():
     assert slowest.tolist() == [11.0, 22.0]  # 11 layers against 5 + 3 and 10 + 1
     assert rest.tolist() == [8.0, 11.0]
 
+
+
+def test_nanotron_prices_its_own_placement():
+    """Priced as nanotron, PP 2 places 11 layers before the head's 5 whatever the layers divide into; the
+    cost model's default (an even split, the head on top of the last rank's 8) is slower here."""
+    cluster = get_cluster("h100")
+    s = Strategy(dp_replicate=4, pp=2, micro_batch=4, global_batch=256, schedule="1F1B", recompute="none")
+    nanotron = params_for(get_engine("nanotron"), cluster.device)
+    assert nanotron.stages_by_weights and not DEFAULT_PARAMS.stages_by_weights
+    by_weight = estimate(SMALL, cluster, s, nanotron)
+    even = estimate(SMALL, cluster, s, replace(nanotron, stages_by_weights=False))
+    assert by_weight.step_time_s < even.step_time_s
