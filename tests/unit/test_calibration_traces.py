@@ -118,3 +118,29 @@ def test_a_slow_network_in_a_trace_of_several_ranks_is_found_at_its_level(tmp_pa
     assert cal.value("gemm") == pytest.approx(1.0, rel=0.1)
     # the factor was read from all-reduces alone; the file says the other collectives over the level take it unmeasured
     assert "bandwidth.infiniband read from all-reduce only: every other collective over infiniband takes the same factor unmeasured" in cal.evidence
+
+
+def test_a_host_bound_trace_replays_its_idle_past_a_hundredfold():
+    """A host-bound rank idles far more than the device's 2 us kernel gap (a CPU rank under gloo: 54.86 ms a
+    step against 0.29 ms modelled). The host_gap factor is not held at 0.01 (`HOST_GAP_RANGE`), so the
+    calibrated plan spends the trace's idle time again, and its step with it."""
+    from bandwise.cost.calibrated import calibrated
+    from bandwise.cost.step import estimate
+    from bandwise.doctor.calibration import fit_trace
+    from bandwise.specs.calibration import FACTOR_RANGE
+    from bandwise.specs.registry import get_cluster, get_model
+
+    s = Strategy(micro_batch=4, global_batch=4)
+    model, cluster = get_model("llama3-8b"), get_cluster("h100")
+    params = api.estimate(model, cluster, strategy=s).params
+    modelled = class_seconds(model, cluster, s, params)
+    idle_ms = 400 * modelled["host_gap"] * 1e3  # four hundred times the modelled gaps
+    busy_ms = sum(modelled[k] for k in ("gemm", "attention", "elementwise")) * 1e3
+    measured = StepClasses(step_ms=busy_ms + idle_ms, gemm_ms=modelled["gemm"] * 1e3, attention_ms=modelled["attention"] * 1e3,
+                           memory_ms=modelled["elementwise"] * 1e3)
+    cal = fit_trace(measured, model, cluster, s, params, engine=None, evidence="planted")
+    gap = next(f for f in cal.factors if f.name == "host_gap")
+    assert gap.value == pytest.approx(1 / 400, rel=0.02) and gap.value < FACTOR_RANGE[0]
+    clus, pars = calibrated(cluster, params, cal)
+    assert class_seconds(model, clus, s, pars)["host_gap"] * 1e3 == pytest.approx(idle_ms, rel=0.02)
+    assert estimate(model, clus, s, pars).step_time_s * 1e3 == pytest.approx(measured.step_ms, rel=0.02)

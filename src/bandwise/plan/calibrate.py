@@ -32,7 +32,7 @@ from bandwise.errors import BandwiseError
 from bandwise.plan.run_logs import logged_case
 from bandwise.plan.runs import Case, convert, load_runs
 from bandwise.plan.validate import RunResult, predict_with
-from bandwise.specs.calibration import BANDWIDTH, FACTOR_RANGE, TERM_FACTORS, Calibration, Factor
+from bandwise.specs.calibration import BANDWIDTH, FACTOR_RANGE, TERM_FACTORS, Calibration, Factor, factor_range
 from bandwise.specs.hardware import Cluster
 from bandwise.specs.model import ModelSpec, clip
 from bandwise.specs.strategy import Strategy
@@ -160,7 +160,7 @@ def fit_runs(runs: list[Measured], params: CostParams = DEFAULT_PARAMS, *, evide
             speed, apart = math.exp(x[0]), {n: math.exp(v) for n, v in zip(chosen, x[1:])}
             # a factor the fit drives to the edge of what a file may hold is not pinned by the runs (they
             # would take it further): it goes back to the stack's speed and the rest are fitted again
-            edge = [n for n, v in apart.items() if not lo * 1.01 < speed * v < hi / 1.01]
+            edge = [n for n, v in apart.items() if not factor_range(n)[0] * 1.01 < speed * v < factor_range(n)[1] / 1.01]
             if edge:
                 chosen = [n for n in chosen if n not in edge]
                 why_not = "; ".join([*(f"{n} not fitted apart: the fit drove it past [{lo:g}, {hi:g}]" for n in edge), *([why_not] if why_not else [])])
@@ -177,7 +177,8 @@ def fit_runs(runs: list[Measured], params: CostParams = DEFAULT_PARAMS, *, evide
     together = [n for n in (*TERM_FACTORS, *(BANDWIDTH + n for n in levels)) if n not in apart]
     factors = [Factor(name=n, value=speed, fitted_from=how, residual=residual, confounded_with=tuple(c for c in together if c != n))
                for n in together]
-    factors += [Factor(name=n, value=min(max(speed * v, FACTOR_RANGE[0]), FACTOR_RANGE[1]), fitted_from=how, residual=residual) for n, v in apart.items()]
+    factors += [Factor(name=n, value=min(max(speed * v, factor_range(n)[0]), factor_range(n)[1]), fitted_from=how, residual=residual)
+                for n, v in apart.items()]
     return Calibration(device=devices[0], engine=engines[0], factors=tuple(factors), name=name, evidence=evidence,
                        levels_measured=tuple(dict.fromkeys([*levels, *(n[len(BANDWIDTH):] for n in apart if n.startswith(BANDWIDTH))])),
                        levels_datasheet=datasheet)

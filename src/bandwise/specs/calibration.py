@@ -44,6 +44,16 @@ LATENCY = "latency."
 LEVEL_PREFIXES = (BANDWIDTH, LATENCY)
 FACTOR_RANGE = (0.01, 100.0)
 """Factors a file may hold: past 100x either way the evidence or the plan it was set against is wrong, not the datasheet."""
+HOST_GAP_RANGE = (1.0e-4, 100.0)
+"""`host_gap` scales `CostParams.kernel_gap_s`, a GPU's idle between two dependent kernels (2 us), which a
+host-bound stack stretches by far more than 100x: a rank whose host issues each kernel late (a CPU rank under
+gloo sharing its cores with the others, measured at 54.86 ms of idle a step against 0.29 ms modelled,
+benchmarks/RESULTS.md, "The host gaps a trace measures") idles hundreds of microseconds between kernels."""
+
+
+def factor_range(name: str) -> tuple[float, float]:
+    """The values a factor of this name may hold (`FACTOR_RANGE`, `HOST_GAP_RANGE`)."""
+    return HOST_GAP_RANGE if name == "host_gap" else FACTOR_RANGE
 MAX_BYTES = 1 << 20
 """Largest calibration file read; one holds tens of lines."""
 TOP_KEYS = ("format", "name", "device", "engine", "evidence", "factors", "levels_measured", "levels_datasheet")
@@ -70,7 +80,7 @@ class Factor:
         where = f"calibration factor {self.name!r}"
         if not (self.name in TERM_FACTORS or any(self.name.startswith(p) and len(self.name) > len(p) for p in LEVEL_PREFIXES)):
             raise BandwiseError(f"{where}: not a factor bandwise applies; use one of {', '.join(TERM_FACTORS)}, bandwidth.<level name> or latency.<level name>")
-        lo, hi = FACTOR_RANGE
+        lo, hi = factor_range(self.name)
         if not (_number(self.value) and lo <= self.value <= hi):
             raise BandwiseError(f"{where}: value={self.value!r} must be a number in [{lo:g}, {hi:g}] (measured over modelled speed)")
         if self.residual is not None and not (_number(self.residual) and self.residual >= 0):
