@@ -107,7 +107,8 @@ def weight_counts(m: ModelSpec, pp: int) -> tuple[list[int], int]:
 
 def weight_split(m: ModelSpec, pp: np.ndarray, unit: np.ndarray, head: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(layers on the fullest rank, layers on the head's rank, the slowest rank's time, the mean time of
-    the other ranks) per micro-batch, with the layers placed by weight (`weight_counts`)."""
+    the other ranks) per micro-batch, with the layers placed by weight (`weight_counts`). The placement is
+    over the pp ranks: nanotron runs no virtual stages, and a rank's chunks are not told apart here."""
     pp = np.asarray(pp)
     shape = np.broadcast(pp, unit, head).shape
     fullest, on_head, slowest, rest = (np.zeros(shape) for _ in range(4))
