@@ -255,12 +255,24 @@ def test_cli_one_micro_batch_runs_the_stages_in_turn(capsys):
         (["--schedule", "Interleaved1F1B", "--stages", "4", "--microbatches", "9"], "multiple of the number of rounds (2), but got 9"),
         (["--schedule", "DualPipeV", "--stages", "4", "--microbatches", "7"], "but got 7 microbatches and 8 stages"),
         (["--schedule", "Pipedream", "--stages", "4"], "unknown schedule 'Pipedream'"),
+        (["--head-scale", "0"], "--head-scale 0.0: give the last stage's time over the others'"),
+        (["--head-scale", "inf"], "--head-scale inf"),
     ],
 )
 def test_cli_invalid_one_line(args, needle, capsys):
     code, out, err = _cli(["schedule", *args], capsys)
     assert code == 2
     assert needle in err.splitlines()[0]
+
+
+def test_cli_head_scale_is_the_flow_line(capsys):
+    """F = 1, fused backward 2, the last of 4 stages twice as slow: the first micro-batch's way in and the last
+    one's way out through the 3 others, 3 x 3, and the slow stage's 8 micro-batches back to back, 8 x 6."""
+    code, out, _ = _cli(["schedule", "--stages", "4", "--microbatches", "8", "--head-scale", "2", "--json"], capsys)
+    assert code == 0
+    data = json.loads(out)
+    assert data["makespan"] == pytest.approx(3 * 3 + 8 * 6)
+    assert data["stage_scale"] == [1.0, 1.0, 1.0, 2.0]
 
 
 def test_cli_png(tmp_path, capsys):

@@ -29,6 +29,7 @@ def schedule(
     latency: float = typer.Option(0.0, "--latency", help="Point-to-point transfer time between ranks."),
     activation_bytes: float = typer.Option(0.0, "--activation-bytes", help="Saved bytes of one micro-batch through one stage (adds peak bytes)."),
     kept_for_w: float = typer.Option(1.0, "--kept-for-w", help="Share of activations held from I until W (split-backward schedules)."),
+    head_scale: float = typer.Option(1.0, "--head-scale", help="The last stage's F, B and W over the others' (it also runs the output head and the loss)."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON instead of the timeline."),
     png: str = typer.Option("", "--png", help="Also draw a Gantt chart to this PNG (needs matplotlib)."),
     width: int = typer.Option(0, "--width", help="Characters for the text timeline (default: the terminal's width)."),
@@ -41,14 +42,19 @@ def schedule(
     if stages > 0 and microbatches > 0 and v > 0 and stages * v * microbatches > MAX_PASSES:
         raise BandwiseError(f"--stages {stages} x --virtual {v} x --microbatches {microbatches} = {stages * v * microbatches:,} stage passes, "
                             f"past the {MAX_PASSES:,} a drawn timeline holds; use fewer micro-batches (the bubble share settles after a few times p)")
-    spec = PipelineSpec(schedule=name, stages=stages, microbatches=microbatches, virtual=v, f=f, b=b, w=w, latency=latency, kept_for_w=kept_for_w)
+    if not (head_scale > 0 and head_scale != float("inf")):
+        raise BandwiseError(f"--head-scale {head_scale}: give the last stage's time over the others' as a number > 0 (1: alike)")
+    scale = None if head_scale == 1.0 or stages <= 0 or v <= 0 else (1.0,) * (stages * v - 1) + (head_scale,)
+    spec = PipelineSpec(schedule=name, stages=stages, microbatches=microbatches, virtual=v, f=f, b=b, w=w, latency=latency, kept_for_w=kept_for_w,
+                        stage_scale=scale)
     t = simulate(spec, activation_bytes=activation_bytes if activation_bytes > 0 else None)
     if png:
         gantt(t, png)
     if json_out:
         out.emit_json(t.to_dict())
         return
-    title = f"{name}  p={stages} m={microbatches}" + (f" v={v}" if v > 1 else "") + f"  (F={f:g} B={b:g} W={w:g}; F forward, B backward, I/W split backward, . idle)"
+    title = (f"{name}  p={stages} m={microbatches}" + (f" v={v}" if v > 1 else "") + f"  (F={f:g} B={b:g} W={w:g}"
+             + (f", last stage x{head_scale:g}" if scale else "") + "; F forward, B backward, I/W split backward, . idle)")
     out.print(title)
     for row in text_rows(t, width):
         out.print(row)
