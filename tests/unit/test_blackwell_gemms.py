@@ -36,3 +36,20 @@ def test_blackwell_fp8_gemms_stand_to_the_h100_as_a_sustained_cublaslt_run_measu
     h100 = get_cluster("h100").device
     measured = fraction(chip) * get_cluster(SUSTAINED_CLUSTER[chip]).device.peak("fp8") / (fraction("H100") * h100.peak("fp8"))
     assert rate(chip) / rate("H100") == pytest.approx(measured, rel=0.01)
+
+
+@pytest.mark.parametrize("board,sibling", [("b200", "gb200"), ("b300", "gb300")])
+def test_the_lower_power_board_sustains_its_siblings_share_of_its_own_peak(board, sibling):
+    """The B200 and B300 are the GB200's and GB300's dies on boards of a lower power limit, whose datasheet peaks
+    carry their lower clocks; measured on neither, each sustains the sibling's share of its own peak, so its fp8
+    rate stands to the sibling's as the two datasheet peaks do (and below the sibling's absolute rate)."""
+    from bandwise.specs.registry import device_presets
+
+    devices = device_presets()
+    b, g = devices[board], devices[sibling]
+
+    def rate(d) -> float:
+        return d.peak("fp8") * d.fp8_gemm_efficiency * d.sustained_clock_ratio
+
+    assert rate(b) / rate(g) == pytest.approx(b.peak("fp8") / g.peak("fp8"), rel=0.002)
+    assert rate(b) < rate(g)

@@ -46,20 +46,9 @@ def test_bf16_gemm_rate_stands_to_the_h100_as_measured(name):
     assert modelled == pytest.approx(measured, rel=ROUNDING)
 
 
-SUSTAINED_FP8 = {"gb200", "gb300"}
-"""Whose fp8 figure comes from a sustained cuBLASLt run beside the H100's instead of this table's burst
-(tests/unit/test_blackwell_gemms.py): the table assumed each chip settles as the H100 does."""
-
-
-@pytest.mark.parametrize("name", sorted(set(MAMF_FP8) - {"h100-sxm"} - SUSTAINED_FP8))
-def test_fp8_gemm_rate_stands_to_the_h100_bf16_as_measured(name):
-    # One anchor for both precisions: the H100's checked bf16 product; its own fp8 figure follows the
-    # same rule (h100-sxm: 0.75 x 70.9 / 80.3), so the fp8 ratio against the H100's fp8 holds as well.
-    measured = MAMF_FP8[name] / MAMF_BF16["h100-sxm"]
-    modelled = modelled_tflops(name, "fp8") / modelled_tflops("h100-sxm", "bf16")
-    assert modelled == pytest.approx(measured, rel=ROUNDING)
-    against_fp8 = modelled_tflops(name, "fp8") / modelled_tflops("h100-sxm", "fp8")
-    assert against_fp8 == pytest.approx(MAMF_FP8[name] / MAMF_FP8["h100-sxm"], rel=2 * ROUNDING)
+# The fp8 bursts of MAMF_FP8 are quoted by the presets but no longer set a figure: the GB200 and GB300 take theirs from
+# a sustained cuBLASLt run beside the H100's, and the B200 and B300 from those siblings (tests/unit/test_blackwell_gemms.py).
+# The table assumed each chip settles from burst to sustained as the H100 does, which the GB200 run showed it does not.
 
 
 @pytest.mark.parametrize("name", ["mi300x", "mi325x", "mi355x"])
