@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+import bandwise.specs.registry as registry
 from bandwise.plan import validate as V
 from bandwise.plan.runs import load_runs
 
@@ -53,3 +54,19 @@ def restated(state: Callable[[dict], bool], group: str) -> tuple[dict, dict, lis
             print(f"  {rid}: {b.strategy.recompute} {b_mem:.1f} GiB -> {a.strategy.recompute} {a_mem:.1f} GiB{flag}")
     print(f"{len(ids)} runs stated")
     return before, after, ids
+
+
+def with_cluster_presets(edit: Callable[[dict], None]) -> None:
+    """From here on the presets load as `edit` leaves clusters.yaml's parsed text (a device figure changed before
+    the presets file is): the registry's loader is wrapped and its caches cleared."""
+    load = registry._load_yaml
+
+    def patched(name: str):
+        data = load(name)
+        if name == "clusters.yaml":
+            edit(data)
+        return data
+
+    registry._load_yaml = patched
+    for f in (registry.device_presets, registry.cluster_presets):
+        f.cache_clear()

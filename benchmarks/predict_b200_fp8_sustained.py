@@ -18,10 +18,9 @@ What moves: every B200 and B300 run with fp8 or fp4 GEMMs, slower.
 
 from __future__ import annotations
 
-import bandwise.specs.registry as registry
 from bandwise.plan import validate as V
 from bandwise.plan.runs import load_runs
-from error_figures import compare
+from error_figures import compare, with_cluster_presets
 
 SUSTAINED = {"b200": 0.539, "b300": 0.636}  # gb200's and gb300's fp8_gemm_efficiency
 
@@ -29,18 +28,7 @@ SUSTAINED = {"b200": 0.539, "b300": 0.636}  # gb200's and gb300's fp8_gemm_effic
 def main() -> None:
     runs, sources = load_runs()
     before = {r.id: r for r in V.run_all(runs, sources=sources)}
-    load = registry._load_yaml
-
-    def patched(name: str):
-        data = load(name)
-        if name == "clusters.yaml":
-            for dev, eff in SUSTAINED.items():
-                data["devices"][dev]["fp8_gemm_efficiency"] = eff
-        return data
-
-    registry._load_yaml = patched
-    for f in (registry.device_presets, registry.cluster_presets):
-        f.cache_clear()
+    with_cluster_presets(lambda data: [data["devices"][dev].update(fp8_gemm_efficiency=eff) for dev, eff in SUSTAINED.items()])
     after = {r.id: r for r in V.run_all(runs, sources=sources)}
     groups = {dev: [k for k, r in before.items() if r.device and r.device.startswith(dev)] for dev in SUSTAINED}
     compare(before, after, {f"{d} runs": ids for d, ids in groups.items()})

@@ -14,10 +14,9 @@ step, gradient accumulation), 8.0 / 7.672 = 1.043x longer; GEMMs and attention d
 
 from __future__ import annotations
 
-import bandwise.specs.registry as registry
 from bandwise.plan import validate as V
 from bandwise.plan.runs import load_runs
-from error_figures import compare
+from error_figures import compare, with_cluster_presets
 
 B200_HBM_BYTES_PER_S = 7680 / 8 * 3.996e9 * 2
 
@@ -25,17 +24,7 @@ B200_HBM_BYTES_PER_S = 7680 / 8 * 3.996e9 * 2
 def main() -> None:
     runs, sources = load_runs()
     before = {r.id: r for r in V.run_all(runs, sources=sources)}
-    load = registry._load_yaml
-
-    def patched(name: str):
-        data = load(name)
-        if name == "clusters.yaml":
-            data["devices"]["b200"]["hbm_bandwidth_bytes_per_s"] = B200_HBM_BYTES_PER_S
-        return data
-
-    registry._load_yaml = patched
-    for f in (registry.device_presets, registry.cluster_presets):
-        f.cache_clear()
+    with_cluster_presets(lambda data: data["devices"]["b200"].update(hbm_bandwidth_bytes_per_s=B200_HBM_BYTES_PER_S))
     after = {r.id: r for r in V.run_all(runs, sources=sources)}
     b200 = [k for k, r in before.items() if r.device and r.device.startswith("b200")]
     compare(before, after, {"B200 runs": b200})
