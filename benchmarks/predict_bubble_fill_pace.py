@@ -12,6 +12,10 @@ stage: BLOOM's 250k tokens, the nanotron benchmark's 131k over 2 stages), upward
 share of (slow rank - other rank) time.
 
     PYTHONPATH=src:benchmarks python3 benchmarks/predict_bubble_fill_pace.py
+
+Both sides are priced with the fill forced to the slowest rank's time (the old pace), and "after" takes the spared
+bubble off explicitly, so the script reads the same before the change (0ef5ee1) and after it (c2eefbd), where the
+model prices the fill itself.
 """
 
 from __future__ import annotations
@@ -26,18 +30,23 @@ from error_figures import compare
 
 def main() -> None:
     runs, sources = load_runs()
-    before = {r.id: r for r in V.run_all(runs, sources=sources)}
     timed = step._time
+    fill_pace = {"on": False}
 
-    def at_fill_pace(m, dev, rows, ct, P):
-        t = timed(m, dev, rows, ct, P)
+    def priced(m, dev, rows, ct, P):
+        old_pace = replace(rows, stages=replace(rows.stages, fill=rows.stages.total))
+        t = timed(m, dev, old_pace, ct, P)
+        if not fill_pace["on"]:
+            return t
         spared = rows.n_mb * (rows.stages.total - rows.stages.fill) * rows.overhead * rows.stages.chunk_ratio
         new = t.step_time_s - spared
         ratio = t.step_time_s / new
         return replace(t, step_time_s=new, tokens_per_s_per_device=t.tokens_per_s_per_device * ratio, mfu=t.mfu * ratio,
                        hfu=t.hfu * ratio, time=replace(t.time, bubble=t.time.bubble - spared))
 
-    step._time = at_fill_pace
+    step._time = priced
+    before = {r.id: r for r in V.run_all(runs, sources=sources)}
+    fill_pace["on"] = True
     after = {r.id: r for r in V.run_all(runs, sources=sources)}
     moved = [k for k in before if before[k].error is not None and abs(before[k].error - after[k].error) > 1e-9]
     by_source: dict[str, list[str]] = {}

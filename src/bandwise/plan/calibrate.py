@@ -67,14 +67,16 @@ def _trial(case: Case, speed: float, level: str | None = None, bandwidth: float 
            apart: dict[str, float] | None = None) -> Calibration:
     """Every term and each of `levels` at `speed`; `level`'s bandwidth `bandwidth` times faster again, and
     each factor of `apart` its value times faster again."""
-    lo, hi = FACTOR_RANGE  # a step of the search stays inside what a file may hold
-    bound = lambda x: min(max(x, lo), hi)  # noqa: E731
+    def bound(name: str, x: float) -> float:  # a step of the search stays inside what a file may hold
+        lo, hi = factor_range(name)
+        return min(max(x, lo), hi)
+
     rel = dict(apart or {})
     if level is not None:
         rel[BANDWIDTH + level] = bandwidth
-    fs = [Factor(name=n, value=bound(speed * rel.get(n, 1.0))) for n in TERM_FACTORS]
-    fs += [Factor(name=BANDWIDTH + lv.name, value=bound(speed * rel.get(BANDWIDTH + lv.name, 1.0))) for lv in case.cluster.levels
-           if lv.name in levels or BANDWIDTH + lv.name in rel]
+    fs = [Factor(name=n, value=bound(n, speed * rel.get(n, 1.0))) for n in TERM_FACTORS]
+    fs += [Factor(name=BANDWIDTH + lv.name, value=bound(BANDWIDTH + lv.name, speed * rel.get(BANDWIDTH + lv.name, 1.0)))
+           for lv in case.cluster.levels if lv.name in levels or BANDWIDTH + lv.name in rel]
     return Calibration(device=case.cluster.device.name, factors=tuple(fs))
 
 
@@ -154,7 +156,6 @@ def fit_runs(runs: list[Measured], params: CostParams = DEFAULT_PARAMS, *, evide
         apart: dict[str, float] = {}
         how = f"{len(runs)} run(s), one factor for the stack" + (f"; {why_not}" if why_not else "")
     else:
-        lo, hi = FACTOR_RANGE
         while True:
             x = _gauss_newton(runs, params, chosen, levels, np.array(errors0))
             speed, apart = math.exp(x[0]), {n: math.exp(v) for n, v in zip(chosen, x[1:])}
@@ -163,7 +164,8 @@ def fit_runs(runs: list[Measured], params: CostParams = DEFAULT_PARAMS, *, evide
             edge = [n for n, v in apart.items() if not factor_range(n)[0] * 1.01 < speed * v < factor_range(n)[1] / 1.01]
             if edge:
                 chosen = [n for n in chosen if n not in edge]
-                why_not = "; ".join([*(f"{n} not fitted apart: the fit drove it past [{lo:g}, {hi:g}]" for n in edge), *([why_not] if why_not else [])])
+                why_not = "; ".join([*(f"{n} not fitted apart: the fit drove it past [{factor_range(n)[0]:g}, {factor_range(n)[1]:g}]" for n in edge),
+                                     *([why_not] if why_not else [])])
             if not edge or not chosen:
                 break
         apart = {n: v for n, v in apart.items() if n in chosen}

@@ -48,7 +48,7 @@ HOST_GAP_RANGE = (1.0e-4, 100.0)
 """`host_gap` scales `CostParams.kernel_gap_s`, a GPU's idle between two dependent kernels (2 us), which a
 host-bound stack stretches by far more than 100x: a rank whose host issues each kernel late (a CPU rank under
 gloo sharing its cores with the others, measured at 54.86 ms of idle a step against 0.29 ms modelled,
-benchmarks/RESULTS.md, "The host gaps a trace measures") idles hundreds of microseconds between kernels."""
+benchmarks/RESULTS.md, "The host gaps a trace measures are replayed past a hundredfold") idles hundreds of microseconds between kernels."""
 
 
 def factor_range(name: str) -> tuple[float, float]:
