@@ -48,6 +48,21 @@ def test_nothing_fits_exits_3_without_a_verdict_and_says_what_fits(json_out, cap
     assert code == 0 and json.loads(out)["best"] is not None
 
 
+@pytest.mark.parametrize(("engine", "model"), [("torchtitan", "llama4-scout"), ("maxtext", "deepseek-v3")])
+def test_the_advice_when_nothing_fits_names_a_layout_of_the_engine(engine, model, capsys):
+    """The layout the advice names is one the user's engine runs: its own plan at that device count,
+    micro-batch 1 and full recomputation, lists it (TorchTitan has no ZeRO-1/2, MaxText no DualPipeV)."""
+    base = ["plan", "--model", model, "--cluster", "h100", "--engine", engine]
+    code, _, err = run([*base, "--devices", "16"], capsys)
+    assert code == 3 and "nothing fits" in err
+    advice = re.search(r"(\d+) devices would fit \(([^,]+),", err)
+    n, layout = int(advice.group(1)), advice.group(2)
+    code, out, _ = run([*base, "--devices", str(n), "--fix", "micro_batch=1,recompute=full", "--json", "--top", "50", "--all"], capsys)
+    assert code == 0
+    listed = {Strategy(**{**row["strategy"], "order": tuple(row["strategy"]["order"])}).describe() for row in json.loads(out)["top"]}
+    assert layout in listed
+
+
 def test_a_verdict_needs_a_fitting_layout_in_compare_and_sweep():
     from bandwise.plan.sweep import crossover
     from bandwise.plan.verdict import Verdict

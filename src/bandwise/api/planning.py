@@ -135,8 +135,9 @@ def plan(
     verdict = decide(result, clus, fraction("--threshold", threshold))
     chosen = recommended(result, verdict)
     if chosen is None:
+        # searched in the engine's own space, as the plan was: the advice names a layout the engine runs
         verdict.reason += "; " + suggest_fit(spec, clus, devices, gb, allow_pp=allow_pp, fixed=kw["fixed"], precisions=precisions,
-                                             overlap=kw["overlap"], params=params)
+                                             overlap=kw["overlap"], params=params, **get_engine(engine).search_space())
         if must_fit:
             raise NothingFits(verdict.reason)
     run = price_run(ask, spec, clus, devices, chosen, params) if ask and chosen else None
