@@ -17,7 +17,7 @@ pytest.importorskip("torch")
 import bandwise.runtime.preflight as preflight  # noqa: E402
 from bandwise.cli.main import main  # noqa: E402
 from bandwise.errors import BandwiseError  # noqa: E402
-from bandwise.specs.registry import get_model  # noqa: E402
+from bandwise.specs.registry import get_engine, get_model  # noqa: E402
 from bandwise.specs.strategy import Strategy  # noqa: E402
 
 FREE = 24e9  # the CI machine's memory
@@ -34,9 +34,12 @@ def test_train_refuses_a_model_larger_than_free_memory_in_one_line(model, monkey
     assert needed * 1e9 > 16 * get_model(model).total_params
     assert "24.0 GB is free" in err
     n = int(re.search(r"fits on (\d+) x H100", err).group(1))
-    # the layout named must fit by the planner's own search at that size
+    # the layout named must fit by the planner's own search at that size, as this trainer runs it
+    # (`--engine bandwise`: FSDP, never the ZeRO-1/2 of engines that have them)
     layout = preflight.fitting_layout(get_model(model))
     assert layout is not None and layout[0] == n
+    assert layout[1].describe() in err and f"--devices {n} --engine bandwise" in err
+    assert layout[1].zero_stage in get_engine("bandwise").zero_stages
 
 
 def test_a_model_that_fits_passes_and_reports_its_need(monkeypatch):

@@ -22,6 +22,8 @@ SUGGEST_CLUSTER = "h100"
 """The cluster preset a refusal searches for a layout that fits (the planner's default)."""
 SUGGEST_DEVICES = tuple(2**k for k in range(3, 15))
 """Device counts tried, smallest first: whole 8-GPU nodes up to 16,384."""
+TRAINER_ENGINE = "bandwise"
+"""The engine preset of this trainer: what a refusal's layout is searched and priced as."""
 GB = 1e9
 
 
@@ -89,18 +91,22 @@ def _cgroup_free() -> float | None:
 
 def fitting_layout(spec: ModelSpec) -> tuple[int, Strategy] | None:
     """The smallest device count of the default cluster where the planner, at its default global
-    batch (`bandwise plan`'s), finds a fitting layout."""
+    batch (`bandwise plan`'s), finds a fitting layout that this trainer runs: searched and priced as
+    the `bandwise` engine (`plan --engine bandwise`), so no ZeRO-1/2 of an engine that has them."""
+    from bandwise.cost.profiles import Pricing
     from bandwise.plan.inputs import global_batch_of
     from bandwise.plan.search import search
-    from bandwise.specs.registry import get_cluster
+    from bandwise.specs.registry import get_cluster, get_engine
 
     cluster = get_cluster(SUGGEST_CLUSTER)
+    engine = get_engine(TRAINER_ENGINE)
+    params = Pricing(engine).on(cluster.device)
     for n in SUGGEST_DEVICES:
         try:
             cluster.check_devices(n)
         except BandwiseError:
             break
-        result = search(spec, cluster, n, global_batch_of(spec, None, None, n), top=1)
+        result = search(spec, cluster, n, global_batch_of(spec, None, None, n), top=1, params=params, **engine.search_space())
         if result.best is not None:
             return n, result.best.strategy
     return None
@@ -119,7 +125,7 @@ def check_fits(spec: ModelSpec, s: Strategy, *, element_size: int, device_type: 
     fit = fitting_layout(spec)
     if fit is not None:
         n, layout = fit
-        msg += (f"; it fits on {n} x {SUGGEST_CLUSTER.upper()} as {layout.describe()} (`bandwise plan --model {spec.name} --devices {n}`), "
+        msg += (f"; it fits on {n} x {SUGGEST_CLUSTER.upper()} as {layout.describe()} (`bandwise plan --model {spec.name} --devices {n} --engine {TRAINER_ENGINE}`), "
                 f"and `bandwise train --dry-run` measures one rank of a layout here without allocating it")
     else:
         msg += "; no layout of up to 16,384 GPUs fits either: shorten --seq-len or pick a smaller model"
