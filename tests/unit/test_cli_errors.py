@@ -116,3 +116,21 @@ def test_absurd_sizes_are_refused_at_once(argv, capsys):
     with python_lines(AT_ONCE):
         code, _, err = run(argv, capsys)
     assert code == 2 and len(err.strip().splitlines()) == 1 and ("1,048,576" in err or "65,536" in err)
+
+
+@pytest.mark.parametrize("option, words", [
+    (["--threshold", "nan"], "--threshold=nan"),
+    (["--html", "{missing}/page.html"], "does not exist; create it"),
+    (["--png", "{file}/plan.png"], "is not a directory"),
+])
+def test_a_bad_option_of_plan_is_refused_before_the_search(option, words, tmp_path, capsys):
+    """A value the plan would refuse only after searching (the verdict's threshold, where its page is
+    written) is refused first: one line, nothing printed, no layout priced."""
+    from bounded import counting
+
+    (tmp_path / "a-file").write_text("")
+    option = [o.format(missing=tmp_path / "missing", file=tmp_path / "a-file") for o in option]
+    with counting() as work:
+        code, out, err = run(["plan", "--model", "llama3-8b", "--devices", "8", *option], capsys)
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and words in err
+    assert work.costed == 0

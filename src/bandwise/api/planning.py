@@ -122,6 +122,7 @@ def plan(
         raise BandwiseError(f"--top={top!r} must be a whole number between 1 and {MAX_TOP}")
     gb = global_batch_of(spec, global_batch, global_batch_tokens, devices)
     precisions = precisions_of(precision)
+    threshold = fraction("--threshold", threshold)  # before the search: a bad value costs no search
     params = cost_params(headroom, attention, eager, engine, clus.device, grad_reduce, fp8_recipe)
     clus, params = calibrated(clus, params, cal, get_engine(engine).label)
     if pool is None:  # a pool deep enough that collapsing near-duplicates still leaves `top` distinct layouts
@@ -132,7 +133,7 @@ def plan(
     shown, hidden = listed(result.top, top, all_layouts)
     if result.searched == 0:
         raise BandwiseError(no_valid_layout(spec, devices, gb, kw["fixed"], allow_pp=allow_pp, precisions=precisions))
-    verdict = decide(result, clus, fraction("--threshold", threshold))
+    verdict = decide(result, clus, threshold)
     chosen = recommended(result, verdict)
     if chosen is None:
         # searched in the engine's own space, as the plan was: the advice names a layout the engine runs
