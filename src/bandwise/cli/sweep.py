@@ -40,7 +40,7 @@ from bandwise.cli.points import (
     points_table,
     run_with_bar,
 )
-from bandwise.files import write_text_atomic
+from bandwise.files import check_destination, write_text_atomic
 from bandwise.plan.run_budget import frontier
 from bandwise.plan.sweep import VARY_KINDS, Point, SweepResult, parse_vary, vary_cluster
 from bandwise.report.output import Output
@@ -96,11 +96,20 @@ def sweep(
 ) -> None:
     out = Output(json_mode=json_out)
     vary, count = _what_varies(vary, devices)
+    for path, what in ((png, "the chart"), (html_out, "the HTML page")):
+        if path is not None:  # before the points are planned
+            check_destination(path, what)
     if vary.startswith(PREFIX):
+        # each point is a `bandwise plan`: what plan does not take is refused, not dropped
+        if html_out is not None:
+            raise BandwiseError(f"--html draws a sweep of the interconnect; --vary {vary.strip()} writes --png or --json (drop --html)")
+        if overlap_ep:
+            raise BandwiseError(f"--overlap-ep is not taken by --vary {vary.strip()}, whose points are priced as `bandwise plan` prices them; drop it")
         _sweep_devices(out, vary.strip(), model, base_cluster, png, json_out,
                        tokens=tokens, steps=steps, price=price, engine=engine, seq_len=seq_len, global_batch=global_batch,
                        global_batch_tokens=global_batch_tokens, precision=precision, threshold=threshold, headroom=headroom,
-                       overlap_tp=overlap_tp, attention=attention, eager=eager, grad_reduce=grad_reduce, exhaustive=exhaustive)
+                       overlap_tp=overlap_tp, attention=attention, eager=eager, grad_reduce=grad_reduce, fp8_recipe=fp8_recipe,
+                       exhaustive=exhaustive, calibration=calibration)
         return
     spec = parse_vary(vary)
     base = get_cluster(base_cluster)
