@@ -251,3 +251,22 @@ def test_runs_at_several_sequence_lengths_tell_attention_apart_and_say_so():
     assert max(abs(predict_calibrated(m.case, cal).predicted / m.tokens_per_s_per_device - 1) for m in measured) < 0.02
     one = fit_runs(measured[:1])
     assert "attention" in one.by_name["gemm"].confounded_with and one.value("attention") == one.value("gemm")
+
+
+def test_train_dry_run_prices_its_layout_under_a_calibration(tmp_path, capsys):
+    """`train --dry-run --calibration`: the planner's step of the layout as the trainer runs it moves with the
+    factors and says which file; a training run (no --dry-run) refuses the option in one line."""
+    from bandwise.cli.dry_run import planner_time
+    from bandwise.cli.main import main
+
+    cal = Calibration(device="h100-sxm", factors=(Factor(name="gemm", value=0.5),))
+    s = Strategy(dp_shard=8, micro_batch=1, global_batch=8)
+    spec = get_model("llama3-8b")
+    plain, slow = planner_time(spec, s, "h100", None), planner_time(spec, s, "h100", cal)
+    assert slow["step_s"] > 1.3 * plain["step_s"] and "calibration" not in plain and "gemm x0.5" in slow["calibration"]
+    path = tmp_path / "cal.yaml"
+    path.write_text(cal.to_yaml())
+    with pytest.raises(SystemExit) as exc:
+        main(["train", "--model", "debug", "--steps", "1", "--calibration", str(path)])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and len(err.strip().splitlines()) == 1 and "--dry-run" in err

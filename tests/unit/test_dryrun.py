@@ -125,3 +125,23 @@ def test_one_local_expert_is_still_sharded_over_its_fsdp_ranks():
     Sharding dimension 0 (the expert index, length 1) would leave it whole on one of them."""
     local, total = in_child(_local_expert_bytes, 32, 16)
     assert local == total // 32
+
+
+def test_a_calibrated_dry_run_names_its_file_and_moves_no_memory_figure(tmp_path, capsys):
+    import json
+
+    from bandwise.cli.main import main
+    from bandwise.specs.calibration import Calibration, Factor
+
+    path = tmp_path / "cal.yaml"
+    path.write_text(Calibration(device="h100-sxm", factors=(Factor(name="gemm", value=0.5),)).to_yaml())
+    argv = ["train", "--dry-run", "--model", "debug", "--dp-shard", "2", "--micro-batch", "1", "--global-batch", "2", "--json"]
+    docs = []
+    for extra in ([], ["--calibration", str(path)]):
+        with pytest.raises(SystemExit) as exc:
+            main([*argv, *extra])
+        assert exc.value.code in (0, None)
+        docs.append(json.loads(capsys.readouterr().out))
+    plain, cal = docs
+    assert cal["planner"] == plain["planner"] and str(path) in cal["planner_time"]["calibration"]
+    assert cal["planner_time"]["step_s"] >= plain["planner_time"]["step_s"]

@@ -6,6 +6,10 @@ layout and sequence length. Both count what the caching allocator hands out: the
 fixed reserve for the CUDA context, cuBLAS workspaces and NCCL buffers (`CostParams.reserved_bytes`)
 is left out of the comparison because no tensor tracker can see it.
 
+Beside the memory, the planner's step time for the layout on the cluster as the trainer runs it
+(`--engine bandwise`), under `--calibration` where one is given: a calibration scales speeds, not
+bytes, so it moves that time and no memory figure.
+
 `runtime.dryrun` imports torch, so `run` imports it only when a dry run is asked for.
 """
 
@@ -16,10 +20,13 @@ from typing import Any
 
 from rich.table import Table
 
+from bandwise.cost.calibrated import calibrated, calibration_line
 from bandwise.cost.memory import GIB
 from bandwise.cost.profiles import trainer_params
 from bandwise.cost.step import estimate
 from bandwise.report.output import Output
+from bandwise.runtime.preflight import TRAINER_ENGINE
+from bandwise.specs.calibration import Calibration
 from bandwise.specs.model import ModelSpec
 from bandwise.specs.registry import get_cluster
 from bandwise.specs.strategy import Strategy
@@ -43,6 +50,16 @@ def planner_memory(spec: ModelSpec, s: Strategy, cluster_name: str) -> dict[str,
     return out
 
 
+def planner_time(spec: ModelSpec, s: Strategy, cluster_name: str, cal: Calibration | None) -> dict[str, Any]:
+    """The planner's step of `s` on the cluster as this trainer runs it there, calibrated by `cal` if given."""
+    clus, params = calibrated(get_cluster(cluster_name), trainer_params(), cal, TRAINER_ENGINE)
+    est = estimate(spec, clus, s, params)
+    out: dict[str, Any] = {"step_s": est.step_time_s, "tokens_per_s_per_device": est.tokens_per_s_per_device, "mfu": est.mfu}
+    if cal is not None:
+        out["calibration"] = calibration_line(cal, clus)
+    return out
+
+
 def measured_rows(role: Any) -> dict[str, float]:
     """One role's figures per row: model states after the step, activations and buffers at the peak."""
     rows: dict[str, float] = {}
@@ -55,8 +72,9 @@ def measured_rows(role: Any) -> dict[str, float]:
     return rows
 
 
-def summary(spec: ModelSpec, full: ModelSpec, s: Strategy, run: Any, cluster: str) -> dict[str, Any]:
-    """The dry run, the planner at the depth that ran, and (with --layers) the full-depth figure."""
+def summary(spec: ModelSpec, full: ModelSpec, s: Strategy, run: Any, cluster: str, cal: Calibration | None = None) -> dict[str, Any]:
+    """The dry run, the planner at the depth that ran, (with --layers) the full-depth figure, and the
+    planner's step time of the whole model."""
     planner = planner_memory(spec, s, cluster)
     roles = [{"role": r.role, "rank": r.rank, "pp_rank": r.pp_rank, "stages": r.stage_ids, "seconds": round(r.seconds, 1),
               "params": r.param_count, "bytes": measured_rows(r), "torch": r.raw} for r in run.roles]
@@ -66,6 +84,7 @@ def summary(spec: ModelSpec, full: ModelSpec, s: Strategy, run: Any, cluster: st
         "seq_len": spec.seq_len, "layers": spec.layers, "model_layers": full.layers, "cluster": cluster,
         "roles": roles, "planner": planner,
         "difference": {k: (worst["bytes"][k] - planner[k]) / planner[k] if planner[k] else None for k in (*PLANNER_TERMS, "total")},
+        "planner_time": planner_time(full, s, cluster, cal),
     }
     if spec.layers != full.layers:
         # the layers left out add what the planner says they add: measured(L) + planner(N) - planner(L)
@@ -103,17 +122,24 @@ def render(out: Output, s: dict[str, Any]) -> None:
     if "full_depth" in s:
         f = s["full_depth"]
         out.print(f"full depth ({s['model_layers']} layers): ≈ {gib(f['measured_bytes'])} {unit} measured ({f['method']}); planner {gib(f['planner_bytes'])} {unit}")
+    t = s["planner_time"]
+    out.print(f"planner on {s['cluster']} ({s['model_layers']} layers, as bandwise's trainer runs it): step {t['step_s']:,.3g} s, "
+              f"{t['tokens_per_s_per_device']:,.0f} tokens/s per device, MFU {t['mfu']:.1%}"
+              + (f"; {t['calibration']}" if "calibration" in t else ""))
     secs = sum(r["seconds"] for r in s["roles"])
     out.print(f"{len(s['roles'])} role(s) in {secs:.0f} s")
 
 
-def run(spec: ModelSpec, s: Strategy, *, layers: int | None, pp_ranks: list[int] | None, seq_len: int | None, cluster: str, out: Output) -> dict[str, Any]:
+def run(spec: ModelSpec, s: Strategy, *, layers: int | None, pp_ranks: list[int] | None, seq_len: int | None, cluster: str, out: Output,
+        calibration: Calibration | None = None) -> dict[str, Any]:
     from bandwise.runtime.dryrun import dry_run
 
+    if calibration is not None:  # a file that does not apply to this cluster is refused before the minutes of the run
+        calibrated(get_cluster(cluster), trainer_params(), calibration, TRAINER_ENGINE)
     result = dry_run(spec, s, seq_len=seq_len, layers=layers, pp_ranks=pp_ranks)
     full = spec.with_seq_len(result.seq_len)
     ran = full if layers is None else dataclasses.replace(full, layers=layers, dense_layers=min(full.dense_layers, layers))
-    s_out = summary(ran, full, s, result, cluster)
+    s_out = summary(ran, full, s, result, cluster, calibration)
     if out.json_mode:
         out.emit_json(s_out)
     else:

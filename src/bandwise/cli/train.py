@@ -13,6 +13,7 @@ from typing import Any, Optional
 import typer
 from rich.table import Table
 
+from bandwise.api.inputs import calibration_of
 from bandwise.cli import dry_run as dry
 from bandwise.errors import BandwiseError
 from bandwise.inputs import read_text
@@ -130,6 +131,7 @@ def train(
     layers: Optional[int] = typer.Option(None, "--layers", help="--dry-run: build this many layers (faster); the full-depth figure is extrapolated and says how."),
     pp_rank: Optional[list[int]] = typer.Option(None, "--pp-rank", help="--dry-run: play these pipeline ranks (repeatable) instead of the first, a middle and the last."),
     cluster: str = typer.Option("h100", "--cluster", "-c", help="--dry-run: cluster preset or file of the planner's figures."),
+    calibration: Optional[Path] = typer.Option(None, "--calibration", help="--dry-run: a calibration file (bandwise calibrate) for the planner's step time of the layout on --cluster; it scales speeds, so no memory figure moves."),
     profile: str = typer.Option("", "--profile", help="Write a torch.profiler trace of --profile-steps steps (after one skipped and one warm-up) to this directory, one rank{N}.json per rank: CPU operators always, CUDA kernels on a GPU; read by `doctor trace` and `calibrate`."),
     profile_steps: int = typer.Option(3, "--profile-steps", help="With --profile: how many steps the trace holds."),
     check_memory: bool = typer.Option(True, "--check-memory/--no-check-memory", help="Refuse before allocating when the planner's memory for this layout exceeds what is free."),
@@ -146,10 +148,13 @@ def train(
     }
     strat = base.replace(**overrides)
     if dry_run:
-        dry.run(spec, strat, layers=layers, pp_ranks=pp_rank or None, seq_len=seq_len, cluster=cluster, out=Output(json_mode=json_out, quiet=quiet))
+        dry.run(spec, strat, layers=layers, pp_ranks=pp_rank or None, seq_len=seq_len, cluster=cluster, out=Output(json_mode=json_out, quiet=quiet),
+                calibration=calibration_of(calibration))
         return
     if layers is not None or pp_rank:
         raise BandwiseError("--layers and --pp-rank shape a dry run; add --dry-run")
+    if calibration is not None:
+        raise BandwiseError("--calibration prices the planner's step of a --dry-run; a training run measures its own (add --dry-run, or drop --calibration)")
     rank = int(os.environ.get("RANK", "0"))
     out = Output(json_mode=json_out, quiet=quiet or rank != 0)
 
