@@ -51,14 +51,15 @@ def _first_non_directory(path: Path) -> Path:
     return path
 
 
-def check_destination(path: str | os.PathLike, what: str) -> None:
-    """Refuse, before any work is done for it, a path whose directory is missing or is not one: the
-    line `write_atomic` would give once the work was done."""
-    parent = Path(path).parent
-    if parent.is_dir():
-        return
-    code = errno.ENOTDIR if any(p.exists() and not p.is_dir() for p in (parent, *parent.parents)) else errno.ENOENT
-    raise output_error(what, path, OSError(code, os.strerror(code), str(path)))
+def check_destinations(*outputs: tuple[str | os.PathLike | None, str]) -> None:
+    """Refuse, before any work is done for them, (path, what) outputs whose directory is missing or is
+    not one (a None path is not asked for): the line `write_atomic` would give once the work was done."""
+    for path, what in outputs:
+        if path is None or Path(path).parent.is_dir():
+            continue
+        parent = Path(path).parent
+        code = errno.ENOTDIR if any(p.exists() and not p.is_dir() for p in (parent, *parent.parents)) else errno.ENOENT
+        raise output_error(what, path, OSError(code, os.strerror(code), str(path)))
 
 
 def write_atomic(path: str | os.PathLike, write: Callable[[BinaryIO], None], *, what: str) -> None:

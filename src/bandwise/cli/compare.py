@@ -39,7 +39,7 @@ from bandwise.cli.points import (
     points_table,
     run_with_bar,
 )
-from bandwise.files import check_destination, write_text_atomic
+from bandwise.files import check_destinations, write_text_atomic
 from bandwise.plan.run_budget import frontier, run_ask
 from bandwise.plan.sweep import Point
 from bandwise.report.output import Output
@@ -99,9 +99,7 @@ def compare(
              "threshold": threshold, "headroom": headroom, "overlap_tp": overlap_tp, "overlap_ep": overlap_ep, "attention": attention, "eager": eager, "grad_reduce": grad_reduce, "fp8_recipe": fp8_recipe,
              "jobs": jobs, "exhaustive": exhaustive, "tokens": tokens, "steps": steps, "price": price, "calibration": calibration}
     run_ask(tokens, steps, price)  # refuse before the bar draws
-    for path, what in ((png, "the chart"), (html_out, "the HTML page")):
-        if path is not None:
-            check_destination(path, what)
+    check_destinations((png, "the chart"), (html_out, "the HTML page"))
     api.planning.compare_inputs(model, clusters, devices, **{k: v for k, v in asked.items() if k not in ("tokens", "steps", "price")})
     held: list[api.CompareResult] = []
 

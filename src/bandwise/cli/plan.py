@@ -45,7 +45,7 @@ from bandwise.cost.memory import GIB
 from bandwise.errors import BandwiseError, NothingFits
 from bandwise.export import EMIT_POOL, export_searched
 from bandwise.export.common import with_run
-from bandwise.files import check_destination
+from bandwise.files import check_destinations
 from bandwise.plan.bands import band_line
 from bandwise.plan.run_budget import price_run, run_ask
 from bandwise.plan.search import (
@@ -141,9 +141,7 @@ def plan(
 ) -> None:
     out = Output(json_mode=json_out)
     emit = check_emit(emit, json_out, engine)
-    for path, what in ((html_out, "the HTML page"), (png, "the plan picture")):
-        if path:  # before the search, not after it
-            check_destination(path, what)
+    check_destinations((html_out, "the HTML page"), (png, "the plan picture"))  # before the search, not after it
     if pick is not None and emit is None:
         raise BandwiseError("--pick chooses the layout --emit exports; add --emit (the --engine's job), or --emit torchtitan, megatron or maxtext")
     if pick is not None and not 1 <= pick <= top:

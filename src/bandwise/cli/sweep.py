@@ -40,7 +40,7 @@ from bandwise.cli.points import (
     points_table,
     run_with_bar,
 )
-from bandwise.files import check_destination, write_text_atomic
+from bandwise.files import check_destinations, write_text_atomic
 from bandwise.plan.run_budget import frontier
 from bandwise.plan.sweep import VARY_KINDS, Point, SweepResult, parse_vary, vary_cluster
 from bandwise.report.output import Output
@@ -96,9 +96,7 @@ def sweep(
 ) -> None:
     out = Output(json_mode=json_out)
     vary, count = _what_varies(vary, devices)
-    for path, what in ((png, "the chart"), (html_out, "the HTML page")):
-        if path is not None:  # before the points are planned
-            check_destination(path, what)
+    check_destinations((png, "the chart"), (html_out, "the HTML page"))  # before the points are planned
     if vary.startswith(PREFIX):
         # each point is a `bandwise plan`: what plan does not take is refused, not dropped
         if html_out is not None:
