@@ -130,18 +130,18 @@ def test_one_local_expert_is_still_sharded_over_its_fsdp_ranks():
 def test_a_calibrated_dry_run_names_its_file_and_moves_no_memory_figure(tmp_path, capsys):
     import json
 
+    from bandwise.cli.dry_run import planner_time
     from bandwise.cli.main import main
     from bandwise.specs.calibration import Calibration, Factor
 
     path = tmp_path / "cal.yaml"
     path.write_text(Calibration(device="h100-sxm", factors=(Factor(name="gemm", value=0.5),)).to_yaml())
-    argv = ["train", "--dry-run", "--model", "debug", "--dp-shard", "2", "--micro-batch", "1", "--global-batch", "2", "--json"]
-    docs = []
-    for extra in ([], ["--calibration", str(path)]):
-        with pytest.raises(SystemExit) as exc:
-            main([*argv, *extra])
-        assert exc.value.code in (0, None)
-        docs.append(json.loads(capsys.readouterr().out))
-    plain, cal = docs
-    assert cal["planner"] == plain["planner"] and str(path) in cal["planner_time"]["calibration"]
-    assert cal["planner_time"]["step_s"] >= plain["planner_time"]["step_s"]
+    s = Strategy(dp_shard=2, micro_batch=1, global_batch=2)
+    with pytest.raises(SystemExit) as exc:
+        main(["train", "--dry-run", "--model", "debug", "--dp-shard", "2", "--micro-batch", "1", "--global-batch", "2", "--json",
+              "--calibration", str(path)])
+    assert exc.value.code in (0, None)
+    doc = json.loads(capsys.readouterr().out)
+    spec = get_model("debug").with_seq_len(doc["seq_len"])
+    assert doc["planner"] == planner_memory(spec, s, "h100") and str(path) in doc["planner_time"]["calibration"]
+    assert doc["planner_time"]["step_s"] >= planner_time(spec, s, "h100", None)["step_s"]
