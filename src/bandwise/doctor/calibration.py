@@ -31,7 +31,7 @@ from bandwise.cost.step import estimate
 from bandwise.doctor.against_plan import collective_groups
 from bandwise.doctor.measured import StepClasses, median_classes
 from bandwise.plan.verdict import group_level
-from bandwise.specs.calibration import BANDWIDTH, FACTOR_RANGE, LATENCY, Calibration, Factor, factor_range
+from bandwise.specs.calibration import BANDWIDTH, FACTOR_RANGE, LATENCY, Calibration, Factor, clamped
 from bandwise.specs.hardware import Cluster
 from bandwise.specs.model import ModelSpec
 from bandwise.specs.strategy import Strategy
@@ -75,8 +75,7 @@ def fit_trace(measured: StepClasses, model: ModelSpec, cluster: Cluster, strateg
             if want[k] <= 0 or model_s[k] <= 0:
                 skipped[k] = "the trace shows none" if want[k] <= 0 else "the plan prices none"
                 continue
-            k_lo, k_hi = factor_range(k)
-            values[k] = min(max(values[k] * model_s[k] / want[k], k_lo), k_hi)
+            values[k] = clamped(k, values[k] * model_s[k] / want[k])
         if norm_level is not None:  # latency alone: it goes as 1 / the factor
             predicted = _norm_seconds(model, clus, strategy, pars)
             if predicted > 0:

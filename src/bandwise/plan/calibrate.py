@@ -32,7 +32,7 @@ from bandwise.errors import BandwiseError
 from bandwise.plan.run_logs import logged_case
 from bandwise.plan.runs import Case, convert, load_runs
 from bandwise.plan.validate import RunResult, predict_with
-from bandwise.specs.calibration import BANDWIDTH, FACTOR_RANGE, TERM_FACTORS, Calibration, Factor, factor_range
+from bandwise.specs.calibration import BANDWIDTH, FACTOR_RANGE, TERM_FACTORS, Calibration, Factor, clamped, factor_range
 from bandwise.specs.hardware import Cluster
 from bandwise.specs.model import ModelSpec, clip
 from bandwise.specs.strategy import Strategy
@@ -67,15 +67,12 @@ def _trial(case: Case, speed: float, level: str | None = None, bandwidth: float 
            apart: dict[str, float] | None = None) -> Calibration:
     """Every term and each of `levels` at `speed`; `level`'s bandwidth `bandwidth` times faster again, and
     each factor of `apart` its value times faster again."""
-    def bound(name: str, x: float) -> float:  # a step of the search stays inside what a file may hold
-        lo, hi = factor_range(name)
-        return min(max(x, lo), hi)
-
     rel = dict(apart or {})
     if level is not None:
         rel[BANDWIDTH + level] = bandwidth
-    fs = [Factor(name=n, value=bound(n, speed * rel.get(n, 1.0))) for n in TERM_FACTORS]
-    fs += [Factor(name=BANDWIDTH + lv.name, value=bound(BANDWIDTH + lv.name, speed * rel.get(BANDWIDTH + lv.name, 1.0)))
+    # a step of the search stays inside what a file may hold
+    fs = [Factor(name=n, value=clamped(n, speed * rel.get(n, 1.0))) for n in TERM_FACTORS]
+    fs += [Factor(name=BANDWIDTH + lv.name, value=clamped(BANDWIDTH + lv.name, speed * rel.get(BANDWIDTH + lv.name, 1.0)))
            for lv in case.cluster.levels if lv.name in levels or BANDWIDTH + lv.name in rel]
     return Calibration(device=case.cluster.device.name, factors=tuple(fs))
 
@@ -179,8 +176,7 @@ def fit_runs(runs: list[Measured], params: CostParams = DEFAULT_PARAMS, *, evide
     together = [n for n in (*TERM_FACTORS, *(BANDWIDTH + n for n in levels)) if n not in apart]
     factors = [Factor(name=n, value=speed, fitted_from=how, residual=residual, confounded_with=tuple(c for c in together if c != n))
                for n in together]
-    factors += [Factor(name=n, value=min(max(speed * v, factor_range(n)[0]), factor_range(n)[1]), fitted_from=how, residual=residual)
-                for n, v in apart.items()]
+    factors += [Factor(name=n, value=clamped(n, speed * v), fitted_from=how, residual=residual) for n, v in apart.items()]
     return Calibration(device=devices[0], engine=engines[0], factors=tuple(factors), name=name, evidence=evidence,
                        levels_measured=tuple(dict.fromkeys([*levels, *(n[len(BANDWIDTH):] for n in apart if n.startswith(BANDWIDTH))])),
                        levels_datasheet=datasheet)

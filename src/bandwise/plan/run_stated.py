@@ -289,7 +289,6 @@ def read_stated(run: dict[str, Any], conventions: str, recompute: str | None, no
                   unpriced=tuple(unpriced))
 
 
-
 def _kernel_word(run: dict[str, Any], key: str, table: dict[str, Any], rid: str, state: Callable[[str], bool]) -> str | None:
     """The kernel the run names under `key` (one of `table`'s words), marked stated; None where it names none."""
     word = run.get(key)
@@ -299,6 +298,7 @@ def _kernel_word(run: dict[str, Any], key: str, table: dict[str, Any], rid: str,
         raise BandwiseError(f"run {brief(rid)}: {key} {brief(word)}: write one of {', '.join(table)}")
     state(key)
     return word
+
 
 def _xla_gather_waits(p: dict[str, Any], rid: str) -> float | None:
     """The all-gather combine threshold where the run's GPU XLA flags (`parallelism.xla_flags`, as the job set

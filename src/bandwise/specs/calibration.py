@@ -54,6 +54,14 @@ benchmarks/RESULTS.md, "The host gaps a trace measures are replayed past a hundr
 def factor_range(name: str) -> tuple[float, float]:
     """The values a factor of this name may hold (`FACTOR_RANGE`, `HOST_GAP_RANGE`)."""
     return HOST_GAP_RANGE if name == "host_gap" else FACTOR_RANGE
+
+
+def clamped(name: str, value: float) -> float:
+    """`value` brought inside what a factor of this name may hold (`factor_range`)."""
+    lo, hi = factor_range(name)
+    return min(max(value, lo), hi)
+
+
 MAX_BYTES = 1 << 20
 """Largest calibration file read; one holds tens of lines."""
 TOP_KEYS = ("format", "name", "device", "engine", "evidence", "factors", "levels_measured", "levels_datasheet")

@@ -243,7 +243,6 @@ def gemms_time(gemms: list[Gemm], m: ModelSpec, s: Shape, rates: Rates, sequence
     return total
 
 
-
 def replicated_on_shard(P: CostParams) -> bool:
     """A GEMM replicated across TP ranks runs on the rank's sequence shard: under sequence parallelism where the
     sequence is not gathered before the block. Megatron-Core's MLA down-projections are TELinear "duplicated" on the
