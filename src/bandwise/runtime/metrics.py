@@ -45,6 +45,19 @@ def measure_matmul_flops(device: torch.device, dtype: torch.dtype, *, n: int = 1
     return best
 
 
+_PEAKS: dict[tuple[str, int | None, torch.dtype, int], float] = {}
+
+
+def process_peak_flops(device: torch.device, dtype: torch.dtype) -> float:
+    """`measure_matmul_flops` at a size that reaches the peak, measured once per process for each
+    device, dtype and host thread count: the chip does not change between the runs one process
+    starts (a test's layouts, an experiment's seeds), and each measurement costs 0.15 s or more."""
+    key = (device.type, device.index, dtype, torch.get_num_threads())
+    if key not in _PEAKS:
+        _PEAKS[key] = measure_matmul_flops(device, dtype, n=8192 if device.type == "cuda" else 1024)
+    return _PEAKS[key]
+
+
 def measure_attention_seconds(shape: tuple[int, int, int], d_qk: int, d_v: int, device: torch.device, dtype: torch.dtype) -> float:
     """Seconds of one causal scaled-dot-product attention forward over (batch, heads, sequence),
     best of three after a warm-up."""

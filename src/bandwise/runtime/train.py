@@ -40,8 +40,8 @@ from bandwise.runtime.grouped import unsupported as kernel_unsupported
 from bandwise.runtime.metrics import (
     JsonlLog,
     grad_norm_and_clip,
-    measure_matmul_flops,
     peak_memory_bytes,
+    process_peak_flops,
 )
 from bandwise.runtime.model import ModelConfig, Transformer
 from bandwise.runtime.moe import (
@@ -350,7 +350,7 @@ def _run(spec, strategy, cfg, splits, device, rank, world, on_step, out) -> RunR
         dp_rank=dp_rank, dp=strategy.dp, start_step=start, steps=cfg.steps, cuda=device.type == "cuda",
     )
     flops_per_token = spec.model_flops_per_token(spec.seq_len)
-    peak = measure_matmul_flops(device, dtype, n=8192 if device.type == "cuda" else 1024)  # large enough to reach peak
+    peak = process_peak_flops(device, dtype)
     tokens_per_step = strategy.effective_global_batch * spec.seq_len
     mon = Monitor(flops_per_token=flops_per_token, peak_flops=peak, device=device, warmup=1, census_step=None)
     autocast = torch.autocast(device.type, dtype=dtype) if dtype == torch.bfloat16 and not par.fsdp else nullcontext()
