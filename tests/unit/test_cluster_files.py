@@ -130,8 +130,11 @@ def test_a_missing_file_and_an_unknown_name_say_how_to_make_one(tmp_path, capsys
 
 def test_validate_predicts_a_run_on_every_preset_device(tmp_path, capsys):
     """The accelerator-to-preset mapping comes from the presets' names and aliases: one published run,
-    restated on each preset device (64 chips, which every TPU slice shape takes), is predicted on each."""
+    restated on each preset device (64 chips, which every TPU slice shape takes) as the engine of that
+    device's platform (Megatron-LM's runs do not restate onto a TPU), is predicted on each."""
     from importlib import resources
+
+    from bandwise.specs.registry import PLATFORM_ENGINES
 
     shipped = yaml.safe_load(resources.files("bandwise").joinpath("data", "published_runs.yaml").read_text(encoding="utf-8"))
     template = next(r for r in shipped["runs"] if r["id"] == "megatron_h100_gpt_1.7B")
@@ -141,6 +144,7 @@ def test_validate_predicts_a_run_on_every_preset_device(tmp_path, capsys):
         one["id"] = f"restated_on_{name}"
         accelerator = (cluster.device.aliases or (cluster.device.name,))[0]
         one["hardware"] = {"accelerator": accelerator, "count": 64, "chips_per_slice": 64 if cluster.levels[0].is_torus else None}
+        one["engine"] = PLATFORM_ENGINES[cluster.device.platform]
         restated.append(one)
     path = write(tmp_path, "runs.yaml", {"meta": shipped["meta"], "sources": shipped["sources"], "runs": restated})
     code, out, err = run(capsys, "validate", "--runs", path, "--json")

@@ -141,10 +141,10 @@ def test_sweep_json_keys_and_crossover_match(capsys):
     doc = json.loads(out)
     assert set(doc) == {"model", "devices", "global_batch", "threshold", "engine", "fp8_recipe", "base_cluster", "vary", "unit", "values", "crossover", "points"}
     assert doc["values"] == [1, 10, 25] and [p["value"] for p in doc["points"]] == [1, 10, 25]
-    point_keys = {"cluster", "value", "searched", "fitting", "seconds", "narrowed", "best", "best_without_pp", "mfu_best", "mfu_without_pp",
+    point_keys = {"cluster", "value", "engine", "searched", "fitting", "seconds", "narrowed", "best", "best_without_pp", "mfu_best", "mfu_without_pp",
                   "mfu_gap", "verdict", "dominant_exposed", "dominant_exposed_best"}
     for p in doc["points"]:
-        assert set(p) == point_keys
+        assert set(p) == point_keys and p["engine"] == doc["engine"]
         assert set(p["verdict"]) == {"needs_pp", "gain", "reason"}
         assert p["best_without_pp"]["strategy"]["pp"] == 1
     first_not_needed = [p["value"] for p in doc["points"] if not p["verdict"]["needs_pp"]]

@@ -23,7 +23,7 @@ from bandwise.plan.calibrate import calibrate_log, calibrate_runs, measured_runs
 from bandwise.report.calibration_page import calibration_page
 from bandwise.specs.calibration import Calibration
 from bandwise.specs.hardware import Cluster, cluster_to_file_dict
-from bandwise.specs.registry import DEFAULT_ENGINE, get_cluster, get_engine
+from bandwise.specs.registry import engine_for, get_cluster, get_engine
 from bandwise.specs.strategy import Strategy
 
 
@@ -52,7 +52,7 @@ def calibrate(
     if sum([bool(traces), runs is not None, bench]) > 1:
         raise BandwiseError("calibrate: give one kind of evidence: traces, --runs FILE or --bench")
     clus = cluster if isinstance(cluster, Cluster) else get_cluster(cluster)
-    label = get_engine(engine or DEFAULT_ENGINE).label
+    label = get_engine(engine_for(clus.device, engine)).label
     if traces:
         if strategy is None or model is None:
             raise BandwiseError("calibrate TRACE needs the job's layout: add --strategy plan.json, --model and --cluster")

@@ -28,7 +28,7 @@ from bandwise.errors import BandwiseError
 from bandwise.specs.hardware import Cluster
 from bandwise.specs.model import ModelSpec
 from bandwise.specs.calibration import Calibration
-from bandwise.specs.registry import DEFAULT_ENGINE, get_cluster, get_engine
+from bandwise.specs.registry import engine_for, get_cluster, get_engine
 from bandwise.specs.strategy import Strategy
 
 MAX_MB = 65536
@@ -90,8 +90,9 @@ def priced(s: Strategy, model: str | ModelSpec | None, cluster: str | Cluster | 
     clus = cluster if isinstance(cluster, Cluster) else get_cluster(cluster)
     clus.check_devices(s.world_size)
     s.check(s.world_size, spec)
-    params = cost_params(DEFAULT_PARAMS.headroom, attention, eager, engine or DEFAULT_ENGINE, clus.device, grad_reduce)
-    clus, params = calibrated(clus, params, calibration_of(calibration), get_engine(engine or DEFAULT_ENGINE).label)
+    engine = engine_for(clus.device, engine)
+    params = cost_params(DEFAULT_PARAMS.headroom, attention, eager, engine, clus.device, grad_reduce)
+    clus, params = calibrated(clus, params, calibration_of(calibration), get_engine(engine).label)
     return s, spec, clus, estimate(spec, clus, s, params)
 
 
@@ -175,7 +176,8 @@ def calibrate_trace(
     from bandwise.doctor.calibration import calibrate_analyses
 
     s, spec, clus, _ = priced(strategy, model, cluster, seq_len, attention, eager, engine, grad_reduce)
-    params = cost_params(DEFAULT_PARAMS.headroom, attention, eager, engine or DEFAULT_ENGINE, clus.device, grad_reduce)
+    engine = engine_for(clus.device, engine)
+    params = cost_params(DEFAULT_PARAMS.headroom, attention, eager, engine, clus.device, grad_reduce)
     if diagnosed is None:
         if traces is None:
             raise BandwiseError("calibrate: give the trace files or a directory of them")
@@ -183,4 +185,4 @@ def calibrate_trace(
         analyses, names = read_traces(paths, max_mb << 20, jobs), [p.name for p in paths]
     else:
         names, analyses = list(diagnosed.analyses), list(diagnosed.analyses.values())
-    return calibrate_analyses(analyses, spec, clus, s, params, engine=get_engine(engine or DEFAULT_ENGINE).label, names=names)
+    return calibrate_analyses(analyses, spec, clus, s, params, engine=get_engine(engine).label, names=names)

@@ -44,7 +44,7 @@ from bandwise.plan.verdict import THRESHOLD, decide, recommended, suggest_fit
 from bandwise.specs.calibration import Calibration
 from bandwise.specs.hardware import Cluster
 from bandwise.specs.model import ModelSpec
-from bandwise.specs.registry import DEFAULT_ENGINE, get_cluster, get_engine
+from bandwise.specs.registry import DEFAULT_ENGINE, engine_for, get_cluster, get_engine
 from bandwise.specs.strategy import Strategy
 
 MAX_TOP = 1000
@@ -79,7 +79,7 @@ def plan(
     cluster: str | Cluster = "h100",
     devices: int = 64,
     *,
-    engine: str = DEFAULT_ENGINE,
+    engine: str | None = None,
     seq_len: int | None = None,
     global_batch: int | None = None,
     global_batch_tokens: int | None = None,
@@ -117,6 +117,7 @@ def plan(
     spec = model_spec(model, seq_len)
     clus = load_cluster(cluster)
     clus.check_devices(devices)
+    engine = engine_for(clus.device, engine)
     cal = calibration_of(calibration)
     if not isinstance(top, int) or isinstance(top, bool) or not 1 <= top <= MAX_TOP:
         raise BandwiseError(f"--top={top!r} must be a whole number between 1 and {MAX_TOP}")
@@ -152,7 +153,7 @@ def estimate(
     devices: int | None = None,
     *,
     strategy: Strategy | None = None,
-    engine: str = DEFAULT_ENGINE,
+    engine: str | None = None,
     seq_len: int | None = None,
     headroom: float = 0.1,
     attention: str | None = None,
@@ -178,6 +179,7 @@ def estimate(
     n = strategy.world_size if devices is None else devices
     clus.check_devices(n)
     strategy.check(n, spec)
+    engine = engine_for(clus.device, engine)
     params = cost_params(headroom, attention, eager, engine, clus.device, grad_reduce, fp8_recipe)
     cal = calibration_of(calibration)
     clus, params = calibrated(clus, params, cal, get_engine(engine).label)
@@ -192,7 +194,7 @@ def compare(
     clusters: str | list[str | Cluster] = "h100,h800,gb200-nvl72,tpu-v5p",
     devices: int = 2048,
     *,
-    engine: str = DEFAULT_ENGINE,
+    engine: str | None = None,
     seq_len: int | None = None,
     global_batch: int | None = None,
     global_batch_tokens: int | None = None,
@@ -233,7 +235,7 @@ def _point_runs(ask: Any, inputs: PlanInputs, points: list[Point]) -> dict[str, 
             for p in points}
 
 
-def compare_inputs(model: str | ModelSpec, clusters: str | list[str | Cluster], devices: int, *, engine: str, seq_len: int | None,
+def compare_inputs(model: str | ModelSpec, clusters: str | list[str | Cluster], devices: int, *, engine: str | None, seq_len: int | None,
                    global_batch: int | None, global_batch_tokens: int | None, precision: str, threshold: float, headroom: float,
                    overlap_tp: bool, overlap_ep: bool, attention: str | None, eager: bool | None, jobs: int,
                    exhaustive: bool, grad_reduce: str | None = None, fp8_recipe: str | None = None,
@@ -242,8 +244,9 @@ def compare_inputs(model: str | ModelSpec, clusters: str | list[str | Cluster], 
     names = [c.strip() for c in clusters.split(",") if c.strip()] if isinstance(clusters, str) else list(clusters)
     # the clusters share one command's bound on candidates
     per_search = None if exhaustive else SEARCH_ROWS // max(1, len(names))
-    inputs = plan_inputs(model, devices, seq_len, global_batch, global_batch_tokens, precision, threshold, headroom, overlap_tp, overlap_ep,
-                     per_search, attention, eager, engine, grad_reduce, fp8_recipe)
+    args = (model, devices, seq_len, global_batch, global_batch_tokens, precision, threshold, headroom, overlap_tp, overlap_ep, per_search,
+            attention, eager)
+    inputs = plan_inputs(*args, engine or DEFAULT_ENGINE, grad_reduce, fp8_recipe)
     if jobs < 1:
         raise BandwiseError(f"--jobs={jobs} must be a positive integer")
     keys = [n if isinstance(n, str) else n.name for n in names]
@@ -254,13 +257,20 @@ def compare_inputs(model: str | ModelSpec, clusters: str | list[str | Cluster], 
     cl = [load_cluster(c) for c in names]
     for c in cl:
         c.check_devices(inputs.devices)
+    # each cluster priced as the named engine, which must train on every one of them, or, where none is
+    # named, as its own platform's (GPUs as Megatron-Core, TPUs as MaxText: `registry.engine_for`)
+    engines = {c.name: engine_for(c.device, engine) for c in cl}
+    engine = engines[cl[0].name]
+    if engine != (inputs.pricing.engine.label if inputs.pricing else None):
+        inputs = plan_inputs(*args, engine, grad_reduce, fp8_recipe)
+    inputs = replace(inputs, pricing_by_cluster={name: replace(inputs.pricing, engine=get_engine(e)) for name, e in engines.items()
+                                                 if e != engine})
     cal = calibration_of(calibration)
     if cal is not None:
         if not any(c.device.name == cal.device for c in cl):
             raise BandwiseError(f"--calibration {cal.path or cal.name!r} was measured on {cal.device}, which none of the clusters has; "
                                 f"add a {cal.device} cluster or drop --calibration")
-        label = get_engine(engine).label
-        cl = [calibrated(c, inputs.params, cal, label)[0] if c.device.name == cal.device else c for c in cl]
+        cl = [calibrated(c, inputs.params_on(c), cal, inputs.engine_label(c))[0] if c.device.name == cal.device else c for c in cl]
         inputs = replace(inputs, calibration=cal)
     return inputs, cl
 
@@ -271,7 +281,7 @@ def sweep(
     devices: int = 2048,
     *,
     base_cluster: str | Cluster = "h100",
-    engine: str = DEFAULT_ENGINE,
+    engine: str | None = None,
     seq_len: int | None = None,
     global_batch: int | None = None,
     global_batch_tokens: int | None = None,
@@ -298,6 +308,7 @@ def sweep(
     ask = run_ask(tokens, steps, price)
     spec = parse_vary(vary)
     base = load_cluster(base_cluster)
+    engine = engine_for(base.device, engine)
     cal = calibration_of(calibration)
     # the shared enumeration holds its candidates in memory and each value searches them again: half the bound
     inputs = plan_inputs(model, devices, seq_len, global_batch, global_batch_tokens, precision, threshold, headroom, overlap_tp, overlap_ep,

@@ -172,8 +172,8 @@ class CompareResult:
 
     @property
     def validation(self) -> dict[str, dict[str, Any]]:
-        engine = self.inputs.pricing.engine.label if self.inputs.pricing else DEFAULT_ENGINE
-        return {c.name: band_dict(c.device.name, self.inputs.model.is_moe, self.inputs.devices, engine) for c in self.clusters}
+        return {c.name: band_dict(c.device.name, self.inputs.model.is_moe, self.inputs.devices, self.inputs.engine_label(c) or DEFAULT_ENGINE)
+                for c in self.clusters}
 
     def to_dict(self) -> dict[str, Any]:
         """`bandwise compare --json` (without its `png`, which only the command writes)."""

@@ -16,7 +16,7 @@ from bandwise.specs.layer_summary import LayerCounts, layer_counts
 from bandwise.specs.model import MAX_DIMENSION, ModelSpec
 from bandwise.specs.operations import SOURCES as OPERATIONS_SOURCES
 from bandwise.specs.registry import (
-    DEFAULT_ENGINE,
+    PLATFORM_ENGINES,
     cluster_file_text,
     cluster_presets,
     engine_presets,
@@ -165,7 +165,8 @@ def clusters(
 
 ENGINES_HELP = (
     "List the engine presets: the software a plan is priced as, each behaviour with its source. "
-    f"--engine NAME on plan, estimate, compare, sweep and doctor trace; the default is {DEFAULT_ENGINE}."
+    "--engine NAME on plan, estimate, compare, sweep and doctor trace, on the chips it runs on (runs on); the default is the "
+    f"chips' platform's: {', '.join(f'{e} on {p}' for p, e in PLATFORM_ENGINES.items())}."
 )
 
 
@@ -187,15 +188,17 @@ def engines(
     if json_out:
         out.emit_json({name: e.to_dict() for name, e in presets.items()})
         return
-    cols: dict[str, list[str]] = {k: [] for k in ("name", "engine", "versions", "sets", "--emit")}
+    cols: dict[str, list[str]] = {k: [] for k in ("name", "engine", "runs on", "versions", "sets", "--emit")}
     for name, e in presets.items():
         sets = ", ".join(f"{b.field}={list(b.value) if isinstance(b.value, tuple) else b.value}"
                          + (f" on {'/'.join(b.devices)}" if b.devices else "") for b in e.behaviours)
-        for k, cell in zip(cols, (name, e.title, ", ".join(e.versions) or "-", sets or "-", e.exports or "-")):
+        for k, cell in zip(cols, (name, e.title, ", ".join(e.platforms) or "-", ", ".join(e.versions) or "-", sets or "-", e.exports or "-")):
             cols[k].append(cell)
     table = plain_table("Engine presets", cols, ("engine", "sets"), ENGINES_HELP)
     out.print(table, min_width=min_width(table))
     if show:
+        if presets[show].platforms:
+            out.print(f"[b]runs on[/b] {', '.join(presets[show].platforms)}: {presets[show].platforms_source}")
         for b in presets[show].behaviours:
             out.print(f"[b]{b.field}[/b]: {b.source}")
 

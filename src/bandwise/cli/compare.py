@@ -70,7 +70,7 @@ def compare(
     model: str = model_option("deepseek-v3"),
     devices: int = devices_option(2048),
     clusters: str = typer.Option(DEFAULT_CLUSTERS, "--clusters", "-c", help="Cluster presets or cluster files, comma-separated."),
-    engine: str = ENGINE,
+    engine: str | None = ENGINE,
     seq_len: int | None = SEQ_LEN,
     global_batch: int | None = GLOBAL_BATCH,
     global_batch_tokens: int | None = GLOBAL_BATCH_TOKENS,

@@ -28,7 +28,7 @@ from bandwise.report.output import Output
 from bandwise.runtime.preflight import TRAINER_ENGINE
 from bandwise.specs.calibration import Calibration
 from bandwise.specs.model import ModelSpec
-from bandwise.specs.registry import get_cluster
+from bandwise.specs.registry import engine_for, get_cluster
 from bandwise.specs.strategy import Strategy
 
 ROWS = (
@@ -134,7 +134,9 @@ def run(spec: ModelSpec, s: Strategy, *, layers: int | None, pp_ranks: list[int]
         calibration: Calibration | None = None) -> dict[str, Any]:
     from bandwise.runtime.dryrun import dry_run
 
-    if calibration is not None:  # a file that does not apply to this cluster is refused before the minutes of the run
+    # a cluster the trainer does not run on, or a file that does not apply to it, is refused before the minutes of the run
+    engine_for(get_cluster(cluster).device, TRAINER_ENGINE)
+    if calibration is not None:
         calibrated(get_cluster(cluster), trainer_params(), calibration, TRAINER_ENGINE)
     result = dry_run(spec, s, seq_len=seq_len, layers=layers, pp_ranks=pp_ranks)
     full = spec.with_seq_len(result.seq_len)

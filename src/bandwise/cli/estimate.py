@@ -32,7 +32,7 @@ from bandwise.report import glossary
 from bandwise.report.output import Output
 from bandwise.report.run import run_lines
 from bandwise.report.tables import breakdown, short_count
-from bandwise.specs.registry import get_engine
+from bandwise.specs.registry import engine_for
 from bandwise.specs.strategy import SCHEDULES, Strategy
 
 ESTIMATE_HELP = "Estimate one layout: step time split into compute, exposed communication per dim, bubble and optimizer; memory; MFU."
@@ -41,7 +41,7 @@ ESTIMATE_HELP = "Estimate one layout: step time split into compute, exposed comm
 def estimate(
     model: str = model_option("llama3-70b"),
     cluster: str = typer.Option("h100", "--cluster", "-c", help="Cluster preset or a cluster file."),
-    engine: str = ENGINE,
+    engine: str | None = ENGINE,
     devices: int | None = typer.Option(None, "--devices", "-n", help="Accelerators (default: the product of the degrees; at most 1,048,576)."),
     seq_len: int | None = typer.Option(None, "--seq-len"),
     dp_replicate: int = typer.Option(1, "--dp-replicate"),
@@ -72,7 +72,9 @@ def estimate(
     calibration: Path | None = CALIBRATION,
 ) -> None:
     out = Output(json_mode=json_out)
-    emit = check_emit(emit, json_out, engine)
+    device = api.load_cluster(cluster).device  # the engine it is priced as trains there (`registry.engine_for`)
+    engine = engine_for(device, engine)
+    emit = check_emit(emit, json_out, engine, device)
     strategy = Strategy(
         dp_replicate=dp_replicate, dp_shard=dp_shard, tp=tp, cp=cp, pp=pp, ep=ep, zero_stage=zero, schedule=schedule,
         virtual_stages=virtual_stages, micro_batch=micro_batch, global_batch=global_batch or 0, recompute=recompute,
@@ -91,14 +93,14 @@ def estimate(
         out.emit_json(priced.to_dict())
         return
     out.print(f"[b]{spec.name}[/b] ({short_count(spec.total_params)} parameters) on [b]{n} x {clus.name}[/b]: {strategy.describe()}, micro-batch {micro_batch}, {strategy.effective_global_batch} sequences per step")
-    out.print(priced_as(get_engine(engine), params, strategy.precision == "fp8"))
+    out.print(priced_as(priced.engine, params, strategy.precision == "fp8"))
     if priced.calibration is not None:
         out.print(calibration_line(priced.calibration, clus))
     if priced.engine_cannot:
         out.print(f"[yellow]{priced.engine.label} does not run this layout as priced: {priced.engine_cannot}; "
                   f"`bandwise plan --engine {priced.engine.label}` lists only layouts it runs[/yellow]")
     out.print(breakdown(est, "estimate"))
-    out.print(f"tokens/s and MFU {band_line(clus.device.name, spec.is_moe, n, get_engine(engine).label)}")
+    out.print(f"tokens/s and MFU {band_line(clus.device.name, spec.is_moe, n, priced.engine.label)}")
     for line in run_lines(priced.run) if priced.run else ():
         out.print(line)
 

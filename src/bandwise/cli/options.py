@@ -26,8 +26,8 @@ from bandwise.api.inputs import (  # noqa: F401
 from bandwise.errors import BandwiseError
 from bandwise.export import ENGINES
 from bandwise.plan.verdict import THRESHOLD
-from bandwise.specs.hardware import MAX_DEVICES
-from bandwise.specs.registry import DEFAULT_ENGINE, get_engine
+from bandwise.specs.hardware import MAX_DEVICES, Device
+from bandwise.specs.registry import DEFAULT_ENGINE, engine_for, get_engine
 
 
 def model_option(default: str) -> Any:
@@ -77,8 +77,9 @@ FP8_RECIPE = typer.Option(
     "blockwise (1x128 / 128x128 tiles, DeepSeek-V3), mxfp8 (MX block scales; Blackwell and MI350X/MI355X only). Applies where --precision has fp8.",
 )
 ENGINE = typer.Option(
-    DEFAULT_ENGINE, "--engine", "-e",
-    help="The training engine the plan is priced as: a preset (bandwise engines), a version (megatron@2022), or an engine file.",
+    None, "--engine", "-e",
+    help="The training engine the plan is priced as: a preset (bandwise engines), a version (megatron@2022), or an engine file; "
+         "default: the device's platform's (megatron on GPUs, maxtext on TPUs).",
 )
 JSON_OUT = typer.Option(False, "--json", help="Print one JSON document.")
 TOKENS = typer.Option(
@@ -111,9 +112,9 @@ def bare_emit(args: list[str]) -> list[str]:
     return out
 
 
-def check_emit(emit: str | None, json_out: bool, engine: str = DEFAULT_ENGINE) -> str | None:
+def check_emit(emit: str | None, json_out: bool, engine: str = DEFAULT_ENGINE, device: Device | None = None) -> str | None:
     """The engine --emit writes a job for: the one it names, or the plan's `engine` when it names
-    none; not combined with --json."""
+    none; not combined with --json; one that does not train on `device` is refused (`registry.engine_for`)."""
     if emit is None:
         return None
     if emit == PLAN_ENGINE:
@@ -126,6 +127,8 @@ def check_emit(emit: str | None, json_out: bool, engine: str = DEFAULT_ENGINE) -
                                 f"in its file, or leave it out")
     if emit not in ENGINES:
         raise BandwiseError(f"--emit {emit!r}: expected one of {', '.join(ENGINES)}{did_you_mean(emit, ENGINES)}")
+    if device is not None:  # each --emit format is the launch file of the engine preset of its name
+        engine_for(device, emit, flag="--emit")
     if json_out:
         raise BandwiseError("--emit prints a job file and --json a report: choose one")
     return emit

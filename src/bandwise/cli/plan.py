@@ -57,7 +57,7 @@ from bandwise.report import glossary
 from bandwise.report.output import Output
 from bandwise.report.run import run_lines
 from bandwise.report.tables import breakdown, layouts_table, min_width, short_count
-from bandwise.specs.registry import get_engine
+from bandwise.specs.registry import engine_for, get_engine
 from bandwise.specs.strategy import PRECISIONS, RECOMPUTE, SCHEDULES
 
 PLAN_HELP = """Find the parallel layout with the most tokens/s per device that fits in memory, and say whether
@@ -109,7 +109,7 @@ def _parse_fix(text: str | None) -> dict[str, Any]:
 def plan(
     model: str = model_option("llama3-70b"),
     cluster: str = typer.Option("h100", "--cluster", "-c", help="Cluster preset (bandwise clusters) or a cluster file."),
-    engine: str = ENGINE,
+    engine: str | None = ENGINE,
     devices: int = devices_option(64),
     seq_len: int | None = SEQ_LEN,
     global_batch: int | None = GLOBAL_BATCH,
@@ -140,7 +140,9 @@ def plan(
     price: str | None = PRICE,
 ) -> None:
     out = Output(json_mode=json_out)
-    emit = check_emit(emit, json_out, engine)
+    device = api.load_cluster(cluster).device  # the engine it is priced as trains there (`registry.engine_for`)
+    engine = engine_for(device, engine)
+    emit = check_emit(emit, json_out, engine, device)
     check_destinations((html_out, "the HTML page"), (png, "the plan picture"))  # before the search, not after it
     if pick is not None and emit is None:
         raise BandwiseError("--pick chooses the layout --emit exports; add --emit (the --engine's job), or --emit torchtitan, megatron or maxtext")

@@ -99,6 +99,9 @@ def header(out: Output, inputs: PlanInputs, where: str) -> None:
     )
     if inputs.pricing:
         out.print(priced_as(inputs.pricing.engine, inputs.params, "fp8" in inputs.precisions))
+    for name, other in inputs.pricing_by_cluster.items():
+        out.print(f"[b]{name}[/b] priced as [b]{other.engine.label}[/b] runs it: the engine of its platform, where no --engine is named "
+                  f"(bandwise engines --show {other.engine.name})")
     if inputs.calibration is not None:
         out.print(f"calibrated by {inputs.calibration.label}: applied to the {inputs.calibration.device} points; "
                   f"levels it did not measure keep their datasheet bandwidth")

@@ -72,7 +72,7 @@ def sweep(
     model: str = model_option("deepseek-v3"),
     devices: str = typer.Option("2048", "--devices", "-n", help="Number of accelerators; several, comma-separated, sweep the device count (as --vary devices=...)."),
     base_cluster: str = typer.Option("h100", "--base-cluster", "-c", help="Cluster preset or file whose level is varied."),
-    engine: str = ENGINE,
+    engine: str | None = ENGINE,
     seq_len: int | None = SEQ_LEN,
     global_batch: int | None = GLOBAL_BATCH,
     global_batch_tokens: int | None = GLOBAL_BATCH_TOKENS,

@@ -42,7 +42,7 @@ from bandwise.plan.run_stated import STATED, Stated, read_stated  # noqa: F401
 from bandwise.plan.search import FIXABLE
 from bandwise.specs.hardware import MAX_DEVICES, Cluster
 from bandwise.specs.model import ModelSpec, brief
-from bandwise.specs.registry import DEFAULT_ENGINE, get_engine
+from bandwise.specs.registry import engine_for, get_engine
 
 MEMORY_BASES: dict[str, str] = {
     "reserved_peak": (
@@ -107,8 +107,9 @@ class Case:
     assumptions: list[str] = field(default_factory=list)
     stated: Stated
     """What the run states of its own job beyond the layout (`run_stated`), applied as `plan`'s flags would."""
-    engine: str = DEFAULT_ENGINE
-    """The engine (and version) the run was trained with: the source's, or the run's own `engine`."""
+    engine: str
+    """The engine (and version) the run was trained with: the source's, or the run's own `engine`, else its
+    device's platform's (`registry.engine_for`)."""
     token_scale: float = 1.0
     """Real tokens per modelled token (< 1 where the sequence is padded to split over tp·cp)."""
     memory: PublishedMemory | None = None
@@ -208,10 +209,13 @@ def _check_aliases(data: Any, where: str) -> None:
 # ------------------------------------------------------------------------------------------
 # run -> Case
 # ------------------------------------------------------------------------------------------
-def engine_of(run: dict[str, Any], sources: dict[str, Any] | None, override: str | None = None) -> str:
-    """The engine a run is priced as: `override`, else the run's `engine`, else its source's; checked by name."""
+def engine_of(run: dict[str, Any], sources: dict[str, Any] | None, override: str | None = None) -> str | None:
+    """The engine a run names: `override`, else the run's `engine`, else its source's, checked by name;
+    None where none is named (it is then priced as its device's platform's, `registry.engine_for`)."""
     src = (sources or {}).get(str(run.get("source") or "")) or {}
-    name = override or run.get("engine") or (src.get("engine") if isinstance(src, dict) else None) or DEFAULT_ENGINE
+    name = override or run.get("engine") or (src.get("engine") if isinstance(src, dict) else None)
+    if name is None:
+        return None
     get_engine(str(name))
     return str(name)
 
@@ -237,7 +241,7 @@ def convert(run: dict[str, Any], sources: dict[str, Any] | None = None, engine_o
         raise BandwiseError(f"run {brief(rid)}: hardware.count={brief(hw.get('count'))} is not a device count from 1 to {MAX_DEVICES:,}")
     cluster = read_cluster(run, devices, notes, completed)
     src = str(run.get("source") or "")
-    engine = engine_of(run, sources, engine_override)
+    engine = engine_for(cluster.device, engine_of(run, sources, engine_override))  # one that trains on the run's device
     conventions = str(((sources or {}).get(src) or {}).get("conventions") or "")
     layout = read_layout(run, model, devices, get_engine(engine), conventions, notes)
     stated = read_stated(run, conventions, layout.fixed.get("recompute"), notes)

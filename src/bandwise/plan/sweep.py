@@ -104,6 +104,8 @@ class Point:
     cluster: Cluster
     result: SearchResult
     verdict: Verdict
+    engine: str | None = None
+    """The engine the point is priced as (its label); None where no engine was named (a bare `PlanInputs`)."""
 
     @property
     def best(self) -> Layout | None:
@@ -138,6 +140,7 @@ class Point:
         return {
             "cluster": self.label,
             "value": self.value,
+            "engine": self.engine,
             "searched": self.result.searched,
             "fitting": self.result.fitting,
             "seconds": self.result.seconds,
@@ -170,19 +173,32 @@ class PlanInputs:
     """Candidate rows past which a point's search is narrowed (`search.search`); None: exhaustive."""
     calibration: Calibration | None = None
     """Measured factors (`cost.calibrated`): applied to the points on the device they were measured on."""
+    pricing_by_cluster: dict[str, Pricing] = field(default_factory=dict)
+    """Per cluster name, a pricing other than `pricing`: where no engine was named, a cluster of another
+    platform is priced as that platform's engine (a TPU beside GPUs: `registry.engine_for`)."""
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.threshold) and 0 <= self.threshold < 1):
             raise BandwiseError(f"--threshold={self.threshold} must be a fraction in [0, 1)")
 
-    def search_space(self) -> dict[str, tuple]:
-        """The layouts the engine can run (`Engine.search_space`)."""
-        return self.pricing.engine.search_space() if self.pricing is not None else {}
+    def pricing_of(self, cluster: Cluster | None = None) -> Pricing | None:
+        """How `cluster`'s points are priced (its own pricing where it has one, else `pricing`)."""
+        return self.pricing_by_cluster.get(cluster.name, self.pricing) if cluster is not None else self.pricing
+
+    def search_space(self, cluster: Cluster | None = None) -> dict[str, tuple]:
+        """The layouts the engine of `cluster`'s points can run (`Engine.search_space`)."""
+        pricing = self.pricing_of(cluster)
+        return pricing.engine.search_space() if pricing is not None else {}
 
     def params_on(self, cluster: Cluster) -> CostParams:
-        params = self.pricing.on(cluster.device) if self.pricing is not None else self.params
+        pricing = self.pricing_of(cluster)
+        params = pricing.on(cluster.device) if pricing is not None else self.params
         cal = self.calibration
         return calibrated_params(params, cal) if cal is not None and cal.device == cluster.device.name else params
+
+    def engine_label(self, cluster: Cluster | None = None) -> str | None:
+        pricing = self.pricing_of(cluster)
+        return pricing.engine.label if pricing is not None else None
 
 
 def plan_point(inputs: PlanInputs, cluster: Cluster, label: str, value: float | None = None, progress: Callable[[int], None] | None = None) -> Point:
@@ -190,11 +206,12 @@ def plan_point(inputs: PlanInputs, cluster: Cluster, label: str, value: float | 
     result = search(
         inputs.model, cluster, inputs.devices, inputs.global_batch, top=1,
         precisions=inputs.precisions, overlap=inputs.overlap, params=inputs.params_on(cluster), progress=progress, max_rows=inputs.max_rows,
-        **inputs.search_space(),
+        **inputs.search_space(cluster),
     )
     if result.searched == 0:
         raise BandwiseError(no_valid_layout(inputs.model, inputs.devices, inputs.global_batch, precisions=inputs.precisions))
-    return Point(label=label, value=value, cluster=cluster, result=result, verdict=decide(result, cluster, inputs.threshold))
+    return Point(label=label, value=value, cluster=cluster, result=result, verdict=decide(result, cluster, inputs.threshold),
+                 engine=inputs.engine_label(cluster))
 
 
 def _plan_task(args: tuple[PlanInputs, Cluster, str, float | None]) -> Point:
@@ -337,12 +354,13 @@ def sweep(inputs: PlanInputs, base: Cluster, vary: Vary, *, on_point: Callable[[
     shared = NetworkSearch(
         inputs.model, base, inputs.devices, inputs.global_batch, top=1,
         precisions=inputs.precisions, overlap=inputs.overlap, params=inputs.params_on(base), max_rows=inputs.max_rows,
-        **inputs.search_space(),
+        **inputs.search_space(base),
     )
     points = []
     for cluster, value in zip(clusters, vary.values):
         result = shared.search(cluster)
-        points.append(Point(label=cluster.name, value=value, cluster=cluster, result=result, verdict=decide(result, cluster, inputs.threshold)))
+        points.append(Point(label=cluster.name, value=value, cluster=cluster, result=result, verdict=decide(result, cluster, inputs.threshold),
+                            engine=inputs.engine_label(base)))
         if on_point:
             on_point(points[-1])
     return SweepResult(base=base, vary=vary, points=points)

@@ -43,7 +43,7 @@ from bandwise.plan.runs import (  # noqa: F401  (re-exported: the validation API
 from bandwise.plan.search import search
 from bandwise.specs.calibration import Calibration
 from bandwise.specs.model import clip
-from bandwise.specs.registry import get_engine
+from bandwise.specs.registry import DEFAULT_ENGINE, get_engine
 from bandwise.specs.schedules import PAIRED
 from bandwise.specs.strategy import Strategy
 
@@ -329,7 +329,7 @@ def run_all(runs: list[dict[str, Any]], source: str | None = None, params: CostP
 def _engine_or_blank(run: dict[str, Any], sources: dict[str, Any] | None, engine: str | None) -> str:
     """The engine a refused run would have been priced as, or '' where that is what refused it."""
     try:
-        return engine_of(run, sources, engine)
+        return engine_of(run, sources, engine) or DEFAULT_ENGINE
     except BandwiseError:
         return ""
 

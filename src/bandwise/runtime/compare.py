@@ -87,6 +87,14 @@ def attention_efficiency(spec: ModelSpec, micro_batch: int, device: torch.device
     return min(1.0, flops / seconds / peak_flops)
 
 
+def runtime_platform(device: torch.device) -> str:
+    """The platform (`specs.hardware.PLATFORMS`) this torch runs `device` on: a ROCm build presents AMD GPUs
+    as "cuda" devices and names its HIP version in `torch.version.hip` (PyTorch's HIP semantics notes)."""
+    if device.type != "cuda":
+        return "cpu"
+    return "amd" if getattr(torch.version, "hip", None) else "nvidia"
+
+
 def runtime_cluster(device: torch.device, world: int, peak_flops: float, *, dtype: torch.dtype = torch.bfloat16,
                     attention: float | None = None) -> Cluster:
     bandwidth, latency = _link(device, world)
@@ -104,6 +112,7 @@ def runtime_cluster(device: torch.device, world: int, peak_flops: float, *, dtyp
         gemm_efficiency=1.0,
         # measured at the job's own sequence length, so no fall-off is applied on top (attention_fill_tokens 0)
         attention_efficiency=attention if attention is not None else Device.attention_efficiency,
+        platform=runtime_platform(device),
         source="measured at run time by bandwise.runtime (matmul FLOP/s, copy bandwidth, attention at the model's shape)",
     )
     level = Level(name="job", size=world, bandwidth=bandwidth, latency=latency, source="timed all-reduce over the job's process group")

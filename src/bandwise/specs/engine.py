@@ -19,6 +19,7 @@ from typing import Any
 
 from bandwise.errors import BandwiseError
 from bandwise.specs.engine_rules import EP_FROM, LayoutRules
+from bandwise.specs.hardware import PLATFORMS
 from bandwise.specs.model import brief
 from bandwise.specs.schedules import FLOORS, SCHEDULES
 from bandwise.specs.strategy import RECOMPUTE
@@ -60,6 +61,13 @@ class Engine:
     defaults: tuple[Behaviour, ...] = ()
     """What it runs where a job leaves a field unset (`DEFAULT_FIELDS`): `validate` completes a
     published run's unstated field with it, as the engine would have run it."""
+    platforms: tuple[str, ...] = ()
+    """The platforms it trains on (`specs.hardware.PLATFORMS`); empty: not stated, refused nowhere."""
+    platforms_source: str = ""
+
+    def runs_on(self, platform: str | None) -> bool:
+        """Whether it trains on a device of `platform`: yes where either is not stated."""
+        return not self.platforms or platform is None or platform in self.platforms
 
     def default(self, name: str) -> Any:
         """The engine's value of an unset job field (`DEFAULT_FIELDS`), or None where it has none."""
@@ -107,6 +115,8 @@ class Engine:
         out: dict[str, Any] = {"name": self.name, "title": self.title}
         if self.exports:
             out["exports"] = self.exports
+        if self.platforms:
+            out["runs_on"] = {"platforms": list(self.platforms), "source": self.platforms_source}
         default = LayoutRules()
         rules = {k: (list(v) if isinstance(v, tuple) else v) for k in RULE_KEYS if (v := getattr(self.rules, k)) != getattr(default, k)}
         if self.schedules is not None or self.zero_stages is not None or self.stages != "even" or rules:
@@ -122,7 +132,7 @@ class Engine:
         return out
 
 
-ENGINE_KEYS = ("name", "title", "exports", "layouts", "behaviours", "defaults", "versions")
+ENGINE_KEYS = ("name", "title", "exports", "runs_on", "layouts", "behaviours", "defaults", "versions")
 VERSION_KEYS = ("title", "behaviours", "defaults", "layouts")
 """What a version entry may hold: what changed from its engine."""
 RULE_KEYS = ("recompute", "fsdp", "hsdp", "ep_from", "cp_needs_fsdp", "microbatches_of_stages", "microbatch_floors", "paired_hides_ep",
@@ -176,7 +186,9 @@ def engine_from_dict(name: str, raw: Any, where: str) -> Engine:
     exports = raw.get("exports")
     if exports is not None and not isinstance(exports, str):
         raise BandwiseError(f"{where}: exports {brief(exports)}: the name of an --emit format, or leave it out")
+    platforms, platforms_source = _runs_on(raw.get("runs_on"), where)
     engine = Engine(name=str(raw.get("name", name)), title=str(raw.get("title", name)), exports=exports,
+                    platforms=platforms, platforms_source=platforms_source,
                     behaviours=_behaviours(raw.get("behaviours") or {}, where), versions={str(k): v for k, v in versions.items()},
                     schedules=tuple(schedules) if schedules is not None else None, zero_stages=tuple(zeros) if zeros is not None else None,
                     stages=stages, rules=_rules({k: v for k, v in layouts.items() if k in RULE_KEYS}, stages, where),
@@ -185,6 +197,20 @@ def engine_from_dict(name: str, raw: Any, where: str) -> Engine:
     for version in engine.versions:
         engine.at(version)  # each version's behaviours are checked when the engine is read
     return engine
+
+
+def _runs_on(raw: Any, where: str) -> tuple[tuple[str, ...], str]:
+    """An engine's `runs_on`: {platforms: [...], source: ...}, each platform one of `PLATFORMS`; absent: ((), "")."""
+    if raw is None:
+        return (), ""
+    platforms = raw.get("platforms") if isinstance(raw, dict) else None
+    if (not isinstance(raw, dict) or set(raw) - {"platforms", "source"} or not isinstance(platforms, list) or not platforms
+            or not all(isinstance(p, str) and p in PLATFORMS for p in platforms)):
+        raise BandwiseError(f"{where}: runs_on is {{platforms: [...], source: ...}}, each platform one of {', '.join(PLATFORMS)}; "
+                            f"got {brief(raw)}")
+    if not str(raw.get("source") or "").strip():
+        raise BandwiseError(f"{where}: runs_on needs its source (the engine's docs or code that say where it runs)")
+    return tuple(platforms), str(raw["source"]).strip()
 
 
 def _behaviours(raw: Any, where: str, section: str = "behaviours", key: str = "a cost-model field") -> tuple[Behaviour, ...]:

@@ -66,6 +66,11 @@ class PowerCurve:
         return asdict(self)
 
 
+PLATFORMS: dict[str, str] = {"nvidia": "an NVIDIA GPU", "amd": "an AMD GPU", "tpu": "a Google TPU", "cpu": "a CPU"}
+"""The software platforms a training engine is written for (`Engine.platforms`), as a device names its
+own (`Device.platform`), with the words a message gives each."""
+
+
 @dataclass(kw_only=True, slots=True, frozen=True)
 class Device:
     name: str
@@ -107,6 +112,9 @@ class Device:
     """How the sustained clock falls under a lower power limit (`power_limited`); None: not measured."""
     aliases: tuple[str, ...] = ()
     """Names a published run may give the accelerator ("H100", "TPU v5p"), matched by `registry.cluster_for_accelerator`."""
+    platform: str | None = None
+    """The software platform the chip runs (`PLATFORMS`): which engines can train on it (`Engine.platforms`).
+    None: not stated (a cluster file may leave it out), and no engine is refused on it."""
     source: str = ""
 
     def __post_init__(self) -> None:
@@ -138,6 +146,9 @@ class Device:
             raise BandwiseError(f"device {self.name!r}: comm_sm_share={self.comm_sm_share!r} must be in [0, 1)")
         if not isinstance(self.sm_count, int) or self.sm_count < 0:
             raise BandwiseError(f"device {self.name!r}: sm_count={self.sm_count!r} must be an integer >= 0")
+        if self.platform is not None and self.platform not in PLATFORMS:
+            raise BandwiseError(f"device {self.name!r}: platform={self.platform!r} is not one bandwise knows; write one of "
+                                f"{', '.join(PLATFORMS)}, or leave it out")
 
     def attention_fill(self, fa2: bool) -> float:
         """Keys per call at which the attention kernel runs at half its efficiency: FlashAttention-2's fill where

@@ -22,6 +22,7 @@ from bandwise.errors import BandwiseError
 from bandwise.inputs import read_text, shipped_yaml
 from bandwise.specs.engine import Engine, engine_from_dict
 from bandwise.specs.hardware import (
+    PLATFORMS,
     Cluster,
     Device,
     cluster_from_dict,
@@ -63,8 +64,33 @@ def engine_presets() -> dict[str, Engine]:
 
 
 DEFAULT_ENGINE = "megatron"
-"""The engine a plan is priced as when none is named: Megatron-Core with Transformer Engine, the stack
-NVIDIA's published recipes run and the one the cost model's defaults were closest to."""
+"""The engine a plan is priced as when none is named, on a GPU or a device of no stated platform:
+Megatron-Core with Transformer Engine, the stack NVIDIA's published recipes run and the one the cost
+model's defaults were closest to."""
+PLATFORM_ENGINES: dict[str, str] = {"nvidia": DEFAULT_ENGINE, "amd": DEFAULT_ENGINE, "tpu": "maxtext", "cpu": "bandwise"}
+"""The engine priced where none is named, by the device's platform: on a TPU, MaxText (Google's reference
+trainer for TPUs, the engine of every shipped TPU run but PaLM's); on a CPU, the one engine that trains
+there, bandwise's own."""
+
+
+def engine_for(device: Device, engine: str | None, flag: str = "--engine") -> str:
+    """The engine a command prices a job on `device` as: `engine` where it trains on the device's platform
+    (`Engine.runs_on`), the platform's own (`PLATFORM_ENGINES`) where none is named; an engine that does not
+    train there is a one-line error naming the ones that do."""
+    if engine is None:
+        return PLATFORM_ENGINES.get(device.platform or "", DEFAULT_ENGINE)
+    chosen = get_engine(engine)
+    if chosen.runs_on(device.platform):
+        return engine
+    there = [name for name, e in engine_presets().items() if e.runs_on(device.platform) and e.exports]
+    raise BandwiseError(f"{flag} {engine} does not train on {device.name}, {PLATFORMS[device.platform or '']}: {chosen.name} runs on "
+                        f"{_platform_words(chosen.platforms)} (bandwise engines --show {chosen.name}); on {device.name} use "
+                        f"{flag} {' or '.join(there) or PLATFORM_ENGINES[device.platform or '']}")
+
+
+def _platform_words(platforms: tuple[str, ...]) -> str:
+    words = [{"nvidia": "NVIDIA GPUs", "amd": "AMD GPUs", "tpu": "TPUs", "cpu": "CPUs"}[p] for p in platforms]
+    return ", ".join(words[:-1]) + (" and " if len(words) > 1 else "") + words[-1]
 
 
 def get_engine(name_or_path: str) -> Engine:
