@@ -112,7 +112,8 @@ def plan(
     kernels, fusion and gradient dtype over the engine's, as in `estimate`, `compare` and `sweep`; `fp8_recipe`
     how its fp8 GEMMs are scaled (`cost.fp8.FP8_RECIPES`), over the engine's. `tokens` ('15T') or `steps`,
     with `price` per device-hour, price the recommended layout as a whole run (`cost.run`). `calibration`: a file of measured factors
-    (`bandwise calibrate`) applied to the cluster and the pricing."""
+    (`bandwise calibrate`) applied to the cluster and the pricing. `engine`: the engine priced (None: the cluster's
+    platform's, `registry.engine_for`); one that does not train on the cluster's chips is a `BandwiseError`."""
     ask = run_ask(tokens, steps, price)
     spec = model_spec(model, seq_len)
     clus = load_cluster(cluster)
@@ -168,7 +169,7 @@ def estimate(
 ) -> EstimateResult:
     """Price one layout: a `Strategy`, or its fields as keywords (dp_shard=8, tp=8, micro_batch=1,
     global_batch=512, ...: `Strategy`'s names); `devices` defaults to the product of the degrees;
-    `tokens` or `steps`, with `price`, price it as a whole run."""
+    `tokens` or `steps`, with `price`, price it as a whole run; `engine` as in `plan`."""
     ask = run_ask(tokens, steps, price)
     spec = model_spec(model, seq_len)
     clus = load_cluster(cluster)
@@ -217,7 +218,8 @@ def compare(
 ) -> CompareResult:
     """Plan one model on each cluster (comma-separated names, or a list of names and `Cluster`s); `tokens`
     or `steps`, with `price`, price each cluster's best layout as a whole run; `calibration` applies to the
-    clusters of the device it was measured on, the others keep their datasheet figures."""
+    clusters of the device it was measured on, the others keep their datasheet figures. A named `engine` must
+    train on every cluster; with none, each cluster is priced as its own platform's (`Point.engine` says which)."""
     ask = run_ask(tokens, steps, price)
     inputs, cl = compare_inputs(model, clusters, devices, engine=engine, seq_len=seq_len, global_batch=global_batch,
                                 global_batch_tokens=global_batch_tokens, precision=precision, threshold=threshold, headroom=headroom,
@@ -304,7 +306,7 @@ def sweep(
     """Re-plan one model while one interconnect quantity of a base cluster changes
     (`vary="scale-up-size=8,16,72"` or `"scale-out-bandwidth=25,50,100"`, GB/s per device); `tokens` or
     `steps`, with `price`, price each point's best layout as a whole run; `calibration` applies to the base cluster (a
-    swept bandwidth is the value swept, not calibrated)."""
+    swept bandwidth is the value swept, not calibrated); `engine` as in `plan`, for the base cluster."""
     ask = run_ask(tokens, steps, price)
     spec = parse_vary(vary)
     base = load_cluster(base_cluster)

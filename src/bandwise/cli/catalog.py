@@ -150,7 +150,7 @@ def clusters(
             for lv in c.levels
         )
         fp8 = d.peak_flops.get("fp8")
-        cells = (name, d.name, f"{d.peak_flops['bf16'] / 1e12:g}", f"{fp8 / 1e12:g}" if fp8 else "-", f"{d.hbm_bytes / 1e9:g}", f"{d.hbm_bandwidth / 1e12:g}", topo)
+        cells = (name, f"{d.name} ({d.platform})" if d.platform else d.name, f"{d.peak_flops['bf16'] / 1e12:g}", f"{fp8 / 1e12:g}" if fp8 else "-", f"{d.hbm_bytes / 1e9:g}", f"{d.hbm_bandwidth / 1e12:g}", topo)
         for k, cell in zip(cols, cells):
             cols[k].append(cell)
     table = plain_table("Cluster presets", cols, ("name", "device", "topology"), glossary.CLUSTERS)
