@@ -130,3 +130,10 @@ def test_the_runtime_names_the_cpu_its_platform():
 
     assert runtime_platform(torch.device("cpu")) == "cpu"
     assert engine_for(api.load_cluster(GPU).device, "bandwise") == "bandwise"
+
+
+@pytest.mark.parametrize("cluster, engine, offered", [(TPU, "pax", ["maxtext"]), (GPU, "llm-foundry", ["torchtitan", "megatron", "maxtext"])])
+def test_emit_for_an_engine_without_a_job_offers_the_formats_its_chips_run(cluster, engine, offered, capsys):
+    code, out, err = run(capsys, "plan", "--model", "llama3-8b", "--cluster", cluster, "--devices", "64", "--engine", engine, "--emit")
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert err.strip().endswith("--emit " + " or ".join(offered)), err

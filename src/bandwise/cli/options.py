@@ -120,8 +120,9 @@ def check_emit(emit: str | None, json_out: bool, engine: str = DEFAULT_ENGINE, d
     if emit == PLAN_ENGINE:
         emit = get_engine(engine).exports
         if emit is None:
+            there = [e for e in ENGINES if device is None or get_engine(e).runs_on(device.platform)]  # the formats its chips run
             raise BandwiseError(f"--emit: bandwise writes no job for the engine {engine!r}; "
-                                f"name the engine to export to: --emit {', '.join(ENGINES[:-1])} or {ENGINES[-1]}")
+                                f"name the engine to export to: --emit {' or '.join(there)}")
         if emit not in ENGINES:  # the engine file's own `exports` names no format
             raise BandwiseError(f"engine {engine!r}: exports={emit!r} is not an --emit format; write one of {', '.join(ENGINES)} "
                                 f"in its file, or leave it out")
