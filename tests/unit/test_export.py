@@ -196,7 +196,7 @@ def test_emit_alone_for_an_engine_without_a_job_is_one_line(capsys) -> None:
         main(["plan", "--model", "llama3-8b", "--devices", "16", "--engine", "deepspeed", "--emit"])
     out, err = capsys.readouterr()
     assert exc.value.code == 2 and not out and len(err.strip().splitlines()) == 1
-    assert "no job for the engine 'deepspeed'" in err and "--emit torchtitan, megatron or maxtext" in err
+    assert "no job for the engine 'deepspeed'" in err and "--emit torchtitan or megatron or maxtext" in err
 
 
 def test_estimate_emits_its_layout() -> None:

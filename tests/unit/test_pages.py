@@ -99,3 +99,17 @@ def test_the_whole_run_on_a_page_is_the_documents(cli, tmp_path, command):
     paths = {f["path"] for f in found}
     assert ({"run.days", "run.cost", "run.energy_kwh", "run.goodput.ettr"} <= paths if command == "plan"
             else {"runs.h100.days", "runs.h200.cost", "runs.h100.energy_kwh"} <= paths)
+
+
+def test_every_figure_on_a_device_count_page_is_the_documents(cli, tmp_path):
+    """`sweep --vary devices=... --html`: each count's best layout and whole run, as its --json document says."""
+    args = ("sweep", "--vary", "devices=16,32,64", "-m", "llama3-8b", "--tokens", "1T", "--price", "2")
+    page = tmp_path / "devices.html"
+    made = cli(*args, "--html", str(page))
+    assert made.returncode == 0, made.stderr
+    doc = _doc(cli, *args)
+    text = page.read_text(encoding="utf-8")
+    paths = {f["path"] for f in figures_match(text, doc)}
+    assert {f"points.{i}.devices" for i in range(3)} | {f"points.{i}.best.estimate.mfu" for i in range(3)} <= paths
+    assert {f"runs.{n}.{k}" for n in ("16", "32", "64") for k in ("days", "cost", "goodput.ettr")} <= paths
+    assert "<svg" in text and doc["engine"] in text and len(text.encode()) < MAX_PAGE_BYTES

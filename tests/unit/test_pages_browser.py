@@ -190,3 +190,14 @@ def test_the_compare_and_sweep_pages(cli, tmp_path, command):
     paths = {f["path"] for f in figures_match(opens_clean(page, tmp_path / "points.png", 0.05), doc)}
     assert {f"{key}.{i}.{side}.estimate.mfu" for i, p in enumerate(doc[key]) for side in ("best", "best_without_pp") if p[side]} <= paths
     assert {f"{key}.{i}.verdict.reason" for i in range(len(doc[key]))} <= paths
+
+
+def test_the_device_count_page(cli, tmp_path):
+    args = ("sweep", "--vary", "devices=16,32,64", "--model", "llama3-8b", "--tokens", "1T", "--price", "2")
+    page = tmp_path / "devices.html"
+    made = cli(*args, "--html", str(page))
+    assert made.returncode == 0, made.stderr
+    doc = json.loads(cli(*args, "--json").stdout)
+    # one small chart and two short tables: about 2.4% of the screenshot inked at 16, 32 and 64 devices
+    paths = {f["path"] for f in figures_match(opens_clean(page, tmp_path / "devices.png", 0.015), doc)}
+    assert {f"runs.{n}.days" for n in ("16", "32", "64")} <= paths

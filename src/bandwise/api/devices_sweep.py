@@ -43,7 +43,8 @@ class DevicesSweep:
 
     def to_dict(self) -> dict[str, Any]:
         first = self.plans[0]
-        return plain({"model": first.model.name, "cluster": first.cluster.name, "vary": "devices", "values": self.counts,
+        return plain({"model": first.model.name, "cluster": first.cluster.name, "engine": first.engine.label, "vary": "devices",
+                      "values": self.counts,
                       "points": [{"devices": n, "best": p.best, "verdict": {"needs_pp": p.needs_pp, "reason": p.reason}}
                                  for n, p in zip(self.counts, self.plans)],
                       **runs_dict(self.runs)})
@@ -57,3 +58,15 @@ def sweep_devices(vary: str, model: Any, base_cluster: Any, *, tokens: Any = Non
         raise BandwiseError(f"--vary {vary}: a sweep over device counts compares whole runs; add --tokens (e.g. 15T) or --steps")
     plans = [plan(model, base_cluster, n, tokens=tokens, steps=steps, price=price, top=1, must_fit=False, **plan_kw) for n in counts]
     return DevicesSweep(counts=counts, plans=plans)
+
+
+def devices_html(swept: DevicesSweep, command: str) -> str:
+    """The page of `sweep --vary devices=... --html` (`report.points_page.devices_page`)."""
+    from bandwise.plan.run_budget import frontier
+    from bandwise.report.plots import run_frontier_figure
+    from bandwise.report.points_page import devices_page
+
+    runs, first = swept.runs, swept.plans[0]
+    fig = run_frontier_figure(list(runs), list(runs.values()), frontier(runs), f"{first.model.name} on {first.cluster.name}: days against cost")
+    names = [p.best.strategy.describe() if p.best else "" for p in swept.plans]
+    return devices_page(swept.to_dict(), names, fig, command)

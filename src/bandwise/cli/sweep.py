@@ -99,11 +99,9 @@ def sweep(
     check_destinations((png, "the chart"), (html_out, "the HTML page"))  # before the points are planned
     if vary.startswith(PREFIX):
         # each point is a `bandwise plan`: what plan does not take is refused, not dropped
-        if html_out is not None:
-            raise BandwiseError(f"--html draws a sweep of the interconnect; --vary {vary.strip()} writes --png or --json (drop --html)")
         if overlap_ep:
             raise BandwiseError(f"--overlap-ep is not taken by --vary {vary.strip()}, whose points are priced as `bandwise plan` prices them; drop it")
-        _sweep_devices(out, vary.strip(), model, base_cluster, png, json_out,
+        _sweep_devices(out, vary.strip(), model, base_cluster, png, json_out, html_out, command_line(ctx),
                        tokens=tokens, steps=steps, price=price, engine=engine, seq_len=seq_len, global_batch=global_batch,
                        global_batch_tokens=global_batch_tokens, precision=precision, threshold=threshold, headroom=headroom,
                        overlap_tp=overlap_tp, attention=attention, eager=eager, grad_reduce=grad_reduce, fp8_recipe=fp8_recipe,
@@ -168,7 +166,8 @@ def _what_varies(vary: str | None, devices: str) -> tuple[str, int]:
     return vary.strip(), int(counts)
 
 
-def _sweep_devices(out: Output, vary: str, model: str, base_cluster: str, png: Path | None, json_out: bool, **kw) -> None:
+def _sweep_devices(out: Output, vary: str, model: str, base_cluster: str, png: Path | None, json_out: bool, html_out: Path | None,
+                   command: str, **kw) -> None:
     """`--vary devices=...`: the whole run at each device count, and where adding devices stops paying."""
     swept = sweep_devices(vary, model, base_cluster, **kw)
     runs = swept.runs
@@ -176,8 +175,12 @@ def _sweep_devices(out: Output, vary: str, model: str, base_cluster: str, png: P
     if png is not None:
         first = swept.plans[0]
         run_frontier_chart(list(runs), list(runs.values()), on, f"{first.model.name} on {first.cluster.name}: days against cost", str(png))
+    if html_out is not None:
+        from bandwise.api.devices_sweep import devices_html  # the page's modules load only where a page is asked for
+
+        write_text_atomic(html_out, devices_html(swept, command), what="the HTML page")
     if json_out:
-        out.emit_json({**swept.to_dict(), **({"png": str(png)} if png else {})})
+        out.emit_json({**swept.to_dict(), **({"png": str(png)} if png else {}), **({"html": str(html_out)} if html_out else {})})
         return
     table = runs_table(list(runs.items()), on, "devices", marginal=True)
     out.print(table, min_width=min_width(table))
@@ -185,6 +188,8 @@ def _sweep_devices(out: Output, vary: str, model: str, base_cluster: str, png: P
         out.print(f"[b]{n:,}[/b]: {p.best.strategy.describe() if p.best else 'nothing fits'}")
     if png is not None:
         out.print(f"chart written to {png}")
+    if html_out is not None:
+        out.print(f"page written to {html_out}")
 
 
 def _crossover_line(result: SweepResult) -> str:

@@ -127,12 +127,19 @@ def sweep_figure(result: SweepResult, inputs: PlanInputs) -> Any:
 
 
 def run_frontier_chart(labels: list[str], runs: list[Any], on_frontier: set[str], title: str, path: str) -> None:
+    """`run_frontier_figure`, written to `path`."""
+    _save(run_frontier_figure(labels, runs, on_frontier, title), path)
+
+
+def run_frontier_figure(labels: list[str], runs: list[Any], on_frontier: set[str], title: str) -> Any:
     """Days against cost (device-hours where a run has no price), one mark per point, the frontier joined."""
     plt = _pyplot()
     priced = [(k, r) for k, r in zip(labels, runs) if r is not None]
     money = bool(priced) and all(r.cost is not None for _, r in priced)
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    xs = [r.cost / 1e6 if money else r.device_hours / 1e6 for _, r in priced]
+    amounts = [r.cost if money else r.device_hours for _, r in priced]
+    scale, word = (1e6, "millions") if max(amounts, default=0.0) >= 1e6 else (1e3, "thousands")
+    xs = [a / scale for a in amounts]
     ys = [r.days for _, r in priced]
     ax.scatter(xs, ys, color=WITH_PP)
     for (k, _), x, y in zip(priced, xs, ys):
@@ -141,7 +148,8 @@ def run_frontier_chart(labels: list[str], runs: list[Any], on_frontier: set[str]
     if len(front) > 1:
         ax.plot(*zip(*front), color=WITHOUT_PP, linewidth=1, label="time/cost frontier")
         ax.legend(fontsize=8)
-    ax.set_xlabel("cost, millions" if money else "device-hours, millions")
+    ax.set_xlabel(f"cost, {word}" if money else f"device-hours, {word}")
     ax.set_ylabel("days, wall-clock")
     ax.set_title(title, fontsize=10)
-    _save(fig, path)
+    fig.tight_layout()
+    return fig

@@ -69,3 +69,26 @@ def points_page(doc: dict[str, Any], key: str, names: list[tuple[str, str]], hea
             f"<li>{esc(n)}: tokens/s and MFU {value(f'validation.{n}.line', v['line'], v['line'])}</li>" for n, v in lines.items()) + "</ul>")
     parts.append(f"<h2>Made by</h2><pre>{esc(command)}</pre>")
     return page(heading, "\n".join(parts))
+
+
+def devices_page(doc: dict[str, Any], names: list[str], fig: Any, command: str) -> str:
+    """The page of `sweep --vary devices=... --html`: the run's days against its cost at each device count
+    (the chart of `--png`), each count's best layout and what the whole run takes, the command. Every figure in
+    words is the `--json` document's; `names[i]`: the count's best layout in words."""
+    pyplot()
+    heading = f"{doc['model']} on {doc['cluster']} at {len(doc['points'])} device counts"
+    rows = []
+    for i, (p, name) in enumerate(zip(doc["points"], names)):
+        path, lay = f"points.{i}", p["best"]
+        rows.append(f"<tr><td><b>{_v(path + '.devices', p['devices'], ',')}</b></td><td>{esc(VERDICTS[p['verdict']['needs_pp']])}</td>"
+                    f"{_layout_cells(path + '.best', lay, name)}</tr>")
+    head = "<tr><th>devices</th><th>verdict</th><th>best layout</th><th>tokens/s per device</th><th>MFU</th><th>GiB per device</th></tr>"
+    parts = [f"<h1>{esc(heading)}</h1>",
+             (f"<p class=\"note\">{value('model', doc['model'], doc['model'])} on {value('cluster', doc['cluster'], doc['cluster'])}, "
+              f"priced as {esc(doc.get('engine') or 'the default engine')}; each count is planned as <code>bandwise plan --devices N</code> plans it, "
+              "and its best layout priced as the whole run. A count on the frontier (*) is not beaten on both time and cost by another.</p>"),
+             "<h2>Days against cost</h2><figure>" + svg(fig) + "</figure>",
+             f"<h2>Each device count</h2><table>{head}{''.join(rows)}</table>",
+             runs_html(doc),
+             f"<h2>Made by</h2><pre>{esc(command)}</pre>"]
+    return page(heading, "\n".join(parts))
