@@ -58,6 +58,9 @@ def read_layout(run: dict[str, Any], model: ModelSpec, devices: int, engine: Eng
     if rec is None and re.search(r"\bfull\b[^.;,]*activation checkpointing", conventions):
         rec = "full"
         notes.append("recompute from the source's conventions: full")
+    if rec is None and engine.default("recompute"):
+        rec = engine.default("recompute")  # what the engine runs for a job that names none
+        notes.append(f"recompute from {engine.label}'s default: {rec}")
     if rec:
         fixed["recompute"] = rec
     return Layout(fixed=fixed, global_batch=gb, model=model, token_scale=token_scale, schedules=schedules, completed=completed)

@@ -99,8 +99,9 @@ class Engine:
             raise BandwiseError(f"{where}: layouts needs its source (the engine's code or docs that say what it runs)")
         changed = _behaviours(entry.get("behaviours") or {}, where)
         fields = {b.field for b in changed}
-        defaults = _defaults(entry.get("defaults") or {}, where)
+        defaults = _defaults(entry.get("defaults") or {}, where, version=True)
         unset = {d.field for d in defaults}
+        defaults = tuple(d for d in defaults if d.value is not None)  # null: no default at this version
         stages = layouts.get("stages", self.stages)
         if stages not in STAGES:
             raise BandwiseError(f"{where}: layouts.stages {brief(stages)}: one of {', '.join(STAGES)}")
@@ -150,10 +151,12 @@ by their cumulative weight count, the output head's included (nanotron; `CostPar
 DEFAULT_FIELDS: dict[str, tuple[type, tuple[Any, ...]]] = {
     "pipeline_microbatches": (str, ("stages",)),
     "virtual_stages": (int, ()),
+    "recompute": (str, RECOMPUTE),
 }
 """Job fields an engine has a default for: the type and, where closed, the values it may take.
 `pipeline_microbatches: stages`: as many micro-batches as pipeline stages; `virtual_stages`: the
-stages per rank of a looped schedule."""
+stages per rank of a looped schedule; `recompute`: the activation recomputation a job gets that
+names none. A version may write a field's value as null: it has no default there (`Engine.at`)."""
 
 
 def engine_from_dict(name: str, raw: Any, where: str) -> Engine:
@@ -228,12 +231,15 @@ def _behaviours(raw: Any, where: str, section: str = "behaviours", key: str = "a
     return tuple(out)
 
 
-def _defaults(raw: Any, where: str) -> tuple[Behaviour, ...]:
-    """An engine's `defaults` section: each a known job field (`DEFAULT_FIELDS`), a value of its type, a source."""
+def _defaults(raw: Any, where: str, version: bool = False) -> tuple[Behaviour, ...]:
+    """An engine's `defaults` section: each a known job field (`DEFAULT_FIELDS`), a value of its type, a source;
+    in a version, null for a default the engine has and the version has not."""
     out = _behaviours(raw, where, "defaults", "a job field")
     for d in out:
         if d.field not in DEFAULT_FIELDS:
             raise BandwiseError(f"{where}: defaults has no field {d.field!r}; use one of {', '.join(DEFAULT_FIELDS)}")
+        if d.value is None and version:
+            continue
         kind, values = DEFAULT_FIELDS[d.field]
         if type(d.value) is not kind or (values and d.value not in values) or (kind is int and d.value < 1):
             want = ", ".join(map(str, values)) if values else f"a positive {kind.__name__}"
