@@ -196,6 +196,33 @@ def test_stages_and_defaults_are_engine_data_with_sources(tmp_path):
             load_engine_file(path)
 
 
+def test_a_job_that_names_no_recomputation_gets_the_engines_default(tmp_path):
+    """TorchTitan today checkpoints selectively unless told otherwise; its 2024 and 2025 versions write the default
+    as null (their "selective" was every second layer whole); a published run that names no recomputation is
+    completed with the default and says so, one that names it keeps its own; a version's null is only a version's."""
+    from bandwise.plan import validate as V
+    from bandwise.plan.runs import convert, load_runs
+
+    assert get_engine("torchtitan").default("recompute") == "selective"
+    assert get_engine("torchtitan@2024").default("recompute") is None and get_engine("torchtitan@2025").default("recompute") is None
+    assert get_engine("torchtitan@2024").default("virtual_stages") == 2  # the version's other defaults stay
+    runs, sources = load_runs()
+    stated = next(r for r in runs if r["id"] == "titan_nvfp4_doc_qwen3_8b_nvfp4")
+    case = convert(stated, sources)
+    assert case.fixed["recompute"] == "selective" and any("torchtitan's default: selective" in n for n in case.assumptions + V.predict(case).notes)
+    for engine in ("torchtitan@2025", "megatron"):  # no default: the completion searches the recomputation
+        assert "recompute" not in convert(stated, sources, engine_override=engine).fixed
+    told = json.loads(json.dumps(stated))
+    told["parallelism"]["recompute"] = "full"
+    assert convert(told, sources).fixed["recompute"] == "full"
+    path = tmp_path / "engine.yaml"
+    for bad, message in (({"defaults": {"recompute": {"value": "sometimes", "source": "s"}}}, "defaults.recompute"),
+                         ({"defaults": {"recompute": {"value": None, "source": "s"}}}, "defaults.recompute")):
+        path.write_text(json.dumps({"name": "mine", "title": "mine", **bad}))
+        with pytest.raises(BandwiseError, match=message):
+            load_engine_file(path)
+
+
 def test_an_uneven_layout_is_balanced_only_where_the_engine_needs_a_layout():
     """`balanced_when_uneven` prices a row whose layers do not divide over pp·v exactly as the balanced
     split, and a row whose layers divide exactly as the even one (Megatron-Core's equal stages)."""
