@@ -113,3 +113,14 @@ def test_every_figure_on_a_device_count_page_is_the_documents(cli, tmp_path):
     assert {f"points.{i}.devices" for i in range(3)} | {f"points.{i}.best.estimate.mfu" for i in range(3)} <= paths
     assert {f"runs.{n}.{k}" for n in ("16", "32", "64") for k in ("days", "cost", "goodput.ettr")} <= paths
     assert "<svg" in text and doc["engine"] in text and len(text.encode()) < MAX_PAGE_BYTES
+
+
+def test_a_comparison_page_says_which_engine_priced_each_cluster(cli, tmp_path):
+    """With no --engine, a GPU and a TPU are priced as their own platforms' engines: the page names each, from the
+    document, not one engine for all."""
+    args = ("compare", "-m", "llama3-8b", "-n", "64", "-c", "h100,tpu-v5p")
+    page = tmp_path / "c.html"
+    assert cli(*args, "--html", str(page)).returncode == 0
+    doc = _doc(cli, *args)
+    paths = {f["path"] for f in figures_match(page.read_text(encoding="utf-8"), doc)}
+    assert {"clusters.0.engine", "clusters.1.engine"} <= paths and {p["engine"] for p in doc["clusters"]} == {"megatron", "maxtext"}

@@ -30,6 +30,16 @@ def _layout_cells(path: str, lay: dict[str, Any] | None, name: str) -> str:
             f"<td class=\"n\">{_v(at + '.memory_gib_per_device', e['memory_gib_per_device'], '.2f')}</td>")
 
 
+def _engines(points: list[dict[str, Any]], key: str, engine: str | None) -> str:
+    """What the points are priced as: one engine, or, where no engine was named and the clusters' platforms differ,
+    each cluster's own (`registry.engine_for`)."""
+    named = [(i, p) for i, p in enumerate(points) if p.get("engine")]
+    if len({p["engine"] for _, p in named}) <= 1:
+        return esc(engine or (named[0][1]["engine"] if named else "the default engine"))
+    return "each cluster's platform's engine: " + ", ".join(
+        f"{esc(p['cluster'])} as {value(f'{key}.{i}.engine', p['engine'], p['engine'])}" for i, p in named)
+
+
 def points_page(doc: dict[str, Any], key: str, names: list[tuple[str, str]], heading: str, fig: Any, command: str,
                 closing: str = "") -> str:
     """The page. `key`: 'clusters' (compare) or 'points' (sweep); `names[i]`: the point's best layout
@@ -54,8 +64,8 @@ def points_page(doc: dict[str, Any], key: str, names: list[tuple[str, str]], hea
     threshold = doc["threshold"]
     parts = [f"<h1>{esc(heading)}</h1>",
              (f"<p class=\"note\">{value('model', doc['model'], doc['model'])} on {_v('devices', doc['devices'], ',')} devices, "
-              f"global batch {_v('global_batch', doc['global_batch'], ',')} sequences; priced as "
-              f"{esc(doc.get('engine') or 'the default engine')}. PP is not needed where the best layout without it is within "
+              f"global batch {_v('global_batch', doc['global_batch'], ',')} sequences; priced as {_engines(doc[key], key, doc.get('engine'))}. "
+              "PP is not needed where the best layout without it is within "
               f"{_v('threshold', threshold, '.1%')} of the best, in tokens/s per device.</p>"),
              "<h2>MFU with and without pipeline parallelism, and what is exposed</h2><figure>" + svg(fig) + "</figure>",
              f"<h2>Each point</h2><table>{head}{''.join(rows)}</table>"]
