@@ -767,3 +767,21 @@ def test_a_composer_pure_run_reduces_in_bf16_and_keeps_fp32_shards():
     s = predict(pure).strategy
     t_pure, t_default = (estimate(pure.model, pure.cluster, s, p) for p in (pp, pd))
     assert t_pure.breakdown["fsdp"] <= t_default.breakdown["fsdp"] and t_pure.comm_total_s["fsdp"] < t_default.comm_total_s["fsdp"]
+
+
+def test_a_run_that_fits_nowhere_names_its_least_memory_layout_and_its_terms():
+    """Where a layout that ran is said not to fit, the note names the completion priced and its memory terms,
+    largest first, which add up to the peak it gives (the issue's "find the memory term that overstates")."""
+    import re
+
+    run = shipped_run("megatron_h100_gpt_70B")  # restated on one node of 8 H100s: 70B with its Adam states cannot fit
+    run["hardware"]["count"] = 8
+    run["parallelism"].update(tp=8, pp=1, dp=1, pp_schedule=None, global_batch_seqs=8, global_batch_tokens=None)
+    res = predict(convert(run, published.SOURCES))
+    note = next(n for n in res.notes if n.startswith("memory: nothing fits"))
+    assert res.strategy.describe() in note
+    peak = float(re.search(r"needs ([\d.]+) GiB", note).group(1))
+    terms = [(name, float(gib)) for name, gib in re.findall(r"(\w+) (-?[\d.]+)(?:,|\))", note.split("GiB (", 1)[1])]
+    assert [g for _, g in terms] == sorted((g for _, g in terms), reverse=True) and len(terms) >= 3
+    assert sum(g for _, g in terms) == pytest.approx(peak, abs=0.05 * len(terms))
+    assert peak == pytest.approx(res.estimate.memory_gib_per_device, abs=0.05)

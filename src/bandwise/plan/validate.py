@@ -208,13 +208,15 @@ def _complete(case: Case, params: CostParams, res: RunResult) -> tuple[Strategy,
         return max(fitting, key=lambda s: s[1].tokens_per_s_per_device)
     strategy, est = min(scored, key=lambda s: s[1].memory_gib_per_device)
     unpriced = "; not priced: " + ", ".join(case.stated.unpriced) if case.stated.unpriced else ""
+    # its terms, largest first: where a layout that ran is said not to fit, the one to look at
+    terms = ", ".join(f"{name} {gib:.1f}" for name, gib in sorted(est.memory_gib.items(), key=lambda kv: -kv[1]) if abs(gib) >= 0.05)
     if est.tight:  # above the headroom, within the device (`Estimate.tight`)
-        res.notes.append(f"memory: tight: no completion fits within the headroom; the least-memory one needs "
-                         f"{est.memory_gib_per_device:.1f} GiB, {est.memory_gib_per_device / est.device_gib:.1%} of the device's "
+        res.notes.append(f"memory: tight: no completion fits within the headroom; the least-memory one ({strategy.describe()}) needs "
+                         f"{est.memory_gib_per_device:.1f} GiB ({terms}), {est.memory_gib_per_device / est.device_gib:.1%} of the device's "
                          f"{est.device_gib:.1f} GiB{unpriced}")
     else:
-        res.notes.append(f"memory: nothing fits by the cost model; least-memory completion needs {est.memory_gib_per_device:.1f} GiB"
-                         f" of the device's {est.device_gib:.1f} GiB{unpriced}")
+        res.notes.append(f"memory: nothing fits by the cost model; least-memory completion ({strategy.describe()}) needs "
+                         f"{est.memory_gib_per_device:.1f} GiB ({terms}) of the device's {est.device_gib:.1f} GiB{unpriced}")
     return strategy, est
 
 
