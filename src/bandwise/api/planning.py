@@ -263,8 +263,7 @@ def compare_inputs(model: str | ModelSpec, clusters: str | list[str | Cluster], 
     # named, as its own platform's (GPUs as Megatron-Core, TPUs as MaxText: `registry.engine_for`)
     engines = {c.name: engine_for(c.device, engine) for c in cl}
     engine = engines[cl[0].name]
-    if engine != (inputs.pricing.engine.label if inputs.pricing else None):
-        inputs = plan_inputs(*args, engine, grad_reduce, fp8_recipe)
+    inputs = plan_inputs(*args, engine, grad_reduce, fp8_recipe)  # the header's engine: the first cluster's
     inputs = replace(inputs, pricing_by_cluster={name: replace(inputs.pricing, engine=get_engine(e)) for name, e in engines.items()
                                                  if e != engine})
     cal = calibration_of(calibration)

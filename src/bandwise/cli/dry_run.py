@@ -135,9 +135,9 @@ def run(spec: ModelSpec, s: Strategy, *, layers: int | None, pp_ranks: list[int]
     from bandwise.runtime.dryrun import dry_run
 
     # a cluster the trainer does not run on, or a file that does not apply to it, is refused before the minutes of the run
-    engine_for(get_cluster(cluster).device, TRAINER_ENGINE)
-    if calibration is not None:
-        calibrated(get_cluster(cluster), trainer_params(), calibration, TRAINER_ENGINE)
+    clus = get_cluster(cluster)
+    engine_for(clus.device, TRAINER_ENGINE)
+    calibrated(clus, trainer_params(), calibration, TRAINER_ENGINE)
     result = dry_run(spec, s, seq_len=seq_len, layers=layers, pp_ranks=pp_ranks)
     full = spec.with_seq_len(result.seq_len)
     ran = full if layers is None else dataclasses.replace(full, layers=layers, dense_layers=min(full.dense_layers, layers))

@@ -18,7 +18,7 @@ from bandwise.cli.options import (
     PRICE,
     STEPS,
     TOKENS,
-    check_emit,
+    engine_and_emit,
     model_option,
 )
 from bandwise.cli.points import priced_as
@@ -32,7 +32,6 @@ from bandwise.report import glossary
 from bandwise.report.output import Output
 from bandwise.report.run import run_lines
 from bandwise.report.tables import breakdown, short_count
-from bandwise.specs.registry import engine_for
 from bandwise.specs.strategy import SCHEDULES, Strategy
 
 ESTIMATE_HELP = "Estimate one layout: step time split into compute, exposed communication per dim, bubble and optimizer; memory; MFU."
@@ -72,9 +71,7 @@ def estimate(
     calibration: Path | None = CALIBRATION,
 ) -> None:
     out = Output(json_mode=json_out)
-    device = api.load_cluster(cluster).device  # the engine it is priced as trains there (`registry.engine_for`)
-    engine = engine_for(device, engine)
-    emit = check_emit(emit, json_out, engine, device)
+    engine, emit = engine_and_emit(cluster, engine, emit, json_out)
     strategy = Strategy(
         dp_replicate=dp_replicate, dp_shard=dp_shard, tp=tp, cp=cp, pp=pp, ep=ep, zero_stage=zero, schedule=schedule,
         virtual_stages=virtual_stages, micro_batch=micro_batch, global_batch=global_batch or 0, recompute=recompute,

@@ -27,7 +27,7 @@ from bandwise.errors import BandwiseError
 from bandwise.export import ENGINES
 from bandwise.plan.verdict import THRESHOLD
 from bandwise.specs.hardware import MAX_DEVICES, Device
-from bandwise.specs.registry import DEFAULT_ENGINE, engine_for, get_engine
+from bandwise.specs.registry import DEFAULT_ENGINE, engine_for, get_cluster, get_engine
 
 
 def model_option(default: str) -> Any:
@@ -110,6 +110,14 @@ def bare_emit(args: list[str]) -> list[str]:
         if out[i] == "--emit" and (i + 1 == len(out) or out[i + 1].startswith("-")):
             out.insert(i + 1, PLAN_ENGINE)
     return out
+
+
+def engine_and_emit(cluster: str, engine: str | None, emit: str | None, json_out: bool) -> tuple[str, str | None]:
+    """(the engine a plan or estimate on `cluster` is priced as, the job --emit writes): both train on the
+    cluster's chips (`registry.engine_for`), checked before any search."""
+    device = get_cluster(cluster).device
+    engine = engine_for(device, engine)
+    return engine, check_emit(emit, json_out, engine, device)
 
 
 def check_emit(emit: str | None, json_out: bool, engine: str = DEFAULT_ENGINE, device: Device | None = None) -> str | None:

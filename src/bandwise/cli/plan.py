@@ -34,10 +34,10 @@ from bandwise.cli.options import (
     STEPS,
     THRESHOLD_OPT,
     TOKENS,
-    check_emit,
     command_line,
     devices_option,
     did_you_mean,
+    engine_and_emit,
     model_option,
 )
 from bandwise.cli.points import priced_as
@@ -57,7 +57,7 @@ from bandwise.report import glossary
 from bandwise.report.output import Output
 from bandwise.report.run import run_lines
 from bandwise.report.tables import breakdown, layouts_table, min_width, short_count
-from bandwise.specs.registry import engine_for, get_engine
+from bandwise.specs.registry import get_engine
 from bandwise.specs.strategy import PRECISIONS, RECOMPUTE, SCHEDULES
 
 PLAN_HELP = """Find the parallel layout with the most tokens/s per device that fits in memory, and say whether
@@ -140,9 +140,7 @@ def plan(
     price: str | None = PRICE,
 ) -> None:
     out = Output(json_mode=json_out)
-    device = api.load_cluster(cluster).device  # the engine it is priced as trains there (`registry.engine_for`)
-    engine = engine_for(device, engine)
-    emit = check_emit(emit, json_out, engine, device)
+    engine, emit = engine_and_emit(cluster, engine, emit, json_out)
     check_destinations((html_out, "the HTML page"), (png, "the plan picture"))  # before the search, not after it
     if pick is not None and emit is None:
         raise BandwiseError("--pick chooses the layout --emit exports; add --emit (the --engine's job), or --emit torchtitan, megatron or maxtext")
