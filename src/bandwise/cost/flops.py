@@ -58,6 +58,17 @@ def elementwise_bytes_per_token(m: ModelSpec, moe_layer: bool, eager: bool = Fal
     return 2 * norm * h + 2 * 6 * h + rope * rope_width(m) + act * f_total + permute
 
 
+def outside_tp_bytes_per_token(m: ModelSpec, eager: bool = False) -> float:
+    """The part of `elementwise_bytes_per_token` (or `hybrid_elementwise_bytes_per_token`) outside the
+    tensor-parallel regions: each block's norm and residual add. Sequence parallelism splits them along
+    the sequence over the TP ranks; without it every TP rank runs them on the whole micro-batch
+    (Korthikanti et al. 2022, Sec. 4.2.2)."""
+    norm = 36 if eager else 4
+    blocks = 2 if not m.is_hybrid else (m.attention_layers + m.mamba_layers + m.linear_attention_layers
+                                        + sum(count for _, count in m.ffn_layers)) / m.layers
+    return blocks * (norm * m.hidden + 6 * m.hidden)
+
+
 def rope_width(m: ModelSpec) -> int:
     """q and k elements per token that the rotary pass reads and writes, counted on whole heads: H
     query heads and the key heads the core reads (`AttentionKind.key_value_heads`), d_head each."""

@@ -115,8 +115,9 @@ class CostParams:
     """Tensor parallelism splits the norms and dropouts along the sequence (Korthikanti et al. 2022,
     Sec. 4.2.2). Off, the 10·s·b·h bytes outside the TP regions stay whole on every TP rank (their
     Eq. 2). An all-reduce moves what its reduce-scatter and all-gather move (Sec. 4.2.2), so the time
-    model tells the two apart only where the backward runs asynchronously (`tp_backward_async`); the
-    norms' element-wise time, t times larger without it, is not modelled."""
+    model tells the two apart only where the backward runs asynchronously (`tp_backward_async`). Off,
+    every TP rank also runs the norms and residual adds on the whole micro-batch, t times the
+    element-wise time (`cost.terms.compute.whole_on_tp_ranks`)."""
     tp_gathered_inputs: bool = False
     """Under sequence parallelism, the GEMMs after each norm keep their all-gathered input, whole on
     every TP rank: torch's ColwiseParallel (DTensor; TorchTitan) gathers the sequence before the GEMM

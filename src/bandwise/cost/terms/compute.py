@@ -23,6 +23,7 @@ from bandwise.cost.flops import (
     fp8_gemms,
     fp8_operand_elements_per_token,
     hybrid_elementwise_bytes_per_token,
+    outside_tp_bytes_per_token,
 )
 from bandwise.cost.fp8 import Fp8Recipe, fp8_recipe
 from bandwise.cost.mixers import (
@@ -379,6 +380,22 @@ def capacity_gemms(m: ModelSpec, cf: float) -> list[Gemm]:
             Gemm(name="moe_combine", n=slots, k=m.hidden, rows_per_token=1.0, split="none")]
 
 
+def norm_split(s: Shape, P: CostParams) -> np.ndarray:
+    """How many ways the norms and residual adds are split: over the TP ranks under sequence parallelism,
+    not at all without it (Korthikanti et al. 2022, Sec. 4.2.2)."""
+    return np.where(P.sequence_parallel, s.tp, 1.0)
+
+
+def whole_on_tp_ranks(m: ModelSpec, s: Shape, P: CostParams) -> np.ndarray:
+    """Bytes a device moves per micro-batch beyond its 1/t share of the norms and residual adds, which
+    every TP rank runs whole without sequence parallelism (`cost.flops.outside_tp_bytes_per_token`);
+    zero with it. Forward only: Korthikanti et al. 2022, Table 4, time a 22B layer at TP 8 without and
+    with sequence parallelism at 7.7 and 7.2 ms forward (what these bytes price here: 0.54 ms) but 11.9
+    and 11.8 ms backward, where sequence parallelism gathers the norm's output again for the weight
+    gradients (Sec. 4.2.2); so the backward is priced alike either way."""
+    return outside_tp_bytes_per_token(m, P.eager_elementwise) * s.tokens * (1.0 / norm_split(s, P) - 1.0 / s.tp)
+
+
 def layer_compute(m: ModelSpec, dev: Device, s: Shape, rates: Rates, P: CostParams) -> LayerCompute:
     """One layer's compute; an MoE model's figures are the mean over its dense and MoE layers."""
     if m.is_hybrid:
@@ -397,11 +414,12 @@ def layer_compute(m: ModelSpec, dev: Device, s: Shape, rates: Rates, P: CostPara
     elementwise = lambda moe: rates.streamed(  # noqa: E731
         (elementwise_bytes_per_token(m, moe, P.eager_elementwise) + fp8_cast_bytes_per_token(m, moe, cast_bytes)) * s.tokens / s.tp
         + (weight_cast_bytes_per_microbatch(m, moe, s, recipe, P) + gathered_cast_bytes_per_microbatch(m, moe, s, recipe, P)) * is_fp8)
-    dense_fwd = attn_in + attn_out + mlp_up + mlp_down + attn_fwd
+    replicated = rates.streamed(whole_on_tp_ranks(m, s, P))  # forward only (`whole_on_tp_ranks`)
+    dense_fwd = attn_in + attn_out + mlp_up + mlp_down + attn_fwd + replicated
     dense_fwd += elementwise(False)
     if m.moe_layers:  # the main layers' feed-forward, where it is not the dense MLP
         moe_mlp, imbalance = routed_ffn_times(m, gemms, P)
-        moe_fwd = attn_in + attn_out + moe_mlp + attn_fwd
+        moe_fwd = attn_in + attn_out + moe_mlp + attn_fwd + replicated
         moe_fwd += elementwise(True)
         moe_fwd += imbalance
     else:
@@ -413,11 +431,11 @@ def layer_compute(m: ModelSpec, dev: Device, s: Shape, rates: Rates, P: CostPara
     mods = P.selective_modules
     norm_bytes = 2 * BF16 * 2 * m.hidden if "layernorm" in mods else 0.0
     up_proj = gemms(m.attention_kind.recomputed_gemms()) if "mla_up_proj" in mods else 0.0
-    selective = (rates.streamed(norm_bytes * s.tokens / s.tp) + up_proj + ffn_rerun(m, s, rates, mods, 1 - frac_moe, frac_moe, mlp_up + mlp_down)
+    selective = (rates.streamed(norm_bytes * s.tokens / norm_split(s, P)) + up_proj + ffn_rerun(m, s, rates, mods, 1 - frac_moe, frac_moe, mlp_up + mlp_down)
                  + (0.0 if P.flash_attention or "core_attn" not in mods else attn_fwd)
                  + P.selective_forward_share * (fwd - attn_fwd))
     recipe_bwd = (1 - frac_moe) * fp8_backward_extra(m, False, s, rates, recipe, gemms) + frac_moe * fp8_backward_extra(m, True, s, rates, recipe, gemms)
-    bwd = 2.0 * (fwd - attn_fwd) + attn_bwd + is_fp8 * recipe_bwd
+    bwd = 2.0 * (fwd - attn_fwd - replicated) + attn_bwd + is_fp8 * recipe_bwd
     full = None if P.remat_policy is None else policy_recompute(m, dev, s, P.remat_policy, (attn_in, attn_fwd, attn_out, mlp_up), fwd, bwd)
     return LayerCompute(
         attn=attn_fwd, attn_bwd=attn_bwd, attn_in=attn_in, attn_out=attn_out, mlp_up=mlp_up, mlp_down=mlp_down, moe_mlp=moe_mlp,
@@ -537,7 +555,8 @@ def hybrid_layer_compute(m: ModelSpec, dev: Device, s: Shape, rates: Rates, P: C
     cast_bytes = cast_bytes_of(s, fp8_recipe(P.fp8_recipe).cast_bytes)  # the recipe's backward extras (`fp8_backward_extra`) are not priced on hybrids
     casts = dense * fp8_cast_bytes_per_token(m, False, cast_bytes) + moe * fp8_cast_bytes_per_token(m, True, cast_bytes)
     elementwise = rates.streamed((hybrid_elementwise_bytes_per_token(m, mixer_bytes, P.eager_elementwise) + casts) * s.tokens / s.tp)
-    mixing = att * (attn_in + attn_out) + attn_fwd + mixer_gemm_time + scans + elementwise
+    replicated = rates.streamed(whole_on_tp_ranks(m, s, P))  # forward only (`whole_on_tp_ranks`)
+    mixing = att * (attn_in + attn_out) + attn_fwd + mixer_gemm_time + scans + elementwise + replicated
     if m.moe_layers:
         moe_mlp, imbalance = routed_ffn_times(m, gemms, P)
         moe_ffn = moe_mlp + imbalance
@@ -549,12 +568,12 @@ def hybrid_layer_compute(m: ModelSpec, dev: Device, s: Shape, rates: Rates, P: C
     blocks = (L - m.mixer_free_layers + m.mlp_layers) / L  # norms per layer
     norm_bytes = BF16 * 2 * m.hidden * blocks if "layernorm" in mods else 0.0
     up_proj = att * gemms(m.attention_kind.recomputed_gemms()) if "mla_up_proj" in mods else 0.0
-    selective = (rates.streamed(norm_bytes * s.tokens / s.tp) + up_proj + ffn_rerun(m, s, rates, mods, dense, moe, mlp_up + mlp_down)
+    selective = (rates.streamed(norm_bytes * s.tokens / norm_split(s, P)) + up_proj + ffn_rerun(m, s, rates, mods, dense, moe, mlp_up + mlp_down)
                  + (0.0 if P.flash_attention or "core_attn" not in mods else attn_fwd)
                  + P.selective_forward_share * (fwd - core))
     return LayerCompute(
         attn=core, attn_bwd=core_bwd, attn_in=attn_in, attn_out=attn_out, mlp_up=mlp_up, mlp_down=mlp_down, moe_mlp=moe_mlp,
-        dense_fwd=fwd, moe_fwd=mixing + moe_ffn, fwd=fwd, bwd=2.0 * (fwd - core) + core_bwd, selective=selective,
+        dense_fwd=fwd, moe_fwd=mixing + moe_ffn, fwd=fwd, bwd=2.0 * (fwd - core - replicated) + core_bwd, selective=selective,
         kernel_gaps=np.full_like(s.tokens, kernel_gaps(P, moe)), mixers=mixers,
     )
 
