@@ -256,6 +256,10 @@ class CostParams:
     """Tokens reach their expert slots and come back through one-hot einsums (MaxText's `dense_matmul`:
     `dispatch` B,S,M x B,S,E,C -> E,B,C,M and `combine`, each 2·S·E·C·M FLOPs a sequence) rather than a
     permutation; only with a capacity (`moe_capacity_factor` > 0)."""
+    moe_static_buffer: bool = False
+    """Dropless expert parallelism receives its all-to-all into a buffer of fixed shape sized for the worst
+    case, min(ep, E/K) times the rows a balanced rank fills, and permutes, activates and permutes back every
+    row of it (JAX traces fixed shapes: `cost.terms.compute.static_buffer_time`)."""
     expert_imbalance: float = 1.0
     """Busiest expert rank's load over the mean. 1.0 = balanced (auxiliary-loss-free balancing keeps
     MaxVio near 0.04-0.1 in Wang et al. 2024, Table 2; NVIDIA's published MoE runs force balance)."""

@@ -367,6 +367,26 @@ def routed_ffn_times(m: ModelSpec, gemms: Callable[[list[Gemm]], np.ndarray], P:
     return gemms(padded + extra), (P.expert_imbalance - 1.0) * gemms(routed)
 
 
+def static_buffer_time(m: ModelSpec, s: Shape, rates: Rates, P: CostParams) -> np.ndarray:
+    """Forward seconds an MoE layer spends on the empty rows of a static dropless buffer (`CostParams.
+    moe_static_buffer`): JAX traces fixed shapes, so MaxText receives expert parallelism's all-to-all into
+    min(ep, E/K) times the T·K rows a balanced rank fills (src/MaxText/layers/moe.py: `buffer_size` at bf6374972,
+    `get_ragged_buffer_size` at e591f30c; the DeepEP path's `num_worst_tokens = num_tokens * ep_size`, ROCm blog
+    "Dropless MoE Training in JAX with Primus-Turbo", 2026-06). Its argsort-gather permutation, the activation on
+    the grouped GEMMs' outputs and the gather back run over every row ("the ragged buffer can be much larger than
+    the actually-routed token count", moe.py's `use_ragged_sort`, a TPU kernel off by default); the grouped GEMMs
+    read only their groups. Priced at the filled rows' own bytes (`MoEFFN.permute_bytes_per_token` and the
+    activation's), f - 1 times over; the backward follows as the element-wise passes do. Zero without expert
+    parallelism or under a capacity factor."""
+    if not P.moe_static_buffer or P.moe_capacity_factor > 0:
+        return np.zeros_like(s.tokens)
+    ffn = m.ffn_kind
+    act = (10 if P.eager_elementwise else 6) if m.gated_mlp else 4
+    per_row = ffn.permute_bytes_per_token + act * ffn.top_k * ffn.expert_ffn
+    empty = np.minimum(s.ep, m.experts / m.top_k) - 1.0
+    return rates.streamed(np.where(s.ep > 1, empty * per_row * s.tokens, 0.0))
+
+
 def capacity_gemms(m: ModelSpec, cf: float) -> list[Gemm]:
     """MaxText's one-hot dispatch and combine as GEMMs (src/maxtext/layers/moe.py, `dense_matmul`: "BSM,BSEC -> EBCM"
     and "EBCM,BSEC -> BSM", `generate_masks`): per token, its h-wide row against the E·C slots of its sequence,
@@ -420,7 +440,7 @@ def layer_compute(m: ModelSpec, dev: Device, s: Shape, rates: Rates, P: CostPara
     if m.moe_layers:  # the main layers' feed-forward, where it is not the dense MLP
         moe_mlp, imbalance = routed_ffn_times(m, gemms, P)
         moe_fwd = attn_in + attn_out + moe_mlp + attn_fwd + replicated
-        moe_fwd += elementwise(True)
+        moe_fwd += elementwise(True) + static_buffer_time(m, s, rates, P)
         moe_fwd += imbalance
     else:
         moe_mlp = moe_fwd = np.zeros_like(dense_fwd)
@@ -559,7 +579,7 @@ def hybrid_layer_compute(m: ModelSpec, dev: Device, s: Shape, rates: Rates, P: C
     mixing = att * (attn_in + attn_out) + attn_fwd + mixer_gemm_time + scans + elementwise + replicated
     if m.moe_layers:
         moe_mlp, imbalance = routed_ffn_times(m, gemms, P)
-        moe_ffn = moe_mlp + imbalance
+        moe_ffn = moe_mlp + imbalance + static_buffer_time(m, s, rates, P)
     else:
         moe_mlp = moe_ffn = np.zeros_like(attn_in)
     fwd = mixing + dense * (mlp_up + mlp_down) + moe * moe_ffn
