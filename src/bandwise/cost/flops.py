@@ -53,9 +53,19 @@ def elementwise_bytes_per_token(m: ModelSpec, moe_layer: bool, eager: bool = Fal
     """
     h, ffn = m.hidden, m.ffn_kind if moe_layer else m.dense_mlp
     f_total, permute = ffn.intermediate_per_token, ffn.permute_bytes_per_token
-    norm, rope = (36, 20) if eager else (4, 4)
-    act = (10 if eager else 6) if m.gated_mlp else 4
-    return 2 * norm * h + 2 * 6 * h + rope * rope_width(m) + act * f_total + permute
+    rope = 20 if eager else 4
+    return 2 * block_bytes_per_element(eager) * h + rope * rope_width(m) + activation_bytes_per_element(m, eager) * f_total + permute
+
+
+def block_bytes_per_element(eager: bool = False) -> int:
+    """A block's norm and residual add, bytes per hidden element (`elementwise_bytes_per_token`): fused 4 + 6, eager 36 + 6."""
+    return (36 if eager else 4) + 6
+
+
+def activation_bytes_per_element(m: ModelSpec, eager: bool = False) -> int:
+    """The activation function's bytes per intermediate element (`elementwise_bytes_per_token`): SwiGLU fused 6,
+    eager 10; GELU 4."""
+    return (10 if eager else 6) if m.gated_mlp else 4
 
 
 def outside_tp_bytes_per_token(m: ModelSpec, eager: bool = False) -> float:
@@ -63,10 +73,9 @@ def outside_tp_bytes_per_token(m: ModelSpec, eager: bool = False) -> float:
     tensor-parallel regions: each block's norm and residual add. Sequence parallelism splits them along
     the sequence over the TP ranks; without it every TP rank runs them on the whole micro-batch
     (Korthikanti et al. 2022, Sec. 4.2.2)."""
-    norm = 36 if eager else 4
     blocks = 2 if not m.is_hybrid else (m.attention_layers + m.mamba_layers + m.linear_attention_layers
                                         + sum(count for _, count in m.ffn_layers)) / m.layers
-    return blocks * (norm * m.hidden + 6 * m.hidden)
+    return blocks * block_bytes_per_element(eager) * m.hidden
 
 
 def rope_width(m: ModelSpec) -> int:
@@ -82,9 +91,9 @@ def hybrid_elementwise_bytes_per_token(m: ModelSpec, mixer_bytes: float, eager: 
     and product, 2 + 2 + 2 per element), the MLPs their activation and MoE's permutation, the mixers
     `mixer_bytes` (the mean over layers of `cost.mixers.mixer_elementwise_bytes_per_token`)."""
     h, L = m.hidden, m.layers
-    norm, rope = (36, 20) if eager else (4, 4)
-    act = (10 if eager else 6) if m.gated_mlp else 4
-    block = norm * h + 6 * h
+    rope = 20 if eager else 4
+    act = activation_bytes_per_element(m, eager)
+    block = block_bytes_per_element(eager) * h
     gate = 6 * m.attention_kind.gate_width
     mixers = m.mamba_layers + m.linear_attention_layers
     attention = m.attention_layers * (block + rope * rope_width(m) + gate) + mixers * block + L * mixer_bytes

@@ -17,6 +17,7 @@ from bandwise.cost.compute import K_FIXED, gemm_time, memory_bound_time
 from bandwise.cost.flops import (
     BF16,
     Gemm,
+    activation_bytes_per_element,
     attention_core_flops_per_token,
     elementwise_bytes_per_token,
     fp8_cast_bytes_per_token,
@@ -381,8 +382,7 @@ def static_buffer_time(m: ModelSpec, s: Shape, rates: Rates, P: CostParams) -> n
     if not P.moe_static_buffer or P.moe_capacity_factor > 0:
         return np.zeros_like(s.tokens)
     ffn = m.ffn_kind
-    act = (10 if P.eager_elementwise else 6) if m.gated_mlp else 4
-    per_row = ffn.permute_bytes_per_token + act * ffn.top_k * ffn.expert_ffn
+    per_row = ffn.permute_bytes_per_token + activation_bytes_per_element(m, P.eager_elementwise) * ffn.top_k * ffn.expert_ffn
     empty = np.minimum(s.ep, m.experts / m.top_k) - 1.0
     return rates.streamed(np.where(s.ep > 1, empty * per_row * s.tokens, 0.0))
 
