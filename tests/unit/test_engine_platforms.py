@@ -137,3 +137,9 @@ def test_emit_for_an_engine_without_a_job_offers_the_formats_its_chips_run(clust
     code, out, err = run(capsys, "plan", "--model", "llama3-8b", "--cluster", cluster, "--devices", "64", "--engine", engine, "--emit")
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
     assert err.strip().endswith("--emit " + " or ".join(offered)), err
+
+
+def test_every_platform_has_its_words_singular_and_plural():
+    from bandwise.specs.hardware import PLATFORM_PLURALS, PLATFORMS
+
+    assert set(PLATFORM_PLURALS) == set(PLATFORMS)

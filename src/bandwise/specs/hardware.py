@@ -69,6 +69,8 @@ class PowerCurve:
 PLATFORMS: dict[str, str] = {"nvidia": "an NVIDIA GPU", "amd": "an AMD GPU", "tpu": "a Google TPU", "cpu": "a CPU"}
 """The software platforms a training engine is written for (`Engine.platforms`), as a device names its
 own (`Device.platform`), with the words a message gives each."""
+PLATFORM_PLURALS: dict[str, str] = {"nvidia": "NVIDIA GPUs", "amd": "AMD GPUs", "tpu": "TPUs", "cpu": "CPUs"}
+"""The same platforms in the plural, as a message lists where an engine runs."""
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)

@@ -22,6 +22,7 @@ from bandwise.errors import BandwiseError
 from bandwise.inputs import read_text, shipped_yaml
 from bandwise.specs.engine import Engine, engine_from_dict
 from bandwise.specs.hardware import (
+    PLATFORM_PLURALS,
     PLATFORMS,
     Cluster,
     Device,
@@ -89,7 +90,7 @@ def engine_for(device: Device, engine: str | None, flag: str = "--engine") -> st
 
 
 def _platform_words(platforms: tuple[str, ...]) -> str:
-    words = [{"nvidia": "NVIDIA GPUs", "amd": "AMD GPUs", "tpu": "TPUs", "cpu": "CPUs"}[p] for p in platforms]
+    words = [PLATFORM_PLURALS[p] for p in platforms]
     return ", ".join(words[:-1]) + (" and " if len(words) > 1 else "") + words[-1]
 
 

@@ -383,8 +383,8 @@ def static_buffer_time(m: ModelSpec, s: Shape, rates: Rates, P: CostParams) -> n
         return np.zeros_like(s.tokens)
     ffn = m.ffn_kind
     per_row = ffn.permute_bytes_per_token + activation_bytes_per_element(m, P.eager_elementwise) * ffn.top_k * ffn.expert_ffn
-    empty = np.minimum(s.ep, m.experts / m.top_k) - 1.0
-    return rates.streamed(np.where(s.ep > 1, empty * per_row * s.tokens, 0.0))
+    empty = np.minimum(s.ep, m.experts / m.top_k) - 1.0  # 0 at ep 1: E/K >= 1
+    return rates.streamed(empty * per_row * s.tokens)
 
 
 def capacity_gemms(m: ModelSpec, cf: float) -> list[Gemm]:
